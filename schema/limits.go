@@ -1,0 +1,53 @@
+package schema
+
+// Limits of DESIGN §8.
+const (
+	// MaxHistoryEvents is the most events a session history may hold.
+	MaxHistoryEvents = 100_000
+	// MaxHistoryBytes is the most bytes a serialized history may take
+	// (JSON Lines, newlines included).
+	MaxHistoryBytes = 16 << 20
+	// MaxFieldBytes bounds an operation key, call id, contract revision,
+	// request id, and a review's operator and evidence.
+	MaxFieldBytes = 1024
+	// MaxSessionBytes bounds a session id.
+	MaxSessionBytes = 128
+)
+
+// Limits bounds what a history reader accepts. The zero value means the
+// defaults of DESIGN §8 (see DefaultLimits).
+type Limits struct {
+	// MaxEvents defaults to MaxHistoryEvents.
+	MaxEvents int
+	// MaxBytes defaults to MaxHistoryBytes.
+	MaxBytes int64
+}
+
+// DefaultLimits are the limits of DESIGN §8.
+var DefaultLimits = Limits{MaxEvents: MaxHistoryEvents, MaxBytes: MaxHistoryBytes}
+
+// WithDefaults returns l with zero fields replaced by the defaults.
+func (l Limits) WithDefaults() Limits {
+	if l.MaxEvents <= 0 {
+		l.MaxEvents = MaxHistoryEvents
+	}
+	if l.MaxBytes <= 0 {
+		l.MaxBytes = MaxHistoryBytes
+	}
+	return l
+}
+
+// ValidSession reports whether s is a valid session id: 1–128 bytes of
+// [A-Za-z0-9_-], so it can be used as a NATS subject token and a KV key.
+func ValidSession(s string) bool {
+	if len(s) == 0 || len(s) > MaxSessionBytes {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,268 @@
+package schema
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/jingwei/jingwei/effect"
+)
+
+// Version is the schema version stamped in every message ("v": 1).
+const Version = 1
+
+// Event types on a session log. Unknown types are carried through and
+// ignored by recovery.
+const (
+	TypeCall    = "tool.call"
+	TypeStarted = "tool.started"
+	TypeResult  = "tool.result"
+	TypeFenced  = "session.fenced"
+)
+
+// Event is one message on a session log (jw.events.<session>). Exactly one of
+// Call, Started, Result and Fence is set, matching Type; an event of an
+// unknown type has none of them and is ignored by recovery.
+type Event struct {
+	V int `json:"v"`
+	// Seq is the JetStream stream sequence: filled in when a history is
+	// loaded or exported, ignored on publish (zero then).
+	Seq     uint64    `json:"seq,omitempty"`
+	Session string    `json:"session"`
+	Epoch   uint64    `json:"epoch"`
+	At      time.Time `json:"at"`
+	Type    string    `json:"type"`
+
+	Call    *Call    `json:"call,omitempty"`
+	Started *Started `json:"started,omitempty"`
+	Result  *Result  `json:"result,omitempty"`
+	Fence   *Fence   `json:"fence,omitempty"`
+}
+
+// CallID returns the call id the event refers to, or "" for events that refer
+// to no call (session.fenced, unknown types).
+func (e *Event) CallID() string {
+	switch {
+	case e.Call != nil:
+		return e.Call.CallID
+	case e.Started != nil:
+		return e.Started.CallID
+	case e.Result != nil:
+		return e.Result.CallID
+	}
+	return ""
+}
+
+// Call is the body of a tool.call event: one attempt to run one tool.
+type Call struct {
+	CallID    string          `json:"call_id"`
+	Tool      string          `json:"tool"`
+	Arguments json.RawMessage `json:"arguments"`
+	// RequestID is the agent's own id for the intent, when the call came
+	// from a tool request; a request id already in the log is never run
+	// again.
+	RequestID string `json:"request_id,omitempty"`
+	// ProviderCallID is the model provider's id (e.g. "toolu_1"); never
+	// used as an operation key.
+	ProviderCallID string `json:"provider_call_id,omitempty"`
+	// StartMarker says the runtime follows the start-marker protocol: the
+	// body only starts after a tool.started event is acknowledged.
+	StartMarker bool `json:"start_marker"`
+	// Operation is nil only in the legacy format.
+	Operation *Operation `json:"operation,omitempty"`
+}
+
+// Operation is the logical action a call performs. Key is stable across
+// retries of one logical action.
+type Operation struct {
+	Task     string          `json:"task"`
+	Key      string          `json:"key"`
+	Contract effect.Contract `json:"contract"`
+	// Retry links a retry to the attempt it follows; nil for a first attempt.
+	Retry *RetryLink `json:"retry,omitempty"`
+}
+
+// Basis says why a retry plan was allowed.
+type Basis string
+
+// Plan bases (DESIGN §2).
+const (
+	BasisNotStarted          Basis = "not_started"
+	BasisUncertainSafe       Basis = "uncertain_safe"
+	BasisReviewedNotExecuted Basis = "reviewed_not_executed"
+)
+
+// RetryLink is operation.retry: the prior attempt a retry follows and the
+// plan that allowed it.
+type RetryLink struct {
+	PriorCallID string  `json:"prior_call_id"`
+	PriorSeq    uint64  `json:"prior_seq"`
+	PlanID      string  `json:"plan_id"`
+	Basis       Basis   `json:"basis"`
+	Review      *Review `json:"review"`
+}
+
+// Started is the body of a tool.started event.
+type Started struct {
+	CallID string `json:"call_id"`
+}
+
+// Status is a tool.result status.
+type Status string
+
+// Result statuses (DESIGN §3).
+const (
+	StatusOK              Status = "ok"
+	StatusRejected        Status = "rejected"
+	StatusFailed          Status = "failed"
+	StatusTimeout         Status = "timeout"
+	StatusCancelled       Status = "cancelled"
+	StatusBudgetExhausted Status = "budget_exhausted"
+	StatusOutputLimit     Status = "output_limit"
+)
+
+// Valid reports whether s is one of the seven statuses.
+func (s Status) Valid() bool {
+	switch s {
+	case StatusOK, StatusRejected, StatusFailed, StatusTimeout, StatusCancelled, StatusBudgetExhausted, StatusOutputLimit:
+		return true
+	}
+	return false
+}
+
+// Stage is the admission stage that refused a call (only with StatusRejected).
+type Stage string
+
+// Admission stages, in the order the runtime runs them (DESIGN §6).
+const (
+	StagePermission Stage = "permission"
+	StageArguments  Stage = "arguments"
+	StageGuard      Stage = "guard"
+	StageApproval   Stage = "approval"
+	StageBudget     Stage = "budget"
+)
+
+// Valid reports whether s is one of the five admission stages.
+func (s Stage) Valid() bool {
+	switch s {
+	case StagePermission, StageArguments, StageGuard, StageApproval, StageBudget:
+		return true
+	}
+	return false
+}
+
+// Result is the body of a tool.result event.
+type Result struct {
+	CallID    string          `json:"call_id"`
+	Status    Status          `json:"status"`
+	Stage     Stage           `json:"stage,omitempty"`
+	Retryable bool            `json:"retryable"`
+	Output    json.RawMessage `json:"output,omitempty"`
+	Error     string          `json:"error,omitempty"`
+}
+
+// Fence is the body of a session.fenced event: from this event on, only the
+// writer of Epoch may append.
+type Fence struct {
+	Epoch uint64 `json:"epoch"`
+	Owner string `json:"owner"`
+}
+
+// Verdict is a reviewer's statement about an uncertain call.
+type Verdict string
+
+// Review verdicts (DESIGN §2).
+const (
+	VerdictNotExecuted Verdict = "not_executed"
+	VerdictCompleted   Verdict = "completed"
+	VerdictUncertain   Verdict = "uncertain"
+)
+
+// Valid reports whether v is one of the three verdicts.
+func (v Verdict) Valid() bool {
+	return v == VerdictNotExecuted || v == VerdictCompleted || v == VerdictUncertain
+}
+
+// Review is a trusted statement about an uncertain call (jw.reviews.<session>).
+// Signer is an nkey user public key; Sig an ed25519 signature (base64url)
+// over the RFC 8785 form of the review without Sig.
+type Review struct {
+	V        int     `json:"v"`
+	Session  string  `json:"session"`
+	CallID   string  `json:"call_id"`
+	Operator string  `json:"operator"`
+	Evidence string  `json:"evidence"`
+	Verdict  Verdict `json:"verdict"`
+	At       string  `json:"at,omitempty"`
+	Signer   string  `json:"signer,omitempty"`
+	Sig      string  `json:"sig,omitempty"`
+}
+
+// Plan is a single-use permission to attempt one exact call again
+// (jw.plans.<session>). PlanID is derived from Session and PriorCallID.
+type Plan struct {
+	V           int             `json:"v"`
+	PlanID      string          `json:"plan_id"`
+	Session     string          `json:"session"`
+	Task        string          `json:"task"`
+	Tool        string          `json:"tool"`
+	Arguments   json.RawMessage `json:"arguments"`
+	ArgsDigest  string          `json:"args_digest"`
+	Contract    effect.Contract `json:"contract"`
+	Key         string          `json:"key"`
+	PriorCallID string          `json:"prior_call_id"`
+	PriorSeq    uint64          `json:"prior_seq"`
+	Basis       Basis           `json:"basis"`
+	Review      *Review         `json:"review"`
+	IssuedAt    time.Time       `json:"issued_at"`
+}
+
+// Outcome classifies what happened to a call's latest attempt.
+type Outcome string
+
+// Outcomes (DESIGN §2).
+const (
+	OutcomeCompleted  Outcome = "completed"
+	OutcomeNotStarted Outcome = "not_started"
+	OutcomeUncertain  Outcome = "uncertain"
+)
+
+// Decision is what recovery allows for a call.
+type Decision string
+
+// Decisions (DESIGN §2).
+const (
+	DecisionRefuse       Decision = "refuse"
+	DecisionRetryAllowed Decision = "retry_allowed"
+	DecisionNeedsReview  Decision = "needs_review"
+)
+
+// Assessment is the classification of one call (jw.assessments.<session>, and
+// the output of `jingwei inspect`). Evidence is the fact it rests on: a
+// result status ("ok", "failed", …, "rejected:approval"), "no_result" or
+// "not_started_marker".
+type Assessment struct {
+	Session  string          `json:"session"`
+	CallID   string          `json:"call_id"`
+	Tool     string          `json:"tool"`
+	Task     string          `json:"task"`
+	Key      string          `json:"key"`
+	Contract effect.Contract `json:"contract"`
+	Outcome  Outcome         `json:"outcome"`
+	Evidence string          `json:"evidence"`
+	Decision Decision        `json:"decision"`
+	Attempts int             `json:"attempts"`
+	Chain    []string        `json:"chain"`
+}
+
+// Request is a tool-call request an agent in any language publishes on
+// jw.requests.<session>. A request published twice with the same RequestID
+// runs at most once.
+type Request struct {
+	V              int             `json:"v"`
+	RequestID      string          `json:"request_id"`
+	Session        string          `json:"session"`
+	Task           string          `json:"task"`
+	Tool           string          `json:"tool"`
+	Arguments      json.RawMessage `json:"arguments"`
+	ProviderCallID string          `json:"provider_call_id,omitempty"`
+}
