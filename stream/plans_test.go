@@ -51,7 +51,7 @@ func testPlan(id string) schema.Plan {
 		V: 1, PlanID: id, Session: "s-1", Task: "t-1", Tool: "orders.create",
 		Arguments: json.RawMessage(`{"sku":"A","qty":1}`), ArgsDigest: "sha256:abc",
 		Contract: effect.Contract{Effect: effect.Idempotent, Revision: "orders-v1"},
-		Key: "op-1", PriorCallID: "c-1", PriorSeq: 3, Basis: schema.BasisUncertainSafe,
+		Key:      "op-1", PriorCallID: "c-1", PriorSeq: 3, Basis: schema.BasisUncertainSafe,
 		IssuedAt: time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC),
 	}
 }

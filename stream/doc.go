@@ -1,0 +1,38 @@
+// Package stream is everything jingwei keeps in NATS JetStream: an embedded
+// server, the connection to an external one, the topology of DESIGN §4
+// (streams and KV buckets, created idempotently), fenced session logs, and
+// session leases with server-side expiry.
+//
+// # Session logs and fencing
+//
+// Every session has one ordered log on jw.events.<session>. A writer holds a
+// [Log] at an epoch; every [Log.Append] carries
+// Nats-Expected-Last-Subject-Sequence, so two writers never interleave. A
+// refused append re-reads the subject's last message: its own event (an
+// append whose acknowledgement was lost) counts as done, an event of a higher
+// epoch or another owner means the writer has been fenced ([ErrFenced], for
+// good), anything else is [ErrConflict]. Taking over a session is
+// [Topology.AcquireLease] (a new, higher epoch), [Topology.Fence] (appends
+// session.fenced), then [Topology.Load].
+//
+// # Durability
+//
+// The embedded server defaults to [SyncAlways]: the file store fsyncs every
+// write before it acknowledges it, so an acknowledged event survives a crash
+// of the process or the machine. DESIGN §2's start-marker rule depends on
+// that: a body runs only after its tool.started event is acknowledged, and
+// recovery trusts that an absent tool.started means the body never ran.
+// [SyncInterval] flushes on the server's interval instead (2 minutes by
+// default): appends are about six times faster on a 2-core machine, but a
+// power loss or kernel crash can lose events that were acknowledged (a crash
+// of the process alone does not, the page cache survives it), and recovery
+// may then call a started body "not started". Use it for tests and
+// throw-away data. A 3-node cluster (replicas 3) relies on a quorum of
+// replicas instead of fsync.
+//
+// # Limits
+//
+// A session history holds at most 100,000 events and 16 MiB serialized as
+// JSON Lines (DESIGN §8). Append refuses the event that would go over
+// (history_too_large, nothing written) and Load refuses a log that is over.
+package stream

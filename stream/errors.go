@@ -1,0 +1,59 @@
+package stream
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrFenced is returned by Log.Append (and OpenLog/Fence) once a writer
+	// with a higher epoch, or another owner at the same epoch, has taken the
+	// session over. It is permanent: the Log never writes again.
+	ErrFenced = errors.New("stream: session fenced by a newer writer")
+
+	// ErrConflict is returned by Log.Append when another message reached the
+	// session log first and it is not evidence of a takeover (same epoch and
+	// owner, but not this Log's event). Nothing was written; the Log keeps
+	// refusing until it is reopened.
+	ErrConflict = errors.New("stream: session log changed under the writer")
+
+	// ErrLeaseHeld is returned by AcquireLease when another owner holds the
+	// session's lease.
+	ErrLeaseHeld = errors.New("stream: lease held by another owner")
+
+	// ErrLeaseLost is returned by Lease.Renew and Lease.Release when the
+	// lease expired or was taken over since it was last renewed.
+	ErrLeaseLost = errors.New("stream: lease lost")
+
+	// ErrServerTooOld is returned by Connect when the server is older than
+	// 2.11 (per-message TTL, which leases depend on, came with 2.11).
+	ErrServerTooOld = errors.New("stream: nats-server too old (need 2.11 or newer)")
+
+	// ErrTopologyConflict is returned by EnsureTopology when a stream or
+	// bucket exists with a configuration that conflicts with jingwei's.
+	// Nothing is replaced or purged.
+	ErrTopologyConflict = errors.New("stream: existing stream conflicts with jingwei's topology")
+
+	// ErrInvalidSession is returned for a session id that is not 1–128 bytes
+	// of [A-Za-z0-9_-].
+	ErrInvalidSession = errors.New("stream: invalid session id")
+)
+
+// ConflictError says which stream or bucket conflicts and how. It matches
+// ErrTopologyConflict under errors.Is.
+type ConflictError struct {
+	// Stream is the stream (or the bucket's stream, KV_<bucket>) name.
+	Stream string
+	// Field names the conflicting setting, e.g. "subjects" or "retention".
+	Field string
+	// Have and Want are the existing and the required values.
+	Have, Want string
+}
+
+// Error describes the conflict.
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("stream: existing stream %s has %s %s, jingwei needs %s (not changed; fix or remove it by hand)", e.Stream, e.Field, e.Have, e.Want)
+}
+
+// Is matches ErrTopologyConflict.
+func (e *ConflictError) Is(target error) bool { return target == ErrTopologyConflict }

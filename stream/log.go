@@ -1,0 +1,367 @@
+package stream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/jingwei/jingwei/schema"
+)
+
+// Headers jingwei puts on every session-log message, so a writer can tell
+// whose message the tail is without decoding it.
+const (
+	// HeaderEpoch carries the writer's epoch (decimal).
+	HeaderEpoch = "Jw-Epoch"
+	// HeaderOwner carries the writer's owner id.
+	HeaderOwner = "Jw-Owner"
+)
+
+// appendAttempts bounds how often Append re-sends after a transport error
+// or an in-flight conflict before it gives up.
+const appendAttempts = 8
+
+// maxSeqOverhead is what a seq adds to an event when it is serialized for a
+// history ("seq":N, with N up to 20 digits); Append counts it in full so that
+// whatever it accepts, Load accepts.
+const maxSeqOverhead = len(`"seq":,`) + 20
+
+// Log is one writer's handle on one session log at one epoch. Appends are
+// serialized; it is safe for concurrent use. Once it returns ErrFenced or
+// ErrConflict it refuses every further append.
+type Log struct {
+	t       *Topology
+	session string
+	owner   string
+	subject string
+	epoch   uint64
+	idPre   string
+
+	mu     sync.Mutex
+	last   uint64 // stream sequence of the last message on the subject
+	events int
+	bytes  int64
+	n      uint64
+	err    error
+}
+
+// Session returns the session id.
+func (l *Log) Session() string { return l.session }
+
+// Owner returns the writer's owner id.
+func (l *Log) Owner() string { return l.owner }
+
+// Epoch returns the writer's epoch, stamped on every event it appends.
+func (l *Log) Epoch() uint64 { return l.epoch }
+
+// LastSeq returns the stream sequence of the last message on the session
+// log as far as this writer knows (0 for an empty log).
+func (l *Log) LastSeq() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.last
+}
+
+// Err returns the permanent error (ErrFenced, ErrConflict) that stopped the
+// Log, or nil while it can still append.
+func (l *Log) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// tail is what a writer knows about a message on a session log.
+type tail struct {
+	seq   uint64
+	epoch uint64
+	owner string
+	msgID string
+	fence bool
+}
+
+func (t *Topology) readMsg(m *jetstream.RawStreamMsg) tail {
+	tl := tail{seq: m.Sequence, msgID: m.Header.Get(jetstream.MsgIDHeader), owner: m.Header.Get(HeaderOwner)}
+	if e, err := strconv.ParseUint(m.Header.Get(HeaderEpoch), 10, 64); err == nil {
+		tl.epoch = e
+	}
+	// A message without jingwei's headers (another client's) or a fence:
+	// read the payload.
+	if tl.owner == "" || m.Header.Get(HeaderEpoch) == "" || len(m.Data) < 4096 {
+		var ev struct {
+			Epoch uint64        `json:"epoch"`
+			Type  string        `json:"type"`
+			Fence *schema.Fence `json:"fence"`
+		}
+		if json.Unmarshal(m.Data, &ev) == nil {
+			if ev.Epoch > tl.epoch {
+				tl.epoch = ev.Epoch
+			}
+			if ev.Type == schema.TypeFenced && ev.Fence != nil {
+				tl.fence = true
+				tl.epoch = max(tl.epoch, ev.Fence.Epoch)
+				if ev.Fence.Owner != "" {
+					tl.owner = ev.Fence.Owner
+				}
+			}
+		}
+	}
+	return tl
+}
+
+// lastMsg returns the last message on the session log, ok false if empty.
+func (t *Topology) lastMsg(ctx context.Context, session string) (tail, bool, error) {
+	m, err := t.Events.GetLastMsgForSubject(ctx, t.EventsSubject(session))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return tail{}, false, nil
+	}
+	if err != nil {
+		return tail{}, false, fmt.Errorf("stream: read tail of %s: %w", session, err)
+	}
+	return t.readMsg(m), true, nil
+}
+
+// nextMsg returns the first message on the session log at or after seq.
+func (t *Topology) nextMsg(ctx context.Context, session string, seq uint64) (tail, bool, error) {
+	m, err := t.Events.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(t.EventsSubject(session)))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return tail{}, false, nil
+	}
+	if err != nil {
+		return tail{}, false, fmt.Errorf("stream: read %s at %d: %w", session, seq, err)
+	}
+	return t.readMsg(m), true, nil
+}
+
+// HighestEpoch returns the highest epoch on the session log (0 for an empty
+// log). Epochs on a log never decrease, so it is the tail's epoch.
+func (t *Topology) HighestEpoch(ctx context.Context, session string) (uint64, error) {
+	if err := ValidateSession(session); err != nil {
+		return 0, err
+	}
+	tl, ok, err := t.lastMsg(ctx, session)
+	if err != nil || !ok {
+		return 0, err
+	}
+	return tl.epoch, nil
+}
+
+// supersedes reports whether a message by (epoch, owner) fences a writer at
+// (myEpoch, me).
+func supersedes(epoch uint64, owner string, myEpoch uint64, me string) bool {
+	return epoch > myEpoch || epoch == myEpoch && owner != "" && owner != me
+}
+
+// OpenLog returns a writer's Log on the session at the given epoch,
+// positioned at the log's current tail. It returns ErrFenced if the log
+// already holds a newer epoch (or the same epoch by another owner). OpenLog
+// does not fence older writers: a takeover uses Fence.
+func (t *Topology) OpenLog(ctx context.Context, session, owner string, epoch uint64) (*Log, error) {
+	if err := ValidateSession(session); err != nil {
+		return nil, err
+	}
+	if owner == "" {
+		return nil, errors.New("stream: OpenLog: empty owner")
+	}
+	tl, ok, err := t.lastMsg(ctx, session)
+	if err != nil {
+		return nil, err
+	}
+	if ok && supersedes(tl.epoch, tl.owner, epoch, owner) {
+		return nil, fmt.Errorf("%w: session %s is at epoch %d (owner %q), writer has epoch %d", ErrFenced, session, tl.epoch, tl.owner, epoch)
+	}
+	l := &Log{t: t, session: session, owner: owner, subject: t.EventsSubject(session), epoch: epoch, idPre: nuid.Next() + "-"}
+	if ok {
+		st, err := t.measure(ctx, session, tl.seq)
+		if err != nil {
+			return nil, err
+		}
+		l.last, l.events, l.bytes = tl.seq, st.events, st.bytes
+	}
+	return l, nil
+}
+
+// Fence takes the session over at epoch: it appends a session.fenced event
+// {epoch, owner} after whatever the log holds (retrying while an older
+// writer keeps appending) and returns the new writer's Log. From then on
+// every writer with a lower epoch gets ErrFenced. It returns ErrFenced if
+// the log already holds a newer epoch or the same epoch by another owner.
+func (t *Topology) Fence(ctx context.Context, session, owner string, epoch uint64) (*Log, error) {
+	b := newBackoff(5*time.Millisecond, 500*time.Millisecond)
+	for {
+		l, err := t.OpenLog(ctx, session, owner, epoch)
+		if err != nil {
+			return nil, err
+		}
+		_, err = l.Append(ctx, schema.Event{Type: schema.TypeFenced, Fence: &schema.Fence{Epoch: epoch, Owner: owner}})
+		if err == nil {
+			return l, nil
+		}
+		if !errors.Is(err, ErrConflict) {
+			return nil, err
+		}
+		// An older writer got in first; it is refused from now on (its tail
+		// check sees our epoch once we are in). Try again.
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(b.NextBackOff()):
+		}
+	}
+}
+
+// eventSize is the size an event takes in a serialized history: its stored
+// payload, its "seq":N, member and a newline.
+func eventSize(payload int, seq uint64) int64 {
+	return int64(payload + len(`"seq":,`) + len(strconv.FormatUint(seq, 10)) + 1)
+}
+
+// Append stamps the event with schema version, session, epoch and (if zero)
+// the time, and appends it to the session log after the last message this
+// writer knows of. It returns the event's stream sequence.
+//
+// If another message got there first, Append re-reads the log: its own
+// event (a publish whose acknowledgement was lost) counts as appended; a
+// message from a newer epoch, or the same epoch by another owner, returns
+// ErrFenced; anything else ErrConflict. Both are permanent for this Log. An
+// event that would take the history over its limits is refused with a
+// history_too_large *schema.Error and nothing is written; the Log stays
+// usable.
+func (l *Log) Append(ctx context.Context, ev schema.Event) (uint64, error) {
+	if ev.Type == "" {
+		return 0, errors.New("stream: Append: event has no type")
+	}
+	ev.V = schema.Version
+	ev.Seq = 0
+	ev.Session = l.session
+	ev.Epoch = l.epoch
+	if ev.At.IsZero() {
+		ev.At = time.Now().UTC()
+	}
+	payload, err := json.Marshal(ev)
+	if err != nil {
+		return 0, fmt.Errorf("stream: encode event: %w", err)
+	}
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return 0, l.err
+	}
+	lim := l.t.cfg.Limits
+	size := int64(len(payload) + maxSeqOverhead + 1)
+	if l.events+1 > lim.MaxEvents {
+		return 0, schema.Errorf(schema.CodeHistoryTooLarge, "session %s already holds %d events (limit %d); event not written", l.session, l.events, lim.MaxEvents)
+	}
+	if l.bytes+size > lim.MaxBytes {
+		return 0, schema.Errorf(schema.CodeHistoryTooLarge, "session %s would exceed %d bytes (limit) with this %d-byte event; event not written", l.session, lim.MaxBytes, len(payload))
+	}
+
+	l.n++
+	id := l.idPre + strconv.FormatUint(l.n, 10)
+	msg := nats.NewMsg(l.subject)
+	msg.Data = payload
+	msg.Header.Set(HeaderEpoch, strconv.FormatUint(l.epoch, 10))
+	msg.Header.Set(HeaderOwner, l.owner)
+
+	b := newBackoff(5*time.Millisecond, 250*time.Millisecond)
+	for attempt := 1; ; attempt++ {
+		ack, err := l.t.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(id), jetstream.WithExpectLastSequencePerSubject(l.last))
+		if err == nil {
+			l.appended(ack.Sequence, len(payload))
+			return ack.Sequence, nil
+		}
+		if ctx.Err() != nil {
+			// The event may or may not be stored; the next append resolves it.
+			return 0, fmt.Errorf("stream: append to %s: %w", l.session, ctx.Err())
+		}
+		retry := false
+		if isWrongLastSeq(err) {
+			seq, done, rerr := l.resolve(ctx, id)
+			if rerr != nil || done {
+				if done {
+					l.appended(seq, len(payload))
+				}
+				return seq, rerr
+			}
+			retry = true // nothing new on the log yet: a write in flight
+		} else if transient(err) {
+			retry = true
+		}
+		if !retry || attempt >= appendAttempts {
+			return 0, fmt.Errorf("stream: append to %s: %w", l.session, err)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("stream: append to %s: %w", l.session, ctx.Err())
+		case <-time.After(b.NextBackOff()):
+		}
+	}
+}
+
+func (l *Log) appended(seq uint64, payload int) {
+	l.last = seq
+	l.events++
+	l.bytes += eventSize(payload, seq)
+}
+
+// resolve runs after a wrong-last-sequence refusal: it reads the first
+// message after the writer's last known one. done is true if that is the
+// writer's own event (id) — the append happened, its ack was lost. Otherwise
+// the Log is stopped with ErrFenced or ErrConflict (returned as err); if no
+// message follows yet (a replicated write still in flight), all are zero and
+// the caller re-sends.
+func (l *Log) resolve(ctx context.Context, id string) (seq uint64, done bool, err error) {
+	next, ok, err := l.t.nextMsg(ctx, l.session, l.last+1)
+	if err != nil {
+		return 0, false, err
+	}
+	if !ok {
+		return 0, false, nil
+	}
+	if next.msgID == id {
+		return next.seq, true, nil
+	}
+	last, _, err := l.t.lastMsg(ctx, l.session)
+	if err != nil {
+		return 0, false, err
+	}
+	for _, m := range []tail{next, last} {
+		if supersedes(m.epoch, m.owner, l.epoch, l.owner) {
+			l.err = fmt.Errorf("%w: session %s has epoch %d (owner %q) at seq %d; writer had epoch %d", ErrFenced, l.session, m.epoch, m.owner, m.seq, l.epoch)
+			return 0, false, l.err
+		}
+	}
+	l.err = fmt.Errorf("%w: session %s: seq %d (epoch %d, owner %q) follows %d", ErrConflict, l.session, next.seq, next.epoch, next.owner, l.last)
+	return 0, false, l.err
+}
+
+// isWrongLastSeq reports a refused expected-last-subject-sequence.
+func isWrongLastSeq(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+	}
+	return false
+}
+
+// transient reports errors after which the same publish may be re-sent:
+// the expected-sequence check and the Msg-Id make a re-send safe.
+func transient(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		// 10158: duplicate still in flight (R>1); 503s: no leader yet.
+		return apiErr.ErrorCode == 10158 || apiErr.Code == 503
+	}
+	return errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected)
+}

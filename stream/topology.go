@@ -1,0 +1,356 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/jingwei/jingwei/schema"
+)
+
+// TopologyConfig configures EnsureTopology. The zero value is usable.
+type TopologyConfig struct {
+	// Prefix is the first subject token and the name stem of every stream
+	// and bucket: "jw" gives jw.events.<session>, stream JW_EVENTS, bucket
+	// jw_leases. Defaults to "jw".
+	Prefix string
+	// Replicas is the replica count of every stream and bucket: 1 on a
+	// single server, 3 in a cluster. Defaults to 1.
+	Replicas int
+	// LeaseTTL is how long a lease lives without renewal. Defaults to 10 s;
+	// at least 1 s.
+	LeaseTTL time.Duration
+	// LeaseMarkerTTL is how long the server keeps the marker it writes when
+	// a lease expires (the bucket's LimitMarkerTTL). Defaults to 1 minute;
+	// at least 1 s.
+	LeaseMarkerTTL time.Duration
+	// Duplicates is the Nats-Msg-Id dedup window of the streams. Defaults
+	// to 2 minutes.
+	Duplicates time.Duration
+	// Limits bounds a session history at append and at load. Zero fields
+	// mean DESIGN §8's limits (100,000 events, 16 MiB); set smaller ones in
+	// tests only.
+	Limits schema.Limits
+	// Logger defaults to zerolog.Nop().
+	Logger zerolog.Logger
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c TopologyConfig) WithDefaults() TopologyConfig {
+	if c.Prefix == "" {
+		c.Prefix = "jw"
+	}
+	if c.Replicas <= 0 {
+		c.Replicas = 1
+	}
+	if c.LeaseTTL <= 0 {
+		c.LeaseTTL = 10 * time.Second
+	}
+	if c.LeaseMarkerTTL <= 0 {
+		c.LeaseMarkerTTL = time.Minute
+	}
+	if c.Duplicates <= 0 {
+		c.Duplicates = 2 * time.Minute
+	}
+	c.Limits = c.Limits.WithDefaults()
+	return c
+}
+
+func (c TopologyConfig) validate() error {
+	if !schema.ValidSession(c.Prefix) {
+		return fmt.Errorf("stream: TopologyConfig.Prefix %q: want [A-Za-z0-9_-]+", c.Prefix)
+	}
+	if c.Replicas > 5 {
+		return fmt.Errorf("stream: TopologyConfig.Replicas %d: at most 5", c.Replicas)
+	}
+	if c.LeaseTTL < time.Second {
+		return fmt.Errorf("stream: TopologyConfig.LeaseTTL %s: at least 1s", c.LeaseTTL)
+	}
+	if c.LeaseMarkerTTL < time.Second {
+		return fmt.Errorf("stream: TopologyConfig.LeaseMarkerTTL %s: at least 1s", c.LeaseMarkerTTL)
+	}
+	return nil
+}
+
+// Topology is jingwei's streams and buckets on one server or cluster, as
+// made sure of by EnsureTopology. Safe for concurrent use.
+type Topology struct {
+	// JS is the JetStream context everything goes through.
+	JS jetstream.JetStream
+	// Prefix is the subject prefix ("jw").
+	Prefix string
+
+	// Events holds the session logs (JW_EVENTS, jw.events.<session>).
+	Events jetstream.Stream
+	// Requests is the work queue of tool requests (JW_REQUESTS).
+	Requests jetstream.Stream
+	// Reviews keeps reviews as an audit trail (JW_REVIEWS).
+	Reviews jetstream.Stream
+	// PlanLog keeps issued retry plans (JW_PLANS, jw.plans.<session>).
+	PlanLog jetstream.Stream
+	// Assessments keeps classification results (JW_ASSESSMENTS).
+	Assessments jetstream.Stream
+
+	// Leases is the jw_leases bucket: key <session> is the lease, key
+	// epoch.<session> the session's epoch counter.
+	Leases jetstream.KeyValue
+	// Plans is the jw_plans bucket: plan state by plan id.
+	Plans jetstream.KeyValue
+	// Budget is the jw_budget bucket: counters by <session>.<task>.
+	Budget jetstream.KeyValue
+
+	cfg TopologyConfig
+	log zerolog.Logger
+}
+
+// Config returns the configuration the topology was made with, defaults
+// filled in.
+func (t *Topology) Config() TopologyConfig { return t.cfg }
+
+// Limits returns the history limits enforced at append and load.
+func (t *Topology) Limits() schema.Limits { return t.cfg.Limits }
+
+// StreamName returns the stream name for a kind ("EVENTS" → "JW_EVENTS").
+func (t *Topology) StreamName(kind string) string { return streamName(t.Prefix, kind) }
+
+func streamName(prefix, kind string) string {
+	return strings.ToUpper(strings.ReplaceAll(prefix, "-", "_")) + "_" + kind
+}
+
+// EventsSubject returns jw.events.<session>.
+func (t *Topology) EventsSubject(session string) string { return t.Prefix + ".events." + session }
+
+// RequestsSubject returns jw.requests.<session>.
+func (t *Topology) RequestsSubject(session string) string { return t.Prefix + ".requests." + session }
+
+// ReviewsSubject returns jw.reviews.<session>.
+func (t *Topology) ReviewsSubject(session string) string { return t.Prefix + ".reviews." + session }
+
+// PlansSubject returns jw.plans.<session>.
+func (t *Topology) PlansSubject(session string) string { return t.Prefix + ".plans." + session }
+
+// AssessmentsSubject returns jw.assessments.<session>.
+func (t *Topology) AssessmentsSubject(session string) string {
+	return t.Prefix + ".assessments." + session
+}
+
+// APISubject returns jw.api.<endpoint> (the service's request subjects).
+func (t *Topology) APISubject(endpoint string) string { return t.Prefix + ".api." + endpoint }
+
+// SessionOf returns the session token of a jingwei subject
+// (jw.events.s-1 → s-1), or "" if the subject has no session token.
+func SessionOf(subject string) string {
+	parts := strings.Split(subject, ".")
+	if len(parts) != 3 {
+		return ""
+	}
+	return parts[2]
+}
+
+// streamSpec is what jingwei needs of one stream; existing streams are
+// compared against it field by field.
+type streamSpec struct {
+	cfg jetstream.StreamConfig
+}
+
+func (c TopologyConfig) streamSpecs() []jetstream.StreamConfig {
+	p := c.Prefix
+	mk := func(kind, subj, desc string, ret jetstream.RetentionPolicy) jetstream.StreamConfig {
+		return jetstream.StreamConfig{
+			Name:        streamName(p, kind),
+			Description: desc,
+			Subjects:    []string{p + "." + subj + ".*"},
+			Retention:   ret,
+			Storage:     jetstream.FileStorage,
+			Replicas:    c.Replicas,
+			Duplicates:  c.Duplicates,
+			Discard:     jetstream.DiscardOld,
+		}
+	}
+	events := mk("EVENTS", "events", "jingwei session logs (never expire or purge)", jetstream.LimitsPolicy)
+	// A removed last message would reset the expected-sequence check, so
+	// the logs refuse deletes and purges.
+	events.DenyDelete = true
+	events.DenyPurge = true
+	return []jetstream.StreamConfig{
+		events,
+		mk("REQUESTS", "requests", "jingwei tool-call requests (work queue)", jetstream.WorkQueuePolicy),
+		mk("REVIEWS", "reviews", "jingwei reviews (audit trail)", jetstream.LimitsPolicy),
+		mk("PLANS", "plans", "jingwei issued retry plans", jetstream.LimitsPolicy),
+		mk("ASSESSMENTS", "assessments", "jingwei call assessments", jetstream.LimitsPolicy),
+	}
+}
+
+func (c TopologyConfig) bucketSpecs() []jetstream.KeyValueConfig {
+	return []jetstream.KeyValueConfig{
+		{Bucket: c.Prefix + "_leases", Description: "jingwei session leases", History: 1, Storage: jetstream.FileStorage, Replicas: c.Replicas, LimitMarkerTTL: c.LeaseMarkerTTL},
+		{Bucket: c.Prefix + "_plans", Description: "jingwei plan state", History: 1, Storage: jetstream.FileStorage, Replicas: c.Replicas},
+		{Bucket: c.Prefix + "_budget", Description: "jingwei tool-call budgets", History: 1, Storage: jetstream.FileStorage, Replicas: c.Replicas},
+	}
+}
+
+// EnsureTopology creates jingwei's streams and buckets where missing and
+// checks existing ones. It is idempotent and safe to run from many processes
+// at once. An existing stream or bucket whose subjects, retention, storage,
+// replicas, age limit or per-subject limit conflict with jingwei's is
+// reported as a *ConflictError (errors.Is ErrTopologyConflict) and left as
+// it is: nothing is ever replaced or purged.
+func EnsureTopology(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig) (*Topology, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	t := &Topology{JS: js, Prefix: cfg.Prefix, cfg: cfg, log: cfg.Logger}
+	streams := make([]jetstream.Stream, 0, 5)
+	for _, want := range cfg.streamSpecs() {
+		s, err := ensureStream(ctx, js, want)
+		if err != nil {
+			return nil, err
+		}
+		streams = append(streams, s)
+	}
+	t.Events, t.Requests, t.Reviews, t.PlanLog, t.Assessments = streams[0], streams[1], streams[2], streams[3], streams[4]
+	kvs := make([]jetstream.KeyValue, 0, 3)
+	for _, want := range cfg.bucketSpecs() {
+		kv, err := ensureBucket(ctx, js, want)
+		if err != nil {
+			return nil, err
+		}
+		kvs = append(kvs, kv)
+	}
+	t.Leases, t.Plans, t.Budget = kvs[0], kvs[1], kvs[2]
+	return t, nil
+}
+
+func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) (jetstream.Stream, error) {
+	for attempt := 0; ; attempt++ {
+		s, err := js.Stream(ctx, want.Name)
+		if err == nil {
+			if err := compareStream(s.CachedInfo().Config, want); err != nil {
+				return nil, err
+			}
+			return s, nil
+		}
+		if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, fmt.Errorf("stream: look up %s: %w", want.Name, err)
+		}
+		s, err = js.CreateStream(ctx, want)
+		if err == nil {
+			return s, nil
+		}
+		// Another process created it in between: check what it made.
+		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) && attempt < 3 {
+			continue
+		}
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeSubjectOverlap {
+			return nil, &ConflictError{Stream: want.Name, Field: "subjects", Have: "overlapping another stream", Want: strings.Join(want.Subjects, ",")}
+		}
+		return nil, fmt.Errorf("stream: create %s: %w", want.Name, err)
+	}
+}
+
+// compareStream reports the first setting of have that conflicts with want.
+func compareStream(have, want jetstream.StreamConfig) error {
+	c := func(field, h, w string) error {
+		return &ConflictError{Stream: want.Name, Field: field, Have: h, Want: w}
+	}
+	hs, ws := slices.Clone(have.Subjects), slices.Clone(want.Subjects)
+	slices.Sort(hs)
+	slices.Sort(ws)
+	if !slices.Equal(hs, ws) {
+		return c("subjects", strings.Join(hs, ","), strings.Join(ws, ","))
+	}
+	if have.Retention != want.Retention {
+		return c("retention", have.Retention.String(), want.Retention.String())
+	}
+	if have.Storage != want.Storage {
+		return c("storage", have.Storage.String(), want.Storage.String())
+	}
+	if max(have.Replicas, 1) != want.Replicas {
+		return c("replicas", fmt.Sprint(have.Replicas), fmt.Sprint(want.Replicas))
+	}
+	if have.MaxAge != want.MaxAge {
+		return c("max_age", have.MaxAge.String(), want.MaxAge.String())
+	}
+	if have.MaxMsgsPerSubject > 0 && want.MaxMsgsPerSubject <= 0 {
+		return c("max_msgs_per_subject", fmt.Sprint(have.MaxMsgsPerSubject), "unlimited")
+	}
+	if have.MaxMsgs > 0 && want.MaxMsgs <= 0 {
+		return c("max_msgs", fmt.Sprint(have.MaxMsgs), "unlimited")
+	}
+	if have.MaxBytes > 0 && want.MaxBytes <= 0 {
+		return c("max_bytes", fmt.Sprint(have.MaxBytes), "unlimited")
+	}
+	if have.Sealed {
+		return c("sealed", "true", "false")
+	}
+	return nil
+}
+
+func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	name := "KV_" + want.Bucket
+	for attempt := 0; ; attempt++ {
+		kv, err := js.KeyValue(ctx, want.Bucket)
+		if err == nil {
+			st, err := kv.Status(ctx)
+			if err != nil {
+				return nil, fmt.Errorf("stream: bucket %s status: %w", want.Bucket, err)
+			}
+			if err := compareBucket(name, st, want); err != nil {
+				return nil, err
+			}
+			return kv, nil
+		}
+		if !errors.Is(err, jetstream.ErrBucketNotFound) {
+			return nil, fmt.Errorf("stream: look up bucket %s: %w", want.Bucket, err)
+		}
+		kv, err = js.CreateKeyValue(ctx, want)
+		if err == nil {
+			return kv, nil
+		}
+		if (errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse)) && attempt < 3 {
+			continue
+		}
+		return nil, fmt.Errorf("stream: create bucket %s: %w", want.Bucket, err)
+	}
+}
+
+func compareBucket(name string, st jetstream.KeyValueStatus, want jetstream.KeyValueConfig) error {
+	c := func(field, h, w string) error {
+		return &ConflictError{Stream: name, Field: field, Have: h, Want: w}
+	}
+	if st.TTL() != 0 {
+		return c("ttl", st.TTL().String(), "none")
+	}
+	if want.LimitMarkerTTL > 0 && st.LimitMarkerTTL() == 0 {
+		return c("limit_marker_ttl", "none", want.LimitMarkerTTL.String())
+	}
+	if st.History() < int64(want.History) {
+		return c("history", fmt.Sprint(st.History()), fmt.Sprint(want.History))
+	}
+	if si, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+		if r := max(si.StreamInfo().Config.Replicas, 1); r != want.Replicas {
+			return c("replicas", fmt.Sprint(r), fmt.Sprint(want.Replicas))
+		}
+	}
+	return nil
+}
+
+// ValidateSession returns ErrInvalidSession (wrapped, naming the id) unless
+// s is 1–128 bytes of [A-Za-z0-9_-].
+func ValidateSession(s string) error {
+	if !schema.ValidSession(s) {
+		return fmt.Errorf("%w: %q (want 1-128 bytes of [A-Za-z0-9_-])", ErrInvalidSession, s)
+	}
+	return nil
+}
+
+// errCodeSubjectOverlap is nats-server's JSStreamSubjectOverlapErr.
+const errCodeSubjectOverlap jetstream.ErrorCode = 10065
