@@ -68,3 +68,8 @@ var (
 	ErrNeedsReview     = &Error{Code: CodeNeedsReview}
 	ErrInvalidReview   = &Error{Code: CodeInvalidReview}
 )
+
+// ErrInvalidJSON is wrapped by the errors of Canonical and ArgsDigest: the
+// input is not JSON jingwei accepts (malformed, invalid UTF-8, a duplicate
+// member name, or a number out of bounds).
+var ErrInvalidJSON = errors.New("schema: invalid JSON")
