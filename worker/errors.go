@@ -1,0 +1,169 @@
+package worker
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/jingwei/jingwei/schema"
+)
+
+// Code is the stable reason a call was refused or did not complete, for
+// callers and the wire ({"error":{"code":…}}).
+type Code string
+
+// Error codes of the runtime.
+const (
+	// CodeUnknownTool: no tool of that name is registered; nothing was
+	// recorded.
+	CodeUnknownTool Code = "unknown_tool"
+	// CodeInvalidCall: the call itself is malformed (arguments that are not
+	// JSON, a task that is not a token, a field over its limit); nothing was
+	// recorded.
+	CodeInvalidCall Code = "invalid_call"
+	// CodePlanNotIssued: the retry plan was never issued in jw_plans.
+	CodePlanNotIssued Code = "plan_not_issued"
+	// CodePlanConsumed: the retry plan was already used by an attempt.
+	CodePlanConsumed Code = "plan_consumed"
+	// CodePlanMismatch: the plan does not fit this call (Error.Field says
+	// which of plan, session, task, tool, arguments, contract, key).
+	CodePlanMismatch Code = "plan_mismatch"
+	// CodeRejected: admission refused the call at Error.Stage; the body did
+	// not run and tool.result{rejected} was recorded.
+	CodeRejected Code = "rejected"
+	// CodeFailed, CodeTimeout, CodeCancelled, CodeBudgetExhausted and
+	// CodeOutputLimit repeat the tool.result status of a body that started.
+	CodeFailed          Code = "failed"
+	CodeTimeout         Code = "timeout"
+	CodeCancelled       Code = "cancelled"
+	CodeBudgetExhausted Code = "budget_exhausted"
+	CodeOutputLimit     Code = "output_limit"
+	// CodeFenced: the session was taken over by a newer writer; this runtime
+	// never writes again.
+	CodeFenced Code = "fenced"
+	// CodeLog: the session log could not be written (not fenced); the call
+	// may be left open, which recovery classifies.
+	CodeLog Code = "log_unavailable"
+)
+
+// Error is the runtime's error: a stable Code plus details. Two Errors match
+// under errors.Is when their codes are equal, so the sentinels below work as
+// targets; ErrPlanRefused matches every plan_* code. Err, when set, is the
+// cause (e.g. stream.ErrPlanConsumed) and is reachable with errors.Is too.
+type Error struct {
+	Code    Code
+	Message string
+	// Field names what a plan_mismatch is about.
+	Field string
+	// Stage is the admission stage of a rejected call.
+	Stage schema.Stage
+	// CallID is the attempt's call id, when one was recorded.
+	CallID string
+	// Err is the underlying cause, if any.
+	Err error
+}
+
+// Error returns "worker: code: message".
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("worker: ")
+	b.WriteString(string(e.Code))
+	if e.Stage != "" {
+		b.WriteString(" at " + string(e.Stage))
+	}
+	if e.Field != "" {
+		b.WriteString(" (" + e.Field + ")")
+	}
+	if e.Message != "" {
+		b.WriteString(": " + e.Message)
+	}
+	return b.String()
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is matches an *Error with the same code; ErrPlanRefused matches any plan
+// refusal.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	if !ok {
+		return false
+	}
+	if t == ErrPlanRefused {
+		return e.Code == CodePlanNotIssued || e.Code == CodePlanConsumed || e.Code == CodePlanMismatch
+	}
+	return t.Code == e.Code
+}
+
+// CodeOf returns the code of the first *Error in err's chain, or "".
+func CodeOf(err error) Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return ""
+}
+
+// Sentinels for errors.Is, one per code.
+var (
+	ErrUnknownTool     = &Error{Code: CodeUnknownTool}
+	ErrInvalidCall     = &Error{Code: CodeInvalidCall}
+	ErrPlanNotIssued   = &Error{Code: CodePlanNotIssued}
+	ErrPlanConsumed    = &Error{Code: CodePlanConsumed}
+	ErrPlanMismatch    = &Error{Code: CodePlanMismatch}
+	ErrRejected        = &Error{Code: CodeRejected}
+	ErrFailed          = &Error{Code: CodeFailed}
+	ErrTimeout         = &Error{Code: CodeTimeout}
+	ErrCancelled       = &Error{Code: CodeCancelled}
+	ErrBudgetExhausted = &Error{Code: CodeBudgetExhausted}
+	ErrOutputLimit     = &Error{Code: CodeOutputLimit}
+	ErrFenced          = &Error{Code: CodeFenced}
+	ErrLog             = &Error{Code: CodeLog}
+	// ErrPlanRefused matches plan_not_issued, plan_consumed and
+	// plan_mismatch.
+	ErrPlanRefused = &Error{Code: "plan_refused"}
+)
+
+// Registry errors.
+var (
+	// ErrDuplicateTool is returned by Registry.Register for a name that is
+	// already registered.
+	ErrDuplicateTool = errors.New("worker: tool already registered")
+	// ErrInvalidTool is returned by Registry.Register for a tool without a
+	// name or body, with an invalid contract, or with an input schema that
+	// does not compile.
+	ErrInvalidTool = errors.New("worker: invalid tool")
+	// ErrInvalidConfig is returned by New for a Config that misses a
+	// required field.
+	ErrInvalidConfig = errors.New("worker: invalid config")
+)
+
+// bodyError is how a body says more than "failed": see Retryable and
+// BudgetExhausted.
+type bodyError struct {
+	err       error
+	status    schema.Status
+	retryable bool
+}
+
+func (e *bodyError) Error() string { return e.err.Error() }
+func (e *bodyError) Unwrap() error { return e.err }
+
+// Retryable marks a body's error as retryable: the result is failed with
+// retryable: true. The flag is advice for the host; it never proves the
+// call had no effect.
+func Retryable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &bodyError{err: err, status: schema.StatusFailed, retryable: true}
+}
+
+// BudgetExhausted makes a body's error a budget_exhausted result: the body
+// ran out of a budget of its own (money, quota, tokens) part way.
+func BudgetExhausted(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &bodyError{err: err, status: schema.StatusBudgetExhausted}
+}

@@ -1,0 +1,448 @@
+package worker
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream"
+)
+
+// Appender is what the runtime needs from a session log: append one event
+// and return its stream sequence once it is acknowledged. *stream.Log
+// implements it; it must return an error matching stream.ErrFenced once a
+// newer writer took the session over.
+type Appender interface {
+	Append(ctx context.Context, ev schema.Event) (uint64, error)
+}
+
+// Counter counts tool calls per session and task; *stream.Budget implements
+// it. Add counts one call and returns the usage after counting.
+type Counter interface {
+	Add(ctx context.Context, session, task string, limit int64) (stream.Usage, error)
+}
+
+// Gateway is how agents and hosts call tools. *Runtime implements it.
+type Gateway interface {
+	// Call runs a new logical action of tool with args in the default task.
+	Call(ctx context.Context, tool string, args json.RawMessage) (Result, error)
+	// CallWithOptions runs tool with args; opts.Retry makes it a retry
+	// under a plan.
+	CallWithOptions(ctx context.Context, tool string, args json.RawMessage, opts CallOptions) (Result, error)
+}
+
+// CallOptions are the per-call knobs of CallWithOptions. The zero value is a
+// new logical action in Config.DefaultTask.
+type CallOptions struct {
+	// Task is the call's task. Empty means Config.DefaultTask. Tasks are
+	// 1–128 bytes of [A-Za-z0-9_-] (they are part of the jw_budget key).
+	Task string
+	// Retry, when set, makes the call a retry under this plan: the plan is
+	// verified and consumed (see TakeOperation) and its key reused. The
+	// plan's task must equal Task (or the default task when Task is empty).
+	Retry *schema.Plan
+	// RequestID is the agent's id for the intent, recorded on tool.call.
+	RequestID string
+	// ProviderCallID is the model provider's id, recorded on tool.call;
+	// never used as a key.
+	ProviderCallID string
+}
+
+// Result is what became of a call. A call that reached the log has a CallID
+// and a Status; Status is "" only when nothing, or only tool.call, was
+// recorded (see the returned error).
+type Result struct {
+	// CallID is the attempt's id.
+	CallID string
+	// Operation is the recorded operation (key, contract, retry link).
+	Operation schema.Operation
+	// CallSeq is the stream sequence of the tool.call event: the prior_seq
+	// a later plan for this call will carry.
+	CallSeq uint64
+	// Status is the tool.result status.
+	Status schema.Status
+	// Stage is the refusing admission stage, with StatusRejected.
+	Stage schema.Stage
+	// Retryable repeats the result's retryable flag.
+	Retryable bool
+	// Output is the body's output, with StatusOK.
+	Output json.RawMessage
+	// Error is the recorded error text, for every status but ok.
+	Error string
+}
+
+// Config configures a Runtime. Session, Log, Registry, Plans and Budget are
+// required; every other field has a default.
+type Config struct {
+	// Session is the session whose log the runtime writes. Required, 1–128
+	// bytes of [A-Za-z0-9_-].
+	Session string
+	// Log is the session log, opened by this writer at its epoch (normally a
+	// *stream.Log from Topology.OpenLog). Required.
+	Log Appender
+	// Registry holds the callable tools. Required.
+	Registry *Registry
+	// Plans is the jw_plans store retries are taken from (normally
+	// stream.NewPlans(topology.Plans)). Required.
+	Plans PlanStore
+	// Budget counts tool_calls per session and task (normally
+	// stream.NewBudget(topology.Budget)). Required.
+	Budget Counter
+	// BudgetLimit is the tool_calls limit given to a task's counter when its
+	// first call is counted; a counter that exists keeps its own limit (see
+	// stream.Budget.SetLimit). Defaults to 0: no limit.
+	BudgetLimit int64
+	// DefaultTask is the task of a call that names none. Defaults to
+	// "default".
+	DefaultTask string
+	// Permission, Guard and Approval are the admission hooks of those
+	// stages. Nil admits every call.
+	Permission, Guard, Approval Hook
+	// DefaultTimeout bounds a body whose tool sets no Timeout. Defaults to
+	// 30 s.
+	DefaultTimeout time.Duration
+	// DefaultOutputLimit is the output limit of a tool that sets none.
+	// Defaults to 1 MiB.
+	DefaultOutputLimit int
+	// WriteTimeout bounds each append after tool.call: they run even when
+	// the caller's context is cancelled, so the log stays complete.
+	// Defaults to 10 s.
+	WriteTimeout time.Duration
+	// Logger receives the runtime's log. Defaults to a disabled logger (the
+	// zero zerolog.Logger).
+	Logger zerolog.Logger
+	// Now is the clock stamped on events. Defaults to time.Now.
+	Now func() time.Time
+}
+
+// Defaults of Config.
+const (
+	DefaultTask          = "default"
+	DefaultTimeout       = 30 * time.Second
+	DefaultOutputLimit   = 1 << 20
+	DefaultWriteTimeout  = 10 * time.Second
+	defaultRandomIDBytes = 16
+)
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.DefaultTask == "" {
+		c.DefaultTask = DefaultTask
+	}
+	if c.DefaultTimeout <= 0 {
+		c.DefaultTimeout = DefaultTimeout
+	}
+	if c.DefaultOutputLimit <= 0 {
+		c.DefaultOutputLimit = DefaultOutputLimit
+	}
+	if c.WriteTimeout <= 0 {
+		c.WriteTimeout = DefaultWriteTimeout
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case !schema.ValidSession(c.Session):
+		return fmt.Errorf("%w: Session %q must be 1-128 bytes of [A-Za-z0-9_-]", ErrInvalidConfig, c.Session)
+	case c.Log == nil:
+		return fmt.Errorf("%w: Log is required", ErrInvalidConfig)
+	case c.Registry == nil:
+		return fmt.Errorf("%w: Registry is required", ErrInvalidConfig)
+	case c.Plans == nil:
+		return fmt.Errorf("%w: Plans is required", ErrInvalidConfig)
+	case c.Budget == nil:
+		return fmt.Errorf("%w: Budget is required", ErrInvalidConfig)
+	case c.BudgetLimit < 0:
+		return fmt.Errorf("%w: BudgetLimit must not be negative", ErrInvalidConfig)
+	case !schema.ValidSession(c.DefaultTask):
+		return fmt.Errorf("%w: DefaultTask %q must be 1-128 bytes of [A-Za-z0-9_-]", ErrInvalidConfig, c.DefaultTask)
+	}
+	return nil
+}
+
+// Runtime is the canonical runtime of one writer for one session log
+// (DESIGN §6). It is safe for concurrent use: calls run in parallel, and
+// their events are ordered by the log. Once the log reports the session
+// fenced, every later call fails with ErrFenced without touching the log.
+type Runtime struct {
+	cfg    Config
+	log    zerolog.Logger
+	fenced atomic.Bool
+}
+
+var _ Gateway = (*Runtime)(nil)
+
+// New returns a runtime for cfg (after WithDefaults). It fails with
+// ErrInvalidConfig naming a missing or invalid field.
+func New(cfg Config) (*Runtime, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Runtime{cfg: cfg, log: cfg.Logger.With().Str("session", cfg.Session).Logger()}, nil
+}
+
+// Session returns the session the runtime writes.
+func (r *Runtime) Session() string { return r.cfg.Session }
+
+// Call runs a new logical action of tool with args in the default task; see
+// CallWithOptions.
+func (r *Runtime) Call(ctx context.Context, tool string, args json.RawMessage) (Result, error) {
+	return r.CallWithOptions(ctx, tool, args, CallOptions{})
+}
+
+// CallWithOptions runs one attempt of tool with args through the canonical
+// steps (see the package documentation) and returns what became of it. The
+// error is nil exactly when the result is ok; otherwise it is an *Error whose
+// Code is the status ("failed", "timeout", …), "rejected" (with Stage), a
+// plan refusal (nothing recorded, matches ErrPlanRefused), or a reason
+// nothing was recorded (unknown_tool, invalid_call, fenced, log_unavailable).
+// Nil args mean {}.
+func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.RawMessage, opts CallOptions) (Result, error) {
+	if r.fenced.Load() {
+		return Result{}, &Error{Code: CodeFenced, Message: "session " + r.cfg.Session + " was taken over", Err: stream.ErrFenced}
+	}
+	t := r.cfg.Registry.lookup(tool)
+	if t == nil {
+		return Result{}, &Error{Code: CodeUnknownTool, Message: fmt.Sprintf("no tool %q", tool)}
+	}
+	if len(args) == 0 {
+		args = json.RawMessage(`{}`)
+	}
+	task := opts.Task
+	if task == "" {
+		task = r.cfg.DefaultTask
+	}
+	switch {
+	case !json.Valid(args):
+		return Result{}, &Error{Code: CodeInvalidCall, Message: "arguments are not valid JSON"}
+	case !schema.ValidSession(task):
+		return Result{}, &Error{Code: CodeInvalidCall, Message: fmt.Sprintf("task %q must be 1-128 bytes of [A-Za-z0-9_-]", task)}
+	case len(opts.RequestID) > schema.MaxFieldBytes || len(opts.ProviderCallID) > schema.MaxFieldBytes:
+		return Result{}, &Error{Code: CodeInvalidCall, Message: fmt.Sprintf("request_id or provider_call_id over %d bytes", schema.MaxFieldBytes)}
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+
+	// Steps 1-2: a fresh call id; the plan's key for a retry, else a new one.
+	callID := "c-" + randomID()
+	var op schema.Operation
+	if opts.Retry != nil {
+		var err error
+		op, err = TakeOperation(ctx, r.cfg.Plans, Attempt{
+			Session: r.cfg.Session, Task: task, Tool: tool, Arguments: args,
+			Contract: t.Metadata.Contract, CallID: callID,
+		}, *opts.Retry)
+		if err != nil {
+			r.log.Info().Err(err).Str("tool", tool).Str("plan_id", opts.Retry.PlanID).Msg("retry plan refused")
+			return Result{}, err
+		}
+	} else {
+		op = schema.Operation{Task: task, Key: "op-" + randomID(), Contract: t.Metadata.Contract}
+	}
+	res := Result{CallID: callID, Operation: op}
+	lg := r.log.With().Str("call_id", callID).Str("tool", tool).Str("task", task).Str("op_key", op.Key).Logger()
+
+	// Step 3: record the attempt and count it. The count runs alongside the
+	// append (it is never refunded, so counting an attempt whose append then
+	// fails only errs on the safe side).
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.WriteTimeout)
+	defer cancel()
+	type counted struct {
+		u   stream.Usage
+		err error
+	}
+	countc := make(chan counted, 1)
+	go func() {
+		u, err := r.cfg.Budget.Add(wctx, r.cfg.Session, task, r.cfg.BudgetLimit)
+		countc <- counted{u, err}
+	}()
+	seq, err := r.append(wctx, schema.Event{Type: schema.TypeCall, Call: &schema.Call{
+		CallID: callID, Tool: tool, Arguments: args,
+		RequestID: opts.RequestID, ProviderCallID: opts.ProviderCallID,
+		StartMarker: true, Operation: &op,
+	}})
+	count := <-countc
+	if err != nil {
+		lg.Error().Err(err).Msg("tool.call not recorded")
+		return Result{}, err
+	}
+	res.CallSeq = seq
+
+	// Step 4: admission.
+	adm := Admission{
+		Session: r.cfg.Session, CallID: callID, Tool: tool, Arguments: args,
+		RequestID: opts.RequestID, ProviderCallID: opts.ProviderCallID, Operation: op,
+	}
+	if stage, why := r.admit(ctx, t, adm, count.u, count.err); stage != "" {
+		res.Status, res.Stage, res.Error = schema.StatusRejected, stage, why
+		lg.Info().Str("stage", string(stage)).Str("reason", why).Msg("call rejected")
+		return r.finish(wctx, res, &Error{Code: CodeRejected, Stage: stage, CallID: callID, Message: why})
+	}
+
+	// Step 5: tool.started, and only after its ack the body.
+	if _, err := r.append(wctx, schema.Event{Type: schema.TypeStarted, Started: &schema.Started{CallID: callID}}); err != nil {
+		lg.Error().Err(err).Msg("tool.started not recorded; body not run")
+		return res, err
+	}
+	timeout := t.Timeout
+	if timeout <= 0 {
+		timeout = r.cfg.DefaultTimeout
+	}
+	limit := t.OutputLimit
+	if limit <= 0 {
+		limit = r.cfg.DefaultOutputLimit
+	}
+	r.run(ctx, t, BodyRequest{
+		Session: r.cfg.Session, CallID: callID, Tool: tool, Arguments: args,
+		Operation: Operation{Task: op.Task, Key: op.Key, Contract: op.Contract},
+	}, timeout, limit, &res)
+
+	// Step 6: tool.result.
+	var callErr error
+	if res.Status != schema.StatusOK {
+		callErr = &Error{Code: Code(res.Status), CallID: callID, Message: res.Error}
+		lg.Info().Str("status", string(res.Status)).Str("error", res.Error).Msg("call did not complete")
+	}
+	return r.finish(wctx, res, callErr)
+}
+
+// admit runs the admission stages in order and returns the refusing stage
+// and why, or "" when the call is admitted.
+func (r *Runtime) admit(ctx context.Context, t *registered, a Admission, u stream.Usage, countErr error) (schema.Stage, string) {
+	hook := func(stage schema.Stage, h Hook) (schema.Stage, string) {
+		if err := ctx.Err(); err != nil {
+			return stage, "caller gone before " + string(stage) + ": " + err.Error()
+		}
+		if h == nil {
+			return "", ""
+		}
+		if err := h.Admit(ctx, a); err != nil {
+			return stage, err.Error()
+		}
+		return "", ""
+	}
+	if s, why := hook(schema.StagePermission, r.cfg.Permission); s != "" {
+		return s, why
+	}
+	if err := t.validate(a.Arguments); err != nil {
+		return schema.StageArguments, "arguments do not match the input schema of " + t.Metadata.Name + ": " + err.Error()
+	}
+	if s, why := hook(schema.StageGuard, r.cfg.Guard); s != "" {
+		return s, why
+	}
+	if s, why := hook(schema.StageApproval, r.cfg.Approval); s != "" {
+		return s, why
+	}
+	switch {
+	case countErr != nil:
+		return schema.StageBudget, "budget unavailable: " + countErr.Error()
+	case u.Over():
+		return schema.StageBudget, fmt.Sprintf("tool_calls %d over the limit %d for task %s", u.ToolCalls, u.Limit, a.Operation.Task)
+	case ctx.Err() != nil:
+		return schema.StageBudget, "caller gone before the body started: " + ctx.Err().Error()
+	}
+	return "", ""
+}
+
+// run executes the body and fills res.Status, Output, Error and Retryable.
+func (r *Runtime) run(ctx context.Context, t *registered, req BodyRequest, timeout time.Duration, limit int, res *Result) {
+	bctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	type out struct {
+		b   json.RawMessage
+		err error
+	}
+	done := make(chan out, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				done <- out{err: fmt.Errorf("body panicked: %v", p)}
+			}
+		}()
+		b, err := t.Body(bctx, req)
+		done <- out{b, err}
+	}()
+	var o out
+	select {
+	case o = <-done:
+	case <-bctx.Done():
+		select {
+		case o = <-done: // finished at the same moment: its answer stands
+		default:
+			o.err = bctx.Err()
+		}
+	}
+	switch {
+	case o.err == nil && len(o.b) > limit:
+		res.Status, res.Error = schema.StatusOutputLimit, fmt.Sprintf("output of %d bytes is over the limit of %d bytes", len(o.b), limit)
+	case o.err == nil && len(o.b) > 0 && !json.Valid(o.b):
+		res.Status, res.Error = schema.StatusFailed, "body returned output that is not valid JSON"
+	case o.err == nil:
+		res.Status, res.Output = schema.StatusOK, o.b
+	case bctx.Err() != nil && (errors.Is(o.err, context.DeadlineExceeded) || errors.Is(o.err, context.Canceled) || errors.Is(o.err, bctx.Err())):
+		if ctx.Err() != nil {
+			res.Status = schema.StatusCancelled
+		} else {
+			res.Status = schema.StatusTimeout
+		}
+		res.Error, res.Retryable = o.err.Error(), true
+	default:
+		res.Status, res.Error = schema.StatusFailed, o.err.Error()
+		var be *bodyError
+		if errors.As(o.err, &be) {
+			res.Status, res.Retryable = be.status, be.retryable
+		}
+	}
+}
+
+// finish appends the tool.result of res and returns res with callErr, or the
+// append's error.
+func (r *Runtime) finish(ctx context.Context, res Result, callErr error) (Result, error) {
+	if _, err := r.append(ctx, schema.Event{Type: schema.TypeResult, Result: &schema.Result{
+		CallID: res.CallID, Status: res.Status, Stage: res.Stage, Retryable: res.Retryable,
+		Output: res.Output, Error: res.Error,
+	}}); err != nil {
+		r.log.Error().Err(err).Str("call_id", res.CallID).Str("status", string(res.Status)).Msg("tool.result not recorded")
+		return res, err
+	}
+	return res, callErr
+}
+
+// append stamps and appends one event; a fenced log fences the runtime.
+func (r *Runtime) append(ctx context.Context, ev schema.Event) (uint64, error) {
+	ev.V, ev.Session, ev.At = schema.Version, r.cfg.Session, r.cfg.Now().UTC()
+	seq, err := r.cfg.Log.Append(ctx, ev)
+	if err == nil {
+		return seq, nil
+	}
+	if errors.Is(err, stream.ErrFenced) {
+		r.fenced.Store(true)
+		return 0, &Error{Code: CodeFenced, CallID: ev.CallID(), Message: "session " + r.cfg.Session + " was taken over", Err: err}
+	}
+	return 0, &Error{Code: CodeLog, CallID: ev.CallID(), Message: "append " + ev.Type + ": " + err.Error(), Err: err}
+}
+
+// randomID returns 32 hex digits from crypto/rand.
+func randomID() string {
+	var b [defaultRandomIDBytes]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand panics instead)
+	const hex = "0123456789abcdef"
+	out := make([]byte, 2*len(b))
+	for i, c := range b {
+		out[2*i], out[2*i+1] = hex[c>>4], hex[c&15]
+	}
+	return string(out)
+}
