@@ -123,7 +123,9 @@ func setup(t *testing.T, tool worker.Tool, mod func(*worker.Config)) *fixture {
 }
 
 func okBody() worker.Body {
-	return func(context.Context, worker.BodyRequest) (json.RawMessage, error) { return json.RawMessage(`{"ok":true}`), nil }
+	return func(context.Context, worker.BodyRequest) (json.RawMessage, error) {
+		return json.RawMessage(`{"ok":true}`), nil
+	}
 }
 
 func TestCallStatuses(t *testing.T) {
