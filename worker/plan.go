@@ -82,11 +82,11 @@ func TakeOperation(ctx context.Context, plans PlanStore, at Attempt, plan schema
 	case issued.Key == "" || len(issued.Key) > schema.MaxFieldBytes:
 		return schema.Operation{}, mismatch("key", "has no usable operation key")
 	}
-	own, err := argsDigest(issued.Arguments)
+	own, err := schema.ArgsDigest(issued.Arguments)
 	if err != nil || own != issued.ArgsDigest {
 		return schema.Operation{}, mismatch("arguments", "args_digest does not match its own arguments")
 	}
-	got, err := argsDigest(at.Arguments)
+	got, err := schema.ArgsDigest(at.Arguments)
 	if err != nil {
 		return schema.Operation{}, mismatch("arguments", "call arguments cannot be canonicalized: %v", err)
 	}
