@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/jingwei/jingwei/recovery"
+	"github.com/jingwei/jingwei/schema"
+)
+
+func init() {
+	register(command{name: "inspect", summary: "classify one call of a session history", run: runInspect})
+}
+
+const exitStatusHelp = `Exit status:
+  0  success: the JSON object above on stdout
+  1  unexpected failure (e.g. a read error in the middle of the file);
+     {"error":{"code":"internal","message":…}} on stdout
+  2  usage: a missing or bad flag, or a file that cannot be opened
+     (message on stderr, nothing on stdout)
+  3  refused: the history or the request fails a check of DESIGN §2;
+     {"error":{"code":…,"message":…}} on stdout with one of the codes
+     unknown_call, superseded_call (with "latest": the latest call of the
+     chain), legacy_call, corrupt_history, history_too_large, field_too_long`
+
+const inspectHelp = `Reads a session history (JSON Lines, one event per line with its seq, as
+exported from jw.events.<session>) in one pass, verifies it and classifies the
+latest attempt of one call by the decision table of DESIGN §2. Prints the
+assessment as one JSON object:
+
+  {"session":…,"call_id":…,"tool":…,"task":…,"key":…,"contract":{…},
+   "outcome":"completed|not_started|uncertain","evidence":…,
+   "decision":"refuse|retry_allowed|needs_review","attempts":N,"chain":[…]}
+
+Nothing is written anywhere: inspecting is always safe.
+
+` + exitStatusHelp
+
+// historySource chooses where a command reads a history from. Today that is a
+// JSON Lines file (--history); a mode that loads a session from a live server
+// adds its flags in register, its check in check and its branch in open.
+type historySource struct {
+	file string
+}
+
+func (s *historySource) register(fs *flag.FlagSet) {
+	fs.StringVar(&s.file, "history", "", "session history file, JSON Lines (required)")
+}
+
+// check returns a usage problem, or "" when the flags choose one source.
+func (s *historySource) check() string {
+	if s.file == "" {
+		return "--history is required"
+	}
+	return ""
+}
+
+// open returns the history and a function that releases it. An error means
+// the source could not be opened at all (a usage problem: wrong path,
+// permissions); errors while reading come through the history itself.
+func (s *historySource) open(_ context.Context) (schema.History, func(), error) {
+	f, err := os.Open(s.file)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cannot open history: %w", err)
+	}
+	if st, err := f.Stat(); err == nil && st.IsDir() {
+		f.Close()
+		return nil, nil, fmt.Errorf("cannot read history: %s is a directory", s.file)
+	}
+	h := schema.NewHistoryReader(f, schema.DefaultLimits).All()
+	return h, func() { f.Close() }, nil
+}
+
+func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("inspect", "Classify one call of a session history (offline).", inspectHelp, stderr)
+	var src historySource
+	src.register(fs)
+	callID := fs.String("call", "", "call id to inspect (required)")
+	if st, ok := parseFlags(fs, args); !ok {
+		return st
+	}
+	if msg := src.check(); msg != "" {
+		return usageError(stderr, "inspect", "%s", msg)
+	}
+	if *callID == "" {
+		return usageError(stderr, "inspect", "--call is required")
+	}
+	h, done, err := src.open(ctx)
+	if err != nil {
+		return usageError(stderr, "inspect", "%v", err)
+	}
+	defer done()
+	a, err := recovery.Inspect(h, *callID)
+	if err != nil {
+		return writeError(stdout, err)
+	}
+	if err := writeJSON(stdout, a); err != nil {
+		fmt.Fprintf(stderr, "jingwei inspect: %v\n", err)
+		return exitFailure
+	}
+	return exitOK
+}

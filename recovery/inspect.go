@@ -1,0 +1,342 @@
+package recovery
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/jingwei/jingwei/effect"
+	"github.com/jingwei/jingwei/schema"
+)
+
+// Inspect reads the history h once, verifies it and classifies the latest
+// attempt of callID by the decision table of DESIGN §2. h must be one
+// session's confirmed log, in log order, every event with its seq.
+//
+// Errors are *schema.Error with the codes of DESIGN §2: field_too_long (for
+// callID itself or any key, call id or contract revision in the history),
+// corrupt_history and history_too_large (anywhere in the history, also when
+// callID is fine), then unknown_call, superseded_call (Error.Latest names
+// the latest call of the chain) and legacy_call. An error yielded by h that
+// is not a *schema.Error (an I/O failure of the source) is returned wrapped,
+// uncoded. The whole history is read even when callID is not in it.
+//
+// A history holding events of more than one session is corrupt: a session
+// log holds exactly one session. Unknown event types and session.fenced do not
+// affect the classification, but their seq and session are checked.
+func Inspect(h schema.History, callID string) (schema.Assessment, error) {
+	s, err := scanFor(h, callID)
+	if err != nil {
+		return schema.Assessment{}, err
+	}
+	return s.assess(), nil
+}
+
+// call is what one pass keeps per call: what later events are checked
+// against, never the events themselves (and no arguments but a digest).
+type call struct {
+	id       string
+	seq      uint64
+	tool     string
+	task     string
+	key      string
+	contract effect.Contract
+	digest   string
+	prior    int32 // index of the attempt this one retries, or -1
+	next     int32 // index of the retry that follows this one, or -1
+	status   schema.Status
+	stage    schema.Stage
+	resSeq   uint64 // seq of the result, 0 while none
+	started  bool
+	marker   bool
+	legacy   bool
+}
+
+type opKey struct{ task, key string }
+
+// scan is the state of one pass over a history.
+type scan struct {
+	target  string
+	session string
+	n       int    // events seen
+	lastSeq uint64 // seq of the previous event
+	calls   []call
+	byID    map[string]int32
+	byOp    map[opKey]int32
+	args    json.RawMessage // the target call's arguments
+	idx     int32           // the target's index once found, else -1
+}
+
+// scanFor reads h and returns the verified scan positioned on callID's
+// latest attempt.
+func scanFor(h schema.History, callID string) (*scan, error) {
+	if len(callID) > schema.MaxFieldBytes {
+		return nil, schema.Errorf(schema.CodeFieldTooLong, "call id to inspect is %d bytes (limit %d)", len(callID), schema.MaxFieldBytes)
+	}
+	s := &scan{
+		target: callID,
+		byID:   make(map[string]int32),
+		byOp:   make(map[opKey]int32),
+		idx:    -1,
+	}
+	if h != nil {
+		for ev, err := range h {
+			if err != nil {
+				var se *schema.Error
+				if errors.As(err, &se) {
+					return nil, err
+				}
+				return nil, fmt.Errorf("recovery: reading history after %d events: %w", s.n, err)
+			}
+			if err := s.event(&ev); err != nil {
+				return nil, err
+			}
+		}
+	}
+	i, ok := s.byID[callID]
+	if !ok {
+		return nil, schema.Errorf(schema.CodeUnknownCall, "call %q is not in the history (%d events, %d calls)", callID, s.n, len(s.calls))
+	}
+	c := &s.calls[i]
+	if c.next >= 0 {
+		last := c.next
+		for s.calls[last].next >= 0 {
+			last = s.calls[last].next
+		}
+		e := schema.Errorf(schema.CodeSupersededCall, "call %q already has a later attempt: the latest in its chain is %q", callID, s.calls[last].id)
+		e.Latest = s.calls[last].id
+		return nil, e
+	}
+	if c.legacy {
+		return nil, schema.Errorf(schema.CodeLegacyCall, "call %q (seq %d) has no operation (legacy format): no stable key to retry with", callID, c.seq)
+	}
+	s.idx = i
+	return s, nil
+}
+
+// corrupt returns a corrupt_history error naming the event's position and seq.
+func (s *scan) corrupt(ev *schema.Event, format string, args ...any) error {
+	return schema.Errorf(schema.CodeCorruptHistory, "event %d (seq %d): %s", s.n, ev.Seq, fmt.Sprintf(format, args...))
+}
+
+func (s *scan) tooLong(ev *schema.Event, what string, n int) error {
+	return schema.Errorf(schema.CodeFieldTooLong, "event %d (seq %d): %s is %d bytes (limit %d)", s.n, ev.Seq, what, n, schema.MaxFieldBytes)
+}
+
+func (s *scan) event(ev *schema.Event) error {
+	s.n++
+	if s.n > schema.MaxHistoryEvents {
+		return schema.Errorf(schema.CodeHistoryTooLarge, "history has more than %d events (limit)", schema.MaxHistoryEvents)
+	}
+	if err := ev.Validate(); err != nil {
+		var se *schema.Error
+		if errors.As(err, &se) {
+			return &schema.Error{Code: se.Code, Message: fmt.Sprintf("event %d (seq %d): %s", s.n, ev.Seq, se.Message)}
+		}
+		return s.corrupt(ev, "%v", err)
+	}
+	if s.n == 1 {
+		s.session = ev.Session
+	} else if ev.Session != s.session {
+		return s.corrupt(ev, "belongs to session %q, the history to session %q", ev.Session, s.session)
+	}
+	if ev.Seq == 0 {
+		return s.corrupt(ev, "event has no seq")
+	}
+	if ev.Seq <= s.lastSeq {
+		return s.corrupt(ev, "seq %d does not follow seq %d (physical order broken)", ev.Seq, s.lastSeq)
+	}
+	s.lastSeq = ev.Seq
+	switch ev.Type {
+	case schema.TypeCall:
+		return s.onCall(ev)
+	case schema.TypeStarted:
+		return s.onStarted(ev)
+	case schema.TypeResult:
+		return s.onResult(ev)
+	}
+	return nil // session.fenced and unknown types do not affect calls
+}
+
+func (s *scan) onCall(ev *schema.Event) error {
+	c := ev.Call
+	if len(c.CallID) > schema.MaxFieldBytes {
+		return s.tooLong(ev, "call_id", len(c.CallID))
+	}
+	if j, dup := s.byID[c.CallID]; dup {
+		return s.corrupt(ev, "duplicate call_id %q (first at seq %d)", c.CallID, s.calls[j].seq)
+	}
+	nc := call{id: c.CallID, seq: ev.Seq, tool: c.Tool, prior: -1, next: -1, marker: c.StartMarker}
+	op := c.Operation
+	if op == nil {
+		nc.legacy = true
+	} else {
+		switch {
+		case len(op.Key) > schema.MaxFieldBytes:
+			return s.tooLong(ev, "operation key of call "+quote(c.CallID), len(op.Key))
+		case len(op.Contract.Revision) > effect.MaxRevisionBytes:
+			return s.tooLong(ev, "contract revision of call "+quote(c.CallID), len(op.Contract.Revision))
+		case op.Task == "" || op.Key == "":
+			return s.corrupt(ev, "call %q has an operation without task or key", c.CallID)
+		}
+		if err := op.Contract.Validate(); err != nil {
+			return s.corrupt(ev, "call %q: %v", c.CallID, err)
+		}
+		d, err := argsDigest(c.Arguments)
+		if err != nil {
+			return s.corrupt(ev, "call %q: arguments: %v", c.CallID, err)
+		}
+		nc.task, nc.key, nc.contract, nc.digest = op.Task, op.Key, op.Contract, d
+		ok := opKey{op.Task, op.Key}
+		if r := op.Retry; r != nil {
+			if len(r.PriorCallID) > schema.MaxFieldBytes {
+				return s.tooLong(ev, "retry.prior_call_id of call "+quote(c.CallID), len(r.PriorCallID))
+			}
+			pi, found := s.byID[r.PriorCallID]
+			if !found {
+				return s.corrupt(ev, "call %q retries call %q, which is not earlier in the history", c.CallID, r.PriorCallID)
+			}
+			p := &s.calls[pi]
+			switch {
+			case r.PriorSeq != p.seq:
+				return s.corrupt(ev, "call %q retries call %q at prior_seq %d, but that call is at seq %d", c.CallID, p.id, r.PriorSeq, p.seq)
+			case p.legacy:
+				return s.corrupt(ev, "call %q retries call %q, which has no operation", c.CallID, p.id)
+			case p.next >= 0:
+				return s.corrupt(ev, "call %q retries call %q, which was already retried by call %q (chain forks)", c.CallID, p.id, s.calls[p.next].id)
+			case p.tool != nc.tool:
+				return s.corrupt(ev, "call %q retries call %q with tool %q instead of %q", c.CallID, p.id, nc.tool, p.tool)
+			case p.task != nc.task:
+				return s.corrupt(ev, "call %q retries call %q in task %q instead of %q", c.CallID, p.id, nc.task, p.task)
+			case p.key != nc.key:
+				return s.corrupt(ev, "call %q retries call %q with operation key %q instead of %q", c.CallID, p.id, nc.key, p.key)
+			case p.contract != nc.contract:
+				return s.corrupt(ev, "call %q retries call %q under contract %s instead of %s", c.CallID, p.id, nc.contract, p.contract)
+			case p.digest != nc.digest:
+				return s.corrupt(ev, "call %q retries call %q with different arguments (%s, prior %s)", c.CallID, p.id, nc.digest, p.digest)
+			}
+			nc.prior = pi
+			p.next = int32(len(s.calls))
+		} else if j, used := s.byOp[ok]; used {
+			return s.corrupt(ev, "call %q reuses operation key %q of task %q, first used by call %q, without a retry link", c.CallID, op.Key, op.Task, s.calls[j].id)
+		}
+		s.byOp[ok] = int32(len(s.calls))
+	}
+	if c.CallID == s.target {
+		s.args = c.Arguments
+	}
+	s.byID[c.CallID] = int32(len(s.calls))
+	s.calls = append(s.calls, nc)
+	return nil
+}
+
+// lookup returns the call an event refers to, checking that it exists and
+// has not been retried yet.
+func (s *scan) lookup(ev *schema.Event, id, what string) (*call, error) {
+	if len(id) > schema.MaxFieldBytes {
+		return nil, s.tooLong(ev, what+" call_id", len(id))
+	}
+	i, ok := s.byID[id]
+	if !ok {
+		return nil, s.corrupt(ev, "%s for call %q without a prior tool.call", what, id)
+	}
+	c := &s.calls[i]
+	if c.next >= 0 {
+		return nil, s.corrupt(ev, "%s for call %q after its retry %q (seq %d)", what, id, s.calls[c.next].id, s.calls[c.next].seq)
+	}
+	return c, nil
+}
+
+func (s *scan) onStarted(ev *schema.Event) error {
+	c, err := s.lookup(ev, ev.Started.CallID, "tool.started")
+	if err != nil {
+		return err
+	}
+	if c.started {
+		return s.corrupt(ev, "second tool.started for call %q", c.id)
+	}
+	if c.resSeq != 0 {
+		return s.corrupt(ev, "tool.started for call %q after its result (seq %d)", c.id, c.resSeq)
+	}
+	c.started = true
+	return nil
+}
+
+func (s *scan) onResult(ev *schema.Event) error {
+	r := ev.Result
+	c, err := s.lookup(ev, r.CallID, "tool.result")
+	if err != nil {
+		return err
+	}
+	if c.resSeq != 0 {
+		return s.corrupt(ev, "second tool.result for call %q (first at seq %d)", c.id, c.resSeq)
+	}
+	if r.Status == schema.StatusRejected {
+		if !r.Stage.Valid() {
+			return s.corrupt(ev, "call %q rejected without a valid stage (%q)", c.id, r.Stage)
+		}
+		if c.started {
+			return s.corrupt(ev, "call %q rejected at stage %s after its tool.started", c.id, r.Stage)
+		}
+	} else if r.Stage != "" {
+		return s.corrupt(ev, "call %q has stage %q with status %s (stage only goes with rejected)", c.id, r.Stage, r.Status)
+	}
+	c.status, c.stage, c.resSeq = r.Status, r.Stage, ev.Seq
+	return nil
+}
+
+// assess classifies the target call (DESIGN §2).
+func (s *scan) assess() schema.Assessment {
+	c := &s.calls[s.idx]
+	n := 0
+	for i := s.idx; i >= 0; i = s.calls[i].prior {
+		n++
+	}
+	chain := make([]string, n)
+	for i, k := s.idx, n-1; i >= 0; i, k = s.calls[i].prior, k-1 {
+		chain[k] = s.calls[i].id
+	}
+	a := schema.Assessment{
+		Session:  s.session,
+		CallID:   c.id,
+		Tool:     c.tool,
+		Task:     c.task,
+		Key:      c.key,
+		Contract: c.contract,
+		Attempts: n,
+		Chain:    chain,
+	}
+	switch {
+	case c.status == schema.StatusOK:
+		a.Outcome, a.Evidence = schema.OutcomeCompleted, string(c.status)
+	case c.status == schema.StatusRejected: // stage checked in onResult
+		a.Outcome, a.Evidence = schema.OutcomeNotStarted, string(c.status)+":"+string(c.stage)
+	case c.status != "":
+		a.Outcome, a.Evidence = schema.OutcomeUncertain, string(c.status)
+	case c.marker && !c.started:
+		a.Outcome, a.Evidence = schema.OutcomeNotStarted, EvidenceNotStartedMarker
+	default:
+		a.Outcome, a.Evidence = schema.OutcomeUncertain, EvidenceNoResult
+	}
+	switch {
+	case a.Outcome == schema.OutcomeCompleted:
+		a.Decision = schema.DecisionRefuse
+	case a.Outcome == schema.OutcomeNotStarted, c.contract.Effect.Safe():
+		a.Decision = schema.DecisionRetryAllowed
+	default:
+		a.Decision = schema.DecisionNeedsReview
+	}
+	return a
+}
+
+// Evidence values that are not a result status (see schema.Assessment).
+const (
+	// EvidenceNoResult: the call has no result, and either the runtime does
+	// not follow the start-marker protocol or the body was started.
+	EvidenceNoResult = "no_result"
+	// EvidenceNotStartedMarker: the call follows the start-marker protocol,
+	// has no tool.started and no result, so its body never ran.
+	EvidenceNotStartedMarker = "not_started_marker"
+)
+
+func quote(s string) string { return fmt.Sprintf("%q", s) }

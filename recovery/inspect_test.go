@@ -1,0 +1,182 @@
+package recovery_test
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/jingwei/jingwei/effect"
+	"github.com/jingwei/jingwei/recovery"
+	"github.com/jingwei/jingwei/schema"
+)
+
+var allEffects = []effect.Effect{effect.Unknown, effect.ReadOnly, effect.Idempotent, effect.NonIdempotent}
+
+// uncertainDecision is the decision table's last two rows, written out.
+var uncertainDecision = map[effect.Effect]schema.Decision{
+	effect.Unknown:       schema.DecisionNeedsReview,
+	effect.ReadOnly:      schema.DecisionRetryAllowed,
+	effect.Idempotent:    schema.DecisionRetryAllowed,
+	effect.NonIdempotent: schema.DecisionNeedsReview,
+}
+
+type row struct {
+	name     string
+	events   func(eff effect.Effect) []schema.Event
+	outcome  schema.Outcome
+	evidence string
+	// decision is fixed, or "" for an uncertain row (uncertainDecision).
+	decision schema.Decision
+}
+
+// decisionRows returns one row per fact of the decision table; each runs
+// under every effect.
+func decisionRows() []row {
+	rows := []row{
+		{
+			name: "ok result",
+			events: func(eff effect.Effect) []schema.Event {
+				return []schema.Event{callEv("c-1", eff, true), startedEv("c-1"), resultEv("c-1", schema.StatusOK, "")}
+			},
+			outcome: schema.OutcomeCompleted, evidence: "ok", decision: schema.DecisionRefuse,
+		},
+		{
+			name: "ok result without start marker",
+			events: func(eff effect.Effect) []schema.Event {
+				return []schema.Event{callEv("c-1", eff, false), resultEv("c-1", schema.StatusOK, "")}
+			},
+			outcome: schema.OutcomeCompleted, evidence: "ok", decision: schema.DecisionRefuse,
+		},
+		{
+			name: "marker, no started, no result",
+			events: func(eff effect.Effect) []schema.Event {
+				return []schema.Event{callEv("c-1", eff, true)}
+			},
+			outcome: schema.OutcomeNotStarted, evidence: "not_started_marker", decision: schema.DecisionRetryAllowed,
+		},
+		{
+			name: "marker, no started, no result, session fenced",
+			events: func(eff effect.Effect) []schema.Event {
+				return []schema.Event{callEv("c-1", eff, true), fencedEv()}
+			},
+			outcome: schema.OutcomeNotStarted, evidence: "not_started_marker", decision: schema.DecisionRetryAllowed,
+		},
+		{
+			name: "marker, started, no result",
+			events: func(eff effect.Effect) []schema.Event {
+				return []schema.Event{callEv("c-1", eff, true), startedEv("c-1"), fencedEv()}
+			},
+			outcome: schema.OutcomeUncertain, evidence: "no_result",
+		},
+		{
+			name: "no marker protocol, no result",
+			events: func(eff effect.Effect) []schema.Event {
+				return []schema.Event{callEv("c-1", eff, false)}
+			},
+			outcome: schema.OutcomeUncertain, evidence: "no_result",
+		},
+		{
+			name: "no marker protocol, started, no result",
+			events: func(eff effect.Effect) []schema.Event {
+				return []schema.Event{callEv("c-1", eff, false), startedEv("c-1")}
+			},
+			outcome: schema.OutcomeUncertain, evidence: "no_result",
+		},
+	}
+	for _, stage := range []schema.Stage{schema.StagePermission, schema.StageArguments, schema.StageGuard, schema.StageApproval, schema.StageBudget} {
+		rows = append(rows, row{
+			name: "rejected at " + string(stage),
+			events: func(eff effect.Effect) []schema.Event {
+				return []schema.Event{callEv("c-1", eff, true), resultEv("c-1", schema.StatusRejected, stage)}
+			},
+			outcome: schema.OutcomeNotStarted, evidence: "rejected:" + string(stage), decision: schema.DecisionRetryAllowed,
+		})
+	}
+	for _, st := range []schema.Status{schema.StatusFailed, schema.StatusTimeout, schema.StatusCancelled, schema.StatusBudgetExhausted, schema.StatusOutputLimit} {
+		for _, retryable := range []bool{false, true} {
+			rows = append(rows, row{
+				name: string(st) + map[bool]string{false: "", true: " retryable"}[retryable],
+				events: func(eff effect.Effect) []schema.Event {
+					r := resultEv("c-1", st, "")
+					r.Result.Retryable = retryable // never proves non-execution
+					return []schema.Event{callEv("c-1", eff, true), startedEv("c-1"), r}
+				},
+				outcome: schema.OutcomeUncertain, evidence: string(st),
+			})
+		}
+	}
+	return rows
+}
+
+func TestInspectDecisionTable(t *testing.T) {
+	for _, r := range decisionRows() {
+		for _, eff := range allEffects {
+			t.Run(r.name+"/"+eff.String(), func(t *testing.T) {
+				evs := r.events(eff)
+				want := r.decision
+				if want == "" {
+					want = uncertainDecision[eff]
+				}
+				a, err := recovery.Inspect(hist(evs...), "c-1")
+				if err != nil {
+					t.Fatalf("Inspect: %v", err)
+				}
+				if a.Outcome != r.outcome || a.Evidence != r.evidence || a.Decision != want {
+					t.Errorf("got %s/%s/%s, want %s/%s/%s", a.Outcome, a.Evidence, a.Decision, r.outcome, r.evidence, want)
+				}
+				wantA := schema.Assessment{
+					Session: testSession, CallID: "c-1", Tool: "orders.create", Task: "t-1", Key: "op-1",
+					Contract: effect.Contract{Effect: eff, Revision: "orders-v1"},
+					Outcome:  a.Outcome, Evidence: a.Evidence, Decision: a.Decision,
+					Attempts: 1, Chain: []string{"c-1"},
+				}
+				if !reflect.DeepEqual(a, wantA) {
+					t.Errorf("assessment\n got %+v\nwant %+v", a, wantA)
+				}
+				// The same history read from JSON Lines classifies the same.
+				b, err := recovery.Inspect(reader(jsonl(t, evs...)), "c-1")
+				if err != nil || !reflect.DeepEqual(a, b) {
+					t.Errorf("from JSON Lines: %+v, %v", b, err)
+				}
+			})
+		}
+	}
+}
+
+func TestInspectChain(t *testing.T) {
+	h := []schema.Event{
+		callEv("c-1", effect.Idempotent, true), startedEv("c-1"), resultEv("c-1", schema.StatusFailed, ""),
+		retryEv("c-2", effect.Idempotent, "c-1", 1), resultEv("c-2", schema.StatusRejected, schema.StageApproval),
+		retryEv("c-3", effect.Idempotent, "c-2", 4), startedEv("c-3"),
+		// another logical action in the same task with its own key
+		with(callEv("d-1", effect.NonIdempotent, true), func(c *schema.Call) { c.Operation.Key = "op-2" }),
+		// the same key in another task is another logical action
+		with(callEv("e-1", effect.NonIdempotent, true), func(c *schema.Call) { c.Operation.Task = "t-2" }),
+		{V: 1, Session: testSession, At: testAt, Type: "x.unknown"},
+		fencedEv(),
+	}
+	a, err := recovery.Inspect(hist(h...), "c-3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Attempts != 3 || !reflect.DeepEqual(a.Chain, []string{"c-1", "c-2", "c-3"}) {
+		t.Errorf("attempts %d chain %v, want 3 [c-1 c-2 c-3]", a.Attempts, a.Chain)
+	}
+	if a.Outcome != schema.OutcomeUncertain || a.Decision != schema.DecisionRetryAllowed {
+		t.Errorf("got %s/%s", a.Outcome, a.Decision)
+	}
+	for _, id := range []string{"d-1", "e-1"} {
+		a, err := recovery.Inspect(hist(h...), id)
+		if err != nil || a.Attempts != 1 || a.Outcome != schema.OutcomeNotStarted {
+			t.Errorf("%s: %+v %v", id, a, err)
+		}
+	}
+	// Arguments that differ only in member order and spacing are the same
+	// canonical arguments.
+	h2 := []schema.Event{
+		callEv("c-1", effect.Idempotent, true), startedEv("c-1"), resultEv("c-1", schema.StatusFailed, ""),
+		with(retryEv("c-2", effect.Idempotent, "c-1", 1), func(c *schema.Call) { c.Arguments = []byte(`{ "qty" : 2, "sku":"A-1" }`) }),
+	}
+	if a, err := recovery.Inspect(hist(h2...), "c-2"); err != nil || a.Attempts != 2 {
+		t.Errorf("reordered arguments: %+v %v", a, err)
+	}
+}

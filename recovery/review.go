@@ -1,0 +1,182 @@
+package recovery
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/nats-io/nkeys"
+
+	"github.com/jingwei/jingwei/schema"
+)
+
+// TrustedKeys is a set of reviewer nkey user public keys ("U…"). The zero
+// (nil) value trusts no one. Safe for concurrent reads; build it once.
+type TrustedKeys map[string]struct{}
+
+// NewTrustedKeys returns the set of the given user public keys; a key that is
+// not a valid nkey user public key is an error wrapping ErrNotUserKey.
+func NewTrustedKeys(keys ...string) (TrustedKeys, error) {
+	t := make(TrustedKeys, len(keys))
+	for _, k := range keys {
+		if !nkeys.IsValidPublicUserKey(k) {
+			return nil, fmt.Errorf("%w: %q", ErrNotUserKey, k)
+		}
+		t[k] = struct{}{}
+	}
+	return t, nil
+}
+
+// ParseTrustedKeys reads a trusted-reviewers file: one user public key per
+// line; blank lines and lines starting with # are ignored. Errors name the
+// line.
+func ParseTrustedKeys(text []byte) (TrustedKeys, error) {
+	t := TrustedKeys{}
+	sc := bufio.NewScanner(bytes.NewReader(text))
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if !nkeys.IsValidPublicUserKey(line) {
+			return nil, fmt.Errorf("line %d: %w: %q", n, ErrNotUserKey, line)
+		}
+		t[line] = struct{}{}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// Has reports whether pub is in the set.
+func (t TrustedKeys) Has(pub string) bool {
+	_, ok := t[pub]
+	return ok
+}
+
+// reviewPayload is the byte string a review signature covers: the RFC 8785
+// form of the review's JSON without sig.
+func reviewPayload(r schema.Review) ([]byte, error) {
+	r.Sig = ""
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	return canonical(b)
+}
+
+// SignReview returns r signed by kp, which must be an nkey user key pair:
+// Signer is set to kp's public key and Sig to the base64url (unpadded)
+// ed25519 signature over the RFC 8785 form of the review without sig.
+func SignReview(kp nkeys.KeyPair, r schema.Review) (schema.Review, error) {
+	pub, err := kp.PublicKey()
+	if err != nil {
+		return schema.Review{}, fmt.Errorf("recovery: sign review: %w", err)
+	}
+	if !nkeys.IsValidPublicUserKey(pub) {
+		return schema.Review{}, fmt.Errorf("recovery: sign review: %w: %q", ErrNotUserKey, pub)
+	}
+	r.Signer = pub
+	payload, err := reviewPayload(r)
+	if err != nil {
+		return schema.Review{}, fmt.Errorf("recovery: sign review: %w", err)
+	}
+	sig, err := kp.Sign(payload)
+	if err != nil {
+		return schema.Review{}, fmt.Errorf("recovery: sign review: %w", err)
+	}
+	r.Sig = base64.RawURLEncoding.EncodeToString(sig)
+	return r, nil
+}
+
+// invalidReview returns an error that is both cause (for errors.Is) and a
+// schema invalid_review error (for schema.CodeOf and errors.As).
+func invalidReview(cause error, format string, args ...any) error {
+	e := schema.Errorf(schema.CodeInvalidReview, format, args...)
+	if cause == nil {
+		return e
+	}
+	return fmt.Errorf("%w (%w)", e, cause)
+}
+
+// VerifyReview checks that r is signed by a key in trusted: Signer must be an
+// nkey user public key in the set and Sig its valid signature over the
+// review without sig. Errors are invalid_review and wrap ErrUnsignedReview,
+// ErrNotUserKey, ErrUntrustedSigner or ErrBadSignature. VerifyReview checks
+// only the signature; PrepareRetry checks the content.
+func VerifyReview(r schema.Review, trusted TrustedKeys) error {
+	if r.Signer == "" || r.Sig == "" {
+		return invalidReview(ErrUnsignedReview, "review of call %q by %q is not signed", r.CallID, r.Operator)
+	}
+	if !nkeys.IsValidPublicUserKey(r.Signer) {
+		return invalidReview(ErrNotUserKey, "review signer %q is not an nkey user public key", r.Signer)
+	}
+	if !trusted.Has(r.Signer) {
+		return invalidReview(ErrUntrustedSigner, "review signer %s is not a trusted reviewer key", r.Signer)
+	}
+	sig, err := base64.RawURLEncoding.DecodeString(r.Sig)
+	if err != nil {
+		return invalidReview(ErrBadSignature, "review sig is not unpadded base64url: %v", err)
+	}
+	kp, err := nkeys.FromPublicKey(r.Signer)
+	if err != nil {
+		return invalidReview(ErrNotUserKey, "review signer %q: %v", r.Signer, err)
+	}
+	payload, err := reviewPayload(r)
+	if err != nil {
+		return invalidReview(ErrBadSignature, "review cannot be canonicalized: %v", err)
+	}
+	if err := kp.Verify(payload, sig); err != nil {
+		return invalidReview(ErrBadSignature, "review signature by %s does not verify", r.Signer)
+	}
+	return nil
+}
+
+// checkReview checks a review's content for the call being planned, then
+// its signature when required.
+func checkReview(r *schema.Review, session, callID string, o *options) error {
+	switch {
+	case r.V != schema.Version:
+		return invalidReview(nil, "review has schema version %d, want %d", r.V, schema.Version)
+	case len(r.Operator) > schema.MaxFieldBytes:
+		return schema.Errorf(schema.CodeFieldTooLong, "review operator is %d bytes (limit %d)", len(r.Operator), schema.MaxFieldBytes)
+	case len(r.Evidence) > schema.MaxFieldBytes:
+		return schema.Errorf(schema.CodeFieldTooLong, "review evidence is %d bytes (limit %d)", len(r.Evidence), schema.MaxFieldBytes)
+	case r.Session != session:
+		return invalidReview(nil, "review is for session %q, the history is of session %q", r.Session, session)
+	case r.CallID != callID:
+		return invalidReview(nil, "review is for call %q, not %q", r.CallID, callID)
+	case strings.TrimSpace(r.Operator) == "":
+		return invalidReview(nil, "review of call %q has an empty operator", callID)
+	case !r.Verdict.Valid():
+		return invalidReview(nil, "review of call %q has unknown verdict %q (want not_executed, completed or uncertain)", callID, r.Verdict)
+	}
+	if o.signed {
+		return VerifyReview(*r, o.trusted)
+	}
+	return nil
+}
+
+// DecodeReview decodes a review message (one JSON object). Malformed JSON,
+// duplicate member names or a value of the wrong type are invalid_review;
+// unknown members are ignored. The content is checked by PrepareRetry.
+func DecodeReview(b []byte) (schema.Review, error) {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 || b[0] != '{' {
+		return schema.Review{}, invalidReview(nil, "malformed review: not a JSON object")
+	}
+	// schema.Canonical rejects what encoding/json lets through: duplicate
+	// member names, invalid UTF-8, lone surrogates.
+	if _, err := canonical(b); err != nil {
+		return schema.Review{}, invalidReview(nil, "malformed review: %v", err)
+	}
+	var r schema.Review
+	if err := json.Unmarshal(b, &r); err != nil {
+		return schema.Review{}, invalidReview(nil, "malformed review: %v", err)
+	}
+	return r, nil
+}
