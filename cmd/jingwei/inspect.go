@@ -26,7 +26,9 @@ const exitStatusHelp = `Exit status:
      unknown_call, superseded_call (with "latest": the latest call of the
      chain), legacy_call, corrupt_history, history_too_large, field_too_long`
 
-const inspectHelp = `Reads a session history (JSON Lines, one event per line with its seq, as
+const inspectHelp = `  jingwei inspect --history FILE --call ID
+
+Reads a session history (JSON Lines, one event per line with its seq, as
 exported from jw.events.<session>) in one pass, verifies it and classifies the
 latest attempt of one call by the decision table of DESIGN §2. Prints the
 assessment as one JSON object:

