@@ -1,0 +1,129 @@
+package recovery_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/jingwei/jingwei/effect"
+	"github.com/jingwei/jingwei/recovery"
+	"github.com/jingwei/jingwei/schema"
+)
+
+// conformanceDir holds the shared fixtures, relative to this package.
+const conformanceDir = "../../shared/conformance"
+
+// fixtureSeeds returns (history bytes, call id) for every conformance
+// fixture, or none when the folder is missing.
+func fixtureSeeds(t testing.TB) [][2]string {
+	files, _ := filepath.Glob(filepath.Join(conformanceDir, "*.json"))
+	var seeds [][2]string
+	for _, file := range files {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var f struct {
+			History    []json.RawMessage `json:"history"`
+			RawHistory []string          `json:"raw_history"`
+			Call       string            `json:"call"`
+		}
+		if err := json.Unmarshal(b, &f); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		var buf bytes.Buffer
+		for _, l := range f.RawHistory {
+			buf.WriteString(l + "\n")
+		}
+		for _, ev := range f.History {
+			_ = json.Compact(&buf, ev)
+			buf.WriteByte('\n')
+		}
+		seeds = append(seeds, [2]string{buf.String(), f.Call})
+	}
+	return seeds
+}
+
+// FuzzInspect feeds arbitrary JSON Lines through the reader into Inspect
+// and PrepareRetry. Neither may panic, and they must agree: a history error
+// of Inspect is PrepareRetry's error too, and an assessment's decision is
+// what PrepareRetry does without a review (refuse → completed, needs_review
+// → needs_review, retry_allowed → a plan) and with a not_executed review.
+func FuzzInspect(f *testing.F) {
+	for _, s := range fixtureSeeds(f) {
+		f.Add([]byte(s[0]), s[1])
+	}
+	chain := []schema.Event{
+		callEv("c-1", effect.Idempotent, true), startedEv("c-1"), resultEv("c-1", schema.StatusFailed, ""),
+		retryEv("c-2", effect.Idempotent, "c-1", 1), resultEv("c-2", schema.StatusRejected, schema.StageBudget),
+		fencedEv(),
+	}
+	f.Add(jsonl(f, chain...), "c-2")
+	f.Add(jsonl(f, chain...), "c-1")
+	g, last := genHistory(nil, 40)
+	f.Add(g, last)
+
+	f.Fuzz(func(t *testing.T, data []byte, callID string) {
+		a, errI := recovery.Inspect(reader(data), callID)
+		p, errP := recovery.PrepareRetry(reader(data), callID, nil)
+		if errI != nil {
+			code := schema.CodeOf(errI)
+			if code == "" {
+				t.Fatalf("Inspect: uncoded error %v", errI)
+			}
+			if schema.CodeOf(errP) != code {
+				t.Fatalf("Inspect: %v; PrepareRetry: %v", errI, errP)
+			}
+			return
+		}
+		n := len(a.Chain)
+		if a.CallID != callID || a.Attempts != n || n == 0 || a.Chain[n-1] != callID {
+			t.Fatalf("assessment %+v for call %q", a, callID)
+		}
+		switch {
+		case (a.Outcome == schema.OutcomeCompleted) != (a.Decision == schema.DecisionRefuse),
+			(a.Outcome == schema.OutcomeCompleted) != (a.Evidence == "ok"),
+			a.Decision == schema.DecisionNeedsReview && (a.Outcome != schema.OutcomeUncertain || a.Contract.Effect.Safe()):
+			t.Fatalf("assessment breaks the decision table: %+v", a)
+		}
+		want := map[schema.Decision]schema.Code{schema.DecisionRefuse: schema.CodeCompleted, schema.DecisionNeedsReview: schema.CodeNeedsReview}[a.Decision]
+		if schema.CodeOf(errP) != want || (want == "" && errP != nil) {
+			t.Fatalf("decision %s, PrepareRetry: %v", a.Decision, errP)
+		}
+		if want == "" {
+			checkPlan(t, a, p)
+		}
+		rev := &schema.Review{V: 1, Session: a.Session, CallID: callID, Operator: "fuzz", Verdict: schema.VerdictNotExecuted}
+		p, errP = recovery.PrepareRetry(reader(data), callID, rev)
+		switch {
+		case a.Decision == schema.DecisionRefuse:
+			if schema.CodeOf(errP) != schema.CodeCompleted {
+				t.Fatalf("completed call with review: %v", errP)
+			}
+		case errP != nil:
+			t.Fatalf("decision %s with a not_executed review: %v", a.Decision, errP)
+		default:
+			checkPlan(t, a, p)
+			if (p.Basis == schema.BasisReviewedNotExecuted) != (a.Decision == schema.DecisionNeedsReview) {
+				t.Fatalf("basis %s for decision %s", p.Basis, a.Decision)
+			}
+		}
+	})
+}
+
+func checkPlan(t *testing.T, a schema.Assessment, p schema.Plan) {
+	t.Helper()
+	d, err := schema.ArgsDigest(p.Arguments)
+	if err != nil || d != p.ArgsDigest {
+		t.Fatalf("plan digest %s of %s: %s, %v", p.ArgsDigest, p.Arguments, d, err)
+	}
+	if p.PriorCallID != a.CallID || p.Key != a.Key || p.Task != a.Task || p.Tool != a.Tool || p.Contract != a.Contract ||
+		p.Session != a.Session || p.PlanID != recovery.PlanID(a.Session, a.CallID) {
+		t.Fatalf("plan %+v does not match assessment %+v", p, a)
+	}
+	if (p.Basis == schema.BasisNotStarted) != (a.Outcome == schema.OutcomeNotStarted) {
+		t.Fatalf("basis %s for outcome %s", p.Basis, a.Outcome)
+	}
+}
