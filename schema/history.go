@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"iter"
+	"strconv"
 )
 
 // History is a session history read one event at a time, in log order.
@@ -26,24 +27,33 @@ func Events(events []Event) History {
 
 // HistoryReader reads a history as JSON Lines (one event per line, seq
 // included), enforcing Limits as it reads: it stops at the limit instead of
-// loading the rest. Blank lines are skipped. Not safe for concurrent use.
+// loading the rest, and never buffers more than Limits.MaxBytes of input
+// (plus one 64 KiB read), even for a single huge line. Blank lines are
+// skipped but count toward the byte limit. Not safe for concurrent use.
 type HistoryReader struct {
 	br   *bufio.Reader
 	lim  Limits
 	n    int
 	read int64
 	line int
+	buf  []byte
+	sc   scanner
 	err  error
 }
 
 // NewHistoryReader returns a reader over r with the given limits (zero
 // fields mean the defaults).
 func NewHistoryReader(r io.Reader, lim Limits) *HistoryReader {
-	return &HistoryReader{br: bufio.NewReaderSize(r, 64<<10), lim: lim.WithDefaults()}
+	h := &HistoryReader{br: bufio.NewReaderSize(r, 64<<10), lim: lim.WithDefaults()}
+	h.sc.track = true
+	return h
 }
 
 // Next returns the next event, or io.EOF after the last one. Errors are
-// *Error with code corrupt_history or history_too_large and name the line.
+// *Error with code corrupt_history, field_too_long or history_too_large and
+// name the line (1-based, blank lines included) or the limit; an error of
+// the underlying reader is returned as is. After an error, Next keeps
+// returning it.
 func (h *HistoryReader) Next() (Event, error) {
 	if h.err != nil {
 		return Event{}, h.err
@@ -63,11 +73,11 @@ func (h *HistoryReader) Next() (Event, error) {
 			h.err = Errorf(CodeHistoryTooLarge, "history has more than %d events (limit)", h.lim.MaxEvents)
 			return Event{}, h.err
 		}
-		ev, err := DecodeEvent(line)
+		ev, err := decodeEvent(&h.sc, line)
 		if err != nil {
 			var e *Error
 			if errors.As(err, &e) {
-				h.err = &Error{Code: e.Code, Message: "line " + itoa(h.line) + ": " + e.Message}
+				h.err = &Error{Code: e.Code, Message: "line " + strconv.Itoa(h.line) + ": " + e.Message}
 			} else {
 				h.err = Errorf(CodeCorruptHistory, "line %d: %v", h.line, err)
 			}
@@ -93,27 +103,32 @@ func (h *HistoryReader) All() History {
 	}
 }
 
+// readLine returns the next line. The slice is valid until the next call.
 func (h *HistoryReader) readLine() ([]byte, error) {
-	var buf []byte
+	h.buf = h.buf[:0]
 	for {
 		chunk, err := h.br.ReadSlice('\n')
 		h.read += int64(len(chunk))
 		if h.read > h.lim.MaxBytes {
 			return nil, Errorf(CodeHistoryTooLarge, "history is larger than %d bytes (limit)", h.lim.MaxBytes)
 		}
-		buf = append(buf, chunk...)
 		switch {
 		case err == nil:
 			h.line++
-			return buf, nil
+			if len(h.buf) == 0 {
+				return chunk, nil // the whole line is in bufio's buffer
+			}
+			h.buf = append(h.buf, chunk...)
+			return h.buf, nil
 		case err == bufio.ErrBufferFull:
-			continue
+			h.buf = append(h.buf, chunk...)
 		case err == io.EOF:
-			if len(buf) == 0 {
+			h.buf = append(h.buf, chunk...)
+			if len(h.buf) == 0 {
 				return nil, io.EOF
 			}
 			h.line++
-			return buf, nil
+			return h.buf, nil
 		default:
 			return nil, err
 		}
@@ -137,13 +152,48 @@ func DecodeHistory(r io.Reader, lim Limits) ([]Event, error) {
 	}
 }
 
-// DecodeEvent decodes and validates one event. A malformed event (bad JSON,
-// a required field missing, a body that does not match its type) is a
-// corrupt_history *Error.
+// DecodeEvent decodes and validates one event (one JSON Lines row). A
+// malformed event is a corrupt_history *Error: not a JSON object, invalid
+// UTF-8, a duplicate member name anywhere (arguments and output included), a
+// member name that differs from a field's only in case, a required field
+// missing or null, a value of the wrong type, or a body that does not match
+// its type (see Validate). An over-long field is field_too_long. Unknown
+// members are ignored; an event of an unknown type is kept with its
+// envelope only (Call, Started, Result and Fence are nil). Safe for
+// concurrent use.
 func DecodeEvent(b []byte) (Event, error) {
+	s := scannerPool.Get().(*scanner)
+	defer scannerPool.Put(s)
+	s.track, s.nums = true, false
+	return decodeEvent(s, b)
+}
+
+func decodeEvent(s *scanner, b []byte) (Event, error) {
+	if err := s.scan(b); err != nil {
+		return Event{}, Errorf(CodeCorruptHistory, "event is not valid: %v", err)
+	}
+	if len(b) == 0 || bytes.TrimSpace(b)[0] != '{' {
+		return Event{}, Errorf(CodeCorruptHistory, "event is not a JSON object")
+	}
 	var ev Event
 	if err := json.Unmarshal(b, &ev); err != nil {
-		return Event{}, Errorf(CodeCorruptHistory, "invalid event: %v", err)
+		return Event{}, Errorf(CodeCorruptHistory, "event is not valid: %v", err)
+	}
+	if s.present[kEnvelope]&(1<<bitEnvelopeEpoch) == 0 {
+		return Event{}, Errorf(CodeCorruptHistory, "event lacks epoch")
+	}
+	switch ev.Type {
+	case TypeCall, TypeStarted, TypeResult, TypeFenced:
+	default:
+		// Members named like the bodies of known types mean nothing
+		// in an unknown type: ignore them like any unknown member.
+		ev.Call, ev.Started, ev.Result, ev.Fence = nil, nil, nil, nil
+	}
+	if ev.Call != nil && ev.Call.Operation != nil && s.present[kContract]&(1<<bitContractEffect) == 0 {
+		return Event{}, Errorf(CodeCorruptHistory, "tool.call lacks operation.contract.effect")
+	}
+	if ev.Fence != nil && s.present[kFence]&(1<<bitFenceEpoch) == 0 {
+		return Event{}, Errorf(CodeCorruptHistory, "session.fenced lacks fence.epoch")
 	}
 	if err := ev.Validate(); err != nil {
 		return Event{}, err
@@ -151,36 +201,146 @@ func DecodeEvent(b []byte) (Event, error) {
 	return ev, nil
 }
 
-// Validate checks that the event has the fields its type requires.
+// Validate checks an event's values against DESIGN §3 and §8 (presence of
+// members that have a valid zero value, such as epoch, is checked by
+// DecodeEvent, which sees the JSON). It returns a corrupt_history *Error
+// for a wrong version, an invalid session id, a missing at or type, a body
+// missing, extra or incomplete for a known type (call: call_id, tool,
+// arguments; operation: task, key, contract with a revision; retry:
+// prior_call_id, plan_id, a valid basis; started: call_id; result: call_id,
+// a valid status, a valid stage exactly when rejected), and a
+// field_too_long *Error for an operation key, call id, request id, contract
+// revision, review operator or evidence over MaxFieldBytes bytes.
 func (e *Event) Validate() error {
 	if e.V != Version {
 		return Errorf(CodeCorruptHistory, "event has schema version %d, want %d", e.V, Version)
 	}
-	if e.Session == "" || e.Type == "" {
-		return Errorf(CodeCorruptHistory, "event lacks session or type")
+	if !ValidSession(e.Session) {
+		return Errorf(CodeCorruptHistory, "event has session %s, want 1-%d bytes of [A-Za-z0-9_-]", quoteShort([]byte(e.Session)), MaxSessionBytes)
+	}
+	if e.At.IsZero() {
+		return Errorf(CodeCorruptHistory, "event lacks at")
+	}
+	if e.Type == "" {
+		return Errorf(CodeCorruptHistory, "event lacks type")
+	}
+	bodies := 0
+	for _, set := range []bool{e.Call != nil, e.Started != nil, e.Result != nil, e.Fence != nil} {
+		if set {
+			bodies++
+		}
 	}
 	switch e.Type {
 	case TypeCall:
-		if e.Call == nil || e.Call.CallID == "" || e.Call.Tool == "" {
-			return Errorf(CodeCorruptHistory, "tool.call lacks call, call_id or tool")
+		if e.Call == nil || bodies != 1 {
+			return Errorf(CodeCorruptHistory, "tool.call must carry a call body and no other")
 		}
+		return e.Call.validate()
 	case TypeStarted:
-		if e.Started == nil || e.Started.CallID == "" {
-			return Errorf(CodeCorruptHistory, "tool.started lacks started.call_id")
+		if e.Started == nil || bodies != 1 {
+			return Errorf(CodeCorruptHistory, "tool.started must carry a started body and no other")
+		}
+		if err := checkID("started.call_id", e.Started.CallID); err != nil {
+			return err
 		}
 	case TypeResult:
-		if e.Result == nil || e.Result.CallID == "" || !e.Result.Status.Valid() {
-			return Errorf(CodeCorruptHistory, "tool.result lacks call_id or a valid status")
+		if e.Result == nil || bodies != 1 {
+			return Errorf(CodeCorruptHistory, "tool.result must carry a result body and no other")
 		}
+		return e.Result.validate()
 	case TypeFenced:
-		if e.Fence == nil {
-			return Errorf(CodeCorruptHistory, "session.fenced lacks fence")
+		if e.Fence == nil || bodies != 1 {
+			return Errorf(CodeCorruptHistory, "session.fenced must carry a fence body and no other")
 		}
 	}
 	return nil
 }
 
-func itoa(n int) string {
-	b, _ := json.Marshal(n)
-	return string(b)
+// checkID checks a required identifier: non-empty, at most MaxFieldBytes.
+func checkID(what, v string) error {
+	if v == "" {
+		return Errorf(CodeCorruptHistory, "%s is missing", what)
+	}
+	return checkLen(what, v)
+}
+
+func checkLen(what, v string) error {
+	if len(v) > MaxFieldBytes {
+		return Errorf(CodeFieldTooLong, "%s is %d bytes (limit %d)", what, len(v), MaxFieldBytes)
+	}
+	return nil
+}
+
+func (c *Call) validate() error {
+	if err := checkID("call.call_id", c.CallID); err != nil {
+		return err
+	}
+	if c.Tool == "" {
+		return Errorf(CodeCorruptHistory, "call.tool is missing")
+	}
+	if len(c.Arguments) == 0 {
+		return Errorf(CodeCorruptHistory, "call.arguments is missing")
+	}
+	if err := checkLen("call.request_id", c.RequestID); err != nil {
+		return err
+	}
+	op := c.Operation
+	if op == nil {
+		return nil // legacy format: recovery refuses it with legacy_call
+	}
+	if op.Task == "" {
+		return Errorf(CodeCorruptHistory, "operation.task is missing")
+	}
+	if err := checkID("operation.key", op.Key); err != nil {
+		return err
+	}
+	if !op.Contract.Effect.Valid() {
+		return Errorf(CodeCorruptHistory, "operation.contract.effect is invalid")
+	}
+	if err := checkID("operation.contract.revision", op.Contract.Revision); err != nil {
+		return err
+	}
+	r := op.Retry
+	if r == nil {
+		return nil
+	}
+	if err := checkID("operation.retry.prior_call_id", r.PriorCallID); err != nil {
+		return err
+	}
+	if r.PlanID == "" {
+		return Errorf(CodeCorruptHistory, "operation.retry.plan_id is missing")
+	}
+	switch r.Basis {
+	case BasisNotStarted, BasisUncertainSafe, BasisReviewedNotExecuted:
+	default:
+		return Errorf(CodeCorruptHistory, "operation.retry.basis %s is not not_started, uncertain_safe or reviewed_not_executed", quoteShort([]byte(r.Basis)))
+	}
+	if rv := r.Review; rv != nil {
+		if !rv.Verdict.Valid() {
+			return Errorf(CodeCorruptHistory, "operation.retry.review.verdict %s is not not_executed, completed or uncertain", quoteShort([]byte(rv.Verdict)))
+		}
+		if err := checkLen("operation.retry.review.operator", rv.Operator); err != nil {
+			return err
+		}
+		if err := checkLen("operation.retry.review.evidence", rv.Evidence); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *Result) validate() error {
+	if err := checkID("result.call_id", r.CallID); err != nil {
+		return err
+	}
+	if !r.Status.Valid() {
+		return Errorf(CodeCorruptHistory, "result.status %s is not a valid status", quoteShort([]byte(r.Status)))
+	}
+	switch {
+	case r.Status == StatusRejected && !r.Stage.Valid():
+		return Errorf(CodeCorruptHistory, "rejected result has stage %s, want permission, arguments, guard, approval or budget", quoteShort([]byte(r.Stage)))
+	case r.Status != StatusRejected && r.Stage != "":
+		return Errorf(CodeCorruptHistory, "result with status %s has a stage (only rejected results do)", r.Status)
+	}
+	return nil
 }

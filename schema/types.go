@@ -94,11 +94,13 @@ const (
 // RetryLink is operation.retry: the prior attempt a retry follows and the
 // plan that allowed it.
 type RetryLink struct {
-	PriorCallID string  `json:"prior_call_id"`
-	PriorSeq    uint64  `json:"prior_seq"`
-	PlanID      string  `json:"plan_id"`
-	Basis       Basis   `json:"basis"`
-	Review      *Review `json:"review"`
+	PriorCallID string `json:"prior_call_id"`
+	PriorSeq    uint64 `json:"prior_seq"`
+	PlanID      string `json:"plan_id"`
+	Basis       Basis  `json:"basis"`
+	// Review is the review a reviewed_not_executed plan rested on; nil
+	// (and omitted on the wire) otherwise.
+	Review *Review `json:"review,omitempty"`
 }
 
 // Started is the body of a tool.started event.
@@ -152,12 +154,14 @@ func (s Stage) Valid() bool {
 
 // Result is the body of a tool.result event.
 type Result struct {
-	CallID    string          `json:"call_id"`
-	Status    Status          `json:"status"`
-	Stage     Stage           `json:"stage,omitempty"`
-	Retryable bool            `json:"retryable"`
-	Output    json.RawMessage `json:"output,omitempty"`
-	Error     string          `json:"error,omitempty"`
+	CallID    string `json:"call_id"`
+	Status    Status `json:"status"`
+	Retryable bool   `json:"retryable"`
+	// Stage is set with StatusRejected only: the admission stage that
+	// refused the call.
+	Stage  Stage           `json:"stage,omitempty"`
+	Output json.RawMessage `json:"output,omitempty"`
+	Error  string          `json:"error,omitempty"`
 }
 
 // Fence is the body of a session.fenced event: from this event on, only the
