@@ -1,0 +1,401 @@
+package worker_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jingwei/jingwei/effect"
+	"github.com/jingwei/jingwei/recovery"
+	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/streamtest"
+	"github.com/jingwei/jingwei/tools"
+	"github.com/jingwei/jingwei/worker"
+)
+
+// live is a runtime on a real embedded server with the example tools.
+type live struct {
+	url    string
+	topo   *stream.Topology
+	plans  *stream.Plans
+	budget *stream.Budget
+	tools  *tools.Tools
+}
+
+func liveSetup(t *testing.T) *live {
+	t.Helper()
+	e, _, topo := streamtest.Start(t)
+	tl, err := tools.New(context.Background(), tools.Config{JS: topo.JS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &live{url: e.ClientURL(), topo: topo, plans: stream.NewPlans(topo.Plans), budget: stream.NewBudget(topo.Budget), tools: tl}
+}
+
+// runtime opens session's log at epoch 1 and returns a runtime on it with
+// the example tools (orders.create at revision ordersRev) and cfg changes.
+func (l *live) runtime(t *testing.T, session, ordersRev string, mod func(*worker.Config)) *worker.Runtime {
+	t.Helper()
+	lg, err := l.topo.OpenLog(context.Background(), session, "host", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orders := l.tools.OrdersCreateTool()
+	orders.Metadata = orders.Metadata.WithEffect(effect.Idempotent, ordersRev)
+	reg, err := worker.NewRegistry(orders, l.tools.PaymentsChargeTool(), l.tools.CatalogLookupTool())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := worker.Config{Session: session, Log: lg, Registry: reg, Plans: l.plans, Budget: l.budget}
+	if mod != nil {
+		mod(&cfg)
+	}
+	rt, err := worker.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rt
+}
+
+// failedOrder places an order that writes its record and then fails, and
+// returns a plan for it issued in jw_plans.
+func (l *live) failedOrder(t *testing.T, rt *worker.Runtime, args string) (worker.Result, schema.Plan) {
+	t.Helper()
+	ctx := context.Background()
+	l.tools.FailAfterWrite(1)
+	res, err := rt.CallWithOptions(ctx, tools.OrdersCreate, json.RawMessage(args), worker.CallOptions{Task: "t-1"})
+	if !errors.Is(err, worker.ErrFailed) {
+		t.Fatalf("first attempt: %v, want failed", err)
+	}
+	plan := l.prepare(t, rt.Session(), res.CallID)
+	return res, plan
+}
+
+// prepare loads the session's history, prepares a plan for callID and
+// issues it.
+func (l *live) prepare(t *testing.T, session, callID string) schema.Plan {
+	t.Helper()
+	ctx := context.Background()
+	h, err := l.topo.Load(ctx, session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := recovery.PrepareRetry(schema.Events(h), callID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.plans.Issue(ctx, plan); err != nil {
+		t.Fatal(err)
+	}
+	return plan
+}
+
+// snapshot is what a refused plan must leave alone.
+type snapshot struct {
+	events, orders int
+	calls          int64
+	state          string
+}
+
+func (l *live) snap(t *testing.T, session, planID string) snapshot {
+	t.Helper()
+	ctx := context.Background()
+	h, err := l.topo.Load(ctx, session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orders, err := l.tools.Orders(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := l.budget.Get(ctx, session, "t-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := l.plans.Get(ctx, planID)
+	if err != nil && !errors.Is(err, stream.ErrPlanNotIssued) {
+		t.Fatal(err)
+	}
+	return snapshot{events: len(h), orders: len(orders), calls: u.ToolCalls, state: rec.State}
+}
+
+func TestRetryPlanRefusals(t *testing.T) {
+	ctx := context.Background()
+	l := liveSetup(t)
+	rt := l.runtime(t, "s-1", tools.OrdersRevision, nil)
+	args := `{"sku":"A-1","qty":2}`
+	first, plan := l.failedOrder(t, rt, args)
+	if plan.Basis != schema.BasisUncertainSafe || plan.Key != first.Operation.Key {
+		t.Fatalf("plan %+v", plan)
+	}
+	other := l.runtime(t, "s-2", tools.OrdersRevision, nil)
+	bumped := l.runtime(t, "s-1", "orders-v2", nil)
+	tampered := plan
+	tampered.Key = "op-forged"
+	unissued := plan
+	unissued.PlanID = recovery.PlanID("s-1", "c-never")
+
+	tests := []struct {
+		name  string
+		rt    *worker.Runtime
+		args  string
+		task  string
+		plan  schema.Plan
+		code  worker.Code
+		field string
+	}{
+		{"not issued", rt, args, "t-1", unissued, worker.CodePlanNotIssued, ""},
+		{"other arguments", rt, `{"sku":"A-1","qty":3}`, "t-1", plan, worker.CodePlanMismatch, "arguments"},
+		{"other task", rt, args, "t-2", plan, worker.CodePlanMismatch, "task"},
+		{"other session", other, args, "t-1", plan, worker.CodePlanMismatch, "session"},
+		{"contract revision changed", bumped, args, "t-1", plan, worker.CodePlanMismatch, "contract"},
+		{"plan altered after issue", rt, args, "t-1", tampered, worker.CodePlanMismatch, "plan"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := l.snap(t, "s-1", plan.PlanID)
+			p := tt.plan
+			_, err := tt.rt.CallWithOptions(ctx, tools.OrdersCreate, json.RawMessage(tt.args), worker.CallOptions{Task: tt.task, Retry: &p})
+			var werr *worker.Error
+			if !errors.As(err, &werr) || werr.Code != tt.code || werr.Field != tt.field || !errors.Is(err, worker.ErrPlanRefused) {
+				t.Fatalf("error %v, want %s (%s)", err, tt.code, tt.field)
+			}
+			if after := l.snap(t, "s-1", plan.PlanID); after != before {
+				t.Fatalf("a refused plan changed something: %+v → %+v", before, after)
+			}
+			if before.state != stream.PlanIssued {
+				t.Fatalf("plan state %q, want issued", before.state)
+			}
+		})
+	}
+
+	// The plan still works once, for exactly the call it names …
+	res, err := rt.CallWithOptions(ctx, tools.OrdersCreate, json.RawMessage(`{"qty":2,"sku":"A-1"}`), worker.CallOptions{Task: "t-1", Retry: &plan})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Operation.Key != first.Operation.Key || res.Operation.Retry == nil || res.Operation.Retry.PriorCallID != first.CallID ||
+		res.Operation.Retry.PriorSeq != first.CallSeq || res.Operation.Retry.PlanID != plan.PlanID || res.Operation.Retry.Basis != schema.BasisUncertainSafe {
+		t.Fatalf("retry operation %+v / %+v", res.Operation, res.Operation.Retry)
+	}
+	// … and never again: a replay is refused and nothing runs.
+	before := l.snap(t, "s-1", plan.PlanID)
+	_, err = rt.CallWithOptions(ctx, tools.OrdersCreate, json.RawMessage(args), worker.CallOptions{Task: "t-1", Retry: &plan})
+	if !errors.Is(err, worker.ErrPlanConsumed) || !errors.Is(err, stream.ErrPlanConsumed) || !strings.Contains(err.Error(), res.CallID) {
+		t.Fatalf("replay: %v, want plan_consumed naming %s", err, res.CallID)
+	}
+	if after := l.snap(t, "s-1", plan.PlanID); after != before || after.state != stream.PlanConsumed {
+		t.Fatalf("replay changed something: %+v → %+v", before, after)
+	}
+	if before.orders != 1 || before.calls != 2 {
+		t.Fatalf("orders %d, tool_calls %d; want 1 and 2", before.orders, before.calls)
+	}
+}
+
+// TestPlanConsumedByRejectedAttempt: a plan is spent when taken, even if
+// admission then refuses the attempt.
+func TestPlanConsumedByRejectedAttempt(t *testing.T) {
+	ctx := context.Background()
+	l := liveSetup(t)
+	rt := l.runtime(t, "s-1", tools.OrdersRevision, func(c *worker.Config) {
+		c.Approval = worker.HookFunc(func(_ context.Context, a worker.Admission) error {
+			if a.Operation.Retry != nil {
+				return errors.New("retries need a human")
+			}
+			return nil
+		})
+	})
+	_, plan := l.failedOrder(t, rt, `{"sku":"C-3","qty":1}`)
+	res, err := rt.CallWithOptions(ctx, tools.OrdersCreate, json.RawMessage(`{"sku":"C-3","qty":1}`), worker.CallOptions{Task: "t-1", Retry: &plan})
+	if !errors.Is(err, worker.ErrRejected) || res.Stage != schema.StageApproval {
+		t.Fatalf("retry: %+v %v, want rejected at approval", res, err)
+	}
+	if _, err := rt.CallWithOptions(ctx, tools.OrdersCreate, json.RawMessage(`{"sku":"C-3","qty":1}`), worker.CallOptions{Task: "t-1", Retry: &plan}); !errors.Is(err, worker.ErrPlanConsumed) {
+		t.Fatalf("second use: %v, want plan_consumed", err)
+	}
+}
+
+// TestPlanRaceGoroutines: many goroutines present one plan; exactly one
+// attempt is recorded and runs.
+func TestPlanRaceGoroutines(t *testing.T) {
+	ctx := context.Background()
+	l := liveSetup(t)
+	rt := l.runtime(t, "s-1", tools.OrdersRevision, nil)
+	args := `{"sku":"B-2","qty":4}`
+	_, plan := l.failedOrder(t, rt, args)
+	const n = 6
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			p := plan
+			_, errs[i] = rt.CallWithOptions(ctx, tools.OrdersCreate, json.RawMessage(args), worker.CallOptions{Task: "t-1", Retry: &p})
+		})
+	}
+	close(start)
+	wg.Wait()
+	wins := 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			wins++
+		case !errors.Is(err, worker.ErrPlanConsumed):
+			t.Errorf("loser error %v, want plan_consumed", err)
+		}
+	}
+	if wins != 1 {
+		t.Fatalf("%d attempts won the plan, want 1", wins)
+	}
+	if s := l.snap(t, "s-1", plan.PlanID); s.events != 6 || s.calls != 2 || s.orders != 1 {
+		t.Fatalf("after the race %+v, want 6 events (2 attempts), tool_calls 2, 1 order", s)
+	}
+}
+
+// Environment of a child process in TestPlanRaceProcesses.
+const (
+	envChildURL  = "JW_TEST_PLAN_CHILD_URL"
+	envChildPlan = "JW_TEST_PLAN_CHILD_PLAN"
+	envChildName = "JW_TEST_PLAN_CHILD_NAME"
+)
+
+// TestPlanRaceProcesses: two processes (this test binary re-executed) race
+// to use one plan against the same server; exactly one succeeds.
+func TestPlanRaceProcesses(t *testing.T) {
+	if os.Getenv(envChildURL) != "" {
+		planChild(t)
+		return
+	}
+	if testing.Short() {
+		t.Skip("starts child processes")
+	}
+	l := liveSetup(t)
+	rt := l.runtime(t, "s-1", tools.OrdersRevision, nil)
+	args := `{"sku":"A-1","qty":9}`
+	_, plan := l.failedOrder(t, rt, args)
+	pj, _ := json.Marshal(plan)
+
+	nc, err := nats.Connect(l.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	ready, err := nc.SubscribeSync("test.ready")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 2
+	outs := make([]*strings.Builder, n)
+	cmds := make([]*exec.Cmd, n)
+	for i := range n {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestPlanRaceProcesses$", "-test.v")
+		cmd.Env = append(os.Environ(), envChildURL+"="+l.url, envChildPlan+"="+string(pj), fmt.Sprintf("%s=child-%d", envChildName, i))
+		outs[i] = &strings.Builder{}
+		cmd.Stdout, cmd.Stderr = outs[i], outs[i]
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[i] = cmd
+	}
+	for range n {
+		if _, err := ready.NextMsg(30 * time.Second); err != nil {
+			t.Fatalf("children not ready: %v", err)
+		}
+	}
+	if err := nc.Publish("test.go", nil); err != nil {
+		t.Fatal(err)
+	}
+	results := map[string]int{}
+	for i, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("child %d: %v\n%s", i, err, outs[i])
+		}
+		sc := bufio.NewScanner(strings.NewReader(outs[i].String()))
+		found := false
+		for sc.Scan() {
+			if v, ok := strings.CutPrefix(sc.Text(), "RESULT "); ok {
+				results[v]++
+				found = true
+			}
+		}
+		if !found {
+			t.Fatalf("child %d printed no result:\n%s", i, outs[i])
+		}
+	}
+	if results["ok"] != 1 || results[string(worker.CodePlanConsumed)] != 1 {
+		t.Fatalf("child results %v, want one ok and one plan_consumed", results)
+	}
+	if s := l.snap(t, "s-1", plan.PlanID); s.events != 6 || s.calls != 2 || s.orders != 1 || s.state != stream.PlanConsumed {
+		t.Fatalf("after the race %+v", s)
+	}
+}
+
+// planChild is the child side of TestPlanRaceProcesses: connect by URL,
+// signal ready, wait for go, present the plan, print the outcome.
+func planChild(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nc, err := nats.Connect(os.Getenv(envChildURL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	topo, err := stream.EnsureTopology(ctx, js, stream.TopologyConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan schema.Plan
+	if err := json.Unmarshal([]byte(os.Getenv(envChildPlan)), &plan); err != nil {
+		t.Fatal(err)
+	}
+	tl, err := tools.New(ctx, tools.Config{JS: js})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, _ := worker.NewRegistry(tl.List()...)
+	lg, err := topo.OpenLog(ctx, plan.Session, "host", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := worker.New(worker.Config{Session: plan.Session, Log: lg, Registry: reg, Plans: stream.NewPlans(topo.Plans), Budget: stream.NewBudget(topo.Budget)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start, err := nc.SubscribeSync("test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Publish("test.ready", []byte(os.Getenv(envChildName))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := start.NextMsg(30 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	_, err = rt.CallWithOptions(ctx, plan.Tool, plan.Arguments, worker.CallOptions{Task: plan.Task, Retry: &plan})
+	switch {
+	case err == nil:
+		fmt.Println("RESULT ok")
+	default:
+		fmt.Println("RESULT " + string(worker.CodeOf(err)))
+		if worker.CodeOf(err) == "" {
+			fmt.Println(err)
+		}
+	}
+}
