@@ -8,6 +8,7 @@ import (
 	"io"
 	"iter"
 	"strconv"
+	"time"
 )
 
 // History is a session history read one event at a time, in log order.
@@ -177,14 +178,22 @@ func decodeEvent(s *scanner, b []byte) (Event, error) {
 	}
 	var ev Event
 	if err := json.Unmarshal(b, &ev); err != nil {
-		return Event{}, Errorf(CodeCorruptHistory, "event is not valid: %v", err)
+		// A body member of the wrong type only matters for the known
+		// types; an unknown type is decoded by its envelope alone.
+		var te *json.UnmarshalTypeError
+		if !errors.As(err, &te) || knownType(ev.Type) {
+			return Event{}, Errorf(CodeCorruptHistory, "event is not valid: %v", err)
+		}
+		var env envelope
+		if err := json.Unmarshal(b, &env); err != nil {
+			return Event{}, Errorf(CodeCorruptHistory, "event is not valid: %v", err)
+		}
+		ev = Event{V: env.V, Seq: env.Seq, Session: env.Session, Epoch: env.Epoch, At: env.At, Type: env.Type}
 	}
 	if s.present[kEnvelope]&(1<<bitEnvelopeEpoch) == 0 {
 		return Event{}, Errorf(CodeCorruptHistory, "event lacks epoch")
 	}
-	switch ev.Type {
-	case TypeCall, TypeStarted, TypeResult, TypeFenced:
-	default:
+	if !knownType(ev.Type) {
 		// Members named like the bodies of known types mean nothing
 		// in an unknown type: ignore them like any unknown member.
 		ev.Call, ev.Started, ev.Result, ev.Fence = nil, nil, nil, nil
@@ -199,6 +208,24 @@ func decodeEvent(s *scanner, b []byte) (Event, error) {
 		return Event{}, err
 	}
 	return ev, nil
+}
+
+func knownType(t string) bool {
+	switch t {
+	case TypeCall, TypeStarted, TypeResult, TypeFenced:
+		return true
+	}
+	return false
+}
+
+// envelope is an Event without its bodies.
+type envelope struct {
+	V       int       `json:"v"`
+	Seq     uint64    `json:"seq"`
+	Session string    `json:"session"`
+	Epoch   uint64    `json:"epoch"`
+	At      time.Time `json:"at"`
+	Type    string    `json:"type"`
 }
 
 // Validate checks an event's values against DESIGN §3 and §8 (presence of

@@ -1,0 +1,478 @@
+package schema_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jingwei/jingwei/effect"
+	"github.com/jingwei/jingwei/internal/testhistory"
+	"github.com/jingwei/jingwei/schema"
+)
+
+const (
+	envelope = `"v":1,"seq":1,"session":"s-1","epoch":1,"at":"2026-11-29T10:00:01Z"`
+	okCall   = `{` + envelope + `,"type":"tool.call","call":{"call_id":"c-1","tool":"orders.create","arguments":{"sku":"A-1","qty":2},"start_marker":true,"operation":{"task":"t-1","key":"op-1","contract":{"effect":"idempotent","revision":"orders-v1"}}}}`
+)
+
+// ev builds an event line from an envelope and a type with its body.
+func ev(typeAndBody string) string { return `{` + envelope + `,` + typeAndBody + `}` }
+
+func call(body string) string { return ev(`"type":"tool.call","call":` + body) }
+
+func op(operation string) string {
+	return call(`{"call_id":"c-1","tool":"t","arguments":{},"operation":` + operation + `}`)
+}
+
+func TestDecodeEventValid(t *testing.T) {
+	long := strings.Repeat("k", schema.MaxFieldBytes)
+	tests := []struct {
+		name  string
+		line  string
+		check func(t *testing.T, e schema.Event)
+	}{
+		{"call", okCall, func(t *testing.T, e schema.Event) {
+			if e.Call.Operation.Contract != (effect.Contract{Effect: effect.Idempotent, Revision: "orders-v1"}) || string(e.Call.Arguments) != `{"sku":"A-1","qty":2}` || !e.Call.StartMarker {
+				t.Errorf("call decoded as %+v", e.Call)
+			}
+		}},
+		{"legacy call without operation", call(`{"call_id":"c-1","tool":"t","arguments":{}}`), func(t *testing.T, e schema.Event) {
+			if e.Call.Operation != nil {
+				t.Error("operation set")
+			}
+		}},
+		{"retry with review", op(`{"task":"t","key":"k","contract":{"effect":"unknown","revision":"r"},"retry":{"prior_call_id":"c-0","prior_seq":3,"plan_id":"p-1","basis":"reviewed_not_executed","review":{"v":1,"session":"s-1","call_id":"c-0","operator":"alice","evidence":"t-1","verdict":"not_executed"}}}`), func(t *testing.T, e schema.Event) {
+			r := e.Call.Operation.Retry
+			if r.PriorSeq != 3 || r.Basis != schema.BasisReviewedNotExecuted || r.Review.Verdict != schema.VerdictNotExecuted {
+				t.Errorf("retry decoded as %+v", r)
+			}
+		}},
+		{"retry review null", op(`{"task":"t","key":"k","contract":{"effect":"read_only","revision":"r"},"retry":{"prior_call_id":"c-0","plan_id":"p","basis":"uncertain_safe","review":null}}`), nil},
+		{"started", ev(`"type":"tool.started","started":{"call_id":"c-1"}`), nil},
+		{"result rejected with stage", ev(`"type":"tool.result","result":{"call_id":"c-1","status":"rejected","stage":"approval","retryable":false}`), func(t *testing.T, e schema.Event) {
+			if e.Result.Stage != schema.StageApproval {
+				t.Errorf("stage %q", e.Result.Stage)
+			}
+		}},
+		{"result stage null", ev(`"type":"tool.result","result":{"call_id":"c-1","status":"failed","stage":null,"retryable":true,"output":null,"error":"x"}`), nil},
+		{"fenced", ev(`"type":"session.fenced","fence":{"epoch":2,"owner":"w"}`), func(t *testing.T, e schema.Event) {
+			if e.Fence.Epoch != 2 {
+				t.Errorf("fence %+v", e.Fence)
+			}
+		}},
+		{"epoch zero present", `{"v":1,"session":"s","epoch":0,"at":"2026-11-29T10:00:01Z","type":"x"}`, nil},
+		{"unknown type carried, bodies ignored", ev(`"type":"tool.progress","call":{"call_id":"c-9"},"result":7,"extra":{"a":1}`), func(t *testing.T, e schema.Event) {
+			if e.Type != "tool.progress" || e.Call != nil || e.Result != nil || e.CallID() != "" {
+				t.Errorf("unknown event decoded as %+v", e)
+			}
+		}},
+		{"unknown fields ignored", `{"v":1,"seq":1,"session":"s-1","epoch":1,"at":"2026-11-29T10:00:01Z","type":"tool.started","started":{"call_id":"c-1","Extra":1},"zzz":[1,{"a":null}]}`, nil},
+		{"case variants inside arguments are data", call(`{"call_id":"c-1","tool":"t","arguments":{"Tool":1,"tool":2,"CALL_ID":3}}`), nil},
+		{"same name in different objects", call(`{"call_id":"c-1","tool":"t","arguments":{"a":{"a":1},"b":[{"a":1},{"a":2}]}}`), nil},
+		{"fields at 1024 bytes", op(`{"task":"t","key":"` + long + `","contract":{"effect":"idempotent","revision":"` + long + `"}}`), nil},
+		{"surrounding whitespace and CR", " \t" + okCall + "\r", nil},
+		{"escaped names", `{"v":1,"s\u0065ssion":"s-1","epoch":1,"at":"2026-11-29T10:00:01Z","type":"x"}`, func(t *testing.T, e schema.Event) {
+			if e.Session != "s-1" {
+				t.Errorf("session %q", e.Session)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e, err := schema.DecodeEvent([]byte(tt.line))
+			if err != nil {
+				t.Fatalf("DecodeEvent: %v", err)
+			}
+			if tt.check != nil {
+				tt.check(t, e)
+			}
+		})
+	}
+}
+
+func TestDecodeEventInvalid(t *testing.T) {
+	long := strings.Repeat("k", schema.MaxFieldBytes+1)
+	corrupt, tooLong := schema.CodeCorruptHistory, schema.CodeFieldTooLong
+	tests := []struct {
+		name, line string
+		code       schema.Code
+		msg        string
+	}{
+		{"bad json", `{"v":1,`, corrupt, "invalid JSON"},
+		{"truncated", `{"v":1`, corrupt, "unexpected end"},
+		{"not an object", `[1]`, corrupt, "not a JSON object"},
+		{"null", `null`, corrupt, "not a JSON object"},
+		{"trailing data", okCall + ` {}`, corrupt, "after the value"},
+		{"invalid utf8", ev(`"type":"x","note":"` + "\xff" + `"`), corrupt, "UTF-8"},
+		{"lone surrogate", ev(`"type":"x","note":"\udc00"`), corrupt, "surrogate"},
+		{"duplicate top-level", `{"v":1,"session":"s-1","session":"s-2","epoch":1,"at":"2026-11-29T10:00:01Z","type":"x"}`, corrupt, `duplicate member name "session"`},
+		{"duplicate in arguments", call(`{"call_id":"c-1","tool":"t","arguments":{"sku":"A","qty":1,"sku":"B"}}`), corrupt, `duplicate member name "sku"`},
+		{"duplicate deep in arguments", call(`{"call_id":"c-1","tool":"t","arguments":{"a":[1,{"b":{"c":1,"c":2}}]}}`), corrupt, `duplicate member name "c"`},
+		{"duplicate many members", call(`{"call_id":"c-1","tool":"t","arguments":{` + manyMembers(40) + `,"m7":0}}`), corrupt, `duplicate member name "m7"`},
+		{"duplicate via escape", call(`{"call_id":"c-1","tool":"t","arguments":{"a":1,"\u0061":2}}`), corrupt, "duplicate member name"},
+		{"duplicate in output", ev(`"type":"tool.result","result":{"call_id":"c-1","status":"ok","output":{"x":1,"x":1}}`), corrupt, "duplicate"},
+		{"duplicate body", ev(`"type":"tool.started","started":{"call_id":"c-1"},"started":{"call_id":"c-2"}`), corrupt, "duplicate"},
+		{"case variant of envelope field", `{"v":1,"session":"s-1","Session":"s-2","epoch":1,"at":"2026-11-29T10:00:01Z","type":"x"}`, corrupt, "only in case"},
+		{"case variant in call", call(`{"call_id":"c-1","Call_ID":"c-2","tool":"t","arguments":{}}`), corrupt, "only in case"},
+		{"case variant in contract", op(`{"task":"t","key":"k","contract":{"effect":"idempotent","revision":"r","EFFECT":"read_only"}}`), corrupt, "only in case"},
+		{"missing v", `{"session":"s-1","epoch":1,"at":"2026-11-29T10:00:01Z","type":"x"}`, corrupt, "version"},
+		{"wrong v", `{"v":2,"session":"s-1","epoch":1,"at":"2026-11-29T10:00:01Z","type":"x"}`, corrupt, "version"},
+		{"missing session", `{"v":1,"epoch":1,"at":"2026-11-29T10:00:01Z","type":"x"}`, corrupt, "session"},
+		{"bad session", `{"v":1,"session":"s.1","epoch":1,"at":"2026-11-29T10:00:01Z","type":"x"}`, corrupt, "session"},
+		{"session too long", `{"v":1,"session":"` + strings.Repeat("s", 129) + `","epoch":1,"at":"2026-11-29T10:00:01Z","type":"x"}`, corrupt, "session"},
+		{"missing epoch", `{"v":1,"session":"s-1","at":"2026-11-29T10:00:01Z","type":"x"}`, corrupt, "epoch"},
+		{"null epoch", `{"v":1,"session":"s-1","epoch":null,"at":"2026-11-29T10:00:01Z","type":"x"}`, corrupt, "epoch"},
+		{"missing at", `{"v":1,"session":"s-1","epoch":1,"type":"x"}`, corrupt, "at"},
+		{"bad at", `{"v":1,"session":"s-1","epoch":1,"at":"yesterday","type":"x"}`, corrupt, "not valid"},
+		{"missing type", `{"v":1,"session":"s-1","epoch":1,"at":"2026-11-29T10:00:01Z"}`, corrupt, "type"},
+		{"wrong type of seq", `{"v":1,"seq":"1","session":"s-1","epoch":1,"at":"2026-11-29T10:00:01Z","type":"x"}`, corrupt, "not valid"},
+		{"negative epoch", `{"v":1,"session":"s-1","epoch":-1,"at":"2026-11-29T10:00:01Z","type":"x"}`, corrupt, "not valid"},
+		{"wrong type of start_marker", call(`{"call_id":"c-1","tool":"t","arguments":{},"start_marker":"yes"}`), corrupt, "not valid"},
+		{"call missing", ev(`"type":"tool.call"`), corrupt, "call body"},
+		{"call null", ev(`"type":"tool.call","call":null`), corrupt, "call body"},
+		{"call with a second body", ev(`"type":"tool.call","call":{"call_id":"c-1","tool":"t","arguments":{}},"started":{"call_id":"c-1"}`), corrupt, "no other"},
+		{"call_id missing", call(`{"tool":"t","arguments":{}}`), corrupt, "call_id"},
+		{"tool missing", call(`{"call_id":"c-1","arguments":{}}`), corrupt, "tool"},
+		{"arguments missing", call(`{"call_id":"c-1","tool":"t"}`), corrupt, "arguments"},
+		{"task missing", op(`{"key":"k","contract":{"effect":"idempotent","revision":"r"}}`), corrupt, "task"},
+		{"key missing", op(`{"task":"t","contract":{"effect":"idempotent","revision":"r"}}`), corrupt, "key"},
+		{"contract missing", op(`{"task":"t","key":"k"}`), corrupt, "contract"},
+		{"effect missing", op(`{"task":"t","key":"k","contract":{"revision":"r"}}`), corrupt, "effect"},
+		{"effect null", op(`{"task":"t","key":"k","contract":{"effect":null,"revision":"r"}}`), corrupt, "effect"},
+		{"effect unknown value", op(`{"task":"t","key":"k","contract":{"effect":"safe","revision":"r"}}`), corrupt, "unknown effect"},
+		{"revision missing", op(`{"task":"t","key":"k","contract":{"effect":"idempotent"}}`), corrupt, "revision"},
+		{"retry prior missing", op(`{"task":"t","key":"k","contract":{"effect":"idempotent","revision":"r"},"retry":{"plan_id":"p","basis":"not_started"}}`), corrupt, "prior_call_id"},
+		{"retry plan missing", op(`{"task":"t","key":"k","contract":{"effect":"idempotent","revision":"r"},"retry":{"prior_call_id":"c-0","basis":"not_started"}}`), corrupt, "plan_id"},
+		{"retry bad basis", op(`{"task":"t","key":"k","contract":{"effect":"idempotent","revision":"r"},"retry":{"prior_call_id":"c-0","plan_id":"p","basis":"because"}}`), corrupt, "basis"},
+		{"retry review bad verdict", op(`{"task":"t","key":"k","contract":{"effect":"idempotent","revision":"r"},"retry":{"prior_call_id":"c-0","plan_id":"p","basis":"reviewed_not_executed","review":{"verdict":"maybe"}}}`), corrupt, "verdict"},
+		{"started missing call_id", ev(`"type":"tool.started","started":{}`), corrupt, "call_id"},
+		{"result missing call_id", ev(`"type":"tool.result","result":{"status":"ok"}`), corrupt, "call_id"},
+		{"result missing status", ev(`"type":"tool.result","result":{"call_id":"c-1"}`), corrupt, "status"},
+		{"result bad status", ev(`"type":"tool.result","result":{"call_id":"c-1","status":"done"}`), corrupt, "status"},
+		{"stage on failed", ev(`"type":"tool.result","result":{"call_id":"c-1","status":"failed","stage":"guard"}`), corrupt, "stage"},
+		{"rejected without stage", ev(`"type":"tool.result","result":{"call_id":"c-1","status":"rejected"}`), corrupt, "stage"},
+		{"rejected bad stage", ev(`"type":"tool.result","result":{"call_id":"c-1","status":"rejected","stage":"body"}`), corrupt, "stage"},
+		{"fence missing", ev(`"type":"session.fenced"`), corrupt, "fence"},
+		{"fence epoch missing", ev(`"type":"session.fenced","fence":{"owner":"w"}`), corrupt, "fence.epoch"},
+		{"key too long", op(`{"task":"t","key":"` + long + `","contract":{"effect":"idempotent","revision":"r"}}`), tooLong, "operation.key is 1025 bytes"},
+		{"revision too long", op(`{"task":"t","key":"k","contract":{"effect":"idempotent","revision":"` + long + `"}}`), tooLong, "revision"},
+		{"call id too long", call(`{"call_id":"` + long + `","tool":"t","arguments":{}}`), tooLong, "call_id"},
+		{"request id too long", call(`{"call_id":"c","tool":"t","arguments":{},"request_id":"` + long + `"}`), tooLong, "request_id"},
+		{"started call id too long", ev(`"type":"tool.started","started":{"call_id":"` + long + `"}`), tooLong, "call_id"},
+		{"result call id too long", ev(`"type":"tool.result","result":{"call_id":"` + long + `","status":"ok"}`), tooLong, "call_id"},
+		{"prior call id too long", op(`{"task":"t","key":"k","contract":{"effect":"idempotent","revision":"r"},"retry":{"prior_call_id":"` + long + `","plan_id":"p","basis":"not_started"}}`), tooLong, "prior_call_id"},
+		{"review operator too long", op(`{"task":"t","key":"k","contract":{"effect":"idempotent","revision":"r"},"retry":{"prior_call_id":"c","plan_id":"p","basis":"reviewed_not_executed","review":{"verdict":"not_executed","operator":"` + long + `"}}}`), tooLong, "operator"},
+		{"review evidence too long", op(`{"task":"t","key":"k","contract":{"effect":"idempotent","revision":"r"},"retry":{"prior_call_id":"c","plan_id":"p","basis":"reviewed_not_executed","review":{"verdict":"not_executed","evidence":"` + long + `"}}}`), tooLong, "evidence"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := schema.DecodeEvent([]byte(tt.line))
+			var se *schema.Error
+			if !errors.As(err, &se) || se.Code != tt.code {
+				t.Fatalf("DecodeEvent = %v, want code %s", err, tt.code)
+			}
+			if !strings.Contains(err.Error(), tt.msg) {
+				t.Errorf("error %q does not mention %q", err, tt.msg)
+			}
+			if tt.code == schema.CodeCorruptHistory && !errors.Is(err, schema.ErrCorruptHistory) {
+				t.Error("not errors.Is ErrCorruptHistory")
+			}
+		})
+	}
+}
+
+func manyMembers(n int) string {
+	var parts []string
+	for i := range n {
+		parts = append(parts, `"m`+itoa(i)+`":`+itoa(i))
+	}
+	return strings.Join(parts, ",")
+}
+
+func itoa(i int) string { b, _ := json.Marshal(i); return string(b) }
+
+func TestHistoryReaderLines(t *testing.T) {
+	in := okCall + "\r\n\n  \n" + ev(`"type":"tool.started","started":{"call_id":"c-1"}`) + "\n" + `{"v":1}` + "\n" + okCall + "\n"
+	h := schema.NewHistoryReader(strings.NewReader(in), schema.Limits{})
+	for i := range 2 {
+		if _, err := h.Next(); err != nil {
+			t.Fatalf("event %d: %v", i, err)
+		}
+	}
+	_, err := h.Next()
+	if !errors.Is(err, schema.ErrCorruptHistory) || !strings.HasPrefix(err.Error(), "corrupt_history: line 5:") {
+		t.Fatalf("third event: %v, want corrupt_history naming line 5", err)
+	}
+	if _, again := h.Next(); again != err {
+		t.Errorf("Next after an error = %v, want the same error", again)
+	}
+	// All stops at the error too.
+	n := 0
+	for _, err := range schema.NewHistoryReader(strings.NewReader(in), schema.Limits{}).All() {
+		n++
+		if err != nil {
+			break
+		}
+	}
+	if n != 3 {
+		t.Errorf("All yielded %d items, want 2 events and an error", n)
+	}
+}
+
+func TestHistoryReaderNoFinalNewline(t *testing.T) {
+	evs, err := schema.DecodeHistory(strings.NewReader(okCall+"\n"+okCall), schema.Limits{})
+	if err != nil || len(evs) != 2 {
+		t.Fatalf("DecodeHistory = %d events, %v", len(evs), err)
+	}
+	evs, err = schema.DecodeHistory(strings.NewReader(""), schema.Limits{})
+	if err != nil || len(evs) != 0 {
+		t.Fatalf("empty history = %d events, %v", len(evs), err)
+	}
+}
+
+type failingReader struct{ err error }
+
+func (f failingReader) Read([]byte) (int, error) { return 0, f.err }
+
+func TestHistoryReaderSourceError(t *testing.T) {
+	boom := errors.New("disk on fire")
+	_, err := schema.DecodeHistory(io.MultiReader(strings.NewReader(okCall+"\n"), failingReader{boom}), schema.Limits{})
+	if !errors.Is(err, boom) {
+		t.Fatalf("DecodeHistory = %v, want the reader's error", err)
+	}
+}
+
+func TestHistoryLimitsSmall(t *testing.T) {
+	line := okCall + "\n"
+	tests := []struct {
+		name  string
+		in    string
+		lim   schema.Limits
+		n     int
+		limit string
+	}{
+		{"events at limit", strings.Repeat(line, 3), schema.Limits{MaxEvents: 3}, 3, ""},
+		{"events over limit", strings.Repeat(line, 4), schema.Limits{MaxEvents: 3}, 0, "more than 3 events"},
+		{"blank lines are not events", strings.Repeat(line+"\n", 3), schema.Limits{MaxEvents: 3}, 3, ""},
+		{"bytes at limit", strings.Repeat(line, 3), schema.Limits{MaxBytes: int64(3 * len(line))}, 3, ""},
+		{"bytes over limit", strings.Repeat(line, 3) + " ", schema.Limits{MaxBytes: int64(3 * len(line))}, 0, "larger than"},
+		{"blank lines count as bytes", strings.Repeat(line, 3) + "\n", schema.Limits{MaxBytes: int64(3 * len(line))}, 0, "larger than"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			evs, err := schema.DecodeHistory(strings.NewReader(tt.in), tt.lim)
+			if tt.limit == "" {
+				if err != nil || len(evs) != tt.n {
+					t.Fatalf("DecodeHistory = %d events, %v; want %d", len(evs), err, tt.n)
+				}
+				return
+			}
+			if !errors.Is(err, schema.ErrHistoryTooLarge) || !strings.Contains(err.Error(), tt.limit) {
+				t.Fatalf("DecodeHistory = %v, want history_too_large naming %q", err, tt.limit)
+			}
+		})
+	}
+}
+
+// countingReader counts the bytes handed out.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// endless is an endless stream of one byte: a single line that never ends.
+type endless byte
+
+func (e endless) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = byte(e)
+	}
+	return len(p), nil
+}
+
+func TestHistoryHugeLineStopsAtLimit(t *testing.T) {
+	src := &countingReader{r: io.MultiReader(strings.NewReader(`{"v":1,"note":"`), endless('x'))}
+	_, err := schema.DecodeHistory(src, schema.Limits{})
+	if !errors.Is(err, schema.ErrHistoryTooLarge) || !strings.Contains(err.Error(), "16777216 bytes") {
+		t.Fatalf("DecodeHistory = %v, want history_too_large naming 16777216 bytes", err)
+	}
+	if max := int64(schema.MaxHistoryBytes + 128<<10); src.n > max {
+		t.Errorf("read %d bytes for a history over %d: should stop at the limit", src.n, schema.MaxHistoryBytes)
+	}
+}
+
+func TestHistoryDefaultLimits(t *testing.T) {
+	if testing.Short() {
+		t.Skip("decodes 100,000-event histories")
+	}
+	h := testhistory.Generate(testhistory.Config{Events: schema.MaxHistoryEvents})
+	if len(h.JSONL) > schema.MaxHistoryBytes {
+		t.Fatalf("generated history is %d bytes, over the limit", len(h.JSONL))
+	}
+	evs, err := schema.DecodeHistory(bytes.NewReader(h.JSONL), schema.Limits{})
+	if err != nil || len(evs) != schema.MaxHistoryEvents {
+		t.Fatalf("100,000 events: %d decoded, %v", len(evs), err)
+	}
+	extra := ev(`"type":"tool.progress"`) + "\n"
+	_, err = schema.DecodeHistory(io.MultiReader(bytes.NewReader(h.JSONL), strings.NewReader(extra)), schema.Limits{})
+	if !errors.Is(err, schema.ErrHistoryTooLarge) || !strings.Contains(err.Error(), "100000 events") {
+		t.Fatalf("100,001 events: %v, want history_too_large naming 100000 events", err)
+	}
+	// Over 16 MiB with few events fails too.
+	pad := ev(`"type":"tool.progress","pad":"`+strings.Repeat("p", 1<<20)+`"`) + "\n"
+	_, err = schema.DecodeHistory(strings.NewReader(strings.Repeat(pad, 17)), schema.Limits{})
+	if !errors.Is(err, schema.ErrHistoryTooLarge) || !strings.Contains(err.Error(), "16777216 bytes") {
+		t.Fatalf("17 MiB history: %v, want history_too_large naming 16777216 bytes", err)
+	}
+}
+
+func TestEncodeEvent(t *testing.T) {
+	at := time.Date(2026, 11, 29, 10, 0, 1, 0, time.UTC)
+	e := schema.Event{V: 1, Seq: 4, Session: "s-1", Epoch: 2, At: at, Type: schema.TypeCall, Call: &schema.Call{
+		CallID: "c-2", Tool: "orders.create", Arguments: json.RawMessage(`{ "sku": "<A&B>" }`), RequestID: "r-9",
+		ProviderCallID: "toolu_1", StartMarker: true, Operation: &schema.Operation{Task: "t-1", Key: "op-7",
+			Contract: effect.Contract{Effect: effect.Idempotent, Revision: "orders-v1"},
+			Retry:    &schema.RetryLink{PriorCallID: "c-1", PriorSeq: 1, PlanID: "p-1", Basis: schema.BasisUncertainSafe}}}}
+	got, err := schema.EncodeEvent(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"v":1,"seq":4,"session":"s-1","epoch":2,"at":"2026-11-29T10:00:01Z","type":"tool.call","call":{"call_id":"c-2","tool":"orders.create","arguments":{"sku":"<A&B>"},"request_id":"r-9","provider_call_id":"toolu_1","start_marker":true,"operation":{"task":"t-1","key":"op-7","contract":{"effect":"idempotent","revision":"orders-v1"},"retry":{"prior_call_id":"c-1","prior_seq":1,"plan_id":"p-1","basis":"uncertain_safe"}}}}`
+	if string(got) != want {
+		t.Errorf("EncodeEvent:\n got %s\nwant %s", got, want)
+	}
+	// Invalid events are refused with the decoder's error.
+	bad := e
+	bad.Session = "no spaces"
+	if _, err := schema.EncodeEvent(bad); !errors.Is(err, schema.ErrCorruptHistory) {
+		t.Errorf("bad session: %v", err)
+	}
+	dup := e
+	c := *e.Call
+	c.Arguments = json.RawMessage(`{"a":1,"a":2}`)
+	dup.Call = &c
+	if _, err := schema.EncodeEvent(dup); !errors.Is(err, schema.ErrCorruptHistory) {
+		t.Errorf("duplicate arguments: %v", err)
+	}
+	c.Arguments = json.RawMessage(`{"a":`)
+	if _, err := schema.EncodeEvent(dup); !errors.Is(err, schema.ErrCorruptHistory) {
+		t.Errorf("invalid arguments: %v", err)
+	}
+}
+
+// TestEncodeFixtures decodes every event of every conformance fixture and
+// re-encodes it: the line must come back byte for byte.
+func TestEncodeFixtures(t *testing.T) {
+	for _, fx := range loadFixtures(t) {
+		t.Run(fx.Name, func(t *testing.T) {
+			var events []schema.Event
+			for i, raw := range fx.History {
+				var line bytes.Buffer
+				if err := json.Compact(&line, raw); err != nil {
+					t.Fatal(err)
+				}
+				e, err := schema.DecodeEvent(line.Bytes())
+				if fx.expectsCode(schema.CodeFieldTooLong) && schema.CodeOf(err) == schema.CodeFieldTooLong {
+					return // the fixture's point: an over-long field
+				}
+				if err != nil {
+					t.Fatalf("event %d: %v", i, err)
+				}
+				got, err := schema.EncodeEvent(e)
+				if err != nil {
+					t.Fatalf("event %d: %v", i, err)
+				}
+				if !bytes.Equal(got, line.Bytes()) {
+					t.Errorf("event %d re-encodes differently:\n got %s\nwant %s", i, got, line.Bytes())
+				}
+				events = append(events, e)
+			}
+			var out bytes.Buffer
+			if err := schema.WriteHistory(&out, events); err != nil {
+				t.Fatal(err)
+			}
+			back, err := schema.DecodeHistory(&out, schema.Limits{})
+			if err != nil || len(back) != len(events) {
+				t.Fatalf("WriteHistory output decodes to %d events, %v", len(back), err)
+			}
+			if fx.expectsCode(schema.CodeFieldTooLong) {
+				t.Error("fixture expects field_too_long but every event decoded")
+			}
+		})
+	}
+}
+
+type fixture struct {
+	Name          string            `json:"name"`
+	History       []json.RawMessage `json:"history"`
+	RawHistory    []string          `json:"raw_history"`
+	Review        json.RawMessage   `json:"review"`
+	ExpectInspect json.RawMessage   `json:"expect_inspect"`
+}
+
+func (f fixture) expectsCode(c schema.Code) bool {
+	var e struct {
+		Error schema.Code `json:"error"`
+	}
+	_ = json.Unmarshal(f.ExpectInspect, &e)
+	return e.Error == c
+}
+
+// jsonl returns the fixture's history as JSON Lines: raw_history first,
+// then the events.
+func (f fixture) jsonl() []byte {
+	var b bytes.Buffer
+	for _, l := range f.RawHistory {
+		b.WriteString(l)
+		b.WriteByte('\n')
+	}
+	for _, e := range f.History {
+		_ = json.Compact(&b, e)
+		b.WriteByte('\n')
+	}
+	return b.Bytes()
+}
+
+const fixtureDir = "../../shared/conformance"
+
+func loadFixtures(tb testing.TB) []fixture {
+	tb.Helper()
+	files, err := filepath.Glob(filepath.Join(fixtureDir, "*.json"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if len(files) == 0 {
+		if _, err := os.Stat(fixtureDir); err != nil {
+			tb.Skipf("conformance fixtures not found at %s (relative to the schema package): %v", fixtureDir, err)
+		}
+		tb.Fatalf("no fixtures in %s", fixtureDir)
+	}
+	var out []fixture
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		var fx fixture
+		if err := json.Unmarshal(b, &fx); err != nil {
+			tb.Fatalf("%s: %v", f, err)
+		}
+		if fx.Name == "" {
+			fx.Name = strings.TrimSuffix(filepath.Base(f), ".json")
+		}
+		out = append(out, fx)
+	}
+	return out
+}
