@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -85,10 +86,11 @@ type tail struct {
 	owner string
 	msgID string
 	fence bool
+	size  int
 }
 
 func (t *Topology) readMsg(m *jetstream.RawStreamMsg) tail {
-	tl := tail{seq: m.Sequence, msgID: m.Header.Get(jetstream.MsgIDHeader), owner: m.Header.Get(HeaderOwner)}
+	tl := tail{seq: m.Sequence, msgID: m.Header.Get(jetstream.MsgIDHeader), owner: m.Header.Get(HeaderOwner), size: len(m.Data)}
 	if e, err := strconv.ParseUint(m.Header.Get(HeaderEpoch), 10, 64); err == nil {
 		tl.epoch = e
 	}
@@ -189,32 +191,62 @@ func (t *Topology) OpenLog(ctx context.Context, session, owner string, epoch uin
 }
 
 // Fence takes the session over at epoch: it appends a session.fenced event
-// {epoch, owner} after whatever the log holds (retrying while an older
-// writer keeps appending) and returns the new writer's Log. From then on
-// every writer with a lower epoch gets ErrFenced. It returns ErrFenced if
-// the log already holds a newer epoch or the same epoch by another owner.
+// {epoch, owner} after whatever the log holds and returns the new writer's
+// Log. While an older writer keeps appending, Fence re-reads the tail and
+// tries again until it is in; from then on every writer with a lower epoch
+// gets ErrFenced. It returns ErrFenced if the log already holds a newer
+// epoch or the same epoch by another owner. The fence event is written even
+// if the history is at its limits: stopping the old writer comes first.
 func (t *Topology) Fence(ctx context.Context, session, owner string, epoch uint64) (*Log, error) {
-	b := newBackoff(5*time.Millisecond, 500*time.Millisecond)
+	if err := ValidateSession(session); err != nil {
+		return nil, err
+	}
+	if owner == "" {
+		return nil, errors.New("stream: Fence: empty owner")
+	}
+	b := newBackoff(time.Millisecond, 100*time.Millisecond)
+	idPre := nuid.Next() + "-"
 	for {
-		l, err := t.OpenLog(ctx, session, owner, epoch)
+		tl, ok, err := t.lastMsg(ctx, session)
 		if err != nil {
 			return nil, err
 		}
-		_, err = l.Append(ctx, schema.Event{Type: schema.TypeFenced, Fence: &schema.Fence{Epoch: epoch, Owner: owner}})
+		if ok && supersedes(tl.epoch, tl.owner, epoch, owner) {
+			return nil, fmt.Errorf("%w: session %s is at epoch %d (owner %q), fence has epoch %d", ErrFenced, session, tl.epoch, tl.owner, epoch)
+		}
+		// Limits are measured once the fence is in (the scan would only
+		// give an older writer more time to get in between).
+		l := &Log{t: t, session: session, owner: owner, subject: t.EventsSubject(session), epoch: epoch, idPre: idPre, last: tl.seq}
+		seq, err := l.appendFence(ctx)
 		if err == nil {
+			st, err := t.measure(ctx, session, seq)
+			if err != nil {
+				return nil, err
+			}
+			l.events, l.bytes = st.events, st.bytes
 			return l, nil
 		}
 		if !errors.Is(err, ErrConflict) {
 			return nil, err
 		}
-		// An older writer got in first; it is refused from now on (its tail
-		// check sees our epoch once we are in). Try again.
+		// An older writer got in first; try again from the new tail.
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-time.After(b.NextBackOff()):
 		}
 	}
+}
+
+func (l *Log) appendFence(ctx context.Context) (uint64, error) {
+	ev := schema.Event{V: schema.Version, Session: l.session, Epoch: l.epoch, At: time.Now().UTC(), Type: schema.TypeFenced, Fence: &schema.Fence{Epoch: l.epoch, Owner: l.owner}}
+	payload, err := json.Marshal(ev)
+	if err != nil {
+		return 0, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.send(ctx, payload, l.idPre+"fence")
 }
 
 // eventSize is the size an event takes in a serialized history: its stored
@@ -265,7 +297,13 @@ func (l *Log) Append(ctx context.Context, ev schema.Event) (uint64, error) {
 	}
 
 	l.n++
-	id := l.idPre + strconv.FormatUint(l.n, 10)
+	return l.send(ctx, payload, l.idPre+strconv.FormatUint(l.n, 10))
+}
+
+// send publishes payload with Msg-Id id after l.last, re-sending after
+// transport errors and resolving refusals through the log (see resolve).
+// l.mu is held.
+func (l *Log) send(ctx context.Context, payload []byte, id string) (uint64, error) {
 	msg := nats.NewMsg(l.subject)
 	msg.Data = payload
 	msg.Header.Set(HeaderEpoch, strconv.FormatUint(l.epoch, 10))
@@ -312,35 +350,43 @@ func (l *Log) appended(seq uint64, payload int) {
 	l.bytes += eventSize(payload, seq)
 }
 
-// resolve runs after a wrong-last-sequence refusal: it reads the first
-// message after the writer's last known one. done is true if that is the
-// writer's own event (id) — the append happened, its ack was lost. Otherwise
-// the Log is stopped with ErrFenced or ErrConflict (returned as err); if no
-// message follows yet (a replicated write still in flight), all are zero and
-// the caller re-sends.
+// resolve runs after a wrong-last-sequence refusal and reads the log
+// forward from the writer's last known message. Events of this Log whose
+// acks were lost earlier (an append cancelled mid-flight) are taken into
+// account as they are met. done is true if the event with Msg-Id id is
+// there: the append happened, its ack was lost. A message by anyone else
+// stops the Log with ErrFenced or ErrConflict (returned as err). If nothing
+// (more) follows yet — a replicated write still in flight — all are zero
+// and the caller re-sends.
 func (l *Log) resolve(ctx context.Context, id string) (seq uint64, done bool, err error) {
-	next, ok, err := l.t.nextMsg(ctx, l.session, l.last+1)
-	if err != nil {
-		return 0, false, err
-	}
-	if !ok {
-		return 0, false, nil
-	}
-	if next.msgID == id {
-		return next.seq, true, nil
-	}
-	last, _, err := l.t.lastMsg(ctx, l.session)
-	if err != nil {
-		return 0, false, err
-	}
-	for _, m := range []tail{next, last} {
-		if supersedes(m.epoch, m.owner, l.epoch, l.owner) {
-			l.err = fmt.Errorf("%w: session %s has epoch %d (owner %q) at seq %d; writer had epoch %d", ErrFenced, l.session, m.epoch, m.owner, m.seq, l.epoch)
-			return 0, false, l.err
+	for {
+		next, ok, err := l.t.nextMsg(ctx, l.session, l.last+1)
+		if err != nil {
+			return 0, false, err
 		}
+		if !ok {
+			return 0, false, nil
+		}
+		if next.msgID == id {
+			return next.seq, true, nil
+		}
+		if strings.HasPrefix(next.msgID, l.idPre) {
+			l.appended(next.seq, next.size)
+			continue
+		}
+		last, _, err := l.t.lastMsg(ctx, l.session)
+		if err != nil {
+			return 0, false, err
+		}
+		for _, m := range []tail{next, last} {
+			if supersedes(m.epoch, m.owner, l.epoch, l.owner) {
+				l.err = fmt.Errorf("%w: session %s has epoch %d (owner %q) at seq %d; writer had epoch %d", ErrFenced, l.session, m.epoch, m.owner, m.seq, l.epoch)
+				return 0, false, l.err
+			}
+		}
+		l.err = fmt.Errorf("%w: session %s: seq %d (epoch %d, owner %q) follows %d", ErrConflict, l.session, next.seq, next.epoch, next.owner, l.last)
+		return 0, false, l.err
 	}
-	l.err = fmt.Errorf("%w: session %s: seq %d (epoch %d, owner %q) follows %d", ErrConflict, l.session, next.seq, next.epoch, next.owner, l.last)
-	return 0, false, l.err
 }
 
 // isWrongLastSeq reports a refused expected-last-subject-sequence.

@@ -1,0 +1,391 @@
+package stream_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/streamtest"
+)
+
+func started(call string) schema.Event {
+	return schema.Event{Type: schema.TypeStarted, Started: &schema.Started{CallID: call}}
+}
+
+// TestTwoWritersNeverInterleave races an old writer (epoch 1) that keeps
+// appending against newer writers that fence the session and append too.
+// The log holds every acknowledged event of each writer exactly once, epochs
+// never go back, no writer's event follows a newer epoch's, and a fenced
+// writer gets ErrFenced and never writes again.
+func TestTwoWritersNeverInterleave(t *testing.T) {
+	cases := []struct {
+		name    string
+		fencers []uint64 // epochs of the writers that take over concurrently
+	}{
+		{"one takeover", []uint64{2}},
+		{"two takeovers racing", []uint64{2, 3}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, topo := streamtest.Start(t)
+			ctx := context.Background()
+			type result struct {
+				acked []uint64
+				err   error
+				log   *stream.Log
+			}
+			results := make([]result, len(tc.fencers)+1)
+			old, err := topo.OpenLog(ctx, "s-1", "w1", 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			results[0].log = old
+			progress := make(chan struct{})
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() { // the old writer appends until it is stopped
+				defer wg.Done()
+				r := &results[0]
+				for i := 0; ; i++ {
+					seq, err := old.Append(ctx, started(fmt.Sprintf("w1-%d", i)))
+					if err != nil {
+						r.err = err
+						return
+					}
+					r.acked = append(r.acked, seq)
+					if i == 20 {
+						close(progress)
+					}
+				}
+			}()
+			<-progress
+			for k, epoch := range tc.fencers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					r := &results[k+1]
+					owner := fmt.Sprintf("w%d", epoch)
+					l, err := topo.Fence(ctx, "s-1", owner, epoch)
+					if err != nil {
+						r.err = err
+						return
+					}
+					r.log = l
+					for i := 0; i < 20; i++ {
+						seq, err := l.Append(ctx, started(fmt.Sprintf("%s-%d", owner, i)))
+						if err != nil {
+							r.err = err
+							return
+						}
+						r.acked = append(r.acked, seq)
+					}
+				}()
+			}
+			wg.Wait()
+
+			top := len(results) - 1
+			if results[top].err != nil {
+				t.Fatalf("newest writer: %v", results[top].err)
+			}
+			for k := 0; k < top; k++ {
+				// A writer that finished before a newer one fenced it learns
+				// of the fence on its next append.
+				r := results[k]
+				if r.err != nil && !errors.Is(r.err, stream.ErrFenced) {
+					t.Fatalf("writer %d stopped with %v, want ErrFenced", k, r.err)
+				}
+				if r.log == nil {
+					continue
+				}
+				for i := 0; i < 3; i++ {
+					if _, err := r.log.Append(ctx, started("late")); !errors.Is(err, stream.ErrFenced) {
+						t.Fatalf("late append by fenced writer %d: %v", k, err)
+					}
+				}
+			}
+
+			evs, err := topo.Load(ctx, "s-1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			onLog := map[string][]uint64{}
+			var prevEpoch uint64
+			for _, e := range evs {
+				if e.Epoch < prevEpoch {
+					t.Fatalf("epoch went back from %d to %d at seq %d", prevEpoch, e.Epoch, e.Seq)
+				}
+				prevEpoch = e.Epoch
+				if e.Type == schema.TypeFenced {
+					continue
+				}
+				owner, _, _ := strings.Cut(e.CallID(), "-")
+				if owner != fmt.Sprintf("w%d", e.Epoch) {
+					t.Fatalf("event %q at epoch %d", e.CallID(), e.Epoch)
+				}
+				onLog[owner] = append(onLog[owner], e.Seq)
+			}
+			for k, epoch := range append([]uint64{1}, tc.fencers...) {
+				owner := fmt.Sprintf("w%d", epoch)
+				if fmt.Sprint(onLog[owner]) != fmt.Sprint(results[k].acked) {
+					t.Fatalf("%s: on log %v, acknowledged %v", owner, onLog[owner], results[k].acked)
+				}
+			}
+		})
+	}
+}
+
+// TestFencedWriterRefused: once a session is fenced at epoch 2, nothing at
+// epoch ≤ 2 from another owner can open or fence it.
+func TestFencedWriterRefused(t *testing.T) {
+	_, _, topo := streamtest.Start(t)
+	ctx := context.Background()
+	if _, err := topo.Fence(ctx, "s-1", "w2", 2); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name  string
+		do    func() error
+		fence bool
+	}{
+		{"open at lower epoch", func() error { _, err := topo.OpenLog(ctx, "s-1", "w1", 1); return err }, true},
+		{"open at same epoch, other owner", func() error { _, err := topo.OpenLog(ctx, "s-1", "w3", 2); return err }, true},
+		{"fence at lower epoch", func() error { _, err := topo.Fence(ctx, "s-1", "w1", 1); return err }, true},
+		{"fence at same epoch, other owner", func() error { _, err := topo.Fence(ctx, "s-1", "w3", 2); return err }, true},
+		{"open at same epoch, same owner", func() error { _, err := topo.OpenLog(ctx, "s-1", "w2", 2); return err }, false},
+		{"fence at higher epoch", func() error { _, err := topo.Fence(ctx, "s-1", "w4", 3); return err }, false},
+	}
+	for _, c := range cases {
+		err := c.do()
+		if c.fence != errors.Is(err, stream.ErrFenced) || (!c.fence && err != nil) {
+			t.Errorf("%s: err = %v", c.name, err)
+		}
+	}
+	if e, err := topo.HighestEpoch(ctx, "s-1"); err != nil || e != 3 {
+		t.Fatalf("HighestEpoch = %d, %v; want 3", e, err)
+	}
+	if _, err := topo.OpenLog(ctx, "bad.session", "w", 1); !errors.Is(err, stream.ErrInvalidSession) {
+		t.Fatalf("invalid session: %v", err)
+	}
+}
+
+// TestRestartKeepsAcknowledged: with sync=always, every event acknowledged
+// before the server shut down is there after it starts again on the same
+// store, in order, and the writer can carry on.
+func TestRestartKeepsAcknowledged(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	start := func() (*stream.Embedded, *stream.Topology) {
+		e, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{Dir: dir, Listen: "127.0.0.1:-1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(e.Shutdown)
+		nc, err := e.Connect()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, _ := jetstream.New(nc)
+		topo, err := stream.EnsureTopology(ctx, js, stream.TopologyConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e, topo
+	}
+	e, topo := start()
+	l, err := topo.Fence(ctx, "s-1", "w1", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acked := map[uint64]string{l.LastSeq(): ""}
+	for i := 0; i < 50; i++ {
+		call := fmt.Sprintf("c-%d", i)
+		seq, err := l.Append(ctx, started(call))
+		if err != nil {
+			t.Fatal(err)
+		}
+		acked[seq] = call
+	}
+	e.Shutdown()
+
+	_, topo = start()
+	evs, err := topo.Load(ctx, "s-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != len(acked) {
+		t.Fatalf("%d events after restart, %d acknowledged", len(evs), len(acked))
+	}
+	for _, ev := range evs {
+		call, ok := acked[ev.Seq]
+		if !ok || ev.CallID() != call {
+			t.Fatalf("event at seq %d is %q, acknowledged %q", ev.Seq, ev.CallID(), call)
+		}
+	}
+	l2, err := topo.OpenLog(ctx, "s-1", "w1", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l2.Append(ctx, started("after")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLimits: an append that would take a session over its event or byte
+// limit is refused with history_too_large and nothing is written; Load
+// refuses a log that is over the limit.
+func TestLimits(t *testing.T) {
+	ctx := context.Background()
+	_, nc, topo := streamtest.StartWith(t, streamtest.Config{Topology: stream.TopologyConfig{Limits: schema.Limits{MaxEvents: 5, MaxBytes: 4096}}})
+	l, err := topo.Fence(ctx, "s-1", "w1", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 4; i++ {
+		if _, err := l.Append(ctx, started(fmt.Sprintf("c-%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := l.Append(ctx, started("c-over")); !errors.Is(err, schema.ErrHistoryTooLarge) {
+		t.Fatalf("sixth event: %v", err)
+	}
+	evs, err := topo.Load(ctx, "s-1")
+	if err != nil || len(evs) != 5 {
+		t.Fatalf("Load = %d events, %v; want 5", len(evs), err)
+	}
+
+	// Bytes: one big event on another session.
+	l2, err := topo.Fence(ctx, "s-2", "w1", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := schema.Event{Type: schema.TypeResult, Result: &schema.Result{CallID: "c-1", Status: schema.StatusOK, Output: json.RawMessage(`"` + strings.Repeat("x", 4000) + `"`)}}
+	if _, err := l2.Append(ctx, big); !errors.Is(err, schema.ErrHistoryTooLarge) {
+		t.Fatalf("big event: %v", err)
+	}
+	if _, err := l2.Append(ctx, started("small")); err != nil {
+		t.Fatalf("small event after refusal: %v", err)
+	}
+	if evs, _ := topo.Load(ctx, "s-2"); len(evs) != 2 {
+		t.Fatalf("s-2 holds %d events, want 2", len(evs))
+	}
+
+	// Load: the same server seen through a topology with tighter limits.
+	js, _ := jetstream.New(nc)
+	tight, err := stream.EnsureTopology(ctx, js, stream.TopologyConfig{Limits: schema.Limits{MaxEvents: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tight.Load(ctx, "s-1"); !errors.Is(err, schema.ErrHistoryTooLarge) {
+		t.Fatalf("Load over event limit: %v", err)
+	}
+	tightBytes, _ := stream.EnsureTopology(ctx, js, stream.TopologyConfig{Limits: schema.Limits{MaxBytes: 300}})
+	if _, err := tightBytes.Load(ctx, "s-1"); !errors.Is(err, schema.ErrHistoryTooLarge) {
+		t.Fatalf("Load over byte limit: %v", err)
+	}
+	if _, err := tightBytes.OpenLog(ctx, "s-1", "w1", 1); err != nil {
+		t.Fatalf("OpenLog over the limit still opens: %v", err)
+	}
+}
+
+// TestLimitAtRealBoundary fills one session to exactly 100,000 events: Load
+// accepts it, Append refuses the next one, and a log one over is refused at
+// load.
+func TestLimitAtRealBoundary(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("100,000 events: slow with -short or -race")
+	}
+	ctx := context.Background()
+	_, _, topo := streamtest.Start(t)
+	l, err := topo.Fence(ctx, "s-1", "w1", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := started("c")
+	ev.V, ev.Session, ev.Epoch, ev.At = 1, "s-1", 1, time.Now().UTC()
+	payload, _ := json.Marshal(ev)
+	pubs := make([]jetstream.PubAckFuture, 0, 1024)
+	for i := 1; i < schema.MaxHistoryEvents; i++ {
+		f, err := topo.JS.PublishAsync(topo.EventsSubject("s-1"), payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pubs = append(pubs, f)
+		if len(pubs) == cap(pubs) {
+			waitAcks(t, pubs)
+			pubs = pubs[:0]
+		}
+	}
+	waitAcks(t, pubs)
+	evs, err := topo.Load(ctx, "s-1")
+	if err != nil || len(evs) != schema.MaxHistoryEvents {
+		t.Fatalf("Load = %d events, %v", len(evs), err)
+	}
+	l, err = topo.OpenLog(ctx, "s-1", "w1", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append(ctx, started("c-over")); !errors.Is(err, schema.ErrHistoryTooLarge) {
+		t.Fatalf("append past 100,000: %v", err)
+	}
+	if _, err := topo.JS.Publish(ctx, topo.EventsSubject("s-1"), payload); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := topo.Load(ctx, "s-1"); !errors.Is(err, schema.ErrHistoryTooLarge) {
+		t.Fatalf("Load of 100,001: %v", err)
+	}
+}
+
+func waitAcks(t *testing.T, pubs []jetstream.PubAckFuture) {
+	t.Helper()
+	for _, f := range pubs {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			t.Fatal(err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("no ack")
+		}
+	}
+}
+
+// TestConcurrentAppendsOneLog: a Log shared by goroutines serializes their
+// appends; every one lands once.
+func TestConcurrentAppendsOneLog(t *testing.T) {
+	ctx := context.Background()
+	_, _, topo := streamtest.Start(t)
+	l, err := topo.Fence(ctx, "s-1", "w1", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 25; i++ {
+				if _, err := l.Append(ctx, started(fmt.Sprintf("g%d-%d", g, i))); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	evs, err := topo.Load(ctx, "s-1")
+	if err != nil || len(evs) != 101 {
+		t.Fatalf("Load = %d, %v; want 101", len(evs), err)
+	}
+	if evs[len(evs)-1].Seq != l.LastSeq() {
+		t.Fatalf("LastSeq %d, log ends at %d", l.LastSeq(), evs[len(evs)-1].Seq)
+	}
+}
