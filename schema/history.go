@@ -343,17 +343,77 @@ func (c *Call) validate() error {
 		return Errorf(CodeCorruptHistory, "operation.retry.basis %s is not not_started, uncertain_safe or reviewed_not_executed", quoteShort([]byte(r.Basis)))
 	}
 	if rv := r.Review; rv != nil {
-		if !rv.Verdict.Valid() {
-			return Errorf(CodeCorruptHistory, "operation.retry.review.verdict %s is not not_executed, completed or uncertain", quoteShort([]byte(rv.Verdict)))
-		}
-		if err := checkLen("operation.retry.review.operator", rv.Operator); err != nil {
-			return err
-		}
-		if err := checkLen("operation.retry.review.evidence", rv.Evidence); err != nil {
+		if err := rv.check("operation.retry.review"); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// check validates a review embedded in an event (the review a plan rested
+// on): version, session, call id, a non-empty operator, a valid verdict,
+// signer and sig together, and the field lengths. Whether the review is
+// trusted, signed correctly or about the right call is for recovery.
+func (rv *Review) check(what string) error {
+	if rv.V != Version {
+		return Errorf(CodeCorruptHistory, "%s has schema version %d, want %d", what, rv.V, Version)
+	}
+	if !ValidSession(rv.Session) {
+		return Errorf(CodeCorruptHistory, "%s.session %s is not a valid session id", what, quoteShort([]byte(rv.Session)))
+	}
+	if err := checkID(what+".call_id", rv.CallID); err != nil {
+		return err
+	}
+	if err := checkID(what+".operator", rv.Operator); err != nil {
+		return err
+	}
+	if err := checkLen(what+".evidence", rv.Evidence); err != nil {
+		return err
+	}
+	if !rv.Verdict.Valid() {
+		return Errorf(CodeCorruptHistory, "%s.verdict %s is not not_executed, completed or uncertain", what, quoteShort([]byte(rv.Verdict)))
+	}
+	if (rv.Signer == "") != (rv.Sig == "") {
+		return Errorf(CodeCorruptHistory, "%s has only one of signer and sig", what)
+	}
+	if rv.Signer != "" && !validSigner(rv.Signer) {
+		return Errorf(CodeCorruptHistory, "%s.signer is not an nkey user public key", what)
+	}
+	if rv.Sig != "" && !validBase64URL(rv.Sig) {
+		return Errorf(CodeCorruptHistory, "%s.sig is not base64url", what)
+	}
+	return nil
+}
+
+// validSigner reports whether s looks like an nkey user public key:
+// "U" and 55 base32 characters (the schema's ^U[A-Z2-7]{55}$).
+func validSigner(s string) bool {
+	if len(s) != 56 || s[0] != 'U' {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if c := s[i]; !(c >= 'A' && c <= 'Z' || c >= '2' && c <= '7') {
+			return false
+		}
+	}
+	return true
+}
+
+// validBase64URL matches the schema's ^[A-Za-z0-9_-]+={0,2}$.
+func validBase64URL(s string) bool {
+	t := s
+	for n := 0; n < 2 && len(t) > 0 && t[len(t)-1] == '='; n++ {
+		t = t[:len(t)-1]
+	}
+	if t == "" {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		if c := t[i]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 func (r *Result) validate() error {

@@ -150,7 +150,9 @@ func TestDecodeEventInvalid(t *testing.T) {
 		{"retry prior missing", op(`{"task":"t","key":"k","contract":{"effect":"idempotent","revision":"r"},"retry":{"plan_id":"p","basis":"not_started"}}`), corrupt, "prior_call_id"},
 		{"retry plan missing", op(`{"task":"t","key":"k","contract":{"effect":"idempotent","revision":"r"},"retry":{"prior_call_id":"c-0","basis":"not_started"}}`), corrupt, "plan_id"},
 		{"retry bad basis", op(`{"task":"t","key":"k","contract":{"effect":"idempotent","revision":"r"},"retry":{"prior_call_id":"c-0","plan_id":"p","basis":"because"}}`), corrupt, "basis"},
-		{"retry review bad verdict", op(`{"task":"t","key":"k","contract":{"effect":"idempotent","revision":"r"},"retry":{"prior_call_id":"c-0","plan_id":"p","basis":"reviewed_not_executed","review":{"verdict":"maybe"}}}`), corrupt, "verdict"},
+		{"retry review bad verdict", op(`{"task":"t","key":"k","contract":{"effect":"idempotent","revision":"r"},"retry":{"prior_call_id":"c-0","plan_id":"p","basis":"reviewed_not_executed","review":{"v":1,"session":"s-1","call_id":"c-0","operator":"a","verdict":"maybe"}}}`), corrupt, "verdict"},
+		{"retry review without operator", op(`{"task":"t","key":"k","contract":{"effect":"idempotent","revision":"r"},"retry":{"prior_call_id":"c-0","plan_id":"p","basis":"reviewed_not_executed","review":{"v":1,"session":"s-1","call_id":"c-0","verdict":"not_executed"}}}`), corrupt, "operator"},
+		{"retry review signer without sig", op(`{"task":"t","key":"k","contract":{"effect":"idempotent","revision":"r"},"retry":{"prior_call_id":"c-0","plan_id":"p","basis":"reviewed_not_executed","review":{"v":1,"session":"s-1","call_id":"c-0","operator":"a","verdict":"not_executed","signer":"UABC"}}}`), corrupt, "signer"},
 		{"started missing call_id", ev(`"type":"tool.started","started":{}`), corrupt, "call_id"},
 		{"result missing call_id", ev(`"type":"tool.result","result":{"status":"ok"}`), corrupt, "call_id"},
 		{"result missing status", ev(`"type":"tool.result","result":{"call_id":"c-1"}`), corrupt, "status"},
@@ -167,8 +169,8 @@ func TestDecodeEventInvalid(t *testing.T) {
 		{"started call id too long", ev(`"type":"tool.started","started":{"call_id":"` + long + `"}`), tooLong, "call_id"},
 		{"result call id too long", ev(`"type":"tool.result","result":{"call_id":"` + long + `","status":"ok"}`), tooLong, "call_id"},
 		{"prior call id too long", op(`{"task":"t","key":"k","contract":{"effect":"idempotent","revision":"r"},"retry":{"prior_call_id":"` + long + `","plan_id":"p","basis":"not_started"}}`), tooLong, "prior_call_id"},
-		{"review operator too long", op(`{"task":"t","key":"k","contract":{"effect":"idempotent","revision":"r"},"retry":{"prior_call_id":"c","plan_id":"p","basis":"reviewed_not_executed","review":{"verdict":"not_executed","operator":"` + long + `"}}}`), tooLong, "operator"},
-		{"review evidence too long", op(`{"task":"t","key":"k","contract":{"effect":"idempotent","revision":"r"},"retry":{"prior_call_id":"c","plan_id":"p","basis":"reviewed_not_executed","review":{"verdict":"not_executed","evidence":"` + long + `"}}}`), tooLong, "evidence"},
+		{"review operator too long", op(`{"task":"t","key":"k","contract":{"effect":"idempotent","revision":"r"},"retry":{"prior_call_id":"c","plan_id":"p","basis":"reviewed_not_executed","review":{"v":1,"session":"s-1","call_id":"c","verdict":"not_executed","operator":"` + long + `"}}}`), tooLong, "operator"},
+		{"review evidence too long", op(`{"task":"t","key":"k","contract":{"effect":"idempotent","revision":"r"},"retry":{"prior_call_id":"c","plan_id":"p","basis":"reviewed_not_executed","review":{"v":1,"session":"s-1","call_id":"c","operator":"a","verdict":"not_executed","evidence":"` + long + `"}}}`), tooLong, "evidence"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,0 +1,29 @@
+package schema
+
+import (
+	"embed"
+	"io/fs"
+)
+
+//go:embed *.schema.json
+var files embed.FS
+
+// SchemaFiles names the JSON Schema files (draft 2020-12) Files holds, one
+// per message of DESIGN §3. Their $id is SchemaBaseURL + name, and they
+// refer to each other by relative name (plan.schema.json uses
+// event.schema.json#/$defs/contract, for instance).
+var SchemaFiles = []string{
+	"event.schema.json",
+	"review.schema.json",
+	"plan.schema.json",
+	"assessment.schema.json",
+	"request.schema.json",
+}
+
+// SchemaBaseURL is the base of the schema files' $id.
+const SchemaBaseURL = "https://github.com/jingwei/jingwei/schema/"
+
+// Files returns the JSON Schema files, for tools that serve or export them
+// (agents in other languages build against them). The files are embedded in
+// the binary; the returned FS is read-only and safe for concurrent use.
+func Files() fs.FS { return files }
