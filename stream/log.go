@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
@@ -309,7 +310,7 @@ func (l *Log) send(ctx context.Context, payload []byte, id string) (uint64, erro
 	msg.Header.Set(HeaderEpoch, strconv.FormatUint(l.epoch, 10))
 	msg.Header.Set(HeaderOwner, l.owner)
 
-	b := newBackoff(5*time.Millisecond, 250*time.Millisecond)
+	var b *backoff.ExponentialBackOff // made on the first retry only
 	for attempt := 1; ; attempt++ {
 		ack, err := l.t.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(id), jetstream.WithExpectLastSequencePerSubject(l.last))
 		if err == nil {
@@ -335,6 +336,9 @@ func (l *Log) send(ctx context.Context, payload []byte, id string) (uint64, erro
 		}
 		if !retry || attempt >= appendAttempts {
 			return 0, fmt.Errorf("stream: append to %s: %w", l.session, err)
+		}
+		if b == nil {
+			b = newBackoff(5*time.Millisecond, 250*time.Millisecond)
 		}
 		select {
 		case <-ctx.Done():
