@@ -274,7 +274,6 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 		RequestID: opts.RequestID, ProviderCallID: opts.ProviderCallID,
 		StartMarker: true, Operation: &op,
 	}})
-	count := <-countc
 	if err != nil {
 		lg.Error().Err(err).Msg("tool.call not recorded")
 		return Result{}, err
@@ -286,7 +285,8 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 		Session: r.cfg.Session, CallID: callID, Tool: tool, Arguments: args,
 		RequestID: opts.RequestID, ProviderCallID: opts.ProviderCallID, Operation: op,
 	}
-	if stage, why := r.admit(ctx, t, adm, count.u, count.err); stage != "" {
+	budgetStage := func() (stream.Usage, error) { c := <-countc; return c.u, c.err }
+	if stage, why := r.admit(ctx, t, adm, budgetStage); stage != "" {
 		res.Status, res.Stage, res.Error = schema.StatusRejected, stage, why
 		lg.Info().Str("stage", string(stage)).Str("reason", why).Msg("call rejected")
 		return r.finish(wctx, res, &Error{Code: CodeRejected, Stage: stage, CallID: callID, Message: why})
@@ -321,7 +321,7 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 
 // admit runs the admission stages in order and returns the refusing stage
 // and why, or "" when the call is admitted.
-func (r *Runtime) admit(ctx context.Context, t *registered, a Admission, u stream.Usage, countErr error) (schema.Stage, string) {
+func (r *Runtime) admit(ctx context.Context, t *registered, a Admission, usage func() (stream.Usage, error)) (schema.Stage, string) {
 	hook := func(stage schema.Stage, h Hook) (schema.Stage, string) {
 		if err := ctx.Err(); err != nil {
 			return stage, "caller gone before " + string(stage) + ": " + err.Error()
@@ -346,6 +346,7 @@ func (r *Runtime) admit(ctx context.Context, t *registered, a Admission, u strea
 	if s, why := hook(schema.StageApproval, r.cfg.Approval); s != "" {
 		return s, why
 	}
+	u, countErr := usage() // the count ran alongside the tool.call append and the hooks
 	switch {
 	case countErr != nil:
 		return schema.StageBudget, "budget unavailable: " + countErr.Error()

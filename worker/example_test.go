@@ -1,0 +1,84 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jingwei/jingwei/effect"
+	"github.com/jingwei/jingwei/recovery"
+	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/worker"
+)
+
+// Example runs a tool through the canonical runtime on an embedded server,
+// lets a call fail, and retries it under a single-use plan that reuses its
+// operation key.
+func Example() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "jingwei-example")
+	defer os.RemoveAll(dir)
+	srv, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{Dir: dir, Listen: "127.0.0.1:-1", Sync: stream.SyncInterval})
+	if err != nil {
+		panic(err)
+	}
+	defer srv.Shutdown()
+	nc, _ := srv.Connect()
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	topo, err := stream.EnsureTopology(ctx, js, stream.TopologyConfig{})
+	if err != nil {
+		panic(err)
+	}
+
+	// A tool that fails the first time it sees an operation key.
+	seen := map[string]bool{}
+	reg, _ := worker.NewRegistry(worker.Tool{
+		Metadata:    effect.Metadata{Name: "greet"}.WithEffect(effect.Idempotent, "greet-v1"),
+		InputSchema: json.RawMessage(`{"type":"object","required":["name"]}`),
+		Body: func(_ context.Context, req worker.BodyRequest) (json.RawMessage, error) {
+			if !seen[req.Operation.Key] {
+				seen[req.Operation.Key] = true
+				return nil, worker.Retryable(errors.New("upstream hiccup"))
+			}
+			return json.RawMessage(`"hello"`), nil
+		},
+	})
+
+	const session = "s-example"
+	lease, _ := topo.AcquireLease(ctx, session, "host")
+	log, _ := topo.OpenLog(ctx, session, "host", lease.Epoch)
+	plans := stream.NewPlans(topo.Plans)
+	rt, err := worker.New(worker.Config{
+		Session: session, Log: log, Registry: reg, Plans: plans, Budget: stream.NewBudget(topo.Budget),
+	})
+	if err != nil {
+		panic(err)
+	}
+
+	args := json.RawMessage(`{"name":"ada"}`)
+	first, err := rt.Call(ctx, "greet", args)
+	fmt.Println("first:", first.Status, worker.CodeOf(err))
+
+	// The host inspects the history, prepares a plan and issues it.
+	history, _ := topo.Load(ctx, session)
+	plan, _ := recovery.PrepareRetry(schema.Events(history), first.CallID, nil)
+	_, _ = plans.Issue(ctx, plan)
+	fmt.Println("basis:", plan.Basis)
+
+	retry, err := rt.CallWithOptions(ctx, "greet", args, worker.CallOptions{Retry: &plan})
+	fmt.Println("retry:", retry.Status, string(retry.Output), "same key:", retry.Operation.Key == first.Operation.Key)
+
+	_, err = rt.CallWithOptions(ctx, "greet", args, worker.CallOptions{Retry: &plan})
+	fmt.Println("replay:", worker.CodeOf(err))
+	// Output:
+	// first: failed failed
+	// basis: uncertain_safe
+	// retry: ok "hello" same key: true
+	// replay: plan_consumed
+}
