@@ -1,0 +1,159 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+
+	"github.com/nats-io/nkeys"
+)
+
+func init() {
+	register(command{name: "keys", summary: "create a reviewer key (keys new) or show a key's public key (keys pub)", run: runKeys})
+}
+
+const keysHelp = `  jingwei keys new [--out FILE] [--json]
+  jingwei keys pub --key FILE [--json]
+
+keys new creates a reviewer key: an nkey user key pair. The seed (the secret,
+"SU…") is written to FILE (default reviewer.nk) with permissions 0600; an
+existing file is never overwritten. The public key ("U…") is printed: add it
+to the recovery worker's trusted reviewers file (recover --trust-reviewers,
+one key per line) so reviews signed with this key are accepted.
+
+keys pub prints the public key of an existing seed file.
+
+Exit status: 0 success; 2 usage (bad flag, FILE exists or cannot be written
+or read, not an nkey user seed).`
+
+// defaultKeyFile is where keys new writes the seed without --out.
+const defaultKeyFile = "reviewer.nk"
+
+// maxKeyFileBytes bounds a key file read; a seed is 58 bytes.
+const maxKeyFileBytes = 64 << 10
+
+func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprintf(stderr, "Usage:\n%s\n", keysHelp)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	switch args[0] {
+	case "new":
+		return runKeysNew(ctx, args[1:], stdout, stderr)
+	case "pub":
+		return runKeysPub(ctx, args[1:], stdout, stderr)
+	}
+	return usageError(stderr, "keys", "unknown subcommand %q (want new or pub)", args[0])
+}
+
+type keyOutput struct {
+	PublicKey string `json:"public_key"`
+	SeedFile  string `json:"seed_file"`
+}
+
+func runKeysNew(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("keys new", "Create a reviewer key (nkey user seed, written 0600).", keysHelp, stderr)
+	out := fs.String("out", defaultKeyFile, "file to write the seed to; must not exist")
+	asJSON := fs.Bool("json", false, "print {\"public_key\",\"seed_file\"} as JSON")
+	if st, ok := parseFlags(fs, args); !ok {
+		return st
+	}
+	if *out == "" {
+		return usageError(stderr, "keys", "--out must name a file")
+	}
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		fmt.Fprintf(stderr, "jingwei keys new: %v\n", err)
+		return exitFailure
+	}
+	pub, _ := kp.PublicKey()
+	seed, _ := kp.Seed()
+	if err := writeSecretFile(*out, append(seed, '\n')); err != nil {
+		return usageError(stderr, "keys", "%v", err)
+	}
+	if *asJSON {
+		_ = writeJSON(stdout, keyOutput{PublicKey: pub, SeedFile: *out})
+		return exitOK
+	}
+	fmt.Fprintln(stdout, pub)
+	fmt.Fprintf(stderr, "reviewer seed written to %s (0600); trust the public key above with: echo %s >> trusted-reviewers\n", *out, pub)
+	return exitOK
+}
+
+func runKeysPub(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("keys pub", "Print the public key of a reviewer seed file.", keysHelp, stderr)
+	file := fs.String("key", "", "seed file (required)")
+	asJSON := fs.Bool("json", false, "print {\"public_key\",\"seed_file\"} as JSON")
+	if st, ok := parseFlags(fs, args); !ok {
+		return st
+	}
+	if *file == "" {
+		return usageError(stderr, "keys", "--key is required")
+	}
+	kp, err := loadUserKey(*file)
+	if err != nil {
+		return usageError(stderr, "keys", "%v", err)
+	}
+	pub, _ := kp.PublicKey()
+	if *asJSON {
+		_ = writeJSON(stdout, keyOutput{PublicKey: pub, SeedFile: *file})
+		return exitOK
+	}
+	fmt.Fprintln(stdout, pub)
+	return exitOK
+}
+
+// writeSecretFile creates name with permissions 0600 and writes b; it never
+// replaces an existing file.
+func writeSecretFile(name string, b []byte) error {
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("%s already exists; choose another --out or remove it first", name)
+	}
+	if err != nil {
+		return fmt.Errorf("cannot create key file: %w", err)
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		os.Remove(name)
+		return fmt.Errorf("cannot write key file: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(name)
+		return fmt.Errorf("cannot write key file: %w", err)
+	}
+	return nil
+}
+
+// loadUserKey reads an nkey user seed from a file: a bare seed ("SU…", as
+// keys new writes it) or a decorated one (a .creds or .nk file).
+func loadUserKey(name string) (nkeys.KeyPair, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, fmt.Errorf("cannot open key file: %w (create one with: jingwei keys new --out %s)", err, name)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxKeyFileBytes))
+	if err != nil {
+		return nil, fmt.Errorf("cannot read key file %s: %w", name, err)
+	}
+	kp, err := nkeys.FromSeed(bytes.TrimSpace(b))
+	if err != nil {
+		kp, err = nkeys.ParseDecoratedNKey(b)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("key file %s holds no nkey seed: %v", name, err)
+	}
+	pub, err := kp.PublicKey()
+	if err != nil || !nkeys.IsValidPublicUserKey(pub) {
+		return nil, fmt.Errorf("key file %s is not an nkey user seed (want SU…; create one with jingwei keys new)", name)
+	}
+	return kp, nil
+}
