@@ -58,13 +58,16 @@ type opKey struct{ task, key string }
 type scan struct {
 	target  string
 	session string
-	n       int    // events seen
-	lastSeq uint64 // seq of the previous event
-	calls   []call
+	n       int      // events seen
+	lastSeq uint64   // seq of the previous event
+	chunks  [][]call // the calls in log order, callChunk to a chunk
+	count   int32
 	byID    map[string]int32
 	byOp    map[opKey]int32
 	args    json.RawMessage // the target call's arguments
 	idx     int32           // the target's index once found, else -1
+	dig     digester
+	retries []int32 // calls with a retry link, whose arguments are compared once digested
 }
 
 // scanFor reads h and returns the verified scan positioned on callID's
@@ -79,32 +82,21 @@ func scanFor(h schema.History, callID string) (*scan, error) {
 		byOp:   make(map[opKey]int32),
 		idx:    -1,
 	}
-	if h != nil {
-		for ev, err := range h {
-			if err != nil {
-				var se *schema.Error
-				if errors.As(err, &se) {
-					return nil, err
-				}
-				return nil, fmt.Errorf("recovery: reading history after %d events: %w", s.n, err)
-			}
-			if err := s.event(&ev); err != nil {
-				return nil, err
-			}
-		}
+	if err := s.run(h); err != nil {
+		return nil, err
 	}
 	i, ok := s.byID[callID]
 	if !ok {
-		return nil, schema.Errorf(schema.CodeUnknownCall, "call %q is not in the history (%d events, %d calls)", callID, s.n, len(s.calls))
+		return nil, schema.Errorf(schema.CodeUnknownCall, "call %q is not in the history (%d events, %d calls)", callID, s.n, int(s.count))
 	}
-	c := &s.calls[i]
+	c := s.at(i)
 	if c.next >= 0 {
 		last := c.next
-		for s.calls[last].next >= 0 {
-			last = s.calls[last].next
+		for s.at(last).next >= 0 {
+			last = s.at(last).next
 		}
-		e := schema.Errorf(schema.CodeSupersededCall, "call %q already has a later attempt: the latest in its chain is %q", callID, s.calls[last].id)
-		e.Latest = s.calls[last].id
+		e := schema.Errorf(schema.CodeSupersededCall, "call %q already has a later attempt: the latest in its chain is %q", callID, s.at(last).id)
+		e.Latest = s.at(last).id
 		return nil, e
 	}
 	if c.legacy {
@@ -112,6 +104,50 @@ func scanFor(h schema.History, callID string) (*scan, error) {
 	}
 	s.idx = i
 	return s, nil
+}
+
+// run reads the whole history, then checks what needed the argument
+// digests.
+func (s *scan) run(h schema.History) error {
+	err := s.read(h)
+	res := s.dig.wait()
+	if err != nil {
+		return err
+	}
+	for _, r := range res {
+		c := s.at(r.idx)
+		if r.err != nil {
+			return schema.Errorf(schema.CodeCorruptHistory, "call %q (seq %d): arguments: %v", c.id, c.seq, r.err)
+		}
+		c.digest = r.digest
+	}
+	for _, i := range s.retries {
+		c := s.at(i)
+		p := s.at(c.prior)
+		if c.digest != p.digest {
+			return schema.Errorf(schema.CodeCorruptHistory, "call %q (seq %d) retries call %q with different arguments (%s, prior %s)", c.id, c.seq, p.id, c.digest, p.digest)
+		}
+	}
+	return nil
+}
+
+func (s *scan) read(h schema.History) error {
+	if h == nil {
+		return nil
+	}
+	for ev, err := range h {
+		if err != nil {
+			var se *schema.Error
+			if errors.As(err, &se) {
+				return err
+			}
+			return fmt.Errorf("recovery: reading history after %d events: %w", s.n, err)
+		}
+		if err := s.event(&ev); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // corrupt returns a corrupt_history error naming the event's position and seq.
@@ -164,7 +200,7 @@ func (s *scan) onCall(ev *schema.Event) error {
 		return s.tooLong(ev, "call_id", len(c.CallID))
 	}
 	if j, dup := s.byID[c.CallID]; dup {
-		return s.corrupt(ev, "duplicate call_id %q (first at seq %d)", c.CallID, s.calls[j].seq)
+		return s.corrupt(ev, "duplicate call_id %q (first at seq %d)", c.CallID, s.at(j).seq)
 	}
 	nc := call{id: c.CallID, seq: ev.Seq, tool: c.Tool, prior: -1, next: -1, marker: c.StartMarker}
 	op := c.Operation
@@ -182,11 +218,8 @@ func (s *scan) onCall(ev *schema.Event) error {
 		if err := op.Contract.Validate(); err != nil {
 			return s.corrupt(ev, "call %q: %v", c.CallID, err)
 		}
-		d, err := argsDigest(c.Arguments)
-		if err != nil {
-			return s.corrupt(ev, "call %q: arguments: %v", c.CallID, err)
-		}
-		nc.task, nc.key, nc.contract, nc.digest = op.Task, op.Key, op.Contract, d
+		nc.task, nc.key, nc.contract = op.Task, op.Key, op.Contract
+		s.dig.add(s.count, c.Arguments)
 		ok := opKey{op.Task, op.Key}
 		if r := op.Retry; r != nil {
 			if len(r.PriorCallID) > schema.MaxFieldBytes {
@@ -196,14 +229,14 @@ func (s *scan) onCall(ev *schema.Event) error {
 			if !found {
 				return s.corrupt(ev, "call %q retries call %q, which is not earlier in the history", c.CallID, r.PriorCallID)
 			}
-			p := &s.calls[pi]
+			p := s.at(pi)
 			switch {
 			case r.PriorSeq != p.seq:
 				return s.corrupt(ev, "call %q retries call %q at prior_seq %d, but that call is at seq %d", c.CallID, p.id, r.PriorSeq, p.seq)
 			case p.legacy:
 				return s.corrupt(ev, "call %q retries call %q, which has no operation", c.CallID, p.id)
 			case p.next >= 0:
-				return s.corrupt(ev, "call %q retries call %q, which was already retried by call %q (chain forks)", c.CallID, p.id, s.calls[p.next].id)
+				return s.corrupt(ev, "call %q retries call %q, which was already retried by call %q (chain forks)", c.CallID, p.id, s.at(p.next).id)
 			case p.tool != nc.tool:
 				return s.corrupt(ev, "call %q retries call %q with tool %q instead of %q", c.CallID, p.id, nc.tool, p.tool)
 			case p.task != nc.task:
@@ -212,22 +245,36 @@ func (s *scan) onCall(ev *schema.Event) error {
 				return s.corrupt(ev, "call %q retries call %q with operation key %q instead of %q", c.CallID, p.id, nc.key, p.key)
 			case p.contract != nc.contract:
 				return s.corrupt(ev, "call %q retries call %q under contract %s instead of %s", c.CallID, p.id, nc.contract, p.contract)
-			case p.digest != nc.digest:
-				return s.corrupt(ev, "call %q retries call %q with different arguments (%s, prior %s)", c.CallID, p.id, nc.digest, p.digest)
 			}
 			nc.prior = pi
-			p.next = int32(len(s.calls))
+			s.retries = append(s.retries, s.count)
+			p.next = s.count
 		} else if j, used := s.byOp[ok]; used {
-			return s.corrupt(ev, "call %q reuses operation key %q of task %q, first used by call %q, without a retry link", c.CallID, op.Key, op.Task, s.calls[j].id)
+			return s.corrupt(ev, "call %q reuses operation key %q of task %q, first used by call %q, without a retry link", c.CallID, op.Key, op.Task, s.at(j).id)
 		}
-		s.byOp[ok] = int32(len(s.calls))
+		s.byOp[ok] = s.count
 	}
 	if c.CallID == s.target {
 		s.args = c.Arguments
 	}
-	s.byID[c.CallID] = int32(len(s.calls))
-	s.calls = append(s.calls, nc)
+	s.byID[c.CallID] = s.count
+	s.push(nc)
 	return nil
+}
+
+// callChunk is how many calls one chunk holds: chunks never move once
+// allocated, so the calls are not copied as a history grows.
+const callChunk = 1024
+
+func (s *scan) at(i int32) *call { return &s.chunks[i/callChunk][i%callChunk] }
+
+func (s *scan) push(c call) {
+	if s.count%callChunk == 0 {
+		s.chunks = append(s.chunks, make([]call, 0, callChunk))
+	}
+	k := len(s.chunks) - 1
+	s.chunks[k] = append(s.chunks[k], c)
+	s.count++
 }
 
 // lookup returns the call an event refers to, checking that it exists and
@@ -240,9 +287,9 @@ func (s *scan) lookup(ev *schema.Event, id, what string) (*call, error) {
 	if !ok {
 		return nil, s.corrupt(ev, "%s for call %q without a prior tool.call", what, id)
 	}
-	c := &s.calls[i]
+	c := s.at(i)
 	if c.next >= 0 {
-		return nil, s.corrupt(ev, "%s for call %q after its retry %q (seq %d)", what, id, s.calls[c.next].id, s.calls[c.next].seq)
+		return nil, s.corrupt(ev, "%s for call %q after its retry %q (seq %d)", what, id, s.at(c.next).id, s.at(c.next).seq)
 	}
 	return c, nil
 }
@@ -281,20 +328,20 @@ func (s *scan) onResult(ev *schema.Event) error {
 	} else if r.Stage != "" {
 		return s.corrupt(ev, "call %q has stage %q with status %s (stage only goes with rejected)", c.id, r.Stage, r.Status)
 	}
-	c.status, c.stage, c.resSeq = r.Status, r.Stage, ev.Seq
+	c.status, c.stage, c.resSeq = intern(r.Status), r.Stage, ev.Seq
 	return nil
 }
 
 // assess classifies the target call (DESIGN §2).
 func (s *scan) assess() schema.Assessment {
-	c := &s.calls[s.idx]
+	c := s.at(s.idx)
 	n := 0
-	for i := s.idx; i >= 0; i = s.calls[i].prior {
+	for i := s.idx; i >= 0; i = s.at(i).prior {
 		n++
 	}
 	chain := make([]string, n)
-	for i, k := s.idx, n-1; i >= 0; i, k = s.calls[i].prior, k-1 {
-		chain[k] = s.calls[i].id
+	for i, k := s.idx, n-1; i >= 0; i, k = s.at(i).prior, k-1 {
+		chain[k] = s.at(i).id
 	}
 	a := schema.Assessment{
 		Session:  s.session,
@@ -338,5 +385,16 @@ const (
 	// has no tool.started and no result, so its body never ran.
 	EvidenceNotStartedMarker = "not_started_marker"
 )
+
+// intern returns the constant for a valid status, so that a call does not
+// keep the decoded string alive.
+func intern(st schema.Status) schema.Status {
+	for _, c := range [...]schema.Status{schema.StatusOK, schema.StatusRejected, schema.StatusFailed, schema.StatusTimeout, schema.StatusCancelled, schema.StatusBudgetExhausted, schema.StatusOutputLimit} {
+		if st == c {
+			return c
+		}
+	}
+	return st
+}
 
 func quote(s string) string { return fmt.Sprintf("%q", s) }

@@ -98,7 +98,7 @@ func PrepareRetry(h schema.History, callID string, review *schema.Review, opts .
 		Contract:    a.Contract,
 		Key:         a.Key,
 		PriorCallID: callID,
-		PriorSeq:    s.calls[s.idx].seq,
+		PriorSeq:    s.at(s.idx).seq,
 	}
 	switch {
 	case a.Outcome == schema.OutcomeCompleted:
@@ -121,7 +121,7 @@ func PrepareRetry(h schema.History, callID string, review *schema.Review, opts .
 		return schema.Plan{}, schema.Errorf(schema.CodeCorruptHistory, "call %q: arguments: %v", callID, err)
 	}
 	p.Arguments = args
-	p.ArgsDigest = s.calls[s.idx].digest
+	p.ArgsDigest = s.at(s.idx).digest
 	p.IssuedAt = o.now().UTC()
 	return p, nil
 }
