@@ -24,6 +24,12 @@ import (
 // A history holding events of more than one session is corrupt: a session
 // log holds exactly one session. Unknown event types and session.fenced do not
 // affect the classification, but their seq and session are checked.
+//
+// Inspect counts events itself (more than schema.MaxHistoryEvents is
+// history_too_large); the byte limit is the reader's (schema.HistoryReader).
+// For histories of more than 128 calls it digests arguments on one
+// helper goroutine, which has ended when Inspect returns. Safe for
+// concurrent use; h is consumed once.
 func Inspect(h schema.History, callID string) (schema.Assessment, error) {
 	s, err := scanFor(h, callID)
 	if err != nil {
