@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/jingwei/jingwei/effect"
-	"github.com/jingwei/jingwei/internal/testhistory"
 	"github.com/jingwei/jingwei/schema"
 )
 
@@ -319,24 +318,31 @@ func TestHistoryDefaultLimits(t *testing.T) {
 	if testing.Short() {
 		t.Skip("decodes 100,000-event histories")
 	}
-	h := testhistory.Generate(testhistory.Config{Events: schema.MaxHistoryEvents})
-	if len(h.JSONL) > schema.MaxHistoryBytes {
-		t.Fatalf("generated history is %d bytes, over the limit", len(h.JSONL))
-	}
-	evs, err := schema.DecodeHistory(bytes.NewReader(h.JSONL), schema.Limits{})
+	line := `{"v":1,"seq":1,"session":"s","epoch":1,"at":"2026-11-29T10:00:01Z","type":"tool.progress"}` + "\n"
+	full := strings.Repeat(line, schema.MaxHistoryEvents)
+	evs, err := schema.DecodeHistory(strings.NewReader(full), schema.Limits{})
 	if err != nil || len(evs) != schema.MaxHistoryEvents {
 		t.Fatalf("100,000 events: %d decoded, %v", len(evs), err)
 	}
-	extra := ev(`"type":"tool.progress"`) + "\n"
-	_, err = schema.DecodeHistory(io.MultiReader(bytes.NewReader(h.JSONL), strings.NewReader(extra)), schema.Limits{})
+	_, err = schema.DecodeHistory(strings.NewReader(full+line), schema.Limits{})
 	if !errors.Is(err, schema.ErrHistoryTooLarge) || !strings.Contains(err.Error(), "100000 events") {
 		t.Fatalf("100,001 events: %v, want history_too_large naming 100000 events", err)
 	}
-	// Over 16 MiB with few events fails too.
-	pad := ev(`"type":"tool.progress","pad":"`+strings.Repeat("p", 1<<20)+`"`) + "\n"
-	_, err = schema.DecodeHistory(strings.NewReader(strings.Repeat(pad, 17)), schema.Limits{})
+	// Exactly 16 MiB passes, one byte more fails.
+	pad := func(n int) string {
+		l := `{"v":1,"session":"s","epoch":1,"at":"2026-11-29T10:00:01Z","type":"x","pad":"`
+		return l + strings.Repeat("p", n-len(l)-3) + `"}` + "\n"
+	}
+	exact := strings.Repeat(pad(1<<20), 16)
+	if len(exact) != schema.MaxHistoryBytes {
+		t.Fatalf("test history is %d bytes", len(exact))
+	}
+	if evs, err := schema.DecodeHistory(strings.NewReader(exact), schema.Limits{}); err != nil || len(evs) != 16 {
+		t.Fatalf("16 MiB history: %d events, %v", len(evs), err)
+	}
+	_, err = schema.DecodeHistory(strings.NewReader(exact+"\n"), schema.Limits{})
 	if !errors.Is(err, schema.ErrHistoryTooLarge) || !strings.Contains(err.Error(), "16777216 bytes") {
-		t.Fatalf("17 MiB history: %v, want history_too_large naming 16777216 bytes", err)
+		t.Fatalf("16 MiB + 1 byte: %v, want history_too_large naming 16777216 bytes", err)
 	}
 }
 

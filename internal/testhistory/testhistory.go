@@ -86,7 +86,7 @@ func Generate(cfg Config) History {
 		at: time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)}
 	for action := 1; len(g.h.Events) < cfg.Events; action++ {
 		g.action(action)
-		if action%5000 == 0 {
+		if action%1000 == 0 {
 			g.epoch++
 			g.add(schema.Event{Type: schema.TypeFenced, Fence: &schema.Fence{Epoch: g.epoch, Owner: fmt.Sprintf("worker-%d", g.epoch)}})
 		}
