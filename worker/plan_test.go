@@ -399,3 +399,53 @@ func planChild(t *testing.T) {
 		}
 	}
 }
+
+// TestBudgetLimitUnderConcurrency: with a limit of 3 tool calls, six
+// concurrent calls are all counted; exactly three pass admission, three are
+// rejected at stage budget without running. (Exact counting across separate
+// processes' counters is stream.TestBudgetConcurrent.)
+func TestBudgetLimitUnderConcurrency(t *testing.T) {
+	ctx := context.Background()
+	l := liveSetup(t)
+	if _, err := l.budget.SetLimit(ctx, "s-1", "t-1", 3); err != nil {
+		t.Fatal(err)
+	}
+	rt := l.runtime(t, "s-1", tools.OrdersRevision, nil)
+	var wg sync.WaitGroup
+	errs := make([]error, 6)
+	for i := range errs {
+		wg.Go(func() {
+			_, errs[i] = rt.CallWithOptions(ctx, tools.CatalogLookup, json.RawMessage(`{"sku":"A-1"}`), worker.CallOptions{Task: "t-1"})
+		})
+	}
+	wg.Wait()
+	okN, rejected := 0, 0
+	for _, err := range errs {
+		var werr *worker.Error
+		switch {
+		case err == nil:
+			okN++
+		case errors.As(err, &werr) && werr.Code == worker.CodeRejected && werr.Stage == schema.StageBudget:
+			rejected++
+		default:
+			t.Fatalf("unexpected error %v", err)
+		}
+	}
+	u, err := l.budget.Get(ctx, "s-1", "t-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := l.topo.Load(ctx, "s-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := 0
+	for _, ev := range h {
+		if ev.Type == schema.TypeStarted {
+			started++
+		}
+	}
+	if okN != 3 || rejected != 3 || u.ToolCalls != 6 || started != 3 {
+		t.Fatalf("ok %d, rejected %d, tool_calls %d, started %d; want 3, 3, 6, 3", okN, rejected, u.ToolCalls, started)
+	}
+}

@@ -57,6 +57,9 @@ type Tool struct {
 	// any JSON value.
 	InputSchema json.RawMessage
 	// Timeout bounds one run of the body. Zero means Config.DefaultTimeout.
+	// When it passes the result is recorded as timeout at once; a body that
+	// ignores its ctx keeps running in the background (the timeout result
+	// is uncertain for exactly that reason).
 	Timeout time.Duration
 	// OutputLimit is the largest output in bytes; a larger output is
 	// recorded as output_limit and not stored. Zero means

@@ -1,0 +1,236 @@
+package recoverer
+
+import (
+	"encoding/json"
+	"sync"
+
+	"github.com/jingwei/jingwei/effect"
+	"github.com/jingwei/jingwei/recovery"
+	"github.com/jingwei/jingwei/schema"
+)
+
+// wireEvent is the part of a session event the incremental classifier
+// reads; arguments and outputs are skipped.
+type wireEvent struct {
+	Session string `json:"session"`
+	Epoch   uint64 `json:"epoch"`
+	Type    string `json:"type"`
+	Call    *struct {
+		CallID      string            `json:"call_id"`
+		Tool        string            `json:"tool"`
+		RequestID   string            `json:"request_id"`
+		StartMarker bool              `json:"start_marker"`
+		Operation   *schema.Operation `json:"operation"`
+	} `json:"call"`
+	Started *schema.Started `json:"started"`
+	Result  *struct {
+		CallID string        `json:"call_id"`
+		Status schema.Status `json:"status"`
+		Stage  schema.Stage  `json:"stage"`
+	} `json:"result"`
+	Fence *schema.Fence `json:"fence"`
+}
+
+// openCall is what the classifier keeps of a call until its result arrives.
+type openCall struct {
+	id       string
+	tool     string
+	task     string
+	key      string
+	contract effect.Contract
+	epoch    uint64
+	seq      uint64
+	marker   bool
+	started  bool
+	retry    bool // a retry: its assessment needs the chain, so it is loaded
+	legacy   bool // no operation: no assessment (legacy_call)
+}
+
+// OpenCall describes a call that has no result yet, as jw.api.status shows
+// it.
+type OpenCall struct {
+	Session  string          `json:"session"`
+	CallID   string          `json:"call_id"`
+	Tool     string          `json:"tool"`
+	Task     string          `json:"task,omitempty"`
+	Key      string          `json:"key,omitempty"`
+	Contract effect.Contract `json:"contract"`
+	Epoch    uint64          `json:"epoch"`
+	Seq      uint64          `json:"seq"`
+	Started  bool            `json:"started"`
+}
+
+// verdict is what a finished (or orphaned) call's state says: the decision
+// table of DESIGN §2 for the latest attempt, the same mapping
+// recovery.Inspect applies.
+func verdict(status schema.Status, stage schema.Stage, marker, started bool, c effect.Contract) (schema.Outcome, string, schema.Decision) {
+	var out schema.Outcome
+	var ev string
+	switch {
+	case status == schema.StatusOK:
+		out, ev = schema.OutcomeCompleted, string(status)
+	case status == schema.StatusRejected:
+		out, ev = schema.OutcomeNotStarted, string(status)+":"+string(stage)
+	case status != "":
+		out, ev = schema.OutcomeUncertain, string(status)
+	case marker && !started:
+		out, ev = schema.OutcomeNotStarted, recovery.EvidenceNotStartedMarker
+	default:
+		out, ev = schema.OutcomeUncertain, recovery.EvidenceNoResult
+	}
+	switch {
+	case out == schema.OutcomeCompleted:
+		return out, ev, schema.DecisionRefuse
+	case out == schema.OutcomeNotStarted, c.Effect.Safe():
+		return out, ev, schema.DecisionRetryAllowed
+	}
+	return out, ev, schema.DecisionNeedsReview
+}
+
+// assess builds the assessment of a first attempt from its state.
+func (c *openCall) assess(session string, status schema.Status, stage schema.Stage) schema.Assessment {
+	out, ev, dec := verdict(status, stage, c.marker, c.started, c.contract)
+	return schema.Assessment{
+		Session: session, CallID: c.id, Tool: c.tool, Task: c.task, Key: c.key,
+		Contract: c.contract, Outcome: out, Evidence: ev, Decision: dec,
+		Attempts: 1, Chain: []string{c.id},
+	}
+}
+
+// finding is what the classifier concluded from one event: an assessment
+// ready to publish, or a call whose assessment needs its loaded history.
+type finding struct {
+	session string
+	callID  string
+	a       *schema.Assessment // nil: load the history and Inspect callID
+}
+
+// tracker is the classifier's state: the open calls per session. Safe for
+// concurrent use (the event loop writes, status reads).
+type tracker struct {
+	mu       sync.Mutex
+	sessions map[string]map[string]*openCall
+	open     int
+	seen     uint64
+}
+
+func newTracker() *tracker {
+	return &tracker{sessions: make(map[string]map[string]*openCall)}
+}
+
+// observe classifies one event of session at stream sequence seq and
+// appends what it concluded to out. A payload that does not decode is
+// skipped (inspect and prepare report corrupt histories).
+func (t *tracker) observe(session string, seq uint64, data []byte, out []finding) ([]finding, error) {
+	var ev wireEvent
+	if err := json.Unmarshal(data, &ev); err != nil {
+		t.mu.Lock()
+		t.seen++
+		t.mu.Unlock()
+		return out, err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.seen++
+	switch ev.Type {
+	case schema.TypeCall:
+		if ev.Call == nil || ev.Call.CallID == "" {
+			return out, nil
+		}
+		c := &openCall{id: ev.Call.CallID, tool: ev.Call.Tool, epoch: ev.Epoch, seq: seq, marker: ev.Call.StartMarker}
+		if op := ev.Call.Operation; op != nil {
+			c.task, c.key, c.contract, c.retry = op.Task, op.Key, op.Contract, op.Retry != nil
+		} else {
+			c.legacy = true
+		}
+		calls := t.sessions[session]
+		if calls == nil {
+			calls = make(map[string]*openCall)
+			t.sessions[session] = calls
+		}
+		if _, dup := calls[c.id]; !dup {
+			t.open++
+		}
+		calls[c.id] = c
+	case schema.TypeStarted:
+		if ev.Started != nil {
+			if c := t.sessions[session][ev.Started.CallID]; c != nil {
+				c.started = true
+			}
+		}
+	case schema.TypeResult:
+		if ev.Result == nil {
+			return out, nil
+		}
+		c := t.drop(session, ev.Result.CallID)
+		switch {
+		case c == nil || c.retry:
+			// Opened before a restart, or a retry: the chain is in the log.
+			out = append(out, finding{session: session, callID: ev.Result.CallID})
+		case c.legacy:
+		default:
+			a := c.assess(session, ev.Result.Status, ev.Result.Stage)
+			out = append(out, finding{session: session, callID: c.id, a: &a})
+		}
+	case schema.TypeFenced:
+		if ev.Fence == nil {
+			return out, nil
+		}
+		// Calls of older epochs can never get their result now: their
+		// assessment is final.
+		for id, c := range t.sessions[session] {
+			if c.epoch >= ev.Fence.Epoch {
+				continue
+			}
+			t.drop(session, id)
+			switch {
+			case c.retry:
+				out = append(out, finding{session: session, callID: id})
+			case c.legacy:
+			default:
+				a := c.assess(session, "", "")
+				out = append(out, finding{session: session, callID: id, a: &a})
+			}
+		}
+	}
+	return out, nil
+}
+
+// drop removes and returns an open call (nil if not tracked). t.mu is held.
+func (t *tracker) drop(session, id string) *openCall {
+	calls := t.sessions[session]
+	c := calls[id]
+	if c == nil {
+		return nil
+	}
+	delete(calls, id)
+	t.open--
+	if len(calls) == 0 {
+		delete(t.sessions, session)
+	}
+	return c
+}
+
+// counts returns the events seen and the calls tracked as open.
+func (t *tracker) counts() (seen uint64, open int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.seen, t.open
+}
+
+// list returns the open calls of session, or of every session when
+// session is "".
+func (t *tracker) list(session string) []OpenCall {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []OpenCall
+	for s, calls := range t.sessions {
+		if session != "" && s != session {
+			continue
+		}
+		for _, c := range calls {
+			out = append(out, OpenCall{Session: s, CallID: c.id, Tool: c.tool, Task: c.task, Key: c.key, Contract: c.contract, Epoch: c.epoch, Seq: c.seq, Started: c.started})
+		}
+	}
+	return out
+}

@@ -1,0 +1,85 @@
+package recoverer
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nuid"
+	"github.com/rs/zerolog"
+
+	"github.com/jingwei/jingwei/recovery"
+	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream"
+)
+
+// Config configures a Recoverer. Topology is required; every other field
+// has a default. The lease TTL the recoverer takes sessions over with is the
+// topology's (stream.TopologyConfig.LeaseTTL): it is one setting for every
+// process of a deployment.
+type Config struct {
+	// Topology is the jingwei topology (streams, buckets, leases) on the
+	// server. Required. Its JetStream context's connection also carries the
+	// micro service.
+	Topology *stream.Topology
+	// Logger receives the recoverer's log. The zero value logs nothing.
+	Logger zerolog.Logger
+	// TrustedReviewers are the nkey user public keys whose signed reviews
+	// are accepted. Nil or empty trusts no one: every review is rejected and
+	// uncertain calls of unknown or non-idempotent tools can never be
+	// planned.
+	TrustedReviewers recovery.TrustedKeys
+	// AutoPlan, when true, issues a plan for every retry_allowed assessment
+	// the recoverer publishes, without a prepare request. Defaults to false:
+	// plans are issued on explicit prepare requests only.
+	AutoPlan bool
+	// Name identifies this recoverer: it names its durable consumers
+	// (<prefix>-recoverer-<Name>-events and -reviews), so a restart resumes
+	// where it stopped. Every concurrently running recoverer needs its own
+	// Name. 1–64 bytes of [A-Za-z0-9_-]. Defaults to "main".
+	Name string
+	// Owner is the lease owner and fence owner the recoverer takes sessions
+	// over as. Defaults to "recoverer-<Name>-<random>", unique per process.
+	Owner string
+	// CallTimeout bounds how long jw.api.call waits for the tool.result of
+	// the request it published. Defaults to 30 s.
+	CallTimeout time.Duration
+	// DisableService skips registering the `jingwei` micro service (the
+	// recoverer then only consumes, takes over and issues plans through its
+	// methods). Defaults to false: the service runs.
+	DisableService bool
+	// Now is the clock plans are stamped with. Defaults to time.Now.
+	Now func() time.Time
+}
+
+// Defaults of Config.
+const (
+	DefaultName        = "main"
+	DefaultCallTimeout = 30 * time.Second
+)
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.Name == "" {
+		c.Name = DefaultName
+	}
+	if c.Owner == "" {
+		c.Owner = "recoverer-" + c.Name + "-" + nuid.Next()
+	}
+	if c.CallTimeout <= 0 {
+		c.CallTimeout = DefaultCallTimeout
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Topology == nil:
+		return fmt.Errorf("%w: Topology is required", ErrInvalidConfig)
+	case len(c.Name) > 64 || !schema.ValidSession(c.Name):
+		return fmt.Errorf("%w: Name %q must be 1-64 bytes of [A-Za-z0-9_-]", ErrInvalidConfig, c.Name)
+	}
+	return nil
+}

@@ -1,0 +1,65 @@
+// Package recoverer is jingwei's recovery worker (DESIGN §7) and the
+// `jingwei` NATS micro service.
+//
+// A [Recoverer] consumes every session log (jw.events.>) with a durable
+// consumer and publishes an assessment on jw.assessments.<session> for every
+// call whose result arrives. It takes over sessions whose lease expired
+// while calls were open (new epoch, session.fenced, load, inspect) and
+// publishes their assessments; after a restart it reconciles — sessions with
+// open calls and no live lease are taken over — before trusting the lease
+// watcher. It checks reviews (jw.reviews.>) against the trusted reviewer
+// keys, answers prepare requests, and issues each retry plan exactly once:
+// a KV create on the plan id in jw_plans, then a publish on
+// jw.plans.<session> with Nats-Msg-Id set to the plan id. Plans are issued
+// only on an explicit prepare, or for retry_allowed assessments when the
+// operator turned AutoPlan on.
+//
+// # Classification without loading histories
+//
+// The event consumer classifies incrementally. It keeps, per session, only
+// the calls that are open (a tool.call without its tool.result yet): tool,
+// task, key, contract, epoch, start marker and whether tool.started was seen.
+// When the result arrives the call is dropped and its assessment built from
+// that state with the decision table of DESIGN §2 — the same result
+// recovery.Inspect gives on the confirmed history for a first attempt.
+// Memory is therefore proportional to open calls, not to events seen. Two
+// rarer cases load the session's history and run recovery.Inspect instead:
+// a result of a retry (its assessment needs the whole chain of attempts,
+// which is not kept), and a result of a call the consumer never saw (it was
+// opened before a restart, below the consumer's acknowledged floor). A
+// session.fenced event closes every open call of an older epoch: the old
+// writer can no longer append their results, so their assessment (no
+// result, or not started by the start marker) is final and published then.
+//
+// The incremental path does not re-verify the history (corrupt_history is
+// reported by inspect and prepare, which always load and verify it).
+//
+// # Confirmed histories, prepare and takeover
+//
+// Prepare plans only from a confirmed history. A call with a result, or one
+// left open before a session.fenced event of a newer epoch, is confirmed.
+// A call still open while the session's lease is live belongs to a running
+// writer: prepare refuses it with not_confirmed rather than fencing a live
+// writer. A call still open with no live lease is taken over first (lease,
+// fence, release) and then planned.
+//
+// # Exactly-once plans
+//
+// The plan id is derived from session and prior call, so every recoverer
+// computes the same id. The first KV create wins; every other prepare finds
+// the stored plan and returns it. Publication is checked against JW_PLANS
+// (a message with that Nats-Msg-Id on jw.plans.<session>) before publishing
+// with the plan id as Nats-Msg-Id, so racing recoverers and a recoverer that
+// crashed between the KV create and the publish (repaired on its next start,
+// which publishes every issued plan missing from JW_PLANS) leave exactly one
+// message per plan.
+//
+// # Several recoverers
+//
+// Every recoverer needs its own Config.Name: the name is part of its durable
+// consumers, and two processes sharing one durable would split the events of
+// a session between them. Several recoverers with distinct names each see
+// every event; their identical assessments carry the same Nats-Msg-Id and
+// are deduplicated by the stream. The micro service endpoints are load
+// balanced over all of them (one queue group).
+package recoverer
