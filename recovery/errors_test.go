@@ -133,6 +133,7 @@ func TestReaderErrors(t *testing.T) {
 		msg  string
 	}{
 		{"bad JSON", string(good) + "{\"v\":1,\n", schema.CodeCorruptHistory, "line 4"},
+		{"duplicate member names", string(good) + `{"v":1,"seq":4,"seq":5,"session":"s-1","epoch":1,"at":"2026-11-29T10:00:00Z","type":"x.tick"}` + "\n", schema.CodeCorruptHistory, "line 4"},
 		{"not an object", "[1,2]\n" + string(good), schema.CodeCorruptHistory, "line 1"},
 		{"required field missing", string(good) + `{"v":1,"seq":4,"session":"s-1","epoch":1,"at":"2026-11-29T10:00:00Z","type":"tool.call","call":{"call_id":"c-2"}}` + "\n", schema.CodeCorruptHistory, "line 4"},
 		{"bad status", string(good) + `{"v":1,"seq":4,"session":"s-1","epoch":1,"at":"2026-11-29T10:00:00Z","type":"tool.result","result":{"call_id":"c-1","status":"weird"}}` + "\n", schema.CodeCorruptHistory, "line 4"},
