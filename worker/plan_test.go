@@ -449,3 +449,29 @@ func TestBudgetLimitUnderConcurrency(t *testing.T) {
 		t.Fatalf("ok %d, rejected %d, tool_calls %d, started %d; want 3, 3, 6, 3", okN, rejected, u.ToolCalls, started)
 	}
 }
+
+// TestFencedByTakeover: after another writer fences the session, the old
+// runtime's next call fails with fenced, nothing of it is recorded, and it
+// never writes again.
+func TestFencedByTakeover(t *testing.T) {
+	ctx := context.Background()
+	l := liveSetup(t)
+	rt := l.runtime(t, "s-1", tools.OrdersRevision, nil)
+	if _, err := rt.CallWithOptions(ctx, tools.CatalogLookup, json.RawMessage(`{"sku":"A-1"}`), worker.CallOptions{Task: "t-1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.topo.Fence(ctx, "s-1", "host-b", 2); err != nil {
+		t.Fatal(err)
+	}
+	before := l.snap(t, "s-1", "p-none")
+	for range 2 {
+		_, err := rt.CallWithOptions(ctx, tools.OrdersCreate, json.RawMessage(`{"sku":"A-1","qty":1}`), worker.CallOptions{Task: "t-1"})
+		if !errors.Is(err, worker.ErrFenced) || !errors.Is(err, stream.ErrFenced) {
+			t.Fatalf("call after takeover: %v, want fenced", err)
+		}
+	}
+	after := l.snap(t, "s-1", "p-none")
+	if after.events != before.events || after.orders != 0 {
+		t.Fatalf("a fenced runtime changed something: %+v → %+v", before, after)
+	}
+}

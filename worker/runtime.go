@@ -253,7 +253,13 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 		op = schema.Operation{Task: task, Key: "op-" + randomID(), Contract: t.Metadata.Contract}
 	}
 	res := Result{CallID: callID, Operation: op}
-	lg := r.log.With().Str("call_id", callID).Str("tool", tool).Str("task", task).Str("op_key", op.Key).Logger()
+	lc := r.log.With().Str("call_id", callID).Str("tool", tool).Str("task", task).Str("op_key", op.Key)
+	if op.Retry != nil {
+		// A plan consumed by an attempt whose tool.call is then not recorded
+		// leaves its prior call without a usable successor plan: say which.
+		lc = lc.Str("plan_id", op.Retry.PlanID)
+	}
+	lg := lc.Logger()
 
 	// Step 3: record the attempt and count it. The count runs alongside the
 	// append (it is never refunded, so counting an attempt whose append then
