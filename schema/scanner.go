@@ -364,6 +364,10 @@ func (s *scanner) str() (raw []byte, esc bool, err error) {
 	i := start
 	for i < len(b) {
 		c := b[i]
+		if plain[c] {
+			i++
+			continue
+		}
 		switch {
 		case c == '"':
 			s.pos = i + 1
@@ -422,6 +426,15 @@ func (s *scanner) str() (raw []byte, esc bool, err error) {
 	s.pos = i
 	return nil, false, s.fail("unterminated string")
 }
+
+// plain marks the bytes a string may hold as they are: printable ASCII
+// other than '"' and '\\'.
+var plain = func() (t [256]bool) {
+	for c := 0x20; c < 0x80; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
 
 func hex4(b []byte, i int) (rune, bool) {
 	if i+4 > len(b) {
