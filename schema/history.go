@@ -234,10 +234,13 @@ type envelope struct {
 // for a wrong version, an invalid session id, a missing at or type, a body
 // missing, extra or incomplete for a known type (call: call_id, tool,
 // arguments; operation: task, key, contract with a revision; retry:
-// prior_call_id, plan_id, a valid basis; started: call_id; result: call_id,
-// a valid status, a valid stage exactly when rejected), and a
-// field_too_long *Error for an operation key, call id, request id, contract
-// revision, review operator or evidence over MaxFieldBytes bytes.
+// prior_call_id, plan_id, a valid basis, and if a review is embedded its
+// version, session, call_id, operator, verdict and signer with sig; started:
+// call_id; result: call_id, a valid status, a valid stage exactly when
+// rejected), and a field_too_long *Error for an operation key, call id,
+// request id, contract revision, review operator or evidence over
+// MaxFieldBytes bytes. Events of unknown types are checked by their
+// envelope only.
 func (e *Event) Validate() error {
 	if e.V != Version {
 		return Errorf(CodeCorruptHistory, "event has schema version %d, want %d", e.V, Version)
