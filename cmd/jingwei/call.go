@@ -1,0 +1,284 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/rs/zerolog"
+
+	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream"
+)
+
+func init() {
+	register(command{name: "call", summary: "run a tool through the pipeline and print its result", run: runCall})
+}
+
+const callHelp = `  jingwei call --session S --tool NAME [--task T] [--args JSON] [--request-id ID] [--json]
+
+Sends a tool request (DESIGN §3) to the jingwei service (jw.api.call), which
+publishes it on jw.requests.<session> for a tool worker, waits for the call's
+tool.result on the session log and answers with it. A request id is made up
+when none is given; sending the same --request-id again never runs the tool a
+second time.
+
+Output: the result (call id, status, output or error); --json prints the
+tool.result event as one JSON object.
+
+Exit status:
+  0  the tool ran and its result is ok
+  1  unexpected failure: no jingwei service answers (start 'jingwei serve' or
+     'jingwei recover'), the server is unreachable
+  2  usage: a missing or bad flag, --args that is not JSON
+  3  refused or not ok: {"error":{"code":…,"message":…}} on stdout, with the
+     service's code (bad_request, timeout, …) or the result's status
+     (rejected, failed, timeout, cancelled, budget_exhausted, output_limit)`
+
+// clientFlags are the connection flags of every client command (DESIGN §7):
+// --server, --creds, --nkey, --tlsca, the subject --prefix, --timeout and the
+// log flags.
+type clientFlags struct {
+	server, creds, nkey, tlsca string
+	prefix                     string
+	timeout                    time.Duration
+	log                        logFlags
+}
+
+func (c *clientFlags) register(fs *flag.FlagSet, timeout time.Duration) {
+	fs.StringVar(&c.server, "server", envOr("NATS_URL", stream.DefaultURL), "NATS server URL(s), comma separated (env NATS_URL)")
+	fs.StringVar(&c.creds, "creds", envOr("NATS_CREDS", ""), "NATS credentials file (env NATS_CREDS)")
+	fs.StringVar(&c.nkey, "nkey", envOr("NATS_NKEY", ""), "NATS nkey seed file for authentication (env NATS_NKEY)")
+	fs.StringVar(&c.tlsca, "tlsca", envOr("NATS_CA", ""), "PEM file of CAs to verify the server's TLS certificate (env NATS_CA)")
+	fs.StringVar(&c.prefix, "prefix", envOr("JINGWEI_PREFIX", "jw"), "subject prefix of the jingwei topology (env JINGWEI_PREFIX)")
+	fs.DurationVar(&c.timeout, "timeout", timeout, "how long to wait for the service's answer")
+	c.log.register(fs)
+}
+
+// connect connects to the server the flags name and returns a client for
+// the service. The caller closes it.
+func (c *clientFlags) connect(ctx context.Context, name string, stderr io.Writer) (*apiClient, error) {
+	log, err := c.log.logger(stderr)
+	if err != nil {
+		return nil, err
+	}
+	nc, err := stream.Connect(ctx, stream.ConnectConfig{
+		URL: c.server, Creds: c.creds, NKeySeedFile: c.nkey, TLSCA: c.tlsca,
+		Name: "jingwei " + name, Logger: log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w (is a server running? start one with 'jingwei serve', or point --server/$NATS_URL at yours)", err)
+	}
+	return &apiClient{nc: nc, prefix: c.prefix, timeout: c.timeout, log: log}, nil
+}
+
+// apiClient sends requests to the jingwei micro service (jw.api.*).
+type apiClient struct {
+	nc      *nats.Conn
+	prefix  string
+	timeout time.Duration
+	log     zerolog.Logger
+}
+
+func (a *apiClient) Close() { a.nc.Close() }
+
+// serviceError is a coded error answered by the service, or made up by the
+// CLI for a result that is not ok.
+type serviceError struct {
+	Code    string
+	Message string
+	// Event is the tool.result, when the error is a result's status.
+	Event *schema.Event
+}
+
+func (e *serviceError) Error() string { return e.Code + ": " + e.Message }
+
+// errNoService says nobody answers on jw.api.*.
+var errNoService = errors.New("no jingwei service answers")
+
+// request sends v as JSON to jw.api.<endpoint> and decodes the answer into
+// out. A coded error answer is a *serviceError.
+func (a *apiClient) request(ctx context.Context, endpoint string, v, out any) error {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, a.timeout)
+	defer cancel()
+	subj := a.prefix + ".api." + endpoint
+	msg, err := a.nc.RequestWithContext(ctx, subj, body)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return fmt.Errorf("%w on %s: start 'jingwei serve' (all in one) or 'jingwei recover' against this server", errNoService, subj)
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("no answer on %s within %s: the service is busy or the call is still running; raise --timeout or check 'jingwei status'", subj, a.timeout)
+	case err != nil:
+		return fmt.Errorf("request %s: %w", subj, err)
+	}
+	if se := decodeServiceError(msg); se != nil {
+		return se
+	}
+	if err := json.Unmarshal(msg.Data, out); err != nil {
+		return fmt.Errorf("answer of %s is not what this CLI expects (%v): %.200s", subj, err, msg.Data)
+	}
+	return nil
+}
+
+// decodeServiceError returns the coded error of an answer, or nil if the
+// answer is not an error: a body {"error":{"code","message"}}, else the
+// micro error headers.
+func decodeServiceError(msg *nats.Msg) *serviceError {
+	var body struct {
+		Error *struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(msg.Data, &body) == nil && body.Error != nil && body.Error.Code != "" {
+		return &serviceError{Code: body.Error.Code, Message: body.Error.Message}
+	}
+	if desc := msg.Header.Get(micro.ErrorHeader); desc != "" {
+		code := msg.Header.Get(micro.ErrorCodeHeader)
+		if code == "" {
+			code = string(schema.Code("internal"))
+		}
+		return &serviceError{Code: code, Message: desc}
+	}
+	return nil
+}
+
+// printError prints err as {"error":{"code","message"}} on stdout and
+// returns the exit status: exitRefused for a coded refusal, exitFailure for
+// anything else (code "internal"; also the service's own internal errors).
+func printError(stdout io.Writer, err error) int {
+	var se *serviceError
+	if errors.As(err, &se) {
+		body := map[string]any{"error": errorBody{Code: se.Code, Message: se.Message}}
+		if se.Event != nil {
+			body["event"] = se.Event
+		}
+		_ = writeJSON(stdout, body)
+		if se.Code == "internal" {
+			return exitFailure
+		}
+		return exitRefused
+	}
+	if schema.CodeOf(err) != "" {
+		return writeError(stdout, err)
+	}
+	_ = writeJSON(stdout, map[string]errorBody{"error": {Code: "internal", Message: err.Error()}})
+	return exitFailure
+}
+
+// newRequestID returns a fresh request id, "r-" and 16 hex digits.
+func newRequestID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "r-" + hex.EncodeToString(b[:])
+}
+
+func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("call", "Run a tool through the pipeline and print its result.", callHelp, stderr)
+	var cf clientFlags
+	cf.register(fs, time.Minute)
+	session := fs.String("session", "", "session id, [A-Za-z0-9_-]{1,128} (required)")
+	task := fs.String("task", "", "task inside the session (default: the worker's default task)")
+	tool := fs.String("tool", "", "tool name, e.g. orders.create (required)")
+	argsJSON := fs.String("args", "{}", "tool arguments as a JSON object")
+	requestID := fs.String("request-id", "", "your id for this intent; re-sending it never runs the tool twice (default: a new one)")
+	provider := fs.String("provider-call-id", "", "the model provider's id for the call, recorded on tool.call")
+	asJSON := fs.Bool("json", false, "print the tool.result event as JSON")
+	if st, ok := parseFlags(fs, args); !ok {
+		return st
+	}
+	if err := stream.ValidateSession(*session); err != nil {
+		return usageError(stderr, "call", "--session: %v", err)
+	}
+	if *tool == "" {
+		return usageError(stderr, "call", "--tool is required (the example tools are orders.create, payments.charge, catalog.lookup)")
+	}
+	var probe map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(*argsJSON), &probe); err != nil {
+		return usageError(stderr, "call", "--args must be a JSON object: %v", err)
+	}
+	if *requestID == "" {
+		*requestID = newRequestID()
+	}
+	if _, err := cf.log.logger(stderr); err != nil {
+		return usageError(stderr, "call", "%v", err)
+	}
+	api, err := cf.connect(ctx, "call", stderr)
+	if err != nil {
+		return printError(stdout, err)
+	}
+	defer api.Close()
+
+	req := schema.Request{
+		V: schema.Version, RequestID: *requestID, Session: *session, Task: *task,
+		Tool: *tool, Arguments: json.RawMessage(*argsJSON), ProviderCallID: *provider,
+	}
+	var ev schema.Event
+	if err := api.request(ctx, "call", req, &ev); err != nil {
+		return printError(stdout, err)
+	}
+	if ev.Result == nil {
+		return printError(stdout, fmt.Errorf("the service answered without a tool.result (type %q)", ev.Type))
+	}
+	r := ev.Result
+	if *asJSON {
+		if r.Status != schema.StatusOK {
+			return printError(stdout, resultError(&ev))
+		}
+		_ = writeJSON(stdout, ev)
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "session\t%s\n", ev.Session)
+	fmt.Fprintf(tw, "request\t%s\n", *requestID)
+	fmt.Fprintf(tw, "call\t%s\n", r.CallID)
+	fmt.Fprintf(tw, "tool\t%s\n", *tool)
+	status := string(r.Status)
+	if r.Stage != "" {
+		status += " at " + string(r.Stage)
+	}
+	if r.Retryable {
+		status += " (retryable)"
+	}
+	fmt.Fprintf(tw, "status\t%s\n", status)
+	if len(r.Output) > 0 {
+		fmt.Fprintf(tw, "output\t%s\n", r.Output)
+	}
+	if r.Error != "" {
+		fmt.Fprintf(tw, "error\t%s\n", r.Error)
+	}
+	tw.Flush()
+	if r.Status != schema.StatusOK {
+		fmt.Fprintf(stdout, "\nthe call is recorded; see what recovery allows with: jingwei status --session %s\n", ev.Session)
+		return printError(stdout, resultError(&ev))
+	}
+	return exitOK
+}
+
+// resultError is the error of a result that is not ok: its status as the
+// code.
+func resultError(ev *schema.Event) *serviceError {
+	r := ev.Result
+	msg := fmt.Sprintf("call %s ended %s", r.CallID, r.Status)
+	if r.Stage != "" {
+		msg += " at stage " + string(r.Stage)
+	}
+	if r.Error != "" {
+		msg += ": " + r.Error
+	}
+	return &serviceError{Code: string(r.Status), Message: strings.TrimSpace(msg), Event: ev}
+}

@@ -1,0 +1,195 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jingwei/jingwei/recovery"
+	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream"
+)
+
+func init() {
+	register(command{name: "review", summary: "sign and publish a review of an uncertain call", run: runReview})
+}
+
+const reviewHelp = `  jingwei review --session S --call C --verdict not_executed|completed|uncertain
+                 --evidence REF --operator NAME --key FILE [--json]
+
+Signs a review (DESIGN §3 "Review") with a reviewer nkey (--key, a seed file
+made by 'jingwei keys new'; 'jingwei serve' makes one in its data directory)
+and publishes it on jw.reviews.<session>, waiting for JetStream's
+acknowledgement. Then it asks the recovery worker what the call's state is
+and prints it.
+
+Check the business system before you sign: a review is a trusted statement,
+never a guess.
+  not_executed  the call had no effect: a retry may be prepared ('jingwei retry')
+  completed     the call took effect: no retry will ever be prepared for it, and
+                no result is invented
+  uncertain     you cannot tell: the call stays needs_review
+
+The recovery worker accepts only reviews signed by a key in its trusted
+reviewers (recover --trust-reviewers); others are rejected, logged and
+change nothing. The latest accepted review of a call counts.
+
+Exit status:
+  0  the review was published and acknowledged
+  1  unexpected failure: the server is unreachable, the publish failed
+  2  usage: a missing or bad flag, a key file that is not an nkey user seed
+  3  refused: {"error":{"code":…,"message":…}} on stdout (field_too_long for
+     --operator or --evidence over 1,024 bytes, unknown_call when the call is
+     not in the session's log)`
+
+// reviewOutput is what review prints with --json.
+type reviewOutput struct {
+	Review schema.Review `json:"review"`
+	// Stream and Seq locate the published review in JW_REVIEWS.
+	Stream string `json:"stream"`
+	Seq    uint64 `json:"seq"`
+	// Assessment is the recovery worker's view of the call after the
+	// review, when it answered.
+	Assessment *schema.Assessment `json:"assessment,omitempty"`
+}
+
+func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("review", "Sign and publish a review of an uncertain call.", reviewHelp, stderr)
+	var cf clientFlags
+	cf.register(fs, 10*time.Second)
+	session := fs.String("session", "", "session id (required)")
+	call := fs.String("call", "", "call id reviewed: the latest attempt of its chain (required)")
+	verdict := fs.String("verdict", "", "not_executed, completed or uncertain (required)")
+	evidence := fs.String("evidence", "", "reference to what you checked, e.g. a ticket or ledger query (required)")
+	operator := fs.String("operator", "", "who you are, e.g. alice@ops (required)")
+	keyFile := fs.String("key", "", "reviewer nkey seed file (required)")
+	asJSON := fs.Bool("json", false, "print the signed review (and the call's assessment) as JSON")
+	if st, ok := parseFlags(fs, args); !ok {
+		return st
+	}
+	switch {
+	case stream.ValidateSession(*session) != nil:
+		return usageError(stderr, "review", "--session: %v", stream.ValidateSession(*session))
+	case *call == "":
+		return usageError(stderr, "review", "--call is required")
+	case !schema.Verdict(*verdict).Valid():
+		return usageError(stderr, "review", "--verdict must be not_executed, completed or uncertain, not %q", *verdict)
+	case strings.TrimSpace(*evidence) == "":
+		return usageError(stderr, "review", "--evidence is required: say what you checked")
+	case strings.TrimSpace(*operator) == "":
+		return usageError(stderr, "review", "--operator is required: say who you are")
+	case *keyFile == "":
+		return usageError(stderr, "review", "--key is required (create one with: jingwei keys new)")
+	}
+	if _, err := cf.log.logger(stderr); err != nil {
+		return usageError(stderr, "review", "%v", err)
+	}
+	if len(*operator) > schema.MaxFieldBytes || len(*evidence) > schema.MaxFieldBytes {
+		return writeError(stdout, schema.Errorf(schema.CodeFieldTooLong, "--operator and --evidence are limited to %d bytes (operator %d, evidence %d)", schema.MaxFieldBytes, len(*operator), len(*evidence)))
+	}
+	kp, err := loadUserKey(*keyFile)
+	if err != nil {
+		return usageError(stderr, "review", "%v", err)
+	}
+	r, err := recovery.SignReview(kp, schema.Review{
+		V: schema.Version, Session: *session, CallID: *call,
+		Operator: *operator, Evidence: *evidence, Verdict: schema.Verdict(*verdict),
+		At: time.Now().UTC().Format(time.RFC3339),
+	})
+	if err != nil {
+		return printError(stdout, err)
+	}
+
+	api, err := cf.connect(ctx, "review", stderr)
+	if err != nil {
+		return printError(stdout, err)
+	}
+	defer api.Close()
+	ack, err := publishReview(ctx, api, r)
+	if err != nil {
+		return printError(stdout, err)
+	}
+	out := reviewOutput{Review: r, Stream: ack.Stream, Seq: ack.Sequence}
+
+	// What the recovery worker makes of the call now. The assessment is
+	// the history's classification; the review is applied when a plan is
+	// prepared.
+	var a schema.Assessment
+	aerr := api.request(ctx, "inspect", sessionCall{Session: *session, CallID: *call}, &a)
+	if aerr == nil {
+		out.Assessment = &a
+	}
+	if *asJSON {
+		if se, ok := aerr.(*serviceError); ok && se.Code == string(schema.CodeUnknownCall) {
+			return printError(stdout, aerr)
+		}
+		_ = writeJSON(stdout, out)
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "review\t%s of call %s in session %s\n", r.Verdict, r.CallID, r.Session)
+	fmt.Fprintf(tw, "operator\t%s\n", r.Operator)
+	fmt.Fprintf(tw, "evidence\t%s\n", r.Evidence)
+	fmt.Fprintf(tw, "signer\t%s\n", r.Signer)
+	fmt.Fprintf(tw, "published\t%s seq %d\n", ack.Stream, ack.Sequence)
+	if out.Assessment != nil {
+		fmt.Fprintf(tw, "call\t%s %s, %s (evidence %s, %d attempt(s))\n", a.Tool, a.Outcome, a.Decision, a.Evidence, a.Attempts)
+	}
+	tw.Flush()
+	if aerr != nil {
+		fmt.Fprintf(stdout, "\nthe recovery worker did not describe the call: %v\n", aerr)
+		if se, ok := aerr.(*serviceError); ok && se.Code == string(schema.CodeUnknownCall) {
+			return printError(stdout, aerr)
+		}
+		return exitOK
+	}
+	fmt.Fprintln(stdout)
+	fmt.Fprintln(stdout, reviewNext(r, a))
+	return exitOK
+}
+
+// reviewNext says what follows from a review of a call in assessment a.
+func reviewNext(r schema.Review, a schema.Assessment) string {
+	retry := fmt.Sprintf("jingwei retry --session %s --call %s", r.Session, r.CallID)
+	switch {
+	case r.Verdict == schema.VerdictCompleted:
+		return "verdict completed: every retry of this call will be refused (code completed); nothing more to do.\nIf your key is not trusted by the recovery worker, the review is ignored: check with " + retry
+	case r.Verdict == schema.VerdictUncertain:
+		return "verdict uncertain: the call stays needs_review until a review says not_executed or completed."
+	case a.Decision == schema.DecisionRefuse:
+		return "the call completed according to its log; no retry will be prepared whatever the review says."
+	default:
+		return "verdict not_executed: a retry may now be prepared (if your key is trusted):\n  " + retry
+	}
+}
+
+// publishReview publishes r on jw.reviews.<session> and waits for the
+// acknowledgement. The message id is the signed review's digest, so sending
+// the same review twice stores it once.
+func publishReview(ctx context.Context, api *apiClient, r schema.Review) (*jetstream.PubAck, error) {
+	js, err := jetstream.New(api.nc)
+	if err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(b)
+	ctx, cancel := context.WithTimeout(ctx, api.timeout)
+	defer cancel()
+	subj := api.prefix + ".reviews." + r.Session
+	ack, err := js.Publish(ctx, subj, b, jetstream.WithMsgID("rv-"+hex.EncodeToString(sum[:16])))
+	if err != nil {
+		return nil, fmt.Errorf("publish review on %s: %w (does the topology exist? start 'jingwei serve' or 'jingwei recover')", subj, err)
+	}
+	return ack, nil
+}
