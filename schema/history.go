@@ -239,8 +239,8 @@ type envelope struct {
 // call_id; result: call_id, a valid status, a valid stage exactly when
 // rejected), and a field_too_long *Error for an operation key, call id,
 // request id, contract revision, review operator or evidence over
-// MaxFieldBytes bytes. Events of unknown types are checked by their
-// envelope only.
+// MaxFieldBytes bytes. An event of an unknown type must carry none of the
+// four bodies (DecodeEvent drops them); its envelope is checked as usual.
 func (e *Event) Validate() error {
 	if e.V != Version {
 		return Errorf(CodeCorruptHistory, "event has schema version %d, want %d", e.V, Version)
@@ -281,6 +281,10 @@ func (e *Event) Validate() error {
 	case TypeFenced:
 		if e.Fence == nil || bodies != 1 {
 			return Errorf(CodeCorruptHistory, "session.fenced must carry a fence body and no other")
+		}
+	default:
+		if bodies != 0 {
+			return Errorf(CodeCorruptHistory, "event of type %s carries a body of a known type", quoteShort([]byte(e.Type)))
 		}
 	}
 	return nil

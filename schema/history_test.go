@@ -374,6 +374,10 @@ func TestEncodeEvent(t *testing.T) {
 	if _, err := schema.EncodeEvent(dup); !errors.Is(err, schema.ErrCorruptHistory) {
 		t.Errorf("duplicate arguments: %v", err)
 	}
+	odd := schema.Event{V: 1, Session: "s-1", Epoch: 1, At: at, Type: "tool.progress", Started: &schema.Started{CallID: "c-1"}}
+	if _, err := schema.EncodeEvent(odd); !errors.Is(err, schema.ErrCorruptHistory) {
+		t.Errorf("unknown type with a body: %v", err)
+	}
 	c.Arguments = json.RawMessage(`{"a":`)
 	if _, err := schema.EncodeEvent(dup); !errors.Is(err, schema.ErrCorruptHistory) {
 		t.Errorf("invalid arguments: %v", err)
