@@ -115,8 +115,14 @@ func scanFor(h schema.History, callID string) (*scan, error) {
 // run reads the whole history, then checks what needed the argument
 // digests.
 func (s *scan) run(h schema.History) error {
-	err := s.read(h)
-	res := s.dig.wait()
+	var (
+		err error
+		res []digestResult
+	)
+	func() {
+		defer func() { res = s.dig.wait() }() // also when h panics
+		err = s.read(h)
+	}()
 	if err != nil {
 		return err
 	}
@@ -261,7 +267,7 @@ func (s *scan) onCall(ev *schema.Event) error {
 		s.byOp[ok] = s.count
 	}
 	if c.CallID == s.target {
-		s.args = c.Arguments
+		s.args = append(json.RawMessage(nil), c.Arguments...) // the source may reuse its buffer
 	}
 	s.byID[c.CallID] = s.count
 	s.push(nc)

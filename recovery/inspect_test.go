@@ -2,6 +2,8 @@ package recovery_test
 
 import (
 	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/jingwei/jingwei/effect"
@@ -178,5 +180,43 @@ func TestInspectChain(t *testing.T) {
 	}
 	if a, err := recovery.Inspect(hist(h2...), "c-2"); err != nil || a.Attempts != 2 {
 		t.Errorf("reordered arguments: %+v %v", a, err)
+	}
+}
+
+// TestSourceReusesBuffers: a history source may reuse the arguments'
+// buffer once the event has been yielded; Inspect must not read it later.
+func TestSourceReusesBuffers(t *testing.T) {
+	const calls = 600 // several digest batches
+	buf := make([]byte, 0, 64)
+	h := func(yield func(schema.Event, error) bool) {
+		seq := uint64(0)
+		emit := func(e schema.Event, args string) bool {
+			buf = append(buf[:0], args...)
+			e.Call.Arguments = buf
+			seq++
+			e.Seq = seq
+			ok := yield(e, nil)
+			copy(buf, strings.Repeat("#", len(buf))) // the source reuses its buffer
+			return ok
+		}
+		for i := range calls {
+			e := with(callEv("c-"+strconv.Itoa(i), effect.Idempotent, false), func(c *schema.Call) { c.Operation.Key = "k-" + strconv.Itoa(i) })
+			if !emit(e, `{"n":`+strconv.Itoa(i)+`}`) {
+				return
+			}
+		}
+		r := with(retryEv("r-0", effect.Idempotent, "c-0", 1), func(c *schema.Call) { c.Operation.Key = "k-0" })
+		emit(r, `{ "n" : 0 }`)
+	}
+	a, err := recovery.Inspect(h, "r-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Attempts != 2 {
+		t.Errorf("attempts %d, want 2", a.Attempts)
+	}
+	p, err := recovery.PrepareRetry(h, "r-0", nil)
+	if err != nil || string(p.Arguments) != `{"n":0}` {
+		t.Errorf("plan arguments %s, %v", p.Arguments, err)
 	}
 }
