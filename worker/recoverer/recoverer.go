@@ -1,0 +1,375 @@
+package recoverer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/rs/zerolog"
+
+	"github.com/jingwei/jingwei/recovery"
+	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream"
+)
+
+// Recoverer is the recovery worker. Build it with New and run it with Run;
+// its methods (Inspect, Prepare, Status) may be called concurrently, also
+// while Run runs.
+type Recoverer struct {
+	cfg   Config
+	t     *stream.Topology
+	log   zerolog.Logger
+	plans *stream.Plans
+	async jetstream.JetStream // own context, so flushes wait for our publishes only
+
+	track  *tracker
+	review *awaiting
+	auto   chan finding
+
+	// afterCreate, when set (tests only), runs after a plan's KV create and
+	// before its publication; an error stops prepare there, as a crash
+	// would.
+	afterCreate func(schema.Plan) error
+}
+
+// New returns a recoverer for cfg (after WithDefaults). It fails with
+// ErrInvalidConfig naming a missing or invalid field.
+func New(cfg Config) (*Recoverer, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	async, err := jetstream.New(cfg.Topology.JS.Conn())
+	if err != nil {
+		return nil, fmt.Errorf("recoverer: jetstream: %w", err)
+	}
+	return &Recoverer{
+		cfg:    cfg,
+		t:      cfg.Topology,
+		log:    cfg.Logger.With().Str("recoverer", cfg.Name).Logger(),
+		plans:  stream.NewPlans(cfg.Topology.Plans),
+		async:  async,
+		track:  newTracker(),
+		review: newAwaiting(maxAwaiting),
+		auto:   make(chan finding, 1024),
+	}, nil
+}
+
+// Stats are the recoverer's counters.
+type Stats struct {
+	// EventsSeen is how many session events the classifier has read since
+	// the process started.
+	EventsSeen uint64 `json:"events_seen"`
+	// OpenCalls is how many calls the classifier tracks as open: its memory
+	// is proportional to this, not to EventsSeen.
+	OpenCalls int `json:"open_calls"`
+}
+
+// Stats returns the classifier's counters.
+func (r *Recoverer) Stats() Stats {
+	seen, open := r.track.counts()
+	return Stats{EventsSeen: seen, OpenCalls: open}
+}
+
+// Run runs the recoverer until ctx is done and then returns nil, or returns
+// an error if it cannot start (the topology unreachable, the service not
+// registered). In order it: publishes issued plans a crash left
+// unpublished, starts watching lease expiry, reconciles sessions whose
+// lease expired while it was down, then consumes events and reviews, serves
+// the `jingwei` micro service and handles expiries.
+func (r *Recoverer) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if err := r.RepairPlans(ctx); err != nil {
+		return err
+	}
+	// Watch first, so that no expiry falls between reconcile and watch.
+	expired, err := r.t.WatchLeaseExpiry(ctx)
+	if err != nil {
+		return err
+	}
+	if err := r.Reconcile(ctx); err != nil {
+		return err
+	}
+	var svc micro.Service
+	if !r.cfg.DisableService {
+		if svc, err = r.serve(ctx); err != nil {
+			return err
+		}
+		defer func() { _ = svc.Stop() }()
+	}
+	var wg sync.WaitGroup
+	goLoop := func(name string, f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.loop(ctx, name, f)
+		}()
+	}
+	goLoop("events", r.consumeEvents)
+	goLoop("reviews", r.consumeReviews)
+	goLoop("auto-plan", r.autoPlan)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for s := range expired {
+			r.log.Info().Str("session", s).Msg("lease expired")
+			if err := r.takeOverIfOpen(ctx, s); err != nil && ctx.Err() == nil {
+				r.log.Error().Err(err).Str("session", s).Msg("takeover after lease expiry failed")
+			}
+		}
+	}()
+	<-ctx.Done()
+	wg.Wait()
+	return nil
+}
+
+// loop runs f until ctx is done, restarting it with backoff after an error
+// (a deleted consumer, a lost connection).
+func (r *Recoverer) loop(ctx context.Context, name string, f func(context.Context) error) {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 100*time.Millisecond, 5*time.Second, 0
+	for ctx.Err() == nil {
+		start := time.Now()
+		err := f(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if time.Since(start) > time.Minute {
+			b.Reset()
+		}
+		r.log.Warn().Err(err).Str("loop", name).Msg("restarting")
+		select {
+		case <-ctx.Done():
+		case <-time.After(b.NextBackOff()):
+		}
+	}
+}
+
+// consumerName returns a durable consumer name of this recoverer.
+func (r *Recoverer) consumerName(kind string) string {
+	return r.t.Prefix + "-recoverer-" + r.cfg.Name + "-" + kind
+}
+
+// ackBatch is how many events are classified before their assessments are
+// flushed and the events acknowledged (also whenever the consumer has
+// nothing pending).
+const ackBatch = 256
+
+type pending struct {
+	msg *nats.Msg
+	id  string
+	f   jetstream.PubAckFuture
+}
+
+// consumeEvents classifies jw.events.> with the durable consumer until ctx
+// ends or the consumer fails.
+func (r *Recoverer) consumeEvents(ctx context.Context) error {
+	cons, err := r.t.JS.CreateOrUpdateConsumer(ctx, r.t.StreamName("EVENTS"), jetstream.ConsumerConfig{
+		Durable:       r.consumerName("events"),
+		Description:   "jingwei recovery worker " + r.cfg.Name + ": classifies every call",
+		FilterSubject: r.t.Prefix + ".events.>",
+		AckPolicy:     jetstream.AckAllPolicy,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckWait:       time.Minute,
+		MaxAckPending: 4 * ackBatch,
+	})
+	if err != nil {
+		return fmt.Errorf("events consumer: %w", err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(2 * ackBatch))
+	if err != nil {
+		return fmt.Errorf("events consumer: %w", err)
+	}
+	defer it.Stop()
+	var (
+		last     jetstream.Msg
+		n        int
+		found    []finding
+		inflight []pending
+	)
+	flush := func() error {
+		if err := r.awaitPublished(ctx, inflight); err != nil {
+			return err
+		}
+		inflight = inflight[:0]
+		if last != nil {
+			if err := last.Ack(); err != nil {
+				return fmt.Errorf("ack events: %w", err)
+			}
+		}
+		last, n = nil, 0
+		return nil
+	}
+	for {
+		m, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			if ctx.Err() != nil {
+				_ = flush()
+				return nil
+			}
+			return fmt.Errorf("events consumer: %w", err)
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return fmt.Errorf("events consumer: %w", err)
+		}
+		session := stream.SessionOf(m.Subject())
+		found, err = r.track.observe(session, md.Sequence.Stream, m.Data(), found[:0])
+		if err != nil {
+			r.log.Warn().Err(err).Str("session", session).Uint64("seq", md.Sequence.Stream).Msg("event does not decode; skipped")
+		}
+		for _, f := range found {
+			a := f.a
+			if a == nil {
+				if a = r.inspectLoaded(ctx, f.session, f.callID); a == nil {
+					continue
+				}
+			}
+			p, err := r.publishAsync(*a)
+			if err != nil {
+				return err
+			}
+			inflight = append(inflight, p)
+		}
+		last = m
+		n++
+		if n >= ackBatch || md.NumPending == 0 {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// inspectLoaded loads the session and inspects callID; nil if the call
+// cannot be assessed (superseded by a later attempt, legacy, corrupt
+// history), which is logged.
+func (r *Recoverer) inspectLoaded(ctx context.Context, session, callID string) *schema.Assessment {
+	h, err := r.t.Load(ctx, session)
+	if err == nil {
+		var a schema.Assessment
+		if a, err = recovery.Inspect(schema.Events(h), callID); err == nil {
+			return &a
+		}
+	}
+	lvl := r.log.Warn()
+	if errors.Is(err, schema.ErrSupersededCall) || errors.Is(err, schema.ErrLegacyCall) {
+		lvl = r.log.Debug()
+	}
+	lvl.Err(err).Str("session", session).Str("call_id", callID).Msg("call not assessed")
+	return nil
+}
+
+// assessmentMsg builds the message of an assessment; its Msg-Id makes the
+// same assessment from several recoverers, or after a redelivery, one
+// message.
+func (r *Recoverer) assessmentMsg(a schema.Assessment) (msg *nats.Msg, id string, err error) {
+	b, err := json.Marshal(a)
+	if err != nil {
+		return nil, "", err
+	}
+	msg = nats.NewMsg(r.t.AssessmentsSubject(a.Session))
+	msg.Data = b
+	return msg, "a." + a.Session + "." + a.CallID + "." + a.Evidence, nil
+}
+
+// noted records a published assessment: awaiting review or not, and the
+// auto-plan queue.
+func (r *Recoverer) noted(a schema.Assessment) {
+	r.review.note(a)
+	if r.cfg.AutoPlan && a.Decision == schema.DecisionRetryAllowed {
+		select {
+		case r.auto <- finding{session: a.Session, callID: a.CallID}:
+		default:
+			r.log.Warn().Str("session", a.Session).Str("call_id", a.CallID).Msg("auto-plan queue full; plan not issued (prepare it explicitly)")
+		}
+	}
+	r.log.Debug().Str("session", a.Session).Str("call_id", a.CallID).Str("outcome", string(a.Outcome)).Str("decision", string(a.Decision)).Msg("assessed")
+}
+
+func (r *Recoverer) publishAsync(a schema.Assessment) (pending, error) {
+	msg, id, err := r.assessmentMsg(a)
+	if err != nil {
+		return pending{}, err
+	}
+	f, err := r.async.PublishMsgAsync(msg, jetstream.WithMsgID(id))
+	if err != nil {
+		return pending{}, fmt.Errorf("publish assessment: %w", err)
+	}
+	r.noted(a)
+	return pending{msg: msg, id: id, f: f}, nil
+}
+
+// awaitPublished waits for the acks of async publishes and re-sends
+// (synchronously, same Msg-Id) those that failed.
+func (r *Recoverer) awaitPublished(ctx context.Context, ps []pending) error {
+	for _, p := range ps {
+		select {
+		case <-p.f.Ok():
+			continue
+		case err := <-p.f.Err():
+			r.log.Warn().Err(err).Str("subject", p.msg.Subject).Msg("assessment publish failed; re-sending")
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if err := r.publishSync(ctx, p.msg, p.id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// publishSync publishes msg with Msg-Id id, retrying transport errors with
+// backoff until ctx ends.
+func (r *Recoverer) publishSync(ctx context.Context, msg *nats.Msg, id string) error {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 20*time.Millisecond, 2*time.Second, 30*time.Second
+	return backoff.Retry(func() error {
+		m := nats.NewMsg(msg.Subject)
+		m.Data = msg.Data
+		_, err := r.t.JS.PublishMsg(ctx, m, jetstream.WithMsgID(id))
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.Code != 503 {
+			return backoff.Permanent(err)
+		}
+		return err
+	}, backoff.WithContext(b, ctx))
+}
+
+// publishAssessment publishes one assessment synchronously.
+func (r *Recoverer) publishAssessment(ctx context.Context, a schema.Assessment) error {
+	msg, id, err := r.assessmentMsg(a)
+	if err != nil {
+		return err
+	}
+	if err := r.publishSync(ctx, msg, id); err != nil {
+		return fmt.Errorf("publish assessment of %s/%s: %w", a.Session, a.CallID, err)
+	}
+	r.noted(a)
+	return nil
+}
+
+// autoPlan issues plans for queued retry_allowed assessments (AutoPlan).
+func (r *Recoverer) autoPlan(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case f := <-r.auto:
+			p, err := r.Prepare(ctx, f.session, f.callID)
+			if err != nil {
+				r.log.Info().Err(err).Str("session", f.session).Str("call_id", f.callID).Msg("auto-plan: no plan")
+				continue
+			}
+			r.log.Info().Str("session", f.session).Str("call_id", f.callID).Str("plan_id", p.PlanID).Msg("auto-plan: plan issued")
+		}
+	}
+}

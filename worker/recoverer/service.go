@@ -1,0 +1,268 @@
+package recoverer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/jingwei/jingwei/schema"
+)
+
+// ServiceName is the micro service's name (`nats micro ls` shows it).
+const ServiceName = "jingwei"
+
+// ServiceVersion is the micro service's version.
+const ServiceVersion = "0.1.0"
+
+// Endpoint names; each is served on <prefix>.api.<name> (jw.api.call, …).
+const (
+	EndpointCall    = "call"
+	EndpointInspect = "inspect"
+	EndpointPrepare = "prepare"
+	EndpointStatus  = "status"
+)
+
+// Target is the request body of jw.api.inspect and jw.api.prepare.
+type Target struct {
+	Session string `json:"session"`
+	CallID  string `json:"call_id"`
+}
+
+// StatusRequest is the request body of jw.api.status; an empty body asks
+// about every session.
+type StatusRequest struct {
+	Session string `json:"session,omitempty"`
+}
+
+// ErrorBody is the body of an error answer, {"error":{"code","message"}};
+// the micro error headers carry the same code and message.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail is the error of an ErrorBody. Latest names the latest call of
+// the chain for superseded_call.
+type ErrorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Latest  string `json:"latest,omitempty"`
+}
+
+// maxConcurrentRequests bounds the service requests handled at once (a
+// call waits up to CallTimeout).
+const maxConcurrentRequests = 256
+
+// serve registers the micro service. Handlers run on their own goroutines
+// (at most maxConcurrentRequests), so a slow call does not hold the others.
+func (r *Recoverer) serve(ctx context.Context) (micro.Service, error) {
+	nc := r.t.JS.Conn()
+	svc, err := micro.AddService(nc, micro.Config{
+		Name:        ServiceName,
+		Version:     ServiceVersion,
+		Description: "jingwei: record AI-agent tool calls and recover them safely",
+		Metadata:    map[string]string{"recoverer": r.cfg.Name},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("recoverer: micro service: %w", err)
+	}
+	sem := make(chan struct{}, maxConcurrentRequests)
+	add := func(name string, h func(ctx context.Context, data []byte) (any, error)) error {
+		return svc.AddEndpoint(name, micro.HandlerFunc(func(req micro.Request) {
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			go func() {
+				defer func() { <-sem }()
+				v, err := h(ctx, req.Data())
+				r.respond(req, v, err)
+			}()
+		}), micro.WithEndpointSubject(r.t.APISubject(name)))
+	}
+	for _, e := range []struct {
+		name string
+		h    func(ctx context.Context, data []byte) (any, error)
+	}{
+		{EndpointInspect, func(ctx context.Context, data []byte) (any, error) {
+			var t Target
+			if err := decodeBody(data, &t); err != nil {
+				return nil, err
+			}
+			return r.Inspect(ctx, t.Session, t.CallID)
+		}},
+		{EndpointPrepare, func(ctx context.Context, data []byte) (any, error) {
+			var t Target
+			if err := decodeBody(data, &t); err != nil {
+				return nil, err
+			}
+			return r.Prepare(ctx, t.Session, t.CallID)
+		}},
+		{EndpointStatus, func(ctx context.Context, data []byte) (any, error) {
+			var s StatusRequest
+			if len(strings.TrimSpace(string(data))) > 0 {
+				if err := decodeBody(data, &s); err != nil {
+					return nil, err
+				}
+			}
+			return r.Status(ctx, s.Session)
+		}},
+		{EndpointCall, func(ctx context.Context, data []byte) (any, error) {
+			var q schema.Request
+			if err := decodeBody(data, &q); err != nil {
+				return nil, err
+			}
+			return r.Call(ctx, q)
+		}},
+	} {
+		if err := add(e.name, e.h); err != nil {
+			_ = svc.Stop()
+			return nil, fmt.Errorf("recoverer: endpoint %s: %w", e.name, err)
+		}
+	}
+	return svc, nil
+}
+
+func decodeBody(data []byte, v any) error {
+	if err := json.Unmarshal(data, v); err != nil {
+		return schema.Errorf(CodeBadRequest, "request body: %v", err)
+	}
+	return nil
+}
+
+// respond answers with v as JSON, or with a micro error carrying the code
+// and the {"error":{…}} body.
+func (r *Recoverer) respond(req micro.Request, v any, err error) {
+	if err == nil {
+		if rerr := req.RespondJSON(v); rerr != nil {
+			r.log.Warn().Err(rerr).Str("subject", req.Subject()).Msg("service answer not sent")
+		}
+		return
+	}
+	d := ErrorDetail{Code: string(CodeInternal), Message: err.Error()}
+	var se *schema.Error
+	if errors.As(err, &se) {
+		d.Code, d.Latest = string(se.Code), se.Latest
+	} else {
+		r.log.Error().Err(err).Str("subject", req.Subject()).Msg("service request failed")
+	}
+	body, _ := json.Marshal(ErrorBody{Error: d})
+	// The description travels in a header: one line.
+	desc := strings.NewReplacer("\r", " ", "\n", " ").Replace(d.Message)
+	if rerr := req.Error(d.Code, desc, body); rerr != nil {
+		r.log.Warn().Err(rerr).Str("subject", req.Subject()).Msg("service error answer not sent")
+	}
+}
+
+// Call publishes the tool request q on jw.requests.<session> (Nats-Msg-Id =
+// request_id) and waits, up to Config.CallTimeout, for the tool.result of
+// the tool.call that carries its request id on the session log, which it
+// returns. A request id already in the log (published before) is answered
+// from the log without running again. Errors: bad_request for an invalid
+// request, timeout (the request may still run).
+func (r *Recoverer) Call(ctx context.Context, q schema.Request) (schema.Event, error) {
+	switch {
+	case !schema.ValidSession(q.Session):
+		return schema.Event{}, schema.Errorf(CodeBadRequest, "session %q: want 1-128 bytes of [A-Za-z0-9_-]", q.Session)
+	case q.RequestID == "" || len(q.RequestID) > schema.MaxFieldBytes:
+		return schema.Event{}, schema.Errorf(CodeBadRequest, "request_id must be 1-%d bytes", schema.MaxFieldBytes)
+	case q.Tool == "":
+		return schema.Event{}, schema.Errorf(CodeBadRequest, "tool is required")
+	case len(q.Arguments) > 0 && !json.Valid(q.Arguments):
+		return schema.Event{}, schema.Errorf(CodeBadRequest, "arguments are not JSON")
+	}
+	q.V = schema.Version
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+	defer cancel()
+	sub, err := r.t.JS.Conn().SubscribeSync(r.t.EventsSubject(q.Session))
+	if err != nil {
+		return schema.Event{}, fmt.Errorf("recoverer: call: %w", err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	data, err := json.Marshal(q)
+	if err != nil {
+		return schema.Event{}, err
+	}
+	ack, err := r.t.JS.Publish(ctx, r.t.RequestsSubject(q.Session), data, jetstream.WithMsgID(q.RequestID))
+	if err != nil {
+		return schema.Event{}, fmt.Errorf("recoverer: publish request %s: %w", q.RequestID, err)
+	}
+	var (
+		callID  string
+		results = map[string]schema.Event{} // results seen before the call id was known
+	)
+	fromLog := func() (schema.Event, bool) {
+		// Also after the deadline: a last look at the log.
+		lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer lcancel()
+		id, res, err := r.findRequest(lctx, q.Session, q.RequestID)
+		if err != nil {
+			r.log.Warn().Err(err).Str("session", q.Session).Msg("call: read log")
+			return schema.Event{}, false
+		}
+		if id != "" {
+			callID = id
+		}
+		return res, res.Type != ""
+	}
+	if ack.Duplicate {
+		if res, ok := fromLog(); ok {
+			return res, nil
+		}
+	}
+	for {
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			if res, ok := fromLog(); ok {
+				return res, nil
+			}
+			if ctx.Err() != nil {
+				return schema.Event{}, schema.Errorf(CodeTimeout, "no tool.result for request %q within %s (it may still run)", q.RequestID, r.cfg.CallTimeout)
+			}
+			return schema.Event{}, fmt.Errorf("recoverer: call: %w", err)
+		}
+		var ev schema.Event
+		if json.Unmarshal(m.Data, &ev) != nil {
+			continue
+		}
+		switch {
+		case ev.Type == schema.TypeCall && ev.Call != nil && ev.Call.RequestID == q.RequestID && callID == "":
+			callID = ev.Call.CallID
+			if res, ok := results[callID]; ok {
+				return res, nil
+			}
+		case ev.Type == schema.TypeResult && ev.Result != nil:
+			if ev.Result.CallID == callID {
+				return ev, nil
+			}
+			if callID == "" && len(results) < 1024 {
+				results[ev.Result.CallID] = ev
+			}
+		}
+	}
+}
+
+// findRequest reads the session log for the tool.call carrying requestID
+// and its tool.result (Type "" if none yet).
+func (r *Recoverer) findRequest(ctx context.Context, session, requestID string) (string, schema.Event, error) {
+	h, err := r.t.Load(ctx, session)
+	if err != nil {
+		return "", schema.Event{}, err
+	}
+	callID := ""
+	for _, ev := range h {
+		switch {
+		case callID == "" && ev.Type == schema.TypeCall && ev.Call != nil && ev.Call.RequestID == requestID:
+			callID = ev.Call.CallID
+		case callID != "" && ev.Type == schema.TypeResult && ev.Result != nil && ev.Result.CallID == callID:
+			return callID, ev, nil
+		}
+	}
+	return callID, schema.Event{}, nil
+}

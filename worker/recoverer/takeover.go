@@ -1,0 +1,101 @@
+package recoverer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jingwei/jingwei/recovery"
+	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream"
+)
+
+// takeOverIfOpen takes the session over if its log has open calls and no
+// lease is live (someone else owning it again will finish or fence them).
+func (r *Recoverer) takeOverIfOpen(ctx context.Context, session string) error {
+	if _, live, err := r.t.LeaseHolder(ctx, session); err != nil || live {
+		return err
+	}
+	h, err := r.t.Load(ctx, session)
+	if err != nil {
+		return err
+	}
+	if len(openIn(h, 0)) == 0 {
+		return nil
+	}
+	_, err = r.TakeOver(ctx, session)
+	if errors.Is(err, stream.ErrLeaseHeld) {
+		r.log.Info().Str("session", session).Msg("session owned again before takeover; left to its owner")
+		return nil
+	}
+	return err
+}
+
+// TakeOver takes the session over and confirms its history: it acquires the
+// session's lease (a new, higher epoch), appends session.fenced (from then
+// on the old writer's appends fail with stream.ErrFenced), loads the log,
+// inspects every call that was open before the fence and publishes their
+// assessments, then releases the lease so a tool worker can own the session
+// again. It returns the assessments. It fails with an error matching
+// stream.ErrLeaseHeld if the lease is live.
+func (r *Recoverer) TakeOver(ctx context.Context, session string) ([]schema.Assessment, error) {
+	lease, err := r.t.AcquireLease(ctx, session, r.cfg.Owner)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err := lease.Release(context.WithoutCancel(ctx)); err != nil {
+			r.log.Warn().Err(err).Str("session", session).Msg("release lease after takeover")
+		}
+	}()
+	lg, err := r.t.Fence(ctx, session, r.cfg.Owner, lease.Epoch)
+	if err != nil {
+		return nil, fmt.Errorf("recoverer: fence %s: %w", session, err)
+	}
+	fenceSeq := lg.LastSeq()
+	h, err := r.t.Load(ctx, session)
+	if err != nil {
+		return nil, fmt.Errorf("recoverer: load %s: %w", session, err)
+	}
+	r.log.Info().Str("session", session).Uint64("epoch", lease.Epoch).Uint64("fence_seq", fenceSeq).Msg("session taken over")
+	var out []schema.Assessment
+	for _, id := range openIn(h, fenceSeq) {
+		a, err := recovery.Inspect(schema.Events(h), id)
+		if err != nil {
+			r.log.Warn().Err(err).Str("session", session).Str("call_id", id).Msg("call not assessed after takeover")
+			continue
+		}
+		if err := r.publishAssessment(ctx, a); err != nil {
+			return out, err
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// Reconcile takes over every session that has open calls and no live lease:
+// what a recoverer that was down while leases expired missed. Run calls it
+// once at start, after it started watching lease expiry. It reads the list
+// of sessions from JW_EVENTS and loads each session without a live lease.
+func (r *Recoverer) Reconcile(ctx context.Context) error {
+	info, err := r.t.Events.Info(ctx, jetstream.WithSubjectFilter(r.t.EventsSubject("*")))
+	if err != nil {
+		return fmt.Errorf("recoverer: list sessions: %w", err)
+	}
+	pre := r.t.EventsSubject("")
+	for subj := range info.State.Subjects {
+		session := strings.TrimPrefix(subj, pre)
+		if err := r.takeOverIfOpen(ctx, session); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			r.log.Error().Err(err).Str("session", session).Msg("reconcile: takeover failed")
+			continue
+		}
+	}
+	r.log.Info().Int("sessions", len(info.State.Subjects)).Msg("reconciled")
+	return nil
+}
