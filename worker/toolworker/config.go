@@ -1,0 +1,125 @@
+package toolworker
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/worker"
+)
+
+// Config configures a Worker. Topology and Registry are required; every
+// other field has a default.
+type Config struct {
+	// Topology is jingwei's streams and buckets (from stream.EnsureTopology).
+	// Its LeaseTTL is the TTL of the leases the worker holds. Required.
+	Topology *stream.Topology
+	// Registry holds the tools the worker runs. Required.
+	Registry *worker.Registry
+	// Owner identifies this worker in leases and on session.fenced events;
+	// it must be unique among running workers. Defaults to
+	// "tw-<hostname>-<pid>-<random>".
+	Owner string
+	// RenewInterval is how often an owned session's lease is renewed.
+	// Defaults to a third of the topology's LeaseTTL; it must be shorter
+	// than the TTL.
+	RenewInterval time.Duration
+	// MaxSessions is the most sessions the worker owns at once; beyond it,
+	// new sessions are left to other workers. Defaults to 64.
+	MaxSessions int
+	// IdleTimeout is how long an owned session may go without a request or
+	// plan before the worker gives it back. Defaults to 10 s.
+	IdleTimeout time.Duration
+	// PollInterval is how often the worker looks for sessions with waiting
+	// requests that nobody owns (requests are also noticed as they are
+	// published). Defaults to 1 s.
+	PollInterval time.Duration
+	// AckWait is the ack wait of the per-session request consumers. A
+	// request is acknowledged once its tool.call is recorded, so this only
+	// matters when a worker dies holding a request that was never recorded
+	// and no new owner takes the session. Defaults to 30 s.
+	AckWait time.Duration
+	// DrainTimeout bounds how long Run waits, once its context is
+	// cancelled, for running bodies to finish; then their contexts are
+	// cancelled. Defaults to 30 s.
+	DrainTimeout time.Duration
+	// PlanRetryDelay is the delay of a negative acknowledgement of a plan
+	// for a session another process owns. Defaults to 250 ms.
+	PlanRetryDelay time.Duration
+	// Runtime is the template of every session's runtime: admission hooks,
+	// BudgetLimit, DefaultTask, timeouts, output limit, clock. Its Session,
+	// Log, Registry, Plans, Budget and Logger are set by the worker. The
+	// zero value is the runtime's defaults.
+	Runtime worker.Config
+	// Logger receives the worker's log. Defaults to zerolog.Nop().
+	Logger zerolog.Logger
+}
+
+// Defaults of Config.
+const (
+	DefaultMaxSessions    = 64
+	DefaultIdleTimeout    = 10 * time.Second
+	DefaultPollInterval   = time.Second
+	DefaultAckWait        = 30 * time.Second
+	DefaultDrainTimeout   = 30 * time.Second
+	DefaultPlanRetryDelay = 250 * time.Millisecond
+)
+
+// WithDefaults returns c with zero fields set to their defaults. The
+// renewal default needs the topology; without one it stays zero.
+func (c Config) WithDefaults() Config {
+	if c.Owner == "" {
+		c.Owner = defaultOwner()
+	}
+	if c.RenewInterval <= 0 && c.Topology != nil {
+		c.RenewInterval = c.Topology.Config().LeaseTTL / 3
+	}
+	if c.MaxSessions <= 0 {
+		c.MaxSessions = DefaultMaxSessions
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = DefaultPollInterval
+	}
+	if c.AckWait <= 0 {
+		c.AckWait = DefaultAckWait
+	}
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = DefaultDrainTimeout
+	}
+	if c.PlanRetryDelay <= 0 {
+		c.PlanRetryDelay = DefaultPlanRetryDelay
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Topology == nil:
+		return fmt.Errorf("%w: Topology is required", ErrInvalidConfig)
+	case c.Registry == nil:
+		return fmt.Errorf("%w: Registry is required", ErrInvalidConfig)
+	case c.RenewInterval >= c.Topology.Config().LeaseTTL:
+		return fmt.Errorf("%w: RenewInterval %s must be shorter than the lease TTL %s", ErrInvalidConfig, c.RenewInterval, c.Topology.Config().LeaseTTL)
+	case len(c.Owner) > 256:
+		return fmt.Errorf("%w: Owner is over 256 bytes", ErrInvalidConfig)
+	}
+	return nil
+}
+
+func defaultOwner() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "host"
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("tw-%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}

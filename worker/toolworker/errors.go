@@ -1,0 +1,23 @@
+package toolworker
+
+import "errors"
+
+var (
+	// ErrInvalidConfig is returned by New for a Config that misses a
+	// required field or has an invalid value; the message names the field.
+	ErrInvalidConfig = errors.New("toolworker: invalid config")
+
+	// ErrRunning is returned by Run when the worker is already running or
+	// has run before: a Worker runs once.
+	ErrRunning = errors.New("toolworker: Run called twice")
+
+	// ErrSessionLost is what appends of a session the worker no longer owns
+	// fail with (it also matches stream.ErrFenced, so the runtime stops
+	// writing for good): the lease was lost or could not be renewed within
+	// its TTL.
+	ErrSessionLost = errors.New("toolworker: session lease lost")
+
+	// ErrInvalidRequest describes a tool request that cannot become a call;
+	// such a request is terminated and logged.
+	ErrInvalidRequest = errors.New("toolworker: invalid request")
+)

@@ -1,0 +1,453 @@
+package toolworker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/worker"
+)
+
+// fetchWait bounds one pull for the next request of a session.
+const fetchWait = 5 * time.Second
+
+// ackTimeout bounds the acknowledgement of a request or plan.
+const ackTimeout = 5 * time.Second
+
+// errGivenBack stops the log of a session the worker gives back itself.
+var errGivenBack = errors.New("session given back")
+
+// session is one session the worker owns: its lease, its fenced log behind
+// a guard, its runtime and its request consumer. One goroutine (run) runs
+// its requests and plans one at a time.
+type session struct {
+	w      *Worker
+	id     string
+	log    zerolog.Logger
+	plans  chan planJob
+	drainc chan struct{}
+	once   sync.Once
+
+	closing bool        // guarded by w.mu: no more work is routed here
+	ready   atomic.Bool // taken: lease, fence, history, consumer in place
+
+	lease *stream.Lease
+	glog  *guardedLog
+	rt    *worker.Runtime
+	cons  jetstream.Consumer
+	// work is the context of calls and bodies: cancelled when the session
+	// is lost, or when the drain times out.
+	work       context.Context
+	cancelWork context.CancelFunc
+	// failed is set when the session must be given back although it is
+	// still ours (the log could not be written).
+	failed atomic.Bool
+
+	mu   sync.Mutex
+	seen map[string]struct{} // request ids recorded in the log
+	cur  *job                // the call in progress
+}
+
+// job is a request or plan whose tool.call is not yet known to be recorded.
+type job struct {
+	requestID string
+	planID    string
+	msg       jetstream.Msg
+	acked     bool
+}
+
+func (s *session) drain() { s.once.Do(func() { close(s.drainc) }) }
+
+// take acquires the session (lease, fence, history, request consumer).
+func (s *session) take(ctx context.Context) error {
+	w := s.w
+	s.log = w.log.With().Str("session", s.id).Logger()
+	t0 := time.Now()
+	lease, err := w.topo.AcquireLease(ctx, s.id, w.cfg.Owner)
+	if err != nil {
+		return err
+	}
+	s.lease = lease
+	s.work, s.cancelWork = context.WithCancel(w.hardStop)
+	s.glog = &guardedLog{until: t0.Add(w.ttl), onCall: s.recorded, onLost: s.lost}
+	giveUp := func(err error) error {
+		s.cancelWork()
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
+		defer cancel()
+		_ = lease.Release(rctx)
+		return err
+	}
+	lg, err := w.topo.Fence(ctx, s.id, w.cfg.Owner, lease.Epoch)
+	if err != nil {
+		return giveUp(fmt.Errorf("fence: %w", err))
+	}
+	s.glog.log = lg
+	h, err := w.topo.Load(ctx, s.id)
+	if err != nil {
+		return giveUp(fmt.Errorf("load history: %w", err))
+	}
+	s.seen = make(map[string]struct{})
+	for i := range h {
+		if c := h[i].Call; c != nil && c.RequestID != "" {
+			s.seen[c.RequestID] = struct{}{}
+		}
+	}
+	if s.rt, err = w.newRuntime(s.id, s.glog); err != nil {
+		return giveUp(err)
+	}
+	if err := s.openConsumer(ctx); err != nil {
+		return giveUp(err)
+	}
+	s.ready.Store(true)
+	s.log.Info().Uint64("epoch", lease.Epoch).Int("events", len(h)).Int("requests_seen", len(s.seen)).Msg("session taken")
+	return nil
+}
+
+// openConsumer replaces whatever request consumer a previous owner left
+// (its unacknowledged request becomes deliverable again at once) with this
+// owner's: filtered on the session, one request in flight.
+func (s *session) openConsumer(ctx context.Context) error {
+	w := s.w
+	name := w.requestConsumerName(s.id)
+	if err := w.topo.Requests.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("delete old request consumer %s: %w", name, err)
+	}
+	cons, err := w.topo.Requests.CreateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable:           name,
+		Description:       "jingwei tool worker " + w.cfg.Owner,
+		FilterSubject:     w.topo.RequestsSubject(s.id),
+		AckPolicy:         jetstream.AckExplicitPolicy,
+		AckWait:           w.cfg.AckWait,
+		MaxAckPending:     1,
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		InactiveThreshold: max(5*time.Minute, 4*w.cfg.IdleTimeout),
+	})
+	if err != nil {
+		return fmt.Errorf("create request consumer %s: %w", name, err)
+	}
+	s.cons = cons
+	return nil
+}
+
+// lost is called once when the guarded log stops.
+func (s *session) lost(err error) {
+	s.cancelWork()
+	if !errors.Is(err, errGivenBack) {
+		s.log.Warn().Err(err).Msg("session lost; not touching it any more")
+	}
+}
+
+// recorded runs after a tool.call is acknowledged by the log: it
+// acknowledges the request or plan that caused it and remembers its
+// request id.
+func (s *session) recorded(c *schema.Call) {
+	s.mu.Lock()
+	if c.RequestID != "" {
+		s.seen[c.RequestID] = struct{}{}
+	}
+	j := s.cur
+	match := j != nil && !j.acked &&
+		(j.requestID != "" && c.RequestID == j.requestID ||
+			j.planID != "" && c.Operation != nil && c.Operation.Retry != nil && c.Operation.Retry.PlanID == j.planID)
+	if match {
+		j.acked = true
+	}
+	s.mu.Unlock()
+	if match {
+		ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
+		defer cancel()
+		if err := j.msg.DoubleAck(ctx); err != nil {
+			// Redelivered later, it is found in the log and not run again.
+			s.log.Warn().Err(err).Str("call_id", c.CallID).Msg("acknowledgement failed")
+		}
+	}
+}
+
+func (s *session) hasSeen(requestID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.seen[requestID]
+	return ok
+}
+
+func (s *session) setCur(j *job) {
+	s.mu.Lock()
+	s.cur = j
+	s.mu.Unlock()
+}
+
+// queuePlan queues a plan behind the session's current work; false if the
+// session is going away or the queue is full.
+func (s *session) queuePlan(j planJob) bool {
+	s.w.mu.Lock()
+	defer s.w.mu.Unlock()
+	if s.closing || !s.ready.Load() {
+		return false
+	}
+	select {
+	case s.plans <- j:
+		return true
+	default:
+		return false
+	}
+}
+
+// run runs the session's requests and plans, one at a time, until it is
+// drained, idle, lost or failed, then gives it back.
+func (s *session) run() {
+	renewCtx, stopRenew := context.WithCancel(context.Background())
+	renewed := make(chan struct{})
+	go func() { defer close(renewed); s.renew(renewCtx) }()
+
+	fetchCtx, stopFetch := context.WithCancel(s.work)
+	reqs := make(chan jetstream.Msg)
+	next := make(chan struct{}, 1)
+	next <- struct{}{}
+	fetchErr := make(chan error, 1)
+	fetched := make(chan struct{})
+	go func() { defer close(fetched); s.fetch(fetchCtx, reqs, next, fetchErr) }()
+
+	idle := time.NewTimer(s.w.cfg.IdleTimeout)
+	defer idle.Stop()
+	reason := "drained"
+loop:
+	for {
+		select {
+		case <-s.drainc:
+			break loop
+		default:
+		}
+		select {
+		case <-s.drainc:
+			break loop
+		case <-s.work.Done():
+			reason = "stopped"
+			break loop
+		case <-idle.C:
+			reason = "idle"
+			break loop
+		case err := <-fetchErr:
+			reason = "request consumer gone: " + err.Error()
+			break loop
+		case m := <-reqs:
+			s.runRequest(m)
+			next <- struct{}{}
+		case p := <-s.plans:
+			s.runPlan(p)
+		}
+		if s.glog.lost() != nil || s.failed.Load() {
+			reason = "lost or failed"
+			break loop
+		}
+		idle.Reset(s.w.cfg.IdleTimeout)
+	}
+	stopFetch()
+	<-fetched
+	s.w.forget(s)
+	for {
+		select {
+		case p := <-s.plans:
+			_ = p.msg.NakWithDelay(s.w.cfg.PlanRetryDelay)
+			continue
+		default:
+		}
+		break
+	}
+	stopRenew()
+	<-renewed
+	s.giveBack(reason)
+}
+
+// giveBack deletes the request consumer and releases the lease, if the
+// session is still ours.
+func (s *session) giveBack(reason string) {
+	defer s.cancelWork()
+	if s.glog.lost() != nil {
+		s.log.Info().Str("reason", reason).Msg("session dropped (lost)")
+		return
+	}
+	s.glog.lose(errGivenBack)
+	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
+	defer cancel()
+	// Only a live lease entitles the worker to touch the consumer: a new
+	// owner has one of the same name.
+	if err := s.lease.Renew(ctx); err != nil {
+		s.log.Info().Err(err).Str("reason", reason).Msg("session dropped (lease gone)")
+		return
+	}
+	if err := s.w.topo.Requests.DeleteConsumer(ctx, s.w.requestConsumerName(s.id)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		s.log.Warn().Err(err).Msg("could not delete request consumer")
+	}
+	if err := s.lease.Release(ctx); err != nil {
+		s.log.Warn().Err(err).Msg("could not release lease")
+	}
+	s.log.Info().Str("reason", reason).Msg("session given back")
+}
+
+// renew renews the lease every RenewInterval until ctx ends; a lost lease,
+// or one that could not be renewed within its TTL, loses the session.
+func (s *session) renew(ctx context.Context) {
+	t := time.NewTicker(s.w.cfg.RenewInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		t0 := time.Now()
+		rctx, cancel := context.WithTimeout(ctx, s.w.cfg.RenewInterval)
+		err := s.lease.Renew(rctx)
+		cancel()
+		switch {
+		case err == nil:
+			s.glog.extend(t0, s.w.ttl)
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, stream.ErrLeaseLost):
+			s.glog.lose(err)
+			return
+		default:
+			s.log.Warn().Err(err).Msg("lease renewal failed")
+			if s.glog.expired(time.Now()) {
+				s.glog.lose(fmt.Errorf("lease not renewed within its TTL: %w", err))
+				return
+			}
+		}
+	}
+}
+
+// fetch pulls the session's next request whenever the run loop is ready
+// for one (a token on next).
+func (s *session) fetch(ctx context.Context, reqs chan<- jetstream.Msg, next <-chan struct{}, errc chan<- error) {
+	for {
+		select {
+		case <-next:
+		case <-ctx.Done():
+			return
+		}
+		for {
+			fctx, cancel := context.WithTimeout(ctx, fetchWait)
+			m, err := s.cons.Next(jetstream.FetchContext(fctx))
+			cancel()
+			if err == nil {
+				select {
+				case reqs <- m:
+				case <-ctx.Done():
+					_ = m.Nak() // for the next owner, at once
+					return
+				}
+				break
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) {
+				errc <- err
+				return
+			}
+			if !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
+				s.log.Debug().Err(err).Msg("fetch of next request failed")
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+		}
+	}
+}
+
+// runRequest runs one request unless its id is already in the log.
+func (s *session) runRequest(m jetstream.Msg) {
+	r, err := decodeRequest(s.id, m.Data())
+	if err != nil {
+		s.log.Warn().Err(err).Msg("request terminated")
+		_ = m.TermWithReason(err.Error())
+		return
+	}
+	lg := s.log.With().Str("request_id", r.RequestID).Str("tool", r.Tool).Logger()
+	if s.hasSeen(r.RequestID) {
+		lg.Info().Msg("request already in the log; acknowledged, not run again")
+		_ = m.Ack()
+		return
+	}
+	if s.glog.lost() != nil {
+		_ = m.Nak()
+		return
+	}
+	j := &job{requestID: r.RequestID, msg: m}
+	s.setCur(j)
+	res, err := s.rt.CallWithOptions(s.work, r.Tool, r.Arguments, worker.CallOptions{
+		Task: r.Task, RequestID: r.RequestID, ProviderCallID: r.ProviderCallID,
+	})
+	s.setCur(nil)
+	s.settle(lg, j, res, err)
+}
+
+// runPlan runs one retry plan on the session.
+func (s *session) runPlan(p planJob) {
+	if s.glog.lost() != nil {
+		_ = p.msg.NakWithDelay(s.w.cfg.PlanRetryDelay)
+		return
+	}
+	lg := s.log.With().Str("plan_id", p.plan.PlanID).Str("tool", p.plan.Tool).Logger()
+	j := &job{planID: p.plan.PlanID, msg: p.msg}
+	s.setCur(j)
+	plan := p.plan
+	res, err := s.rt.CallWithOptions(s.work, plan.Tool, plan.Arguments, worker.CallOptions{Task: plan.Task, Retry: &plan})
+	s.setCur(nil)
+	s.mu.Lock()
+	acked := j.acked
+	s.mu.Unlock()
+	if !acked && errors.Is(err, worker.ErrPlanRefused) {
+		lg.Info().Err(err).Msg("plan refused; not attempted")
+		_ = p.msg.Ack()
+		return
+	}
+	s.settle(lg, j, res, err)
+}
+
+// settle finishes a job: a job whose tool.call was recorded is done (it was
+// acknowledged then); one that cannot become a call is terminated; any other
+// is handed back for redelivery, and the session is given back if the log
+// failed.
+func (s *session) settle(lg zerolog.Logger, j *job, res worker.Result, err error) {
+	s.mu.Lock()
+	acked := j.acked
+	s.mu.Unlock()
+	if acked {
+		ev := lg.Info().Str("call_id", res.CallID).Str("status", string(res.Status))
+		if res.Stage != "" {
+			ev = ev.Str("stage", string(res.Stage))
+		}
+		ev.Msg("call done")
+		if c := worker.CodeOf(err); c == worker.CodeLog || c == worker.CodeFenced {
+			s.failed.Store(true)
+		}
+		return
+	}
+	switch worker.CodeOf(err) {
+	case worker.CodeUnknownTool, worker.CodeInvalidCall:
+		lg.Warn().Err(err).Msg("terminated: cannot become a call")
+		_ = j.msg.TermWithReason(err.Error())
+		return
+	}
+	// Nothing known to be recorded: the next owner decides from the
+	// confirmed history (a tool.call whose acknowledgement was lost is
+	// found there and not run again).
+	lg.Warn().Err(err).Msg("call not recorded; left for redelivery")
+	_ = j.msg.Nak()
+	if s.glog.lost() == nil {
+		s.failed.Store(true)
+	}
+}
