@@ -30,13 +30,19 @@ const (
 	// CodeRejected: admission refused the call at Error.Stage; the body did
 	// not run and tool.result{rejected} was recorded.
 	CodeRejected Code = "rejected"
-	// CodeFailed, CodeTimeout, CodeCancelled, CodeBudgetExhausted and
-	// CodeOutputLimit repeat the tool.result status of a body that started.
-	CodeFailed          Code = "failed"
-	CodeTimeout         Code = "timeout"
-	CodeCancelled       Code = "cancelled"
+	// CodeFailed: the body returned an error (or panicked, or returned
+	// output that is not JSON).
+	CodeFailed Code = "failed"
+	// CodeTimeout: the body ran past the tool's timeout.
+	CodeTimeout Code = "timeout"
+	// CodeCancelled: the caller's context ended while the body ran.
+	CodeCancelled Code = "cancelled"
+	// CodeBudgetExhausted: the body reported, with BudgetExhausted, that it
+	// ran out of a budget of its own part way.
 	CodeBudgetExhausted Code = "budget_exhausted"
-	CodeOutputLimit     Code = "output_limit"
+	// CodeOutputLimit: the body's output was over the tool's output limit
+	// (and was not stored).
+	CodeOutputLimit Code = "output_limit"
 	// CodeFenced: the session was taken over by a newer writer; this runtime
 	// never writes again.
 	CodeFenced Code = "fenced"
@@ -104,21 +110,35 @@ func CodeOf(err error) Code {
 	return ""
 }
 
-// Sentinels for errors.Is, one per code.
+// Sentinels for errors.Is, one per code (see the Code constants for what
+// each means).
 var (
-	ErrUnknownTool     = &Error{Code: CodeUnknownTool}
-	ErrInvalidCall     = &Error{Code: CodeInvalidCall}
-	ErrPlanNotIssued   = &Error{Code: CodePlanNotIssued}
-	ErrPlanConsumed    = &Error{Code: CodePlanConsumed}
-	ErrPlanMismatch    = &Error{Code: CodePlanMismatch}
-	ErrRejected        = &Error{Code: CodeRejected}
-	ErrFailed          = &Error{Code: CodeFailed}
-	ErrTimeout         = &Error{Code: CodeTimeout}
-	ErrCancelled       = &Error{Code: CodeCancelled}
+	// ErrUnknownTool matches unknown_tool.
+	ErrUnknownTool = &Error{Code: CodeUnknownTool}
+	// ErrInvalidCall matches invalid_call.
+	ErrInvalidCall = &Error{Code: CodeInvalidCall}
+	// ErrPlanNotIssued matches plan_not_issued.
+	ErrPlanNotIssued = &Error{Code: CodePlanNotIssued}
+	// ErrPlanConsumed matches plan_consumed.
+	ErrPlanConsumed = &Error{Code: CodePlanConsumed}
+	// ErrPlanMismatch matches plan_mismatch.
+	ErrPlanMismatch = &Error{Code: CodePlanMismatch}
+	// ErrRejected matches rejected, at any stage.
+	ErrRejected = &Error{Code: CodeRejected}
+	// ErrFailed matches failed.
+	ErrFailed = &Error{Code: CodeFailed}
+	// ErrTimeout matches timeout.
+	ErrTimeout = &Error{Code: CodeTimeout}
+	// ErrCancelled matches cancelled.
+	ErrCancelled = &Error{Code: CodeCancelled}
+	// ErrBudgetExhausted matches budget_exhausted.
 	ErrBudgetExhausted = &Error{Code: CodeBudgetExhausted}
-	ErrOutputLimit     = &Error{Code: CodeOutputLimit}
-	ErrFenced          = &Error{Code: CodeFenced}
-	ErrLog             = &Error{Code: CodeLog}
+	// ErrOutputLimit matches output_limit.
+	ErrOutputLimit = &Error{Code: CodeOutputLimit}
+	// ErrFenced matches fenced.
+	ErrFenced = &Error{Code: CodeFenced}
+	// ErrLog matches log_unavailable.
+	ErrLog = &Error{Code: CodeLog}
 	// ErrPlanRefused matches plan_not_issued, plan_consumed and
 	// plan_mismatch.
 	ErrPlanRefused = &Error{Code: "plan_refused"}
