@@ -19,6 +19,7 @@ import (
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/worker/recoverer"
 )
 
 func init() {
@@ -97,6 +98,8 @@ func (a *apiClient) Close() { a.nc.Close() }
 type serviceError struct {
 	Code    string
 	Message string
+	// Latest names the latest call of the chain, for superseded_call.
+	Latest string
 	// Event is the tool.result, when the error is a result's status.
 	Event *schema.Event
 }
@@ -139,13 +142,10 @@ func (a *apiClient) request(ctx context.Context, endpoint string, v, out any) er
 // micro error headers.
 func decodeServiceError(msg *nats.Msg) *serviceError {
 	var body struct {
-		Error *struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
+		Error *errorBody `json:"error"`
 	}
 	if json.Unmarshal(msg.Data, &body) == nil && body.Error != nil && body.Error.Code != "" {
-		return &serviceError{Code: body.Error.Code, Message: body.Error.Message}
+		return &serviceError{Code: body.Error.Code, Message: body.Error.Message, Latest: body.Error.Latest}
 	}
 	if desc := msg.Header.Get(micro.ErrorHeader); desc != "" {
 		code := msg.Header.Get(micro.ErrorCodeHeader)
@@ -163,7 +163,7 @@ func decodeServiceError(msg *nats.Msg) *serviceError {
 func printError(stdout io.Writer, err error) int {
 	var se *serviceError
 	if errors.As(err, &se) {
-		body := map[string]any{"error": errorBody{Code: se.Code, Message: se.Message}}
+		body := map[string]any{"error": errorBody{Code: se.Code, Message: se.Message, Latest: se.Latest}}
 		if se.Event != nil {
 			body["event"] = se.Event
 		}
@@ -228,7 +228,7 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Tool: *tool, Arguments: json.RawMessage(*argsJSON), ProviderCallID: *provider,
 	}
 	var ev schema.Event
-	if err := api.request(ctx, "call", req, &ev); err != nil {
+	if err := api.request(ctx, recoverer.EndpointCall, req, &ev); err != nil {
 		return printError(stdout, err)
 	}
 	if ev.Result == nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/worker/recoverer"
 )
 
 func init() {
@@ -43,12 +44,6 @@ Exit status:
        plan_consumed   the call's plan was already used: inspect its retry
        unknown_call, legacy_call, corrupt_history, history_too_large,
        field_too_long  the history does not allow a plan (DESIGN §2)`
-
-// sessionCall is the body of jw.api.inspect and jw.api.prepare.
-type sessionCall struct {
-	Session string `json:"session"`
-	CallID  string `json:"call_id"`
-}
 
 // retryHint says what to do after a refusal of prepare.
 func retryHint(code, session, call string) string {
@@ -95,7 +90,7 @@ func runRetry(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	defer api.Close()
 
 	var plan schema.Plan
-	if err := api.request(ctx, "prepare", sessionCall{Session: *session, CallID: *call}, &plan); err != nil {
+	if err := api.request(ctx, recoverer.EndpointPrepare, recoverer.Target{Session: *session, CallID: *call}, &plan); err != nil {
 		st := printError(stdout, err)
 		if se, ok := err.(*serviceError); ok {
 			if hint := retryHint(se.Code, *session, *call); hint != "" {

@@ -16,6 +16,7 @@ import (
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/worker/recoverer"
 )
 
 func init() {
@@ -123,7 +124,7 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	// the history's classification; the review is applied when a plan is
 	// prepared.
 	var a schema.Assessment
-	aerr := api.request(ctx, "inspect", sessionCall{Session: *session, CallID: *call}, &a)
+	aerr := api.request(ctx, recoverer.EndpointInspect, recoverer.Target{Session: *session, CallID: *call}, &a)
 	if aerr == nil {
 		out.Assessment = &a
 	}

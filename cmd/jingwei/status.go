@@ -1,0 +1,221 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/worker/recoverer"
+)
+
+func init() {
+	register(command{name: "status", summary: "show open calls, calls awaiting review and retry plans", run: runStatus})
+}
+
+const statusHelp = `  jingwei status [--session S] [--json] [--watch [--interval D]]
+
+Asks the recovery worker (jw.api.status) for the calls that are open (a
+tool.call without its tool.result yet) and the calls awaiting a review
+(needs_review, no plan issued since), and reads the retry plans in jw_plans
+(issued: waiting for a tool worker to run them; consumed: used by an
+attempt). --session limits everything to one session.
+
+Output: three aligned tables; --json prints one JSON object
+{"status":{…jw.api.status…},"plans":[…]}. --watch refreshes every --interval
+until interrupted (Ctrl-C); with --json it prints one object per refresh.
+
+Exit status: 0 success; 1 no service answers or the server is unreachable;
+2 usage; 3 refused ({"error":{…}} on stdout, e.g. bad_request).`
+
+// statusView is what status prints with --json.
+type statusView struct {
+	Status recoverer.Status `json:"status"`
+	// Plans are the plans in jw_plans (of --session, if given), newest
+	// first.
+	Plans []stream.PlanRecord `json:"plans"`
+}
+
+func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("status", "Show open calls, calls awaiting review and retry plans.", statusHelp, stderr)
+	var cf clientFlags
+	cf.register(fs, 10*time.Second)
+	session := fs.String("session", "", "only this session (default: all)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	watch := fs.Bool("watch", false, "refresh until interrupted")
+	interval := fs.Duration("interval", 2*time.Second, "refresh interval with --watch")
+	if st, ok := parseFlags(fs, args); !ok {
+		return st
+	}
+	if *session != "" {
+		if err := stream.ValidateSession(*session); err != nil {
+			return usageError(stderr, "status", "--session: %v", err)
+		}
+	}
+	if *interval <= 0 {
+		return usageError(stderr, "status", "--interval must be positive")
+	}
+	if _, err := cf.log.logger(stderr); err != nil {
+		return usageError(stderr, "status", "%v", err)
+	}
+	api, err := cf.connect(ctx, "status", stderr)
+	if err != nil {
+		return printError(stdout, err)
+	}
+	defer api.Close()
+
+	clear := *watch && !*asJSON && isTerminal(stdout)
+	for {
+		v, err := loadStatus(ctx, api, *session)
+		if err != nil {
+			if ctx.Err() != nil && *watch {
+				return exitOK
+			}
+			return printError(stdout, err)
+		}
+		if *asJSON {
+			_ = writeJSON(stdout, v)
+		} else {
+			if clear {
+				fmt.Fprint(stdout, "\033[H\033[2J")
+			}
+			if *watch {
+				fmt.Fprintf(stdout, "jingwei status at %s (every %s, Ctrl-C to stop)\n\n", time.Now().Format(time.TimeOnly), *interval)
+			}
+			printStatus(stdout, v)
+		}
+		if !*watch {
+			return exitOK
+		}
+		t := time.NewTimer(*interval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return exitOK
+		case <-t.C:
+		}
+		if !clear && !*asJSON {
+			fmt.Fprintln(stdout)
+		}
+	}
+}
+
+// loadStatus asks the service for its status and reads the plans.
+func loadStatus(ctx context.Context, api *apiClient, session string) (statusView, error) {
+	var v statusView
+	if err := api.request(ctx, recoverer.EndpointStatus, recoverer.StatusRequest{Session: session}, &v.Status); err != nil {
+		return v, err
+	}
+	plans, err := listPlans(ctx, api, session)
+	if err != nil {
+		return v, err
+	}
+	v.Plans = plans
+	return v, nil
+}
+
+// listPlans reads every plan record in <prefix>_plans, of one session or
+// all, newest first.
+func listPlans(ctx context.Context, api *apiClient, session string) ([]stream.PlanRecord, error) {
+	ctx, cancel := context.WithTimeout(ctx, api.timeout)
+	defer cancel()
+	js, err := jetstream.New(api.nc)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := js.KeyValue(ctx, api.prefix+"_plans")
+	if err != nil {
+		return nil, fmt.Errorf("read plans bucket %s_plans: %w", api.prefix, err)
+	}
+	keys, err := kv.ListKeys(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list plans: %w", err)
+	}
+	out := []stream.PlanRecord{}
+	for k := range keys.Keys() {
+		e, err := kv.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read plan %s: %w", k, err)
+		}
+		var rec stream.PlanRecord
+		if err := json.Unmarshal(e.Value(), &rec); err != nil {
+			continue // not a plan record; nothing of ours
+		}
+		if session != "" && rec.Plan.Session != session {
+			continue
+		}
+		rec.Revision = e.Revision()
+		out = append(out, rec)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Revision > out[j].Revision })
+	return out, nil
+}
+
+// printStatus prints the three tables.
+func printStatus(w io.Writer, v statusView) {
+	st := v.Status
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "OPEN CALLS (%d)\n", len(st.OpenCalls))
+	if len(st.OpenCalls) > 0 {
+		fmt.Fprintln(tw, "SESSION\tCALL\tTOOL\tEFFECT\tTASK\tSTARTED\tEPOCH\tSEQ")
+		for _, c := range st.OpenCalls {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", c.Session, c.CallID, c.Tool, orDash(string(c.Contract.Effect)), orDash(c.Task), yesNo(c.Started), c.Epoch, c.Seq)
+		}
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintf(tw, "AWAITING REVIEW (%d)\n", len(st.AwaitingReview))
+	if len(st.AwaitingReview) > 0 {
+		fmt.Fprintln(tw, "SESSION\tCALL\tTOOL\tEFFECT\tOUTCOME\tEVIDENCE\tATTEMPTS")
+		for _, a := range st.AwaitingReview {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", a.Session, a.CallID, a.Tool, orDash(string(a.Contract.Effect)), a.Outcome, a.Evidence, a.Attempts)
+		}
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintf(tw, "PLANS (issued %d, consumed %d)\n", st.Plans.Issued, st.Plans.Consumed)
+	if len(v.Plans) > 0 {
+		fmt.Fprintln(tw, "PLAN\tSESSION\tTOOL\tRETRIES\tBASIS\tSTATE\tCONSUMED BY")
+		for _, p := range v.Plans {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Plan.PlanID, p.Plan.Session, p.Plan.Tool, p.Plan.PriorCallID, p.Plan.Basis, p.State, orDash(p.ConsumedBy))
+		}
+	}
+	tw.Flush()
+	if st.Stats.EventsSeen > 0 || st.Stats.OpenCalls > 0 {
+		fmt.Fprintf(w, "\nrecovery worker: %d events classified, %d calls open\n", st.Stats.EventsSeen, st.Stats.OpenCalls)
+	}
+}
+
+func orDash(s string) string {
+	if strings.TrimSpace(s) == "" {
+		return "-"
+	}
+	return s
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
