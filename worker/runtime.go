@@ -263,19 +263,20 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 
 	// Step 3: record the attempt and count it. The count runs alongside the
 	// append (it is never refunded, so counting an attempt whose append then
-	// fails only errs on the safe side).
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.WriteTimeout)
-	defer cancel()
+	// fails only errs on the safe side). From here on every write runs even
+	// if the caller goes away, each bounded by WriteTimeout.
 	type counted struct {
 		u   stream.Usage
 		err error
 	}
 	countc := make(chan counted, 1)
 	go func() {
-		u, err := r.cfg.Budget.Add(wctx, r.cfg.Session, task, r.cfg.BudgetLimit)
+		cctx, cancel := r.writeContext(ctx)
+		defer cancel()
+		u, err := r.cfg.Budget.Add(cctx, r.cfg.Session, task, r.cfg.BudgetLimit)
 		countc <- counted{u, err}
 	}()
-	seq, err := r.append(wctx, schema.Event{Type: schema.TypeCall, Call: &schema.Call{
+	seq, err := r.append(ctx, schema.Event{Type: schema.TypeCall, Call: &schema.Call{
 		CallID: callID, Tool: tool, Arguments: args,
 		RequestID: opts.RequestID, ProviderCallID: opts.ProviderCallID,
 		StartMarker: true, Operation: &op,
@@ -295,11 +296,11 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 	if stage, why := r.admit(ctx, t, adm, budgetStage); stage != "" {
 		res.Status, res.Stage, res.Error = schema.StatusRejected, stage, why
 		lg.Info().Str("stage", string(stage)).Str("reason", why).Msg("call rejected")
-		return r.finish(wctx, res, &Error{Code: CodeRejected, Stage: stage, CallID: callID, Message: why})
+		return r.finish(ctx, res, &Error{Code: CodeRejected, Stage: stage, CallID: callID, Message: why})
 	}
 
 	// Step 5: tool.started, and only after its ack the body.
-	if _, err := r.append(wctx, schema.Event{Type: schema.TypeStarted, Started: &schema.Started{CallID: callID}}); err != nil {
+	if _, err := r.append(ctx, schema.Event{Type: schema.TypeStarted, Started: &schema.Started{CallID: callID}}); err != nil {
 		lg.Error().Err(err).Msg("tool.started not recorded; body not run")
 		return res, err
 	}
@@ -322,7 +323,7 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 		callErr = &Error{Code: Code(res.Status), CallID: callID, Message: res.Error}
 		lg.Info().Str("status", string(res.Status)).Str("error", res.Error).Msg("call did not complete")
 	}
-	return r.finish(wctx, res, callErr)
+	return r.finish(ctx, res, callErr)
 }
 
 // admit runs the admission stages in order and returns the refusing stage
@@ -415,8 +416,8 @@ func (r *Runtime) run(ctx context.Context, t *registered, req BodyRequest, timeo
 	}
 }
 
-// finish appends the tool.result of res and returns res with callErr, or the
-// append's error.
+// finish appends the tool.result of res (whatever became of ctx) and returns
+// res with callErr, or the append's error.
 func (r *Runtime) finish(ctx context.Context, res Result, callErr error) (Result, error) {
 	if _, err := r.append(ctx, schema.Event{Type: schema.TypeResult, Result: &schema.Result{
 		CallID: res.CallID, Status: res.Status, Stage: res.Stage, Retryable: res.Retryable,
@@ -428,10 +429,19 @@ func (r *Runtime) finish(ctx context.Context, res Result, callErr error) (Result
 	return res, callErr
 }
 
-// append stamps and appends one event; a fenced log fences the runtime.
+// writeContext returns a context for one write: it keeps ctx's values but
+// not its cancellation, and ends after WriteTimeout.
+func (r *Runtime) writeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), r.cfg.WriteTimeout)
+}
+
+// append stamps and appends one event under its own write context; a fenced
+// log fences the runtime.
 func (r *Runtime) append(ctx context.Context, ev schema.Event) (uint64, error) {
 	ev.V, ev.Session, ev.At = schema.Version, r.cfg.Session, r.cfg.Now().UTC()
-	seq, err := r.cfg.Log.Append(ctx, ev)
+	wctx, cancel := r.writeContext(ctx)
+	defer cancel()
+	seq, err := r.cfg.Log.Append(wctx, ev)
 	if err == nil {
 		return seq, nil
 	}

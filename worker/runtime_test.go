@@ -26,9 +26,12 @@ type memLog struct {
 	err    error
 }
 
-func (l *memLog) Append(_ context.Context, ev schema.Event) (uint64, error) {
+func (l *memLog) Append(ctx context.Context, ev schema.Event) (uint64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return 0, err // like a real log: a write under an ended context fails
+	}
 	if l.failOn == ev.Type || l.failOn == "*" {
 		return 0, l.err
 	}
@@ -473,5 +476,21 @@ func TestRegistry(t *testing.T) {
 	}
 	if names := r.Names(); len(names) != 1 || names[0] != "a" {
 		t.Fatalf("Names %v", names)
+	}
+}
+
+// TestResultRecordedAfterLongBody: the tool.result is written under a fresh
+// write timeout, however long the body ran.
+func TestResultRecordedAfterLongBody(t *testing.T) {
+	f := setup(t, worker.Tool{Body: func(context.Context, worker.BodyRequest) (json.RawMessage, error) {
+		<-time.After(60 * time.Millisecond) // work that outlasts WriteTimeout
+		return json.RawMessage(`1`), nil
+	}}, func(c *worker.Config) { c.WriteTimeout = 20 * time.Millisecond })
+	res, err := f.rt.Call(context.Background(), "probe", nil)
+	if err != nil || res.Status != schema.StatusOK {
+		t.Fatalf("result %+v, err %v", res, err)
+	}
+	if got := f.log.types(); got != "tool.call,tool.started,tool.result" {
+		t.Fatalf("events %s", got)
 	}
 }
