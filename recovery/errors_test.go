@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -240,18 +241,20 @@ func TestHistoryLimits(t *testing.T) {
 	if testing.Short() {
 		t.Skip("generates 12 MB histories")
 	}
-	all, _ := genHistory(make([]byte, 0, 13<<20), schema.MaxHistoryEvents+1)
-	cut := bytes.LastIndexByte(all[:len(all)-1], '\n') + 1 // end of event 100,000
-	t.Logf("%d events: %d bytes", schema.MaxHistoryEvents, cut)
-	if cut > schema.MaxHistoryBytes {
-		t.Fatalf("generator makes %d bytes for %d events, over the byte limit", cut, schema.MaxHistoryEvents)
+	// one call, then short events of a type recovery ignores: the count is
+	// what is tested, and short lines keep the test fast under -race
+	all := []byte(`{"v":1,"seq":1,"session":"s-1","epoch":1,"at":"2026-11-29T10:00:00Z","type":"tool.call","call":{"call_id":"c-1","tool":"t","arguments":{},"start_marker":true,"operation":{"task":"t-1","key":"op-1","contract":{"effect":"idempotent","revision":"r1"}}}}` + "\n")
+	for i := 2; i <= schema.MaxHistoryEvents+1; i++ {
+		all = append(all, `{"v":1,"seq":`...)
+		all = strconv.AppendInt(all, int64(i), 10)
+		all = append(all, `,"session":"s-1","epoch":1,"at":"2026-11-29T10:00:00Z","type":"x"}`+"\n"...)
 	}
-	// event 100,000 is the x.tick of call c-24999, the last one
-	a, err := recovery.Inspect(reader(all[:cut]), "c-24999")
+	cut := bytes.LastIndexByte(all[:len(all)-1], '\n') + 1 // end of event 100,000
+	a, err := recovery.Inspect(reader(all[:cut]), "c-1")
 	if err != nil {
 		t.Fatalf("100,000 events: %v", err)
 	}
-	if a.Outcome != schema.OutcomeUncertain || a.Evidence != "failed" || a.Decision != schema.DecisionRetryAllowed {
+	if a.Outcome != schema.OutcomeNotStarted || a.Evidence != "not_started_marker" {
 		t.Errorf("100,000 events: %+v", a)
 	}
 	_, err = recovery.Inspect(reader(all), "c-1")
