@@ -2,7 +2,6 @@ package schema
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -65,7 +64,7 @@ func (h *HistoryReader) Next() (Event, error) {
 			h.err = err
 			return Event{}, err
 		}
-		line = bytes.TrimSpace(line)
+		line = trimJSONSpace(line)
 		if len(line) == 0 {
 			continue
 		}
@@ -173,7 +172,7 @@ func decodeEvent(s *scanner, b []byte) (Event, error) {
 	if err := s.scan(b); err != nil {
 		return Event{}, Errorf(CodeCorruptHistory, "event is not valid: %v", err)
 	}
-	if len(b) == 0 || bytes.TrimSpace(b)[0] != '{' {
+	if t := trimJSONSpace(b); len(t) == 0 || t[0] != '{' {
 		return Event{}, Errorf(CodeCorruptHistory, "event is not a JSON object")
 	}
 	var ev Event
@@ -208,6 +207,19 @@ func decodeEvent(s *scanner, b []byte) (Event, error) {
 		return Event{}, err
 	}
 	return ev, nil
+}
+
+// trimJSONSpace trims the whitespace JSON allows (space, tab, CR, LF),
+// and nothing else: U+00A0 around an event is not whitespace.
+func trimJSONSpace(b []byte) []byte {
+	isSpace := func(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
+	for len(b) > 0 && isSpace(b[0]) {
+		b = b[1:]
+	}
+	for len(b) > 0 && isSpace(b[len(b)-1]) {
+		b = b[:len(b)-1]
+	}
+	return b
 }
 
 func knownType(t string) bool {

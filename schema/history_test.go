@@ -108,6 +108,8 @@ func TestDecodeEventInvalid(t *testing.T) {
 		{"not an object", `[1]`, corrupt, "not a JSON object"},
 		{"null", `null`, corrupt, "not a JSON object"},
 		{"trailing data", okCall + ` {}`, corrupt, "after the value"},
+		{"trailing no-break space", okCall + "\u00a0", corrupt, "after the value"},
+		{"trailing NUL", okCall + "\x00", corrupt, "after the value"},
 		{"invalid utf8", ev(`"type":"x","note":"` + "\xff" + `"`), corrupt, "UTF-8"},
 		{"lone surrogate", ev(`"type":"x","note":"\udc00"`), corrupt, "surrogate"},
 		{"duplicate top-level", `{"v":1,"session":"s-1","session":"s-2","epoch":1,"at":"2026-11-29T10:00:01Z","type":"x"}`, corrupt, `duplicate member name "session"`},
