@@ -20,6 +20,8 @@ func FuzzDecodeHistory(f *testing.F) {
 	}
 	f.Add([]byte(okCall + "\n" + ev(`"type":"tool.progress","call":{"x":1}`) + "\n"))
 	f.Add([]byte(call(`{"call_id":"c-1","tool":"t","arguments":{"a":1,"\u0061":2}}`)))
+	f.Add([]byte(op(`{"task":"t","key":"k","contract":{"effect":"unknown","revision":"r"},"retry":{"prior_call_id":"c-0","prior_seq":3,"plan_id":"p-1","basis":"reviewed_not_executed","review":{"v":1,"session":"s-1","call_id":"c-0","operator":"alice","evidence":"t-1","verdict":"not_executed","at":"2026-11-29T11:00:00Z","signer":"UDXU4RCSJNZOIQHZNWXHXORDPRTGNJAHAHFRGZNEEJCPQTT2M7NLCNF4","sig":"c2ln"}}}`) + "\n" +
+		ev(`"type":"tool.result","result":{"call_id":"c-1","status":"rejected","stage":"budget","retryable":false,"output":[1.5e300,"\u2028"],"error":"<&>"}`)))
 	f.Add([]byte(`{"v":1,"session":"s","epoch":1,"at":"2026-11-29T10:00:01+05:30","type":"x","Session":"y"}`))
 	lim := schema.Limits{MaxEvents: 200, MaxBytes: 1 << 20}
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -370,8 +370,9 @@ func (c *Call) validate() error {
 }
 
 // check validates a review embedded in an event (the review a plan rested
-// on): version, session, call id, a non-empty operator, a valid verdict,
-// signer and sig together, and the field lengths. Whether the review is
+// on): version, session, call id, a non-empty operator, a valid verdict, an
+// RFC 3339 at if any, signer and sig together and well-formed, and the field
+// lengths. Whether the review is
 // trusted, signed correctly or about the right call is for recovery.
 func (rv *Review) check(what string) error {
 	if rv.V != Version {
@@ -391,6 +392,11 @@ func (rv *Review) check(what string) error {
 	}
 	if !rv.Verdict.Valid() {
 		return Errorf(CodeCorruptHistory, "%s.verdict %s is not not_executed, completed or uncertain", what, quoteShort([]byte(rv.Verdict)))
+	}
+	if rv.At != "" {
+		if _, err := time.Parse(time.RFC3339, rv.At); err != nil {
+			return Errorf(CodeCorruptHistory, "%s.at is not an RFC 3339 time", what)
+		}
 	}
 	if (rv.Signer == "") != (rv.Sig == "") {
 		return Errorf(CodeCorruptHistory, "%s has only one of signer and sig", what)
