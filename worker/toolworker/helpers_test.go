@@ -106,9 +106,7 @@ type running struct {
 // start runs a worker until the test ends (or stop).
 func start(t *testing.T, cfg toolworker.Config) *running {
 	t.Helper()
-	if cfg.Logger.GetLevel() == zerolog.TraceLevel && testing.Verbose() {
-		cfg.Logger = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)
-	}
+	cfg.Logger = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel).With().Timestamp().Logger()
 	w, err := toolworker.New(cfg)
 	if err != nil {
 		t.Fatal(err)

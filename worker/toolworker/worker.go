@@ -209,8 +209,9 @@ func (w *Worker) tryTake(ctx context.Context, id string) *session {
 	}
 	w.mu.Lock()
 	if s := w.sessions[id]; s != nil {
+		live := s.ready.Load() && !s.closing
 		w.mu.Unlock()
-		if s.ready.Load() && !s.closing {
+		if live {
 			return s
 		}
 		return nil // being taken or given back
