@@ -178,15 +178,11 @@ func (r *Recoverer) RepairPlans(ctx context.Context) error {
 
 // planRecords reads every plan in jw_plans.
 func (r *Recoverer) planRecords(ctx context.Context) ([]stream.PlanRecord, error) {
-	lister, err := r.t.Plans.ListKeys(ctx)
+	keys, err := r.t.Plans.Keys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
+	}
 	if err != nil {
-		return nil, fmt.Errorf("recoverer: list plans: %w", err)
-	}
-	var keys []string
-	for k := range lister.Keys() {
-		keys = append(keys, k)
-	}
-	if err := lister.Stop(); err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
 		return nil, fmt.Errorf("recoverer: list plans: %w", err)
 	}
 	out := make([]stream.PlanRecord, 0, len(keys))

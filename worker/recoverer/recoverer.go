@@ -87,6 +87,14 @@ func (r *Recoverer) Stats() Stats {
 func (r *Recoverer) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	err := r.run(ctx)
+	if ctx.Err() != nil {
+		return nil // stopped during start
+	}
+	return err
+}
+
+func (r *Recoverer) run(ctx context.Context) error {
 	if err := r.RepairPlans(ctx); err != nil {
 		return err
 	}
