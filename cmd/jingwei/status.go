@@ -171,7 +171,7 @@ func printStatus(w io.Writer, v statusView) {
 	if len(st.OpenCalls) > 0 {
 		fmt.Fprintln(tw, "SESSION\tCALL\tTOOL\tEFFECT\tTASK\tSTARTED\tEPOCH\tSEQ")
 		for _, c := range st.OpenCalls {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", c.Session, c.CallID, c.Tool, orDash(string(c.Contract.Effect)), orDash(c.Task), yesNo(c.Started), c.Epoch, c.Seq)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%d\n", c.Session, c.CallID, c.Tool, orDash(c.Contract.Effect.String()), orDash(c.Task), yesNo(c.Started), c.Epoch, c.Seq)
 		}
 	}
 	fmt.Fprintln(tw)
@@ -179,7 +179,7 @@ func printStatus(w io.Writer, v statusView) {
 	if len(st.AwaitingReview) > 0 {
 		fmt.Fprintln(tw, "SESSION\tCALL\tTOOL\tEFFECT\tOUTCOME\tEVIDENCE\tATTEMPTS")
 		for _, a := range st.AwaitingReview {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", a.Session, a.CallID, a.Tool, orDash(string(a.Contract.Effect)), a.Outcome, a.Evidence, a.Attempts)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", a.Session, a.CallID, a.Tool, orDash(a.Contract.Effect.String()), a.Outcome, a.Evidence, a.Attempts)
 		}
 	}
 	fmt.Fprintln(tw)
