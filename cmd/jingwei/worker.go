@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/tools"
+	"github.com/jingwei/jingwei/worker"
+	"github.com/jingwei/jingwei/worker/toolworker"
+)
+
+func init() {
+	register(command{name: "worker", summary: "run a tool worker with the example tools (takes requests, owns sessions by lease)", run: runWorker})
+}
+
+const workerHelp = `  jingwei worker [--server URL] [--owner NAME] [--lease-ttl 10s] [--tool-delay 0] [--tool-delay-after 0]
+
+Runs a tool worker with the example tools (orders.create, payments.charge,
+catalog.lookup). It takes tool requests from jw.requests.<session>, owns each
+session through its lease (one owner at a time, requests in order), records
+every call on the session log and runs it through the canonical runtime, and
+executes the retry plans published on jw.plans.<session>. A request is
+acknowledged once its tool.call is recorded; a request whose request_id is
+already in the log is never run again. Run as many workers as you like against
+one server: sessions spread over them (--max-sessions each).
+
+SIGTERM or SIGINT drains: no new requests, running bodies finish (at most
+--drain-timeout), then leases are released.
+
+--tool-delay and --tool-delay-after slow every body down, for demos and crash
+tests: the first waits before the body does anything, the second after its
+side effect (an order written, a charge booked) and before its answer, so a
+process killed then leaves an executed call without a result.
+
+--lease-ttl must be the same for every process of a deployment.
+
+Exit status: 0 after a clean drain; 1 the server is unreachable or the
+topology conflicts; 2 usage.`
+
+// natsFlags are the connection flags of the long-running commands (DESIGN
+// §7): --server, --creds, --nkey, --tlsca and the subject --prefix.
+type natsFlags struct {
+	server, creds, nkey, tlsca, prefix string
+}
+
+func (n *natsFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&n.server, "server", envOr("NATS_URL", stream.DefaultURL), "NATS server URL(s), comma separated (env NATS_URL)")
+	fs.StringVar(&n.creds, "creds", envOr("NATS_CREDS", ""), "NATS credentials file (env NATS_CREDS)")
+	fs.StringVar(&n.nkey, "nkey", envOr("NATS_NKEY", ""), "NATS nkey seed file for authentication (env NATS_NKEY)")
+	fs.StringVar(&n.tlsca, "tlsca", envOr("NATS_CA", ""), "PEM file of CAs to verify the server's TLS certificate (env NATS_CA)")
+	fs.StringVar(&n.prefix, "prefix", envOr("JINGWEI_PREFIX", "jw"), "subject prefix of the jingwei topology (env JINGWEI_PREFIX)")
+}
+
+// toolFlags are the flags of a tool worker, shared by worker and serve.
+type toolFlags struct {
+	owner        string
+	maxSessions  int
+	idle         time.Duration
+	drainTimeout time.Duration
+	delay        time.Duration
+	delayAfter   time.Duration
+}
+
+func (t *toolFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&t.owner, "owner", "", "owner id of this tool worker in leases and fences (default tw-<host>-<pid>-<random>; must be unique)")
+	fs.IntVar(&t.maxSessions, "max-sessions", toolworker.DefaultMaxSessions, "most sessions this worker owns at once")
+	fs.DurationVar(&t.idle, "idle", toolworker.DefaultIdleTimeout, "give a session back after this long without work")
+	fs.DurationVar(&t.drainTimeout, "drain-timeout", toolworker.DefaultDrainTimeout, "on SIGTERM, how long running bodies may take before they are cancelled")
+	fs.DurationVar(&t.delay, "tool-delay", 0, "wait this long before every tool body (demos, crash tests)")
+	fs.DurationVar(&t.delayAfter, "tool-delay-after", 0, "wait this long after every tool body's side effect, before its answer (demos, crash tests)")
+}
+
+func (t *toolFlags) check() string {
+	switch {
+	case t.maxSessions < 1:
+		return "--max-sessions must be at least 1"
+	case t.delay < 0 || t.delayAfter < 0 || t.idle < 0 || t.drainTimeout < 0:
+		return "durations must not be negative"
+	}
+	return ""
+}
+
+// newToolWorker sets up the example tools on js and a tool worker running
+// them on topo.
+func (t *toolFlags) newToolWorker(ctx context.Context, js jetstream.JetStream, topo *stream.Topology, log zerolog.Logger) (*toolworker.Worker, error) {
+	tl, err := tools.New(ctx, tools.Config{JS: js, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	reg, err := worker.NewRegistry(toolworker.Delay{Before: t.delay, After: t.delayAfter}.Wrap(tl.List()...)...)
+	if err != nil {
+		return nil, err
+	}
+	return toolworker.New(toolworker.Config{
+		Topology: topo, Registry: reg, Owner: t.owner, MaxSessions: t.maxSessions,
+		IdleTimeout: t.idle, DrainTimeout: t.drainTimeout, Logger: log,
+	})
+}
+
+func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("worker", "Run a tool worker with the example tools.", workerHelp, stderr)
+	var (
+		nf  natsFlags
+		tf  toolFlags
+		lf  logFlags
+		ttl time.Duration
+	)
+	nf.register(fs)
+	tf.register(fs)
+	lf.register(fs)
+	fs.DurationVar(&ttl, "lease-ttl", 10*time.Second, "session lease TTL (at least 1s; the same for every process)")
+	if st, ok := parseFlags(fs, args); !ok {
+		return st
+	}
+	if msg := tf.check(); msg != "" {
+		return usageError(stderr, "worker", "%s", msg)
+	}
+	if ttl < time.Second {
+		return usageError(stderr, "worker", "--lease-ttl must be at least 1s")
+	}
+	log, err := lf.logger(stderr)
+	if err != nil {
+		return usageError(stderr, "worker", "%v", err)
+	}
+	nc, err := stream.Connect(ctx, stream.ConnectConfig{
+		URL: nf.server, Creds: nf.creds, NKeySeedFile: nf.nkey, TLSCA: nf.tlsca,
+		Name: "jingwei worker", Logger: log,
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "jingwei worker: %v (is a server running? start one with 'jingwei serve')\n", err)
+		return exitFailure
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		fmt.Fprintf(stderr, "jingwei worker: %v\n", err)
+		return exitFailure
+	}
+	topo, err := stream.EnsureTopology(ctx, js, stream.TopologyConfig{Prefix: nf.prefix, LeaseTTL: ttl, Logger: log})
+	if err != nil {
+		fmt.Fprintf(stderr, "jingwei worker: %v\n", err)
+		return exitFailure
+	}
+	w, err := tf.newToolWorker(ctx, js, topo, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "jingwei worker: %v\n", err)
+		return exitFailure
+	}
+	if err := w.Run(ctx); err != nil {
+		fmt.Fprintf(stderr, "jingwei worker: %v\n", err)
+		return exitFailure
+	}
+	return exitOK
+}
