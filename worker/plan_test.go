@@ -475,3 +475,17 @@ func TestFencedByTakeover(t *testing.T) {
 		t.Fatalf("a fenced runtime changed something: %+v → %+v", before, after)
 	}
 }
+
+// TestRetryTaskDefaultsToPlan: a retry that names no task runs in the
+// plan's task.
+func TestRetryTaskDefaultsToPlan(t *testing.T) {
+	ctx := context.Background()
+	l := liveSetup(t)
+	rt := l.runtime(t, "s-1", tools.OrdersRevision, nil)
+	args := `{"sku":"A-1","qty":5}`
+	_, plan := l.failedOrder(t, rt, args)
+	res, err := rt.CallWithOptions(ctx, tools.OrdersCreate, json.RawMessage(args), worker.CallOptions{Retry: &plan})
+	if err != nil || res.Operation.Task != "t-1" {
+		t.Fatalf("retry %+v, %v", res.Operation, err)
+	}
+}

@@ -41,12 +41,13 @@ type Gateway interface {
 // CallOptions are the per-call knobs of CallWithOptions. The zero value is a
 // new logical action in Config.DefaultTask.
 type CallOptions struct {
-	// Task is the call's task. Empty means Config.DefaultTask. Tasks are
-	// 1–128 bytes of [A-Za-z0-9_-] (they are part of the jw_budget key).
+	// Task is the call's task. Empty means the plan's task for a retry and
+	// Config.DefaultTask otherwise. Tasks are 1–128 bytes of [A-Za-z0-9_-]
+	// (they are part of the jw_budget key).
 	Task string
 	// Retry, when set, makes the call a retry under this plan: the plan is
-	// verified and consumed (see TakeOperation) and its key reused. The
-	// plan's task must equal Task (or the default task when Task is empty).
+	// verified and consumed (see TakeOperation) and its key reused. A Task
+	// that differs from the plan's is refused (plan_mismatch).
 	Retry *schema.Plan
 	// RequestID is the agent's id for the intent, recorded on tool.call.
 	RequestID string
@@ -221,7 +222,10 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 		args = json.RawMessage(`{}`)
 	}
 	task := opts.Task
-	if task == "" {
+	switch {
+	case task == "" && opts.Retry != nil:
+		task = opts.Retry.Task // verified against the issued plan below
+	case task == "":
 		task = r.cfg.DefaultTask
 	}
 	switch {

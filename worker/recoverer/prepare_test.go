@@ -1,0 +1,304 @@
+package recoverer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nkeys"
+
+	"github.com/jingwei/jingwei/effect"
+	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream"
+)
+
+// TestPrepareWithReviews: only a trusted, signed review for the session's own
+// call lifts needs_review; forged ones change nothing; completed blocks.
+func TestPrepareWithReviews(t *testing.T) {
+	ctx := context.Background()
+	e := setup(t, 0)
+	r := e.recoverer("a")
+	w := e.writer("s-p", "w1")
+	for _, id := range []string{"pay-ok", "pay-forged", "pay-done"} {
+		w.call(id, "payments.charge", effect.NonIdempotent, "k-"+id)
+		w.started(id)
+		w.result(id, schema.StatusTimeout, "")
+	}
+	other := e.writer("s-other", "w1")
+	other.call("pay-forged", "payments.charge", effect.NonIdempotent, "k-o")
+	other.result("pay-forged", schema.StatusFailed, "")
+
+	// No review: needs_review.
+	if _, err := r.Prepare(ctx, "s-p", "pay-ok"); !errors.Is(err, schema.ErrNeedsReview) {
+		t.Fatalf("prepare without review: %v, want needs_review", err)
+	}
+
+	stranger, _ := nkeys.CreateUser()
+	tampered := review(t, e.reviewer, "s-p", "pay-forged", schema.VerdictNotExecuted)
+	tampered.Evidence = "ticket-forged"
+	unsigned := review(t, e.reviewer, "s-p", "pay-forged", schema.VerdictNotExecuted)
+	unsigned.Sig, unsigned.Signer = "", ""
+	forged := []struct {
+		name    string
+		subject string
+		body    any
+	}{
+		{"unknown key", "s-p", review(t, stranger, "s-p", "pay-forged", schema.VerdictNotExecuted)},
+		{"bad signature", "s-p", tampered},
+		{"unsigned", "s-p", unsigned},
+		{"other session on this subject", "s-p", review(t, e.reviewer, "s-other", "pay-forged", schema.VerdictNotExecuted)},
+		{"malformed", "s-p", []byte(`{"v":1,"session":"s-p","call_id":"pay-forged","call_id":"x"}`)},
+	}
+	for _, f := range forged {
+		e.publishReview(f.subject, f.body)
+		t.Run(f.name, func(t *testing.T) {
+			if _, err := r.Prepare(ctx, "s-p", "pay-forged"); !errors.Is(err, schema.ErrNeedsReview) {
+				t.Fatalf("prepare after a forged review: %v, want needs_review", err)
+			}
+			if _, err := r.checkReview(f.subject, mustJSON(t, f.body)); schema.CodeOf(err) != schema.CodeInvalidReview {
+				t.Fatalf("checkReview: %v, want invalid_review", err)
+			}
+		})
+	}
+	// The valid review of s-other's pay-forged does not apply to s-p's.
+	e.publishReview("s-other", review(t, e.reviewer, "s-other", "pay-forged", schema.VerdictNotExecuted))
+	if _, err := r.Prepare(ctx, "s-p", "pay-forged"); !errors.Is(err, schema.ErrNeedsReview) {
+		t.Fatalf("prepare after another session's review: %v, want needs_review", err)
+	}
+	// An uncertain verdict does not lift needs_review.
+	e.publishReview("s-p", review(t, e.reviewer, "s-p", "pay-ok", schema.VerdictUncertain))
+	if _, err := r.Prepare(ctx, "s-p", "pay-ok"); !errors.Is(err, schema.ErrNeedsReview) {
+		t.Fatalf("prepare after uncertain review: %v, want needs_review", err)
+	}
+
+	// A trusted not_executed review: a plan on that basis, published once.
+	good := review(t, e.reviewer, "s-p", "pay-ok", schema.VerdictNotExecuted)
+	e.publishReview("s-p", good)
+	if _, err := r.acceptReview(ctx, "s-p", mustJSON(t, good)); err != nil {
+		t.Fatalf("acceptReview: %v", err)
+	}
+	p, err := r.Prepare(ctx, "s-p", "pay-ok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Basis != schema.BasisReviewedNotExecuted || p.Review == nil || p.Review.Sig != good.Sig || p.Key != "k-pay-ok" || p.PriorCallID != "pay-ok" {
+		t.Fatalf("plan %+v", p)
+	}
+	again, err := r.Prepare(ctx, "s-p", "pay-ok")
+	if err != nil || again.PlanID != p.PlanID || !again.IssuedAt.Equal(p.IssuedAt) {
+		t.Fatalf("prepare again: %+v %v, want the stored plan", again, err)
+	}
+	if msgs := e.planMsgs(); msgs[p.PlanID] != 1 || len(msgs) != 1 {
+		t.Fatalf("JW_PLANS %v, want one message for %s", msgs, p.PlanID)
+	}
+	if rec, err := stream.NewPlans(e.topo.Plans).Get(ctx, p.PlanID); err != nil || rec.State != stream.PlanIssued {
+		t.Fatalf("jw_plans record %+v %v", rec, err)
+	}
+
+	// completed refuses, even after a not_executed review came first.
+	e.publishReview("s-p", review(t, e.reviewer, "s-p", "pay-done", schema.VerdictNotExecuted))
+	e.publishReview("s-p", review(t, e.reviewer, "s-p", "pay-done", schema.VerdictCompleted))
+	if _, err := r.Prepare(ctx, "s-p", "pay-done"); !errors.Is(err, schema.ErrCompleted) {
+		t.Fatalf("prepare after completed review: %v, want completed", err)
+	}
+	// A review of a call that is not in the log is rejected.
+	if _, err := r.acceptReview(ctx, "s-p", mustJSON(t, review(t, e.reviewer, "s-p", "nope", schema.VerdictNotExecuted))); !errors.Is(err, schema.ErrUnknownCall) {
+		t.Fatalf("review of an unknown call: %v, want unknown_call", err)
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	if b, ok := v.([]byte); ok {
+		return b
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestPrepareConfirmation: an open call under a live lease is refused
+// not_confirmed; once the lease is gone prepare takes the session over and
+// plans from the confirmed history.
+func TestPrepareConfirmation(t *testing.T) {
+	ctx := context.Background()
+	e := setup(t, time.Second)
+	r := e.recoverer("a")
+	w := e.writer("s-c", "w1")
+	w.call("c-1", "orders.create", effect.Idempotent, "k-1")
+	if _, err := r.Prepare(ctx, "s-c", "c-1"); !errors.Is(err, ErrNotConfirmed) {
+		t.Fatalf("prepare of an open call under a live lease: %v, want not_confirmed", err)
+	}
+	if err := w.lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p, err := r.Prepare(ctx, "s-c", "c-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Basis != schema.BasisNotStarted {
+		t.Fatalf("plan basis %s, want not_started", p.Basis)
+	}
+	if _, err := w.lg.Append(ctx, schema.Event{Type: schema.TypeStarted, Started: &schema.Started{CallID: "c-1"}}); !errors.Is(err, stream.ErrFenced) {
+		t.Fatalf("old writer after prepare's takeover: %v, want ErrFenced", err)
+	}
+	for _, tc := range []struct {
+		session, call string
+		code          schema.Code
+	}{
+		{"s-c", "missing", schema.CodeUnknownCall},
+		{"bad session!", "c-1", CodeBadRequest},
+		{"s-c", "", CodeBadRequest},
+	} {
+		if _, err := r.Prepare(ctx, tc.session, tc.call); schema.CodeOf(err) != tc.code {
+			t.Errorf("prepare %q/%q: %v, want %s", tc.session, tc.call, err, tc.code)
+		}
+	}
+}
+
+// TestThreeRecoverersRacing: three recoverers prepare the same uncertain
+// calls at once; exactly one plan per call is stored and published.
+func TestThreeRecoverersRacing(t *testing.T) {
+	ctx := context.Background()
+	e := setup(t, 0)
+	rs := []*Recoverer{e.recoverer("r1"), e.recoverer("r2"), e.recoverer("r3")}
+	for _, r := range rs {
+		e.run(r)
+	}
+	w := e.writer("s-race", "w1")
+	const calls = 6
+	for i := range calls {
+		id := fmt.Sprintf("c-%d", i)
+		w.call(id, "orders.create", effect.Idempotent, "k-"+id)
+		w.started(id)
+		w.result(id, schema.StatusFailed, "")
+	}
+	type res struct {
+		call string
+		plan schema.Plan
+		err  error
+	}
+	out := make(chan res, calls*len(rs)*2)
+	var wg sync.WaitGroup
+	for round := 0; round < 2; round++ {
+		for _, r := range rs {
+			for i := range calls {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					id := fmt.Sprintf("c-%d", i)
+					p, err := r.Prepare(ctx, "s-race", id)
+					out <- res{id, p, err}
+				}()
+			}
+		}
+	}
+	wg.Wait()
+	close(out)
+	ids := map[string]string{}
+	for x := range out {
+		if x.err != nil {
+			t.Fatalf("prepare %s: %v", x.call, x.err)
+		}
+		if prev, ok := ids[x.call]; ok && prev != x.plan.PlanID {
+			t.Fatalf("call %s got plans %s and %s", x.call, prev, x.plan.PlanID)
+		}
+		ids[x.call] = x.plan.PlanID
+	}
+	keys, err := e.topo.Plans.Keys(ctx)
+	if err != nil || len(keys) != calls {
+		t.Fatalf("jw_plans keys %v %v, want %d", keys, err, calls)
+	}
+	msgs := e.planMsgs()
+	if len(msgs) != calls {
+		t.Fatalf("JW_PLANS holds %d plans, want %d: %v", len(msgs), calls, msgs)
+	}
+	for call, id := range ids {
+		if msgs[id] != 1 {
+			t.Fatalf("plan %s of %s published %d times", id, call, msgs[id])
+		}
+	}
+}
+
+// TestCrashBetweenCreateAndPublish: a recoverer "crashes" after the plan's
+// KV create; the next start publishes it, exactly once.
+func TestCrashBetweenCreateAndPublish(t *testing.T) {
+	ctx := context.Background()
+	e := setup(t, 0)
+	w := e.writer("s-k", "w1")
+	w.call("c-1", "orders.create", effect.Idempotent, "k-1")
+	w.started("c-1")
+	w.result("c-1", schema.StatusTimeout, "")
+
+	crashing := e.recoverer("a")
+	crashing.afterCreate = func(schema.Plan) error { return errCrash }
+	if _, err := crashing.Prepare(ctx, "s-k", "c-1"); !errors.Is(err, errCrash) {
+		t.Fatalf("prepare with the crash hook: %v", err)
+	}
+	keys, err := e.topo.Plans.Keys(ctx)
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("jw_plans %v %v, want the created plan", keys, err)
+	}
+	if msgs := e.planMsgs(); len(msgs) != 0 {
+		t.Fatalf("JW_PLANS %v before the restart, want nothing", msgs)
+	}
+
+	for restart := 0; restart < 2; restart++ {
+		stop := e.run(e.recoverer("a"))
+		eventually(t, 5*time.Second, "plan published", func() bool { return e.planMsgs()[keys[0]] >= 1 })
+		stop()
+	}
+	r := e.recoverer("a")
+	p, err := r.Prepare(ctx, "s-k", "c-1")
+	if err != nil || p.PlanID != keys[0] {
+		t.Fatalf("prepare after restart: %+v %v", p, err)
+	}
+	if msgs := e.planMsgs(); len(msgs) != 1 || msgs[keys[0]] != 1 {
+		t.Fatalf("JW_PLANS %v, want plan %s exactly once", msgs, keys[0])
+	}
+}
+
+// TestAutoPlan: with AutoPlan on, a retry_allowed assessment gets its plan
+// without a prepare; needs_review ones do not.
+func TestAutoPlan(t *testing.T) {
+	e := setup(t, 0)
+	e.run(e.recoverer("a", func(c *Config) { c.AutoPlan = true }))
+	w := e.writer("s-auto", "w1")
+	w.call("safe", "orders.create", effect.Idempotent, "k-1")
+	w.started("safe")
+	w.result("safe", schema.StatusFailed, "")
+	w.call("unsafe", "payments.charge", effect.NonIdempotent, "k-2")
+	w.started("unsafe")
+	w.result("unsafe", schema.StatusFailed, "")
+	w.call("done", "orders.create", effect.Idempotent, "k-3")
+	w.result("done", schema.StatusOK, "")
+	eventually(t, 5*time.Second, "auto plan", func() bool { return len(e.planMsgs()) >= 1 })
+	// The later calls were classified after "safe": give the queue a
+	// bounded chance to (wrongly) plan them before checking.
+	r := e.recoverer("b")
+	eventually(t, 5*time.Second, "status", func() bool {
+		st, err := r.Status(context.Background(), "s-auto")
+		return err == nil && st.Plans.Issued == 1
+	})
+	msgs := e.planMsgs()
+	if len(msgs) != 1 {
+		t.Fatalf("plans %v, want one (for the idempotent failure)", msgs)
+	}
+	rec, err := stream.NewPlans(e.topo.Plans).Get(context.Background(), firstKey(msgs))
+	if err != nil || rec.Plan.PriorCallID != "safe" || rec.Plan.Basis != schema.BasisUncertainSafe {
+		t.Fatalf("auto plan %+v %v", rec, err)
+	}
+}
+
+func firstKey(m map[string]int) string {
+	for k := range m {
+		return k
+	}
+	return ""
+}
