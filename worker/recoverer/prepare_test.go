@@ -268,6 +268,7 @@ func TestCrashBetweenCreateAndPublish(t *testing.T) {
 // without a prepare; needs_review ones do not.
 func TestAutoPlan(t *testing.T) {
 	e := setup(t, 0)
+	as := e.assessments()
 	e.run(e.recoverer("a", func(c *Config) { c.AutoPlan = true }))
 	w := e.writer("s-auto", "w1")
 	w.call("safe", "orders.create", effect.Idempotent, "k-1")
@@ -278,9 +279,11 @@ func TestAutoPlan(t *testing.T) {
 	w.result("unsafe", schema.StatusFailed, "")
 	w.call("done", "orders.create", effect.Idempotent, "k-3")
 	w.result("done", schema.StatusOK, "")
+	// The auto-plan queue is decided before an assessment is published.
+	for _, id := range []string{"safe", "unsafe", "done"} {
+		as.wait(t, "s-auto", id, 5*time.Second)
+	}
 	eventually(t, 5*time.Second, "auto plan", func() bool { return len(e.planMsgs()) >= 1 })
-	// The later calls were classified after "safe": give the queue a
-	// bounded chance to (wrongly) plan them before checking.
 	r := e.recoverer("b")
 	eventually(t, 5*time.Second, "status", func() bool {
 		st, err := r.Status(context.Background(), "s-auto")
