@@ -342,7 +342,7 @@ func TestCallRefusedBeforeRecording(t *testing.T) {
 		{"arguments not JSON", "probe", `{"a":`, worker.CallOptions{}, worker.ErrInvalidCall},
 		{"task not a token", "probe", `{}`, worker.CallOptions{Task: "a.b"}, worker.ErrInvalidCall},
 		{"request id too long", "probe", `{}`, worker.CallOptions{RequestID: strings.Repeat("r", 1025)}, worker.ErrInvalidCall},
-		{"plan not issued", "probe", `{}`, worker.CallOptions{Retry: &schema.Plan{PlanID: "p-x"}}, worker.ErrPlanNotIssued},
+		{"plan not issued", "probe", `{}`, worker.CallOptions{Retry: &schema.Plan{PlanID: "p-x", Task: "t-1"}}, worker.ErrPlanNotIssued},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
