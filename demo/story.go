@@ -130,8 +130,16 @@ func (s *story) run(ctx context.Context) (Report, error) {
 	if err != nil {
 		return s.rep, err
 	}
-	holds := map[string]HoldPoint{tools.OrdersCreate: HoldAfter, tools.PaymentsCharge: s.cfg.PaymentHold}
-	held, err := s.start("worker-1", "demo", "worker", "--server", url, "--lease-ttl", s.cfg.LeaseTTL.String(), "--hold", FormatHolds(holds), "--log-format", "json")
+	// The real tool worker holds every body after its side effect
+	// (--tool-delay-after); stopping the payment before its effect needs
+	// per-tool hold points, which only the demo's own worker has.
+	ttl := s.cfg.LeaseTTL.String()
+	workerArgs := []string{"worker", "--server", url, "--lease-ttl", ttl, "--tool-delay-after", "5m", "--log-format", "json"}
+	if s.cfg.PaymentHold == HoldBefore {
+		holds := map[string]HoldPoint{tools.OrdersCreate: HoldAfter, tools.PaymentsCharge: HoldBefore}
+		workerArgs = []string{"demo", "worker", "--server", url, "--lease-ttl", ttl, "--hold", FormatHolds(holds), "--log-format", "json"}
+	}
+	held, err := s.start("worker-1", workerArgs...)
 	if err != nil {
 		return s.rep, err
 	}
@@ -139,7 +147,7 @@ func (s *story) run(ctx context.Context) (Report, error) {
 		return s.rep, err
 	}
 	s.say("start", "recovery worker  pid %-6d jingwei recover --trust-reviewers %s", rec.pid(), filepath.Base(trustFile))
-	s.say("", "tool worker      pid %-6d jingwei demo worker (lease TTL %s; bodies stop midway: %s)", held.pid(), s.cfg.LeaseTTL, FormatHolds(holds))
+	s.say("", "tool worker      pid %-6d jingwei %s", held.pid(), strings.Join(publicArgs(workerArgs), " "))
 	s.say("", "reviewer key     %s (trusted)", pub)
 
 	// 4. The agent's requests.
@@ -279,6 +287,20 @@ func (s *story) run(ctx context.Context) (Report, error) {
 	fmt.Fprintln(s.out)
 	s.say("stop", "%d child processes stopped, server shut down; the story took %.1fs", len(s.rep.Children), time.Since(t0).Seconds())
 	return s.rep, nil
+}
+
+// publicArgs drops the flags every child gets (server, log format) from a
+// command line, for the story.
+func publicArgs(args []string) []string {
+	var out []string
+	for i := 0; i < len(args); i++ {
+		if args[i] == "--server" || args[i] == "--log-format" {
+			i++
+			continue
+		}
+		out = append(out, args[i])
+	}
+	return out
 }
 
 func sessionOf(c, order *schema.Call) string {
