@@ -27,9 +27,10 @@ const (
 	HeaderOwner = "Jw-Owner"
 )
 
-// appendAttempts bounds how often Append re-sends after a transport error
-// or an in-flight conflict before it gives up.
-const appendAttempts = 8
+// appendRetryFor bounds how long Append keeps re-sending after transport
+// errors, a missing stream leader or an in-flight conflict (a cluster
+// election takes several seconds), unless ctx ends first.
+const appendRetryFor = 15 * time.Second
 
 // maxSeqOverhead is what a seq adds to an event when it is serialized for a
 // history ("seq":N, with N up to 20 digits); Append counts it in full so that
@@ -311,8 +312,11 @@ func (l *Log) send(ctx context.Context, payload []byte, id string) (uint64, erro
 	msg.Header.Set(HeaderOwner, l.owner)
 
 	var b *backoff.ExponentialBackOff // made on the first retry only
-	for attempt := 1; ; attempt++ {
-		ack, err := l.t.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(id), jetstream.WithExpectLastSequencePerSubject(l.last))
+	var firstErr time.Time
+	for {
+		actx, cancel := context.WithTimeout(ctx, l.t.cfg.RequestTimeout)
+		ack, err := l.t.JS.PublishMsg(actx, msg, jetstream.WithMsgID(id), jetstream.WithExpectLastSequencePerSubject(l.last))
+		cancel()
 		if err == nil {
 			l.appended(ack.Sequence, len(payload))
 			return ack.Sequence, nil
@@ -323,23 +327,31 @@ func (l *Log) send(ctx context.Context, payload []byte, id string) (uint64, erro
 		}
 		retry := false
 		if isWrongLastSeq(err) {
-			seq, done, rerr := l.resolve(ctx, id)
-			if rerr != nil || done {
-				if done {
-					l.appended(seq, len(payload))
-				}
-				return seq, rerr
+			actx, cancel := context.WithTimeout(ctx, l.t.cfg.RequestTimeout)
+			seq, done, rerr := l.resolve(actx, id)
+			cancel()
+			switch {
+			case done:
+				l.appended(seq, len(payload))
+				return seq, nil
+			case l.err != nil:
+				return 0, l.err
+			case rerr != nil: // the re-read failed (no leader, timeout)
+				err, retry = rerr, transient(rerr)
+			default:
+				retry = true // nothing new on the log yet: a write in flight
 			}
-			retry = true // nothing new on the log yet: a write in flight
 		} else if transient(err) {
 			retry = true
 		}
-		if !retry || attempt >= appendAttempts {
-			return 0, fmt.Errorf("stream: append to %s: %w", l.session, err)
-		}
 		if b == nil {
 			b = newBackoff(5*time.Millisecond, 250*time.Millisecond)
+			firstErr = time.Now()
 		}
+		if !retry || time.Since(firstErr) > appendRetryFor {
+			return 0, fmt.Errorf("stream: append to %s: %w", l.session, err)
+		}
+		l.t.log.Debug().Err(err).Str("session", l.session).Msg("append: retrying")
 		select {
 		case <-ctx.Done():
 			return 0, fmt.Errorf("stream: append to %s: %w", l.session, ctx.Err())

@@ -33,6 +33,12 @@ type TopologyConfig struct {
 	// Duplicates is the Nats-Msg-Id dedup window of the streams. Defaults
 	// to 2 minutes.
 	Duplicates time.Duration
+	// RequestTimeout bounds one attempt of a request to the server inside
+	// Append (a publish, a re-read of the tail); Append retries after it
+	// with the same Msg-Id, so a request lost in a leader change or a
+	// reconnect does not wait for the caller's whole deadline. Defaults to
+	// 3 s.
+	RequestTimeout time.Duration
 	// Limits bounds a session history at append and at load. Zero fields
 	// mean DESIGN §8's limits (100,000 events, 16 MiB); set smaller ones in
 	// tests only.
@@ -57,6 +63,9 @@ func (c TopologyConfig) WithDefaults() TopologyConfig {
 	}
 	if c.Duplicates <= 0 {
 		c.Duplicates = 2 * time.Minute
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = 3 * time.Second
 	}
 	c.Limits = c.Limits.WithDefaults()
 	return c
