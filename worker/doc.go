@@ -26,6 +26,24 @@
 // A plan is not a permission and not a lock: every admission stage runs
 // again for a retry.
 //
+// # Choices a host should know
+//
+//   - The jw_budget count runs alongside the tool.call append, so an attempt
+//     whose tool.call cannot be written may still have been counted: counts
+//     err on the high side, never the low one.
+//   - Every write after the plan is taken runs under its own WriteTimeout,
+//     detached from the caller's context, so a caller that goes away still
+//     leaves a complete record. A caller gone before the body started is
+//     refused at the stage that noticed; gone while the body ran, the result
+//     is cancelled.
+//   - A plan is spent before tool.call is written. If that write then fails
+//     (log down, writer fenced), the plan is spent with no attempt to show
+//     for it, and the prior call's successor plan id (derived from session
+//     and prior call) is taken: the runtime logs plan_id and call_id at
+//     error level, and an operator has to decide by hand.
+//   - A body that ignores its context keeps running after its timeout
+//     result is recorded; that is why timeout is an uncertain outcome.
+//
 // The body of a tool receives [BodyRequest.Operation] ({task, key,
 // contract}); an idempotent tool deduplicates on task + key and must keep
 // that record durably (see package tools for examples).
