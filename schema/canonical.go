@@ -42,8 +42,11 @@ const (
 //
 // Errors wrap ErrInvalidJSON: malformed JSON, invalid UTF-8 or a lone
 // surrogate escape, a duplicate member name at any depth, nesting deeper
-// than 10,000, or a number literal over MaxNumberBytes bytes or whose value
-// is beyond 10^±MaxNumberExponent (zero with any exponent is zero). Safe for concurrent use.
+// than 10,000, or a number literal over MaxNumberBytes bytes, whose value is
+// beyond 10^±MaxNumberExponent, or whose exponent part alone is beyond
+// ±(MaxNumberExponent+MaxNumberBytes) (0e99999, for instance). DecodeEvent
+// applies the same checks to every event, so the arguments of a decoded
+// call always canonicalize. Safe for concurrent use.
 func Canonical(raw json.RawMessage) ([]byte, error) {
 	s := scannerPool.Get().(*scanner)
 	defer scannerPool.Put(s)

@@ -13,7 +13,8 @@ import (
 // seeded with every conformance fixture's history. It must never panic; an
 // error must be a *schema.Error with a history code; and every event it
 // accepts must re-encode, re-decode to the same value, re-encode to the
-// same bytes, and validate against event.schema.json.
+// same bytes, have canonicalizable arguments, and validate against
+// event.schema.json.
 func FuzzDecodeHistory(f *testing.F) {
 	for _, fx := range loadFixtures(f) {
 		f.Add(fx.jsonl())
@@ -49,6 +50,11 @@ func FuzzDecodeHistory(f *testing.F) {
 			}
 			if !sameEvent(e, back) {
 				t.Fatalf("event %d changed through encode/decode:\n%+v\n%+v", i, e, back)
+			}
+			if e.Call != nil {
+				if _, err := schema.Canonical(e.Call.Arguments); err != nil {
+					t.Fatalf("event %d: arguments of an accepted call do not canonicalize: %v", i, err)
+				}
 			}
 			if err := validate(t, "event", line); err != nil {
 				t.Fatalf("event %d accepted by Go but not by event.schema.json: %v\n%s", i, err, line)

@@ -533,7 +533,9 @@ func (s *scanner) number() error {
 			return s.fail("invalid number: no digits after '.'")
 		}
 	}
+	hasExp := false
 	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		hasExp = true
 		i++
 		if i < len(b) && (b[i] == '+' || b[i] == '-') {
 			i++
@@ -545,6 +547,19 @@ func (s *scanner) number() error {
 		if i == d {
 			s.pos = i
 			return s.fail("invalid number: no digits in exponent")
+		}
+	}
+	// The bounds of Canonical apply to every number, so the arguments of
+	// any event DecodeEvent accepts can be canonicalized. A literal without
+	// an exponent part that fits MaxNumberBytes is always within them.
+	if i-start > MaxNumberBytes {
+		s.pos = start
+		return s.fail("number literal of %d bytes (limit %d)", i-start, MaxNumberBytes)
+	}
+	if hasExp {
+		if _, _, _, err := decimalParts(b[start:i]); err != nil {
+			s.pos = start
+			return s.fail("number beyond 10^±%d", MaxNumberExponent)
 		}
 	}
 	s.pos = i
