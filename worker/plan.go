@@ -93,9 +93,9 @@ func TakeOperation(ctx context.Context, plans PlanStore, at Attempt, plan schema
 	if got != issued.ArgsDigest {
 		return schema.Operation{}, mismatch("arguments", "was prepared for other arguments (%s, the call has %s)", issued.ArgsDigest, got)
 	}
-	if _, err := plans.Consume(ctx, rec, at.CallID); err != nil {
+	if got, err := plans.Consume(ctx, rec, at.CallID); err != nil {
 		if errors.Is(err, stream.ErrPlanConsumed) {
-			return schema.Operation{}, consumedError(rec, err)
+			return schema.Operation{}, consumedError(got, err) // got names the winner
 		}
 		return schema.Operation{}, fmt.Errorf("worker: consume plan %s: %w", plan.PlanID, err)
 	}
