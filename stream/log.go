@@ -242,7 +242,7 @@ func (t *Topology) Fence(ctx context.Context, session, owner string, epoch uint6
 
 func (l *Log) appendFence(ctx context.Context) (uint64, error) {
 	ev := schema.Event{V: schema.Version, Session: l.session, Epoch: l.epoch, At: time.Now().UTC(), Type: schema.TypeFenced, Fence: &schema.Fence{Epoch: l.epoch, Owner: l.owner}}
-	payload, err := json.Marshal(ev)
+	payload, err := schema.EncodeEvent(ev)
 	if err != nil {
 		return 0, err
 	}
@@ -279,9 +279,12 @@ func (l *Log) Append(ctx context.Context, ev schema.Event) (uint64, error) {
 	if ev.At.IsZero() {
 		ev.At = time.Now().UTC()
 	}
-	payload, err := json.Marshal(ev)
+	// EncodeEvent validates too (required fields, field lengths, valid
+	// JSON): an invalid event is refused with its *schema.Error and
+	// nothing is written.
+	payload, err := schema.EncodeEvent(ev)
 	if err != nil {
-		return 0, fmt.Errorf("stream: encode event: %w", err)
+		return 0, fmt.Errorf("stream: append to %s: %w", l.session, err)
 	}
 
 	l.mu.Lock()

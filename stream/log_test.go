@@ -279,6 +279,17 @@ func TestLimits(t *testing.T) {
 		t.Fatalf("s-2 holds %d events, want 2", len(evs))
 	}
 
+	// Fields: an over-long call id or an invalid event is refused too.
+	if _, err := l2.Append(ctx, started(strings.Repeat("c", schema.MaxFieldBytes+1))); !errors.Is(err, schema.ErrFieldTooLong) {
+		t.Fatalf("call id over 1,024 bytes: %v", err)
+	}
+	if _, err := l2.Append(ctx, schema.Event{Type: schema.TypeResult, Result: &schema.Result{CallID: "c-1", Status: "maybe"}}); !errors.Is(err, schema.ErrCorruptHistory) {
+		t.Fatalf("invalid status: %v", err)
+	}
+	if evs, _ := topo.Load(ctx, "s-2"); len(evs) != 2 {
+		t.Fatalf("s-2 holds %d events after refusals, want 2", len(evs))
+	}
+
 	// Load: the same server seen through a topology with tighter limits.
 	js, _ := jetstream.New(nc)
 	tight, err := stream.EnsureTopology(ctx, js, stream.TopologyConfig{Limits: schema.Limits{MaxEvents: 4}})
