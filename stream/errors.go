@@ -34,6 +34,11 @@ var (
 	// Nothing is replaced or purged.
 	ErrTopologyConflict = errors.New("stream: existing stream conflicts with jingwei's topology")
 
+	// ErrNoTopology is returned by OpenTopology when a stream or bucket of
+	// jingwei's topology does not exist (nothing has run on the server yet,
+	// or another prefix is in use).
+	ErrNoTopology = errors.New("stream: jingwei topology not found")
+
 	// ErrInvalidSession is returned for a session id that is not 1–128 bytes
 	// of [A-Za-z0-9_-].
 	ErrInvalidSession = errors.New("stream: invalid session id")

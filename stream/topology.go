@@ -211,6 +211,17 @@ func (c TopologyConfig) bucketSpecs() []jetstream.KeyValueConfig {
 // reported as a *ConflictError (errors.Is ErrTopologyConflict) and left as
 // it is: nothing is ever replaced or purged.
 func EnsureTopology(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig) (*Topology, error) {
+	return topology(ctx, js, cfg, true)
+}
+
+// OpenTopology is EnsureTopology for read-only clients (export, inspect): it
+// looks the streams and buckets up and checks them, but creates nothing; a
+// missing one is ErrNoTopology.
+func OpenTopology(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig) (*Topology, error) {
+	return topology(ctx, js, cfg, false)
+}
+
+func topology(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig, create bool) (*Topology, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -218,7 +229,7 @@ func EnsureTopology(ctx context.Context, js jetstream.JetStream, cfg TopologyCon
 	t := &Topology{JS: js, Prefix: cfg.Prefix, cfg: cfg, log: cfg.Logger}
 	streams := make([]jetstream.Stream, 0, 5)
 	for _, want := range cfg.streamSpecs() {
-		s, err := ensureStream(ctx, js, want)
+		s, err := ensureStream(ctx, js, want, create)
 		if err != nil {
 			return nil, err
 		}
@@ -227,7 +238,7 @@ func EnsureTopology(ctx context.Context, js jetstream.JetStream, cfg TopologyCon
 	t.Events, t.Requests, t.Reviews, t.PlanLog, t.Assessments = streams[0], streams[1], streams[2], streams[3], streams[4]
 	kvs := make([]jetstream.KeyValue, 0, 3)
 	for _, want := range cfg.bucketSpecs() {
-		kv, err := ensureBucket(ctx, js, want)
+		kv, err := ensureBucket(ctx, js, want, create)
 		if err != nil {
 			return nil, err
 		}
@@ -237,7 +248,7 @@ func EnsureTopology(ctx context.Context, js jetstream.JetStream, cfg TopologyCon
 	return t, nil
 }
 
-func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig) (jetstream.Stream, error) {
+func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, create bool) (jetstream.Stream, error) {
 	for attempt := 0; ; attempt++ {
 		s, err := js.Stream(ctx, want.Name)
 		if err == nil {
@@ -248,6 +259,9 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 		}
 		if !errors.Is(err, jetstream.ErrStreamNotFound) {
 			return nil, fmt.Errorf("stream: look up %s: %w", want.Name, err)
+		}
+		if !create {
+			return nil, fmt.Errorf("%w: stream %s not found", ErrNoTopology, want.Name)
 		}
 		s, err = js.CreateStream(ctx, want)
 		if err == nil {
@@ -303,7 +317,7 @@ func compareStream(have, want jetstream.StreamConfig) error {
 	return nil
 }
 
-func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig, create bool) (jetstream.KeyValue, error) {
 	name := "KV_" + want.Bucket
 	for attempt := 0; ; attempt++ {
 		kv, err := js.KeyValue(ctx, want.Bucket)
@@ -319,6 +333,9 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.Ke
 		}
 		if !errors.Is(err, jetstream.ErrBucketNotFound) {
 			return nil, fmt.Errorf("stream: look up bucket %s: %w", want.Bucket, err)
+		}
+		if !create {
+			return nil, fmt.Errorf("%w: bucket %s not found", ErrNoTopology, want.Bucket)
 		}
 		kv, err = js.CreateKeyValue(ctx, want)
 		if err == nil {

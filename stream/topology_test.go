@@ -91,6 +91,21 @@ func TestEnsureTopologyConflict(t *testing.T) {
 	}
 }
 
+func TestOpenTopology(t *testing.T) {
+	ctx := context.Background()
+	_, nc, _ := streamtest.Start(t)
+	js, _ := jetstream.New(nc)
+	if _, err := stream.OpenTopology(ctx, js, stream.TopologyConfig{}); err != nil {
+		t.Fatalf("existing topology: %v", err)
+	}
+	if _, err := stream.OpenTopology(ctx, js, stream.TopologyConfig{Prefix: "other"}); !errors.Is(err, stream.ErrNoTopology) {
+		t.Fatalf("missing topology: %v", err)
+	}
+	if _, err := js.Stream(ctx, "OTHER_EVENTS"); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("OpenTopology created a stream: %v", err)
+	}
+}
+
 func TestConfigValidation(t *testing.T) {
 	ctx := context.Background()
 	_, nc, _ := streamtest.Start(t)
