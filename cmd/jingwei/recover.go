@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jingwei/jingwei/recovery"
+	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/worker/recoverer"
+)
+
+func init() {
+	register(command{name: "recover", summary: "run the recovery worker and the jingwei service (assessments, takeovers, reviews, plans)", run: runRecover})
+}
+
+const recoverHelp = `  jingwei recover [--server URL] --trust-reviewers FILE [--auto-plan] [--lease-ttl 10s] [--name main]
+
+Runs the recovery worker and the 'jingwei' NATS micro service (jw.api.call,
+jw.api.inspect, jw.api.prepare, jw.api.status; 'nats micro ls' lists it):
+
+  - publishes an assessment on jw.assessments.<session> for every finished call;
+  - when a session's lease expires with calls open, takes the session over
+    (new epoch, session.fenced, load, inspect) and publishes their assessments;
+    on start it first takes over what expired while it was down;
+  - accepts reviews from jw.reviews.<session> only when signed by a key in
+    --trust-reviewers (one nkey user public key per line, # comments); others
+    are rejected and logged;
+  - issues each retry plan exactly once, on a prepare request ('jingwei retry'),
+    or automatically for retry_allowed calls with --auto-plan (off by default).
+
+Without --trust-reviewers no review is ever accepted: uncertain calls of
+unknown or non-idempotent tools then cannot be planned.
+
+--lease-ttl must be the same for every process of a deployment. Run several
+recovery workers for availability, each with its own --name (its durable
+consumers are named after it; a restart with the same name resumes).
+
+Exit status: 0 after SIGTERM/SIGINT; 1 the server is unreachable or the
+topology conflicts; 2 usage (a bad flag, an unreadable or invalid
+--trust-reviewers file).`
+
+func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("recover", "Run the recovery worker and the jingwei service.", recoverHelp, stderr)
+	var (
+		nf natsFlags
+		lf logFlags
+	)
+	nf.register(fs)
+	lf.register(fs)
+	trustFile := fs.String("trust-reviewers", "", "file of trusted reviewer nkey public keys, one per line")
+	autoPlan := fs.Bool("auto-plan", false, "issue plans for retry_allowed calls without a prepare request")
+	ttl := fs.Duration("lease-ttl", 10*time.Second, "session lease TTL (at least 1s; the same for every process)")
+	name := fs.String("name", recoverer.DefaultName, "name of this recovery worker (its durable consumers); unique per running instance")
+	owner := fs.String("owner", "", "owner id in leases and fences (default recoverer-<name>-<random>)")
+	callTimeout := fs.Duration("call-timeout", recoverer.DefaultCallTimeout, "how long jw.api.call waits for a tool result")
+	if st, ok := parseFlags(fs, args); !ok {
+		return st
+	}
+	if *ttl < time.Second {
+		return usageError(stderr, "recover", "--lease-ttl must be at least 1s")
+	}
+	log, err := lf.logger(stderr)
+	if err != nil {
+		return usageError(stderr, "recover", "%v", err)
+	}
+	var trusted recovery.TrustedKeys
+	if *trustFile != "" {
+		b, err := os.ReadFile(*trustFile)
+		if err != nil {
+			return usageError(stderr, "recover", "--trust-reviewers: %v", err)
+		}
+		if trusted, err = recovery.ParseTrustedKeys(b); err != nil {
+			return usageError(stderr, "recover", "--trust-reviewers %s: %v", *trustFile, err)
+		}
+	}
+	if len(trusted) == 0 {
+		log.Warn().Msg("no trusted reviewer keys (--trust-reviewers): every review will be rejected")
+	}
+	nc, err := stream.Connect(ctx, stream.ConnectConfig{
+		URL: nf.server, Creds: nf.creds, NKeySeedFile: nf.nkey, TLSCA: nf.tlsca,
+		Name: "jingwei recover", Logger: log,
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "jingwei recover: %v (is a server running? start one with 'jingwei serve')\n", err)
+		return exitFailure
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		fmt.Fprintf(stderr, "jingwei recover: %v\n", err)
+		return exitFailure
+	}
+	topo, err := stream.EnsureTopology(ctx, js, stream.TopologyConfig{Prefix: nf.prefix, LeaseTTL: *ttl, Logger: log})
+	if err != nil {
+		fmt.Fprintf(stderr, "jingwei recover: %v\n", err)
+		return exitFailure
+	}
+	rec, err := recoverer.New(recoverer.Config{
+		Topology: topo, Logger: log, TrustedReviewers: trusted, AutoPlan: *autoPlan,
+		Name: *name, Owner: *owner, CallTimeout: *callTimeout,
+	})
+	if err != nil {
+		return usageError(stderr, "recover", "%v", err)
+	}
+	log.Info().Str("server", nc.ConnectedUrlRedacted()).Int("trusted_reviewers", len(trusted)).Bool("auto_plan", *autoPlan).Msg("recovery worker started")
+	if err := rec.Run(ctx); err != nil {
+		fmt.Fprintf(stderr, "jingwei recover: %v\n", err)
+		return exitFailure
+	}
+	return exitOK
+}
