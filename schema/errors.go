@@ -73,3 +73,7 @@ var (
 // input is not JSON jingwei accepts (malformed, invalid UTF-8, a duplicate
 // member name, or a number out of bounds).
 var ErrInvalidJSON = errors.New("schema: invalid JSON")
+
+// ErrInvalidRequest is wrapped by the errors of DecodeRequest and
+// Request.Validate: the tool request is malformed or lacks a field.
+var ErrInvalidRequest = errors.New("schema: invalid tool request")

@@ -45,7 +45,7 @@ type HistoryReader struct {
 // fields mean the defaults).
 func NewHistoryReader(r io.Reader, lim Limits) *HistoryReader {
 	h := &HistoryReader{br: bufio.NewReaderSize(r, 64<<10), lim: lim.WithDefaults()}
-	h.sc.track = true
+	h.sc.root = kEnvelope
 	return h
 }
 
@@ -164,7 +164,7 @@ func DecodeHistory(r io.Reader, lim Limits) ([]Event, error) {
 func DecodeEvent(b []byte) (Event, error) {
 	s := scannerPool.Get().(*scanner)
 	defer scannerPool.Put(s)
-	s.track, s.nums = true, false
+	s.root, s.nums = kEnvelope, false
 	return decodeEvent(s, b)
 }
 
@@ -199,6 +199,10 @@ func decodeEvent(s *scanner, b []byte) (Event, error) {
 	}
 	if ev.Call != nil && ev.Call.Operation != nil && s.present[kContract]&(1<<bitContractEffect) == 0 {
 		return Event{}, Errorf(CodeCorruptHistory, "tool.call lacks operation.contract.effect")
+	}
+	if ev.Call != nil && ev.Call.Operation != nil && ev.Call.Operation.Retry != nil && ev.Call.Operation.Retry.Review != nil &&
+		s.present[kReview]&(1<<bitReviewEvidence) == 0 {
+		return Event{}, Errorf(CodeCorruptHistory, "operation.retry.review lacks evidence")
 	}
 	if ev.Fence != nil && s.present[kFence]&(1<<bitFenceEpoch) == 0 {
 		return Event{}, Errorf(CodeCorruptHistory, "session.fenced lacks fence.epoch")
@@ -362,50 +366,9 @@ func (c *Call) validate() error {
 		return Errorf(CodeCorruptHistory, "operation.retry.basis %s is not not_started, uncertain_safe or reviewed_not_executed", quoteShort([]byte(r.Basis)))
 	}
 	if rv := r.Review; rv != nil {
-		if err := rv.check("operation.retry.review"); err != nil {
+		if err := rv.check("operation.retry.review", CodeCorruptHistory); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-// check validates a review embedded in an event (the review a plan rested
-// on): version, session, call id, a non-empty operator, a valid verdict, an
-// RFC 3339 at if any, signer and sig together and well-formed, and the field
-// lengths. Whether the review is
-// trusted, signed correctly or about the right call is for recovery.
-func (rv *Review) check(what string) error {
-	if rv.V != Version {
-		return Errorf(CodeCorruptHistory, "%s has schema version %d, want %d", what, rv.V, Version)
-	}
-	if !ValidSession(rv.Session) {
-		return Errorf(CodeCorruptHistory, "%s.session %s is not a valid session id", what, quoteShort([]byte(rv.Session)))
-	}
-	if err := checkID(what+".call_id", rv.CallID); err != nil {
-		return err
-	}
-	if err := checkID(what+".operator", rv.Operator); err != nil {
-		return err
-	}
-	if err := checkLen(what+".evidence", rv.Evidence); err != nil {
-		return err
-	}
-	if !rv.Verdict.Valid() {
-		return Errorf(CodeCorruptHistory, "%s.verdict %s is not not_executed, completed or uncertain", what, quoteShort([]byte(rv.Verdict)))
-	}
-	if rv.At != "" {
-		if _, err := time.Parse(time.RFC3339, rv.At); err != nil {
-			return Errorf(CodeCorruptHistory, "%s.at is not an RFC 3339 time", what)
-		}
-	}
-	if (rv.Signer == "") != (rv.Sig == "") {
-		return Errorf(CodeCorruptHistory, "%s has only one of signer and sig", what)
-	}
-	if rv.Signer != "" && !validSigner(rv.Signer) {
-		return Errorf(CodeCorruptHistory, "%s.signer is not an nkey user public key", what)
-	}
-	if rv.Sig != "" && !validBase64URL(rv.Sig) {
-		return Errorf(CodeCorruptHistory, "%s.sig is not base64url", what)
 	}
 	return nil
 }

@@ -14,8 +14,9 @@ import (
 // escapes, and that no object has two members with the same (decoded) name,
 // at any depth. It does not build values.
 //
-// In history mode (track) it also knows where the event's own objects are
-// (envelope, call, operation, …): it records which of their members are
+// With a root kind (kEnvelope for an event, kRequest, kReview) it also knows
+// where the message's own objects are (envelope, call, operation, …): it
+// records which of their members are
 // present and non-null, and rejects a member name that differs from a known
 // one only in case, because encoding/json would silently bind it to that
 // field where other languages see an unknown member.
@@ -24,10 +25,10 @@ import (
 //
 // A scanner is reused across calls; it is not safe for concurrent use.
 type scanner struct {
-	b     []byte
-	pos   int
-	track bool
-	nums  bool
+	b    []byte
+	pos  int
+	root objKind // kind of the top-level object; kOpaque: no field checks
+	nums bool
 
 	present [nKinds]uint32
 	stack   []frame
@@ -71,6 +72,7 @@ const (
 	kContract
 	kRetry
 	kReview
+	kRequest
 	nKinds
 )
 
@@ -79,6 +81,7 @@ const (
 	bitEnvelopeEpoch  = 3
 	bitContractEffect = 0
 	bitFenceEpoch     = 0
+	bitReviewEvidence = 4
 )
 
 var kindFields = [nKinds][]string{
@@ -91,6 +94,7 @@ var kindFields = [nKinds][]string{
 	kContract:  {"effect", "revision"},
 	kRetry:     {"prior_call_id", "prior_seq", "plan_id", "basis", "review"},
 	kReview:    {"v", "session", "call_id", "operator", "evidence", "verdict", "at", "signer", "sig"},
+	kRequest:   {"v", "request_id", "session", "task", "tool", "arguments", "provider_call_id"},
 }
 
 // childKind returns the kind of the object value of member name in an
@@ -161,10 +165,7 @@ func (s *scanner) ws() {
 // scan checks b as one JSON value (with optional surrounding whitespace).
 func (s *scanner) scan(b []byte) error {
 	s.reset(b)
-	next := kOpaque
-	if s.track {
-		next = kEnvelope
-	}
+	next := s.root
 	for {
 		// A value is expected at s.pos.
 		s.ws()
@@ -328,7 +329,7 @@ func (s *scanner) member() (objKind, error) {
 		}
 	}
 	kind := kOpaque
-	if s.track && top.kind != kOpaque {
+	if top.kind != kOpaque {
 		found := false
 		for i, f := range kindFields[top.kind] {
 			if f == string(name) {
