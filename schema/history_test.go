@@ -92,6 +92,9 @@ func TestDecodeEventValid(t *testing.T) {
 			if tt.check != nil {
 				tt.check(t, e)
 			}
+			if err := validate(t, "event", []byte(tt.line)); err != nil {
+				t.Errorf("event.schema.json refuses what Go accepts: %v", err)
+			}
 		})
 	}
 }
@@ -191,8 +194,25 @@ func TestDecodeEventInvalid(t *testing.T) {
 			if tt.code == schema.CodeCorruptHistory && !errors.Is(err, schema.ErrCorruptHistory) {
 				t.Error("not errors.Is ErrCorruptHistory")
 			}
+			if !schemaBlind(tt.name) {
+				if err := validate(t, "event", []byte(tt.line)); err == nil {
+					t.Error("event.schema.json accepts what Go refuses")
+				}
+			}
 		})
 	}
+}
+
+// schemaBlind reports whether an invalid-event case is one a JSON Schema
+// cannot see: malformed JSON, bad Unicode, duplicate or case-variant member
+// names, number bounds.
+func schemaBlind(name string) bool {
+	for _, s := range []string{"bad json", "truncated", "trailing", "utf8", "surrogate", "duplicate", "case variant", "number"} {
+		if strings.Contains(name, s) {
+			return true
+		}
+	}
+	return false
 }
 
 func manyMembers(n int) string {
