@@ -1,0 +1,55 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream"
+)
+
+// The connection flags themselves (--server, default $NATS_URL else
+// nats://127.0.0.1:4222; --creds; --nkey; --tlsca; --prefix) are natsFlags
+// in worker.go, shared by every command that talks to a server. This file
+// holds what the read-only commands (export, and inspect/plan with
+// --session) do with them.
+
+// openTopology connects as the flags say and looks up jingwei's topology
+// without creating anything. The caller closes the connection.
+func (n *natsFlags) openTopology(ctx context.Context, name string) (*nats.Conn, *stream.Topology, error) {
+	nc, err := stream.Connect(ctx, stream.ConnectConfig{
+		URL: n.server, Creds: n.creds, NKeySeedFile: n.nkey, TLSCA: n.tlsca, Name: "jingwei " + name,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w (is a server running? start one with 'jingwei serve', or point --server/$NATS_URL at yours)", err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	topo, err := stream.OpenTopology(ctx, js, stream.TopologyConfig{Prefix: n.prefix})
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, topo, nil
+}
+
+// loadSession loads a session's confirmed history from the server. Errors
+// that are a *schema.Error (history_too_large, corrupt_history) are refusals;
+// anything else is a failure to reach or read the server.
+func (n *natsFlags) loadSession(ctx context.Context, name, session string) ([]schema.Event, error) {
+	if !schema.ValidSession(session) {
+		return nil, fmt.Errorf("%w: %q", stream.ErrInvalidSession, session)
+	}
+	nc, topo, err := n.openTopology(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	return topo.Load(ctx, session)
+}
