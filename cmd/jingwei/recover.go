@@ -58,11 +58,15 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	name := fs.String("name", recoverer.DefaultName, "name of this recovery worker (its durable consumers); unique per running instance")
 	owner := fs.String("owner", "", "owner id in leases and fences (default recoverer-<name>-<random>)")
 	callTimeout := fs.Duration("call-timeout", recoverer.DefaultCallTimeout, "how long jw.api.call waits for a tool result")
+	replicas := fs.Int("replicas", 1, "replicas of every stream and bucket: 1 on a single server, 3 in a cluster (the same for every process)")
 	if st, ok := parseFlags(fs, args); !ok {
 		return st
 	}
 	if *ttl < time.Second {
 		return usageError(stderr, "recover", "--lease-ttl must be at least 1s")
+	}
+	if *replicas < 1 {
+		return usageError(stderr, "recover", "--replicas must be at least 1")
 	}
 	log, err := lf.logger(stderr)
 	if err != nil {
@@ -95,7 +99,7 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "jingwei recover: %v\n", err)
 		return exitFailure
 	}
-	topo, err := stream.EnsureTopology(ctx, js, stream.TopologyConfig{Prefix: nf.prefix, LeaseTTL: *ttl, Logger: log})
+	topo, err := stream.EnsureTopology(ctx, js, stream.TopologyConfig{Prefix: nf.prefix, LeaseTTL: *ttl, Replicas: *replicas, Logger: log})
 	if err != nil {
 		fmt.Fprintf(stderr, "jingwei recover: %v\n", err)
 		return exitFailure

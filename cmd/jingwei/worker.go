@@ -90,7 +90,7 @@ func (t *toolFlags) check() string {
 // newToolWorker sets up the example tools on js and a tool worker running
 // them on topo.
 func (t *toolFlags) newToolWorker(ctx context.Context, js jetstream.JetStream, topo *stream.Topology, log zerolog.Logger) (*toolworker.Worker, error) {
-	tl, err := tools.New(ctx, tools.Config{JS: js, Logger: log})
+	tl, err := tools.New(ctx, tools.Config{JS: js, Replicas: topo.Config().Replicas, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -107,15 +107,17 @@ func (t *toolFlags) newToolWorker(ctx context.Context, js jetstream.JetStream, t
 func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("worker", "Run a tool worker with the example tools.", workerHelp, stderr)
 	var (
-		nf  natsFlags
-		tf  toolFlags
-		lf  logFlags
-		ttl time.Duration
+		nf       natsFlags
+		tf       toolFlags
+		lf       logFlags
+		ttl      time.Duration
+		replicas int
 	)
 	nf.register(fs)
 	tf.register(fs)
 	lf.register(fs)
 	fs.DurationVar(&ttl, "lease-ttl", 10*time.Second, "session lease TTL (at least 1s; the same for every process)")
+	fs.IntVar(&replicas, "replicas", 1, "replicas of every stream and bucket: 1 on a single server, 3 in a cluster (the same for every process)")
 	if st, ok := parseFlags(fs, args); !ok {
 		return st
 	}
@@ -124,6 +126,9 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	if ttl < time.Second {
 		return usageError(stderr, "worker", "--lease-ttl must be at least 1s")
+	}
+	if replicas < 1 {
+		return usageError(stderr, "worker", "--replicas must be at least 1")
 	}
 	log, err := lf.logger(stderr)
 	if err != nil {
@@ -143,7 +148,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "jingwei worker: %v\n", err)
 		return exitFailure
 	}
-	topo, err := stream.EnsureTopology(ctx, js, stream.TopologyConfig{Prefix: nf.prefix, LeaseTTL: ttl, Logger: log})
+	topo, err := stream.EnsureTopology(ctx, js, stream.TopologyConfig{Prefix: nf.prefix, LeaseTTL: ttl, Replicas: replicas, Logger: log})
 	if err != nil {
 		fmt.Fprintf(stderr, "jingwei worker: %v\n", err)
 		return exitFailure
