@@ -27,6 +27,7 @@ const exitStatusHelp = `Exit status:
      chain), legacy_call, corrupt_history, history_too_large, field_too_long`
 
 const inspectHelp = `  jingwei inspect --history FILE --call ID
+  jingwei inspect --session S [--server URL …] --call ID
 
 Reads a session history (JSON Lines, one event per line with its seq, as
 exported from jw.events.<session>) in one pass, verifies it and classifies the
@@ -37,25 +38,38 @@ assessment as one JSON object:
    "outcome":"completed|not_started|uncertain","evidence":…,
    "decision":"refuse|retry_allowed|needs_review","attempts":N,"chain":[…]}
 
+With --session the history is loaded from the server's session log instead
+(it is not fenced first: for a confirmed history, take the session over or
+let the recovery worker do it).
+
 Nothing is written anywhere: inspecting is always safe.
 
 ` + exitStatusHelp
 
-// historySource chooses where a command reads a history from. Today that is a
-// JSON Lines file (--history); a mode that loads a session from a live server
-// adds its flags in register, its check in check and its branch in open.
+// historySource chooses where a command reads a history from: a JSON Lines
+// file (--history) or a session loaded from a live server (--session with
+// the connection flags).
 type historySource struct {
-	file string
+	file    string
+	session string
+	nats    natsFlags
 }
 
 func (s *historySource) register(fs *flag.FlagSet) {
-	fs.StringVar(&s.file, "history", "", "session history file, JSON Lines (required)")
+	fs.StringVar(&s.file, "history", "", "session history file, JSON Lines (this or --session)")
+	fs.StringVar(&s.session, "session", "", "session id: load its history from the server (this or --history)")
+	s.nats.register(fs)
 }
 
 // check returns a usage problem, or "" when the flags choose one source.
 func (s *historySource) check() string {
-	if s.file == "" {
-		return "--history is required"
+	switch {
+	case s.file == "" && s.session == "":
+		return "--history or --session is required"
+	case s.file != "" && s.session != "":
+		return "give --history or --session, not both"
+	case s.session != "" && !schema.ValidSession(s.session):
+		return fmt.Sprintf("invalid session id %q (1-128 bytes of [A-Za-z0-9_-])", s.session)
 	}
 	return ""
 }
@@ -63,7 +77,18 @@ func (s *historySource) check() string {
 // open returns the history and a function that releases it. An error means
 // the source could not be opened at all (a usage problem: wrong path,
 // permissions); errors while reading come through the history itself.
-func (s *historySource) open(_ context.Context) (schema.History, func(), error) {
+func (s *historySource) open(ctx context.Context) (schema.History, func(), error) {
+	if s.session != "" {
+		// Loaded whole through stream.Topology.Load (limits enforced); a
+		// failure to reach the server comes through the history, so it is
+		// reported as a failure (exit 1), a too large or corrupt log as a
+		// refusal (exit 3).
+		events, err := s.nats.loadSession(ctx, "inspect", s.session)
+		if err != nil {
+			return func(yield func(schema.Event, error) bool) { yield(schema.Event{}, err) }, func() {}, nil
+		}
+		return schema.Events(events), func() {}, nil
+	}
 	f, err := os.Open(s.file)
 	if err != nil {
 		return nil, nil, fmt.Errorf("cannot open history: %w", err)

@@ -18,6 +18,7 @@ func init() {
 const maxReviewBytes = 64 << 10
 
 const planHelp = `  jingwei plan --history FILE --call ID [--review FILE]
+  jingwei plan --session S [--server URL …] --call ID [--review FILE]
 
 Inspects one call of a session history like 'jingwei inspect' and, when the
 decision table allows it, prints a single-use retry plan that reuses the
