@@ -59,6 +59,36 @@ func TestExportThenInspect(t *testing.T) {
 		t.Fatalf("assessment %+v", a)
 	}
 
+	// inspect and plan load the session from the server themselves.
+	stdout.Reset()
+	if code := run(ctx, []string{"inspect", "--server", srv.ClientURL(), "--session", "s-1", "--call", "c-1"}, &stdout, &stderr); code != exitOK {
+		t.Fatalf("inspect --session: %d %s %s", code, stdout.String(), stderr.String())
+	}
+	var live schema.Assessment
+	if err := json.Unmarshal(stdout.Bytes(), &live); err != nil || live.Decision != a.Decision || live.CallID != "c-1" {
+		t.Fatalf("inspect --session: %+v %v", live, err)
+	}
+	stdout.Reset()
+	if code := run(ctx, []string{"plan", "--server", srv.ClientURL(), "--session", "s-1", "--call", "c-1"}, &stdout, &stderr); code != exitOK {
+		t.Fatalf("plan --session: %d %s %s", code, stdout.String(), stderr.String())
+	}
+	var p schema.Plan
+	if err := json.Unmarshal(stdout.Bytes(), &p); err != nil || p.Key != "op-1" || p.PriorCallID != "c-1" || p.Basis != schema.BasisUncertainSafe {
+		t.Fatalf("plan --session: %+v %v", p, err)
+	}
+	for _, args := range [][]string{
+		{"inspect", "--server", srv.ClientURL(), "--session", "s-1", "--history", file, "--call", "c-1"},
+		{"inspect", "--server", srv.ClientURL(), "--session", "a.b", "--call", "c-1"},
+	} {
+		if code := run(ctx, args, &stdout, &stderr); code != exitUsage {
+			t.Fatalf("%v: exit %d, want usage", args, code)
+		}
+	}
+	stdout.Reset()
+	if code := run(ctx, []string{"inspect", "--server", "nats://127.0.0.1:1", "--session", "s-1", "--call", "c-1"}, &stdout, &stderr); code != exitFailure || !strings.Contains(stdout.String(), `"internal"`) {
+		t.Fatalf("inspect --session without a server: %d %s", code, stdout.String())
+	}
+
 	// The same history to stdout.
 	stdout.Reset()
 	if code := run(ctx, []string{"export", "--server", srv.ClientURL(), "--session", "s-1"}, &stdout, &stderr); code != exitOK || stdout.String() != string(b) {
