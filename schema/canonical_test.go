@@ -302,36 +302,63 @@ func TestCanonicalNumberEquality(t *testing.T) {
 	}
 }
 
+// FuzzCanonical checks, on arbitrary inputs: errors wrap ErrInvalidJSON;
+// the output is JSON, idempotent and holds the same value (numbers compared
+// exactly); and two inputs canonicalize alike exactly when they hold the
+// same value.
 func FuzzCanonical(f *testing.F) {
-	for _, s := range []string{
-		`{"sku":"A-1","qty":2}`, `1234567890123456789`, `0.10000000000000001`, `-0`, `1e400`,
-		`{"a":[1,{"b":null}],"\u20ac":"x"}`, `"\ud83d\ude02"`, `[1.0,10e-1,0.1e1]`,
-	} {
-		f.Add([]byte(s))
+	pairs := [][2]string{
+		{`{"sku":"A-1","qty":2}`, `{ "qty": 2.0, "sku": "A-1" }`},
+		{`1234567890123456789`, `1234567890123456790`},
+		{`0.10000000000000001`, `0.1`},
+		{`-0`, `0e7`},
+		{`1e400`, `10e399`},
+		{`{"a":[1,{"b":null}],"\u20ac":"x"}`, `{"€":"x","a":[1,{"b":null}]}`},
+		{`"\ud83d\ude02"`, `"😂"`},
+		{`[1.0,10e-1,0.1e1]`, `[1,1,1]`},
+		{`{"a":1,"a":2}`, `{"a":2}`},
 	}
-	f.Fuzz(func(t *testing.T, in []byte) {
-		c, err := Canonical(in)
-		if err != nil {
-			if !errors.Is(err, ErrInvalidJSON) {
-				t.Fatalf("error not ErrInvalidJSON: %v", err)
-			}
+	for _, p := range pairs {
+		f.Add([]byte(p[0]), []byte(p[1]))
+	}
+	f.Fuzz(func(t *testing.T, a, b []byte) {
+		ca, ok := checkCanonical(t, a)
+		if !ok {
 			return
 		}
-		if !json.Valid(c) {
-			t.Fatalf("output is not JSON: %q", c)
+		cb, ok := checkCanonical(t, b)
+		if !ok {
+			return
 		}
-		again, err := Canonical(c)
-		if err != nil {
-			t.Fatalf("canonical output rejected: %q: %v", c, err)
-		}
-		if !bytes.Equal(again, c) {
-			t.Fatalf("not idempotent:\n%q\n%q", c, again)
-		}
-		// Structure and exact values are kept: compare with big.Rat numbers.
-		if !sameJSON(t, in, c) {
-			t.Fatalf("value changed: %q -> %q", in, c)
+		if same := sameJSON(t, a, b); bytes.Equal(ca, cb) != same {
+			t.Fatalf("%q -> %q and %q -> %q: canonical equal %v, values equal %v", a, ca, b, cb, !same, same)
 		}
 	})
+}
+
+// checkCanonical canonicalizes in and checks the single-input properties.
+func checkCanonical(t *testing.T, in []byte) ([]byte, bool) {
+	c, err := Canonical(in)
+	if err != nil {
+		if !errors.Is(err, ErrInvalidJSON) {
+			t.Fatalf("error not ErrInvalidJSON: %v", err)
+		}
+		return nil, false
+	}
+	if !json.Valid(c) {
+		t.Fatalf("output is not JSON: %q", c)
+	}
+	again, err := Canonical(c)
+	if err != nil {
+		t.Fatalf("canonical output rejected: %q: %v", c, err)
+	}
+	if !bytes.Equal(again, c) {
+		t.Fatalf("not idempotent:\n%q\n%q", c, again)
+	}
+	if !sameJSON(t, in, c) {
+		t.Fatalf("value changed: %q -> %q", in, c)
+	}
+	return c, true
 }
 
 // sameJSON reports whether two JSON texts hold the same value, comparing
