@@ -44,7 +44,7 @@ func TestPipelineCrashAndRecovery(t *testing.T) {
 		t.Skip("builds the binary and runs processes")
 	}
 	bin := buildJingwei(t)
-	if out, err := exec.Command(bin, "help", "recover").CombinedOutput(); err != nil {
+	if out, err := exec.Command(bin, "recover", "--help").CombinedOutput(); err != nil {
 		t.Skipf("this build has no 'jingwei recover' command yet: %s", bytes.TrimSpace(out))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
