@@ -47,9 +47,10 @@ Exit status:
   0  the review was published and acknowledged
   1  unexpected failure: the server is unreachable, the publish failed
   2  usage: a missing or bad flag, a key file that is not an nkey user seed
-  3  refused: {"error":{"code":…,"message":…}} on stdout (field_too_long for
-     --operator or --evidence over 1,024 bytes, unknown_call when the call is
-     not in the session's log)`
+  3  refused, nothing published: {"error":{"code":…,"message":…}} on stdout
+     (field_too_long for --operator or --evidence over 1,024 bytes;
+     unknown_call when the call is not in the session's log; superseded_call
+     when it has a later attempt, named in "latest")`
 
 // reviewOutput is what review prints with --json.
 type reviewOutput struct {
@@ -114,6 +115,16 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return printError(stdout, err)
 	}
 	defer api.Close()
+	// A review of a call that is not in the log, or not its chain's latest
+	// attempt, would be rejected: say so before publishing anything.
+	var before schema.Assessment
+	if err := api.request(ctx, recoverer.EndpointInspect, recoverer.Target{Session: *session, CallID: *call}, &before); err != nil {
+		if se, ok := err.(*serviceError); ok && (se.Code == string(schema.CodeUnknownCall) || se.Code == string(schema.CodeSupersededCall)) {
+			st := printError(stdout, err)
+			fmt.Fprintf(stderr, "jingwei review: nothing published: review the latest attempt of a call in session %s (see jingwei status)\n", *session)
+			return st
+		}
+	}
 	ack, err := publishReview(ctx, api, r)
 	if err != nil {
 		return printError(stdout, err)
@@ -129,9 +140,6 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		out.Assessment = &a
 	}
 	if *asJSON {
-		if se, ok := aerr.(*serviceError); ok && se.Code == string(schema.CodeUnknownCall) {
-			return printError(stdout, aerr)
-		}
 		_ = writeJSON(stdout, out)
 		return exitOK
 	}
@@ -147,9 +155,6 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	tw.Flush()
 	if aerr != nil {
 		fmt.Fprintf(stdout, "\nthe recovery worker did not describe the call: %v\n", aerr)
-		if se, ok := aerr.(*serviceError); ok && se.Code == string(schema.CodeUnknownCall) {
-			return printError(stdout, aerr)
-		}
 		return exitOK
 	}
 	fmt.Fprintln(stdout)

@@ -1,0 +1,164 @@
+package test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jingwei/jingwei/demo"
+	"github.com/jingwei/jingwei/schema"
+)
+
+// TestDemo runs `jingwei demo` as a process, in both endings of the story,
+// and checks its final table and report: exactly one order record, the
+// payment's verdict as the ledger shows it, the payment charged once, and no
+// child process left behind.
+func TestDemo(t *testing.T) {
+	bin := jingweiBinary(t)
+	tests := []struct {
+		name    string
+		args    []string
+		verdict schema.Verdict
+		retry   string
+	}{
+		{"charge landed", nil, schema.VerdictCompleted, "refused (completed)"},
+		{"charge lost", []string{"--payment-lost"}, schema.VerdictNotExecuted, string(schema.StatusOK)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			var out, errb bytes.Buffer
+			cmd := exec.CommandContext(ctx, bin, append([]string{"demo", "--json", "--log-level", "warn"}, tt.args...)...)
+			cmd.Stdout, cmd.Stderr = &out, &errb
+			start := time.Now()
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("jingwei demo: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errb.String())
+			}
+			t.Logf("jingwei demo took %s", time.Since(start).Round(time.Millisecond))
+			text := out.String()
+
+			// The final table, as a reader sees it.
+			for _, want := range []string{
+				`(?m)^order records:\s+1$`,
+				`(?m)^ledger charges:\s+1$`,
+				`(?m)^payment verdict:\s+` + string(tt.verdict) + `$`,
+				`(?m)^demo-orders\s+c-\S+\s+orders.create\s+idempotent\s+1\s+none \(killed\)\s+superseded`,
+				`(?m)^demo-orders\s+c-\S+\s+orders.create\s+idempotent\s+2\s+ok\s+completed\s+refuse$`,
+				`(?m)^demo-payments\s+c-\S+\s+payments.charge\s+non_idempotent\s+1\s+none \(killed\)`,
+				`(?m)^CRASH\s+SIGKILL tool worker pid \d+`,
+			} {
+				if !regexp.MustCompile(want).MatchString(text) {
+					t.Errorf("demo output does not match %s:\n%s", want, text)
+				}
+			}
+
+			// The report (--json, the last line).
+			lines := strings.Split(strings.TrimSpace(text), "\n")
+			var rep demo.Report
+			if err := json.Unmarshal([]byte(lines[len(lines)-1]), &rep); err != nil {
+				t.Fatalf("last line is not the JSON report: %v\n%s", err, lines[len(lines)-1])
+			}
+			if rep.Orders != 1 || rep.Charges != 1 || rep.PaymentVerdict != tt.verdict || rep.PaymentRetry != tt.retry {
+				t.Errorf("report: orders %d, charges %d, verdict %s, payment retry %q; want 1, 1, %s, %q", rep.Orders, rep.Charges, rep.PaymentVerdict, rep.PaymentRetry, tt.verdict, tt.retry)
+			}
+			attempts := map[string]int{}
+			for _, c := range rep.Calls {
+				attempts[c.Tool]++
+			}
+			wantPay := 1
+			if tt.verdict == schema.VerdictNotExecuted {
+				wantPay = 2
+			}
+			if attempts["orders.create"] != 2 || attempts["payments.charge"] != wantPay {
+				t.Errorf("attempts %v; want orders.create 2, payments.charge %d", attempts, wantPay)
+			}
+			if len(rep.Children) != 3 || rep.Killed == 0 {
+				t.Errorf("children %v, killed %d; want 3 children, one killed", rep.Children, rep.Killed)
+			}
+			for _, pid := range rep.Children {
+				if alive(pid, bin) {
+					t.Errorf("child process %d is still running after the demo", pid)
+				}
+			}
+		})
+	}
+}
+
+// TestDemoInterrupted stops `jingwei demo` with SIGINT in the middle of the
+// story: it exits with a failure and leaves no child process running.
+func TestDemoInterrupted(t *testing.T) {
+	bin := jingweiBinary(t)
+	cmd := exec.Command(bin, "demo", "--log-level", "warn")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	pids := make(chan []int, 1)
+	go func() {
+		var seen []int
+		sent := false
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			for _, m := range regexp.MustCompile(`pid (\d+)`).FindAllStringSubmatch(sc.Text(), -1) {
+				n, _ := strconv.Atoi(m[1])
+				seen = append(seen, n)
+			}
+			// Interrupt once the agent's requests are out: the recovery
+			// worker and the tool worker are running.
+			if !sent && strings.HasPrefix(sc.Text(), "agent") {
+				_ = cmd.Process.Signal(os.Interrupt)
+				sent = true
+			}
+		}
+		pids <- seen
+		done <- cmd.Wait()
+	}()
+	var seen []int
+	select {
+	case seen = <-pids:
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatal("jingwei demo did not stop within 60s of SIGINT")
+	}
+	err = <-done
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Errorf("interrupted demo: %v, want exit status 1", err)
+	}
+	if len(seen) < 2 {
+		t.Fatalf("saw child pids %v before the interrupt, want the recovery and tool workers", seen)
+	}
+	for _, pid := range seen {
+		if alive(pid, bin) {
+			t.Errorf("child process %d is still running after the interrupted demo", pid)
+		}
+	}
+}
+
+// alive reports whether pid is a running process of bin (a recycled pid of
+// another program does not count).
+func alive(pid int, bin string) bool {
+	if err := syscall.Kill(pid, 0); err != nil {
+		return false
+	}
+	exe, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
+	if err != nil {
+		return true // cannot tell: count it
+	}
+	return strings.TrimSuffix(exe, " (deleted)") == bin
+}
