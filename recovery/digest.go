@@ -8,15 +8,22 @@ import (
 // digester computes argument digests (schema.ArgsDigest, the expensive part
 // of a scan) on a second goroutine while the scanning goroutine keeps
 // decoding, so that a machine with two cores pays for them in CPU time but
-// hardly in wall time. Jobs travel in batches that own a copy of their
-// arguments (a history source may reuse its buffers); at most digestQueue
-// batches are in flight, so memory stays bounded whatever the history's
-// size. Results are read only after wait, in job order.
+// hardly in wall time.
+//
+// Jobs travel in batches that own a copy of their arguments (a history
+// source may reuse its buffers). A full batch is held back until the next
+// one fills, so that by the time it is sent most of its calls have their
+// result, and calls that need no digest (needless: completed, see
+// scan.needless) are dropped from it. At most digestQueue batches are in
+// flight, so memory stays bounded whatever the history's size. Results are
+// read only after wait, in job order.
 type digester struct {
-	batch   *digestBatch
-	ch      chan *digestBatch
-	wg      sync.WaitGroup
-	results []digestResult // owned by the worker until wait returns
+	needless func(idx int32) bool // called on the scanning goroutine only
+	batch    *digestBatch         // filling
+	held     *digestBatch         // full, sent when batch fills
+	ch       chan *digestBatch
+	wg       sync.WaitGroup
+	results  []digestResult // owned by the worker until wait returns
 }
 
 type digestBatch struct {
@@ -25,8 +32,8 @@ type digestBatch struct {
 }
 
 type digestJob struct {
-	idx        int32
-	start, end int // the job's arguments in buf
+	idx        int32 // -1: dropped
+	start, end int   // the job's arguments in buf
 }
 
 type digestResult struct {
@@ -49,14 +56,30 @@ func (d *digester) add(idx int32, args json.RawMessage) {
 	start := len(b.buf)
 	b.buf = append(b.buf, args...)
 	b.jobs = append(b.jobs, digestJob{idx, start, len(b.buf)})
-	if len(b.jobs) == digestBatchLen {
+	if len(b.jobs) < digestBatchLen {
+		return
+	}
+	if h := d.held; h != nil {
+		d.drop(h)
 		if d.ch == nil {
 			d.ch = make(chan *digestBatch, digestQueue)
 			d.wg.Add(1)
 			go d.work()
 		}
-		d.ch <- b
-		d.batch = nil
+		d.ch <- h
+	}
+	d.held, d.batch = b, nil
+}
+
+// drop marks the jobs whose digest is not needed.
+func (d *digester) drop(b *digestBatch) {
+	if d.needless == nil {
+		return
+	}
+	for i := range b.jobs {
+		if d.needless(b.jobs[i].idx) {
+			b.jobs[i].idx = -1
+		}
 	}
 }
 
@@ -69,6 +92,9 @@ func (d *digester) work() {
 
 func (b *digestBatch) run(out []digestResult) []digestResult {
 	for _, j := range b.jobs {
+		if j.idx < 0 {
+			continue
+		}
 		args := b.buf[j.start:j.end:j.end]
 		if j.start == j.end {
 			args = nil // absent arguments stay absent
@@ -87,9 +113,12 @@ func (d *digester) wait() []digestResult {
 		close(d.ch)
 		d.wg.Wait()
 	}
-	if d.batch != nil {
-		d.results = d.batch.run(d.results)
-		d.batch = nil
+	for _, b := range []*digestBatch{d.held, d.batch} {
+		if b != nil {
+			d.drop(b)
+			d.results = b.run(d.results)
+		}
 	}
+	d.held, d.batch = nil, nil
 	return d.results
 }

@@ -71,6 +71,7 @@ func TestInspectErrors(t *testing.T) {
 		{"retry of a later call", []schema.Event{retryEv("c-2", effect.Idempotent, "c-1", 2), callEv("c-1", effect.Idempotent, true)}, "c-1", schema.CodeCorruptHistory, "not earlier"},
 		{"retry with wrong prior_seq", append(failed(), retryEv("c-2", effect.Idempotent, "c-1", 2)), "c-2", schema.CodeCorruptHistory, "prior_seq 2"},
 		{"retry of a legacy call", []schema.Event{with(callEv("c-1", effect.Idempotent, true), func(c *schema.Call) { c.Operation = nil }), retryEv("c-2", effect.Idempotent, "c-1", 1)}, "c-2", schema.CodeCorruptHistory, "no operation"},
+		{"retry of a completed call", []schema.Event{callEv("c-1", effect.Idempotent, true), resultEv("c-1", schema.StatusOK, ""), retryEv("c-2", effect.Idempotent, "c-1", 1)}, "c-2", schema.CodeCorruptHistory, "completed"},
 		{"chain forks", append(failed(), retryEv("c-2", effect.Idempotent, "c-1", 1), retryEv("c-3", effect.Idempotent, "c-1", 1)), "c-3", schema.CodeCorruptHistory, "forks"},
 		{"retry with another tool", append(failed(), with(retryEv("c-2", effect.Idempotent, "c-1", 1), func(c *schema.Call) { c.Tool = "orders.delete" })), "c-2", schema.CodeCorruptHistory, "tool"},
 		{"retry in another task", append(failed(), with(retryEv("c-2", effect.Idempotent, "c-1", 1), func(c *schema.Call) { c.Operation.Task = "t-2" })), "c-2", schema.CodeCorruptHistory, "task"},

@@ -97,43 +97,65 @@ func reader(b []byte) schema.History {
 	return schema.NewHistoryReader(bytes.NewReader(b), schema.DefaultLimits).All()
 }
 
-// genHistory appends JSON Lines for n events to dst. Every call of an
-// idempotent tool takes four events: tool.call, tool.started, a failed
-// tool.result (for every third call an event of a type recovery ignores
-// instead, so the call stays open) and a short event of an unknown type.
-// It returns the bytes and the id of the last call whose tool.call was
-// written. Events average about 160 bytes: 100,000 take 16.2 MB, just under the
+// genHistory appends JSON Lines for n events to dst, a plausible agent
+// session: every call of an idempotent tool takes four events — tool.call,
+// tool.started, tool.result, and a short event of an unknown type recovery
+// ignores. Of every ten calls seven end ok, one fails, the next one retries
+// it (same key and arguments, linked by operation.retry) and times out, and
+// one is left open (no result: an ignored event in its place). It returns
+// the bytes and the id of the last call whose tool.call was written. Events
+// average about 165 bytes: 100,000 take some 16.4 MB, just under the
 // 16 MiB limit.
 func genHistory(dst []byte, n int) ([]byte, string) {
 	last := ""
-	var id []byte
+	var id, root []byte
 	for i, c := 0, 0; i < n; c++ {
 		id = append(id[:0], "c-"...)
 		id = strconv.AppendInt(id, int64(c), 10)
+		kind := c % 10
+		retry := kind == 8
+		if !retry {
+			root = append(root[:0], id...)
+		}
 		for step := 0; step < 4 && i < n; step, i = step+1, i+1 {
 			dst = append(dst, `{"v":1,"seq":`...)
 			dst = strconv.AppendInt(dst, int64(i+1), 10)
-			dst = append(dst, `,"session":"s-b","epoch":1,"at":"2026-11-29T10:00:00Z",`...)
+			dst = append(dst, `,"session":"s","epoch":1,"at":"2026-11-29T10:00:00Z",`...)
 			switch {
 			case step == 0:
 				dst = append(dst, `"type":"tool.call","call":{"call_id":"`...)
 				dst = append(dst, id...)
-				dst = append(dst, `","tool":"orders.create","arguments":{"sku":"A-`...)
-				dst = strconv.AppendInt(dst, int64(c%997), 10)
+				dst = append(dst, `","tool":"orders.new","arguments":{"sku":"`...)
+				dst = append(dst, root[2:]...)
 				dst = append(dst, `","qty":2},"start_marker":true,"operation":{"task":"t-1","key":"k`...)
-				dst = append(dst, id...)
-				dst = append(dst, `","contract":{"effect":"idempotent","revision":"v1"}}}}`...)
+				dst = append(dst, root...)
+				dst = append(dst, `","contract":{"effect":"idempotent","revision":"v1"}`...)
+				if retry {
+					dst = append(dst, `,"retry":{"prior_call_id":"`...)
+					dst = append(dst, root...)
+					dst = append(dst, `","prior_seq":`...)
+					dst = strconv.AppendInt(dst, int64(i+1-4), 10)
+					dst = append(dst, `,"plan_id":"p-1","basis":"uncertain_safe"}`...)
+				}
+				dst = append(dst, `}}}`...)
 				last = string(id)
 			case step == 1:
 				dst = append(dst, `"type":"tool.started","started":{"call_id":"`...)
 				dst = append(dst, id...)
 				dst = append(dst, `"}}`...)
-			case step == 2 && c%3 != 2:
+			case step == 2 && kind != 9:
 				dst = append(dst, `"type":"tool.result","result":{"call_id":"`...)
 				dst = append(dst, id...)
-				dst = append(dst, `","status":"failed","retryable":true}}`...)
+				switch kind {
+				case 7:
+					dst = append(dst, `","status":"failed","retryable":true}}`...)
+				case 8:
+					dst = append(dst, `","status":"timeout","retryable":true}}`...)
+				default:
+					dst = append(dst, `","status":"ok","retryable":false}}`...)
+				}
 			default:
-				dst = append(dst, `"type":"x.tick"}`...)
+				dst = append(dst, `"type":"x"}`...)
 			}
 			dst = append(dst, '\n')
 		}

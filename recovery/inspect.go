@@ -88,6 +88,7 @@ func scanFor(h schema.History, callID string) (*scan, error) {
 		byOp:   make(map[opKey]int32),
 		idx:    -1,
 	}
+	s.dig.needless = s.needless
 	if err := s.run(h); err != nil {
 		return nil, err
 	}
@@ -162,6 +163,17 @@ func (s *scan) read(h schema.History) error {
 	return nil
 }
 
+// needless reports whether call i's arguments need no digest: it completed
+// (ok) and is no retry, so no valid retry can follow it and nothing compares
+// its arguments.
+func (s *scan) needless(i int32) bool {
+	if i >= s.count {
+		return true
+	}
+	c := s.at(i)
+	return c.status == schema.StatusOK && c.prior < 0
+}
+
 // corrupt returns a corrupt_history error naming the event's position and seq.
 func (s *scan) corrupt(ev *schema.Event, format string, args ...any) error {
 	return schema.Errorf(schema.CodeCorruptHistory, "event %d (seq %d): %s", s.n, ev.Seq, fmt.Sprintf(format, args...))
@@ -231,7 +243,6 @@ func (s *scan) onCall(ev *schema.Event) error {
 			return s.corrupt(ev, "call %q: %v", c.CallID, err)
 		}
 		nc.task, nc.key, nc.contract = op.Task, op.Key, op.Contract
-		s.dig.add(s.count, c.Arguments)
 		ok := opKey{op.Task, op.Key}
 		if r := op.Retry; r != nil {
 			if len(r.PriorCallID) > schema.MaxFieldBytes {
@@ -249,6 +260,8 @@ func (s *scan) onCall(ev *schema.Event) error {
 				return s.corrupt(ev, "call %q retries call %q, which has no operation", c.CallID, p.id)
 			case p.next >= 0:
 				return s.corrupt(ev, "call %q retries call %q, which was already retried by call %q (chain forks)", c.CallID, p.id, s.at(p.next).id)
+			case p.status == schema.StatusOK:
+				return s.corrupt(ev, "call %q retries call %q, which completed (ok at seq %d): no plan is ever issued for a completed call", c.CallID, p.id, p.resSeq)
 			case p.tool != nc.tool:
 				return s.corrupt(ev, "call %q retries call %q with tool %q instead of %q", c.CallID, p.id, nc.tool, p.tool)
 			case p.task != nc.task:
@@ -270,6 +283,9 @@ func (s *scan) onCall(ev *schema.Event) error {
 		s.args = append(json.RawMessage(nil), c.Arguments...) // the source may reuse its buffer
 	}
 	s.byID[c.CallID] = s.count
+	if !nc.legacy {
+		s.dig.add(s.count, c.Arguments)
+	}
 	s.push(nc)
 	return nil
 }

@@ -220,3 +220,37 @@ func TestSourceReusesBuffers(t *testing.T) {
 		t.Errorf("plan arguments %s, %v", p.Arguments, err)
 	}
 }
+
+// TestLargeHistoryChains runs the retry checks across many digest batches:
+// most calls complete, a few fail and are retried much later.
+func TestLargeHistoryChains(t *testing.T) {
+	const calls = 2000
+	build := func(retryArgs string) []schema.Event {
+		var evs []schema.Event
+		for i := range calls {
+			id := "c-" + strconv.Itoa(i)
+			e := with(callEv(id, effect.Idempotent, true), func(c *schema.Call) {
+				c.Operation.Key = "k-" + strconv.Itoa(i)
+				c.Arguments = []byte(`{"n":` + strconv.Itoa(i) + `,"sku":"A"}`)
+			})
+			st := schema.StatusOK
+			if i%500 == 7 {
+				st = schema.StatusFailed
+			}
+			evs = append(evs, e, startedEv(id), resultEv(id, st, ""))
+		}
+		// retry c-1507 (seq 3*1507+1) at the very end
+		return append(evs, with(retryEv("r-1", effect.Idempotent, "c-1507", 3*1507+1), func(c *schema.Call) {
+			c.Operation.Key = "k-1507"
+			c.Arguments = []byte(retryArgs)
+		}))
+	}
+	a, err := recovery.Inspect(hist(build(`{"sku":"A","n":1507}`)...), "r-1")
+	if err != nil || a.Attempts != 2 || a.Chain[0] != "c-1507" {
+		t.Fatalf("%+v %v", a, err)
+	}
+	_, err = recovery.Inspect(hist(build(`{"sku":"A","n":1508}`)...), "c-3")
+	if schema.CodeOf(err) != schema.CodeCorruptHistory || !strings.Contains(err.Error(), "different arguments") {
+		t.Fatalf("changed arguments in a large history: %v", err)
+	}
+}
