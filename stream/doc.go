@@ -15,6 +15,16 @@
 // [Topology.AcquireLease] (a new, higher epoch), [Topology.Fence] (appends
 // session.fenced), then [Topology.Load].
 //
+// # Leases and epochs
+//
+// A lease is the key <session> in the jw_leases bucket, created with a
+// per-key TTL and renewed by a compare-and-set publish that sets the TTL
+// again; the server removes an expired lease and WatchLeaseExpiry reports
+// it. An expired lease forgets its value, so the epochs come from a counter
+// key epoch.<session> in the same bucket (no TTL) and from the log: a new
+// lease's epoch is above both, and it only ever grows. Session ids cannot
+// contain a dot, so the counters never collide with leases.
+//
 // # Durability
 //
 // The embedded server defaults to [SyncAlways]: the file store fsyncs every
@@ -35,4 +45,17 @@
 // A session history holds at most 100,000 events and 16 MiB serialized as
 // JSON Lines (DESIGN §8). Append refuses the event that would go over
 // (history_too_large, nothing written) and Load refuses a log that is over.
+// Append also refuses an event that does not validate (schema.EncodeEvent:
+// field_too_long, corrupt_history). Append counts the serialized size with
+// the largest possible seq, so whatever it accepts, Load accepts. The one
+// exception is the session.fenced event Fence writes: stopping an old writer
+// comes first, so a fence can take a full history one event over.
+//
+// # Failures
+//
+// Each request Append makes is bounded by TopologyConfig.RequestTimeout and
+// retried with backoff (same Nats-Msg-Id, same expected sequence) for up to
+// 15 s, so a reconnect or a stream leader election in a cluster is ridden
+// out; the expected-sequence check and the re-read of the log make the
+// retries safe.
 package stream

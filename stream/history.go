@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -25,6 +26,10 @@ func (t *Topology) scan(ctx context.Context, session string, upTo uint64, header
 		FilterSubjects: []string{t.EventsSubject(session)},
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 		HeadersOnly:    headersOnly,
+		// Stop does not delete the consumer; let the server drop it soon
+		// rather than after the default 5 minutes, so frequent loads do
+		// not pile consumers up.
+		InactiveThreshold: 5 * time.Second,
 	})
 	if err != nil {
 		return fmt.Errorf("stream: read %s: %w", session, err)

@@ -147,13 +147,17 @@ func (t *Topology) leaseSubject(session string) string {
 }
 
 // Renew extends the lease by the topology's LeaseTTL from now. It returns
-// ErrLeaseLost if the lease expired or changed hands since its last write.
+// ErrLeaseLost if the lease expired or changed hands since its last write,
+// and gives up on a server that does not answer within RequestTimeout (the
+// caller renews again on its next tick, well within the TTL).
 func (l *Lease) Renew(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	val, _ := json.Marshal(LeaseValue{Owner: l.Owner, Epoch: l.Epoch, At: time.Now().UTC()})
 	msg := nats.NewMsg(l.t.leaseSubject(l.Session))
 	msg.Data = val
+	ctx, cancel := context.WithTimeout(ctx, l.t.cfg.RequestTimeout)
+	defer cancel()
 	ack, err := l.t.JS.PublishMsg(ctx, msg,
 		jetstream.WithExpectLastSequencePerSubject(l.rev),
 		jetstream.WithMsgTTL(l.t.cfg.LeaseTTL))
