@@ -83,7 +83,7 @@ func TestPipelineCrashAndRecovery(t *testing.T) {
 
 	procs := &processes{t: t, bin: bin, dir: t.TempDir()}
 	t.Cleanup(procs.killAll)
-	procs.start("recover", "recover", "--server", url, "--trust-reviewers", trustFile, "--log-format", "json")
+	procs.start("recover", "recover", "--server", url, "--trust-reviewers", trustFile, "--lease-ttl", pipelineLeaseTTL)
 	// Worker A holds every body after its side effect for a minute: killed
 	// then, it leaves calls that executed without a result.
 	workerA := procs.start("worker-a", "worker", "--server", url, "--owner", "tw-a", "--lease-ttl", pipelineLeaseTTL, "--tool-delay-after", "1m")
