@@ -50,7 +50,7 @@ const (
 func Canonical(raw json.RawMessage) ([]byte, error) {
 	s := scannerPool.Get().(*scanner)
 	defer scannerPool.Put(s)
-	s.track, s.nums = false, true
+	s.root, s.nums = kOpaque, true
 	if err := s.scan(raw); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidJSON, err)
 	}

@@ -27,7 +27,7 @@ func EncodeEvent(ev Event) ([]byte, error) {
 	line := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 	s := scannerPool.Get().(*scanner)
 	defer scannerPool.Put(s)
-	s.track, s.nums = true, false
+	s.root, s.nums = kEnvelope, false
 	if err := s.scan(line); err != nil {
 		return nil, Errorf(CodeCorruptHistory, "event is not valid: %v", err)
 	}
