@@ -21,14 +21,19 @@ import (
 // is not a *schema.Error (an I/O failure of the source) is returned wrapped,
 // uncoded. The whole history is read even when callID is not in it.
 //
-// A history holding events of more than one session is corrupt: a session
-// log holds exactly one session. Unknown event types and session.fenced do not
-// affect the classification, but their seq and session are checked.
+// corrupt_history covers every check of DESIGN §2 and, beyond its list: a
+// history holding events of more than one session (a session log holds
+// exactly one), an event without seq, a rejected result without a valid
+// stage or after tool.started, a stage on another status, an operation
+// without task, key or valid contract, and a retry of a call that completed
+// with ok (no plan is ever issued for one). Unknown event types and
+// session.fenced do not affect the classification, but their seq and session
+// are checked.
 //
 // Inspect counts events itself (more than schema.MaxHistoryEvents is
 // history_too_large); the byte limit is the reader's (schema.HistoryReader).
-// For histories of more than 128 calls it digests arguments on one
-// helper goroutine, which has ended when Inspect returns. Safe for
+// For large histories it digests arguments on one helper goroutine, which
+// has ended when Inspect returns. Safe for
 // concurrent use; h is consumed once.
 func Inspect(h schema.History, callID string) (schema.Assessment, error) {
 	s, err := scanFor(h, callID)
