@@ -200,7 +200,7 @@ func (s *story) run(ctx context.Context) (Report, error) {
 		if err != nil {
 			return s.rep, err
 		}
-		s.say("recover", "%s: lease expired %.1fs after the kill -> fenced at epoch %d\n%s %s: %s (evidence %s) -> %s",
+		s.say("recover", "%s: lease expired, session taken over %.1fs after the kill (fenced at epoch %d)\n%s %s: %s (evidence %s) -> %s",
 			sessionOf(c, order), time.Since(tc).Seconds(), fence.Epoch, c.CallID, c.Tool, a.Outcome, a.Evidence, a.Decision)
 	}
 

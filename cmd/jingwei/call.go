@@ -43,25 +43,22 @@ Exit status:
      'jingwei recover'), the server is unreachable
   2  usage: a missing or bad flag, --args that is not JSON
   3  refused or not ok: {"error":{"code":…,"message":…}} on stdout, with the
-     service's code (bad_request, timeout, …) or the result's status
-     (rejected, failed, timeout, cancelled, budget_exhausted, output_limit)`
+     service's code (bad_request; timeout when no result came within
+     --timeout: the call may still run, see 'jingwei status') or the result's
+     status (rejected, failed, timeout, cancelled, budget_exhausted,
+     output_limit); with --json the tool.result is included as "event"`
 
-// clientFlags are the connection flags of every client command (DESIGN §7):
-// --server, --creds, --nkey, --tlsca, the subject --prefix, --timeout and the
-// log flags.
+// clientFlags are the flags of every client command: the connection flags
+// of DESIGN §7 (natsFlags: --server, --creds, --nkey, --tlsca, --prefix),
+// --timeout and the log flags.
 type clientFlags struct {
-	server, creds, nkey, tlsca string
-	prefix                     string
-	timeout                    time.Duration
-	log                        logFlags
+	nats    natsFlags
+	timeout time.Duration
+	log     logFlags
 }
 
 func (c *clientFlags) register(fs *flag.FlagSet, timeout time.Duration) {
-	fs.StringVar(&c.server, "server", envOr("NATS_URL", stream.DefaultURL), "NATS server URL(s), comma separated (env NATS_URL)")
-	fs.StringVar(&c.creds, "creds", envOr("NATS_CREDS", ""), "NATS credentials file (env NATS_CREDS)")
-	fs.StringVar(&c.nkey, "nkey", envOr("NATS_NKEY", ""), "NATS nkey seed file for authentication (env NATS_NKEY)")
-	fs.StringVar(&c.tlsca, "tlsca", envOr("NATS_CA", ""), "PEM file of CAs to verify the server's TLS certificate (env NATS_CA)")
-	fs.StringVar(&c.prefix, "prefix", envOr("JINGWEI_PREFIX", "jw"), "subject prefix of the jingwei topology (env JINGWEI_PREFIX)")
+	c.nats.register(fs)
 	fs.DurationVar(&c.timeout, "timeout", timeout, "how long to wait for the service's answer")
 	c.log.register(fs)
 }
@@ -73,14 +70,15 @@ func (c *clientFlags) connect(ctx context.Context, name string, stderr io.Writer
 	if err != nil {
 		return nil, err
 	}
+	n := c.nats
 	nc, err := stream.Connect(ctx, stream.ConnectConfig{
-		URL: c.server, Creds: c.creds, NKeySeedFile: c.nkey, TLSCA: c.tlsca,
+		URL: n.server, Creds: n.creds, NKeySeedFile: n.nkey, TLSCA: n.tlsca,
 		Name: "jingwei " + name, Logger: log,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w (is a server running? start one with 'jingwei serve', or point --server/$NATS_URL at yours)", err)
 	}
-	return &apiClient{nc: nc, prefix: c.prefix, timeout: c.timeout, log: log}, nil
+	return &apiClient{nc: nc, prefix: n.prefix, timeout: c.timeout, log: log}, nil
 }
 
 // apiClient sends requests to the jingwei micro service (jw.api.*).
@@ -123,8 +121,8 @@ func (a *apiClient) request(ctx context.Context, endpoint string, v, out any) er
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return fmt.Errorf("%w on %s: start 'jingwei serve' (all in one) or 'jingwei recover' against this server", errNoService, subj)
-	case errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("no answer on %s within %s: the service is busy or the call is still running; raise --timeout or check 'jingwei status'", subj, a.timeout)
+	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil:
+		return &serviceError{Code: "timeout", Message: fmt.Sprintf("no answer on %s within %s: the service is busy or the call is still running; raise --timeout or check 'jingwei status'", subj, a.timeout)}
 	case err != nil:
 		return fmt.Errorf("request %s: %w", subj, err)
 	}
@@ -264,7 +262,9 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	tw.Flush()
 	if r.Status != schema.StatusOK {
 		fmt.Fprintf(stdout, "\nthe call is recorded; see what recovery allows with: jingwei status --session %s\n", ev.Session)
-		return printError(stdout, resultError(&ev))
+		se := resultError(&ev)
+		se.Event = nil // printed above
+		return printError(stdout, se)
 	}
 	return exitOK
 }
