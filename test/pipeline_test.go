@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -44,9 +45,6 @@ func TestPipelineCrashAndRecovery(t *testing.T) {
 		t.Skip("builds the binary and runs processes")
 	}
 	bin := buildJingwei(t)
-	if out, err := exec.Command(bin, "recover", "--help").CombinedOutput(); err != nil {
-		t.Skipf("this build has no 'jingwei recover' command yet: %s", bytes.TrimSpace(out))
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 
@@ -114,7 +112,7 @@ func TestPipelineCrashAndRecovery(t *testing.T) {
 	})
 	// Worker B joins; the sessions are A's. Each session gets a second
 	// request, queued behind A's held body.
-	procs.start("worker-b", "worker", "--server", url, "--owner", "tw-b", "--lease-ttl", pipelineLeaseTTL)
+	workerB := procs.start("worker-b", "worker", "--server", url, "--owner", "tw-b", "--lease-ttl", pipelineLeaseTTL)
 	second := map[string]string{}
 	for _, s := range all {
 		second[s] = "r-" + s + "-2"
@@ -176,9 +174,9 @@ func TestPipelineCrashAndRecovery(t *testing.T) {
 	}
 	p3 := crashed["p-3"]
 	forged := []schema.Review{
-		signReview(t, stranger, schema.Review{Session: "p-3", CallID: p3.CallID, Verdict: schema.VerdictNotExecuted}),    // unknown key
+		signReview(t, stranger, schema.Review{Session: "p-3", CallID: p3.CallID, Verdict: schema.VerdictNotExecuted}),       // unknown key
 		tamper(signReview(t, reviewer, schema.Review{Session: "p-3", CallID: p3.CallID, Verdict: schema.VerdictCompleted})), // bad signature
-		signReview(t, reviewer, schema.Review{Session: "p-1", CallID: p3.CallID, Verdict: schema.VerdictNotExecuted}),     // other session
+		signReview(t, reviewer, schema.Review{Session: "p-1", CallID: p3.CallID, Verdict: schema.VerdictNotExecuted}),       // other session
 	}
 	for _, rv := range forged {
 		publishReview(t, js, topo, "p-3", rv)
@@ -299,6 +297,16 @@ func TestPipelineCrashAndRecovery(t *testing.T) {
 			}
 		}
 	}
+
+	// SIGTERM drains worker B: it exits 0 and gives every session back.
+	if code := workerB.terminate(t, 20*time.Second); code != 0 {
+		t.Errorf("worker B exited %d after SIGTERM, want 0", code)
+	}
+	for _, s := range all {
+		if lv, ok, err := topo.LeaseHolder(ctx, s); err != nil || ok && lv.Owner == "tw-b" {
+			t.Errorf("%s: lease %+v still held by worker B after its drain (%v)", s, lv, err)
+		}
+	}
 }
 
 // buildJingwei builds the binary once per test run.
@@ -360,6 +368,20 @@ func (ps *processes) start(name string, args ...string) *process {
 func (p *process) kill() {
 	p.once.Do(func() { _ = p.cmd.Process.Kill() })
 	<-p.done
+}
+
+// terminate sends SIGTERM and returns the exit code once the process is
+// gone; it fails the test if that takes longer than d.
+func (p *process) terminate(t *testing.T, d time.Duration) int {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return p.cmd.ProcessState.ExitCode()
+	case <-time.After(d):
+		t.Fatalf("%s still running %s after SIGTERM", p.name, d)
+		return -1
+	}
 }
 
 // killAll kills every process; on failure it shows their logs' tails.
