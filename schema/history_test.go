@@ -345,15 +345,23 @@ func TestHistoryDefaultLimits(t *testing.T) {
 	if testing.Short() {
 		t.Skip("decodes 100,000-event histories")
 	}
+	// One pass: the first 100,000 events decode, the 100,001st is refused
+	// (and nothing after it is read).
 	line := `{"v":1,"seq":1,"session":"s","epoch":1,"at":"2026-11-29T10:00:01Z","type":"tool.progress"}` + "\n"
-	full := strings.Repeat(line, schema.MaxHistoryEvents)
-	evs, err := schema.DecodeHistory(strings.NewReader(full), schema.Limits{})
-	if err != nil || len(evs) != schema.MaxHistoryEvents {
-		t.Fatalf("100,000 events: %d decoded, %v", len(evs), err)
+	src := &countingReader{r: strings.NewReader(strings.Repeat(line, schema.MaxHistoryEvents+2000))}
+	h := schema.NewHistoryReader(src, schema.Limits{})
+	n := 0
+	var err error
+	for ; ; n++ {
+		if _, err = h.Next(); err != nil {
+			break
+		}
 	}
-	_, err = schema.DecodeHistory(strings.NewReader(full+line), schema.Limits{})
-	if !errors.Is(err, schema.ErrHistoryTooLarge) || !strings.Contains(err.Error(), "100000 events") {
-		t.Fatalf("100,001 events: %v, want history_too_large naming 100000 events", err)
+	if n != schema.MaxHistoryEvents || !errors.Is(err, schema.ErrHistoryTooLarge) || !strings.Contains(err.Error(), "100000 events") {
+		t.Fatalf("%d events decoded, then %v; want 100000 and history_too_large naming 100000 events", n, err)
+	}
+	if total := int64(len(line) * (schema.MaxHistoryEvents + 2000)); src.n >= total {
+		t.Errorf("read all %d bytes: the reader should stop at the limit", total)
 	}
 	// Exactly 16 MiB passes, one byte more fails.
 	pad := func(n int) string {
@@ -364,12 +372,16 @@ func TestHistoryDefaultLimits(t *testing.T) {
 	if len(exact) != schema.MaxHistoryBytes {
 		t.Fatalf("test history is %d bytes", len(exact))
 	}
-	if evs, err := schema.DecodeHistory(strings.NewReader(exact), schema.Limits{}); err != nil || len(evs) != 16 {
-		t.Fatalf("16 MiB history: %d events, %v", len(evs), err)
+	// One pass again: the 16 events of exactly 16 MiB decode; the next
+	// byte is over the limit.
+	h = schema.NewHistoryReader(strings.NewReader(exact+"\n"), schema.Limits{})
+	for n = 0; ; n++ {
+		if _, err = h.Next(); err != nil {
+			break
+		}
 	}
-	_, err = schema.DecodeHistory(strings.NewReader(exact+"\n"), schema.Limits{})
-	if !errors.Is(err, schema.ErrHistoryTooLarge) || !strings.Contains(err.Error(), "16777216 bytes") {
-		t.Fatalf("16 MiB + 1 byte: %v, want history_too_large naming 16777216 bytes", err)
+	if n != 16 || !errors.Is(err, schema.ErrHistoryTooLarge) || !strings.Contains(err.Error(), "16777216 bytes") {
+		t.Fatalf("%d events of a 16 MiB history decoded, then %v; want 16 and history_too_large naming 16777216 bytes", n, err)
 	}
 }
 
