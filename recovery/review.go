@@ -161,22 +161,11 @@ func checkReview(r *schema.Review, session, callID string, o *options) error {
 	return nil
 }
 
-// DecodeReview decodes a review message (one JSON object). Malformed JSON,
-// duplicate member names or a value of the wrong type are invalid_review;
-// unknown members are ignored. The content is checked by PrepareRetry.
+// DecodeReview decodes a review message (one JSON object) strictly, with
+// schema.DecodeReview: malformed JSON, duplicate member names, a missing or
+// ill-formed field are invalid_review, operator or evidence over 1,024
+// bytes field_too_long; unknown members are ignored. Whether the review fits
+// the call is checked by PrepareRetry, its signature by VerifyReview.
 func DecodeReview(b []byte) (schema.Review, error) {
-	b = bytes.TrimSpace(b)
-	if len(b) == 0 || b[0] != '{' {
-		return schema.Review{}, invalidReview(nil, "malformed review: not a JSON object")
-	}
-	// schema.Canonical rejects what encoding/json lets through: duplicate
-	// member names, invalid UTF-8, lone surrogates.
-	if _, err := canonical(b); err != nil {
-		return schema.Review{}, invalidReview(nil, "malformed review: %v", err)
-	}
-	var r schema.Review
-	if err := json.Unmarshal(b, &r); err != nil {
-		return schema.Review{}, invalidReview(nil, "malformed review: %v", err)
-	}
-	return r, nil
+	return schema.DecodeReview(b)
 }
