@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gowebpki/jcs"
 )
@@ -412,4 +413,34 @@ func sameJSON(t *testing.T, a, b []byte) bool {
 		}
 	}
 	return eq(dec(a), dec(b))
+}
+
+// BenchmarkCanonical canonicalizes typical tool arguments, one with only
+// shortest-form numbers and one with 64-bit ids (which take the exact-number
+// path), and reports the time relative to plain jcs.Transform of the same
+// bytes measured in the same run.
+func BenchmarkCanonical(b *testing.B) {
+	inputs := map[string]string{
+		"plain":    `{"sku":"A-1","qty":2,"price":19.99,"tags":["x","y"],"ship":{"to":"Berlin","express":true,"eta":null}}`,
+		"int64ids": `{"order_id":1234567890123456789,"user_id":9007199254740993,"qty":2,"lines":[{"sku":"A","n":1},{"sku":"B","n":3}]}`,
+	}
+	for name, in := range inputs {
+		raw := []byte(in)
+		b.Run(name, func(b *testing.B) {
+			var base, ours time.Duration
+			for b.Loop() {
+				t0 := time.Now()
+				if _, err := jcs.Transform(raw); err != nil {
+					b.Fatal(err)
+				}
+				t1 := time.Now()
+				if _, err := Canonical(raw); err != nil {
+					b.Fatal(err)
+				}
+				ours += time.Since(t1)
+				base += t1.Sub(t0)
+			}
+			b.ReportMetric(float64(ours)/float64(base), "canonical/jcs")
+		})
+	}
 }
