@@ -1,0 +1,159 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/jingwei/jingwei/schema"
+)
+
+// lockedBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+var listeningRE = regexp.MustCompile(`listening on (nats://[0-9.:]+)`)
+
+// startServe runs serve on dir until the returned stop is called; it
+// returns the client URL and serve's stderr.
+func startServe(t *testing.T, dir string, extra ...string) (url string, stderr *lockedBuffer, stop func() int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var out lockedBuffer
+	stderr = &lockedBuffer{}
+	done := make(chan int, 1)
+	args := append([]string{"serve", "--listen", "127.0.0.1:-1", "--data", dir, "--sync", "interval", "--lease-ttl", "1s", "--log-level", "warn"}, extra...)
+	go func() { done <- run(ctx, args, &out, stderr) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if m := listeningRE.FindStringSubmatch(out.String()); m != nil {
+			url = m[1]
+			break
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("serve exited %d early: %s", code, stderr)
+		default:
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("serve not listening after 20s: %s", stderr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var once sync.Once
+	code := -1
+	stop = func() int {
+		once.Do(func() {
+			cancel()
+			select {
+			case code = <-done:
+			case <-time.After(30 * time.Second):
+				t.Errorf("serve did not stop within 30s of cancel")
+			}
+		})
+		return code
+	}
+	t.Cleanup(func() { stop() })
+	return url, stderr, stop
+}
+
+var pubKeyRE = regexp.MustCompile(`public key (U[A-Z0-9]{55})`)
+
+// serve creates and trusts a reviewer key once, runs the recovery worker's
+// service and a tool worker (a call through jw.api.call completes), shuts
+// down cleanly on cancel, and reuses its key on the next start.
+func TestServeAllInOne(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	url, stderr, stop := startServe(t, dir)
+	keyPath := filepath.Join(dir, reviewerKeyFile)
+	st, err := os.Stat(keyPath)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("reviewer key %s: %v %v, want a 0600 file", keyPath, st, err)
+	}
+	if !strings.Contains(stderr.String(), "created reviewer key "+keyPath) {
+		t.Fatalf("serve does not say where the new key is: %s", stderr)
+	}
+	pub := pubKeyRE.FindStringSubmatch(stderr.String())
+	if pub == nil {
+		t.Fatalf("no public key printed: %s", stderr)
+	}
+
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	req := []byte(`{"v":1,"request_id":"r-1","session":"s-1","tool":"catalog.lookup","arguments":{"sku":"A-1"}}`)
+	msg, err := nc.Request("jw.api.call", req, 20*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ev schema.Event
+	if err := json.Unmarshal(msg.Data, &ev); err != nil || ev.Type != schema.TypeResult || ev.Result.Status != schema.StatusOK {
+		t.Fatalf("jw.api.call answered %s (%v), want an ok tool.result", msg.Data, err)
+	}
+	nc.Close()
+	if code := stop(); code != exitOK {
+		t.Fatalf("serve exited %d after cancel: %s", code, stderr)
+	}
+
+	// Second start: same key, same data.
+	_, stderr2, stop2 := startServe(t, dir, "--no-worker")
+	if !strings.Contains(stderr2.String(), "using reviewer key "+keyPath) || !strings.Contains(stderr2.String(), pub[1]) {
+		t.Fatalf("second start does not reuse the key %s: %s", pub[1], stderr2)
+	}
+	if code := stop2(); code != exitOK {
+		t.Fatalf("serve exited %d after cancel: %s", code, stderr2)
+	}
+}
+
+func TestServeUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"serve", "--sync", "sometimes"},
+		{"serve", "--lease-ttl", "10ms"},
+		{"serve", "--max-sessions", "0"},
+		{"serve", "stray"},
+	} {
+		if code, _, _ := runCLI(args...); code != exitUsage {
+			t.Errorf("%v: exit %d, want %d", args, code, exitUsage)
+		}
+	}
+}
+
+func TestWorkerUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"worker", "--lease-ttl", "500ms"},
+		{"worker", "--max-sessions", "0"},
+		{"worker", "--tool-delay", "-1s"},
+		{"worker", "--log-level", "loud"},
+		{"worker", "stray"},
+	} {
+		if code, _, _ := runCLI(args...); code != exitUsage {
+			t.Errorf("%v: exit %d, want %d", args, code, exitUsage)
+		}
+	}
+}
