@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -108,9 +109,16 @@ func TestServeAllInOne(t *testing.T) {
 	}
 	defer nc.Close()
 	req := []byte(`{"v":1,"request_id":"r-1","session":"s-1","tool":"catalog.lookup","arguments":{"sku":"A-1"}}`)
-	msg, err := nc.Request("jw.api.call", req, 20*time.Second)
-	if err != nil {
-		t.Fatal(err)
+	var msg *nats.Msg
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		msg, err = nc.Request("jw.api.call", req, 20*time.Second)
+		if errors.Is(err, nats.ErrNoResponders) && time.Now().Before(deadline) {
+			continue // the service is still registering
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		break
 	}
 	var ev schema.Event
 	if err := json.Unmarshal(msg.Data, &ev); err != nil || ev.Type != schema.TypeResult || ev.Result.Status != schema.StatusOK {
