@@ -124,19 +124,37 @@ func (r *Recoverer) run(ctx context.Context) error {
 	goLoop("events", r.consumeEvents)
 	goLoop("reviews", r.consumeReviews)
 	goLoop("auto-plan", r.autoPlan)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for s := range expired {
-			r.log.Info().Str("session", s).Msg("lease expired")
-			if err := r.takeOverIfOpen(ctx, s); err != nil && ctx.Err() == nil {
-				r.log.Error().Err(err).Str("session", s).Msg("takeover after lease expiry failed")
+	goLoop("leases", func(ctx context.Context) error {
+		if expired == nil {
+			// The watcher stopped (a lost connection): watch again, and
+			// reconcile what expired in between.
+			var err error
+			if expired, err = r.t.WatchLeaseExpiry(ctx); err != nil {
+				return err
+			}
+			if err := r.Reconcile(ctx); err != nil {
+				expired = nil
+				return err
 			}
 		}
-	}()
+		r.handleExpiries(ctx, expired)
+		expired = nil
+		return errors.New("lease watcher stopped")
+	})
 	<-ctx.Done()
 	wg.Wait()
 	return nil
+}
+
+// handleExpiries takes over the sessions the watcher reports, until the
+// channel closes.
+func (r *Recoverer) handleExpiries(ctx context.Context, expired <-chan string) {
+	for s := range expired {
+		r.log.Info().Str("session", s).Msg("lease expired")
+		if err := r.takeOverIfOpen(ctx, s); err != nil && ctx.Err() == nil {
+			r.log.Error().Err(err).Str("session", s).Msg("takeover after lease expiry failed")
+		}
+	}
 }
 
 // loop runs f until ctx is done, restarting it with backoff after an error
