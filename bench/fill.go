@@ -1,0 +1,169 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jingwei/jingwei/effect"
+	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream"
+)
+
+// idHole is the placeholder the fill templates carry where a call number
+// goes; it is replaced by a zero-padded number of the same width.
+const idHole = "XXXXXXXXXX"
+
+// fillSpec describes pre-filled session logs.
+type fillSpec struct {
+	// sessions named <name>-<i>, events spread evenly over them.
+	name     string
+	sessions int
+	// events in total, three per finished call (tool.call with start
+	// marker, tool.started, tool.result ok), rounded down to whole calls.
+	events int
+	// open sessions (the first ones) end with one more call that is
+	// started but has no result.
+	open int
+}
+
+// filled is what fill wrote.
+type filled struct {
+	lastSeq uint64
+	events  int
+	calls   int // finished calls
+	open    []string
+}
+
+// callTemplates returns the encoded tool.call, tool.started and
+// tool.result of one finished call in session, with idHole where the call
+// number goes.
+func callTemplates(session string) ([][]byte, error) {
+	id, key := "c-"+idHole, "op-"+idHole
+	contract := effect.Contract{Effect: effect.Idempotent, Revision: "orders-v1"}
+	evs := []schema.Event{
+		{Type: schema.TypeCall, Call: &schema.Call{CallID: id, Tool: "orders.create", Arguments: json.RawMessage(`{"sku":"A-1","qty":1}`), StartMarker: true,
+			Operation: &schema.Operation{Task: "t-1", Key: key, Contract: contract}}},
+		{Type: schema.TypeStarted, Started: &schema.Started{CallID: id}},
+		{Type: schema.TypeResult, Result: &schema.Result{CallID: id, Status: schema.StatusOK, Output: json.RawMessage(`{"order_id":"o-1"}`)}},
+	}
+	out := make([][]byte, len(evs))
+	for i, ev := range evs {
+		b, err := encodeFor(ev, session)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = b
+	}
+	return out, nil
+}
+
+// fill publishes the spec's events with async publishes in batches (the
+// fastest way in; not measured) and returns the last stream sequence.
+func fill(ctx context.Context, nc *nats.Conn, topo *stream.Topology, spec fillSpec) (filled, error) {
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		return filled{}, err
+	}
+	var f filled
+	perSession := spec.events / 3 / spec.sessions
+	const batch = 2000
+	var futures []jetstream.PubAckFuture
+	flush := func() error {
+		select {
+		case <-js.PublishAsyncComplete():
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Minute):
+			return fmt.Errorf("fill: publishes not acknowledged within a minute")
+		}
+		for _, fu := range futures {
+			select {
+			case ack := <-fu.Ok():
+				f.lastSeq = max(f.lastSeq, ack.Sequence)
+			case err := <-fu.Err():
+				return fmt.Errorf("fill: %w", err)
+			}
+		}
+		futures = futures[:0]
+		return nil
+	}
+	pub := func(subj string, b []byte) error {
+		fu, err := js.PublishAsync(subj, b)
+		if err != nil {
+			return fmt.Errorf("fill: %w", err)
+		}
+		futures = append(futures, fu)
+		f.events++
+		if len(futures) >= batch {
+			return flush()
+		}
+		return nil
+	}
+	hole := []byte(idHole)
+	for s := range spec.sessions {
+		session := fmt.Sprintf("%s-%d", spec.name, s)
+		subj := topo.EventsSubject(session)
+		tpl, err := callTemplates(session)
+		if err != nil {
+			return filled{}, err
+		}
+		calls := perSession
+		if s < spec.open {
+			calls++
+		}
+		for c := range calls {
+			num := []byte(fmt.Sprintf("%010d", c))
+			evs := tpl
+			if c == perSession { // the open call: no result
+				evs = tpl[:2]
+				f.open = append(f.open, session)
+			} else {
+				f.calls++
+			}
+			for _, t := range evs {
+				if err := pub(subj, bytes.ReplaceAll(t, hole, num)); err != nil {
+					return filled{}, err
+				}
+			}
+		}
+	}
+	return f, flush()
+}
+
+// ackFloor polls the durable consumer name on streamName until its ack
+// floor reaches seq, and returns how long that took from the consumer's
+// creation (the server's timestamp; same machine). The consumer may not
+// exist yet when it is called.
+//
+// alive, when not nil, is checked on every poll; its error ends the wait.
+func ackFloor(ctx context.Context, js jetstream.JetStream, streamName, name string, seq uint64, every time.Duration, alive func() error) (time.Duration, error) {
+	var created time.Time
+	err := waitFor(ctx, every, func() (bool, error) {
+		if alive != nil {
+			if err := alive(); err != nil {
+				return false, err
+			}
+		}
+		c, err := js.Consumer(ctx, streamName, name)
+		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		info := c.CachedInfo()
+		created = info.Created
+		return info.AckFloor.Stream >= seq, nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("consumer %s: %w", name, err)
+	}
+	return time.Since(created), nil
+}
