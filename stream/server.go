@@ -165,6 +165,18 @@ func (e *Embedded) Connect(opts ...nats.Option) (*nats.Conn, error) {
 	return nc, nil
 }
 
+// ConnectInProcess opens a connection that does not go through TCP (nats
+// InProcessServer): a little faster, but it can only ever reconnect to this
+// server, so use Connect where failover matters.
+func (e *Embedded) ConnectInProcess(opts ...nats.Option) (*nats.Conn, error) {
+	all := append([]nats.Option{nats.Name(e.cfg.Name), nats.InProcessServer(e.srv)}, opts...)
+	nc, err := nats.Connect("", all...)
+	if err != nil {
+		return nil, fmt.Errorf("stream: in-process connection: %w", err)
+	}
+	return nc, nil
+}
+
 // Shutdown stops the server and waits until it has stopped and flushed its
 // store. Safe to call more than once.
 func (e *Embedded) Shutdown() {

@@ -113,3 +113,22 @@ func selfSigned(t *testing.T, dir string) (tls.Certificate, string) {
 	}
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, caFile
 }
+
+func TestConnectInProcess(t *testing.T) {
+	e := startWith(t, nil)
+	nc, err := e.ConnectInProcess()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	sub, err := nc.SubscribeSync("x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Publish("x", []byte("hi")); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := sub.NextMsg(5 * time.Second); err != nil || string(m.Data) != "hi" {
+		t.Fatalf("got %v %v", m, err)
+	}
+}
