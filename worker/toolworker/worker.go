@@ -35,6 +35,7 @@ type Worker struct {
 
 	mu        sync.Mutex
 	sessions  map[string]*session // owned (or being taken)
+	failures  map[string]failure  // sessions that could not be taken, and when to try again
 	draining  bool
 	hardStop  context.Context // cancelled when the drain times out
 	hardAbort context.CancelFunc
@@ -56,6 +57,7 @@ func New(cfg Config) (*Worker, error) {
 		budget:   stream.NewBudget(cfg.Topology.Budget),
 		ttl:      cfg.Topology.Config().LeaseTTL,
 		sessions: make(map[string]*session),
+		failures: make(map[string]failure),
 	}
 	w.hardStop, w.hardAbort = context.WithCancel(context.Background())
 	return w, nil
@@ -220,22 +222,34 @@ func (w *Worker) tryTake(ctx context.Context, id string) *session {
 		w.mu.Unlock()
 		return nil
 	}
+	if f, ok := w.failures[id]; ok && time.Now().Before(f.next) {
+		w.mu.Unlock()
+		return nil
+	}
 	s := &session{w: w, id: id, plans: make(chan planJob, 64), drainc: make(chan struct{})}
 	w.sessions[id] = s
 	w.wg.Add(1)
 	w.mu.Unlock()
 
 	if err := s.take(ctx); err != nil {
+		held := errors.Is(err, stream.ErrLeaseHeld)
 		w.mu.Lock()
 		delete(w.sessions, id)
+		var f failure
+		if !held && ctx.Err() == nil {
+			// Every attempt appends a session.fenced event: back off.
+			f = w.failures[id].again()
+			w.failures[id] = f
+		}
 		w.mu.Unlock()
 		w.wg.Done()
-		if !errors.Is(err, stream.ErrLeaseHeld) && ctx.Err() == nil {
-			w.log.Warn().Err(err).Str("session", id).Msg("could not take session")
+		if !held && ctx.Err() == nil {
+			w.log.Warn().Err(err).Str("session", id).Dur("retry_in", f.wait).Msg("could not take session")
 		}
 		return nil
 	}
 	w.mu.Lock()
+	delete(w.failures, id)
 	if w.draining {
 		s.drain()
 	}
@@ -245,6 +259,20 @@ func (w *Worker) tryTake(ctx context.Context, id string) *session {
 		s.run()
 	}()
 	return s
+}
+
+// failure is a session that could not be taken (its history is over the
+// limits or corrupt, the server refused a consumer): it is tried again after
+// wait, which doubles from 1 s up to 5 minutes.
+type failure struct {
+	wait time.Duration
+	next time.Time
+}
+
+func (f failure) again() failure {
+	f.wait = min(max(2*f.wait, time.Second), 5*time.Minute)
+	f.next = time.Now().Add(f.wait)
+	return f
 }
 
 // forget removes a session that is being given back; work routed to it
@@ -268,19 +296,21 @@ type planJob struct {
 // taking the session if nobody owns it; plans for sessions owned elsewhere
 // are negatively acknowledged with PlanRetryDelay.
 func (w *Worker) consumePlans(ctx context.Context, cons jetstream.Consumer) {
-	it, err := cons.Messages(jetstream.PullMaxMessages(16))
-	if err != nil {
-		w.log.Error().Err(err).Msg("plan consumer failed")
-		return
-	}
-	go func() { <-ctx.Done(); it.Stop() }()
-	for {
-		m, err := it.Next()
+	// One plan at a time and no prefetch: a plan this worker has not
+	// looked at is never held back from the others.
+	for ctx.Err() == nil {
+		fctx, cancel := context.WithTimeout(ctx, fetchWait)
+		m, err := cons.Next(jetstream.FetchContext(fctx))
+		cancel()
 		if err != nil {
-			if ctx.Err() == nil && !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				w.log.Error().Err(err).Msg("plan consumer stopped")
+			if ctx.Err() == nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
+				w.log.Warn().Err(err).Msg("fetch of next plan failed")
+				select {
+				case <-ctx.Done():
+				case <-time.After(w.cfg.PlanRetryDelay):
+				}
 			}
-			return
+			continue
 		}
 		w.routePlan(ctx, m)
 	}

@@ -437,3 +437,34 @@ func TestDelayWrap(t *testing.T) {
 		t.Fatal("metadata changed")
 	}
 }
+
+// A session whose history cannot be loaded is not taken, and the worker
+// backs off: every attempt appends a session.fenced event, so it must not
+// retry on every poll.
+func TestUnloadableSessionBacksOff(t *testing.T) {
+	topo := setup(t)
+	ctx := context.Background()
+	p := newProbe()
+	const s = "corrupt"
+	if _, err := topo.JS.Publish(ctx, topo.EventsSubject(s), []byte(`not an event`)); err != nil {
+		t.Fatal(err)
+	}
+	publish(t, topo, s, "r-1", "echo", `{"n":1}`)
+	r := start(t, toolworker.Config{Topology: topo, Registry: registry(t, p.tools()...), PollInterval: 20 * time.Millisecond})
+	fences := func() int {
+		n := 0
+		m, err := topo.Events.Info(ctx, jetstream.WithSubjectFilter(topo.EventsSubject(s)))
+		if err == nil {
+			n = int(m.State.Msgs) - 1
+		}
+		return n
+	}
+	eventually(t, 10*time.Second, "a first attempt", func() bool { return fences() >= 1 })
+	time.Sleep(700 * time.Millisecond) // ~35 polls
+	if n := fences(); n > 2 {
+		t.Fatalf("%d session.fenced events after 0.7 s of polls, want at most 2 (backoff)", n)
+	}
+	if len(r.w.Owned()) != 0 || waiting(t, topo) != 1 || p.total() != 0 {
+		t.Fatalf("owned %v, waiting %d, ran %d: the session must be left alone", r.w.Owned(), waiting(t, topo), p.total())
+	}
+}
