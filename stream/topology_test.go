@@ -61,6 +61,7 @@ func TestEnsureTopologyConflict(t *testing.T) {
 		{"memory storage", jetstream.StreamConfig{Name: "XA_EVENTS", Subjects: []string{"xa.events.*"}, Storage: jetstream.MemoryStorage}, "storage"},
 		{"limits instead of work queue", jetstream.StreamConfig{Name: "XA_REQUESTS", Subjects: []string{"xa.requests.*"}, Storage: jetstream.FileStorage}, "retention"},
 		{"subjects taken by another stream", jetstream.StreamConfig{Name: "OTHER", Subjects: []string{"xa.reviews.>"}, Storage: jetstream.FileStorage}, "subjects"},
+		{"one replica where three are wanted", jetstream.StreamConfig{Name: "XA_EVENTS", Subjects: []string{"xa.events.*"}, Storage: jetstream.FileStorage, Replicas: 1}, "replicas"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -78,7 +79,11 @@ func TestEnsureTopologyConflict(t *testing.T) {
 			if _, err := js.Publish(ctx, subj, []byte("keep me")); err != nil {
 				t.Fatal(err)
 			}
-			_, err = stream.EnsureTopology(ctx, js, stream.TopologyConfig{Prefix: "xa"})
+			cfg := stream.TopologyConfig{Prefix: "xa"}
+			if tc.field == "replicas" {
+				cfg.Replicas = 3
+			}
+			_, err = stream.EnsureTopology(ctx, js, cfg)
 			var ce *stream.ConflictError
 			if !errors.Is(err, stream.ErrTopologyConflict) || !errors.As(err, &ce) || ce.Field != tc.field {
 				t.Fatalf("err = %v, want conflict on %s", err, tc.field)
