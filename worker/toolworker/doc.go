@@ -27,7 +27,9 @@
 // died and whose lease has since expired). A worker tries to take a session
 // with work only while it owns fewer than MaxSessions, so sessions spread
 // over worker processes. A session without work for IdleTimeout is given
-// back (consumer deleted, lease released).
+// back (consumer deleted, lease released). A session that cannot be taken
+// (its history is over the limits or corrupt) is retried with a backoff
+// from 1 s to 5 minutes, since every attempt appends a session.fenced event.
 //
 // # Exactly what runs
 //
@@ -65,11 +67,20 @@
 // # Retry plans
 //
 // Plans are read from jw.plans.* through one durable consumer shared by all
-// tool workers (<PREFIX>_toolworker_plans). A plan for a session this worker
+// tool workers (<PREFIX>_toolworker_plans), one at a time without prefetch.
+// A plan that jw_plans already holds as consumed is acknowledged at once. A
+// plan for a session this worker
 // owns, or can take, is queued behind that session's current request and
 // run with Gateway.CallWithOptions{Retry: plan}; the runtime verifies it and
 // consumes it in jw_plans with a compare-and-set, so a plan delivered twice,
 // or to two workers, is attempted at most once. A plan for a session another
 // process owns is negatively acknowledged with PlanRetryDelay and comes
-// back, possibly to the owner.
+// back, possibly to the owner. A plan delivered to a worker that dies
+// before the plan's tool.call is recorded comes back after AckWait.
+//
+// # Requests that never become calls
+//
+// The runtime records nothing for an unknown tool or an invalid call, so
+// nothing appears on the session log for such a request: an agent waiting
+// for its tool.result (jw.api.call) times out. The worker logs it.
 package toolworker
