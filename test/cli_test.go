@@ -278,6 +278,7 @@ func TestCLI(t *testing.T) {
 		}
 	}
 	jw(t, bin, url, "status", "--session", "no/such").want(t, "status with an invalid session", 2, "")
+	watchStatus(t, bin, url)
 
 	// review: an untrusted key changes nothing.
 	review := func(call, verdict, key string, extra ...string) cliResult {
@@ -348,5 +349,42 @@ func TestCLINoService(t *testing.T) {
 		if !strings.Contains(r.stdout, "jingwei serve") {
 			t.Errorf("%v: the error does not say what to start: %s", args, r.stdout)
 		}
+	}
+}
+
+// watchStatus runs `status --watch` until it has refreshed twice, then
+// interrupts it: it stops cleanly with exit status 0.
+func watchStatus(t *testing.T, bin, url string) {
+	t.Helper()
+	cmd := exec.Command(bin, "status", "--watch", "--interval", "100ms", "--server", url)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	refreshed := make(chan struct{})
+	go func() {
+		n := 0
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "OPEN CALLS") {
+				if n++; n == 2 {
+					close(refreshed)
+				}
+			}
+		}
+	}()
+	select {
+	case <-refreshed:
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatal("status --watch did not refresh twice within 20s")
+	}
+	_ = cmd.Process.Signal(os.Interrupt)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("status --watch after SIGINT: %v, want exit status 0", err)
 	}
 }
