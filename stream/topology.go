@@ -162,12 +162,8 @@ func SessionOf(subject string) string {
 	return parts[2]
 }
 
-// streamSpec is what jingwei needs of one stream; existing streams are
-// compared against it field by field.
-type streamSpec struct {
-	cfg jetstream.StreamConfig
-}
-
+// streamSpecs is what jingwei needs of its streams; existing streams are
+// compared against them (compareStream).
 func (c TopologyConfig) streamSpecs() []jetstream.StreamConfig {
 	p := c.Prefix
 	mk := func(kind, subj, desc string, ret jetstream.RetentionPolicy) jetstream.StreamConfig {

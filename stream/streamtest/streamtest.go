@@ -1,6 +1,16 @@
 // Package streamtest starts an embedded jingwei NATS server for tests: a
 // random loopback port, a t.TempDir() store, the fast interval sync mode and
 // the topology ensured, all torn down by t.Cleanup.
+//
+//	func TestSomething(t *testing.T) {
+//		srv, nc, topo := streamtest.Start(t)
+//		lease, _ := topo.AcquireLease(ctx, "s-1", "me")
+//		log, _ := topo.Fence(ctx, "s-1", "me", lease.Epoch)
+//		…
+//	}
+//
+// Tests that check durability pass Config{Sync: stream.SyncAlways}; tests
+// that need small history limits or short leases pass a TopologyConfig.
 package streamtest
 
 import (
