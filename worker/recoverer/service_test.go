@@ -152,7 +152,7 @@ func TestMemoryFollowsOpenCalls(t *testing.T) {
 		}
 	}
 	for i := range calls {
-		if i%1000 == 0 {
+		if i%250 == 0 {
 			flush()
 		}
 		s := fmt.Sprintf("s-%d", i%16)
