@@ -157,6 +157,25 @@ func TestPipelineCrashAndRecovery(t *testing.T) {
 		crashed[s] = cs[0]
 	}
 
+	// The recovery worker classified every crashed call: the orders may be
+	// retried, the payments need a review.
+	waitFor(t, ctx, "assessments of the crashed calls", func() bool {
+		for _, s := range all {
+			want := schema.DecisionNeedsReview
+			if strings.HasPrefix(s, "o-") {
+				want = schema.DecisionRetryAllowed
+			}
+			a, ok := assessmentOf(t, js, topo, s, crashed[s].CallID)
+			if !ok {
+				return false
+			}
+			if a.Outcome != schema.OutcomeUncertain || a.Decision != want {
+				t.Fatalf("%s: assessment %+v, want uncertain and %s", s, a, want)
+			}
+		}
+		return true
+	})
+
 	api := &apiClient{t: t, nc: nc}
 	// Orders: an explicit prepare issues a plan (uncertain_safe); worker B
 	// executes it; orders.create finds the order A wrote.
@@ -245,6 +264,17 @@ func TestPipelineCrashAndRecovery(t *testing.T) {
 		}
 		if st := statusOf(t, topo, s, r[0].CallID); st != schema.StatusOK {
 			t.Errorf("%s: retry ended %s, want ok", s, st)
+		}
+	}
+	for s, plan := range plans {
+		info, err := topo.PlanLog.Info(ctx, jetstream.WithSubjectFilter(topo.PlansSubject(s)))
+		// One publication by the recovery worker, one by the test.
+		want := uint64(1)
+		if s == "o-1" {
+			want = 2
+		}
+		if err != nil || info.State.Subjects[topo.PlansSubject(s)] != want {
+			t.Errorf("%s: messages on %s for plan %s: %v (%v), want %d", s, topo.PlansSubject(s), plan.PlanID, info.State.Subjects, err, want)
 		}
 	}
 	for _, s := range []string{"p-2", "p-3"} {
@@ -496,6 +526,41 @@ func statusOf(t *testing.T, topo *stream.Topology, session, callID string) schem
 		}
 	}
 	return ""
+}
+
+// assessmentOf returns the latest assessment of callID published on
+// jw.assessments.<session>.
+func assessmentOf(t *testing.T, js jetstream.JetStream, topo *stream.Topology, session, callID string) (schema.Assessment, bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	info, err := topo.Assessments.Info(ctx, jetstream.WithSubjectFilter(topo.AssessmentsSubject(session)))
+	if err != nil {
+		return schema.Assessment{}, false
+	}
+	n := info.State.Subjects[topo.AssessmentsSubject(session)] // with a filter, Msgs counts the whole stream
+	if n == 0 {
+		return schema.Assessment{}, false
+	}
+	cons, err := js.OrderedConsumer(ctx, topo.StreamName("ASSESSMENTS"), jetstream.OrderedConsumerConfig{FilterSubjects: []string{topo.AssessmentsSubject(session)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		out   schema.Assessment
+		found bool
+	)
+	for range n {
+		m, err := cons.Next(jetstream.FetchContext(ctx))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var a schema.Assessment
+		if json.Unmarshal(m.Data(), &a) == nil && a.CallID == callID {
+			out, found = a, true
+		}
+	}
+	return out, found
 }
 
 // apiClient calls the jingwei micro service.
