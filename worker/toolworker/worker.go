@@ -193,7 +193,8 @@ func (w *Worker) poll(ctx context.Context) {
 	}
 }
 
-// owns returns the live session id if the worker owns it.
+// owned returns the session if the worker owns it and it is running, else
+// nil.
 func (w *Worker) owned(id string) *session {
 	w.mu.Lock()
 	defer w.mu.Unlock()
