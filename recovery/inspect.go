@@ -74,9 +74,9 @@ type scan struct {
 	chunks  [][]call // the calls in log order, callChunk to a chunk
 	count   int32
 	byID    map[string]int32
-	byOp    map[opKey]int32
-	args    json.RawMessage // the target call's arguments
-	idx     int32           // the target's index once found, else -1
+	byOp    map[opKey]struct{} // operation keys in use
+	args    json.RawMessage    // the target call's arguments
+	idx     int32              // the target's index once found, else -1
 	dig     digester
 	retries []int32 // calls with a retry link, whose arguments are compared once digested
 }
@@ -90,7 +90,7 @@ func scanFor(h schema.History, callID string) (*scan, error) {
 	s := &scan{
 		target: callID,
 		byID:   make(map[string]int32),
-		byOp:   make(map[opKey]int32),
+		byOp:   make(map[opKey]struct{}),
 		idx:    -1,
 	}
 	s.dig.needless = s.needless
@@ -228,8 +228,10 @@ func (s *scan) onCall(ev *schema.Event) error {
 	if len(c.CallID) > schema.MaxFieldBytes {
 		return s.tooLong(ev, "call_id", len(c.CallID))
 	}
-	if j, dup := s.byID[c.CallID]; dup {
-		return s.corrupt(ev, "duplicate call_id %q (first at seq %d)", c.CallID, s.at(j).seq)
+	// one map operation each for the id and the key: a duplicate shows as a
+	// map that did not grow (the error path finds the first use by a scan)
+	if !added(s.byID, c.CallID, s.count) {
+		return s.corrupt(ev, "duplicate call_id %q (first at seq %d)", c.CallID, s.find(func(o *call) bool { return o.id == c.CallID }).seq)
 	}
 	nc := call{id: c.CallID, seq: ev.Seq, tool: c.Tool, prior: -1, next: -1, marker: c.StartMarker}
 	op := c.Operation
@@ -254,7 +256,7 @@ func (s *scan) onCall(ev *schema.Event) error {
 				return s.tooLong(ev, "retry.prior_call_id of call "+quote(c.CallID), len(r.PriorCallID))
 			}
 			pi, found := s.byID[r.PriorCallID]
-			if !found {
+			if !found || pi >= s.count { // pi == s.count: the call retries itself
 				return s.corrupt(ev, "call %q retries call %q, which is not earlier in the history", c.CallID, r.PriorCallID)
 			}
 			p := s.at(pi)
@@ -279,15 +281,14 @@ func (s *scan) onCall(ev *schema.Event) error {
 			nc.prior = pi
 			s.retries = append(s.retries, s.count)
 			p.next = s.count
-		} else if j, used := s.byOp[ok]; used {
-			return s.corrupt(ev, "call %q reuses operation key %q of task %q, first used by call %q, without a retry link", c.CallID, op.Key, op.Task, s.at(j).id)
+		} else if !added(s.byOp, ok, struct{}{}) {
+			first := s.find(func(o *call) bool { return !o.legacy && o.task == op.Task && o.key == op.Key })
+			return s.corrupt(ev, "call %q reuses operation key %q of task %q, first used by call %q, without a retry link", c.CallID, op.Key, op.Task, first.id)
 		}
-		s.byOp[ok] = s.count
 	}
 	if c.CallID == s.target {
 		s.args = append(json.RawMessage(nil), c.Arguments...) // the source may reuse its buffer
 	}
-	s.byID[c.CallID] = s.count
 	if !nc.legacy {
 		s.dig.add(s.count, c.Arguments)
 	}
@@ -300,6 +301,24 @@ func (s *scan) onCall(ev *schema.Event) error {
 const callChunk = 1024
 
 func (s *scan) at(i int32) *call { return &s.chunks[i/callChunk][i%callChunk] }
+
+// added sets m[k] = v and reports whether k is new, in one map operation.
+func added[K comparable, V any](m map[K]V, k K, v V) bool {
+	n := len(m)
+	m[k] = v
+	return len(m) > n
+}
+
+// find returns the first call that matches, for error messages only (it
+// scans every call).
+func (s *scan) find(match func(*call) bool) *call {
+	for i := int32(0); i < s.count; i++ {
+		if c := s.at(i); match(c) {
+			return c
+		}
+	}
+	return &call{}
+}
 
 func (s *scan) push(c call) {
 	if s.count%callChunk == 0 {
