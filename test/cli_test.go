@@ -35,6 +35,7 @@ var (
 func jingweiBinary(t *testing.T) string {
 	t.Helper()
 	binOnce.Do(func() {
+		removeStaleBinaries()
 		dir, err := os.MkdirTemp("", "jingwei-test-bin-")
 		if err != nil {
 			binErr = err
@@ -50,6 +51,18 @@ func jingweiBinary(t *testing.T) string {
 		t.Fatal(binErr)
 	}
 	return binPath
+}
+
+// removeStaleBinaries removes the binaries earlier test runs left behind
+// (a package has no hook after its last test without a TestMain); those
+// younger than an hour may belong to a run in progress and stay.
+func removeStaleBinaries() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "jingwei-test-bin-*"))
+	for _, d := range dirs {
+		if st, err := os.Stat(d); err == nil && time.Since(st.ModTime()) > time.Hour {
+			_ = os.RemoveAll(d)
+		}
+	}
 }
 
 // serveProc is a `jingwei serve` process on a free port with its own data
