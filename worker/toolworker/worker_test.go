@@ -468,3 +468,56 @@ func TestUnloadableSessionBacksOff(t *testing.T) {
 		t.Fatalf("owned %v, waiting %d, ran %d: the session must be left alone", r.w.Owned(), waiting(t, topo), p.total())
 	}
 }
+
+// A plan for a session another worker owns is handed back until the owner
+// gets it: it runs once, in the owner's epoch.
+func TestPlanRunsOnTheOwner(t *testing.T) {
+	topo := setup(t)
+	ctx := context.Background()
+	tl, err := tools.New(ctx, tools.Config{JS: topo.JS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const s = "owned"
+	tl.FailAfterWrite(1)
+	publish(t, topo, s, "r-1", tools.OrdersCreate, `{"sku":"B-2","qty":1}`)
+	a := start(t, toolworker.Config{Topology: topo, Registry: registry(t, tl.List()...), Owner: "tw-a", PollInterval: 50 * time.Millisecond, PlanRetryDelay: 20 * time.Millisecond})
+	eventually(t, 10*time.Second, "first attempt recorded", func() bool { return results(t, topo, s) == 1 })
+	if !slices.Contains(a.w.Owned(), s) {
+		t.Fatalf("worker A owns %v, want %s", a.w.Owned(), s)
+	}
+	b := start(t, toolworker.Config{Topology: topo, Registry: registry(t, tl.List()...), Owner: "tw-b", PollInterval: 50 * time.Millisecond, PlanRetryDelay: 20 * time.Millisecond})
+
+	first := calls(t, topo, s)[0]
+	plan, err := recovery.PrepareRetry(schema.Events(history(t, topo, s)), first.CallID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.NewPlans(topo.Plans).Issue(ctx, plan); err != nil {
+		t.Fatal(err)
+	}
+	pb, _ := json.Marshal(plan)
+	if _, err := topo.JS.Publish(ctx, topo.PlansSubject(s), pb); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "retry recorded", func() bool { return results(t, topo, s) == 2 })
+	h := history(t, topo, s)
+	var retryEpoch, fenceEpochA uint64
+	for _, ev := range h {
+		if ev.Type == schema.TypeFenced && ev.Fence.Owner == "tw-a" {
+			fenceEpochA = ev.Epoch
+		}
+		if ev.Type == schema.TypeCall && ev.Call.Operation.Retry != nil {
+			retryEpoch = ev.Epoch
+		}
+	}
+	if retryEpoch == 0 || retryEpoch != fenceEpochA {
+		t.Fatalf("retry at epoch %d, worker A owns epoch %d: the plan must run on the owner", retryEpoch, fenceEpochA)
+	}
+	if slices.Contains(b.w.Owned(), s) {
+		t.Fatal("worker B took a session worker A owns")
+	}
+	if orders, err := tl.Orders(ctx); err != nil || len(orders) != 1 {
+		t.Fatalf("orders %v %v, want 1", orders, err)
+	}
+}
