@@ -169,7 +169,7 @@ func (e *env) drop(t *stream.Topology) {
 }
 
 func startEnv(ctx context.Context, cfg Config, dir string, mode stream.SyncMode) (*env, error) {
-	srv, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{Dir: dir, Listen: "127.0.0.1:-1", Sync: mode, Name: "jingwei-bench-" + string(mode)})
+	srv, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{Dir: dir, Listen: "127.0.0.1:-1", Sync: mode, Name: "jingwei-bench-" + string(mode), Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}

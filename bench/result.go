@@ -200,10 +200,10 @@ func WriteJSON(w io.Writer, rs []Result) error {
 // raw, unit, ratio, target, met. A failed scenario shows its error.
 func WriteTable(w io.Writer, rs []Result) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "scenario\tjingwei\traw\tunit\tratio\ttarget\tmet\t")
+	fmt.Fprintln(tw, "scenario\tjingwei\traw\tunit\tratio\ttarget\tmet")
 	for _, r := range rs {
 		if r.Error != "" {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.Scenario, "-", "-", "-", "-", r.Target, "ERROR")
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Scenario, "-", "-", "-", "-", r.Target, "ERROR")
 			continue
 		}
 		raw, ratio := "-", "-"
@@ -213,7 +213,7 @@ func WriteTable(w io.Writer, rs []Result) error {
 		if r.Ratio != nil {
 			ratio = strconv.FormatFloat(*r.Ratio, 'f', 2, 64)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%t\t\n", r.Scenario, fmtNum(r.Jingwei), raw, r.Unit, ratio, r.Target, r.Met)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%t\n", r.Scenario, fmtNum(r.Jingwei), raw, r.Unit, ratio, r.Target, r.Met)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
