@@ -57,10 +57,11 @@ func PlanID(session, priorCallID string) string {
 // reuses the call's operation key, arguments (in canonical form) and
 // contract. review may be nil.
 //
-// A review is checked first: one that is malformed, for another call or
-// session, has an empty operator or an unknown verdict, or (with
-// RequireSignedReview) is unsigned or not signed by a trusted key, is
-// invalid_review; operator or evidence over 1,024 bytes is field_too_long.
+// After the history, the review is checked: one that is malformed
+// (schema.Review.Validate: version, session id, empty operator, unknown
+// verdict, …), for another call or session, or (with RequireSignedReview)
+// unsigned or not signed by a trusted key, is invalid_review; operator or
+// evidence over 1,024 bytes is field_too_long.
 // Then: a review with verdict completed refuses the retry (completed),
 // whatever the outcome; a completed outcome is completed; a not-started
 // outcome gives basis not_started; an uncertain call under a read-only or
