@@ -184,6 +184,15 @@ func startEnv(ctx context.Context, cfg Config, dir string, mode stream.SyncMode)
 		srv.Shutdown()
 		return nil, err
 	}
+	// Scenarios delete their streams when done; a server whose last stream
+	// is deleted removes the account's store directory, and a stream created
+	// at that moment fails ("could not create storage directory"). One
+	// stream that stays keeps the directory.
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "BENCH_KEEP", Subjects: []string{"bench.keep"}, Storage: jetstream.FileStorage}); err != nil {
+		nc.Close()
+		srv.Shutdown()
+		return nil, err
+	}
 	return &env{cfg: cfg, mode: mode, srv: srv, nc: nc, js: js, dir: dir, log: cfg.Logger.With().Str("sync", string(mode)).Logger()}, nil
 }
 
