@@ -1,35 +1,12 @@
 package recoverer
 
 import (
-	"encoding/json"
 	"sync"
 
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 )
-
-// wireEvent is the part of a session event the incremental classifier
-// reads; arguments and outputs are skipped.
-type wireEvent struct {
-	Session string `json:"session"`
-	Epoch   uint64 `json:"epoch"`
-	Type    string `json:"type"`
-	Call    *struct {
-		CallID      string            `json:"call_id"`
-		Tool        string            `json:"tool"`
-		RequestID   string            `json:"request_id"`
-		StartMarker bool              `json:"start_marker"`
-		Operation   *schema.Operation `json:"operation"`
-	} `json:"call"`
-	Started *schema.Started `json:"started"`
-	Result  *struct {
-		CallID string        `json:"call_id"`
-		Status schema.Status `json:"status"`
-		Stage  schema.Stage  `json:"stage"`
-	} `json:"result"`
-	Fence *schema.Fence `json:"fence"`
-}
 
 // openCall is what the classifier keeps of a call until its result arrives.
 type openCall struct {
@@ -123,23 +100,21 @@ func newTracker() *tracker {
 // skipped (inspect and prepare report corrupt histories).
 func (t *tracker) observe(session string, seq uint64, data []byte, out []finding) ([]finding, error) {
 	var ev wireEvent
-	if err := json.Unmarshal(data, &ev); err != nil {
-		t.mu.Lock()
-		t.seen++
-		t.mu.Unlock()
-		return out, err
-	}
+	err := decodeWire(data, &ev)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.seen++
-	switch ev.Type {
+	if err != nil {
+		return out, err
+	}
+	switch ev.typ {
 	case schema.TypeCall:
-		if ev.Call == nil || ev.Call.CallID == "" {
+		if !ev.hasCall || len(ev.callID) == 0 {
 			return out, nil
 		}
-		c := &openCall{id: ev.Call.CallID, tool: ev.Call.Tool, epoch: ev.Epoch, seq: seq, marker: ev.Call.StartMarker}
-		if op := ev.Call.Operation; op != nil {
-			c.task, c.key, c.contract, c.retry = op.Task, op.Key, op.Contract, op.Retry != nil
+		c := &openCall{id: string(ev.callID), tool: ev.tool, epoch: ev.epoch, seq: seq, marker: ev.startMarker}
+		if ev.hasOp {
+			c.task, c.key, c.contract, c.retry = ev.task, ev.key, ev.contract, ev.retry
 		} else {
 			c.legacy = true
 		}
@@ -153,33 +128,33 @@ func (t *tracker) observe(session string, seq uint64, data []byte, out []finding
 		}
 		calls[c.id] = c
 	case schema.TypeStarted:
-		if ev.Started != nil {
-			if c := t.sessions[session][ev.Started.CallID]; c != nil {
+		if ev.hasStarted {
+			if c := t.sessions[session][string(ev.startedID)]; c != nil {
 				c.started = true
 			}
 		}
 	case schema.TypeResult:
-		if ev.Result == nil {
+		if !ev.hasResult {
 			return out, nil
 		}
-		c := t.drop(session, ev.Result.CallID)
+		c := t.drop(session, string(ev.resultID))
 		switch {
 		case c == nil || c.retry:
 			// Opened before a restart, or a retry: the chain is in the log.
-			out = append(out, finding{session: session, callID: ev.Result.CallID})
+			out = append(out, finding{session: session, callID: string(ev.resultID)})
 		case c.legacy:
 		default:
-			a := c.assess(session, ev.Result.Status, ev.Result.Stage)
+			a := c.assess(session, ev.status, ev.stage)
 			out = append(out, finding{session: session, callID: c.id, a: &a})
 		}
 	case schema.TypeFenced:
-		if ev.Fence == nil {
+		if !ev.hasFence {
 			return out, nil
 		}
 		// Calls of older epochs can never get their result now: their
 		// assessment is final.
 		for id, c := range t.sessions[session] {
-			if c.epoch >= ev.Fence.Epoch {
+			if c.epoch >= ev.fenceEpoch {
 				continue
 			}
 			t.drop(session, id)

@@ -2,7 +2,6 @@ package recoverer
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -297,14 +296,10 @@ func (r *Recoverer) inspectLoaded(ctx context.Context, session, callID string) *
 // assessmentMsg builds the message of an assessment; its Msg-Id makes the
 // same assessment from several recoverers, or after a redelivery, one
 // message.
-func (r *Recoverer) assessmentMsg(a schema.Assessment) (msg *nats.Msg, id string, err error) {
-	b, err := json.Marshal(a)
-	if err != nil {
-		return nil, "", err
-	}
+func (r *Recoverer) assessmentMsg(a schema.Assessment) (msg *nats.Msg, id string) {
 	msg = nats.NewMsg(r.t.AssessmentsSubject(a.Session))
-	msg.Data = b
-	return msg, "a." + a.Session + "." + a.CallID + "." + a.Evidence, nil
+	msg.Data = appendAssessment(make([]byte, 0, 256), &a)
+	return msg, "a." + a.Session + "." + a.CallID + "." + a.Evidence
 }
 
 // noted records a published assessment: awaiting review or not, and the
@@ -322,10 +317,7 @@ func (r *Recoverer) noted(a schema.Assessment) {
 }
 
 func (r *Recoverer) publishAsync(a schema.Assessment) (pending, error) {
-	msg, id, err := r.assessmentMsg(a)
-	if err != nil {
-		return pending{}, err
-	}
+	msg, id := r.assessmentMsg(a)
 	f, err := r.async.PublishMsgAsync(msg, jetstream.WithMsgID(id))
 	if err != nil {
 		return pending{}, fmt.Errorf("publish assessment: %w", err)
@@ -372,10 +364,7 @@ func (r *Recoverer) publishSync(ctx context.Context, msg *nats.Msg, id string) e
 
 // publishAssessment publishes one assessment synchronously.
 func (r *Recoverer) publishAssessment(ctx context.Context, a schema.Assessment) error {
-	msg, id, err := r.assessmentMsg(a)
-	if err != nil {
-		return err
-	}
+	msg, id := r.assessmentMsg(a)
 	if err := r.publishSync(ctx, msg, id); err != nil {
 		return fmt.Errorf("publish assessment of %s/%s: %w", a.Session, a.CallID, err)
 	}
