@@ -59,7 +59,10 @@
 // Every recoverer needs its own Config.Name: the name is part of its durable
 // consumers, and two processes sharing one durable would split the events of
 // a session between them. Several recoverers with distinct names each see
-// every event; their identical assessments carry the same Nats-Msg-Id and
-// are deduplicated by the stream. The micro service endpoints are load
-// balanced over all of them (one queue group).
+// every event and each publish its assessments: a consumer of
+// jw.assessments that wants each once drops repeats by the
+// Jw-Assessment-Id header (the same for the same assessment from any
+// recoverer, and after a redelivery). Plans are issued once whatever the
+// number of recoverers. The micro service endpoints are load balanced over
+// all of them (one queue group).
 package recoverer

@@ -183,6 +183,14 @@ func (r *Recoverer) consumerName(kind string) string {
 	return r.t.Prefix + "-recoverer-" + r.cfg.Name + "-" + kind
 }
 
+// HeaderAssessmentID carries an assessment's identity,
+// "a.<session>.<call_id>.<evidence>": the same for the same assessment from
+// any recoverer, so consumers can drop repeats (a redelivery after a
+// crash, several recoverers). Only assessments published after a load
+// (takeover, retries) also use it as Nats-Msg-Id; the classifier's do not,
+// because server-side dedup costs a third of its throughput.
+const HeaderAssessmentID = "Jw-Assessment-Id"
+
 // ackBatch is how many events are classified before their assessments are
 // flushed and the events acknowledged (also whenever the consumer has
 // nothing pending).
@@ -214,30 +222,42 @@ func (r *Recoverer) consumeEvents(ctx context.Context) error {
 		return fmt.Errorf("events consumer: %w", err)
 	}
 	defer it.Stop()
+	// Batches are pipelined: when a batch is full its publishes are left in
+	// flight and the previous batch (whose acks have normally arrived) is
+	// settled and its last event acknowledged (AckAll covers the earlier
+	// ones). When nothing is pending everything is settled.
+	type batch struct {
+		last jetstream.Msg
+		pubs []pending
+	}
 	var (
-		last     jetstream.Msg
-		n        int
-		found    []finding
-		inflight []pending
+		cur, prev batch
+		n         int
+		found     []finding
 	)
-	flush := func() error {
-		if err := r.awaitPublished(ctx, inflight); err != nil {
+	settle := func(ctx context.Context, b *batch) error {
+		if err := r.awaitPublished(ctx, b.pubs); err != nil {
 			return err
 		}
-		inflight = inflight[:0]
-		if last != nil {
-			if err := last.Ack(); err != nil {
+		if b.last != nil {
+			if err := b.last.Ack(); err != nil {
 				return fmt.Errorf("ack events: %w", err)
 			}
 		}
-		last, n = nil, 0
+		*b = batch{pubs: b.pubs[:0]}
 		return nil
 	}
 	for {
 		m, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
 			if ctx.Err() != nil {
-				_ = flush()
+				// Settle what is in flight; anything left unacknowledged
+				// is redelivered to the next run.
+				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+				defer cancel()
+				if settle(sctx, &prev) == nil {
+					_ = settle(sctx, &cur)
+				}
 				return nil
 			}
 			return fmt.Errorf("events consumer: %w", err)
@@ -262,14 +282,25 @@ func (r *Recoverer) consumeEvents(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			inflight = append(inflight, p)
+			cur.pubs = append(cur.pubs, p)
 		}
-		last = m
+		cur.last = m
 		n++
-		if n >= ackBatch || md.NumPending == 0 {
-			if err := flush(); err != nil {
+		switch {
+		case md.NumPending == 0:
+			if err := settle(ctx, &prev); err != nil {
 				return err
 			}
+			if err := settle(ctx, &cur); err != nil {
+				return err
+			}
+			n = 0
+		case n >= ackBatch:
+			if err := settle(ctx, &prev); err != nil {
+				return err
+			}
+			prev, cur = cur, batch{pubs: prev.pubs[:0]}
+			n = 0
 		}
 	}
 }
@@ -318,7 +349,8 @@ func (r *Recoverer) noted(a schema.Assessment) {
 
 func (r *Recoverer) publishAsync(a schema.Assessment) (pending, error) {
 	msg, id := r.assessmentMsg(a)
-	f, err := r.async.PublishMsgAsync(msg, jetstream.WithMsgID(id))
+	msg.Header.Set(HeaderAssessmentID, id)
+	f, err := r.async.PublishMsgAsync(msg)
 	if err != nil {
 		return pending{}, fmt.Errorf("publish assessment: %w", err)
 	}
@@ -353,6 +385,11 @@ func (r *Recoverer) publishSync(ctx context.Context, msg *nats.Msg, id string) e
 	return backoff.Retry(func() error {
 		m := nats.NewMsg(msg.Subject)
 		m.Data = msg.Data
+		for k, v := range msg.Header {
+			if k != jetstream.MsgIDHeader {
+				m.Header[k] = v
+			}
+		}
 		_, err := r.t.JS.PublishMsg(ctx, m, jetstream.WithMsgID(id))
 		var apiErr *jetstream.APIError
 		if errors.As(err, &apiErr) && apiErr.Code != 503 {
@@ -365,6 +402,7 @@ func (r *Recoverer) publishSync(ctx context.Context, msg *nats.Msg, id string) e
 // publishAssessment publishes one assessment synchronously.
 func (r *Recoverer) publishAssessment(ctx context.Context, a schema.Assessment) error {
 	msg, id := r.assessmentMsg(a)
+	msg.Header.Set(HeaderAssessmentID, id)
 	if err := r.publishSync(ctx, msg, id); err != nil {
 		return fmt.Errorf("publish assessment of %s/%s: %w", a.Session, a.CallID, err)
 	}
