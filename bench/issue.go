@@ -27,7 +27,8 @@ var (
 const issuers = 4
 
 func issueStep(cfg Config) step {
-	calls := cfg.n(300, 60, 8)
+	// 4 × 200 prepares load 800 histories a round; see settle.
+	calls := cfg.n(200, 60, 8)
 	name := fmt.Sprintf("plan issuance, %d racing issuers", issuers)
 	dupName := "plan issuance: duplicate plans published"
 	return step{
@@ -82,6 +83,9 @@ func (e *env) issue(ctx context.Context, calls int) (jw, raw []float64, dups, ra
 	}
 
 	jwRound := func(ctx context.Context, round int) (float64, error) {
+		if err := settle(ctx, topo); err != nil {
+			return 0, err
+		}
 		sessions, err := uncertainCalls(ctx, topo, fmt.Sprintf("r%d", round), calls)
 		if err != nil {
 			return 0, err
@@ -156,6 +160,23 @@ func (e *env) issue(ctx context.Context, calls int) (jw, raw []float64, dups, ra
 	}
 	jw, raw, err = alternate(ctx, e.cfg.Rounds, jwRound, rawRound)
 	return jw, raw, dups, rawDups, err
+}
+
+// settle waits until the consumers of the previous round's loads are gone.
+// Every stream.Load reads the session through an ordered consumer that the
+// server drops 5 s after its last use, and nats-server 2.15 allows 1,000
+// consumers per stream by default: 4 issuers × 200 prepares stay under it
+// within a round, but back-to-back rounds would not.
+func settle(ctx context.Context, topo *stream.Topology) error {
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	return waitFor(wctx, 100*time.Millisecond, func() (bool, error) {
+		info, err := topo.Events.Info(wctx)
+		if err != nil {
+			return false, err
+		}
+		return info.State.Consumers <= 10, nil
+	})
 }
 
 // uncertainCalls writes n sessions <name>-<i>, each with one finished call
