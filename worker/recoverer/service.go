@@ -114,9 +114,10 @@ func (r *Recoverer) serve(ctx context.Context) (micro.Service, error) {
 			return r.Status(ctx, s.Session)
 		}},
 		{EndpointCall, func(ctx context.Context, data []byte) (any, error) {
-			var q schema.Request
-			if err := decodeBody(data, &q); err != nil {
-				return nil, err
+			// Strictly, as a tool worker will read it.
+			q, err := schema.DecodeRequest(data)
+			if err != nil {
+				return nil, schema.Errorf(CodeBadRequest, "%v", err)
 			}
 			return r.Call(ctx, q)
 		}},
@@ -164,20 +165,16 @@ func (r *Recoverer) respond(req micro.Request, v any, err error) {
 // request_id) and waits, up to Config.CallTimeout, for the tool.result of
 // the tool.call that carries its request id on the session log, which it
 // returns. A request id already in the log (published before) is answered
-// from the log without running again. Errors: bad_request for an invalid
-// request, timeout (the request may still run).
+// from the log without running again. Errors: bad_request for a request
+// that fails schema.Request.Validate (a tool worker would refuse it),
+// timeout (the request may still run, or no tool worker took it).
 func (r *Recoverer) Call(ctx context.Context, q schema.Request) (schema.Event, error) {
-	switch {
-	case !schema.ValidSession(q.Session):
-		return schema.Event{}, schema.Errorf(CodeBadRequest, "session %q: want 1-128 bytes of [A-Za-z0-9_-]", q.Session)
-	case q.RequestID == "" || len(q.RequestID) > schema.MaxFieldBytes:
-		return schema.Event{}, schema.Errorf(CodeBadRequest, "request_id must be 1-%d bytes", schema.MaxFieldBytes)
-	case q.Tool == "":
-		return schema.Event{}, schema.Errorf(CodeBadRequest, "tool is required")
-	case len(q.Arguments) > 0 && !json.Valid(q.Arguments):
+	if err := q.Validate(); err != nil {
+		return schema.Event{}, schema.Errorf(CodeBadRequest, "%v", err)
+	}
+	if !json.Valid(q.Arguments) {
 		return schema.Event{}, schema.Errorf(CodeBadRequest, "arguments are not JSON")
 	}
-	q.V = schema.Version
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
 	defer cancel()
 	sub, err := r.t.JS.Conn().SubscribeSync(r.t.EventsSubject(q.Session))

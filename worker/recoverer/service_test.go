@@ -121,7 +121,7 @@ func TestServiceEndpoints(t *testing.T) {
 		t.Fatalf("call again: %s %s", code, m.Data)
 	}
 	// Nobody runs it: timeout.
-	if code, _ := errCode(req(EndpointCall, schema.Request{V: 1, RequestID: "r-2", Session: "s-svc", Tool: "slow.tool"})); code != string(CodeTimeout) {
+	if code, _ := errCode(req(EndpointCall, schema.Request{V: 1, RequestID: "r-2", Session: "s-svc", Task: "t-1", Tool: "slow.tool", Arguments: json.RawMessage(`{}`)})); code != string(CodeTimeout) {
 		t.Fatalf("call without a worker: code %q, want timeout", code)
 	}
 
