@@ -150,7 +150,7 @@ func (r *Recoverer) run(ctx context.Context) error {
 func (r *Recoverer) handleExpiries(ctx context.Context, expired <-chan string) {
 	for s := range expired {
 		r.log.Info().Str("session", s).Msg("lease expired")
-		if err := r.takeOverIfOpen(ctx, s); err != nil && ctx.Err() == nil {
+		if err := r.takeOverIfOpen(ctx, s, true); err != nil && ctx.Err() == nil {
 			r.log.Error().Err(err).Str("session", s).Msg("takeover after lease expiry failed")
 		}
 	}

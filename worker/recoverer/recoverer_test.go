@@ -191,3 +191,46 @@ func TestReconcileAfterRestart(t *testing.T) {
 		}
 	}
 }
+
+// TestFinishesAnInterruptedTakeover: a recoverer fenced a session and died
+// before publishing the assessments; when its lease expires, a running
+// recoverer that never saw the open call (it was acknowledged before a
+// restart) publishes them.
+func TestFinishesAnInterruptedTakeover(t *testing.T) {
+	const ttl = time.Second
+	ctx := context.Background()
+	e := setup(t, ttl)
+	as := e.assessments()
+	first := e.recoverer("a")
+	stop := e.run(first)
+
+	w := e.writer("s-i", "w1")
+	w.call("c-1", "payments.charge", effect.NonIdempotent, "k-1")
+	w.started("c-1")
+	if err := w.lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "events acknowledged", func() bool {
+		c, err := e.topo.JS.Consumer(ctx, e.topo.StreamName("EVENTS"), "jw-recoverer-a-events")
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(ctx)
+		return err == nil && first.Stats().EventsSeen >= 2 && info.NumAckPending == 0 && info.NumPending == 0
+	})
+	stop()
+	e.run(e.recoverer("a")) // knows nothing of c-1
+
+	// The dead recoverer's half takeover.
+	lease, err := e.topo.AcquireLease(ctx, "s-i", "recoverer-dead-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.topo.Fence(ctx, "s-i", "recoverer-dead-1", lease.Epoch); err != nil {
+		t.Fatal(err)
+	}
+	a := as.wait(t, "s-i", "c-1", ttl+3*time.Second)
+	if a.Decision != schema.DecisionNeedsReview || a.Evidence != recovery.EvidenceNoResult {
+		t.Fatalf("assessment %+v", a)
+	}
+}

@@ -15,7 +15,9 @@ import (
 
 // takeOverIfOpen takes the session over if its log has open calls and no
 // lease is live (someone else owning it again will finish or fence them).
-func (r *Recoverer) takeOverIfOpen(ctx context.Context, session string) error {
+// expired says the lease watcher just reported the lease expired (not
+// released): then an unfinished takeover is repaired too (finishTakeover).
+func (r *Recoverer) takeOverIfOpen(ctx context.Context, session string, expired bool) error {
 	if _, live, err := r.t.LeaseHolder(ctx, session); err != nil || live {
 		return err
 	}
@@ -24,6 +26,9 @@ func (r *Recoverer) takeOverIfOpen(ctx context.Context, session string) error {
 		return err
 	}
 	if len(openIn(h, 0)) == 0 {
+		if expired {
+			return r.finishTakeover(ctx, h)
+		}
 		return nil
 	}
 	_, err = r.TakeOver(ctx, session)
@@ -32,6 +37,33 @@ func (r *Recoverer) takeOverIfOpen(ctx context.Context, session string) error {
 		return nil
 	}
 	return err
+}
+
+// finishTakeover repairs a takeover a recoverer did not finish: if the log
+// ends with a session.fenced by a recoverer (an owner named
+// "recoverer-…", the default) whose lease then expired instead of being
+// released, that recoverer died between the fence and its assessments.
+// The calls the fence closed are assessed and published now (with
+// Nats-Msg-Id, so a finished takeover's are not repeated within the dedup
+// window).
+func (r *Recoverer) finishTakeover(ctx context.Context, h []schema.Event) error {
+	if len(h) == 0 {
+		return nil
+	}
+	last := h[len(h)-1]
+	if last.Type != schema.TypeFenced || last.Fence == nil || !strings.HasPrefix(last.Fence.Owner, "recoverer-") {
+		return nil
+	}
+	for _, id := range openIn(h, last.Seq) {
+		a, err := recovery.Inspect(schema.Events(h), id)
+		if err != nil {
+			continue
+		}
+		if err := r.publishAssessment(ctx, a); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // TakeOver takes the session over and confirms its history: it acquires the
@@ -88,7 +120,7 @@ func (r *Recoverer) Reconcile(ctx context.Context) error {
 	pre := r.t.EventsSubject("")
 	for subj := range info.State.Subjects {
 		session := strings.TrimPrefix(subj, pre)
-		if err := r.takeOverIfOpen(ctx, session); err != nil {
+		if err := r.takeOverIfOpen(ctx, session, false); err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
