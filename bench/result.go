@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -153,7 +154,13 @@ func (r Result) MarshalJSON() ([]byte, error) {
 	if !finite(p.Jingwei) {
 		p.Jingwei = 0
 	}
-	return json.Marshal(p)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // targets read ">= 0.9", not "\u003e= 0.9"
+	if err := enc.Encode(p); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // Median returns the median of xs (the mean of the two middle values for

@@ -184,6 +184,9 @@ func TestWriteJSONShape(t *testing.T) {
 	if got[2]["met"] != false || got[2]["error"] != "boom" || got[2]["jingwei"].(float64) != 0 {
 		t.Errorf("failed row: %v", got[2])
 	}
+	if !strings.Contains(buf.String(), `"target": "ratio >= 0.9"`) {
+		t.Errorf("targets are HTML-escaped:\n%s", buf.String())
+	}
 	if _, ok := got[0]["error"]; ok {
 		t.Error("a row that ran has an error member")
 	}
