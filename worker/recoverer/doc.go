@@ -36,6 +36,13 @@
 //
 // # Confirmed histories, prepare and takeover
 //
+// A takeover acquires the lease (a new epoch), appends session.fenced,
+// loads the log, publishes the assessments of the calls the fence closed
+// and releases the lease. A recoverer that dies between the fence and its
+// assessments leaves its lease to expire; the recoverer that sees that
+// expiry publishes them (for fences by owners named "recoverer-…", the
+// default Owner).
+//
 // Prepare plans only from a confirmed history. A call with a result, or one
 // left open before a session.fenced event of a newer epoch, is confirmed.
 // A call still open while the session's lease is live belongs to a running
