@@ -26,6 +26,11 @@ var (
 // issuers is how many issuers race for every plan.
 const issuers = 4
 
+// maxLoadConsumers is how many consumers settle lets JW_EVENTS reach: under
+// nats-server's default limit of 1,000 per stream, with room for the
+// recovery workers' own.
+const maxLoadConsumers = 900
+
 func issueStep(cfg Config) step {
 	// 4 × 200 prepares load 800 histories a round; see settle.
 	calls := cfg.n(200, 60, 8)
@@ -83,7 +88,7 @@ func (e *env) issue(ctx context.Context, calls int) (jw, raw []float64, dups, ra
 	}
 
 	jwRound := func(ctx context.Context, round int) (float64, error) {
-		if err := settle(ctx, topo); err != nil {
+		if err := settle(ctx, topo, issuers*calls); err != nil {
 			return 0, err
 		}
 		sessions, err := uncertainCalls(ctx, topo, fmt.Sprintf("r%d", round), calls)
@@ -162,12 +167,12 @@ func (e *env) issue(ctx context.Context, calls int) (jw, raw []float64, dups, ra
 	return jw, raw, dups, rawDups, err
 }
 
-// settle waits until the consumers of the previous round's loads are gone.
-// Every stream.Load reads the session through an ordered consumer that the
-// server drops 5 s after its last use, and nats-server 2.15 allows 1,000
-// consumers per stream by default: 4 issuers × 200 prepares stay under it
-// within a round, but back-to-back rounds would not.
-func settle(ctx context.Context, topo *stream.Topology) error {
+// settle waits until JW_EVENTS has room for loads more consumers. Every
+// stream.Load reads the session through an ordered consumer that the server
+// drops 5 s after its last use, and nats-server 2.15 allows 1,000 consumers
+// per stream by default: 4 issuers × 200 prepares stay under it within a
+// round, but back-to-back rounds would not.
+func settle(ctx context.Context, topo *stream.Topology, loads int) error {
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	return waitFor(wctx, 100*time.Millisecond, func() (bool, error) {
@@ -175,7 +180,7 @@ func settle(ctx context.Context, topo *stream.Topology) error {
 		if err != nil {
 			return false, err
 		}
-		return info.State.Consumers <= 10, nil
+		return info.State.Consumers+loads <= maxLoadConsumers, nil
 	})
 }
 
