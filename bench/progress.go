@@ -27,8 +27,9 @@ func (nopProgress) Step(int, string) {}
 func (nopProgress) Done()            {}
 
 // Bar is a Progress that draws a one-line progress bar on a terminal,
-// redrawn in place with a carriage return, with the elapsed time. Use it
-// only when W is a terminal; the zero value (W nil) draws nothing.
+// redrawn in place with a carriage return, with the elapsed time (updated
+// every second while a step runs). Use it only when W is a terminal; the
+// zero value (W nil) draws nothing. Safe for concurrent use.
 type Bar struct {
 	// W is the terminal, normally os.Stderr.
 	W io.Writer
@@ -37,8 +38,11 @@ type Bar struct {
 
 	mu    sync.Mutex
 	steps int
+	i     int
+	name  string
 	start time.Time
 	last  int
+	stop  chan struct{}
 }
 
 // Start implements Progress.
@@ -46,15 +50,42 @@ func (b *Bar) Start(steps int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.steps, b.start = steps, time.Now()
+	if b.W == nil || b.stop != nil {
+		return
+	}
+	b.stop = make(chan struct{})
+	go func(stop chan struct{}) {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				b.mu.Lock()
+				if b.stop == stop { // not Done yet
+					b.draw()
+				}
+				b.mu.Unlock()
+			}
+		}
+	}(b.stop)
 }
 
 // Step implements Progress.
 func (b *Bar) Step(i int, name string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.i, b.name = i, name
+	b.draw()
+}
+
+// draw redraws the bar; b.mu is held.
+func (b *Bar) draw() {
 	if b.W == nil || b.steps == 0 {
 		return
 	}
+	i, name := b.i, b.name
 	w := b.Width
 	if w <= 0 {
 		w = 30
@@ -66,10 +97,15 @@ func (b *Bar) Step(i int, name string) {
 	fmt.Fprintf(b.W, "\r%s%s", line, strings.Repeat(" ", pad))
 }
 
-// Done implements Progress: it clears the bar's line.
+// Done implements Progress: it stops the redraws and clears the bar's
+// line.
 func (b *Bar) Done() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.stop != nil {
+		close(b.stop)
+		b.stop = nil
+	}
 	if b.W == nil || b.last == 0 {
 		return
 	}
