@@ -25,8 +25,10 @@ type Config struct {
 	// 100,000 events instead of 1,000,000 for the memory scenario. The
 	// scenario names say so. Defaults to false.
 	Quick bool
-	// Rounds is how many rounds every timed scenario runs; figures are
-	// medians over them. Defaults to 7 (3 with Quick).
+	// Rounds is how many rounds the timed scenarios run; figures are
+	// medians over them. Classification runs at most 5 (each round fills
+	// a fresh topology), Inspect at least 5 (it is cheap), the crash
+	// scenario Rounds-2 but at least 2. Defaults to 7 (3 with Quick).
 	Rounds int
 	// Only, when not empty, runs just the scenarios named (see Scenarios:
 	// "appends", "runtime", "classify", "inspect", "issue", "crash",
@@ -42,9 +44,9 @@ type Config struct {
 	// LeaseTTL is the lease TTL of the crash scenario (worker and recovery
 	// worker). Defaults to 2 s; at least 1 s.
 	LeaseTTL time.Duration
-	// Scale multiplies the event and call counts of every scenario (not the
-	// 100,000-event Inspect history and not the memory scenario's event
-	// count). Tests use a small one. Defaults to 1.
+	// Scale multiplies the event and call counts of the scenarios (not the
+	// memory scenario's, see MemoryEvents; the 100,000-event Inspect history
+	// only shrinks, for Scale below 1). Tests use a small one. Defaults to 1.
 	Scale float64
 	// MemoryEvents overrides the memory scenario's event count. Defaults to
 	// 1,000,000 (100,000 with Quick).
