@@ -25,8 +25,9 @@ type fillSpec struct {
 	// sessions named <name>-<i>, events spread evenly over them.
 	name     string
 	sessions int
-	// events in total, three per finished call (tool.call with start
-	// marker, tool.started, tool.result ok), rounded down to whole calls.
+	// events of finished calls in total, at least: three per call
+	// (tool.call with start marker, tool.started, tool.result ok), rounded
+	// up to whole calls in every session.
 	events int
 	// open sessions (the first ones) end with one more call that is
 	// started but has no result.
@@ -72,7 +73,7 @@ func fill(ctx context.Context, nc *nats.Conn, topo *stream.Topology, spec fillSp
 		return filled{}, err
 	}
 	var f filled
-	perSession := spec.events / 3 / spec.sessions
+	perSession := (spec.events + 3*spec.sessions - 1) / (3 * spec.sessions)
 	const batch = 2000
 	var futures []jetstream.PubAckFuture
 	flush := func() error {
