@@ -48,7 +48,7 @@ func appendSteps(cfg Config, mode stream.SyncMode) []step {
 		}
 		name := fmt.Sprintf("append %s (sync=%s)", what, mode)
 		steps = append(steps, step{
-			scenario: "appends", name: name, server: mode, rows: []string{name},
+			scenario: "appends", name: name, server: mode, rows: []row{{name, appendTarget}},
 			run: func(ctx context.Context, e *env) ([]Result, error) {
 				jw, raw, err := e.appends(ctx, sh.sessions, sh.perSession)
 				if err != nil {

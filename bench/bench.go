@@ -208,10 +208,15 @@ type step struct {
 	scenario string // one of Scenarios
 	name     string // shown in the progress bar
 	server   stream.SyncMode
-	// targets are the rows' targets, by row name, used for the rows of a
-	// failed step.
-	rows []string
+	// rows are the step's rows and targets, for the rows of a failed step.
+	rows []row
 	run  func(ctx context.Context, e *env) ([]Result, error)
+}
+
+// row names a row and its target.
+type row struct {
+	name   string
+	target Target
 }
 
 // plan lists the steps cfg asks for.
@@ -307,7 +312,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			}
 			errs = append(errs, fmt.Errorf("%s: %w", s.name, err))
 			for _, r := range s.rows {
-				out = append(out, failed(r, Target{Text: "-"}, err))
+				out = append(out, failed(r.name, r.target, err))
 			}
 			continue
 		}

@@ -30,7 +30,7 @@ func classifyStep(cfg Config) step {
 	events := cfg.n(300_000, 30_000, 3_000)
 	name := fmt.Sprintf("recovery worker classification, %d events", events)
 	return step{
-		scenario: "classify", name: name, server: stream.SyncInterval, rows: []string{name},
+		scenario: "classify", name: name, server: stream.SyncInterval, rows: []row{{name, classifyTarget}},
 		run: func(ctx context.Context, e *env) ([]Result, error) {
 			jw, raw, err := e.classify(ctx, events)
 			if err != nil {

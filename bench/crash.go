@@ -24,7 +24,7 @@ func crashStep(cfg Config) step {
 	p50 := fmt.Sprintf("crash -> assessment p50, %s (raw = lease TTL)", what)
 	p99 := fmt.Sprintf("crash -> assessment p99, %s (raw = lease TTL)", what)
 	return step{
-		scenario: "crash", name: "crash -> assessment", server: stream.SyncInterval, rows: []string{p50, p99},
+		scenario: "crash", name: "crash -> assessment", server: stream.SyncInterval, rows: []row{{p50, target}, {p99, target}},
 		run: func(ctx context.Context, e *env) ([]Result, error) {
 			lat, err := e.crash(ctx, rounds, sessions)
 			if err != nil {

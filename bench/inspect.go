@@ -25,7 +25,7 @@ func inspectStep(cfg Config) step {
 	}
 	name := fmt.Sprintf("Inspect vs decode, %d-event history", events)
 	return step{
-		scenario: "inspect", name: name, server: stream.SyncInterval, rows: []string{name},
+		scenario: "inspect", name: name, server: stream.SyncInterval, rows: []row{{name, inspectTarget}},
 		run: func(ctx context.Context, _ *env) ([]Result, error) {
 			jw, raw, err := inspectVsDecode(ctx, events, max(cfg.Rounds, 5))
 			if err != nil {

@@ -37,7 +37,7 @@ func issueStep(cfg Config) step {
 	name := fmt.Sprintf("plan issuance, %d racing issuers", issuers)
 	dupName := "plan issuance: duplicate plans published"
 	return step{
-		scenario: "issue", name: name, server: stream.SyncInterval, rows: []string{name, dupName},
+		scenario: "issue", name: name, server: stream.SyncInterval, rows: []row{{name, issueTarget}, {dupName, dupTarget}},
 		run: func(ctx context.Context, e *env) ([]Result, error) {
 			jw, raw, dups, rawDups, err := e.issue(ctx, calls)
 			if err != nil {

@@ -31,7 +31,7 @@ func memoryStep(cfg Config) step {
 	rss := fmt.Sprintf("recovery worker VmRSS after %s", what)
 	hwm := fmt.Sprintf("recovery worker VmHWM (peak) after %s", what)
 	return step{
-		scenario: "memory", name: "recovery worker memory", server: stream.SyncInterval, rows: []string{rss, hwm},
+		scenario: "memory", name: "recovery worker memory", server: stream.SyncInterval, rows: []row{{rss, memoryTarget}, {hwm, memoryTarget}},
 		run: func(ctx context.Context, e *env) ([]Result, error) {
 			vm, err := e.memory(ctx, events)
 			if err != nil {

@@ -23,7 +23,7 @@ func runtimeStep(cfg Config, mode stream.SyncMode) step {
 	}
 	name := fmt.Sprintf("runtime call, no-op tool (sync=%s)", mode)
 	return step{
-		scenario: "runtime", name: name, server: mode, rows: []string{name},
+		scenario: "runtime", name: name, server: mode, rows: []row{{name, runtimeTarget}},
 		run: func(ctx context.Context, e *env) ([]Result, error) {
 			jw, raw, err := e.runtime(ctx, calls)
 			if err != nil {
