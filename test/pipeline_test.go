@@ -23,6 +23,7 @@ import (
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/tools"
+	"github.com/jingwei/jingwei/worker"
 )
 
 // pipelineLeaseTTL is the lease TTL of every process in the pipeline test:
@@ -445,7 +446,7 @@ func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
 
 func publishRequest(t *testing.T, js jetstream.JetStream, topo *stream.Topology, session, requestID, tool, args string) {
 	t.Helper()
-	b, _ := json.Marshal(schema.Request{V: 1, RequestID: requestID, Session: session, Tool: tool, Arguments: json.RawMessage(args)})
+	b, _ := json.Marshal(schema.Request{V: 1, RequestID: requestID, Session: session, Task: worker.DefaultTask, Tool: tool, Arguments: json.RawMessage(args)})
 	if _, err := js.Publish(context.Background(), topo.RequestsSubject(session), b); err != nil {
 		t.Fatal(err)
 	}

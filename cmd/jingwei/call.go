@@ -19,6 +19,7 @@ import (
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/worker"
 	"github.com/jingwei/jingwei/worker/recoverer"
 )
 
@@ -190,7 +191,7 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var cf clientFlags
 	cf.register(fs, time.Minute)
 	session := fs.String("session", "", "session id, [A-Za-z0-9_-]{1,128} (required)")
-	task := fs.String("task", "", "task inside the session (default: the worker's default task)")
+	task := fs.String("task", worker.DefaultTask, "task inside the session: the scope in which operation keys and budgets count (a request on the wire always names one)")
 	tool := fs.String("tool", "", "tool name, e.g. orders.create (required)")
 	argsJSON := fs.String("args", "{}", "tool arguments as a JSON object")
 	requestID := fs.String("request-id", "", "your id for this intent; re-sending it never runs the tool twice (default: a new one)")

@@ -108,7 +108,7 @@ func TestServeAllInOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	req := []byte(`{"v":1,"request_id":"r-1","session":"s-1","tool":"catalog.lookup","arguments":{"sku":"A-1"}}`)
+	req := []byte(`{"v":1,"request_id":"r-1","session":"s-1","task":"t-1","tool":"catalog.lookup","arguments":{"sku":"A-1"}}`)
 	var msg *nats.Msg
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		msg, err = nc.Request("jw.api.call", req, 20*time.Second)

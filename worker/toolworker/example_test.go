@@ -50,7 +50,7 @@ func Example() {
 	go func() { done <- w.Run(ctx) }()
 
 	// What an agent in any language publishes (twice, by mistake).
-	req := []byte(`{"v":1,"request_id":"r-1","session":"s-1","tool":"catalog.lookup","arguments":{"sku":"A-1"}}`)
+	req := []byte(`{"v":1,"request_id":"r-1","session":"s-1","task":"t-1","tool":"catalog.lookup","arguments":{"sku":"A-1"}}`)
 	for range 2 {
 		if _, err := js.Publish(ctx, topo.RequestsSubject("s-1"), req); err != nil {
 			panic(err)

@@ -136,7 +136,7 @@ func (r *running) stop(t *testing.T) {
 // publish publishes a request on jw.requests.<session>.
 func publish(t *testing.T, topo *stream.Topology, session, requestID, tool string, args string) {
 	t.Helper()
-	b, _ := json.Marshal(schema.Request{V: 1, RequestID: requestID, Session: session, Tool: tool, Arguments: json.RawMessage(args)})
+	b, _ := json.Marshal(schema.Request{V: 1, RequestID: requestID, Session: session, Task: worker.DefaultTask, Tool: tool, Arguments: json.RawMessage(args)})
 	if _, err := topo.JS.Publish(context.Background(), topo.RequestsSubject(session), b); err != nil {
 		t.Fatal(err)
 	}

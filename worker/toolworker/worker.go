@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -349,21 +348,15 @@ func (w *Worker) newRuntime(id string, lg worker.Appender) (*worker.Runtime, err
 }
 
 // decodeRequest decodes and checks a tool request from the subject of
-// session id.
+// session id with schema.DecodeRequest, which holds it to
+// request.schema.json and refuses duplicate member names.
 func decodeRequest(id string, data []byte) (schema.Request, error) {
-	var r schema.Request
-	if err := json.Unmarshal(data, &r); err != nil {
+	r, err := schema.DecodeRequest(data)
+	if err != nil {
 		return r, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
 	}
-	switch {
-	case r.V != 0 && r.V != schema.Version:
-		return r, fmt.Errorf("%w: unsupported version %d", ErrInvalidRequest, r.V)
-	case r.RequestID == "" || len(r.RequestID) > schema.MaxFieldBytes:
-		return r, fmt.Errorf("%w: request_id must be 1-%d bytes", ErrInvalidRequest, schema.MaxFieldBytes)
-	case r.Session != "" && r.Session != id:
+	if r.Session != id {
 		return r, fmt.Errorf("%w: request for session %q published on %q's subject", ErrInvalidRequest, r.Session, id)
-	case strings.TrimSpace(r.Tool) == "":
-		return r, fmt.Errorf("%w: no tool", ErrInvalidRequest)
 	}
 	return r, nil
 }
