@@ -6,10 +6,7 @@
 // package is pure: no I/O, no NATS.
 package effect
 
-import (
-	"errors"
-	"fmt"
-)
+import "fmt"
 
 // Effect is what a tool promises about its side effects. The zero value is
 // Unknown, which recovery treats like NonIdempotent.
@@ -130,15 +127,3 @@ func (m Metadata) WithEffect(e Effect, revision string) Metadata {
 	m.Contract = Contract{Effect: e, Revision: revision}
 	return m
 }
-
-// Sentinel errors returned by this package; match them with errors.Is.
-var (
-	// ErrUnknownEffect is returned for a wire value or number that is not
-	// one of the four effects.
-	ErrUnknownEffect = errors.New("effect: unknown effect")
-	// ErrEmptyRevision is returned by Contract.Validate for an empty revision.
-	ErrEmptyRevision = errors.New("effect: contract revision is empty")
-	// ErrRevisionTooLong is returned by Contract.Validate for a revision over
-	// MaxRevisionBytes.
-	ErrRevisionTooLong = errors.New("effect: contract revision too long")
-)
