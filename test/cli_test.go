@@ -299,13 +299,9 @@ func TestCLI(t *testing.T) {
 		return jw(t, bin, url, args...)
 	}
 	r = review("c-pay-1", "not_executed", untrusted, "--json")
-	r.want(t, "review signed with an untrusted key (published)", 0, "")
-	var ro struct {
-		Review schema.Review `json:"review"`
-		Seq    uint64        `json:"seq"`
-	}
-	if err := json.Unmarshal([]byte(r.stdout), &ro); err != nil || ro.Review.Signer != pub || ro.Seq == 0 || ro.Review.Sig == "" {
-		t.Fatalf("review --json: %q (%v)", r.stdout, err)
+	r.want(t, "review signed with an untrusted key (published, ignored)", 3, "invalid_review")
+	if !strings.Contains(r.stdout, "not trusted") || !strings.Contains(r.stdout, "JW_REVIEWS seq") {
+		t.Fatalf("untrusted review: the refusal should say it was published and why it is ignored: %q", r.stdout)
 	}
 	jw(t, bin, url, "retry", "--session", "cli-pay", "--call", "c-pay-1").want(t, "retry after an untrusted review", 3, "needs_review")
 

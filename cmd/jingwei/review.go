@@ -61,6 +61,9 @@ type reviewOutput struct {
 	// Assessment is the recovery worker's view of the call after the
 	// review, when it answered.
 	Assessment *schema.Assessment `json:"assessment,omitempty"`
+	// Check is how the recovery worker judges this review (accepted, or
+	// ignored and why), when it answered.
+	Check *recoverer.ReviewCheck `json:"check,omitempty"`
 }
 
 func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -131,6 +134,22 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	out := reviewOutput{Review: r, Stream: ack.Stream, Seq: ack.Sequence}
 
+	// How the recovery worker judges the review: the same check prepare
+	// applies (well formed, its session, a trusted signer).
+	var st recoverer.Status
+	if err := api.request(ctx, recoverer.EndpointStatus, recoverer.StatusRequest{Session: *session, CallID: *call}, &st); err == nil {
+		for i := range st.Reviews {
+			if st.Reviews[i].Seq == ack.Sequence {
+				out.Check = &st.Reviews[i]
+			}
+		}
+	}
+	if c := out.Check; c != nil && !c.Accepted {
+		st := writeError(stdout, schema.Errorf(schema.Code(c.Code), "review published (%s seq %d) but the recovery worker ignores it: %s", ack.Stream, ack.Sequence, c.Reason))
+		fmt.Fprintf(stderr, "jingwei review: the review changes nothing; sign with a key listed in the recovery worker's --trust-reviewers (jingwei keys pub --key FILE prints yours)\n")
+		return st
+	}
+
 	// What the recovery worker makes of the call now. The assessment is
 	// the history's classification; the review is applied when a plan is
 	// prepared.
@@ -149,6 +168,9 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fmt.Fprintf(tw, "evidence\t%s\n", r.Evidence)
 	fmt.Fprintf(tw, "signer\t%s\n", r.Signer)
 	fmt.Fprintf(tw, "published\t%s seq %d\n", ack.Stream, ack.Sequence)
+	if out.Check != nil {
+		fmt.Fprintf(tw, "recovery worker\taccepted (signer trusted); the latest accepted review of a call decides its retry\n")
+	}
 	if out.Assessment != nil {
 		fmt.Fprintf(tw, "call\t%s %s, %s (evidence %s, %d attempt(s))\n", a.Tool, a.Outcome, a.Decision, a.Evidence, a.Attempts)
 	}
@@ -167,13 +189,13 @@ func reviewNext(r schema.Review, a schema.Assessment) string {
 	retry := fmt.Sprintf("jingwei retry --session %s --call %s", r.Session, r.CallID)
 	switch {
 	case r.Verdict == schema.VerdictCompleted:
-		return "verdict completed: every retry of this call will be refused (code completed); nothing more to do.\nIf your key is not trusted by the recovery worker, the review is ignored: check with " + retry
+		return "verdict completed: every retry of this call will be refused (code completed); nothing more to do."
 	case r.Verdict == schema.VerdictUncertain:
 		return "verdict uncertain: the call stays needs_review until a review says not_executed or completed."
 	case a.Decision == schema.DecisionRefuse:
 		return "the call completed according to its log; no retry will be prepared whatever the review says."
 	default:
-		return "verdict not_executed: a retry may now be prepared (if your key is trusted):\n  " + retry
+		return "verdict not_executed: a retry may now be prepared:\n  " + retry
 	}
 }
 

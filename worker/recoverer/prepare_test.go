@@ -109,6 +109,32 @@ func TestPrepareWithReviews(t *testing.T) {
 	if _, err := r.acceptReview(ctx, "s-p", mustJSON(t, review(t, e.reviewer, "s-p", "nope", schema.VerdictNotExecuted))); !errors.Is(err, schema.ErrUnknownCall) {
 		t.Fatalf("review of an unknown call: %v, want unknown_call", err)
 	}
+
+	// Reviews reports each review of a call as prepare judged it: the
+	// forged ones (all but the malformed one, which names no call it can
+	// be attributed to) are listed as rejected with their reason.
+	checks, err := r.Reviews(ctx, "s-p", "pay-forged")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(checks) != 4 {
+		t.Fatalf("Reviews(pay-forged) = %d checks, want the 4 attributable forged reviews: %+v", len(checks), checks)
+	}
+	for i, c := range checks {
+		if c.Accepted || c.Code != string(schema.CodeInvalidReview) || c.Reason == "" || c.Seq == 0 {
+			t.Errorf("check %d (%s) = %+v, want rejected invalid_review with a reason and a seq", i, forged[i].name, c)
+		}
+		if i > 0 && c.Seq <= checks[i-1].Seq {
+			t.Errorf("checks out of stream order: %d after %d", c.Seq, checks[i-1].Seq)
+		}
+	}
+	done, err := r.Reviews(ctx, "s-p", "pay-done")
+	if err != nil || len(done) != 2 || !done[0].Accepted || !done[1].Accepted || done[1].Review.Verdict != schema.VerdictCompleted {
+		t.Fatalf("Reviews(pay-done) = %+v, %v, want two accepted, the latest completed", done, err)
+	}
+	if none, err := r.Reviews(ctx, "s-quiet", "c-1"); err != nil || len(none) != 0 {
+		t.Fatalf("Reviews of a session without reviews = %+v, %v", none, err)
+	}
 }
 
 func mustJSON(t *testing.T, v any) []byte {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -75,6 +76,11 @@ func (r *Recoverer) consumeReviews(ctx context.Context) error {
 			lg.Warn().Err(err).Str("code", string(schema.CodeOf(err))).Msg("review rejected")
 		} else {
 			lg.Info().Msg("review accepted")
+			if rv.Verdict == schema.VerdictCompleted {
+				// Settled: no retry will ever be planned, so the call no
+				// longer awaits review.
+				r.review.forget(session, rv.CallID)
+			}
 		}
 		if err := m.Ack(); err != nil {
 			return fmt.Errorf("ack review: %w", err)
@@ -149,4 +155,52 @@ func (r *Recoverer) scanSubject(ctx context.Context, streamName, subj string, he
 			return nil
 		}
 	}
+}
+
+// ReviewCheck is one review of a call on jw.reviews.<session>, judged as
+// prepare judges it: Accepted when it is well formed, for its subject's
+// session and signed by a trusted reviewer key; otherwise Code and Reason
+// say why it is ignored. Of the accepted ones, the latest decides.
+type ReviewCheck struct {
+	// Seq is the review's sequence in JW_REVIEWS.
+	Seq      uint64        `json:"seq"`
+	Review   schema.Review `json:"review"`
+	Accepted bool          `json:"accepted"`
+	Code     string        `json:"code,omitempty"`
+	Reason   string        `json:"reason,omitempty"`
+}
+
+// Reviews returns every review published for callID in session, in stream
+// order, each with this recoverer's judgement of it (see ReviewCheck). A
+// message that does not even decode to a review of callID is not listed.
+func (r *Recoverer) Reviews(ctx context.Context, session, callID string) ([]ReviewCheck, error) {
+	if err := checkTarget(session, callID); err != nil {
+		return nil, err
+	}
+	subj := r.t.ReviewsSubject(session)
+	if _, err := r.t.Reviews.GetLastMsgForSubject(ctx, subj); errors.Is(err, jetstream.ErrMsgNotFound) {
+		return []ReviewCheck{}, nil
+	} else if err != nil {
+		return nil, fmt.Errorf("recoverer: read reviews of %s: %w", session, err)
+	}
+	out := []ReviewCheck{}
+	err := r.scanSubject(ctx, r.t.StreamName("REVIEWS"), subj, false, func(m jetstream.Msg) {
+		rv, err := r.checkReview(session, m.Data())
+		if rv.CallID != callID {
+			return
+		}
+		c := ReviewCheck{Review: rv, Accepted: err == nil}
+		if md, merr := m.Metadata(); merr == nil {
+			c.Seq = md.Sequence.Stream
+		}
+		if err != nil {
+			c.Code = string(schema.CodeOf(err))
+			c.Reason = err.Error()
+			if c.Code != "" {
+				c.Reason = strings.Replace(c.Reason, c.Code+": ", "", 1)
+			}
+		}
+		out = append(out, c)
+	})
+	return out, err
 }

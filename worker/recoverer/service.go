@@ -38,6 +38,9 @@ type Target struct {
 // about every session.
 type StatusRequest struct {
 	Session string `json:"session,omitempty"`
+	// CallID, with Session, asks for the call's reviews too (Status.Reviews):
+	// how this recoverer judges each review on jw.reviews.<session> for it.
+	CallID string `json:"call_id,omitempty"`
 }
 
 // ErrorBody is the body of an error answer, {"error":{"code","message"}};
@@ -111,7 +114,15 @@ func (r *Recoverer) serve(ctx context.Context) (micro.Service, error) {
 					return nil, err
 				}
 			}
-			return r.Status(ctx, s.Session)
+			st, err := r.Status(ctx, s.Session)
+			if err != nil || s.CallID == "" {
+				return st, err
+			}
+			if err := checkTarget(s.Session, s.CallID); err != nil {
+				return nil, err
+			}
+			st.Reviews, err = r.Reviews(ctx, s.Session, s.CallID)
+			return st, err
 		}},
 		{EndpointCall, func(ctx context.Context, data []byte) (any, error) {
 			// Strictly, as a tool worker will read it.
@@ -150,6 +161,8 @@ func (r *Recoverer) respond(req micro.Request, v any, err error) {
 	var se *schema.Error
 	if errors.As(err, &se) {
 		d.Code, d.Latest = string(se.Code), se.Latest
+		// The code travels in its own field: don't repeat it in the text.
+		d.Message = strings.Replace(d.Message, string(se.Code)+": ", "", 1)
 	} else {
 		r.log.Error().Err(err).Str("subject", req.Subject()).Msg("service request failed")
 	}

@@ -95,6 +95,9 @@ type Status struct {
 	Plans PlanCounts `json:"plans"`
 	// Stats are the classifier's counters.
 	Stats Stats `json:"stats"`
+	// Reviews are the reviews of one call (only when the request named a
+	// call), in stream order, each as prepare would judge it.
+	Reviews []ReviewCheck `json:"reviews,omitempty"`
 }
 
 // PlanCounts counts plans by state.
