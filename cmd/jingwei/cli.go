@@ -127,7 +127,9 @@ type errorBody struct {
 func writeError(stdout io.Writer, err error) int {
 	var e *schema.Error
 	if errors.As(err, &e) {
-		_ = writeJSON(stdout, map[string]errorBody{"error": {Code: string(e.Code), Message: err.Error(), Latest: e.Latest}})
+		// The code has its own field: the message does not repeat it.
+		msg := strings.Replace(err.Error(), string(e.Code)+": ", "", 1)
+		_ = writeJSON(stdout, map[string]errorBody{"error": {Code: string(e.Code), Message: msg, Latest: e.Latest}})
 		return exitRefused
 	}
 	_ = writeJSON(stdout, map[string]errorBody{"error": {Code: "internal", Message: err.Error()}})
