@@ -26,14 +26,16 @@ func (t *Topology) scan(ctx context.Context, session string, upTo uint64, header
 		FilterSubjects: []string{t.EventsSubject(session)},
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 		HeadersOnly:    headersOnly,
-		// Stop does not delete the consumer; let the server drop it soon
-		// rather than after the default 5 minutes, so frequent loads do
-		// not pile consumers up.
+		// A safety net only: the consumer is deleted when the scan ends.
 		InactiveThreshold: 5 * time.Second,
 	})
 	if err != nil {
 		return fmt.Errorf("stream: read %s: %w", session, err)
 	}
+	// Stop does not delete an ordered consumer, and a stream allows 1,000
+	// consumers by default: without the delete, a few hundred loads a
+	// second would exhaust them (JetStream error 10026).
+	defer deleteOrdered(t.Events, cons)
 	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
 	if err != nil {
 		return fmt.Errorf("stream: read %s: %w", session, err)
@@ -125,4 +127,17 @@ func (t *Topology) Load(ctx context.Context, session string) ([]schema.Event, er
 		return nil, err
 	}
 	return out, nil
+}
+
+// deleteOrdered deletes the server-side consumer behind an ordered consumer
+// once it is no longer read, best effort (the consumer's InactiveThreshold
+// removes it anyway if this fails).
+func deleteOrdered(st jetstream.Stream, cons jetstream.Consumer) {
+	info := cons.CachedInfo()
+	if info == nil || info.Name == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = st.DeleteConsumer(ctx, info.Name)
 }
