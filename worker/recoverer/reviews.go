@@ -132,10 +132,21 @@ func (r *Recoverer) scanSubject(ctx context.Context, streamName, subj string, he
 		FilterSubjects: []string{subj},
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 		HeadersOnly:    headersOnly,
+		// A safety net: the consumer is deleted when the scan ends.
+		InactiveThreshold: 5 * time.Second,
 	})
 	if err != nil {
 		return fmt.Errorf("recoverer: read %s: %w", subj, err)
 	}
+	// Stop does not delete an ordered consumer and a stream allows 1,000:
+	// delete it, or frequent prepares would exhaust them.
+	defer func() {
+		if info := cons.CachedInfo(); info != nil {
+			dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = r.t.JS.DeleteConsumer(dctx, streamName, info.Name)
+		}
+	}()
 	it, err := cons.Messages()
 	if err != nil {
 		return fmt.Errorf("recoverer: read %s: %w", subj, err)
