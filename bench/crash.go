@@ -130,7 +130,7 @@ func (e *env) crash(ctx context.Context, rounds, sessions int) ([]float64, error
 				Tool: "catalog.lookup", Arguments: json.RawMessage(`{"sku":"A-1"}`)}
 			b, _ := json.Marshal(q)
 			if _, err := topo.JS.Publish(ctx, topo.RequestsSubject(q.Session), b, jetstream.WithMsgID(q.RequestID)); err != nil {
-				w.kill()
+				w.Kill()
 				return nil, fmt.Errorf("publish request: %w", err)
 			}
 		}
@@ -151,10 +151,10 @@ func (e *env) crash(ctx context.Context, rounds, sessions int) ([]float64, error
 		})
 		wcancel()
 		if err != nil {
-			w.kill()
+			w.Kill()
 			return nil, fmt.Errorf("waiting for the worker's bodies to start: %w", err)
 		}
-		killed := w.kill()
+		killed := w.Kill()
 		// Every open call is assessed.
 		wctx, wcancel = context.WithTimeout(ctx, ttl+time.Minute)
 		err = waitFor(wctx, 5*time.Millisecond, func() (bool, error) {

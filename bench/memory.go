@@ -78,19 +78,19 @@ func (e *env) memory(ctx context.Context, events int) (map[string]float64, error
 	if err != nil {
 		return nil, err
 	}
-	defer rec.stop()
+	defer rec.Stop(10 * time.Second)
 	wctx, cancel := context.WithTimeout(ctx, 15*time.Minute)
 	defer cancel()
 	name := topo.Prefix + "-recoverer-" + recoverer.DefaultName + "-events"
 	if _, err := ackFloor(wctx, e.js, topo.StreamName("EVENTS"), name, f.lastSeq, 50*time.Millisecond, rec.exitedErr); err != nil {
 		return nil, fmt.Errorf("waiting for jingwei recover to consume %d events: %w", f.events, err)
 	}
-	vm, err := procStatus(rec.pid())
+	vm, err := procStatus(rec.PID())
 	if err != nil {
 		return nil, err
 	}
 	if vm["VmRSS"] == 0 || vm["VmHWM"] == 0 {
-		return nil, fmt.Errorf("bench: /proc/%d/status has no VmRSS/VmHWM", rec.pid())
+		return nil, fmt.Errorf("bench: /proc/%d/status has no VmRSS/VmHWM", rec.PID())
 	}
 	return vm, nil
 }
