@@ -33,6 +33,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/jingwei/jingwei/internal/proc"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 )
@@ -181,7 +182,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return Report{}, err
 	}
 	s := &story{cfg: cfg, dir: dir, out: cfg.Out, log: cfg.Logger,
-		procs: &children{exe: cfg.Exe, dir: filepath.Join(dir, "logs")}, dead: map[*child]bool{}}
+		procs: &children{exe: cfg.Exe, dir: filepath.Join(dir, "logs")}, dead: map[*proc.Child]bool{}}
 	defer s.shutdown()
 	rep, err := s.run(ctx)
 	if err != nil {

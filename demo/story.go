@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nkeys"
 	"github.com/rs/zerolog"
 
+	"github.com/jingwei/jingwei/internal/proc"
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
@@ -36,7 +37,7 @@ type story struct {
 	out   io.Writer
 	log   zerolog.Logger
 	procs *children
-	dead  map[*child]bool // children the story killed or stopped on purpose
+	dead  map[*proc.Child]bool // children the story killed or stopped on purpose
 
 	srv   *stream.Embedded
 	nc    *nats.Conn
@@ -79,12 +80,12 @@ func (s *story) shutdown() {
 	}
 }
 
-func (s *story) start(name string, args ...string) (*child, error) {
+func (s *story) start(name string, args ...string) (*proc.Child, error) {
 	c, err := s.procs.start(name, args...)
 	if err != nil {
 		return nil, err
 	}
-	s.rep.Children = append(s.rep.Children, c.pid())
+	s.rep.Children = append(s.rep.Children, c.PID())
 	return c, nil
 }
 
@@ -146,8 +147,8 @@ func (s *story) run(ctx context.Context) (Report, error) {
 	if err := s.waitService(ctx); err != nil {
 		return s.rep, err
 	}
-	s.say("start", "recovery worker  pid %-6d jingwei recover --trust-reviewers %s", rec.pid(), filepath.Base(trustFile))
-	s.say("", "tool worker      pid %-6d jingwei %s", held.pid(), strings.Join(publicArgs(workerArgs), " "))
+	s.say("start", "recovery worker  pid %-6d jingwei recover --trust-reviewers %s", rec.PID(), filepath.Base(trustFile))
+	s.say("", "tool worker      pid %-6d jingwei %s", held.PID(), strings.Join(publicArgs(workerArgs), " "))
 	s.say("", "reviewer key     %s (trusted)", pub)
 
 	// 4. The agent's requests.
@@ -188,10 +189,10 @@ func (s *story) run(ctx context.Context) (Report, error) {
 	}
 
 	// 6. The crash.
-	held.kill()
+	held.Kill()
 	s.dead[held] = true
-	s.rep.Killed = held.pid()
-	s.say("CRASH", "SIGKILL tool worker pid %d: neither call's result reaches the log", held.pid())
+	s.rep.Killed = held.PID()
+	s.say("CRASH", "SIGKILL tool worker pid %d: neither call's result reaches the log", held.PID())
 
 	// 7. The recovery worker takes the sessions over and classifies.
 	tc := time.Now()
@@ -209,7 +210,7 @@ func (s *story) run(ctx context.Context) (Report, error) {
 	if err != nil {
 		return s.rep, err
 	}
-	s.say("start", "tool worker      pid %-6d jingwei worker (a fresh process, nothing held)", w2.pid())
+	s.say("start", "tool worker      pid %-6d jingwei worker (a fresh process, nothing held)", w2.PID())
 
 	// 9. The order: idempotent, so an explicit prepare gives a plan, and
 	// the retry with the same key finds the order.
