@@ -3,6 +3,7 @@ package recoverer
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -101,4 +102,116 @@ func BenchmarkClassify(b *testing.B) {
 	b.ReportMetric(float64(events)/rawT.Seconds(), "raw_events/s")
 	b.ReportMetric(float64(events)/recT.Seconds(), "classified_events/s")
 	b.ReportMetric(rawT.Seconds()/recT.Seconds(), "ratio")
+}
+
+// BenchmarkPrepareRacing compares plan issuance by four recoverers racing
+// on the same calls (each on its own connection; every call an idempotent
+// tool's failure, retry_allowed) with its raw building blocks, measured
+// in the same run: four goroutines racing a KV create of a plan-sized
+// value per key, the winner publishing the plan with its id as
+// Nats-Msg-Id. It reports plans/s of both and their ratio (best round of
+// each; noise only slows a round down).
+func BenchmarkPrepareRacing(b *testing.B) {
+	const (
+		racers = 4
+		calls  = 150
+	)
+	srv, _, topo := streamtest.StartWith(b, streamtest.Config{})
+	ctx := context.Background()
+	topos := make([]*stream.Topology, racers)
+	for i := range topos {
+		nc, err := srv.Connect()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if topos[i], err = stream.OpenTopology(ctx, js, topo.Config()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	contract := effect.Contract{Effect: effect.Idempotent, Revision: "orders-v1"}
+	fill := func(round int) []string {
+		out := make([]string, calls)
+		for i := range out {
+			s := fmt.Sprintf("r%d-%d", round, i)
+			lg, err := topo.OpenLog(ctx, s, "bench-writer", 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, ev := range []schema.Event{
+				{Type: schema.TypeCall, Call: &schema.Call{CallID: "c-1", Tool: "orders.create", Arguments: json.RawMessage(`{"sku":"A-1","qty":1}`), StartMarker: true,
+					Operation: &schema.Operation{Task: "t-1", Key: fmt.Sprintf("op-%032d", i), Contract: contract}}},
+				{Type: schema.TypeStarted, Started: &schema.Started{CallID: "c-1"}},
+				{Type: schema.TypeResult, Result: &schema.Result{CallID: "c-1", Status: schema.StatusFailed, Retryable: true, Error: "upstream 503"}},
+			} {
+				if _, err := lg.Append(ctx, ev); err != nil {
+					b.Fatal(err)
+				}
+			}
+			out[i] = s
+		}
+		return out
+	}
+	race := func(f func(i int) error) time.Duration {
+		start := time.Now()
+		errs := make(chan error, racers)
+		for i := range racers {
+			go func() { errs <- f(i) }()
+		}
+		for range racers {
+			if err := <-errs; err != nil {
+				b.Fatal(err)
+			}
+		}
+		return time.Since(start)
+	}
+	value := make([]byte, 520)
+	var jwT, rawT time.Duration
+	for n := 0; n < b.N; n++ {
+		sessions := fill(n)
+		recs := make([]*Recoverer, racers)
+		for i := range recs {
+			var err error
+			if recs[i], err = New(Config{Topology: topos[i], Name: fmt.Sprintf("issuer%d", i), DisableService: true}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		d := race(func(i int) error {
+			for _, s := range sessions {
+				if _, err := recs[i].Prepare(ctx, s, "c-1"); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if n == 0 || d < jwT {
+			jwT = d
+		}
+		d = race(func(i int) error {
+			for j := range calls {
+				id := fmt.Sprintf("p-%d-%d", n, j)
+				_, err := topos[i].Plans.Create(ctx, "raw-"+id, value)
+				if errors.Is(err, jetstream.ErrKeyExists) {
+					continue
+				}
+				if err != nil {
+					return err
+				}
+				if _, err := topos[i].JS.Publish(ctx, topo.PlansSubject("raw"), value, jetstream.WithMsgID(id)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if n == 0 || d < rawT {
+			rawT = d
+		}
+	}
+	b.ReportMetric(calls/jwT.Seconds(), "plans/s")
+	b.ReportMetric(calls/rawT.Seconds(), "raw_plans/s")
+	b.ReportMetric(rawT.Seconds()/jwT.Seconds(), "ratio")
 }

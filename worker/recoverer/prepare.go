@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -56,6 +57,39 @@ func (r *Recoverer) Prepare(ctx context.Context, session, callID string) (schema
 	if err := checkTarget(session, callID); err != nil {
 		return schema.Plan{}, err
 	}
+	// The plan id follows from session and call alone: a plan issued
+	// before (by this or a racing recoverer) is found without loading the
+	// history. The latest review, needed either way, is read at the same
+	// time.
+	var (
+		wg        sync.WaitGroup
+		review    *schema.Review
+		reviewErr error
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		review, reviewErr = r.latestReview(ctx, session, callID)
+	}()
+	rec, err := r.plans.Get(ctx, recovery.PlanID(session, callID))
+	wg.Wait()
+	switch {
+	case err != nil && !errors.Is(err, stream.ErrPlanNotIssued):
+		return schema.Plan{}, err
+	case reviewErr != nil:
+		return schema.Plan{}, reviewErr
+	case err == nil && rec.State == stream.PlanIssued && rec.Plan.Session == session && rec.Plan.PriorCallID == callID &&
+		(review == nil || review.Verdict != schema.VerdictCompleted):
+		// Issued before and still unused: the stored plan stands, as it
+		// would after a KV create that lost (one plan per call). A
+		// completed review since, or a consumed plan, goes the full way
+		// for its error code (completed, superseded_call, plan_consumed).
+		if err := r.ensurePublished(ctx, rec.Plan); err != nil {
+			return schema.Plan{}, err
+		}
+		r.review.forget(session, callID)
+		return rec.Plan, nil
+	}
 	h, err := r.t.Load(ctx, session)
 	if err != nil {
 		return schema.Plan{}, err
@@ -77,10 +111,6 @@ func (r *Recoverer) Prepare(ctx context.Context, session, callID string) (schema
 			return schema.Plan{}, err
 		}
 	}
-	review, err := r.latestReview(ctx, session, callID)
-	if err != nil {
-		return schema.Plan{}, err
-	}
 	plan, err := recovery.PrepareRetry(schema.Events(h), callID, review,
 		recovery.RequireSignedReview(r.cfg.TrustedReviewers), recovery.WithClock(r.cfg.Now))
 	if err != nil {
@@ -92,7 +122,7 @@ func (r *Recoverer) Prepare(ctx context.Context, session, callID string) (schema
 // issue stores the plan (KV create; an existing plan under the id wins) and
 // makes sure it is published.
 func (r *Recoverer) issue(ctx context.Context, plan schema.Plan) (schema.Plan, error) {
-	rec, err := r.plans.Issue(ctx, plan)
+	rec, created, err := r.createPlan(ctx, plan)
 	if err != nil && !errors.Is(err, stream.ErrPlanConflict) {
 		return schema.Plan{}, err
 	}
@@ -110,11 +140,47 @@ func (r *Recoverer) issue(ctx context.Context, plan schema.Plan) (schema.Plan, e
 			return schema.Plan{}, err
 		}
 	}
-	if err := r.ensurePublished(ctx, plan); err != nil {
+	if created {
+		// This prepare's KV create stored the plan: nothing can have
+		// published it before (a racing publication after it carries the
+		// same Msg-Id), so the JW_PLANS lookup is skipped.
+		err = r.publishPlan(ctx, plan)
+	} else {
+		err = r.ensurePublished(ctx, plan)
+	}
+	if err != nil {
 		return schema.Plan{}, err
 	}
 	r.review.forget(plan.Session, plan.PriorCallID)
 	return plan, nil
+}
+
+// createPlan stores plan as issued with a KV create on its plan id, as
+// stream.Plans.Issue does, and also reports whether this create stored it
+// (created false: the stored record, whatever its state, and
+// stream.ErrPlanConflict if it is a different plan).
+func (r *Recoverer) createPlan(ctx context.Context, plan schema.Plan) (rec stream.PlanRecord, created bool, err error) {
+	rec = stream.PlanRecord{State: stream.PlanIssued, Plan: plan}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return rec, false, fmt.Errorf("recoverer: encode plan %s: %w", plan.PlanID, err)
+	}
+	rev, err := r.t.Plans.Create(ctx, plan.PlanID, b)
+	if err == nil {
+		rec.Revision = rev
+		return rec, true, nil
+	}
+	if !errors.Is(err, jetstream.ErrKeyExists) {
+		return stream.PlanRecord{}, false, fmt.Errorf("recoverer: issue plan %s: %w", plan.PlanID, err)
+	}
+	have, err := r.plans.Get(ctx, plan.PlanID)
+	if err != nil {
+		return stream.PlanRecord{}, false, err
+	}
+	if !stream.SamePlan(have.Plan, plan) {
+		return have, false, fmt.Errorf("%w: %s", stream.ErrPlanConflict, plan.PlanID)
+	}
+	return have, false, nil
 }
 
 // ensurePublished publishes the plan on jw.plans.<session> with its plan id
@@ -144,6 +210,14 @@ func (r *Recoverer) ensurePublished(ctx context.Context, plan schema.Plan) error
 			return nil
 		}
 	}
+	return r.publishPlan(ctx, plan)
+}
+
+// publishPlan publishes the plan on jw.plans.<session> with its plan id as
+// Nats-Msg-Id (a racing publication of the same plan inside the dedup
+// window is dropped by the server).
+func (r *Recoverer) publishPlan(ctx context.Context, plan schema.Plan) error {
+	subj := r.t.PlansSubject(plan.Session)
 	b, err := json.Marshal(plan)
 	if err != nil {
 		return err

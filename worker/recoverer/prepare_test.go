@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/jingwei/jingwei/effect"
+	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 )
@@ -330,4 +331,63 @@ func firstKey(m map[string]int) string {
 		return k
 	}
 	return ""
+}
+
+// TestPrepareIssuedBefore: a prepare that finds the call's plan issued
+// returns it without planning again (it also publishes it when its issuer
+// died before publishing), and still refuses after a completed review and
+// after the plan was used.
+func TestPrepareIssuedBefore(t *testing.T) {
+	ctx := context.Background()
+	e := setup(t, 0)
+	w := e.writer("s-ib", "w1")
+	for _, id := range []string{"c-1", "c-2"} {
+		w.call(id, "orders.create", effect.Idempotent, "k-"+id)
+		w.started(id)
+		w.result(id, schema.StatusTimeout, "")
+	}
+	crashing := e.recoverer("a")
+	crashing.afterCreate = func(schema.Plan) error { return errCrash }
+	if _, err := crashing.Prepare(ctx, "s-ib", "c-1"); !errors.Is(err, errCrash) {
+		t.Fatalf("prepare with the crash hook: %v", err)
+	}
+	stored, err := stream.NewPlans(e.topo.Plans).Get(ctx, recovery.PlanID("s-ib", "c-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another recoverer (not restarted: no repair ran) finds the plan,
+	// returns it unchanged and publishes it, once however often it asks.
+	r := e.recoverer("b", func(c *Config) { c.Now = func() time.Time { return time.Unix(0, 0) } })
+	for range 3 {
+		p, err := r.Prepare(ctx, "s-ib", "c-1")
+		if err != nil || p.PlanID != stored.Plan.PlanID || !p.IssuedAt.Equal(stored.Plan.IssuedAt) {
+			t.Fatalf("prepare of an issued plan: %+v %v, want the stored plan %+v", p, err, stored.Plan)
+		}
+	}
+	if msgs := e.planMsgs(); len(msgs) != 1 || msgs[stored.Plan.PlanID] != 1 {
+		t.Fatalf("JW_PLANS %v, want the stored plan once", msgs)
+	}
+
+	// A completed review since the plan was issued refuses.
+	e.publishReview("s-ib", review(t, e.reviewer, "s-ib", "c-1", schema.VerdictCompleted))
+	if _, err := r.Prepare(ctx, "s-ib", "c-1"); !errors.Is(err, schema.ErrCompleted) {
+		t.Fatalf("prepare after a completed review: %v, want completed", err)
+	}
+
+	// A used plan is not handed out again.
+	p2, err := r.Prepare(ctx, "s-ib", "c-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plans := stream.NewPlans(e.topo.Plans)
+	rec, err := plans.Get(ctx, p2.PlanID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plans.Consume(ctx, rec, "c-3"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Prepare(ctx, "s-ib", "c-2"); schema.CodeOf(err) != CodePlanConsumed {
+		t.Fatalf("prepare of a consumed plan: %v, want %s", err, CodePlanConsumed)
+	}
 }
