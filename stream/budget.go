@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -30,20 +31,54 @@ type Usage struct {
 // Over reports whether the count is beyond a non-zero limit.
 func (u Usage) Over() bool { return u.Limit > 0 && u.ToolCalls > u.Limit }
 
-// Budget counts tool calls per session and task in the jw_budget bucket.
-// Every increment is a compare-and-set on the key's revision, retried on a
-// mismatch, so counts are exact across goroutines and processes; nothing is
-// ever refunded. Safe for concurrent use; build it with NewBudget.
-type Budget struct {
-	kv jetstream.KeyValue
+// DefaultBudgetFlushInterval is how long a deferred count (see
+// Budget.Defer) waits at most before it is written to jw_budget.
+const DefaultBudgetFlushInterval = 50 * time.Millisecond
 
-	mu   sync.Mutex
-	last map[string]Usage // last value seen per key: a hint, never trusted
+// budgetFlushTimeout bounds one background write of deferred counts.
+const budgetFlushTimeout = 10 * time.Second
+
+// BudgetConfig configures a Budget. The zero value is ready to use.
+type BudgetConfig struct {
+	// FlushInterval is the longest a count taken with Defer waits before
+	// it is written; counts deferred meanwhile go out in one
+	// compare-and-set. Defaults to DefaultBudgetFlushInterval.
+	FlushInterval time.Duration
 }
 
-// NewBudget returns a budget store on kv (normally Topology.Budget).
-func NewBudget(kv jetstream.KeyValue) *Budget {
-	return &Budget{kv: kv, last: make(map[string]Usage)}
+// Budget counts tool calls per session and task in the jw_budget bucket.
+// Every write is a compare-and-set on the key's revision that adds this
+// process's new counts to the stored value, retried on a mismatch, so
+// counts are exact across goroutines and processes; nothing is ever
+// refunded. Add writes at once; Defer counts in memory and writes within
+// FlushInterval (for a writer that can reconcile from its history after a
+// crash, see Reconcile). Safe for concurrent use; build it with NewBudget.
+type Budget struct {
+	kv    jetstream.KeyValue
+	every time.Duration
+
+	mu   sync.Mutex
+	keys map[string]*budgetKey
+}
+
+// budgetKey is what a Budget knows of one key.
+type budgetKey struct {
+	last      Usage // last value read or written: a hint for the CAS, never trusted
+	known     bool  // last holds a value read or written by this Budget
+	pending   int64 // counted by Defer (or a failed write), not yet written
+	scheduled bool  // a flush of pending is scheduled
+}
+
+// NewBudget returns a budget store on kv (normally Topology.Budget) with
+// the default BudgetConfig.
+func NewBudget(kv jetstream.KeyValue) *Budget { return NewBudgetWith(kv, BudgetConfig{}) }
+
+// NewBudgetWith returns a budget store on kv configured by cfg.
+func NewBudgetWith(kv jetstream.KeyValue, cfg BudgetConfig) *Budget {
+	if cfg.FlushInterval <= 0 {
+		cfg.FlushInterval = DefaultBudgetFlushInterval
+	}
+	return &Budget{kv: kv, every: cfg.FlushInterval, keys: make(map[string]*budgetKey)}
 }
 
 // BudgetKey returns the jw_budget key "<session>.<task>", or
@@ -55,28 +90,213 @@ func BudgetKey(session, task string) (string, error) {
 	return session + "." + task, nil
 }
 
-// Add counts one tool call for session and task and returns the usage after
-// the increment. A key that does not exist yet is created with limit
+// state returns the state of key. b.mu is held.
+func (b *Budget) state(key string) *budgetKey {
+	st := b.keys[key]
+	if st == nil {
+		st = &budgetKey{}
+		b.keys[key] = st
+	}
+	return st
+}
+
+// Add counts one tool call for session and task, writes it at once
+// together with any counts deferred for the key, and returns the usage
+// after the increment. A key that does not exist yet is created with limit
 // (0 = no limit); the limit of an existing key is kept. The caller decides
 // what an over-limit usage means (see Usage.Over); the count stands either
-// way.
+// way. If the write fails the counts stay pending and are written later:
+// an attempt is never dropped from the count.
 func (b *Budget) Add(ctx context.Context, session, task string, limit int64) (Usage, error) {
 	key, err := BudgetKey(session, task)
 	if err != nil {
 		return Usage{}, err
 	}
 	b.mu.Lock()
-	cur, known := b.last[key]
+	st := b.state(key)
+	n := st.pending + 1
+	st.pending = 0
+	b.mu.Unlock()
+	u, err := b.addN(ctx, key, n, limit)
+	if err != nil {
+		b.requeue(key, n)
+	}
+	return u, err
+}
+
+// Defer counts one tool call for session and task in memory if the key
+// has no limit as far as this Budget knows (it has read or written the key
+// before, and the limit was 0); the count is written within FlushInterval,
+// together with every other count deferred for the key meanwhile. It
+// returns the usage including the deferred counts and true, or false
+// (nothing counted) when the key is unknown or has a limit: use Add then.
+//
+// A deferred count lives only in this process until it is written: a
+// writer that defers must, after a crash, be followed by one that
+// reconciles from the session's history (Reconcile), or the counts of the
+// last FlushInterval are lost from jw_budget. A limit set by another
+// process on a key this Budget defers is seen at the next write.
+func (b *Budget) Defer(session, task string) (Usage, bool) {
+	key, err := BudgetKey(session, task)
+	if err != nil {
+		return Usage{}, false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	st := b.keys[key]
+	if st == nil || !st.known || st.last.Limit != 0 {
+		return Usage{}, false
+	}
+	st.pending++
+	u := st.last
+	u.ToolCalls += st.pending
+	b.schedule(key, st)
+	return u, true
+}
+
+// Reconcile makes the count of session and task cover recorded, the
+// number of attempts a writer found in the session's history, and returns
+// the usage: the stored count plus this Budget's pending counts, or
+// recorded if that is more (an attempt recorded by a writer that crashed
+// before its count was written). It writes the result if it differs from
+// the stored value, creating the key with limit if it does not exist.
+func (b *Budget) Reconcile(ctx context.Context, session, task string, recorded, limit int64) (Usage, error) {
+	key, err := BudgetKey(session, task)
+	if err != nil {
+		return Usage{}, err
+	}
+	b.mu.Lock()
+	st := b.state(key)
+	n := st.pending
+	st.pending = 0
+	b.mu.Unlock()
+	for {
+		if err := ctx.Err(); err != nil {
+			b.requeue(key, n)
+			return Usage{}, err
+		}
+		cur, err := b.get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			next := Usage{ToolCalls: max(n, recorded), Limit: limit}
+			rev, cerr := b.kv.Create(ctx, key, mustJSON(next))
+			if errors.Is(cerr, jetstream.ErrKeyExists) {
+				continue
+			}
+			if cerr != nil {
+				b.requeue(key, n)
+				return Usage{}, fmt.Errorf("stream: budget %s: %w", key, cerr)
+			}
+			next.Revision = rev
+			b.remember(key, next)
+			return next, nil
+		}
+		if err != nil {
+			b.requeue(key, n)
+			return Usage{}, err
+		}
+		want := max(cur.ToolCalls+n, recorded)
+		if want == cur.ToolCalls {
+			b.remember(key, cur)
+			return cur, nil
+		}
+		next := Usage{ToolCalls: want, Limit: cur.Limit}
+		rev, err := b.kv.Update(ctx, key, mustJSON(next), cur.Revision)
+		if err == nil {
+			next.Revision = rev
+			b.remember(key, next)
+			return next, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !planCASConflict(err) {
+			b.requeue(key, n)
+			return Usage{}, fmt.Errorf("stream: budget %s: %w", key, err)
+		}
+	}
+}
+
+// Flush writes every deferred count now. It returns the first error; counts
+// that could not be written stay pending.
+func (b *Budget) Flush(ctx context.Context) error {
+	b.mu.Lock()
+	keys := make([]string, 0, len(b.keys))
+	for k, st := range b.keys {
+		if st.pending > 0 {
+			keys = append(keys, k)
+		}
+	}
+	b.mu.Unlock()
+	var first error
+	for _, k := range keys {
+		if err := b.flushKey(ctx, k); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// schedule arranges a flush of key within FlushInterval. b.mu is held.
+func (b *Budget) schedule(key string, st *budgetKey) {
+	if st.scheduled {
+		return
+	}
+	st.scheduled = true
+	time.AfterFunc(b.every, func() {
+		b.mu.Lock()
+		st.scheduled = false
+		b.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), budgetFlushTimeout)
+		defer cancel()
+		_ = b.flushKey(ctx, key) // on failure the counts are pending again and rescheduled
+	})
+}
+
+// flushKey writes the pending counts of key.
+func (b *Budget) flushKey(ctx context.Context, key string) error {
+	b.mu.Lock()
+	st := b.state(key)
+	n, limit := st.pending, st.last.Limit
+	st.pending = 0
+	b.mu.Unlock()
+	if n == 0 {
+		return nil
+	}
+	if _, err := b.addN(ctx, key, n, limit); err != nil {
+		b.requeue(key, n)
+		return err
+	}
+	return nil
+}
+
+// requeue puts n counts whose write failed back as pending and schedules
+// another try. (If the write landed and only its answer was lost, the
+// count errs on the high side, never the low one.)
+func (b *Budget) requeue(key string, n int64) {
+	if n <= 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	st := b.state(key)
+	st.pending += n
+	b.schedule(key, st)
+}
+
+// addN adds n to key with a compare-and-set, creating it with limit if
+// needed, and returns the usage written.
+func (b *Budget) addN(ctx context.Context, key string, n, limit int64) (Usage, error) {
+	b.mu.Lock()
+	st := b.state(key)
+	cur, known := st.last, st.known
 	b.mu.Unlock()
 	for {
 		if err := ctx.Err(); err != nil {
 			return Usage{}, err
 		}
 		if !known {
+			var err error
 			cur, err = b.get(ctx, key)
 			switch {
 			case errors.Is(err, jetstream.ErrKeyNotFound):
-				next := Usage{ToolCalls: 1, Limit: limit}
+				next := Usage{ToolCalls: n, Limit: limit}
 				rev, cerr := b.kv.Create(ctx, key, mustJSON(next))
 				if errors.Is(cerr, jetstream.ErrKeyExists) {
 					continue // another writer created it first: read and add
@@ -92,7 +312,7 @@ func (b *Budget) Add(ctx context.Context, session, task string, limit int64) (Us
 			}
 			known = true
 		}
-		next := Usage{ToolCalls: cur.ToolCalls + 1, Limit: cur.Limit}
+		next := Usage{ToolCalls: cur.ToolCalls + n, Limit: cur.Limit}
 		rev, err := b.kv.Update(ctx, key, mustJSON(next), cur.Revision)
 		if err == nil {
 			next.Revision = rev
@@ -107,10 +327,14 @@ func (b *Budget) Add(ctx context.Context, session, task string, limit int64) (Us
 }
 
 // Get returns the current usage of session and task; a key never counted is
-// the zero Usage.
+// the zero Usage. Counts this Budget deferred for the key are written
+// first, so within one process Get sees every count taken before it.
 func (b *Budget) Get(ctx context.Context, session, task string) (Usage, error) {
 	key, err := BudgetKey(session, task)
 	if err != nil {
+		return Usage{}, err
+	}
+	if err := b.flushKey(ctx, key); err != nil {
 		return Usage{}, err
 	}
 	u, err := b.get(ctx, key)
@@ -175,10 +399,15 @@ func (b *Budget) get(ctx context.Context, key string) (Usage, error) {
 	return u, nil
 }
 
+// remember keeps u as the latest known value of key unless a newer
+// revision is known already.
 func (b *Budget) remember(key string, u Usage) {
 	b.mu.Lock()
-	b.last[key] = u
-	b.mu.Unlock()
+	defer b.mu.Unlock()
+	st := b.state(key)
+	if !st.known || u.Revision >= st.last.Revision {
+		st.last, st.known = u, true
+	}
 }
 
 func mustJSON(u Usage) []byte {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -27,6 +28,19 @@ type Appender interface {
 // it. Add counts one call and returns the usage after counting.
 type Counter interface {
 	Add(ctx context.Context, session, task string, limit int64) (stream.Usage, error)
+}
+
+// DeferringCounter is a Counter that can also count a call in memory and
+// write it shortly after (Defer), and make a task's count cover the
+// attempts found in the session's history (Reconcile); *stream.Budget
+// implements it. With one, a runtime that knows what its log held when it
+// was opened (Config.History, or an empty *stream.Log) reconciles each
+// task once and then defers the counts of tasks without a limit; see the
+// package documentation.
+type DeferringCounter interface {
+	Counter
+	Defer(session, task string) (stream.Usage, bool)
+	Reconcile(ctx context.Context, session, task string, recorded, limit int64) (stream.Usage, error)
 }
 
 // Gateway is how agents and hosts call tools. *Runtime implements it.
@@ -94,8 +108,20 @@ type Config struct {
 	// stream.NewPlans(topology.Plans)). Required.
 	Plans PlanStore
 	// Budget counts tool_calls per session and task (normally
-	// stream.NewBudget(topology.Budget)). Required.
+	// stream.NewBudget(topology.Budget)). Required. A DeferringCounter
+	// lets the runtime take counts off the call path (see History).
 	Budget Counter
+	// History is the confirmed history the Log was opened on (normally the
+	// one the new owner loaded after fencing the session). Before it counts
+	// the first call of a task, the runtime raises the task's jw_budget
+	// count to at least the tool.call events of that task in History, so
+	// an attempt recorded by a writer that crashed before its count was
+	// written is still counted. Nil means unknown, unless Log is a
+	// *stream.Log that was empty when New ran (nothing recorded). A
+	// runtime that knows its history and has a DeferringCounter defers the
+	// counts of tasks without a limit; otherwise every count is written
+	// before the budget stage decides.
+	History []schema.Event
 	// BudgetLimit is the tool_calls limit given to a task's counter when its
 	// first call is counted; a counter that exists keeps its own limit (see
 	// stream.Budget.SetLimit). Defaults to 0: no limit.
@@ -180,6 +206,13 @@ type Runtime struct {
 	cfg    Config
 	log    zerolog.Logger
 	fenced atomic.Bool
+
+	// dc is cfg.Budget as a DeferringCounter when it is one and the
+	// runtime knows its history (recorded != nil).
+	dc         DeferringCounter
+	recorded   map[string]int64 // tool.call events per task when the log was opened
+	bmu        sync.Mutex
+	reconciled map[string]bool // tasks whose count covers recorded
 }
 
 var _ Gateway = (*Runtime)(nil)
@@ -191,7 +224,42 @@ func New(cfg Config) (*Runtime, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Runtime{cfg: cfg, log: cfg.Logger.With().Str("session", cfg.Session).Logger()}, nil
+	r := &Runtime{cfg: cfg, log: cfg.Logger.With().Str("session", cfg.Session).Logger()}
+	if dc, ok := cfg.Budget.(DeferringCounter); ok {
+		if r.recorded = recordedCalls(cfg); r.recorded != nil {
+			r.dc, r.reconciled = dc, make(map[string]bool)
+		}
+	}
+	return r, nil
+}
+
+// recordedCalls returns the tool.call events per task in the history the
+// log was opened on, or nil if that is unknown.
+func recordedCalls(cfg Config) map[string]int64 {
+	if cfg.History == nil {
+		if l, ok := cfg.Log.(interface{ LastSeq() uint64 }); ok && l.LastSeq() == 0 {
+			return map[string]int64{} // an empty log: nothing recorded
+		}
+		return nil
+	}
+	n := make(map[string]int64)
+	for i := range cfg.History {
+		if c := cfg.History[i].Call; c != nil && cfg.History[i].Type == schema.TypeCall && c.Operation != nil {
+			n[c.Operation.Task]++
+		}
+	}
+	return n
+}
+
+// Flush writes the counts the runtime's counter deferred (if it has a
+// Flush(ctx) error method, as *stream.Budget does). Calls need no Flush:
+// deferred counts are written within the counter's flush interval; Flush
+// is for a host that stops or hands the session over.
+func (r *Runtime) Flush(ctx context.Context) error {
+	if f, ok := r.cfg.Budget.(interface{ Flush(context.Context) error }); ok {
+		return f.Flush(ctx)
+	}
+	return nil
 }
 
 // Session returns the session the runtime writes.
@@ -257,36 +325,32 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 		op = schema.Operation{Task: task, Key: "op-" + randomID(), Contract: t.Metadata.Contract}
 	}
 	res := Result{CallID: callID, Operation: op}
-	lc := r.log.With().Str("call_id", callID).Str("tool", tool).Str("task", task).Str("op_key", op.Key)
-	if op.Retry != nil {
-		// A plan consumed by an attempt whose tool.call is then not recorded
-		// leaves its prior call without a usable successor plan: say which.
-		lc = lc.Str("plan_id", op.Retry.PlanID)
+	// The call's logger is built only when something is logged.
+	lg := func() *zerolog.Logger {
+		lc := r.log.With().Str("call_id", callID).Str("tool", tool).Str("task", task).Str("op_key", op.Key)
+		if op.Retry != nil {
+			// A plan consumed by an attempt whose tool.call is then not
+			// recorded leaves its prior call without a usable successor
+			// plan: say which.
+			lc = lc.Str("plan_id", op.Retry.PlanID)
+		}
+		l := lc.Logger()
+		return &l
 	}
-	lg := lc.Logger()
 
-	// Step 3: record the attempt and count it. The count runs alongside the
-	// append (it is never refunded, so counting an attempt whose append then
-	// fails only errs on the safe side). From here on every write runs even
-	// if the caller goes away, each bounded by WriteTimeout.
-	type counted struct {
-		u   stream.Usage
-		err error
-	}
-	countc := make(chan counted, 1)
-	go func() {
-		cctx, cancel := r.writeContext(ctx)
-		defer cancel()
-		u, err := r.cfg.Budget.Add(cctx, r.cfg.Session, task, r.cfg.BudgetLimit)
-		countc <- counted{u, err}
-	}()
+	// Step 3: record the attempt and count it. The count is taken before or
+	// alongside the append (it is never refunded, so counting an attempt
+	// whose append then fails only errs on the safe side). From here on
+	// every write runs even if the caller goes away, each bounded by
+	// WriteTimeout.
+	budgetStage := r.count(ctx, task)
 	seq, err := r.append(ctx, schema.Event{Type: schema.TypeCall, Call: &schema.Call{
 		CallID: callID, Tool: tool, Arguments: args,
 		RequestID: opts.RequestID, ProviderCallID: opts.ProviderCallID,
 		StartMarker: true, Operation: &op,
 	}})
 	if err != nil {
-		lg.Error().Err(err).Msg("tool.call not recorded")
+		lg().Error().Err(err).Msg("tool.call not recorded")
 		return Result{}, err
 	}
 	res.CallSeq = seq
@@ -296,16 +360,15 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 		Session: r.cfg.Session, CallID: callID, Tool: tool, Arguments: args,
 		RequestID: opts.RequestID, ProviderCallID: opts.ProviderCallID, Operation: op,
 	}
-	budgetStage := func() (stream.Usage, error) { c := <-countc; return c.u, c.err }
 	if stage, why := r.admit(ctx, t, adm, budgetStage); stage != "" {
 		res.Status, res.Stage, res.Error = schema.StatusRejected, stage, why
-		lg.Info().Str("stage", string(stage)).Str("reason", why).Msg("call rejected")
+		lg().Info().Str("stage", string(stage)).Str("reason", why).Msg("call rejected")
 		return r.finish(ctx, res, &Error{Code: CodeRejected, Stage: stage, CallID: callID, Message: why})
 	}
 
 	// Step 5: tool.started, and only after its ack the body.
 	if _, err := r.append(ctx, schema.Event{Type: schema.TypeStarted, Started: &schema.Started{CallID: callID}}); err != nil {
-		lg.Error().Err(err).Msg("tool.started not recorded; body not run")
+		lg().Error().Err(err).Msg("tool.started not recorded; body not run")
 		return res, err
 	}
 	timeout := t.Timeout
@@ -325,9 +388,60 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 	var callErr error
 	if res.Status != schema.StatusOK {
 		callErr = &Error{Code: Code(res.Status), CallID: callID, Message: res.Error}
-		lg.Info().Str("status", string(res.Status)).Str("error", res.Error).Msg("call did not complete")
+		lg().Info().Str("status", string(res.Status)).Str("error", res.Error).Msg("call did not complete")
 	}
 	return r.finish(ctx, res, callErr)
+}
+
+// count counts one call of task and returns how the budget stage gets the
+// usage. A task whose count can be deferred (see Config.History) is
+// counted in memory at once; otherwise the count is written alongside the
+// tool.call append, after reconciling the task with the history once if
+// the runtime knows it.
+func (r *Runtime) count(ctx context.Context, task string) func() (stream.Usage, error) {
+	if r.dc != nil && r.isReconciled(task) {
+		if u, ok := r.dc.Defer(r.cfg.Session, task); ok {
+			return func() (stream.Usage, error) { return u, nil }
+		}
+	}
+	type counted struct {
+		u   stream.Usage
+		err error
+	}
+	countc := make(chan counted, 1)
+	go func() {
+		cctx, cancel := r.writeContext(ctx)
+		defer cancel()
+		u, err := r.countNow(cctx, task)
+		countc <- counted{u, err}
+	}()
+	return func() (stream.Usage, error) { c := <-countc; return c.u, c.err }
+}
+
+// countNow writes one count of task, reconciling the task first if it
+// was not yet.
+func (r *Runtime) countNow(ctx context.Context, task string) (stream.Usage, error) {
+	if r.dc != nil && !r.isReconciled(task) {
+		r.bmu.Lock()
+		recorded := r.recorded[task]
+		r.bmu.Unlock()
+		if _, err := r.dc.Reconcile(ctx, r.cfg.Session, task, recorded, r.cfg.BudgetLimit); err != nil {
+			// Still count this attempt (a failed write stays pending in the
+			// counter), but refuse: the count may not cover the history.
+			_, _ = r.cfg.Budget.Add(ctx, r.cfg.Session, task, r.cfg.BudgetLimit)
+			return stream.Usage{}, err
+		}
+		r.bmu.Lock()
+		r.reconciled[task] = true
+		r.bmu.Unlock()
+	}
+	return r.cfg.Budget.Add(ctx, r.cfg.Session, task, r.cfg.BudgetLimit)
+}
+
+func (r *Runtime) isReconciled(task string) bool {
+	r.bmu.Lock()
+	defer r.bmu.Unlock()
+	return r.reconciled[task]
 }
 
 // admit runs the admission stages in order and returns the refusing stage
@@ -357,7 +471,7 @@ func (r *Runtime) admit(ctx context.Context, t *registered, a Admission, usage f
 	if s, why := hook(schema.StageApproval, r.cfg.Approval); s != "" {
 		return s, why
 	}
-	u, countErr := usage() // the count ran alongside the tool.call append and the hooks
+	u, countErr := usage() // the count was taken before or alongside the tool.call append
 	switch {
 	case countErr != nil:
 		return schema.StageBudget, "budget unavailable: " + countErr.Error()
