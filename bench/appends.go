@@ -47,16 +47,10 @@ func appendSteps(cfg Config, mode stream.SyncMode) []step {
 			what = fmt.Sprintf("%d sessions", sh.sessions)
 		}
 		name := fmt.Sprintf("append %s (sync=%s)", what, mode)
-		steps = append(steps, step{
-			scenario: "appends", name: name, server: mode, rows: []row{{name, appendTarget}},
-			run: func(ctx context.Context, e *env) ([]Result, error) {
-				jw, raw, err := e.appends(ctx, sh.sessions, sh.perSession)
-				if err != nil {
-					return nil, err
-				}
-				return []Result{NewResult(name, Median(jw), Median(raw), "events/s", appendTarget)}, nil
-			},
-		})
+		steps = append(steps, ratioStep("appends", name, mode, "events/s", appendTarget,
+			func(ctx context.Context, e *env) ([]float64, []float64, error) {
+				return e.appends(ctx, sh.sessions, sh.perSession)
+			}))
 	}
 	return steps
 }

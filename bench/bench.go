@@ -213,6 +213,22 @@ type step struct {
 	run  func(ctx context.Context, e *env) ([]Result, error)
 }
 
+// ratioStep returns a step of one row, name: the medians of the jingwei and
+// raw rounds that measure returns, in unit, checked against target.
+func ratioStep(scenario, name string, mode stream.SyncMode, unit string, target Target,
+	measure func(ctx context.Context, e *env) (jw, raw []float64, err error)) step {
+	return step{
+		scenario: scenario, name: name, server: mode, rows: []row{{name, target}},
+		run: func(ctx context.Context, e *env) ([]Result, error) {
+			jw, raw, err := measure(ctx, e)
+			if err != nil {
+				return nil, err
+			}
+			return []Result{NewResult(name, Median(jw), Median(raw), unit, target)}, nil
+		},
+	}
+}
+
 // row names a row and its target.
 type row struct {
 	name   string

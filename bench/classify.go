@@ -29,16 +29,10 @@ const (
 func classifyStep(cfg Config) step {
 	events := cfg.n(300_000, 30_000, 3_000)
 	name := fmt.Sprintf("recovery worker classification, %d events", events)
-	return step{
-		scenario: "classify", name: name, server: stream.SyncInterval, rows: []row{{name, classifyTarget}},
-		run: func(ctx context.Context, e *env) ([]Result, error) {
-			jw, raw, err := e.classify(ctx, events)
-			if err != nil {
-				return nil, err
-			}
-			return []Result{NewResult(name, Median(jw), Median(raw), "events/s", classifyTarget)}, nil
-		},
-	}
+	return ratioStep("classify", name, stream.SyncInterval, "events/s", classifyTarget,
+		func(ctx context.Context, e *env) ([]float64, []float64, error) {
+			return e.classify(ctx, events)
+		})
 }
 
 // classify measures, per round, events/s of the recovery worker draining

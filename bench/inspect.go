@@ -24,16 +24,10 @@ func inspectStep(cfg Config) step {
 		events = max(int(float64(events)*cfg.Scale), 100)
 	}
 	name := fmt.Sprintf("Inspect vs decode, %d-event history", events)
-	return step{
-		scenario: "inspect", name: name, server: stream.SyncInterval, rows: []row{{name, inspectTarget}},
-		run: func(ctx context.Context, _ *env) ([]Result, error) {
-			jw, raw, err := inspectVsDecode(ctx, events, max(cfg.Rounds, 5))
-			if err != nil {
-				return nil, err
-			}
-			return []Result{NewResult(name, Median(jw), Median(raw), "ms", inspectTarget)}, nil
-		},
-	}
+	return ratioStep("inspect", name, stream.SyncInterval, "ms", inspectTarget,
+		func(ctx context.Context, _ *env) ([]float64, []float64, error) {
+			return inspectVsDecode(ctx, events, max(cfg.Rounds, 5))
+		})
 }
 
 // inspectVsDecode times, per round, recovery.Inspect of the last call of a

@@ -22,16 +22,10 @@ func runtimeStep(cfg Config, mode stream.SyncMode) step {
 		calls = cfg.n(250, 60, 10)
 	}
 	name := fmt.Sprintf("runtime call, no-op tool (sync=%s)", mode)
-	return step{
-		scenario: "runtime", name: name, server: mode, rows: []row{{name, runtimeTarget}},
-		run: func(ctx context.Context, e *env) ([]Result, error) {
-			jw, raw, err := e.runtime(ctx, calls)
-			if err != nil {
-				return nil, err
-			}
-			return []Result{NewResult(name, Median(jw), Median(raw), "calls/s", runtimeTarget)}, nil
-		},
-	}
+	return ratioStep("runtime", name, mode, "calls/s", runtimeTarget,
+		func(ctx context.Context, e *env) ([]float64, []float64, error) {
+			return e.runtime(ctx, calls)
+		})
 }
 
 // runtime measures, per round, calls/s of worker.Runtime.Call with a no-op
