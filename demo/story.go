@@ -356,38 +356,30 @@ func (s *story) waitStarted(ctx context.Context, session, requestID string) (*sc
 
 // waitOrder waits until orders.create wrote the order of an operation key.
 func (s *story) waitOrder(ctx context.Context, key string) (tools.Order, error) {
-	ctx, cancel := s.step(ctx)
-	defer cancel()
-	var found tools.Order
-	err := s.procs.waitReady(ctx, "the order record of key "+key, func() bool {
-		orders, err := s.tools.Orders(ctx)
-		if err != nil {
-			return false
-		}
-		for _, o := range orders {
-			if o.Key == key {
-				found = o
-				return true
-			}
-		}
-		return false
-	}, s.dead)
-	return found, err
+	return waitRecord(ctx, s, "the order record of key "+key, s.tools.Orders,
+		func(o tools.Order) bool { return o.Key == key })
 }
 
 // waitCharge waits until payments.charge wrote the ledger entry of a call.
 func (s *story) waitCharge(ctx context.Context, callID string) (tools.Charge, error) {
+	return waitRecord(ctx, s, "the ledger entry of call "+callID, s.tools.Ledger,
+		func(c tools.Charge) bool { return c.CallID == callID })
+}
+
+// waitRecord waits, within a step, until list returns a record that match
+// accepts (a list error counts as not yet), and returns that record.
+func waitRecord[T any](ctx context.Context, s *story, what string, list func(context.Context) ([]T, error), match func(T) bool) (T, error) {
 	ctx, cancel := s.step(ctx)
 	defer cancel()
-	var found tools.Charge
-	err := s.procs.waitReady(ctx, "the ledger entry of call "+callID, func() bool {
-		ledger, err := s.tools.Ledger(ctx)
+	var found T
+	err := s.procs.waitReady(ctx, what, func() bool {
+		records, err := list(ctx)
 		if err != nil {
 			return false
 		}
-		for _, c := range ledger {
-			if c.CallID == callID {
-				found = c
+		for _, r := range records {
+			if match(r) {
+				found = r
 				return true
 			}
 		}
