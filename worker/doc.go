@@ -28,9 +28,10 @@
 //
 // # Choices a host should know
 //
-//   - The jw_budget count runs alongside the tool.call append, so an attempt
-//     whose tool.call cannot be written may still have been counted: counts
-//     err on the high side, never the low one.
+//   - A call is counted before its tool.call is appended (or alongside),
+//     so an attempt whose tool.call cannot be written may still have been
+//     counted: counts err on the high side, never the low one. See "The
+//     budget off the call path" for when the count is written.
 //   - Every write after the plan is taken runs under its own WriteTimeout,
 //     detached from the caller's context, so a caller that goes away still
 //     leaves a complete record. A caller gone before the body started is
@@ -43,6 +44,50 @@
 //     error level, and an operator has to decide by hand.
 //   - A body that ignores its context keeps running after its timeout
 //     result is recorded; that is why timeout is an uncertain outcome.
+//
+// # The budget off the call path
+//
+// Writing each count to jw_budget before the budget stage would make a
+// fourth durable write per call, as dear as an append; so a runtime writes
+// counts at once only where the count decides something, and defers the
+// rest. The reasoning, step by step:
+//
+//   - A session has exactly one writer (fenced, DESIGN §5), and its
+//     jw_budget keys (<session>.<task>) count the attempts of that session
+//     only: every recorded attempt is a tool.call event of the task in that
+//     session's log. So the log itself is a lower bound of the true count,
+//     and max(jw_budget, tool.call events of the task) never undercounts.
+//   - A runtime that knows what its log held when it was opened
+//     (Config.History, normally the confirmed history its owner loaded after
+//     fencing; or an empty *stream.Log) reconciles each task once, before
+//     its first count: stream.Budget.Reconcile raises the stored count to at
+//     least the task's tool.call events in that history (a compare-and-set;
+//     never lowered). Whatever a crashed predecessor counted only in memory
+//     is thereby counted again from its recorded attempts.
+//   - After that, a task whose counter has no limit is counted in memory
+//     (stream.Budget.Defer) and written within the counter's FlushInterval
+//     (50 ms by default), all counts deferred meanwhile in one
+//     compare-and-set that adds them to the stored value (so counts from
+//     other processes are never overwritten, and nothing is refunded). With
+//     no limit the budget stage cannot refuse anything, so nothing is
+//     decided on a count that is not yet written.
+//   - A task with a limit, and every task of a runtime that does not know
+//     its history (or whose counter is not a DeferringCounter), is counted
+//     at once, alongside the tool.call append, together with any counts
+//     still deferred for it; the budget stage waits for that write and
+//     decides on the stored count, exact across processes.
+//
+// What a host should know: jw_budget as read by another process lags a
+// live writer by up to FlushInterval for tasks without a limit (the
+// writer's own stream.Budget.Get flushes first; Runtime.Flush writes
+// everything, e.g. before handing a session over). A limit set on such a
+// task by another process is learnt at the writer's next flush, so calls
+// in that window are admitted (and counted). A writer that crashes loses
+// its deferred counts from jw_budget until the next owner reconciles: a
+// next owner must be given its History (an owner without it cannot
+// reconcile and counts from jw_budget as it finds it). A fenced writer
+// whose deferred counts land after the new owner reconciled counts those
+// attempts twice: high, never low.
 //
 // The body of a tool receives [BodyRequest.Operation] ({task, key,
 // contract}); an idempotent tool deduplicates on task + key and must keep
