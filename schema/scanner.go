@@ -504,6 +504,15 @@ func (s *scanner) lit(word string) error {
 	return nil
 }
 
+// skipDigits returns the index of the first byte of b at or after i that is
+// not an ASCII digit.
+func skipDigits(b []byte, i int) int {
+	for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+		i++
+	}
+	return i
+}
+
 // number reads an RFC 8259 number at s.pos.
 func (s *scanner) number() error {
 	b := s.b
@@ -516,20 +525,14 @@ func (s *scanner) number() error {
 	case i < len(b) && b[i] == '0':
 		i++
 	case i < len(b) && b[i] >= '1' && b[i] <= '9':
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
+		i = skipDigits(b, i)
 	default:
 		s.pos = i
 		return s.fail("invalid number")
 	}
 	if i < len(b) && b[i] == '.' {
-		i++
-		d := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-		if i == d {
+		d := i + 1
+		if i = skipDigits(b, d); i == d {
 			s.pos = i
 			return s.fail("invalid number: no digits after '.'")
 		}
@@ -542,10 +545,7 @@ func (s *scanner) number() error {
 			i++
 		}
 		d := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			i++
-		}
-		if i == d {
+		if i = skipDigits(b, d); i == d {
 			s.pos = i
 			return s.fail("invalid number: no digits in exponent")
 		}
