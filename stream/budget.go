@@ -67,6 +67,10 @@ type budgetKey struct {
 	known     bool  // last holds a value read or written by this Budget
 	pending   int64 // counted by Defer (or a failed write), not yet written
 	scheduled bool  // a flush of pending is scheduled
+
+	// flushing is held while pending counts are being written, so a Flush
+	// or Get returns only after a background write in flight is done.
+	flushing sync.Mutex
 }
 
 // NewBudget returns a budget store on kv (normally Topology.Budget) with
@@ -213,15 +217,14 @@ func (b *Budget) Reconcile(ctx context.Context, session, task string, recorded, 
 	}
 }
 
-// Flush writes every deferred count now. It returns the first error; counts
-// that could not be written stay pending.
+// Flush writes every deferred count now and waits for background writes in
+// flight. It returns the first error; counts that could not be written stay
+// pending.
 func (b *Budget) Flush(ctx context.Context) error {
 	b.mu.Lock()
 	keys := make([]string, 0, len(b.keys))
-	for k, st := range b.keys {
-		if st.pending > 0 {
-			keys = append(keys, k)
-		}
+	for k := range b.keys {
+		keys = append(keys, k) // also those with a write in flight: wait for it
 	}
 	b.mu.Unlock()
 	var first error
@@ -253,6 +256,10 @@ func (b *Budget) schedule(key string, st *budgetKey) {
 func (b *Budget) flushKey(ctx context.Context, key string) error {
 	b.mu.Lock()
 	st := b.state(key)
+	b.mu.Unlock()
+	st.flushing.Lock()
+	defer st.flushing.Unlock()
+	b.mu.Lock()
 	n, limit := st.pending, st.last.Limit
 	st.pending = 0
 	b.mu.Unlock()
