@@ -196,6 +196,28 @@ const HeaderAssessmentID = "Jw-Assessment-Id"
 // nothing pending).
 const ackBatch = 256
 
+// pullBatch is how many events one pull asks for.
+const pullBatch = 2 * ackBatch
+
+// maxAckPending is how many events the classifier may hold
+// unacknowledged: two batches in the pipeline plus a pull's worth.
+const maxAckPending = 4 * ackBatch
+
+// eventsConsumerConfig is the classifier's durable consumer: every event of
+// the stream (JW_EVENTS holds nothing else, so no filter: a filter makes
+// the server match every stored subject against it, about a sixth of the
+// server's CPU when a consumer drains the stream), acknowledged
+// cumulatively (AckAll) once per batch.
+func eventsConsumerConfig(name string) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       name,
+		AckPolicy:     jetstream.AckAllPolicy,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckWait:       time.Minute,
+		MaxAckPending: maxAckPending,
+	}
+}
+
 type pending struct {
 	msg *nats.Msg
 	id  string
@@ -205,19 +227,13 @@ type pending struct {
 // consumeEvents classifies jw.events.> with the durable consumer until ctx
 // ends or the consumer fails.
 func (r *Recoverer) consumeEvents(ctx context.Context) error {
-	cons, err := r.t.JS.CreateOrUpdateConsumer(ctx, r.t.StreamName("EVENTS"), jetstream.ConsumerConfig{
-		Durable:       r.consumerName("events"),
-		Description:   "jingwei recovery worker " + r.cfg.Name + ": classifies every call",
-		FilterSubject: r.t.Prefix + ".events.>",
-		AckPolicy:     jetstream.AckAllPolicy,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckWait:       time.Minute,
-		MaxAckPending: 4 * ackBatch,
-	})
+	cfg := eventsConsumerConfig(r.consumerName("events"))
+	cfg.Description = "jingwei recovery worker " + r.cfg.Name + ": classifies every call"
+	cons, err := r.t.JS.CreateOrUpdateConsumer(ctx, r.t.StreamName("EVENTS"), cfg)
 	if err != nil {
 		return fmt.Errorf("events consumer: %w", err)
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(2 * ackBatch))
+	it, err := cons.Messages(jetstream.PullMaxMessages(pullBatch))
 	if err != nil {
 		return fmt.Errorf("events consumer: %w", err)
 	}
