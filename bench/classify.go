@@ -15,10 +15,10 @@ import (
 // classification.
 var classifyTarget = Target{Check: RatioAtLeast, Limit: 0.7}
 
-// Settings of the raw consumer: the recovery worker's own (AckAll, 1,024
-// unacknowledged at most, pulls of 512, an ack every 256 messages or when
-// nothing is pending), so the raw side differs only in doing nothing with
-// the events.
+// Settings of the raw consumer: the recovery worker's own (no filter
+// subject, AckAll, 1,024 unacknowledged at most, pulls of 512, an ack every
+// 256 messages or when nothing is pending), so the raw side differs only in
+// doing nothing with the events.
 const (
 	rawAckEvery      = 256
 	rawMaxAckPending = 4 * rawAckEvery
@@ -118,7 +118,6 @@ func (e *env) classify(ctx context.Context, events int) (jw, raw []float64, err 
 func rawConsume(ctx context.Context, topo *stream.Topology, name string) error {
 	cons, err := topo.JS.CreateOrUpdateConsumer(ctx, topo.StreamName("EVENTS"), jetstream.ConsumerConfig{
 		Durable:       name,
-		FilterSubject: topo.Prefix + ".events.>",
 		AckPolicy:     jetstream.AckAllPolicy,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckWait:       time.Minute,
