@@ -1,6 +1,13 @@
 package recoverer
 
-import "github.com/jingwei/jingwei/schema"
+import (
+	"context"
+	"errors"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jingwei/jingwei/schema"
+)
 
 // openIn returns the calls of a loaded history that are open at its end
 // (or, with before > 0, just before the event at sequence before): calls
@@ -48,4 +55,58 @@ func isOpen(h []schema.Event, callID string) bool {
 		}
 	}
 	return false
+}
+
+// smallHistory is the most events loadHistory reads with single message
+// gets before it leaves the session to stream.Load.
+const smallHistory = 8
+
+// loadHistory returns the session's history as stream.Topology.Load does.
+// A short log (up to smallHistory events, well inside the limits, every
+// event decoding) is read with one get of the last message and one get per
+// event (next message on the session's subject from the stream leader),
+// which costs the server far less than Load's ordered consumer (created,
+// pulled from, dropped later): prepare makes many such loads when
+// recoverers race. Anything else — a longer or larger log, an event that
+// does not decode, a failed get — is left to Load, so its limits and
+// errors apply unchanged. The history ends at the last message read first,
+// as Load's does.
+func (r *Recoverer) loadHistory(ctx context.Context, session string) ([]schema.Event, error) {
+	if !schema.ValidSession(session) {
+		return r.t.Load(ctx, session)
+	}
+	subj := r.t.EventsSubject(session)
+	last, err := r.t.Events.GetLastMsgForSubject(ctx, subj)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return r.t.Load(ctx, session)
+	}
+	lim := r.t.Limits()
+	var (
+		out  []schema.Event
+		size int64
+	)
+	for seq := uint64(1); len(out) < smallHistory; {
+		m, err := r.t.Events.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
+		if err != nil || m.Sequence > last.Sequence {
+			break
+		}
+		size += int64(len(m.Data)) + 32
+		if len(out)+1 > lim.MaxEvents/2 || size > lim.MaxBytes/2 {
+			break
+		}
+		ev, err := schema.DecodeEvent(m.Data)
+		if err != nil {
+			break
+		}
+		ev.Seq = m.Sequence
+		out = append(out, ev)
+		if m.Sequence == last.Sequence {
+			return out, nil
+		}
+		seq = m.Sequence + 1
+	}
+	return r.t.Load(ctx, session)
 }

@@ -24,7 +24,7 @@ func (r *Recoverer) Inspect(ctx context.Context, session, callID string) (schema
 	if err := checkTarget(session, callID); err != nil {
 		return schema.Assessment{}, err
 	}
-	h, err := r.t.Load(ctx, session)
+	h, err := r.loadHistory(ctx, session)
 	if err != nil {
 		return schema.Assessment{}, err
 	}
@@ -90,7 +90,7 @@ func (r *Recoverer) Prepare(ctx context.Context, session, callID string) (schema
 		r.review.forget(session, callID)
 		return rec.Plan, nil
 	}
-	h, err := r.t.Load(ctx, session)
+	h, err := r.loadHistory(ctx, session)
 	if err != nil {
 		return schema.Plan{}, err
 	}
@@ -107,7 +107,7 @@ func (r *Recoverer) Prepare(ctx context.Context, session, callID string) (schema
 			}
 			return schema.Plan{}, err
 		}
-		if h, err = r.t.Load(ctx, session); err != nil {
+		if h, err = r.loadHistory(ctx, session); err != nil {
 			return schema.Plan{}, err
 		}
 	}
