@@ -140,6 +140,13 @@ func TestTakeoverOnLeaseExpiry(t *testing.T) {
 	if _, err := w.lg.Append(context.Background(), schema.Event{Type: schema.TypeResult, Result: &schema.Result{CallID: "pay-1", Status: schema.StatusOK}}); !errors.Is(err, stream.ErrFenced) {
 		t.Fatalf("old writer append: %v, want ErrFenced", err)
 	}
+	// The writer never wrote its tool_calls counts (as a runtime that kept
+	// them off its call path and crashed): the takeover counts every
+	// recorded attempt from the log.
+	u, err := stream.NewBudget(e.topo.Budget).Get(context.Background(), "s-x", "t-1")
+	if err != nil || u.ToolCalls != 2 {
+		t.Fatalf("tool_calls after takeover = %+v, %v; want the 2 recorded attempts", u, err)
+	}
 	// The recoverer released its lease: a tool worker can own it again.
 	eventually(t, 2*time.Second, "lease released", func() bool {
 		_, live, err := e.topo.LeaseHolder(context.Background(), "s-x")

@@ -93,6 +93,7 @@ func (r *Recoverer) TakeOver(ctx context.Context, session string) ([]schema.Asse
 		return nil, fmt.Errorf("recoverer: load %s: %w", session, err)
 	}
 	r.log.Info().Str("session", session).Uint64("epoch", lease.Epoch).Uint64("fence_seq", fenceSeq).Msg("session taken over")
+	r.reconcileBudget(ctx, session, h)
 	var out []schema.Assessment
 	for _, id := range openIn(h, fenceSeq) {
 		a, err := recovery.Inspect(schema.Events(h), id)
@@ -130,4 +131,24 @@ func (r *Recoverer) Reconcile(ctx context.Context) error {
 	}
 	r.log.Info().Int("sessions", len(info.State.Subjects)).Msg("reconciled")
 	return nil
+}
+
+// reconcileBudget raises every task's tool_calls count in jw_budget to at
+// least the tool.call events of that task in the confirmed history h: a
+// writer that crashed may not have written the counts it kept off its call
+// path, and every recorded attempt counts. Counts never go down. Failures
+// are logged: the next owner of the session reconciles again.
+func (r *Recoverer) reconcileBudget(ctx context.Context, session string, h []schema.Event) {
+	recorded := map[string]int64{}
+	for i := range h {
+		if c := h[i].Call; c != nil && h[i].Type == schema.TypeCall && c.Operation != nil {
+			recorded[c.Operation.Task]++
+		}
+	}
+	b := stream.NewBudget(r.t.Budget)
+	for task, n := range recorded {
+		if _, err := b.Reconcile(ctx, session, task, n, 0); err != nil {
+			r.log.Warn().Err(err).Str("session", session).Str("task", task).Msg("tool_calls count not reconciled after takeover")
+		}
+	}
 }

@@ -101,7 +101,7 @@ func (s *session) take(ctx context.Context) error {
 			s.seen[c.RequestID] = struct{}{}
 		}
 	}
-	if s.rt, err = w.newRuntime(s.id, s.glog); err != nil {
+	if s.rt, err = w.newRuntime(s.id, s.glog, h); err != nil {
 		return giveUp(err)
 	}
 	if err := s.openConsumer(ctx); err != nil {
@@ -286,6 +286,14 @@ func (s *session) giveBack(reason string) {
 	}
 	if err := s.w.topo.Requests.DeleteConsumer(ctx, s.w.requestConsumerName(s.id)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		s.log.Warn().Err(err).Msg("could not delete request consumer")
+	}
+	// Write the session's deferred tool_calls counts before the session
+	// goes (a next owner would reconcile them from the log, but a session
+	// nobody takes again would keep a low count until then).
+	if s.rt != nil {
+		if err := s.rt.Flush(ctx); err != nil {
+			s.log.Warn().Err(err).Msg("could not write deferred budget counts")
+		}
 	}
 	if err := s.lease.Release(ctx); err != nil {
 		s.log.Warn().Err(err).Msg("could not release lease")

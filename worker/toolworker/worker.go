@@ -339,10 +339,13 @@ func (w *Worker) routePlan(ctx context.Context, m jetstream.Msg) {
 	}
 }
 
-// newRuntime builds the runtime of an owned session from the template.
-func (w *Worker) newRuntime(id string, lg worker.Appender) (*worker.Runtime, error) {
+// newRuntime builds the runtime of an owned session from the template. h is
+// the confirmed history the session was loaded with after the fence: with
+// it the runtime reconciles each task's tool_calls count with the log and
+// may then write counts of tasks without a limit off the call path.
+func (w *Worker) newRuntime(id string, lg worker.Appender, h []schema.Event) (*worker.Runtime, error) {
 	rc := w.cfg.Runtime
-	rc.Session, rc.Log, rc.Registry, rc.Plans, rc.Budget = id, lg, w.cfg.Registry, w.plans, w.budget
+	rc.Session, rc.Log, rc.Registry, rc.Plans, rc.Budget, rc.History = id, lg, w.cfg.Registry, w.plans, w.budget, h
 	rc.Logger = w.log
 	return worker.New(rc)
 }
