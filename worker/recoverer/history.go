@@ -3,6 +3,7 @@ package recoverer
 import (
 	"context"
 	"errors"
+	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -72,41 +73,71 @@ const smallHistory = 8
 // errors apply unchanged. The history ends at the last message read first,
 // as Load's does.
 func (r *Recoverer) loadHistory(ctx context.Context, session string) ([]schema.Event, error) {
+	return r.loadFrom(ctx, session, r.readStart(ctx, session))
+}
+
+// historyStart holds the first two reads of loadHistory, the session's
+// last and first messages: they need nothing else, so prepare runs them
+// alongside its other first reads.
+type historyStart struct {
+	last, first       *jetstream.RawStreamMsg
+	lastErr, firstErr error
+}
+
+// readStart reads the session's last and first messages at once.
+func (r *Recoverer) readStart(ctx context.Context, session string) historyStart {
+	var st historyStart
+	if !schema.ValidSession(session) {
+		return st
+	}
+	subj := r.t.EventsSubject(session)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		st.first, st.firstErr = r.t.Events.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subj))
+	}()
+	st.last, st.lastErr = r.t.Events.GetLastMsgForSubject(ctx, subj)
+	wg.Wait()
+	return st
+}
+
+// loadFrom is loadHistory after readStart.
+func (r *Recoverer) loadFrom(ctx context.Context, session string, st historyStart) ([]schema.Event, error) {
 	if !schema.ValidSession(session) {
 		return r.t.Load(ctx, session)
 	}
-	subj := r.t.EventsSubject(session)
-	last, err := r.t.Events.GetLastMsgForSubject(ctx, subj)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
+	if errors.Is(st.lastErr, jetstream.ErrMsgNotFound) {
 		return nil, nil
 	}
-	if err != nil {
+	if st.lastErr != nil {
 		return r.t.Load(ctx, session)
 	}
+	subj := r.t.EventsSubject(session)
 	lim := r.t.Limits()
 	var (
 		out  []schema.Event
 		size int64
 	)
-	for seq := uint64(1); len(out) < smallHistory; {
-		m, err := r.t.Events.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(subj))
-		if err != nil || m.Sequence > last.Sequence {
+	m, err := st.first, st.firstErr
+	for len(out) < smallHistory {
+		if err != nil || m.Sequence > st.last.Sequence {
 			break
 		}
 		size += int64(len(m.Data)) + 32
 		if len(out)+1 > lim.MaxEvents/2 || size > lim.MaxBytes/2 {
 			break
 		}
-		ev, err := schema.DecodeEvent(m.Data)
-		if err != nil {
+		ev, derr := schema.DecodeEvent(m.Data)
+		if derr != nil {
 			break
 		}
 		ev.Seq = m.Sequence
 		out = append(out, ev)
-		if m.Sequence == last.Sequence {
+		if m.Sequence == st.last.Sequence {
 			return out, nil
 		}
-		seq = m.Sequence + 1
+		m, err = r.t.Events.GetMsg(ctx, m.Sequence+1, jetstream.WithGetMsgSubject(subj))
 	}
 	return r.t.Load(ctx, session)
 }

@@ -59,17 +59,22 @@ func (r *Recoverer) Prepare(ctx context.Context, session, callID string) (schema
 	}
 	// The plan id follows from session and call alone: a plan issued
 	// before (by this or a racing recoverer) is found without loading the
-	// history. The latest review, needed either way, is read at the same
-	// time.
+	// history. The latest review and the first reads of the history,
+	// needed otherwise, are read at the same time.
 	var (
 		wg        sync.WaitGroup
 		review    *schema.Review
 		reviewErr error
+		start     historyStart
 	)
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		review, reviewErr = r.latestReview(ctx, session, callID)
+	}()
+	go func() {
+		defer wg.Done()
+		start = r.readStart(ctx, session)
 	}()
 	rec, err := r.plans.Get(ctx, recovery.PlanID(session, callID))
 	wg.Wait()
@@ -90,7 +95,7 @@ func (r *Recoverer) Prepare(ctx context.Context, session, callID string) (schema
 		r.review.forget(session, callID)
 		return rec.Plan, nil
 	}
-	h, err := r.loadHistory(ctx, session)
+	h, err := r.loadFrom(ctx, session, start)
 	if err != nil {
 		return schema.Plan{}, err
 	}
