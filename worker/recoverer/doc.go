@@ -32,7 +32,8 @@
 // result, or not started by the start marker) is final and published then.
 //
 // The incremental path does not re-verify the history (corrupt_history is
-// reported by inspect and prepare, which always load and verify it).
+// reported by inspect and by a prepare that plans, which load and verify
+// it).
 //
 // # Confirmed histories, prepare and takeover
 //
@@ -53,13 +54,18 @@
 // # Exactly-once plans
 //
 // The plan id is derived from session and prior call, so every recoverer
-// computes the same id. The first KV create wins; every other prepare finds
-// the stored plan and returns it. Publication is checked against JW_PLANS
-// (a message with that Nats-Msg-Id on jw.plans.<session>) before publishing
-// with the plan id as Nats-Msg-Id, so racing recoverers and a recoverer that
-// crashed between the KV create and the publish (repaired on its next start,
-// which publishes every issued plan missing from JW_PLANS) leave exactly one
-// message per plan.
+// computes the same id. A prepare first looks the id up in jw_plans: a plan
+// issued before and still unused is returned as stored, without loading
+// the history (unless a trusted review with verdict completed came since:
+// that still refuses). Otherwise it plans from the loaded history; the
+// first KV create wins and every other prepare finds the stored plan and
+// returns it. The prepare whose create stored the plan publishes it at
+// once; any other checks JW_PLANS first (a message with that Nats-Msg-Id
+// on jw.plans.<session>) and publishes only if it is missing, always with
+// the plan id as Nats-Msg-Id, so racing recoverers and a recoverer that
+// crashed between the KV create and the publish (repaired on its next
+// start, which publishes every issued plan missing from JW_PLANS, or by
+// the next prepare of that call) leave exactly one message per plan.
 //
 // # Several recoverers
 //
