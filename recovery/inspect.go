@@ -1,9 +1,11 @@
 package recovery
 
 import (
-	"encoding/json"
+	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/schema"
@@ -32,9 +34,11 @@ import (
 //
 // Inspect counts events itself (more than schema.MaxHistoryEvents is
 // history_too_large); the byte limit is the reader's (schema.HistoryReader).
-// For large histories it digests arguments on one helper goroutine, which
-// has ended when Inspect returns. Safe for
-// concurrent use; h is consumed once.
+// Arguments are canonicalized only where a check needs them: those of
+// callID, and those of a retry and its prior call when their bytes differ
+// (identical bytes are identical canonical arguments). The arguments of
+// other calls are not checked beyond what h checked (schema.HistoryReader
+// checks every event's). Safe for concurrent use; h is consumed once.
 func Inspect(h schema.History, callID string) (schema.Assessment, error) {
 	s, err := scanFor(h, callID)
 	if err != nil {
@@ -44,7 +48,10 @@ func Inspect(h schema.History, callID string) (schema.Assessment, error) {
 }
 
 // call is what one pass keeps per call: what later events are checked
-// against, never the events themselves (and no arguments but a digest).
+// against, never the events themselves. It keeps a copy of its arguments
+// (a history source may reuse its buffers) only while a retry may still
+// compare against them: a call that ended ok can have no valid retry, so
+// its copy is dropped with its result (but the target's is kept).
 type call struct {
 	id       string
 	seq      uint64
@@ -52,9 +59,9 @@ type call struct {
 	task     string
 	key      string
 	contract effect.Contract
-	digest   string
-	prior    int32 // index of the attempt this one retries, or -1
-	next     int32 // index of the retry that follows this one, or -1
+	args     []byte // a copy of the arguments while needed, else nil
+	prior    int32  // index of the attempt this one retries, or -1
+	next     int32  // index of the retry that follows this one, or -1
 	status   schema.Status
 	stage    schema.Stage
 	resSeq   uint64 // seq of the result, 0 while none
@@ -75,10 +82,17 @@ type scan struct {
 	count   int32
 	byID    map[string]int32
 	byOp    map[opKey]struct{} // operation keys in use
-	args    json.RawMessage    // the target call's arguments
 	idx     int32              // the target's index once found, else -1
-	dig     digester
-	retries []int32 // calls with a retry link, whose arguments are compared once digested
+	pairs   []argPair          // retries whose argument bytes differ from their prior's
+	canon   []byte             // the target's canonical arguments, once run has checked them
+	digest  string             // and their schema.ArgsDigest
+}
+
+// argPair is a retry whose argument bytes differ from its prior call's:
+// their canonical forms are compared once the whole history has been read.
+type argPair struct {
+	idx         int32 // the retry
+	prior, args []byte
 }
 
 // scanFor reads h and returns the verified scan positioned on callID's
@@ -93,7 +107,6 @@ func scanFor(h schema.History, callID string) (*scan, error) {
 		byOp:   make(map[opKey]struct{}),
 		idx:    -1,
 	}
-	s.dig.needless = s.needless
 	if err := s.run(h); err != nil {
 		return nil, err
 	}
@@ -118,33 +131,58 @@ func scanFor(h schema.History, callID string) (*scan, error) {
 	return s, nil
 }
 
-// run reads the whole history, then checks what needed the argument
-// digests.
+// run reads the whole history, then canonicalizes the arguments the checks
+// need (every history error comes first, as the whole history is read
+// first): the target's, unless it completed and is no retry (nothing uses
+// them then), and both sides of every retry whose bytes differ from its
+// prior call's. An argument error is reported for the first such call in
+// log order, then the first retry whose canonical arguments differ.
 func (s *scan) run(h schema.History) error {
-	var (
-		err error
-		res []digestResult
-	)
-	func() {
-		defer func() { res = s.dig.wait() }() // also when h panics
-		err = s.read(h)
-	}()
-	if err != nil {
+	if err := s.read(h); err != nil {
 		return err
 	}
-	for _, r := range res {
-		c := s.at(r.idx)
-		if r.err != nil {
-			return schema.Errorf(schema.CodeCorruptHistory, "call %q (seq %d): arguments: %v", c.id, c.seq, r.err)
-		}
-		c.digest = r.digest
+	type canonArgs struct {
+		idx   int32
+		args  []byte
+		canon []byte
 	}
-	for _, i := range s.retries {
-		c := s.at(i)
-		p := s.at(c.prior)
-		if c.digest != p.digest {
-			return schema.Errorf(schema.CodeCorruptHistory, "call %q (seq %d) retries call %q with different arguments (%s, prior %s)", c.id, c.seq, p.id, c.digest, p.digest)
+	need := make([]canonArgs, 0, 2*len(s.pairs)+1)
+	target, found := s.byID[s.target]
+	if found {
+		if c := s.at(target); !c.legacy && (c.status != schema.StatusOK || c.prior >= 0) {
+			need = append(need, canonArgs{idx: target, args: c.args})
+		} else {
+			found = false
 		}
+	}
+	for _, p := range s.pairs {
+		need = append(need, canonArgs{idx: s.at(p.idx).prior, args: p.prior}, canonArgs{idx: p.idx, args: p.args})
+	}
+	slices.SortStableFunc(need, func(a, b canonArgs) int { return cmp.Compare(a.idx, b.idx) })
+	need = slices.CompactFunc(need, func(a, b canonArgs) bool { return a.idx == b.idx })
+	for i := range need {
+		n := &need[i]
+		canon, err := canonical(n.args)
+		if err != nil {
+			c := s.at(n.idx)
+			return schema.Errorf(schema.CodeCorruptHistory, "call %q (seq %d): arguments: %v", c.id, c.seq, err)
+		}
+		n.canon = canon
+	}
+	canonOf := func(idx int32) []byte {
+		k, _ := slices.BinarySearchFunc(need, idx, func(a canonArgs, i int32) int { return cmp.Compare(a.idx, i) })
+		return need[k].canon
+	}
+	for _, p := range s.pairs {
+		a, b := canonOf(p.idx), canonOf(s.at(p.idx).prior)
+		if !bytes.Equal(a, b) {
+			c, pc := s.at(p.idx), s.at(s.at(p.idx).prior)
+			return schema.Errorf(schema.CodeCorruptHistory, "call %q (seq %d) retries call %q with different arguments (%s, prior %s)", c.id, c.seq, pc.id, digestOf(a), digestOf(b))
+		}
+	}
+	if found {
+		s.canon = canonOf(target)
+		s.digest = digestOf(s.canon)
 	}
 	return nil
 }
@@ -166,17 +204,6 @@ func (s *scan) read(h schema.History) error {
 		}
 	}
 	return nil
-}
-
-// needless reports whether call i's arguments need no digest: it completed
-// (ok) and is no retry, so no valid retry can follow it and nothing compares
-// its arguments.
-func (s *scan) needless(i int32) bool {
-	if i >= s.count {
-		return true
-	}
-	c := s.at(i)
-	return c.status == schema.StatusOK && c.prior < 0
 }
 
 // corrupt returns a corrupt_history error naming the event's position and seq.
@@ -279,18 +306,20 @@ func (s *scan) onCall(ev *schema.Event) error {
 				return s.corrupt(ev, "call %q retries call %q under contract %s instead of %s", c.CallID, p.id, nc.contract, p.contract)
 			}
 			nc.prior = pi
-			s.retries = append(s.retries, s.count)
 			p.next = s.count
+			if bytes.Equal(p.args, c.Arguments) {
+				nc.args = p.args // the same bytes: the same canonical arguments
+			} else {
+				nc.args = bytes.Clone(c.Arguments) // the source may reuse its buffer
+				s.pairs = append(s.pairs, argPair{idx: s.count, prior: p.args, args: nc.args})
+			}
 		} else if !added(s.byOp, ok, struct{}{}) {
 			first := s.find(func(o *call) bool { return !o.legacy && o.task == op.Task && o.key == op.Key })
 			return s.corrupt(ev, "call %q reuses operation key %q of task %q, first used by call %q, without a retry link", c.CallID, op.Key, op.Task, first.id)
 		}
 	}
-	if c.CallID == s.target {
-		s.args = append(json.RawMessage(nil), c.Arguments...) // the source may reuse its buffer
-	}
-	if !nc.legacy {
-		s.dig.add(s.count, c.Arguments)
+	if !nc.legacy && nc.args == nil {
+		nc.args = bytes.Clone(c.Arguments) // the source may reuse its buffer
 	}
 	s.push(nc)
 	return nil
@@ -381,6 +410,9 @@ func (s *scan) onResult(ev *schema.Event) error {
 		return s.corrupt(ev, "call %q has stage %q with status %s (stage only goes with rejected)", c.id, r.Stage, r.Status)
 	}
 	c.status, c.stage, c.resSeq = intern(r.Status), r.Stage, ev.Seq
+	if c.status == schema.StatusOK && c.id != s.target {
+		c.args = nil // a retry of a completed call is corrupt: nothing compares them
+	}
 	return nil
 }
 

@@ -186,7 +186,7 @@ func TestInspectChain(t *testing.T) {
 // TestSourceReusesBuffers: a history source may reuse the arguments'
 // buffer once the event has been yielded; Inspect must not read it later.
 func TestSourceReusesBuffers(t *testing.T) {
-	const calls = 600 // several digest batches
+	const calls = 600
 	buf := make([]byte, 0, 64)
 	h := func(yield func(schema.Event, error) bool) {
 		seq := uint64(0)
@@ -221,7 +221,7 @@ func TestSourceReusesBuffers(t *testing.T) {
 	}
 }
 
-// TestLargeHistoryChains runs the retry checks across many digest batches:
+// TestLargeHistoryChains runs the retry checks across a large history:
 // most calls complete, a few fail and are retried much later.
 func TestLargeHistoryChains(t *testing.T) {
 	const calls = 2000
@@ -252,5 +252,92 @@ func TestLargeHistoryChains(t *testing.T) {
 	_, err = recovery.Inspect(hist(build(`{"sku":"A","n":1508}`)...), "c-3")
 	if schema.CodeOf(err) != schema.CodeCorruptHistory || !strings.Contains(err.Error(), "different arguments") {
 		t.Fatalf("changed arguments in a large history: %v", err)
+	}
+}
+
+// TestRetryCanonicalArguments: a retry's arguments are compared with its
+// prior call's in canonical form (schema.Canonical: members sorted, no
+// insignificant whitespace, escapes and numbers by exact value), whether or
+// not their bytes are identical; differing values are corrupt_history.
+func TestRetryCanonicalArguments(t *testing.T) {
+	const prior = `{"sku":"A-1","qty":2}`
+	tests := []struct {
+		name, args string
+		same       bool   // canonically equal to prior
+		want       string // error text, when not same
+	}{
+		{"identical bytes", prior, true, ""},
+		{"member order", `{"qty":2,"sku":"A-1"}`, true, ""},
+		{"whitespace", "{ \"sku\" : \"A-1\",\n\t\"qty\" : 2 }", true, ""},
+		{"number spelled 2.0", `{"sku":"A-1","qty":2.0}`, true, ""},
+		{"number spelled 20e-1", `{"sku":"A-1","qty":20e-1}`, true, ""},
+		{"string escape", `{"sku":"\u0041-1","qty":2}`, true, ""},
+		{"other number", `{"sku":"A-1","qty":3}`, false, "different arguments"},
+		{"number 2.000001", `{"sku":"A-1","qty":2.000001}`, false, "different arguments"},
+		{"other string", `{"sku":"A-2","qty":2}`, false, "different arguments"},
+		{"extra member", `{"sku":"A-1","qty":2,"note":null}`, false, "different arguments"},
+		{"number as string", `{"sku":"A-1","qty":"2"}`, false, "different arguments"},
+		{"duplicate member", `{"sku":"A-1","qty":2,"qty":2}`, false, `call "c-3" (seq 5): arguments`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// the precondition, by schema's own word
+			a, errA := schema.Canonical([]byte(prior))
+			b, errB := schema.Canonical([]byte(tt.args))
+			if errA != nil || (errB == nil && string(a) == string(b)) != tt.same {
+				t.Fatalf("schema.Canonical: %s %v, %s %v: same %v is wrong", a, errA, b, errB, tt.same)
+			}
+			// c-2 retries c-1 with the same bytes, c-3 retries c-2 with tt.args
+			h := hist(
+				callEv("c-1", effect.Idempotent, true), resultEv("c-1", schema.StatusFailed, ""),
+				retryEv("c-2", effect.Idempotent, "c-1", 1), resultEv("c-2", schema.StatusTimeout, ""),
+				with(retryEv("c-3", effect.Idempotent, "c-2", 3), func(c *schema.Call) { c.Arguments = []byte(tt.args) }),
+			)
+			as, err := recovery.Inspect(h, "c-3")
+			if !tt.same {
+				if schema.CodeOf(err) != schema.CodeCorruptHistory || !strings.Contains(err.Error(), tt.want) {
+					t.Fatalf("Inspect: %+v %v, want corrupt_history with %q", as, err, tt.want)
+				}
+				return
+			}
+			if err != nil || as.Attempts != 3 {
+				t.Fatalf("Inspect: %+v %v", as, err)
+			}
+			p, err := recovery.PrepareRetry(h, "c-3", nil)
+			if err != nil || string(p.Arguments) != string(b) {
+				t.Fatalf("PrepareRetry: %s %v, want arguments %s", p.Arguments, err, b)
+			}
+			if d, _ := schema.ArgsDigest([]byte(tt.args)); p.ArgsDigest != d {
+				t.Errorf("args_digest %s, want %s", p.ArgsDigest, d)
+			}
+		})
+	}
+}
+
+// TestRetryArgumentErrors: arguments that do not canonicalize are
+// corrupt_history naming the call, when a check needs them: the inspected
+// call's, and a retry's and its prior's when their bytes differ.
+func TestRetryArgumentErrors(t *testing.T) {
+	bad := func(e schema.Event) schema.Event {
+		return with(e, func(c *schema.Call) { c.Arguments = []byte(`{"sku":"A-1","qty":02}`) })
+	}
+	tests := []struct {
+		name   string
+		evs    []schema.Event
+		target string
+		want   string
+	}{
+		{"prior's", []schema.Event{bad(callEv("c-1", effect.Idempotent, true)), resultEv("c-1", schema.StatusFailed, ""), retryEv("c-2", effect.Idempotent, "c-1", 1)}, "c-2", `call "c-1" (seq 1): arguments`},
+		{"retry's, the target failed", []schema.Event{callEv("c-1", effect.Idempotent, true), resultEv("c-1", schema.StatusFailed, ""), bad(retryEv("c-2", effect.Idempotent, "c-1", 1)), resultEv("c-2", schema.StatusFailed, "")}, "c-2", `call "c-2" (seq 3): arguments`},
+		{"retry's, another call inspected", []schema.Event{callEv("c-1", effect.Idempotent, true), resultEv("c-1", schema.StatusFailed, ""), bad(retryEv("c-2", effect.Idempotent, "c-1", 1)), resultEv("c-2", schema.StatusOK, "")}, "c-1", `call "c-2" (seq 3): arguments`},
+		{"open target's", []schema.Event{bad(callEv("c-1", effect.Idempotent, true))}, "c-1", `call "c-1" (seq 1): arguments`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, err := recovery.Inspect(hist(tt.evs...), tt.target)
+			if schema.CodeOf(err) != schema.CodeCorruptHistory || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Inspect: %+v %v, want corrupt_history with %q", a, err, tt.want)
+			}
+		})
 	}
 }

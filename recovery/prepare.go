@@ -117,12 +117,8 @@ func PrepareRetry(h schema.History, callID string, review *schema.Review, opts .
 	default:
 		return schema.Plan{}, schema.Errorf(schema.CodeNeedsReview, "call %q is uncertain (%s) under contract %s: a retry needs a review with verdict not_executed", callID, a.Evidence, a.Contract)
 	}
-	args, err := canonical(s.args)
-	if err != nil { // the digest of the same bytes succeeded during the scan
-		return schema.Plan{}, schema.Errorf(schema.CodeCorruptHistory, "call %q: arguments: %v", callID, err)
-	}
-	p.Arguments = args
-	p.ArgsDigest = s.at(s.idx).digest
+	p.Arguments = s.canon // canonicalized by the scan: the call did not complete
+	p.ArgsDigest = s.digest
 	p.IssuedAt = o.now().UTC()
 	return p, nil
 }
