@@ -22,9 +22,19 @@ type logStats struct {
 // calling fn for every message (headers only when headersOnly, with the
 // payload size in size). It stops at the first error fn returns.
 func (t *Topology) scan(ctx context.Context, session string, upTo uint64, headersOnly bool, fn func(m jetstream.Msg, seq uint64, size int) error) error {
+	return t.scanFrom(ctx, session, 1, upTo, headersOnly, fn)
+}
+
+// scanFrom is scan starting at stream sequence from.
+func (t *Topology) scanFrom(ctx context.Context, session string, from, upTo uint64, headersOnly bool, fn func(m jetstream.Msg, seq uint64, size int) error) error {
+	deliver := jetstream.DeliverAllPolicy
+	if from > 1 {
+		deliver = jetstream.DeliverByStartSequencePolicy
+	}
 	cons, err := t.JS.OrderedConsumer(ctx, t.Events.CachedInfo().Config.Name, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{t.EventsSubject(session)},
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		DeliverPolicy:  deliver,
+		OptStartSeq:    from,
 		HeadersOnly:    headersOnly,
 		// A safety net only: the consumer is deleted when the scan ends.
 		InactiveThreshold: 5 * time.Second,
@@ -103,7 +113,7 @@ func (t *Topology) Load(ctx context.Context, session string) ([]schema.Event, er
 		out   []schema.Event
 		bytes int64
 	)
-	err = t.scan(ctx, session, tl.seq, false, func(m jetstream.Msg, seq uint64, size int) error {
+	add := func(data []byte, seq uint64, size int) error {
 		bytes += eventSize(size, seq)
 		if len(out)+1 > lim.MaxEvents {
 			return schema.Errorf(schema.CodeHistoryTooLarge, "session %s has more than %d events (limit)", session, lim.MaxEvents)
@@ -111,7 +121,7 @@ func (t *Topology) Load(ctx context.Context, session string) ([]schema.Event, er
 		if bytes > lim.MaxBytes {
 			return schema.Errorf(schema.CodeHistoryTooLarge, "session %s is larger than %d bytes serialized (limit)", session, lim.MaxBytes)
 		}
-		ev, err := schema.DecodeEvent(m.Data())
+		ev, err := schema.DecodeEvent(data)
 		if err != nil {
 			var se *schema.Error
 			if errors.As(err, &se) {
@@ -122,12 +132,40 @@ func (t *Topology) Load(ctx context.Context, session string) ([]schema.Event, er
 		ev.Seq = seq
 		out = append(out, ev)
 		return nil
+	}
+	// Most logs a recovery worker loads are short: a few direct message
+	// gets cost the server far less than a consumer (created, pulled from,
+	// deleted). A longer log goes on through a consumer from where the gets
+	// stopped.
+	next := uint64(1)
+	for range shortLog {
+		m, err := t.Events.GetMsg(ctx, next, jetstream.WithGetMsgSubject(t.EventsSubject(session)))
+		if err != nil {
+			return nil, fmt.Errorf("stream: read %s at %d: %w", session, next, err)
+		}
+		if m.Sequence > tl.seq {
+			return out, nil
+		}
+		if err := add(m.Data, m.Sequence, len(m.Data)); err != nil {
+			return nil, err
+		}
+		if m.Sequence == tl.seq {
+			return out, nil
+		}
+		next = m.Sequence + 1
+	}
+	err = t.scanFrom(ctx, session, next, tl.seq, false, func(m jetstream.Msg, seq uint64, size int) error {
+		return add(m.Data(), seq, size)
 	})
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
 }
+
+// shortLog is how many events Load reads with single message gets before
+// it reads the rest of a log through a consumer.
+const shortLog = 8
 
 // deleteOrdered deletes the server-side consumer behind an ordered consumer
 // once it is no longer read, best effort (the consumer's InactiveThreshold

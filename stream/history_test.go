@@ -2,6 +2,7 @@ package stream_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/jingwei/jingwei/stream"
@@ -18,13 +19,18 @@ func TestLoadLeavesNoConsumer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := log.Append(ctx, started("c-1")); err != nil {
-		t.Fatal(err)
+	// Long enough that Load reads past its first direct gets through a
+	// consumer.
+	const events = 20
+	for i := 1; i < events; i++ {
+		if _, err := log.Append(ctx, started(fmt.Sprintf("c-%d", i))); err != nil {
+			t.Fatal(err)
+		}
 	}
 	before := consumers(t, topo)
 	for i := 0; i < 25; i++ {
 		h, err := topo.Load(ctx, "s-1")
-		if err != nil || len(h) != 2 {
+		if err != nil || len(h) != events {
 			t.Fatalf("Load %d: %d events, %v", i, len(h), err)
 		}
 	}

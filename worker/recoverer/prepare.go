@@ -24,7 +24,7 @@ func (r *Recoverer) Inspect(ctx context.Context, session, callID string) (schema
 	if err := checkTarget(session, callID); err != nil {
 		return schema.Assessment{}, err
 	}
-	h, err := r.loadHistory(ctx, session)
+	h, err := r.t.Load(ctx, session)
 	if err != nil {
 		return schema.Assessment{}, err
 	}
@@ -59,22 +59,16 @@ func (r *Recoverer) Prepare(ctx context.Context, session, callID string) (schema
 	}
 	// The plan id follows from session and call alone: a plan issued
 	// before (by this or a racing recoverer) is found without loading the
-	// history. The latest review and the first reads of the history,
-	// needed otherwise, are read at the same time.
+	// history. The latest review, needed either way, is read meanwhile.
 	var (
 		wg        sync.WaitGroup
 		review    *schema.Review
 		reviewErr error
-		start     historyStart
 	)
-	wg.Add(2)
+	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		review, reviewErr = r.latestReview(ctx, session, callID)
-	}()
-	go func() {
-		defer wg.Done()
-		start = r.readStart(ctx, session)
 	}()
 	rec, err := r.plans.Get(ctx, recovery.PlanID(session, callID))
 	wg.Wait()
@@ -95,7 +89,7 @@ func (r *Recoverer) Prepare(ctx context.Context, session, callID string) (schema
 		r.review.forget(session, callID)
 		return rec.Plan, nil
 	}
-	h, err := r.loadFrom(ctx, session, start)
+	h, err := r.t.Load(ctx, session)
 	if err != nil {
 		return schema.Plan{}, err
 	}
@@ -112,7 +106,7 @@ func (r *Recoverer) Prepare(ctx context.Context, session, callID string) (schema
 			}
 			return schema.Plan{}, err
 		}
-		if h, err = r.loadHistory(ctx, session); err != nil {
+		if h, err = r.t.Load(ctx, session); err != nil {
 			return schema.Plan{}, err
 		}
 	}
