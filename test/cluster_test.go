@@ -193,9 +193,17 @@ func TestClusterLeaderLossKeepsLog(t *testing.T) {
 	if err := lease.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	lease2, err := topo.AcquireLease(ctx, "s-1", "w2")
-	if err != nil {
-		t.Fatal(err)
+	// Right after a leader change a replica may still show the released
+	// lease for a moment (stale reads are allowed; the create itself is a
+	// compare-and-set): retry, as a recovery worker would.
+	var lease2 *stream.Lease
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if lease2, err = topo.AcquireLease(ctx, "s-1", "w2"); err == nil {
+			break
+		}
+		if !errors.Is(err, stream.ErrLeaseHeld) || time.Now().After(deadline) {
+			t.Fatal(err)
+		}
 	}
 	if _, err := topo.Fence(ctx, "s-1", "w2", lease2.Epoch); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
@@ -82,10 +83,14 @@ func (r *Recoverer) serve(ctx context.Context) (micro.Service, error) {
 			case <-ctx.Done():
 				return
 			}
+			// The answer is sent from another goroutine, after this
+			// handler returned: it must not go through req, whose state
+			// micro reads (for its stats) once the handler returns.
+			data, subject, reply := req.Data(), req.Subject(), req.Reply()
 			go func() {
 				defer func() { <-sem }()
-				v, err := h(ctx, req.Data())
-				r.respond(req, v, err)
+				v, err := h(ctx, data)
+				r.respond(nc, subject, reply, v, err)
 			}()
 		}), micro.WithEndpointSubject(r.t.APISubject(name)))
 	}
@@ -148,29 +153,41 @@ func decodeBody(data []byte, v any) error {
 	return nil
 }
 
-// respond answers with v as JSON, or with a micro error carrying the code
+// respond answers a request on reply with v as JSON, or with an error in
+// micro's form: the Nats-Service-Error and Nats-Service-Error-Code headers
 // and the {"error":{…}} body.
-func (r *Recoverer) respond(req micro.Request, v any, err error) {
+func (r *Recoverer) respond(nc *nats.Conn, subject, reply string, v any, err error) {
+	msg := &nats.Msg{Subject: reply}
 	if err == nil {
-		if rerr := req.RespondJSON(v); rerr != nil {
-			r.log.Warn().Err(rerr).Str("subject", req.Subject()).Msg("service answer not sent")
+		b, merr := json.Marshal(v)
+		if merr != nil {
+			err = fmt.Errorf("recoverer: encode answer: %w", merr)
+		} else {
+			msg.Data = b
 		}
-		return
 	}
-	d := ErrorDetail{Code: string(CodeInternal), Message: err.Error()}
-	var se *schema.Error
-	if errors.As(err, &se) {
-		d.Code, d.Latest = string(se.Code), se.Latest
-		// The code travels in its own field: don't repeat it in the text.
-		d.Message = strings.Replace(d.Message, string(se.Code)+": ", "", 1)
-	} else {
-		r.log.Error().Err(err).Str("subject", req.Subject()).Msg("service request failed")
+	if err != nil {
+		d := ErrorDetail{Code: string(CodeInternal), Message: err.Error()}
+		var se *schema.Error
+		if errors.As(err, &se) {
+			d.Code, d.Latest = string(se.Code), se.Latest
+			// The code travels in its own field: don't repeat it in the text.
+			d.Message = strings.Replace(d.Message, string(se.Code)+": ", "", 1)
+		} else {
+			r.log.Error().Err(err).Str("subject", subject).Msg("service request failed")
+		}
+		msg.Data, _ = json.Marshal(ErrorBody{Error: d})
+		// The description travels in a header: one line.
+		msg.Header = nats.Header{
+			micro.ErrorHeader:     []string{strings.NewReplacer("\r", " ", "\n", " ").Replace(d.Message)},
+			micro.ErrorCodeHeader: []string{d.Code},
+		}
 	}
-	body, _ := json.Marshal(ErrorBody{Error: d})
-	// The description travels in a header: one line.
-	desc := strings.NewReplacer("\r", " ", "\n", " ").Replace(d.Message)
-	if rerr := req.Error(d.Code, desc, body); rerr != nil {
-		r.log.Warn().Err(rerr).Str("subject", req.Subject()).Msg("service error answer not sent")
+	if reply == "" {
+		return // a publish without a reply subject asks for no answer
+	}
+	if perr := nc.PublishMsg(msg); perr != nil {
+		r.log.Warn().Err(perr).Str("subject", subject).Msg("service answer not sent")
 	}
 }
 
