@@ -437,27 +437,41 @@ func (s *scan) assess() schema.Assessment {
 		Attempts: n,
 		Chain:    chain,
 	}
-	switch {
-	case c.status == schema.StatusOK:
-		a.Outcome, a.Evidence = schema.OutcomeCompleted, string(c.status)
-	case c.status == schema.StatusRejected: // stage checked in onResult
-		a.Outcome, a.Evidence = schema.OutcomeNotStarted, string(c.status)+":"+string(c.stage)
-	case c.status != "":
-		a.Outcome, a.Evidence = schema.OutcomeUncertain, string(c.status)
-	case c.marker && !c.started:
-		a.Outcome, a.Evidence = schema.OutcomeNotStarted, EvidenceNotStartedMarker
-	default:
-		a.Outcome, a.Evidence = schema.OutcomeUncertain, EvidenceNoResult
-	}
-	switch {
-	case a.Outcome == schema.OutcomeCompleted:
-		a.Decision = schema.DecisionRefuse
-	case a.Outcome == schema.OutcomeNotStarted, c.contract.Effect.Safe():
-		a.Decision = schema.DecisionRetryAllowed
-	default:
-		a.Decision = schema.DecisionNeedsReview
-	}
+	a.Outcome, a.Evidence, a.Decision = Classify(c.status, c.stage, c.marker, c.started, c.contract)
 	return a
+}
+
+// Classify is the decision table of DESIGN §2 for one call's latest
+// attempt, from what its history says about it: the result's status (""
+// for none) and stage, whether the call follows the start-marker protocol,
+// whether tool.started was recorded, and the call's contract. It returns
+// the outcome, the evidence it rests on (a status, "rejected:<stage>",
+// EvidenceNoResult or EvidenceNotStartedMarker) and the decision. Reviews
+// are not part of it: PrepareRetry applies them. Inspect uses it after
+// verifying the history; an incremental classifier that tracks the same
+// facts gets the same answer from it.
+func Classify(status schema.Status, stage schema.Stage, marker, started bool, c effect.Contract) (schema.Outcome, string, schema.Decision) {
+	var out schema.Outcome
+	var ev string
+	switch {
+	case status == schema.StatusOK:
+		out, ev = schema.OutcomeCompleted, string(status)
+	case status == schema.StatusRejected: // the stage is checked when the result is read
+		out, ev = schema.OutcomeNotStarted, string(status)+":"+string(stage)
+	case status != "":
+		out, ev = schema.OutcomeUncertain, string(status)
+	case marker && !started:
+		out, ev = schema.OutcomeNotStarted, EvidenceNotStartedMarker
+	default:
+		out, ev = schema.OutcomeUncertain, EvidenceNoResult
+	}
+	switch {
+	case out == schema.OutcomeCompleted:
+		return out, ev, schema.DecisionRefuse
+	case out == schema.OutcomeNotStarted, c.Effect.Safe():
+		return out, ev, schema.DecisionRetryAllowed
+	}
+	return out, ev, schema.DecisionNeedsReview
 }
 
 // Evidence values that are not a result status (see schema.Assessment).

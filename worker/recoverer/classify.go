@@ -37,36 +37,9 @@ type OpenCall struct {
 	Started  bool            `json:"started"`
 }
 
-// verdict is what a finished (or orphaned) call's state says: the decision
-// table of DESIGN §2 for the latest attempt, the same mapping
-// recovery.Inspect applies.
-func verdict(status schema.Status, stage schema.Stage, marker, started bool, c effect.Contract) (schema.Outcome, string, schema.Decision) {
-	var out schema.Outcome
-	var ev string
-	switch {
-	case status == schema.StatusOK:
-		out, ev = schema.OutcomeCompleted, string(status)
-	case status == schema.StatusRejected:
-		out, ev = schema.OutcomeNotStarted, string(status)+":"+string(stage)
-	case status != "":
-		out, ev = schema.OutcomeUncertain, string(status)
-	case marker && !started:
-		out, ev = schema.OutcomeNotStarted, recovery.EvidenceNotStartedMarker
-	default:
-		out, ev = schema.OutcomeUncertain, recovery.EvidenceNoResult
-	}
-	switch {
-	case out == schema.OutcomeCompleted:
-		return out, ev, schema.DecisionRefuse
-	case out == schema.OutcomeNotStarted, c.Effect.Safe():
-		return out, ev, schema.DecisionRetryAllowed
-	}
-	return out, ev, schema.DecisionNeedsReview
-}
-
 // assess builds the assessment of a first attempt from its state.
 func (c *openCall) assess(session string, status schema.Status, stage schema.Stage) schema.Assessment {
-	out, ev, dec := verdict(status, stage, c.marker, c.started, c.contract)
+	out, ev, dec := recovery.Classify(status, stage, c.marker, c.started, c.contract)
 	return schema.Assessment{
 		Session: session, CallID: c.id, Tool: c.tool, Task: c.task, Key: c.key,
 		Contract: c.contract, Outcome: out, Evidence: ev, Decision: dec,
