@@ -279,10 +279,10 @@ func (l *Log) Append(ctx context.Context, ev schema.Event) (uint64, error) {
 	if ev.At.IsZero() {
 		ev.At = time.Now().UTC()
 	}
-	// Encoding validates too (required fields, field lengths, valid JSON):
-	// an invalid event is refused with its *schema.Error and nothing is
-	// written.
-	payload, err := encodeEvent(ev)
+	// EncodeEvent validates too (required fields, field lengths, valid
+	// JSON): an invalid event is refused with its *schema.Error and
+	// nothing is written.
+	payload, err := schema.EncodeEvent(ev)
 	if err != nil {
 		return 0, fmt.Errorf("stream: append to %s: %w", l.session, err)
 	}
