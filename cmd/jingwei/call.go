@@ -71,15 +71,11 @@ func (c *clientFlags) connect(ctx context.Context, name string, stderr io.Writer
 	if err != nil {
 		return nil, err
 	}
-	n := c.nats
-	nc, err := stream.Connect(ctx, stream.ConnectConfig{
-		URL: n.server, Creds: n.creds, NKeySeedFile: n.nkey, TLSCA: n.tlsca,
-		Name: "jingwei " + name, Logger: log,
-	})
+	nc, err := c.nats.connect(ctx, name, log)
 	if err != nil {
-		return nil, fmt.Errorf("%w (is a server running? start one with 'jingwei serve', or point --server/$NATS_URL at yours)", err)
+		return nil, err
 	}
-	return &apiClient{nc: nc, prefix: n.prefix, timeout: c.timeout, log: log}, nil
+	return &apiClient{nc: nc, prefix: c.nats.prefix, timeout: c.timeout, log: log}, nil
 }
 
 // apiClient sends requests to the jingwei micro service (jw.api.*).

@@ -85,12 +85,9 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if len(trusted) == 0 {
 		log.Warn().Msg("no trusted reviewer keys (--trust-reviewers): every review will be rejected")
 	}
-	nc, err := stream.Connect(ctx, stream.ConnectConfig{
-		URL: nf.server, Creds: nf.creds, NKeySeedFile: nf.nkey, TLSCA: nf.tlsca,
-		Name: "jingwei recover", Logger: log,
-	})
+	nc, err := nf.connect(ctx, "recover", log)
 	if err != nil {
-		fmt.Fprintf(stderr, "jingwei recover: %v (is a server running? start one with 'jingwei serve')\n", err)
+		fmt.Fprintf(stderr, "jingwei recover: %v\n", err)
 		return exitFailure
 	}
 	defer nc.Close()

@@ -6,6 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
@@ -17,14 +18,26 @@ import (
 // holds what the read-only commands (export, and inspect/plan with
 // --session) do with them.
 
+// connect connects as the flags say, naming the connection after the
+// command. Its error says what to do about a server that is not there. The
+// caller closes the connection.
+func (n *natsFlags) connect(ctx context.Context, name string, log zerolog.Logger) (*nats.Conn, error) {
+	nc, err := stream.Connect(ctx, stream.ConnectConfig{
+		URL: n.server, Creds: n.creds, NKeySeedFile: n.nkey, TLSCA: n.tlsca,
+		Name: "jingwei " + name, Logger: log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w (is a server running? start one with 'jingwei serve', or point --server/$NATS_URL at yours)", err)
+	}
+	return nc, nil
+}
+
 // openTopology connects as the flags say and looks up jingwei's topology
 // without creating anything. The caller closes the connection.
 func (n *natsFlags) openTopology(ctx context.Context, name string) (*nats.Conn, *stream.Topology, error) {
-	nc, err := stream.Connect(ctx, stream.ConnectConfig{
-		URL: n.server, Creds: n.creds, NKeySeedFile: n.nkey, TLSCA: n.tlsca, Name: "jingwei " + name,
-	})
+	nc, err := n.connect(ctx, name, zerolog.Nop())
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w (is a server running? start one with 'jingwei serve', or point --server/$NATS_URL at yours)", err)
+		return nil, nil, err
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {

@@ -134,12 +134,9 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err != nil {
 		return usageError(stderr, "worker", "%v", err)
 	}
-	nc, err := stream.Connect(ctx, stream.ConnectConfig{
-		URL: nf.server, Creds: nf.creds, NKeySeedFile: nf.nkey, TLSCA: nf.tlsca,
-		Name: "jingwei worker", Logger: log,
-	})
+	nc, err := nf.connect(ctx, "worker", log)
 	if err != nil {
-		fmt.Fprintf(stderr, "jingwei worker: %v (is a server running? start one with 'jingwei serve')\n", err)
+		fmt.Fprintf(stderr, "jingwei worker: %v\n", err)
 		return exitFailure
 	}
 	defer nc.Close()
