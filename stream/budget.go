@@ -424,3 +424,17 @@ func mustJSON(u Usage) []byte {
 
 // token reports whether s is 1–128 bytes of [A-Za-z0-9_-].
 func token(s string) bool { return schema.ValidSession(s) }
+
+// CallsPerTask counts the tool.call events of each task in a history: the
+// attempts a session has recorded, which every tool_calls count must cover
+// (see Reconcile). Legacy calls without an operation have no task and are
+// not counted.
+func CallsPerTask(h []schema.Event) map[string]int64 {
+	n := make(map[string]int64)
+	for i := range h {
+		if c := h[i].Call; c != nil && h[i].Type == schema.TypeCall && c.Operation != nil {
+			n[c.Operation.Task]++
+		}
+	}
+	return n
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/stream/streamtest"
 )
@@ -47,4 +48,26 @@ func consumers(t *testing.T, topo *stream.Topology) int {
 		t.Fatal(err)
 	}
 	return info.State.Consumers
+}
+
+func TestCallsPerTask(t *testing.T) {
+	call := func(id, task string) schema.Event {
+		c := &schema.Call{CallID: id, Tool: "x"}
+		if task != "" {
+			c.Operation = &schema.Operation{Task: task, Key: "k-" + id}
+		}
+		return schema.Event{Type: schema.TypeCall, Call: c}
+	}
+	h := []schema.Event{
+		{Type: schema.TypeFenced, Fence: &schema.Fence{Epoch: 1}},
+		call("c-1", "t-1"), started("c-1"), call("c-2", "t-1"), call("c-3", "t-2"),
+		call("c-legacy", ""), // no operation: no task to count it in
+	}
+	got := stream.CallsPerTask(h)
+	if len(got) != 2 || got["t-1"] != 2 || got["t-2"] != 1 {
+		t.Fatalf("CallsPerTask = %v, want t-1:2 t-2:1", got)
+	}
+	if got := stream.CallsPerTask(nil); len(got) != 0 {
+		t.Fatalf("CallsPerTask(nil) = %v", got)
+	}
 }

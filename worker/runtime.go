@@ -242,13 +242,7 @@ func recordedCalls(cfg Config) map[string]int64 {
 		}
 		return nil
 	}
-	n := make(map[string]int64)
-	for i := range cfg.History {
-		if c := cfg.History[i].Call; c != nil && cfg.History[i].Type == schema.TypeCall && c.Operation != nil {
-			n[c.Operation.Task]++
-		}
-	}
-	return n
+	return stream.CallsPerTask(cfg.History)
 }
 
 // Flush writes the counts the runtime's counter deferred (if it has a

@@ -139,14 +139,8 @@ func (r *Recoverer) Reconcile(ctx context.Context) error {
 // path, and every recorded attempt counts. Counts never go down. Failures
 // are logged: the next owner of the session reconciles again.
 func (r *Recoverer) reconcileBudget(ctx context.Context, session string, h []schema.Event) {
-	recorded := map[string]int64{}
-	for i := range h {
-		if c := h[i].Call; c != nil && h[i].Type == schema.TypeCall && c.Operation != nil {
-			recorded[c.Operation.Task]++
-		}
-	}
 	b := stream.NewBudget(r.t.Budget)
-	for task, n := range recorded {
+	for task, n := range stream.CallsPerTask(h) {
 		if _, err := b.Reconcile(ctx, session, task, n, 0); err != nil {
 			r.log.Warn().Err(err).Str("session", session).Str("task", task).Msg("tool_calls count not reconciled after takeover")
 		}
