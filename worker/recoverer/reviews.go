@@ -109,21 +109,16 @@ func (r *Recoverer) acceptReview(ctx context.Context, session string, data []byt
 // that passes checkReview (nil if none). Rejected reviews are skipped: a
 // forged or unsigned review changes nothing.
 func (r *Recoverer) latestReview(ctx context.Context, session, callID string) (*schema.Review, error) {
-	subj := r.t.ReviewsSubject(session)
-	if _, err := r.t.Reviews.GetLastMsgForSubject(ctx, subj); errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil, nil
-	} else if err != nil {
-		return nil, fmt.Errorf("recoverer: read reviews of %s: %w", session, err)
+	checks, err := r.Reviews(ctx, session, callID)
+	if err != nil {
+		return nil, err
 	}
-	var best *schema.Review
-	err := r.scanSubject(ctx, r.t.StreamName("REVIEWS"), subj, false, func(m jetstream.Msg) {
-		rv, err := r.checkReview(session, m.Data())
-		if err != nil || rv.CallID != callID {
-			return
+	for i := len(checks) - 1; i >= 0; i-- {
+		if checks[i].Accepted {
+			return &checks[i].Review, nil
 		}
-		best = &rv
-	})
-	return best, err
+	}
+	return nil, nil
 }
 
 // scanSubject reads every message on subj in stream order.
