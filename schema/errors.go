@@ -20,6 +20,13 @@ const (
 	CodeCompleted       Code = "completed"
 	CodeNeedsReview     Code = "needs_review"
 	CodeInvalidReview   Code = "invalid_review"
+	// CodeReviewConflict: a review contradicts a trusted completed review
+	// of the same call already on record (completed is final).
+	CodeReviewConflict Code = "review_conflict"
+	// CodeUnauthorizedRetry: a retry in the history carries no valid plan
+	// signature by a trusted planner key (or its reviewed_not_executed
+	// review does not verify): it was not authorized by jingwei.
+	CodeUnauthorizedRetry Code = "unauthorized_retry"
 )
 
 // Error is an error with a stable Code. Two Errors match under errors.Is when
@@ -58,15 +65,17 @@ func CodeOf(err error) Code {
 
 // Sentinels for errors.Is, one per code.
 var (
-	ErrUnknownCall     = &Error{Code: CodeUnknownCall}
-	ErrSupersededCall  = &Error{Code: CodeSupersededCall}
-	ErrLegacyCall      = &Error{Code: CodeLegacyCall}
-	ErrCorruptHistory  = &Error{Code: CodeCorruptHistory}
-	ErrHistoryTooLarge = &Error{Code: CodeHistoryTooLarge}
-	ErrFieldTooLong    = &Error{Code: CodeFieldTooLong}
-	ErrCompleted       = &Error{Code: CodeCompleted}
-	ErrNeedsReview     = &Error{Code: CodeNeedsReview}
-	ErrInvalidReview   = &Error{Code: CodeInvalidReview}
+	ErrUnknownCall       = &Error{Code: CodeUnknownCall}
+	ErrSupersededCall    = &Error{Code: CodeSupersededCall}
+	ErrLegacyCall        = &Error{Code: CodeLegacyCall}
+	ErrCorruptHistory    = &Error{Code: CodeCorruptHistory}
+	ErrHistoryTooLarge   = &Error{Code: CodeHistoryTooLarge}
+	ErrFieldTooLong      = &Error{Code: CodeFieldTooLong}
+	ErrCompleted         = &Error{Code: CodeCompleted}
+	ErrNeedsReview       = &Error{Code: CodeNeedsReview}
+	ErrInvalidReview     = &Error{Code: CodeInvalidReview}
+	ErrReviewConflict    = &Error{Code: CodeReviewConflict}
+	ErrUnauthorizedRetry = &Error{Code: CodeUnauthorizedRetry}
 )
 
 // ErrInvalidJSON is wrapped by the errors of Canonical and ArgsDigest: the

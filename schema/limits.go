@@ -12,6 +12,9 @@ const (
 	MaxFieldBytes = 1024
 	// MaxSessionBytes bounds a session id.
 	MaxSessionBytes = 128
+	// MaxEpoch is the highest epoch an event or fence may carry: 2^53-1,
+	// so that every JSON reader (IEEE doubles included) reads it exactly.
+	MaxEpoch = 1<<53 - 1
 )
 
 // Limits bounds what a history reader accepts. The zero value means the

@@ -92,7 +92,7 @@ var kindFields = [nKinds][]string{
 	kFence:     {"epoch", "owner"},
 	kOperation: {"task", "key", "contract", "retry"},
 	kContract:  {"effect", "revision"},
-	kRetry:     {"prior_call_id", "prior_seq", "plan_id", "basis", "review"},
+	kRetry:     {"prior_call_id", "prior_seq", "plan_id", "basis", "review", "issued_at", "signer", "sig"},
 	kReview:    {"v", "session", "call_id", "operator", "evidence", "verdict", "at", "signer", "sig"},
 	kRequest:   {"v", "request_id", "session", "task", "tool", "arguments", "provider_call_id"},
 }

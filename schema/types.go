@@ -101,6 +101,14 @@ type RetryLink struct {
 	// Review is the review a reviewed_not_executed plan rested on; nil
 	// (and omitted on the wire) otherwise.
 	Review *Review `json:"review,omitempty"`
+	// IssuedAt, Signer and Sig are the plan's issued_at, signer and sig:
+	// with the call itself they rebuild the signed plan, so a reader with
+	// the planner keys can check offline that the retry was authorized
+	// (recovery.PlanOf). Zero (omitted) for retries recorded without a
+	// signed plan.
+	IssuedAt time.Time `json:"issued_at,omitzero"`
+	Signer   string    `json:"signer,omitempty"`
+	Sig      string    `json:"sig,omitempty"`
 }
 
 // Started is the body of a tool.started event.
@@ -218,6 +226,13 @@ type Plan struct {
 	Basis       Basis           `json:"basis"`
 	Review      *Review         `json:"review"`
 	IssuedAt    time.Time       `json:"issued_at"`
+	// Signer is the nkey user public key of the recovery worker that
+	// issued the plan, Sig its ed25519 signature (base64url, unpadded) over
+	// the RFC 8785 form of the plan without sig (recovery.SignPlan). Tool
+	// workers run only plans whose signature verifies against their
+	// trusted planner keys.
+	Signer string `json:"signer,omitempty"`
+	Sig    string `json:"sig,omitempty"`
 }
 
 // Outcome classifies what happened to a call's latest attempt.
