@@ -39,6 +39,15 @@ var (
 	// or another prefix is in use).
 	ErrNoTopology = errors.New("stream: jingwei topology not found")
 
+	// ErrEpochExhausted is returned by AcquireLease when the session's epoch
+	// is already at schema.MaxEpoch (2^53-1): only a corrupt log or counter
+	// gets there, and the epoch must never wrap around.
+	ErrEpochExhausted = errors.New("stream: session epoch at its limit")
+
+	// ErrInvalidEpoch is returned by OpenLog and Fence for epoch 0 or an
+	// epoch above schema.MaxEpoch.
+	ErrInvalidEpoch = errors.New("stream: invalid epoch")
+
 	// ErrInvalidSession is returned for a session id that is not 1–128 bytes
 	// of [A-Za-z0-9_-].
 	ErrInvalidSession = errors.New("stream: invalid session id")
@@ -53,10 +62,17 @@ type ConflictError struct {
 	Field string
 	// Have and Want are the existing and the required values.
 	Have, Want string
+	// Repair, when set, is a command that mends the stream in place (the
+	// nats CLI; `jingwei serve --repair-topology` does the same); empty
+	// when only removing the stream by hand would do.
+	Repair string
 }
 
-// Error describes the conflict.
+// Error describes the conflict and how to repair it.
 func (e *ConflictError) Error() string {
+	if e.Repair != "" {
+		return fmt.Sprintf("stream: existing stream %s has %s %s, jingwei needs %s (refused: the setting is weaker than jingwei's guarantees need; repair it with: %s, or run jingwei serve --repair-topology)", e.Stream, e.Field, e.Have, e.Want, e.Repair)
+	}
 	return fmt.Sprintf("stream: existing stream %s has %s %s, jingwei needs %s (not changed; fix or remove it by hand)", e.Stream, e.Field, e.Have, e.Want)
 }
 

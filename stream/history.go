@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -18,71 +16,15 @@ type logStats struct {
 	bytes  int64
 }
 
-// scan reads the session log up to and including sequence upTo, in order,
-// calling fn for every message (headers only when headersOnly, with the
-// payload size in size). It stops at the first error fn returns.
-func (t *Topology) scan(ctx context.Context, session string, upTo uint64, headersOnly bool, fn func(m jetstream.Msg, seq uint64, size int) error) error {
-	return t.scanFrom(ctx, session, 1, upTo, headersOnly, fn)
-}
-
-// scanFrom is scan starting at stream sequence from.
-func (t *Topology) scanFrom(ctx context.Context, session string, from, upTo uint64, headersOnly bool, fn func(m jetstream.Msg, seq uint64, size int) error) error {
-	deliver := jetstream.DeliverAllPolicy
-	if from > 1 {
-		deliver = jetstream.DeliverByStartSequencePolicy
-	}
-	cons, err := t.JS.OrderedConsumer(ctx, t.Events.CachedInfo().Config.Name, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{t.EventsSubject(session)},
-		DeliverPolicy:  deliver,
-		OptStartSeq:    from,
-		HeadersOnly:    headersOnly,
-		// A safety net only: the consumer is deleted when the scan ends.
-		InactiveThreshold: 5 * time.Second,
-	})
-	if err != nil {
-		return fmt.Errorf("stream: read %s: %w", session, err)
-	}
-	// Stop does not delete an ordered consumer, and a stream allows 1,000
-	// consumers by default: without the delete, a few hundred loads a
-	// second would exhaust them (JetStream error 10026).
-	defer deleteOrdered(t.Events, cons)
-	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
-	if err != nil {
-		return fmt.Errorf("stream: read %s: %w", session, err)
-	}
-	defer it.Stop()
-	for {
-		m, err := it.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			return fmt.Errorf("stream: read %s: %w", session, err)
-		}
-		md, err := m.Metadata()
-		if err != nil {
-			return fmt.Errorf("stream: read %s: %w", session, err)
-		}
-		seq := md.Sequence.Stream
-		size := len(m.Data())
-		if headersOnly {
-			size, _ = strconv.Atoi(m.Headers().Get("Nats-Msg-Size"))
-		}
-		if err := fn(m, seq, size); err != nil {
-			return err
-		}
-		if seq >= upTo || md.NumPending == 0 {
-			return nil
-		}
-	}
-}
-
 // measure counts the events and serialized bytes of the session log up to
 // seq upTo, stopping early once a limit is passed.
 func (t *Topology) measure(ctx context.Context, session string, upTo uint64) (logStats, error) {
 	var st logStats
 	lim := t.cfg.Limits
 	errOver := errors.New("over")
-	err := t.scan(ctx, session, upTo, true, func(_ jetstream.Msg, seq uint64, size int) error {
+	err := t.readRange(ctx, t.Events.CachedInfo().Config.Name, t.EventsSubject(session), 1, upTo, func(m *jetstream.RawStreamMsg) error {
 		st.events++
-		st.bytes += eventSize(size, seq)
+		st.bytes += eventSize(len(m.Data), m.Sequence)
 		if st.events > lim.MaxEvents || st.bytes > lim.MaxBytes {
 			return errOver
 		}
@@ -95,87 +37,72 @@ func (t *Topology) measure(ctx context.Context, session string, upTo uint64) (lo
 }
 
 // Load returns the session's history: every event on its log in order,
-// with Seq filled from the stream. Call it after Fence for a confirmed
-// history. A log over the limits (Topology.Limits; 100,000 events or 16 MiB
-// serialized) is refused with a history_too_large *schema.Error, an event
-// that does not decode with a corrupt_history one naming its seq. An empty
-// or unknown session has an empty history.
+// with Seq filled from the stream, up to the last message the stream leader
+// holds for the session when Load starts. Call it after Fence for a
+// confirmed history (LoadThrough with the fence's sequence makes sure the
+// read reaches it). A log over the limits (Topology.Limits; 100,000 events
+// or 16 MiB serialized) is refused with a history_too_large *schema.Error,
+// an event that does not decode with a corrupt_history one naming its seq.
+// An empty or unknown session has an empty history.
 func (t *Topology) Load(ctx context.Context, session string) ([]schema.Event, error) {
+	return t.LoadThrough(ctx, session, 0)
+}
+
+// LoadThrough is Load that also makes sure the history reaches sequence
+// atLeast (a fence the caller appended): a read that comes back short of
+// it, on any replica, is retried or fails, and is never returned. With
+// atLeast 0 it is Load.
+func (t *Topology) LoadThrough(ctx context.Context, session string, atLeast uint64) ([]schema.Event, error) {
+	h, _, err := t.load(ctx, session, atLeast)
+	return h, err
+}
+
+// load is LoadThrough that also returns the size of what it read.
+func (t *Topology) load(ctx context.Context, session string, atLeast uint64) ([]schema.Event, logStats, error) {
 	if err := ValidateSession(session); err != nil {
-		return nil, err
+		return nil, logStats{}, err
 	}
 	tl, ok, err := t.lastMsg(ctx, session)
-	if err != nil || !ok {
-		return nil, err
+	if err != nil {
+		return nil, logStats{}, err
+	}
+	end := tl.seq
+	switch {
+	case !ok && atLeast == 0:
+		return nil, logStats{}, nil
+	case end < atLeast:
+		return nil, logStats{}, fmt.Errorf("stream: session %s: the stream leader's log ends at seq %d, before seq %d that was appended to it", session, end, atLeast)
 	}
 	lim := t.cfg.Limits
 	var (
 		out   []schema.Event
 		bytes int64
 	)
-	add := func(data []byte, seq uint64, size int) error {
-		bytes += eventSize(size, seq)
+	err = t.readRange(ctx, t.Events.CachedInfo().Config.Name, t.EventsSubject(session), 1, end, func(m *jetstream.RawStreamMsg) error {
+		bytes += eventSize(len(m.Data), m.Sequence)
 		if len(out)+1 > lim.MaxEvents {
 			return schema.Errorf(schema.CodeHistoryTooLarge, "session %s has more than %d events (limit)", session, lim.MaxEvents)
 		}
 		if bytes > lim.MaxBytes {
 			return schema.Errorf(schema.CodeHistoryTooLarge, "session %s is larger than %d bytes serialized (limit)", session, lim.MaxBytes)
 		}
-		ev, err := schema.DecodeEvent(data)
+		ev, err := schema.DecodeEvent(m.Data)
 		if err != nil {
 			var se *schema.Error
 			if errors.As(err, &se) {
-				return &schema.Error{Code: se.Code, Message: fmt.Sprintf("session %s seq %d: %s", session, seq, se.Message)}
+				return &schema.Error{Code: se.Code, Message: fmt.Sprintf("session %s seq %d: %s", session, m.Sequence, se.Message)}
 			}
-			return schema.Errorf(schema.CodeCorruptHistory, "session %s seq %d: %v", session, seq, err)
+			return schema.Errorf(schema.CodeCorruptHistory, "session %s seq %d: %v", session, m.Sequence, err)
 		}
-		ev.Seq = seq
+		ev.Seq = m.Sequence
 		out = append(out, ev)
 		return nil
-	}
-	// Most logs a recovery worker loads are short: a few direct message
-	// gets cost the server far less than a consumer (created, pulled from,
-	// deleted). A longer log goes on through a consumer from where the gets
-	// stopped.
-	next := uint64(1)
-	for range shortLog {
-		m, err := t.Events.GetMsg(ctx, next, jetstream.WithGetMsgSubject(t.EventsSubject(session)))
-		if err != nil {
-			return nil, fmt.Errorf("stream: read %s at %d: %w", session, next, err)
-		}
-		if m.Sequence > tl.seq {
-			return out, nil
-		}
-		if err := add(m.Data, m.Sequence, len(m.Data)); err != nil {
-			return nil, err
-		}
-		if m.Sequence == tl.seq {
-			return out, nil
-		}
-		next = m.Sequence + 1
-	}
-	err = t.scanFrom(ctx, session, next, tl.seq, false, func(m jetstream.Msg, seq uint64, size int) error {
-		return add(m.Data(), seq, size)
 	})
 	if err != nil {
-		return nil, err
+		return nil, logStats{}, err
 	}
-	return out, nil
-}
-
-// shortLog is how many events Load reads with single message gets before
-// it reads the rest of a log through a consumer.
-const shortLog = 8
-
-// deleteOrdered deletes the server-side consumer behind an ordered consumer
-// once it is no longer read, best effort (the consumer's InactiveThreshold
-// removes it anyway if this fails).
-func deleteOrdered(st jetstream.Stream, cons jetstream.Consumer) {
-	info := cons.CachedInfo()
-	if info == nil || info.Name == "" {
-		return
+	if n := len(out); n == 0 || out[n-1].Seq != end {
+		return nil, logStats{}, fmt.Errorf("stream: session %s: read stopped before seq %d", session, end)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	_ = st.DeleteConsumer(ctx, info.Name)
+	return out, logStats{events: len(out), bytes: bytes}, nil
 }

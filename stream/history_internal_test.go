@@ -11,15 +11,15 @@ import (
 	"github.com/jingwei/jingwei/schema"
 )
 
-// TestLoadShortAndLongLogs: Load reads the first shortLog events with
-// message gets and the rest through a consumer; at every length around the
-// switch, with other sessions interleaved, it returns exactly what a
-// consumer-only read returns, and a corrupt event is reported on either
-// side of the switch.
+// TestLoadShortAndLongLogs: Load reads a log with batched direct gets of
+// readBatch messages; at every length around a batch boundary, with other
+// sessions interleaved, it returns exactly what a read through the stream
+// leader's message gets returns, and a corrupt event is reported wherever
+// it is.
 func TestLoadShortAndLongLogs(t *testing.T) {
 	topo := setup(t, TopologyConfig{})
 	ctx := context.Background()
-	lengths := []int{1, shortLog - 1, shortLog, shortLog + 1, 3*shortLog + 2}
+	lengths := []int{1, 2, readBatch - 1, readBatch, readBatch + 1, 2*readBatch + 3}
 	for i, n := range lengths {
 		session := fmt.Sprintf("s-%d", n)
 		lg, err := topo.Fence(ctx, session, "w1", 1) // event 1
@@ -35,8 +35,10 @@ func TestLoadShortAndLongLogs(t *testing.T) {
 			if _, err := lg.Append(ctx, ev); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := other.Append(ctx, ev); err != nil {
-				t.Fatal(err)
+			if j%7 == 0 { // interleave another session now and then
+				if _, err := other.Append(ctx, ev); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
 	}
@@ -46,23 +48,23 @@ func TestLoadShortAndLongLogs(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Load %s: %v", session, err)
 		}
-		want := scanAll(t, topo, session)
+		want := leaderRead(t, topo, session)
 		if len(got) != n || !reflect.DeepEqual(got, want) {
-			t.Fatalf("Load %s: %d events, consumer read %d, want %d and equal", session, len(got), len(want), n)
+			t.Fatalf("Load %s: %d events, leader read %d, want %d and equal", session, len(got), len(want), n)
 		}
 	}
 	if h, err := topo.Load(ctx, "s-none"); err != nil || h != nil {
 		t.Fatalf("Load of an empty session = %v, %v", h, err)
 	}
 
-	// A corrupt event among the gets and among the consumer's messages.
-	for _, at := range []int{2, shortLog + 3} {
+	// A corrupt event in the first batch and in a later one.
+	for _, at := range []int{2, readBatch + 3} {
 		session := fmt.Sprintf("corrupt-%d", at)
 		lg, err := topo.Fence(ctx, session, "w1", 1)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for j := 2; j <= shortLog+5; j++ {
+		for j := 2; j <= readBatch+5; j++ {
 			if j == at {
 				if _, err := topo.JS.Publish(ctx, topo.EventsSubject(session), []byte(`{"v":1,"type":"x","type":"y"}`)); err != nil {
 					t.Fatal(err)
@@ -82,20 +84,50 @@ func TestLoadShortAndLongLogs(t *testing.T) {
 	}
 }
 
-// scanAll reads a session log through the consumer only.
-func scanAll(t *testing.T, topo *Topology, session string) []schema.Event {
+// TestLoadWithoutDirectGets: on a stream that does not allow direct gets
+// (an older deployment), Load reads through the leader and returns the same
+// history.
+func TestLoadWithoutDirectGets(t *testing.T) {
+	topo := setup(t, TopologyConfig{})
+	ctx := context.Background()
+	lg, err := topo.Fence(ctx, "s-1", "w1", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for j := range 5 {
+		if _, err := lg.Append(ctx, schema.Event{Type: schema.TypeStarted, Started: &schema.Started{CallID: fmt.Sprintf("c-%d", j)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := topo.Load(ctx, "s-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := topo.Events.CachedInfo().Config
+	cfg.AllowDirect = false
+	if _, err := topo.JS.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	got, err := topo.Load(ctx, "s-1")
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("Load without direct gets = %d events, %v; want %d", len(got), err, len(want))
+	}
+}
+
+// leaderRead reads a session log through the leader's message gets only.
+func leaderRead(t *testing.T, topo *Topology, session string) []schema.Event {
 	t.Helper()
 	var out []schema.Event
 	tl, ok, err := topo.lastMsg(context.Background(), session)
 	if err != nil || !ok {
 		t.Fatalf("tail of %s: %v %v", session, ok, err)
 	}
-	err = topo.scan(context.Background(), session, tl.seq, false, func(m jetstream.Msg, seq uint64, _ int) error {
-		ev, err := schema.DecodeEvent(m.Data())
+	err = topo.read(context.Background(), topo.Events.CachedInfo().Config.Name, topo.EventsSubject(session), 1, tl.seq, false, func(m *jetstream.RawStreamMsg) error {
+		ev, err := schema.DecodeEvent(m.Data)
 		if err != nil {
 			return err
 		}
-		ev.Seq = seq
+		ev.Seq = m.Sequence
 		out = append(out, ev)
 		return nil
 	})

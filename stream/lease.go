@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jingwei/jingwei/schema"
 )
 
 // LeaseValue is what the lease key holds (JSON).
@@ -65,6 +67,11 @@ func (t *Topology) nextEpoch(ctx context.Context, session string) (uint64, error
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 		default:
 			return 0, fmt.Errorf("stream: read epoch of %s: %w", session, err)
+		}
+		if max(cur, logEpoch) >= schema.MaxEpoch {
+			// Only a corrupt log or counter gets here (epochs grow by one
+			// per takeover): refuse instead of wrapping around.
+			return 0, fmt.Errorf("%w: session %s is at epoch %d (log) / %d (counter), the highest allowed is %d", ErrEpochExhausted, session, logEpoch, cur, uint64(schema.MaxEpoch))
 		}
 		next := max(cur, logEpoch) + 1
 		val := []byte(strconv.FormatUint(next, 10))

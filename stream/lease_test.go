@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/stream/streamtest"
 )
@@ -110,5 +111,45 @@ func TestLeaseExpiryReachesWatcher(t *testing.T) {
 	}
 	cancel()
 	for range expired { // closed when ctx ends
+	}
+}
+
+// TestEpochBound: epochs stop at schema.MaxEpoch (2^53-1) instead of
+// wrapping around. A writer may fence at the bound but not above it; a log
+// at the bound, or one an attacker stamped with 2^64-1, refuses a new
+// lease with ErrEpochExhausted rather than handing out epoch 0, which
+// would leave the session impossible to take over.
+func TestEpochBound(t *testing.T) {
+	ctx := context.Background()
+	_, nc, topo := streamtest.Start(t)
+	if _, err := topo.Fence(ctx, "s-1", "w1", schema.MaxEpoch+1); !errors.Is(err, stream.ErrInvalidEpoch) {
+		t.Fatalf("Fence above the bound: %v", err)
+	}
+	if _, err := topo.OpenLog(ctx, "s-1", "w1", 0); !errors.Is(err, stream.ErrInvalidEpoch) {
+		t.Fatalf("OpenLog at epoch 0: %v", err)
+	}
+	if _, err := topo.Fence(ctx, "s-1", "w1", schema.MaxEpoch); err != nil {
+		t.Fatalf("Fence at the bound: %v", err)
+	}
+	if _, err := topo.AcquireLease(ctx, "s-1", "w2"); !errors.Is(err, stream.ErrEpochExhausted) {
+		t.Fatalf("AcquireLease at the bound: %v", err)
+	}
+	raw := `{"v":1,"session":"s-2","epoch":18446744073709551615,"at":"2026-11-29T10:00:00Z","type":"session.fenced","fence":{"epoch":18446744073709551615,"owner":"x"}}`
+	if err := nc.Publish(topo.EventsSubject("s-2"), []byte(raw)); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := topo.AcquireLease(ctx, "s-2", "w2")
+		if errors.Is(err, stream.ErrEpochExhausted) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("AcquireLease after a 2^64-1 fence: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

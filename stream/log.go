@@ -120,26 +120,28 @@ func (t *Topology) readMsg(m *jetstream.RawStreamMsg) tail {
 	return tl
 }
 
-// lastMsg returns the last message on the session log, ok false if empty.
+// lastMsg returns the last message on the session log as the stream
+// leader has it, ok false if the log is empty.
 func (t *Topology) lastMsg(ctx context.Context, session string) (tail, bool, error) {
-	m, err := t.Events.GetLastMsgForSubject(ctx, t.EventsSubject(session))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return tail{}, false, nil
-	}
+	m, ok, err := t.leaderGet(ctx, t.Events.CachedInfo().Config.Name, msgGetRequest{LastFor: t.EventsSubject(session)})
 	if err != nil {
 		return tail{}, false, fmt.Errorf("stream: read tail of %s: %w", session, err)
+	}
+	if !ok {
+		return tail{}, false, nil
 	}
 	return t.readMsg(m), true, nil
 }
 
-// nextMsg returns the first message on the session log at or after seq.
+// nextMsg returns the first message on the session log at or after seq, as
+// the stream leader has it.
 func (t *Topology) nextMsg(ctx context.Context, session string, seq uint64) (tail, bool, error) {
-	m, err := t.Events.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(t.EventsSubject(session)))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return tail{}, false, nil
-	}
+	m, ok, err := t.leaderGet(ctx, t.Events.CachedInfo().Config.Name, msgGetRequest{Seq: seq, NextFor: t.EventsSubject(session)})
 	if err != nil {
 		return tail{}, false, fmt.Errorf("stream: read %s at %d: %w", session, seq, err)
+	}
+	if !ok {
+		return tail{}, false, nil
 	}
 	return t.readMsg(m), true, nil
 }
@@ -174,6 +176,9 @@ func (t *Topology) OpenLog(ctx context.Context, session, owner string, epoch uin
 	if owner == "" {
 		return nil, errors.New("stream: OpenLog: empty owner")
 	}
+	if epoch == 0 || epoch > schema.MaxEpoch {
+		return nil, fmt.Errorf("%w: %d (want 1 to %d)", ErrInvalidEpoch, epoch, uint64(schema.MaxEpoch))
+	}
 	tl, ok, err := t.lastMsg(ctx, session)
 	if err != nil {
 		return nil, err
@@ -200,41 +205,53 @@ func (t *Topology) OpenLog(ctx context.Context, session, owner string, epoch uin
 // epoch or the same epoch by another owner. The fence event is written even
 // if the history is at its limits: stopping the old writer comes first.
 func (t *Topology) Fence(ctx context.Context, session, owner string, epoch uint64) (*Log, error) {
+	l, _, err := t.FenceLoad(ctx, session, owner, epoch)
+	return l, err
+}
+
+// FenceLoad is Fence that also returns the confirmed history: the session's
+// whole log up to and including the fence event, read after the fence is
+// in (LoadThrough), so nothing the old writer wrote can be missing from it.
+// It is what a takeover needs, in one read of the log.
+func (t *Topology) FenceLoad(ctx context.Context, session, owner string, epoch uint64) (*Log, []schema.Event, error) {
 	if err := ValidateSession(session); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if owner == "" {
-		return nil, errors.New("stream: Fence: empty owner")
+		return nil, nil, errors.New("stream: Fence: empty owner")
+	}
+	if epoch == 0 || epoch > schema.MaxEpoch {
+		return nil, nil, fmt.Errorf("%w: %d (want 1 to %d)", ErrInvalidEpoch, epoch, uint64(schema.MaxEpoch))
 	}
 	b := newBackoff(time.Millisecond, 100*time.Millisecond)
 	idPre := nuid.Next() + "-"
 	for {
 		tl, ok, err := t.lastMsg(ctx, session)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if ok && supersedes(tl.epoch, tl.owner, epoch, owner) {
-			return nil, fmt.Errorf("%w: session %s is at epoch %d (owner %q), fence has epoch %d", ErrFenced, session, tl.epoch, tl.owner, epoch)
+			return nil, nil, fmt.Errorf("%w: session %s is at epoch %d (owner %q), fence has epoch %d", ErrFenced, session, tl.epoch, tl.owner, epoch)
 		}
-		// Limits are measured once the fence is in (the scan would only
+		// Limits are measured once the fence is in (the read would only
 		// give an older writer more time to get in between).
 		l := &Log{t: t, session: session, owner: owner, subject: t.EventsSubject(session), epoch: epoch, idPre: idPre, last: tl.seq}
 		seq, err := l.appendFence(ctx)
 		if err == nil {
-			st, err := t.measure(ctx, session, seq)
+			h, st, err := t.load(ctx, session, seq)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			l.events, l.bytes = st.events, st.bytes
-			return l, nil
+			return l, h, nil
 		}
 		if !errors.Is(err, ErrConflict) {
-			return nil, err
+			return nil, nil, err
 		}
 		// An older writer got in first; try again from the new tail.
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, nil, ctx.Err()
 		case <-time.After(b.NextBackOff()):
 		}
 	}

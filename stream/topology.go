@@ -43,6 +43,12 @@ type TopologyConfig struct {
 	// mean DESIGN §8's limits (100,000 events, 16 MiB); set smaller ones in
 	// tests only.
 	Limits schema.Limits
+	// Repair, with EnsureTopology, mends an existing stream that lacks a
+	// protection jingwei needs (deny delete, deny purge, a dedup window at
+	// least Duplicates, direct gets) by updating it in place; nothing stored
+	// is changed. Defaults to false: such a stream is refused with a
+	// *ConflictError that says how to repair it. Needs the admin role.
+	Repair bool
 	// Logger defaults to zerolog.Nop().
 	Logger zerolog.Logger
 }
@@ -178,18 +184,22 @@ func (c TopologyConfig) streamSpecs() []jetstream.StreamConfig {
 			Discard:     jetstream.DiscardOld,
 		}
 	}
-	events := mk("EVENTS", "events", "jingwei session logs (never expire or purge)", jetstream.LimitsPolicy)
-	// A removed last message would reset the expected-sequence check, so
-	// the logs refuse deletes and purges.
-	events.DenyDelete = true
-	events.DenyPurge = true
-	return []jetstream.StreamConfig{
-		events,
+	// Every jingwei stream is an audit trail or a work queue whose messages
+	// leave only by acknowledgement: none allows deleting or purging a
+	// message (a removed last event would also reset a session log's
+	// expected-sequence check). Direct gets let readers load histories
+	// without a consumer.
+	specs := []jetstream.StreamConfig{
+		mk("EVENTS", "events", "jingwei session logs (never expire or purge)", jetstream.LimitsPolicy),
 		mk("REQUESTS", "requests", "jingwei tool-call requests (work queue)", jetstream.WorkQueuePolicy),
 		mk("REVIEWS", "reviews", "jingwei reviews (audit trail)", jetstream.LimitsPolicy),
 		mk("PLANS", "plans", "jingwei issued retry plans", jetstream.LimitsPolicy),
 		mk("ASSESSMENTS", "assessments", "jingwei call assessments", jetstream.LimitsPolicy),
 	}
+	for i := range specs {
+		specs[i].DenyDelete, specs[i].DenyPurge, specs[i].AllowDirect = true, true, true
+	}
+	return specs
 }
 
 func (c TopologyConfig) bucketSpecs() []jetstream.KeyValueConfig {
@@ -210,9 +220,11 @@ func EnsureTopology(ctx context.Context, js jetstream.JetStream, cfg TopologyCon
 	return topology(ctx, js, cfg, true)
 }
 
-// OpenTopology is EnsureTopology for read-only clients (export, inspect): it
-// looks the streams and buckets up and checks them, but creates nothing; a
-// missing one is ErrNoTopology.
+// OpenTopology is EnsureTopology for read-only clients (export, inspect,
+// status): it looks the streams and buckets up and creates nothing; a
+// missing one is ErrNoTopology. It does not compare their settings with
+// cfg (replicas, dedup window, protections): a reader works against any
+// deployment, single node or cluster.
 func OpenTopology(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig) (*Topology, error) {
 	return topology(ctx, js, cfg, false)
 }
@@ -225,7 +237,7 @@ func topology(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig, c
 	t := &Topology{JS: js, Prefix: cfg.Prefix, cfg: cfg, log: cfg.Logger}
 	streams := make([]jetstream.Stream, 0, 5)
 	for _, want := range cfg.streamSpecs() {
-		s, err := ensureStream(ctx, js, want, create)
+		s, err := ensureStream(ctx, js, want, create, create && cfg.Repair)
 		if err != nil {
 			return nil, err
 		}
@@ -234,7 +246,7 @@ func topology(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig, c
 	t.Events, t.Requests, t.Reviews, t.PlanLog, t.Assessments = streams[0], streams[1], streams[2], streams[3], streams[4]
 	kvs := make([]jetstream.KeyValue, 0, 3)
 	for _, want := range cfg.bucketSpecs() {
-		kv, err := ensureBucket(ctx, js, want, create)
+		kv, err := ensureBucket(ctx, js, want, create, create && cfg.Repair)
 		if err != nil {
 			return nil, err
 		}
@@ -244,11 +256,20 @@ func topology(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig, c
 	return t, nil
 }
 
-func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, create bool) (jetstream.Stream, error) {
+func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, create, repair bool) (jetstream.Stream, error) {
 	for attempt := 0; ; attempt++ {
 		s, err := js.Stream(ctx, want.Name)
+		if err == nil && !create {
+			return s, nil
+		}
 		if err == nil {
-			if err := compareStream(s.CachedInfo().Config, want); err != nil {
+			have := s.CachedInfo().Config
+			err := compareStream(have, want)
+			var ce *ConflictError
+			if errors.As(err, &ce) && ce.repairable() && repair {
+				return repairStream(ctx, js, have, want)
+			}
+			if err != nil {
 				return nil, err
 			}
 			return s, nil
@@ -259,9 +280,14 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 		if !create {
 			return nil, fmt.Errorf("%w: stream %s not found", ErrNoTopology, want.Name)
 		}
-		s, err = js.CreateStream(ctx, want)
+		cctx, cancel := context.WithTimeout(ctx, createTimeout)
+		s, err = js.CreateStream(cctx, want)
+		cancel()
 		if err == nil {
 			return s, nil
+		}
+		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			return nil, noPermission("stream "+want.Name, err)
 		}
 		// Another process created it in between: check what it made.
 		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) && attempt < 3 {
@@ -273,6 +299,25 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 		}
 		return nil, fmt.Errorf("stream: create %s: %w", want.Name, err)
 	}
+}
+
+// repairStream adds to have the protections want asks for (deny delete,
+// deny purge, a dedup window at least as long, direct gets) and updates the
+// stream; everything else, and every stored message, stays as it is.
+func repairStream(ctx context.Context, js jetstream.JetStream, have, want jetstream.StreamConfig) (jetstream.Stream, error) {
+	cfg := have
+	cfg.DenyDelete = have.DenyDelete || want.DenyDelete
+	cfg.DenyPurge = have.DenyPurge || want.DenyPurge
+	cfg.AllowDirect = have.AllowDirect || want.AllowDirect
+	cfg.Duplicates = max(have.Duplicates, want.Duplicates)
+	s, err := js.UpdateStream(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("stream: repair %s: %w", want.Name, err)
+	}
+	if err := compareSafety(want.Name, s.CachedInfo().Config, want); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // compareStream reports the first setting of have that conflicts with want.
@@ -310,19 +355,59 @@ func compareStream(have, want jetstream.StreamConfig) error {
 	if have.Sealed {
 		return c("sealed", "true", "false")
 	}
+	return compareSafety(want.Name, have, want)
+}
+
+// compareSafety reports the first setting that makes have weaker than want
+// in a way a client could exploit or that loses protection: a stream that
+// allows deleting or purging messages, a shorter Nats-Msg-Id dedup window,
+// no direct gets. Each can be repaired in place (Repair), which is what the
+// error says.
+func compareSafety(name string, have, want jetstream.StreamConfig) error {
+	c := func(field, h, w, fix string) error {
+		return &ConflictError{Stream: name, Field: field, Have: h, Want: w, Repair: fix}
+	}
+	switch {
+	case want.DenyDelete && !have.DenyDelete:
+		return c("deny_delete", "false", "true", "nats stream edit "+name+" --deny-delete")
+	case want.DenyPurge && !have.DenyPurge:
+		return c("deny_purge", "false", "true", "nats stream edit "+name+" --deny-purge")
+	case want.Duplicates > 0 && have.Duplicates < want.Duplicates:
+		return c("duplicates", have.Duplicates.String(), "at least "+want.Duplicates.String(), "nats stream edit "+name+" --dupe-window "+want.Duplicates.String())
+	case want.AllowDirect && !have.AllowDirect:
+		return c("allow_direct", "false", "true", "nats stream edit "+name+" --allow-direct")
+	}
 	return nil
 }
 
-func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig, create bool) (jetstream.KeyValue, error) {
+// repairable reports whether a conflict can be mended by updating the
+// stream in place (adding a protection, widening the dedup window, allowing
+// direct gets); nothing stored is touched.
+func (e *ConflictError) repairable() bool { return e.Repair != "" }
+
+func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig, create, repair bool) (jetstream.KeyValue, error) {
 	name := "KV_" + want.Bucket
 	for attempt := 0; ; attempt++ {
 		kv, err := js.KeyValue(ctx, want.Bucket)
+		if err == nil && !create {
+			return kv, nil
+		}
 		if err == nil {
 			st, err := kv.Status(ctx)
 			if err != nil {
 				return nil, fmt.Errorf("stream: bucket %s status: %w", want.Bucket, err)
 			}
-			if err := compareBucket(name, st, want); err != nil {
+			err = compareBucket(name, st, want)
+			var ce *ConflictError
+			if errors.As(err, &ce) && ce.repairable() && repair {
+				if si, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+					if _, err := repairStream(ctx, js, si.StreamInfo().Config, jetstream.StreamConfig{Name: name, DenyDelete: true, AllowDirect: true}); err != nil {
+						return nil, err
+					}
+					continue
+				}
+			}
+			if err != nil {
 				return nil, err
 			}
 			return kv, nil
@@ -333,9 +418,14 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.Ke
 		if !create {
 			return nil, fmt.Errorf("%w: bucket %s not found", ErrNoTopology, want.Bucket)
 		}
-		kv, err = js.CreateKeyValue(ctx, want)
+		cctx, cancel := context.WithTimeout(ctx, createTimeout)
+		kv, err = js.CreateKeyValue(cctx, want)
+		cancel()
 		if err == nil {
 			return kv, nil
+		}
+		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			return nil, noPermission("bucket "+want.Bucket, err)
 		}
 		if (errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse)) && attempt < 3 {
 			continue
@@ -358,9 +448,13 @@ func compareBucket(name string, st jetstream.KeyValueStatus, want jetstream.KeyV
 		return c("history", fmt.Sprint(st.History()), fmt.Sprint(want.History))
 	}
 	if si, ok := st.(*jetstream.KeyValueBucketStatus); ok {
-		if r := max(si.StreamInfo().Config.Replicas, 1); r != want.Replicas {
+		have := si.StreamInfo().Config
+		if r := max(have.Replicas, 1); r != want.Replicas {
 			return c("replicas", fmt.Sprint(r), fmt.Sprint(want.Replicas))
 		}
+		// A bucket cannot deny purges (its rollups need them); the roles
+		// keep everyone but admin from the purge API.
+		return compareSafety(name, have, jetstream.StreamConfig{DenyDelete: true, AllowDirect: true})
 	}
 	return nil
 }
@@ -372,6 +466,17 @@ func ValidateSession(s string) error {
 		return fmt.Errorf("%w: %q (want 1-128 bytes of [A-Za-z0-9_-])", ErrInvalidSession, s)
 	}
 	return nil
+}
+
+// createTimeout bounds the creation of one stream or bucket. A client
+// without the admin role is not allowed to create anything: the server
+// drops its request, and it would otherwise wait for its whole context.
+const createTimeout = 5 * time.Second
+
+// noPermission is the error of a create that got no answer: most likely
+// the connection lacks the admin role.
+func noPermission(what string, err error) error {
+	return fmt.Errorf("%w: %s does not exist and creating it got no answer (%v): the topology is created by a connection with the admin role (jingwei serve does it; on an external server run jingwei setup with the admin credentials)", ErrNoTopology, what, err)
 }
 
 // errCodeSubjectOverlap is nats-server's JSStreamSubjectOverlapErr.

@@ -3,6 +3,8 @@ package stream_test
 import (
 	"context"
 	"errors"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -129,4 +131,124 @@ func TestConfigValidation(t *testing.T) {
 			t.Errorf("StartEmbedded(%+v) accepted", cfg)
 		}
 	}
+}
+
+// TestEnsureTopologyRefusesWeakened: a jingwei stream or bucket recreated
+// without the protections jingwei relies on (deny delete, deny purge, the
+// dedup window, direct gets) is refused, naming the setting and how to
+// repair it; with Repair the stream is mended in place, its messages kept,
+// and the protection then holds against a delete.
+func TestEnsureTopologyRefusesWeakened(t *testing.T) {
+	cases := []struct {
+		name   string
+		weaken func(*jetstream.StreamConfig)
+		stream string
+		field  string
+	}{
+		{"reviews allow deletes", func(c *jetstream.StreamConfig) { c.DenyDelete = false }, "XB_REVIEWS", "deny_delete"},
+		{"events allow purges", func(c *jetstream.StreamConfig) { c.DenyPurge = false }, "XB_EVENTS", "deny_purge"},
+		{"plans with a short dedup window", func(c *jetstream.StreamConfig) { c.Duplicates = time.Second }, "XB_PLANS", "duplicates"},
+		{"events without direct gets", func(c *jetstream.StreamConfig) { c.AllowDirect = false }, "XB_EVENTS", "allow_direct"},
+		{"assessments allow deletes", func(c *jetstream.StreamConfig) { c.DenyDelete = false }, "XB_ASSESSMENTS", "deny_delete"},
+		{"requests allow purges", func(c *jetstream.StreamConfig) { c.DenyPurge = false }, "XB_REQUESTS", "deny_purge"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			_, nc, _ := streamtest.Start(t)
+			js, _ := jetstream.New(nc)
+			cfg := stream.TopologyConfig{Prefix: "xb"}
+			topo, err := stream.EnsureTopology(ctx, js, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// An attacker (or an old version) recreates the stream weaker.
+			want := streamConfig(t, js, tc.stream)
+			if err := js.DeleteStream(ctx, tc.stream); err != nil {
+				t.Fatal(err)
+			}
+			weak := want
+			tc.weaken(&weak)
+			if _, err := js.CreateStream(ctx, weak); err != nil {
+				t.Fatal(err)
+			}
+			subj := weak.Subjects[0][:len(weak.Subjects[0])-1] + "keep"
+			if _, err := js.Publish(ctx, subj, []byte(`keep me`)); err != nil {
+				t.Fatal(err)
+			}
+			_, err = stream.EnsureTopology(ctx, js, cfg)
+			var ce *stream.ConflictError
+			if !errors.Is(err, stream.ErrTopologyConflict) || !errors.As(err, &ce) || ce.Field != tc.field || ce.Repair == "" {
+				t.Fatalf("err = %v, want a conflict on %s with a repair", err, tc.field)
+			}
+			if !strings.Contains(err.Error(), tc.field) || !strings.Contains(err.Error(), ce.Repair) {
+				t.Fatalf("error %q does not name %s and the repair", err, tc.field)
+			}
+			if got := streamConfig(t, js, tc.stream); !reflect.DeepEqual(got, weak) {
+				t.Fatalf("refused stream was changed: %+v", got)
+			}
+			cfg.Repair = true
+			if topo, err = stream.EnsureTopology(ctx, js, cfg); err != nil {
+				t.Fatalf("repair: %v", err)
+			}
+			got := streamConfig(t, js, tc.stream)
+			if !got.DenyDelete || !got.DenyPurge || !got.AllowDirect || got.Duplicates < want.Duplicates {
+				t.Fatalf("repaired stream lacks a protection: %+v", got)
+			}
+			s, _ := js.Stream(ctx, tc.stream)
+			info, _ := s.Info(ctx)
+			if info.State.Msgs != 1 {
+				t.Fatalf("repair lost messages: %d", info.State.Msgs)
+			}
+			if err := s.DeleteMsg(ctx, info.State.LastSeq); err == nil {
+				t.Fatal("a message of the repaired stream could be deleted")
+			}
+			_ = topo
+		})
+	}
+}
+
+// TestEnsureTopologyRefusesWeakenedBucket: a jingwei bucket whose stream
+// allows message deletes is refused too.
+func TestEnsureTopologyRefusesWeakenedBucket(t *testing.T) {
+	ctx := context.Background()
+	_, nc, _ := streamtest.Start(t)
+	js, _ := jetstream.New(nc)
+	cfg := stream.TopologyConfig{Prefix: "xc"}
+	if _, err := stream.EnsureTopology(ctx, js, cfg); err != nil {
+		t.Fatal(err)
+	}
+	sc := streamConfig(t, js, "KV_xc_plans")
+	if err := js.DeleteStream(ctx, "KV_xc_plans"); err != nil {
+		t.Fatal(err)
+	}
+	sc.DenyDelete = false
+	if _, err := js.CreateStream(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	_, err := stream.EnsureTopology(ctx, js, cfg)
+	var ce *stream.ConflictError
+	if !errors.As(err, &ce) || ce.Stream != "KV_xc_plans" || ce.Field != "deny_delete" {
+		t.Fatalf("err = %v, want deny_delete conflict on KV_xc_plans", err)
+	}
+	cfg.Repair = true
+	if _, err := stream.EnsureTopology(ctx, js, cfg); err != nil {
+		t.Fatalf("repair: %v", err)
+	}
+	if !streamConfig(t, js, "KV_xc_plans").DenyDelete {
+		t.Fatal("bucket not repaired")
+	}
+}
+
+func streamConfig(t *testing.T, js jetstream.JetStream, name string) jetstream.StreamConfig {
+	t.Helper()
+	s, err := js.Stream(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.Config
 }
