@@ -86,15 +86,10 @@ func (t *Topology) load(ctx context.Context, session string, atLeast uint64) ([]
 		if bytes > lim.MaxBytes {
 			return schema.Errorf(schema.CodeHistoryTooLarge, "session %s is larger than %d bytes serialized (limit)", session, lim.MaxBytes)
 		}
-		ev, err := schema.DecodeEvent(m.Data)
+		ev, err := decodeAt(session, m)
 		if err != nil {
-			var se *schema.Error
-			if errors.As(err, &se) {
-				return &schema.Error{Code: se.Code, Message: fmt.Sprintf("session %s seq %d: %s", session, m.Sequence, se.Message)}
-			}
-			return schema.Errorf(schema.CodeCorruptHistory, "session %s seq %d: %v", session, m.Sequence, err)
+			return err
 		}
-		ev.Seq = m.Sequence
 		out = append(out, ev)
 		return nil
 	})
@@ -105,4 +100,45 @@ func (t *Topology) load(ctx context.Context, session string, atLeast uint64) ([]
 		return nil, logStats{}, fmt.Errorf("stream: session %s: read stopped before seq %d", session, end)
 	}
 	return out, logStats{events: len(out), bytes: bytes}, nil
+}
+
+// LoadFrom returns the events of the session log from stream sequence
+// from on, up to the last message the stream leader holds for the session
+// when LoadFrom starts, decoded as Load decodes them (a corrupt event is a
+// corrupt_history *schema.Error naming its seq). It is how a reader follows
+// a log it has read up to from-1: only stored events, never a message
+// JetStream refused. The history limits are not applied to a part.
+func (t *Topology) LoadFrom(ctx context.Context, session string, from uint64) ([]schema.Event, error) {
+	if err := ValidateSession(session); err != nil {
+		return nil, err
+	}
+	tl, ok, err := t.lastMsg(ctx, session)
+	if err != nil || !ok || tl.seq < max(from, 1) {
+		return nil, err
+	}
+	var out []schema.Event
+	err = t.readRange(ctx, t.Events.CachedInfo().Config.Name, t.EventsSubject(session), max(from, 1), tl.seq, func(m *jetstream.RawStreamMsg) error {
+		ev, err := decodeAt(session, m)
+		if err != nil {
+			return err
+		}
+		out = append(out, ev)
+		return nil
+	})
+	return out, err
+}
+
+// decodeAt decodes a stored session event and stamps its seq; a decode
+// error becomes a *schema.Error naming the session and seq.
+func decodeAt(session string, m *jetstream.RawStreamMsg) (schema.Event, error) {
+	ev, err := schema.DecodeEvent(m.Data)
+	if err != nil {
+		var se *schema.Error
+		if errors.As(err, &se) {
+			return schema.Event{}, &schema.Error{Code: se.Code, Message: fmt.Sprintf("session %s seq %d: %s", session, m.Sequence, se.Message)}
+		}
+		return schema.Event{}, schema.Errorf(schema.CodeCorruptHistory, "session %s seq %d: %v", session, m.Sequence, err)
+	}
+	ev.Seq = m.Sequence
+	return ev, nil
 }

@@ -194,10 +194,14 @@ func (r *Recoverer) respond(nc *nats.Conn, subject, reply string, v any, err err
 // Call publishes the tool request q on jw.requests.<session> (Nats-Msg-Id =
 // request_id) and waits, up to Config.CallTimeout, for the tool.result of
 // the tool.call that carries its request id on the session log, which it
-// returns. A request id already in the log (published before) is answered
-// from the log without running again. Errors: bad_request for a request
-// that fails schema.Request.Validate (a tool worker would refuse it),
-// timeout (the request may still run, or no tool worker took it).
+// returns. The answer is read from the stored log only (Topology.LoadFrom),
+// never from a message on the wire: a publish JetStream refused to store,
+// or any stray message on jw.events.<session>, is never handed to the
+// caller. New messages on the subject only wake the reader up. A request id
+// already in the log (published before) is answered from the log without
+// running again. Errors: bad_request for a request that fails
+// schema.Request.Validate (a tool worker would refuse it), timeout (the
+// request may still run, or no tool worker took it).
 func (r *Recoverer) Call(ctx context.Context, q schema.Request) (schema.Event, error) {
 	if err := q.Validate(); err != nil {
 		return schema.Event{}, schema.Errorf(CodeBadRequest, "%v", err)
@@ -207,7 +211,14 @@ func (r *Recoverer) Call(ctx context.Context, q schema.Request) (schema.Event, e
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
 	defer cancel()
-	sub, err := r.t.JS.Conn().SubscribeSync(r.t.EventsSubject(q.Session))
+	// Wake-ups only: what a message says is never trusted.
+	wake := make(chan struct{}, 1)
+	sub, err := r.t.JS.Conn().Subscribe(r.t.EventsSubject(q.Session), func(*nats.Msg) {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	})
 	if err != nil {
 		return schema.Event{}, fmt.Errorf("recoverer: call: %w", err)
 	}
@@ -216,80 +227,55 @@ func (r *Recoverer) Call(ctx context.Context, q schema.Request) (schema.Event, e
 	if err != nil {
 		return schema.Event{}, err
 	}
-	ack, err := r.t.JS.Publish(ctx, r.t.RequestsSubject(q.Session), data, jetstream.WithMsgID(q.RequestID))
-	if err != nil {
+	if _, err := r.t.JS.Publish(ctx, r.t.RequestsSubject(q.Session), data, jetstream.WithMsgID(q.RequestID)); err != nil {
 		return schema.Event{}, fmt.Errorf("recoverer: publish request %s: %w", q.RequestID, err)
 	}
-	var (
-		callID  string
-		results = map[string]schema.Event{} // results seen before the call id was known
-	)
-	fromLog := func() (schema.Event, bool) {
+	f := resultFinder{requestID: q.RequestID}
+	poll := time.NewTicker(callPoll)
+	defer poll.Stop()
+	for {
 		// Also after the deadline: a last look at the log.
 		lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer lcancel()
-		id, res, err := r.findRequest(lctx, q.Session, q.RequestID)
+		evs, err := r.t.LoadFrom(lctx, q.Session, f.next)
+		lcancel()
 		if err != nil {
 			r.log.Warn().Err(err).Str("session", q.Session).Msg("call: read log")
-			return schema.Event{}, false
-		}
-		if id != "" {
-			callID = id
-		}
-		return res, res.Type != ""
-	}
-	if ack.Duplicate {
-		if res, ok := fromLog(); ok {
+		} else if res, ok := f.scan(evs); ok {
 			return res, nil
 		}
-	}
-	for {
-		m, err := sub.NextMsgWithContext(ctx)
-		if err != nil {
-			if res, ok := fromLog(); ok {
-				return res, nil
-			}
-			if ctx.Err() != nil {
-				return schema.Event{}, schema.Errorf(CodeTimeout, "no tool.result for request %q within %s (it may still run)", q.RequestID, r.cfg.CallTimeout)
-			}
-			return schema.Event{}, fmt.Errorf("recoverer: call: %w", err)
+		if ctx.Err() != nil {
+			return schema.Event{}, schema.Errorf(CodeTimeout, "no tool.result for request %q within %s (it may still run)", q.RequestID, r.cfg.CallTimeout)
 		}
-		var ev schema.Event
-		if json.Unmarshal(m.Data, &ev) != nil {
-			continue
-		}
-		switch {
-		case ev.Type == schema.TypeCall && ev.Call != nil && ev.Call.RequestID == q.RequestID && callID == "":
-			callID = ev.Call.CallID
-			if res, ok := results[callID]; ok {
-				return res, nil
-			}
-		case ev.Type == schema.TypeResult && ev.Result != nil:
-			if ev.Result.CallID == callID {
-				return ev, nil
-			}
-			if callID == "" && len(results) < 1024 {
-				results[ev.Result.CallID] = ev
-			}
+		select {
+		case <-wake:
+		case <-poll.C:
+		case <-ctx.Done():
 		}
 	}
 }
 
-// findRequest reads the session log for the tool.call carrying requestID
-// and its tool.result (Type "" if none yet).
-func (r *Recoverer) findRequest(ctx context.Context, session, requestID string) (string, schema.Event, error) {
-	h, err := r.t.Load(ctx, session)
-	if err != nil {
-		return "", schema.Event{}, err
-	}
-	callID := ""
-	for _, ev := range h {
+// callPoll is how often Call re-reads the log when nothing woke it.
+const callPoll = 250 * time.Millisecond
+
+// resultFinder follows a session log for the tool.call of one request id
+// and that call's tool.result.
+type resultFinder struct {
+	requestID string
+	callID    string
+	next      uint64 // first seq not read yet
+}
+
+// scan reads the next events of the log (in order, from f.next) and
+// returns the result once both the call and its result have been seen.
+func (f *resultFinder) scan(evs []schema.Event) (schema.Event, bool) {
+	for _, ev := range evs {
+		f.next = ev.Seq + 1
 		switch {
-		case callID == "" && ev.Type == schema.TypeCall && ev.Call != nil && ev.Call.RequestID == requestID:
-			callID = ev.Call.CallID
-		case callID != "" && ev.Type == schema.TypeResult && ev.Result != nil && ev.Result.CallID == callID:
-			return callID, ev, nil
+		case f.callID == "" && ev.Type == schema.TypeCall && ev.Call != nil && ev.Call.RequestID == f.requestID:
+			f.callID = ev.Call.CallID
+		case f.callID != "" && ev.Type == schema.TypeResult && ev.Result != nil && ev.Result.CallID == f.callID:
+			return ev, true
 		}
 	}
-	return callID, schema.Event{}, nil
+	return schema.Event{}, false
 }

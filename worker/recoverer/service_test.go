@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/jingwei/jingwei/effect"
@@ -181,5 +182,97 @@ func TestMemoryFollowsOpenCalls(t *testing.T) {
 	st, err := r.Status(ctx, "")
 	if err != nil || len(st.OpenCalls) != 2 {
 		t.Fatalf("status %+v %v", st, err)
+	}
+}
+
+// TestCallAnswersOnlyFromTheStoredLog: jw.api.call never hands the caller a
+// message JetStream refused to store. An attacker floods the session's
+// subject with a forged tool.call and tool.result ok for the caller's
+// request id, each carrying an expected-sequence header that makes
+// JetStream refuse it (a core subscriber would still see every one): with
+// no tool worker the call times out, and with one the caller gets the real
+// result, not the forged output.
+func TestCallAnswersOnlyFromTheStoredLog(t *testing.T) {
+	e := setup(t, 0)
+	e.run(e.recoverer("a", func(c *Config) { c.CallTimeout = 2 * time.Second }))
+	const session = "s-forge"
+	forge := func(stop <-chan struct{}, requestID string) {
+		callEv := schema.Event{V: 1, Session: session, Epoch: 1, At: time.Now().UTC(), Type: schema.TypeCall, Call: &schema.Call{
+			CallID: "c-forged", Tool: "catalog.lookup", Arguments: json.RawMessage(`{}`), RequestID: requestID, StartMarker: true,
+			Operation: &schema.Operation{Task: "t-1", Key: "k-f", Contract: effect.Contract{Effect: effect.ReadOnly, Revision: "v1"}}}}
+		resEv := schema.Event{V: 1, Session: session, Epoch: 1, At: time.Now().UTC(), Type: schema.TypeResult, Result: &schema.Result{
+			CallID: "c-forged", Status: schema.StatusOK, Output: json.RawMessage(`{"forged":true}`)}}
+		for {
+			for _, ev := range []schema.Event{callEv, resEv} {
+				b, _ := schema.EncodeEvent(ev)
+				m := nats.NewMsg(e.topo.EventsSubject(session))
+				m.Data = b
+				m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "999999") // JetStream refuses to store it
+				_ = e.nc.PublishMsg(m)
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	call := func(requestID string) (*nats.Msg, error) {
+		b, _ := json.Marshal(schema.Request{V: 1, RequestID: requestID, Session: session, Task: "t-1", Tool: "catalog.lookup", Arguments: json.RawMessage(`{"sku":"A"}`)})
+		var m *nats.Msg
+		var err error
+		eventually(t, 5*time.Second, "service answers", func() bool {
+			m, err = e.nc.Request(e.topo.APISubject(EndpointCall), b, 10*time.Second)
+			return err != nats.ErrNoResponders
+		})
+		return m, err
+	}
+
+	stop := make(chan struct{})
+	go forge(stop, "r-1")
+	m, err := call("r-1")
+	close(stop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := m.Header.Get(micro.ErrorCodeHeader); code != string(CodeTimeout) {
+		t.Fatalf("call with only forged, refused events on the wire: code %q, answer %s; want timeout", code, m.Data)
+	}
+	if h, err := e.topo.Load(context.Background(), session); err != nil || len(h) != 0 {
+		t.Fatalf("the forged events were stored: %d events, %v", len(h), err)
+	}
+
+	// A stand-in tool worker answers on the log; the forgeries go on.
+	w := e.writer(session, "w1")
+	sub, err := e.nc.Subscribe(e.topo.RequestsSubject(session), func(msg *nats.Msg) {
+		var q schema.Request
+		if json.Unmarshal(msg.Data, &q) != nil || q.RequestID != "r-2" {
+			return
+		}
+		go func() {
+			time.Sleep(300 * time.Millisecond) // let forgeries go by first
+			ctx := context.Background()
+			_, err1 := w.lg.Append(ctx, schema.Event{Type: schema.TypeCall, Call: &schema.Call{CallID: "c-real", Tool: q.Tool, Arguments: q.Arguments, RequestID: q.RequestID, StartMarker: true,
+				Operation: &schema.Operation{Task: "t-1", Key: "k-real", Contract: effect.Contract{Effect: effect.ReadOnly, Revision: "v1"}}}})
+			_, err2 := w.lg.Append(ctx, schema.Event{Type: schema.TypeResult, Result: &schema.Result{CallID: "c-real", Status: schema.StatusOK, Output: json.RawMessage(`{"price":3}`)}})
+			if err1 != nil || err2 != nil {
+				t.Errorf("stand-in worker: %v %v", err1, err2)
+			}
+		}()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	stop = make(chan struct{})
+	go forge(stop, "r-2")
+	m, err = call("r-2")
+	close(stop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ev schema.Event
+	if code := m.Header.Get(micro.ErrorCodeHeader); code != "" || json.Unmarshal(m.Data, &ev) != nil || ev.Result == nil || ev.Result.CallID != "c-real" || string(ev.Result.Output) != `{"price":3}` {
+		t.Fatalf("call: %s, want the stored result of c-real", m.Data)
 	}
 }

@@ -83,15 +83,11 @@ func (r *Recoverer) TakeOver(ctx context.Context, session string) ([]schema.Asse
 			r.log.Warn().Err(err).Str("session", session).Msg("release lease after takeover")
 		}
 	}()
-	lg, err := r.t.Fence(ctx, session, r.cfg.Owner, lease.Epoch)
+	lg, h, err := r.t.FenceLoad(ctx, session, r.cfg.Owner, lease.Epoch)
 	if err != nil {
-		return nil, fmt.Errorf("recoverer: fence %s: %w", session, err)
+		return nil, fmt.Errorf("recoverer: fence and load %s: %w", session, err)
 	}
 	fenceSeq := lg.LastSeq()
-	h, err := r.t.Load(ctx, session)
-	if err != nil {
-		return nil, fmt.Errorf("recoverer: load %s: %w", session, err)
-	}
 	r.log.Info().Str("session", session).Uint64("epoch", lease.Epoch).Uint64("fence_seq", fenceSeq).Msg("session taken over")
 	r.reconcileBudget(ctx, session, h)
 	var out []schema.Assessment

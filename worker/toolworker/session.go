@@ -86,15 +86,11 @@ func (s *session) take(ctx context.Context) error {
 		_ = lease.Release(rctx)
 		return err
 	}
-	lg, err := w.topo.Fence(ctx, s.id, w.cfg.Owner, lease.Epoch)
+	lg, h, err := w.topo.FenceLoad(ctx, s.id, w.cfg.Owner, lease.Epoch)
 	if err != nil {
-		return giveUp(fmt.Errorf("fence: %w", err))
+		return giveUp(fmt.Errorf("fence and load: %w", err))
 	}
 	s.glog.log = lg
-	h, err := w.topo.Load(ctx, s.id)
-	if err != nil {
-		return giveUp(fmt.Errorf("load history: %w", err))
-	}
 	s.seen = make(map[string]struct{})
 	for i := range h {
 		if c := h[i].Call; c != nil && c.RequestID != "" {
