@@ -43,13 +43,17 @@
 // # Limits
 //
 // A session history holds at most 100,000 events and 16 MiB serialized as
-// JSON Lines (DESIGN §8). Append refuses the event that would go over
-// (history_too_large, nothing written) and Load refuses a log that is over.
-// Append also refuses an event that does not validate (schema.EncodeEvent:
-// field_too_long, corrupt_history). Append counts the serialized size with
-// the largest possible seq, so whatever it accepts, Load accepts. The one
-// exception is the session.fenced event Fence writes: stopping an old writer
-// comes first, so a fence can take a full history one event over.
+// JSON Lines (DESIGN §8). Load refuses a log that is over. Append stops
+// earlier: the last thousandth of the events (100) and 256th of the bytes
+// (64 KiB) are a reserve that only session.fenced events may use, so a
+// session whose writers filled it can still be taken over, loaded,
+// inspected and refused cleanly (the refused event is history_too_large,
+// nothing written). A log with no room even for a fence is closed: Fence
+// returns ErrLogClosed without writing, and since no writer can append
+// to it any more, its Load is confirmed as it stands. Append also refuses
+// an event that does not validate (schema.EncodeEvent: field_too_long,
+// corrupt_history). Append counts the serialized size with the largest
+// possible seq, so whatever it accepts, Load accepts.
 //
 // # Failures
 //

@@ -39,6 +39,13 @@ var (
 	// or another prefix is in use).
 	ErrNoTopology = errors.New("stream: jingwei topology not found")
 
+	// ErrLogClosed is returned by Fence and FenceLoad for a session log
+	// that holds the most events a history may (schema.MaxHistoryEvents):
+	// there is no room even for a fence. Writers stop appending before the
+	// fence reserve (see the package documentation), so such a log can no
+	// longer change: its Load is a confirmed history without a fence.
+	ErrLogClosed = errors.New("stream: session log is full")
+
 	// ErrEpochExhausted is returned by AcquireLease when the session's epoch
 	// is already at schema.MaxEpoch (2^53-1): only a corrupt log or counter
 	// gets there, and the epoch must never wrap around.

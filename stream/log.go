@@ -233,6 +233,18 @@ func (t *Topology) FenceLoad(ctx context.Context, session, owner string, epoch u
 		if ok && supersedes(tl.epoch, tl.owner, epoch, owner) {
 			return nil, nil, fmt.Errorf("%w: session %s is at epoch %d (owner %q), fence has epoch %d", ErrFenced, session, tl.epoch, tl.owner, epoch)
 		}
+		if ok {
+			// A log with no room left even for a fence is closed:
+			// nothing more can be appended to it by anyone, so it stands
+			// confirmed as it is (see ErrLogClosed).
+			n, err := t.subjectCount(ctx, session)
+			if err != nil {
+				return nil, nil, err
+			}
+			if n+1 > t.cfg.Limits.MaxEvents {
+				return nil, nil, fmt.Errorf("%w: session %s holds %d events (limit %d)", ErrLogClosed, session, n, t.cfg.Limits.MaxEvents)
+			}
+		}
 		// Limits are measured once the fence is in (the read would only
 		// give an older writer more time to get in between).
 		l := &Log{t: t, session: session, owner: owner, subject: t.EventsSubject(session), epoch: epoch, idPre: idPre, last: tl.seq}
@@ -266,6 +278,27 @@ func (l *Log) appendFence(ctx context.Context) (uint64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.send(ctx, payload, l.idPre+"fence")
+}
+
+// fenceReserve is the room at the end of a history that only
+// session.fenced events may use: a thousandth of the event limit (100 of
+// 100,000) and a 256th of the byte limit (64 KiB of 16 MiB; a fence is
+// well under 1 KiB, so the bytes never run out before the events). Writers
+// stop appending where the reserve starts, so a full session can still be
+// taken over (fenced, loaded, inspected, refused) that many times.
+func fenceReserve(lim schema.Limits) (events int, bytes int64) {
+	return lim.MaxEvents / 1000, lim.MaxBytes / 256
+}
+
+// subjectCount returns how many messages the session log holds, as the
+// stream counts them.
+func (t *Topology) subjectCount(ctx context.Context, session string) (int, error) {
+	subj := t.EventsSubject(session)
+	info, err := t.Events.Info(ctx, jetstream.WithSubjectFilter(subj))
+	if err != nil {
+		return 0, fmt.Errorf("stream: count %s: %w", session, err)
+	}
+	return int(info.State.Subjects[subj]), nil
 }
 
 // eventSize is the size an event takes in a serialized history: its stored
@@ -310,12 +343,13 @@ func (l *Log) Append(ctx context.Context, ev schema.Event) (uint64, error) {
 		return 0, l.err
 	}
 	lim := l.t.cfg.Limits
+	resEvents, resBytes := fenceReserve(lim)
 	size := int64(len(payload) + maxSeqOverhead + 1)
-	if l.events+1 > lim.MaxEvents {
-		return 0, schema.Errorf(schema.CodeHistoryTooLarge, "session %s already holds %d events (limit %d); event not written", l.session, l.events, lim.MaxEvents)
+	if l.events+1 > lim.MaxEvents-resEvents {
+		return 0, schema.Errorf(schema.CodeHistoryTooLarge, "session %s already holds %d events: appends stop at %d (limit %d, the last %d kept for takeovers); event not written", l.session, l.events, lim.MaxEvents-resEvents, lim.MaxEvents, resEvents)
 	}
-	if l.bytes+size > lim.MaxBytes {
-		return 0, schema.Errorf(schema.CodeHistoryTooLarge, "session %s would exceed %d bytes (limit) with this %d-byte event; event not written", l.session, lim.MaxBytes, len(payload))
+	if l.bytes+size > lim.MaxBytes-resBytes {
+		return 0, schema.Errorf(schema.CodeHistoryTooLarge, "session %s would exceed %d bytes with this %d-byte event (limit %d, the last %d kept for takeovers); event not written", l.session, lim.MaxBytes-resBytes, len(payload), lim.MaxBytes, resBytes)
 	}
 
 	l.n++
