@@ -212,9 +212,10 @@ func (t *Tools) OrdersCreateTool() worker.Tool {
 			Name:        OrdersCreate,
 			Description: "Place an order for qty of sku; deduplicated on task + operation key.",
 		}.WithEffect(effect.Idempotent, OrdersRevision),
-		InputSchema: json.RawMessage(ordersSchema),
-		Timeout:     10 * time.Second,
-		Body:        t.createOrder,
+		InputSchema:    json.RawMessage(ordersSchema),
+		CheckArguments: decodes[OrderArgs],
+		Timeout:        10 * time.Second,
+		Body:           t.createOrder,
 	}
 }
 
@@ -308,6 +309,22 @@ func (t *Tools) Orders(ctx context.Context) ([]Order, error) {
 	return out, nil
 }
 
+// decodes is a worker.Tool CheckArguments: the arguments must decode into
+// the body's argument type, so a value the schema allows but the body
+// cannot hold (amount_cents 2^63, 1e400 or 100.0 for an int64) is rejected
+// at the arguments stage instead of failing the body.
+func decodes[T any](args json.RawMessage) error {
+	var v T
+	if err := json.Unmarshal(args, &v); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return fmt.Errorf("%s: %s cannot be represented as %s", te.Field, te.Value, te.Type)
+		}
+		return err
+	}
+	return nil
+}
+
 func dedupeKey(task, key string) string {
 	if schema.ValidSession(task) && schema.ValidSession(key) {
 		return task + "." + key
@@ -345,8 +362,9 @@ func (t *Tools) PaymentsChargeTool() worker.Tool {
 			Name:        PaymentsCharge,
 			Description: "Charge an account; every run appends a ledger entry (not idempotent).",
 		}.WithEffect(effect.NonIdempotent, PaymentsRevision),
-		InputSchema: json.RawMessage(`{"type":"object","properties":{"account":{"type":"string","minLength":1},"amount_cents":{"type":"integer","minimum":1}},"required":["account","amount_cents"],"additionalProperties":false}`),
-		Timeout:     10 * time.Second,
+		InputSchema:    json.RawMessage(`{"type":"object","properties":{"account":{"type":"string","minLength":1},"amount_cents":{"type":"integer","minimum":1}},"required":["account","amount_cents"],"additionalProperties":false}`),
+		CheckArguments: decodes[ChargeArgs],
+		Timeout:        10 * time.Second,
 		Body: func(ctx context.Context, req worker.BodyRequest) (json.RawMessage, error) {
 			var a ChargeArgs
 			if err := json.Unmarshal(req.Arguments, &a); err != nil {

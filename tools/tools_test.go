@@ -9,6 +9,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jingwei/jingwei/effect"
+	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/tools"
 	"github.com/jingwei/jingwei/worker"
@@ -155,5 +157,48 @@ func TestNewIsIdempotent(t *testing.T) {
 	}
 	if _, err := tools.New(context.Background(), tools.Config{}); !errors.Is(err, tools.ErrInvalidConfig) {
 		t.Fatalf("no JS: %v", err)
+	}
+}
+
+// TestUnrepresentableArgumentsRejected: amounts and quantities the input
+// schema allows but an int64 (or int) cannot hold are rejected at the
+// arguments stage through the runtime: the body never starts, no ledger
+// entry, and the call is not_started (retry_allowed), not an uncertain
+// call that needs a review for nothing.
+func TestUnrepresentableArgumentsRejected(t *testing.T) {
+	ctx := context.Background()
+	_, _, topo := streamtest.Start(t)
+	tl, err := tools.New(ctx, tools.Config{JS: topo.JS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := worker.NewRegistry(tl.List()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lg, err := topo.Fence(ctx, "s-args", "w1", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := worker.New(worker.Config{Session: "s-args", Log: lg, Registry: reg, Plans: stream.NewPlans(topo.Plans), Budget: stream.NewBudget(topo.Budget)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ tool, args string }{
+		{tools.PaymentsCharge, `{"account":"acct-1","amount_cents":9223372036854775808}`},
+		{tools.PaymentsCharge, `{"account":"acct-1","amount_cents":1e400}`},
+		{tools.PaymentsCharge, `{"account":"acct-1","amount_cents":100.0}`},
+		{tools.OrdersCreate, `{"sku":"A-1","qty":2.0}`},
+	} {
+		res, err := rt.Call(ctx, tc.tool, json.RawMessage(tc.args))
+		if res.Status != schema.StatusRejected || res.Stage != schema.StageArguments || !errors.Is(err, worker.ErrRejected) {
+			t.Errorf("%s %s: %s/%s %v, want rejected at arguments", tc.tool, tc.args, res.Status, res.Stage, err)
+		}
+	}
+	if ledger, err := tl.Ledger(ctx); err != nil || len(ledger) != 0 {
+		t.Fatalf("ledger %+v %v, want no charge", ledger, err)
+	}
+	if res, err := rt.Call(ctx, tools.PaymentsCharge, json.RawMessage(`{"account":"acct-1","amount_cents":500}`)); err != nil || res.Status != schema.StatusOK {
+		t.Fatalf("a valid charge: %v %v", res.Status, err)
 	}
 }

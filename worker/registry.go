@@ -65,6 +65,13 @@ type Tool struct {
 	// recorded as output_limit and not stored. Zero means
 	// Config.DefaultOutputLimit.
 	OutputLimit int
+	// CheckArguments, when set, runs at admission stage "arguments" after
+	// the input schema passed: it refuses arguments the schema accepts but
+	// the body cannot represent (an integer beyond int64, 100.0 where an
+	// integer is read), so they are rejected before anything starts rather
+	// than failing inside the body (an uncertain call that needs a review
+	// for nothing). Nil checks nothing more.
+	CheckArguments func(args json.RawMessage) error
 	// Body runs the tool. Required.
 	Body Body
 }
@@ -77,14 +84,19 @@ type registered struct {
 
 // validate checks args against the tool's schema.
 func (r *registered) validate(args json.RawMessage) error {
-	if r.schema == nil {
-		return nil
+	if r.schema != nil {
+		inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
+		if err != nil {
+			return err
+		}
+		if err := r.schema.Validate(inst); err != nil {
+			return err
+		}
 	}
-	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
-	if err != nil {
-		return err
+	if r.CheckArguments != nil {
+		return r.CheckArguments(args)
 	}
-	return r.schema.Validate(inst)
+	return nil
 }
 
 // Registry holds the tools a runtime can call. Safe for concurrent use; the
