@@ -32,6 +32,9 @@ type Recoverer struct {
 	review *awaiting
 	auto   chan finding
 
+	ready     chan struct{} // closed once Run has started up
+	readyOnce sync.Once
+
 	// afterCreate, when set (tests only), runs after a plan's KV create and
 	// before its publication; an error stops prepare there, as a crash
 	// would.
@@ -58,8 +61,15 @@ func New(cfg Config) (*Recoverer, error) {
 		track:  newTracker(),
 		review: newAwaiting(maxAwaiting),
 		auto:   make(chan finding, 1024),
+		ready:  make(chan struct{}),
 	}, nil
 }
+
+// Ready returns a channel that is closed once Run has started up: plans a
+// crash left unpublished are published, lease expiry is watched, the
+// sessions whose lease expired while no recoverer ran are reconciled, and
+// the service answers. It is never closed if Run fails to start.
+func (r *Recoverer) Ready() <-chan struct{} { return r.ready }
 
 // Stats are the recoverer's counters.
 type Stats struct {
@@ -112,6 +122,7 @@ func (r *Recoverer) run(ctx context.Context) error {
 		}
 		defer func() { _ = svc.Stop() }()
 	}
+	r.readyOnce.Do(func() { close(r.ready) })
 	var wg sync.WaitGroup
 	goLoop := func(name string, f func(context.Context) error) {
 		wg.Add(1)

@@ -217,9 +217,6 @@ func TestFinishesAnInterruptedTakeover(t *testing.T) {
 	w := e.writer("s-i", "w1")
 	w.call("c-1", "payments.charge", effect.NonIdempotent, "k-1")
 	w.started("c-1")
-	if err := w.lease.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
 	eventually(t, 5*time.Second, "events acknowledged", func() bool {
 		c, err := e.topo.JS.Consumer(ctx, e.topo.StreamName("EVENTS"), "jw-recoverer-a-events")
 		if err != nil {
@@ -229,9 +226,22 @@ func TestFinishesAnInterruptedTakeover(t *testing.T) {
 		return err == nil && first.Stats().EventsSeen >= 2 && info.NumAckPending == 0 && info.NumPending == 0
 	})
 	stop()
-	e.run(e.recoverer("a")) // knows nothing of c-1
-
-	// The dead recoverer's half takeover.
+	// The writer's lease stays live until the restarted recoverer has
+	// started up, so its start-up reconcile leaves the session alone (a
+	// session with a live owner is not taken over) however slow the
+	// machine is.
+	next := e.recoverer("a") // knows nothing of c-1
+	e.run(next)
+	select {
+	case <-next.Ready():
+	case <-time.After(20 * time.Second):
+		t.Fatal("restarted recoverer not ready")
+	}
+	if err := w.lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The dead recoverer's half takeover: a lease (it will expire, not be
+	// released) and a fence, and then nothing.
 	lease, err := e.topo.AcquireLease(ctx, "s-i", "recoverer-dead-1")
 	if err != nil {
 		t.Fatal(err)
@@ -239,7 +249,7 @@ func TestFinishesAnInterruptedTakeover(t *testing.T) {
 	if _, err := e.topo.Fence(ctx, "s-i", "recoverer-dead-1", lease.Epoch); err != nil {
 		t.Fatal(err)
 	}
-	a := as.wait(t, "s-i", "c-1", ttl+3*time.Second)
+	a := as.wait(t, "s-i", "c-1", ttl+10*time.Second)
 	if a.Decision != schema.DecisionNeedsReview || a.Evidence != recovery.EvidenceNoResult {
 		t.Fatalf("assessment %+v", a)
 	}
