@@ -18,7 +18,8 @@ type options struct {
 }
 
 // WithClock sets the clock that stamps Plan.IssuedAt. Defaults to
-// time.Now; the time is stored in UTC. A nil clock means the default.
+// time.Now; the time is stored in UTC, truncated to whole seconds. A nil
+// clock means the default.
 func WithClock(now func() time.Time) Option {
 	return func(o *options) {
 		if now != nil {
@@ -70,6 +71,11 @@ func PlanID(session, priorCallID string) string {
 // without one fails with needs_review (a verdict uncertain never lifts it).
 // Plan.Review carries the review only when it is the basis.
 //
+// The plan's IssuedAt is the clock's time (WithClock) in UTC truncated to
+// whole seconds, so its text form is unambiguous for signers and verifiers
+// in other languages (see SignPlan). The plan is unsigned: sign it with
+// SignPlan before it leaves the process.
+//
 // PrepareRetry writes nothing: issuing the plan exactly once is the caller's
 // job.
 func PrepareRetry(h schema.History, callID string, review *schema.Review, opts ...Option) (schema.Plan, error) {
@@ -119,6 +125,6 @@ func PrepareRetry(h schema.History, callID string, review *schema.Review, opts .
 	}
 	p.Arguments = s.canon // canonicalized by the scan: the call did not complete
 	p.ArgsDigest = s.digest
-	p.IssuedAt = o.now().UTC()
+	p.IssuedAt = o.now().UTC().Truncate(time.Second)
 	return p, nil
 }
