@@ -48,7 +48,7 @@ import (
 // other calls are not checked beyond what h checked (schema.HistoryReader
 // checks every event's). Safe for concurrent use; h is consumed once.
 func Inspect(h schema.History, callID string) (schema.Assessment, error) {
-	s, err := scanFor(h, callID)
+	s, err := scanFor(h, callID, false)
 	if err != nil {
 		return schema.Assessment{}, err
 	}
@@ -96,6 +96,9 @@ type scan struct {
 	digest  string             // and their schema.ArgsDigest
 	fence   uint64             // the highest fence epoch so far, 0 before the first session.fenced
 	fenceAt uint64             // the seq of the first session.fenced with that epoch
+	// links holds a copy of every retry's link by the retry's index, kept
+	// only for RequireSignedPlans (nil otherwise)
+	links map[int32]schema.RetryLink
 }
 
 // argPair is a retry whose argument bytes differ from its prior call's:
@@ -106,8 +109,8 @@ type argPair struct {
 }
 
 // scanFor reads h and returns the verified scan positioned on callID's
-// latest attempt.
-func scanFor(h schema.History, callID string) (*scan, error) {
+// latest attempt; with keepLinks it keeps every retry link (s.links).
+func scanFor(h schema.History, callID string, keepLinks bool) (*scan, error) {
 	if len(callID) > schema.MaxFieldBytes {
 		return nil, schema.Errorf(schema.CodeFieldTooLong, "call id to inspect is %d bytes (limit %d)", len(callID), schema.MaxFieldBytes)
 	}
@@ -116,6 +119,9 @@ func scanFor(h schema.History, callID string) (*scan, error) {
 		byID:   make(map[string]int32),
 		byOp:   make(map[opKey]struct{}),
 		idx:    -1,
+	}
+	if keepLinks {
+		s.links = make(map[int32]schema.RetryLink)
 	}
 	if err := s.run(h); err != nil {
 		return nil, err
@@ -340,6 +346,14 @@ func (s *scan) onCall(ev *schema.Event) error {
 			}
 			nc.prior = pi
 			p.next = s.count
+			if s.links != nil {
+				l := *r
+				if r.Review != nil {
+					rv := *r.Review // the source may reuse its events
+					l.Review = &rv
+				}
+				s.links[s.count] = l
+			}
 			if bytes.Equal(p.args, c.Arguments) {
 				nc.args = p.args // the same bytes: the same canonical arguments
 			} else {
