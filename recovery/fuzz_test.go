@@ -1,10 +1,6 @@
 package recovery_test
 
 import (
-	"bytes"
-	"encoding/json"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/jingwei/jingwei/effect"
@@ -12,48 +8,14 @@ import (
 	"github.com/jingwei/jingwei/schema"
 )
 
-// conformanceDir holds the shared fixtures, relative to this package.
-const conformanceDir = "../../shared/conformance"
-
-// fixtureSeeds returns (history bytes, call id) for every conformance
-// fixture, or none when the folder is missing.
-func fixtureSeeds(t testing.TB) [][2]string {
-	files, _ := filepath.Glob(filepath.Join(conformanceDir, "*.json"))
-	var seeds [][2]string
-	for _, file := range files {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var f struct {
-			History    []json.RawMessage `json:"history"`
-			RawHistory []string          `json:"raw_history"`
-			Call       string            `json:"call"`
-		}
-		if err := json.Unmarshal(b, &f); err != nil {
-			t.Fatalf("%s: %v", file, err)
-		}
-		var buf bytes.Buffer
-		for _, l := range f.RawHistory {
-			buf.WriteString(l + "\n")
-		}
-		for _, ev := range f.History {
-			_ = json.Compact(&buf, ev)
-			buf.WriteByte('\n')
-		}
-		seeds = append(seeds, [2]string{buf.String(), f.Call})
-	}
-	return seeds
-}
-
 // FuzzInspect feeds arbitrary JSON Lines through the reader into Inspect
 // and PrepareRetry. Neither may panic, and they must agree: a history error
 // of Inspect is PrepareRetry's error too, and an assessment's decision is
 // what PrepareRetry does without a review (refuse → completed, needs_review
 // → needs_review, retry_allowed → a plan) and with a not_executed review.
 func FuzzInspect(f *testing.F) {
-	for _, s := range fixtureSeeds(f) {
-		f.Add([]byte(s[0]), s[1])
+	for _, c := range loadFixtures(f) {
+		f.Add(c.historyBytes(f), c.Call)
 	}
 	chain := []schema.Event{
 		callEv("c-1", effect.Idempotent, true), startedEv("c-1"), resultEv("c-1", schema.StatusFailed, ""),
