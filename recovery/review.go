@@ -32,9 +32,9 @@ func NewTrustedKeys(keys ...string) (TrustedKeys, error) {
 	return t, nil
 }
 
-// ParseTrustedKeys reads a trusted-reviewers file: one user public key per
-// line; blank lines and lines starting with # are ignored. Errors name the
-// line.
+// ParseTrustedKeys reads a trusted-keys file (reviewers, or planners): one
+// user public key per line; blank lines and lines starting with # are
+// ignored. Errors name the line.
 func ParseTrustedKeys(text []byte) (TrustedKeys, error) {
 	t := TrustedKeys{}
 	sc := bufio.NewScanner(bytes.NewReader(text))
