@@ -19,7 +19,7 @@ var (
 	// ErrUntrustedSigner is returned when the signer of a review or plan is
 	// not one of the trusted keys (reviewer keys for a review, planner keys
 	// for a plan).
-	ErrUntrustedSigner = errors.New("recovery: signer is not a trusted key")
+	ErrUntrustedSigner = errors.New("recovery: signer is not trusted")
 	// ErrBadSignature is returned when the signature does not verify
 	// against the signer's key over the canonical form of the review or
 	// plan without sig.

@@ -76,7 +76,7 @@ func VerifyPlan(p schema.Plan, trusted TrustedKeys) error {
 	if p.Signer == "" || p.Sig == "" {
 		return unauthorized(ErrUnsignedPlan, "plan %s for the successor of call %q is not signed", p.PlanID, p.PriorCallID)
 	}
-	if cause, msg := checkSig(p.Signer, p.Sig, trusted, func() ([]byte, error) { return planPayload(p) }); cause != nil {
+	if cause, msg := checkSig("plan", "planner", p.Signer, p.Sig, trusted, func() ([]byte, error) { return planPayload(p) }); cause != nil {
 		return unauthorized(cause, "plan %s for the successor of call %q: %s", p.PlanID, p.PriorCallID, msg)
 	}
 	return nil

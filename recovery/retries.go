@@ -18,7 +18,7 @@ func authorize(p *schema.Plan, seq uint64, callID string, planners, reviewers Tr
 	if p.Signer == "" || p.Sig == "" {
 		return fail(ErrUnsignedPlan, "plan %s is not signed: no trusted planner issued it", p.PlanID)
 	}
-	if cause, msg := checkSig(p.Signer, p.Sig, planners, func() ([]byte, error) { return planPayload(*p) }); cause != nil {
+	if cause, msg := checkSig("plan", "planner", p.Signer, p.Sig, planners, func() ([]byte, error) { return planPayload(*p) }); cause != nil {
 		return fail(cause, "plan %s: %s", p.PlanID, msg)
 	}
 	if want := PlanID(p.Session, p.PriorCallID); p.PlanID != want {
@@ -34,7 +34,7 @@ func authorize(p *schema.Plan, seq uint64, callID string, planners, reviewers Tr
 	if rv.Signer == "" || rv.Sig == "" {
 		return fail(ErrUnsignedReview, "the review by %q it rests on is not signed", rv.Operator)
 	}
-	if cause, msg := checkSig(rv.Signer, rv.Sig, reviewers, func() ([]byte, error) { return reviewPayload(*rv) }); cause != nil {
+	if cause, msg := checkSig("review", "reviewer", rv.Signer, rv.Sig, reviewers, func() ([]byte, error) { return reviewPayload(*rv) }); cause != nil {
 		return fail(cause, "the review by %q it rests on: %s", rv.Operator, msg)
 	}
 	if err := rv.Validate(); err != nil {

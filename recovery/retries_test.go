@@ -88,7 +88,7 @@ func TestVerifyRetries(t *testing.T) {
 		{"unsigned retry", cat(idem, []schema.Event{retryEv("c-2", effect.Idempotent, "c-1", 1)}), "c-2", nil, recovery.ErrUnsignedPlan,
 			[]string{`"c-2"`, "seq 4", `"c-1"`, "not signed"}},
 		{"forged retry that never started", cat(idem, []schema.Event{forgedNotStarted}), "c-2", nil, recovery.ErrUntrustedSigner,
-			[]string{`"c-2"`, "seq 4", "not a trusted key"}},
+			[]string{`"c-2"`, "seq 4", "not a trusted planner key"}},
 		{"plan signed by a reviewer key", cat(idem, []schema.Event{runtimeRetry(signPlan(t, k.reviewer, safe), "c-2", nil)}), "c-2", nil, recovery.ErrUntrustedSigner, []string{"seq 4"}},
 		{"no trusted planners", cat(idem, []schema.Event{safeRetry}), "c-2", recovery.TrustedKeys{}, recovery.ErrUntrustedSigner, []string{"seq 4"}},
 		{"unsigned retry early in the chain", cat(idem, []schema.Event{retryEv("c-2", effect.Idempotent, "c-1", 1), resultEv("c-2", schema.StatusFailed, "")},

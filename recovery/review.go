@@ -105,36 +105,38 @@ func VerifyReview(r schema.Review, trusted TrustedKeys) error {
 	if r.Signer == "" || r.Sig == "" {
 		return invalidReview(ErrUnsignedReview, "review of call %q by %q is not signed", r.CallID, r.Operator)
 	}
-	if cause, msg := checkSig(r.Signer, r.Sig, trusted, func() ([]byte, error) { return reviewPayload(r) }); cause != nil {
-		return invalidReview(cause, "review of call %q: %s", r.CallID, msg)
+	if cause, msg := checkSig("review", "reviewer", r.Signer, r.Sig, trusted, func() ([]byte, error) { return reviewPayload(r) }); cause != nil {
+		return invalidReview(cause, "%s", msg)
 	}
 	return nil
 }
 
 // checkSig verifies sig, the unpadded base64url ed25519 signature by signer
 // over payload(), with signer a trusted nkey user public key. It returns
-// nil, or the sentinel for what failed and a message saying so.
-func checkSig(signer, sig string, trusted TrustedKeys, payload func() ([]byte, error)) (error, string) {
+// nil, or the sentinel for what failed and a message saying so about the
+// signed thing (what: "review", "plan") and its signers (role: "reviewer",
+// "planner").
+func checkSig(what, role, signer, sig string, trusted TrustedKeys, payload func() ([]byte, error)) (error, string) {
 	if !nkeys.IsValidPublicUserKey(signer) {
-		return ErrNotUserKey, fmt.Sprintf("signer %q is not an nkey user public key", signer)
+		return ErrNotUserKey, fmt.Sprintf("%s signer %q is not an nkey user public key", what, signer)
 	}
 	if !trusted.Has(signer) {
-		return ErrUntrustedSigner, fmt.Sprintf("signer %s is not a trusted key", signer)
+		return ErrUntrustedSigner, fmt.Sprintf("%s signer %s is not a trusted %s key", what, signer, role)
 	}
 	raw, err := base64.RawURLEncoding.DecodeString(sig)
 	if err != nil {
-		return ErrBadSignature, fmt.Sprintf("sig is not unpadded base64url: %v", err)
+		return ErrBadSignature, fmt.Sprintf("%s sig is not unpadded base64url: %v", what, err)
 	}
 	kp, err := nkeys.FromPublicKey(signer)
 	if err != nil {
-		return ErrNotUserKey, fmt.Sprintf("signer %q: %v", signer, err)
+		return ErrNotUserKey, fmt.Sprintf("%s signer %q: %v", what, signer, err)
 	}
 	b, err := payload()
 	if err != nil {
-		return ErrBadSignature, fmt.Sprintf("cannot be canonicalized: %v", err)
+		return ErrBadSignature, fmt.Sprintf("%s cannot be canonicalized: %v", what, err)
 	}
 	if err := kp.Verify(b, raw); err != nil {
-		return ErrBadSignature, fmt.Sprintf("signature by %s does not verify", signer)
+		return ErrBadSignature, fmt.Sprintf("%s signature by %s does not verify", what, signer)
 	}
 	return nil, ""
 }
