@@ -36,6 +36,13 @@ import (
 // left is mostly the per-call bookkeeping (the id and key maps,
 // schema.Event.Validate), garbage collection of the per-call state and the
 // iterator.
+//
+// The fence and epoch checks (two integer compares per event, one more
+// branch per retry for RequireSignedPlans' links) changed nothing
+// measurable: test binaries before and after in alternation, -benchtime
+// 12x, three pairs under load from other jobs: inspect/decode-cpu
+// 1.139–1.153 before, 1.130–1.152 after; inspect/decode 1.12–1.19 before,
+// 1.12–1.16 after; allocations the same (2,262,890 per op).
 func BenchmarkInspect(b *testing.B) {
 	data, last := genHistory(make([]byte, 0, 17<<20), schema.MaxHistoryEvents)
 	b.SetBytes(int64(len(data)))

@@ -2,16 +2,29 @@
 // prepares retry plans (DESIGN §2).
 //
 // Inspect reads a history once, verifies it (physical order, one session,
-// call/started/result pairing, retry chains, field limits) and classifies
-// the latest attempt of one call: completed, not started or uncertain, with
-// the decision refuse, retry_allowed or needs_review. PrepareRetry applies a
-// review on top of that and returns a single-use plan that reuses the call's
-// operation key. Errors are *schema.Error values with the stable codes of
-// DESIGN §2 (corrupt_history, unknown_call, …); match them with errors.Is
-// against the schema sentinels or read schema.CodeOf.
+// call/started/result pairing, retry chains, fence epochs, field limits)
+// and classifies the latest attempt of one call: completed, not started or
+// uncertain, with the decision refuse, retry_allowed or needs_review.
+// PrepareRetry applies a review on top of that and returns a single-use
+// plan that reuses the call's operation key. Errors are *schema.Error
+// values with the stable codes of DESIGN §2 (corrupt_history, unknown_call,
+// …); match them with errors.Is against the schema sentinels or read
+// schema.CodeOf.
 //
-// Reviews can be signed with an nkey user key (SignReview) and checked against
-// a set of trusted reviewer keys (VerifyReview, RequireSignedReview).
+// Trust is checked by signatures over RFC 8785 forms, with nkey user keys:
+//
+//   - reviews are signed by reviewers (SignReview) and checked against the
+//     trusted reviewer keys (VerifyReview, RequireSignedReview);
+//   - plans are signed by the recovery worker (SignPlan) and checked
+//     against the trusted planner keys (VerifyPlan) before a tool worker
+//     runs one;
+//   - a retry recorded in the log carries its plan's signature, so the plan
+//     can be rebuilt from the call (PlanOf) and every retry checked offline
+//     (VerifyRetries, or RequireSignedPlans for the chain being planned):
+//     a retry jingwei did not authorize is unauthorized_retry;
+//   - the reviews of one call fold into one decision (FoldReviews): a
+//     trusted completed review is final, and a later review that
+//     contradicts it is review_conflict.
 //
 // The package is pure: it does no I/O and imports no NATS client. Memory is
 // proportional to the number of calls in a history, not to its events: only

@@ -1,10 +1,6 @@
 package recovery_test
 
 import (
-	"bytes"
-	"encoding/json"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/jingwei/jingwei/effect"
@@ -12,48 +8,17 @@ import (
 	"github.com/jingwei/jingwei/schema"
 )
 
-// conformanceDir holds the shared fixtures, relative to this package.
-const conformanceDir = "../../shared/conformance"
-
-// fixtureSeeds returns (history bytes, call id) for every conformance
-// fixture, or none when the folder is missing.
-func fixtureSeeds(t testing.TB) [][2]string {
-	files, _ := filepath.Glob(filepath.Join(conformanceDir, "*.json"))
-	var seeds [][2]string
-	for _, file := range files {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var f struct {
-			History    []json.RawMessage `json:"history"`
-			RawHistory []string          `json:"raw_history"`
-			Call       string            `json:"call"`
-		}
-		if err := json.Unmarshal(b, &f); err != nil {
-			t.Fatalf("%s: %v", file, err)
-		}
-		var buf bytes.Buffer
-		for _, l := range f.RawHistory {
-			buf.WriteString(l + "\n")
-		}
-		for _, ev := range f.History {
-			_ = json.Compact(&buf, ev)
-			buf.WriteByte('\n')
-		}
-		seeds = append(seeds, [2]string{buf.String(), f.Call})
-	}
-	return seeds
-}
-
-// FuzzInspect feeds arbitrary JSON Lines through the reader into Inspect
-// and PrepareRetry. Neither may panic, and they must agree: a history error
-// of Inspect is PrepareRetry's error too, and an assessment's decision is
-// what PrepareRetry does without a review (refuse → completed, needs_review
-// → needs_review, retry_allowed → a plan) and with a not_executed review.
+// FuzzInspect feeds arbitrary JSON Lines through the reader into Inspect,
+// PrepareRetry and VerifyRetries. None may panic, and they must agree: a
+// history error of Inspect is PrepareRetry's error too (with or without
+// RequireSignedPlans), and an assessment's decision is what PrepareRetry
+// does without a review (refuse → completed, needs_review → needs_review,
+// retry_allowed → a plan) and with a not_executed review. With no trusted
+// planner, a chain with a retry is unauthorized_retry, and a chain without
+// one plans as without the option.
 func FuzzInspect(f *testing.F) {
-	for _, s := range fixtureSeeds(f) {
-		f.Add([]byte(s[0]), s[1])
+	for _, c := range loadFixtures(f) {
+		f.Add(c.historyBytes(f), c.Call)
 	}
 	chain := []schema.Event{
 		callEv("c-1", effect.Idempotent, true), startedEv("c-1"), resultEv("c-1", schema.StatusFailed, ""),
@@ -68,15 +33,24 @@ func FuzzInspect(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte, callID string) {
 		a, errI := recovery.Inspect(reader(data), callID)
 		p, errP := recovery.PrepareRetry(reader(data), callID, nil)
+		_, errS := recovery.PrepareRetry(reader(data), callID, nil, recovery.RequireSignedPlans(nil, nil))
+		errV := recovery.VerifyRetries(reader(data), nil, nil)
 		if errI != nil {
 			code := schema.CodeOf(errI)
 			if code == "" {
 				t.Fatalf("Inspect: uncoded error %v", errI)
 			}
-			if schema.CodeOf(errP) != code {
-				t.Fatalf("Inspect: %v; PrepareRetry: %v", errI, errP)
+			if schema.CodeOf(errP) != code || schema.CodeOf(errS) != code {
+				t.Fatalf("Inspect: %v; PrepareRetry: %v; with RequireSignedPlans: %v", errI, errP, errS)
 			}
 			return
+		}
+		if a.Attempts > 1 {
+			if schema.CodeOf(errS) != schema.CodeUnauthorizedRetry || schema.CodeOf(errV) != schema.CodeUnauthorizedRetry {
+				t.Fatalf("a retry with no trusted planner: PrepareRetry %v, VerifyRetries %v", errS, errV)
+			}
+		} else if schema.CodeOf(errS) != schema.CodeOf(errP) {
+			t.Fatalf("first attempt: PrepareRetry %v, with RequireSignedPlans %v", errP, errS)
 		}
 		n := len(a.Chain)
 		if a.CallID != callID || a.Attempts != n || n == 0 || a.Chain[n-1] != callID {

@@ -28,9 +28,17 @@ import (
 // exactly one), an event without seq, a rejected result without a valid
 // stage or after tool.started, a stage on another status, an operation
 // without task, key or valid contract, and a retry of a call that completed
-// with ok (no plan is ever issued for one). Unknown event types and
-// session.fenced do not affect the classification, but their seq and session
-// are checked.
+// with ok (no plan is ever issued for one). Unknown event types do not
+// affect the classification, but their seq, session and epoch are checked.
+//
+// The log proves its fences: an event (of any type) whose epoch is below
+// the epoch of a session.fenced earlier in the log was written by a fenced
+// writer, and a session.fenced whose fence epoch is below an earlier one's
+// takes ownership back; both are corrupt_history, and so is an epoch (an
+// event's, or a fence's) above schema.MaxEpoch (2^53-1), even when the
+// reader let it through. A fence with the same epoch as an earlier one is
+// fine (the same owner fenced twice). The messages name the event's seq,
+// both epochs and the seq of the fence.
 //
 // Inspect counts events itself (more than schema.MaxHistoryEvents is
 // history_too_large); the byte limit is the reader's (schema.HistoryReader).
@@ -40,7 +48,7 @@ import (
 // other calls are not checked beyond what h checked (schema.HistoryReader
 // checks every event's). Safe for concurrent use; h is consumed once.
 func Inspect(h schema.History, callID string) (schema.Assessment, error) {
-	s, err := scanFor(h, callID)
+	s, err := scanFor(h, callID, false)
 	if err != nil {
 		return schema.Assessment{}, err
 	}
@@ -86,6 +94,11 @@ type scan struct {
 	pairs   []argPair          // retries whose argument bytes differ from their prior's
 	canon   []byte             // the target's canonical arguments, once run has checked them
 	digest  string             // and their schema.ArgsDigest
+	fence   uint64             // the highest fence epoch so far, 0 before the first session.fenced
+	fenceAt uint64             // the seq of the first session.fenced with that epoch
+	// links holds a copy of every retry's link by the retry's index, kept
+	// only for RequireSignedPlans (nil otherwise)
+	links map[int32]schema.RetryLink
 }
 
 // argPair is a retry whose argument bytes differ from its prior call's:
@@ -96,8 +109,8 @@ type argPair struct {
 }
 
 // scanFor reads h and returns the verified scan positioned on callID's
-// latest attempt.
-func scanFor(h schema.History, callID string) (*scan, error) {
+// latest attempt; with keepLinks it keeps every retry link (s.links).
+func scanFor(h schema.History, callID string, keepLinks bool) (*scan, error) {
 	if len(callID) > schema.MaxFieldBytes {
 		return nil, schema.Errorf(schema.CodeFieldTooLong, "call id to inspect is %d bytes (limit %d)", len(callID), schema.MaxFieldBytes)
 	}
@@ -106,6 +119,9 @@ func scanFor(h schema.History, callID string) (*scan, error) {
 		byID:   make(map[string]int32),
 		byOp:   make(map[opKey]struct{}),
 		idx:    -1,
+	}
+	if keepLinks {
+		s.links = make(map[int32]schema.RetryLink)
 	}
 	if err := s.run(h); err != nil {
 		return nil, err
@@ -239,6 +255,12 @@ func (s *scan) event(ev *schema.Event) error {
 		return s.corrupt(ev, "seq %d does not follow seq %d (physical order broken)", ev.Seq, s.lastSeq)
 	}
 	s.lastSeq = ev.Seq
+	if ev.Epoch > schema.MaxEpoch {
+		return s.corrupt(ev, "epoch %d is above the highest epoch %d (2^53-1)", ev.Epoch, uint64(schema.MaxEpoch))
+	}
+	if ev.Epoch < s.fence {
+		return s.corrupt(ev, "epoch %d is below epoch %d of the session.fenced at seq %d: written by a fenced writer", ev.Epoch, s.fence, s.fenceAt)
+	}
 	switch ev.Type {
 	case schema.TypeCall:
 		return s.onCall(ev)
@@ -246,8 +268,25 @@ func (s *scan) event(ev *schema.Event) error {
 		return s.onStarted(ev)
 	case schema.TypeResult:
 		return s.onResult(ev)
+	case schema.TypeFenced:
+		return s.onFenced(ev)
 	}
-	return nil // session.fenced and unknown types do not affect calls
+	return nil // unknown types do not affect calls
+}
+
+// onFenced checks that fence epochs never go down (and stay exact in every
+// JSON reader), and raises the epoch every later event must carry.
+func (s *scan) onFenced(ev *schema.Event) error {
+	e := ev.Fence.Epoch // Validate checked that the fence body is there
+	switch {
+	case e > schema.MaxEpoch:
+		return s.corrupt(ev, "session.fenced has fence epoch %d, above the highest epoch %d (2^53-1)", e, uint64(schema.MaxEpoch))
+	case e < s.fence:
+		return s.corrupt(ev, "session.fenced has fence epoch %d, below epoch %d of the session.fenced at seq %d: fence epochs never go down", e, s.fence, s.fenceAt)
+	case e > s.fence:
+		s.fence, s.fenceAt = e, ev.Seq
+	}
+	return nil
 }
 
 func (s *scan) onCall(ev *schema.Event) error {
@@ -307,6 +346,14 @@ func (s *scan) onCall(ev *schema.Event) error {
 			}
 			nc.prior = pi
 			p.next = s.count
+			if s.links != nil {
+				l := *r
+				if r.Review != nil {
+					rv := *r.Review // the source may reuse its events
+					l.Review = &rv
+				}
+				s.links[s.count] = l
+			}
 			if bytes.Equal(p.args, c.Arguments) {
 				nc.args = p.args // the same bytes: the same canonical arguments
 			} else {

@@ -15,10 +15,15 @@ type options struct {
 	now     func() time.Time
 	trusted TrustedKeys
 	signed  bool
+	// signedPlans: every retry in the planned call's chain must carry a
+	// plan by one of planners (see RequireSignedPlans).
+	signedPlans         bool
+	planners, reviewers TrustedKeys
 }
 
 // WithClock sets the clock that stamps Plan.IssuedAt. Defaults to
-// time.Now; the time is stored in UTC. A nil clock means the default.
+// time.Now; the time is stored in UTC, truncated to whole seconds. A nil
+// clock means the default.
 func WithClock(now func() time.Time) Option {
 	return func(o *options) {
 		if now != nil {
@@ -36,6 +41,27 @@ func RequireSignedReview(trusted TrustedKeys) Option {
 	return func(o *options) {
 		o.trusted = trusted
 		o.signed = true
+	}
+}
+
+// RequireSignedPlans makes PrepareRetry check, before it decides, that
+// jingwei authorized every retry in the chain of the call being planned
+// (the call itself when it is a retry, and each earlier retry back to the
+// first attempt), exactly as VerifyRetries checks a whole history: each
+// retry's plan, rebuilt from the call (PlanOf), must verify under
+// planners, carry the plan id PlanID(session, prior_call_id), and for basis
+// reviewed_not_executed rest on a not_executed review of the prior call
+// signed by a key in reviewers. Otherwise PrepareRetry fails with
+// unauthorized_retry, whatever the call's outcome: a retry tool.call that
+// anyone but jingwei appended to the log (a forged call that "never
+// started", say) gets no plan. History errors come first, then this check,
+// then the review and the decision. Without this option retries are
+// trusted as recorded (offline, and for logs written before plans were
+// signed). Empty sets trust no one.
+func RequireSignedPlans(planners, reviewers TrustedKeys) Option {
+	return func(o *options) {
+		o.signedPlans = true
+		o.planners, o.reviewers = planners, reviewers
 	}
 }
 
@@ -70,6 +96,13 @@ func PlanID(session, priorCallID string) string {
 // without one fails with needs_review (a verdict uncertain never lifts it).
 // Plan.Review carries the review only when it is the basis.
 //
+// With RequireSignedPlans, the retries of the call's chain are checked
+// after the history and before the review (see there). The plan's
+// IssuedAt is the clock's time (WithClock) in UTC truncated to whole
+// seconds, so its text form is unambiguous for signers and verifiers in
+// other languages (see SignPlan). The plan is unsigned: sign it with
+// SignPlan before it leaves the process.
+//
 // PrepareRetry writes nothing: issuing the plan exactly once is the caller's
 // job.
 func PrepareRetry(h schema.History, callID string, review *schema.Review, opts ...Option) (schema.Plan, error) {
@@ -77,9 +110,14 @@ func PrepareRetry(h schema.History, callID string, review *schema.Review, opts .
 	for _, opt := range opts {
 		opt(&o)
 	}
-	s, err := scanFor(h, callID)
+	s, err := scanFor(h, callID, o.signedPlans)
 	if err != nil {
 		return schema.Plan{}, err
+	}
+	if o.signedPlans {
+		if err := s.authorizeChain(o.planners, o.reviewers); err != nil {
+			return schema.Plan{}, err
+		}
 	}
 	a := s.assess()
 	if review != nil {
@@ -119,6 +157,6 @@ func PrepareRetry(h schema.History, callID string, review *schema.Review, opts .
 	}
 	p.Arguments = s.canon // canonicalized by the scan: the call did not complete
 	p.ArgsDigest = s.digest
-	p.IssuedAt = o.now().UTC()
+	p.IssuedAt = o.now().UTC().Truncate(time.Second)
 	return p, nil
 }

@@ -13,8 +13,10 @@ import (
 	"github.com/jingwei/jingwei/schema"
 )
 
-// TrustedKeys is a set of reviewer nkey user public keys ("U…"). The zero
-// (nil) value trusts no one. Safe for concurrent reads; build it once.
+// TrustedKeys is a set of nkey user public keys ("U…"): the reviewer keys
+// whose reviews are trusted, or the planner (recovery worker) keys whose
+// plans are. The zero (nil) value trusts no one. Safe for concurrent reads;
+// build it once.
 type TrustedKeys map[string]struct{}
 
 // NewTrustedKeys returns the set of the given user public keys; a key that is
@@ -30,9 +32,9 @@ func NewTrustedKeys(keys ...string) (TrustedKeys, error) {
 	return t, nil
 }
 
-// ParseTrustedKeys reads a trusted-reviewers file: one user public key per
-// line; blank lines and lines starting with # are ignored. Errors name the
-// line.
+// ParseTrustedKeys reads a trusted-keys file (reviewers, or planners): one
+// user public key per line; blank lines and lines starting with # are
+// ignored. Errors name the line.
 func ParseTrustedKeys(text []byte) (TrustedKeys, error) {
 	t := TrustedKeys{}
 	sc := bufio.NewScanner(bytes.NewReader(text))
@@ -73,23 +75,14 @@ func reviewPayload(r schema.Review) ([]byte, error) {
 // Signer is set to kp's public key and Sig to the base64url (unpadded)
 // ed25519 signature over the RFC 8785 form of the review without sig.
 func SignReview(kp nkeys.KeyPair, r schema.Review) (schema.Review, error) {
-	pub, err := kp.PublicKey()
+	signer, sig, err := sign(kp, func(pub string) ([]byte, error) {
+		r.Signer = pub
+		return reviewPayload(r)
+	})
 	if err != nil {
 		return schema.Review{}, fmt.Errorf("recovery: sign review: %w", err)
 	}
-	if !nkeys.IsValidPublicUserKey(pub) {
-		return schema.Review{}, fmt.Errorf("recovery: sign review: %w: %q", ErrNotUserKey, pub)
-	}
-	r.Signer = pub
-	payload, err := reviewPayload(r)
-	if err != nil {
-		return schema.Review{}, fmt.Errorf("recovery: sign review: %w", err)
-	}
-	sig, err := kp.Sign(payload)
-	if err != nil {
-		return schema.Review{}, fmt.Errorf("recovery: sign review: %w", err)
-	}
-	r.Sig = base64.RawURLEncoding.EncodeToString(sig)
+	r.Signer, r.Sig = signer, sig
 	return r, nil
 }
 
@@ -112,28 +105,61 @@ func VerifyReview(r schema.Review, trusted TrustedKeys) error {
 	if r.Signer == "" || r.Sig == "" {
 		return invalidReview(ErrUnsignedReview, "review of call %q by %q is not signed", r.CallID, r.Operator)
 	}
-	if !nkeys.IsValidPublicUserKey(r.Signer) {
-		return invalidReview(ErrNotUserKey, "review signer %q is not an nkey user public key", r.Signer)
-	}
-	if !trusted.Has(r.Signer) {
-		return invalidReview(ErrUntrustedSigner, "review signer %s is not a trusted reviewer key", r.Signer)
-	}
-	sig, err := base64.RawURLEncoding.DecodeString(r.Sig)
-	if err != nil {
-		return invalidReview(ErrBadSignature, "review sig is not unpadded base64url: %v", err)
-	}
-	kp, err := nkeys.FromPublicKey(r.Signer)
-	if err != nil {
-		return invalidReview(ErrNotUserKey, "review signer %q: %v", r.Signer, err)
-	}
-	payload, err := reviewPayload(r)
-	if err != nil {
-		return invalidReview(ErrBadSignature, "review cannot be canonicalized: %v", err)
-	}
-	if err := kp.Verify(payload, sig); err != nil {
-		return invalidReview(ErrBadSignature, "review signature by %s does not verify", r.Signer)
+	if cause, msg := checkSig("review", "reviewer", r.Signer, r.Sig, trusted, func() ([]byte, error) { return reviewPayload(r) }); cause != nil {
+		return invalidReview(cause, "%s", msg)
 	}
 	return nil
+}
+
+// checkSig verifies sig, the unpadded base64url ed25519 signature by signer
+// over payload(), with signer a trusted nkey user public key. It returns
+// nil, or the sentinel for what failed and a message saying so about the
+// signed thing (what: "review", "plan") and its signers (role: "reviewer",
+// "planner").
+func checkSig(what, role, signer, sig string, trusted TrustedKeys, payload func() ([]byte, error)) (error, string) {
+	if !nkeys.IsValidPublicUserKey(signer) {
+		return ErrNotUserKey, fmt.Sprintf("%s signer %q is not an nkey user public key", what, signer)
+	}
+	if !trusted.Has(signer) {
+		return ErrUntrustedSigner, fmt.Sprintf("%s signer %s is not a trusted %s key", what, signer, role)
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(sig)
+	if err != nil {
+		return ErrBadSignature, fmt.Sprintf("%s sig is not unpadded base64url: %v", what, err)
+	}
+	kp, err := nkeys.FromPublicKey(signer)
+	if err != nil {
+		return ErrNotUserKey, fmt.Sprintf("%s signer %q: %v", what, signer, err)
+	}
+	b, err := payload()
+	if err != nil {
+		return ErrBadSignature, fmt.Sprintf("%s cannot be canonicalized: %v", what, err)
+	}
+	if err := kp.Verify(b, raw); err != nil {
+		return ErrBadSignature, fmt.Sprintf("%s signature by %s does not verify", what, signer)
+	}
+	return nil, ""
+}
+
+// sign returns the public key of kp, which must be an nkey user key pair,
+// and its signature over payload(signer) in unpadded base64url.
+func sign(kp nkeys.KeyPair, payload func(signer string) ([]byte, error)) (signer, sig string, err error) {
+	pub, err := kp.PublicKey()
+	if err != nil {
+		return "", "", err
+	}
+	if !nkeys.IsValidPublicUserKey(pub) {
+		return "", "", fmt.Errorf("%w: %q", ErrNotUserKey, pub)
+	}
+	b, err := payload(pub)
+	if err != nil {
+		return "", "", err
+	}
+	raw, err := kp.Sign(b)
+	if err != nil {
+		return "", "", err
+	}
+	return pub, base64.RawURLEncoding.EncodeToString(raw), nil
 }
 
 // checkReview checks a review's form (schema.Review.Validate), that it is

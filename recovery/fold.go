@@ -1,0 +1,101 @@
+package recovery
+
+import (
+	"fmt"
+
+	"github.com/jingwei/jingwei/schema"
+)
+
+// ReviewEntry is one review of a call as read from the review stream
+// (jw.reviews.<session>), with the caller's judgement of it.
+type ReviewEntry struct {
+	Review schema.Review
+	// Err is why the caller did not accept the review: malformed, unsigned
+	// or not signed by a trusted reviewer key (VerifyReview), for a call
+	// that is not in the log, …. Nil means a trusted review. FoldReviews
+	// passes a non-nil Err through and otherwise ignores the entry.
+	Err error
+	// Seq is the review's position in its stream (its JW_REVIEWS
+	// sequence), used in messages only; 0 names the entry by its index.
+	Seq uint64
+}
+
+// ReviewFold is what FoldReviews makes of the reviews of one call.
+type ReviewFold struct {
+	// Decides is the index of the deciding review, the latest one that
+	// stands, or -1 when none stands.
+	Decides int
+	// Review is a copy of the deciding review, or nil when none stands:
+	// what PrepareRetry takes.
+	Review *schema.Review
+	// Final reports that a trusted completed review is on record: the call
+	// is settled and no later review lifts the refusal.
+	Final bool
+	// Rejected holds one error per entry: nil when the review stands, else
+	// why it does not — the entry's own Err, an invalid_review
+	// *schema.Error for a review of another session or call or with an
+	// unknown verdict, or a review_conflict *schema.Error for a trusted
+	// review that contradicts an earlier trusted completed one.
+	Rejected []error
+}
+
+// FoldReviews applies the rule of DESIGN §2 to the reviews of callID in
+// session, given in stream order, each already judged acceptable or not by
+// the caller (ReviewEntry.Err):
+//
+//   - once a trusted review with verdict completed is on record, the call is
+//     final: every later trusted review with another verdict is rejected
+//     with review_conflict (and should be logged), whatever it says; a later
+//     completed review agrees and stands. A review published again byte for
+//     byte after the completed one — an older not_executed, say — is a later
+//     review like any other and is rejected too: order in the stream, not
+//     the review's own at, decides.
+//   - otherwise the latest trusted review decides. Earlier trusted reviews
+//     stand (they were not wrong when given) but no longer decide.
+//   - reviews the caller did not accept change nothing; their Err is
+//     passed through.
+//
+// The deciding review goes to PrepareRetry, which refuses on completed and
+// keeps needs_review on uncertain (an uncertain verdict never lifts it). A
+// recovery worker uses the same fold for prepare and for status, so both
+// say the same. FoldReviews is pure and keeps nothing; an empty list
+// decides nothing (Decides -1).
+func FoldReviews(session, callID string, entries []ReviewEntry) ReviewFold {
+	f := ReviewFold{Decides: -1, Rejected: make([]error, len(entries))}
+	final := -1 // the first trusted completed review
+	for i := range entries {
+		e := &entries[i]
+		r := &e.Review
+		switch {
+		case e.Err != nil:
+			f.Rejected[i] = e.Err
+		case r.Session != session || r.CallID != callID:
+			f.Rejected[i] = schema.Errorf(schema.CodeInvalidReview, "review at %s is of call %q in session %q, not of call %q in session %q", at(entries, i), r.CallID, r.Session, callID, session)
+		case !r.Verdict.Valid():
+			f.Rejected[i] = schema.Errorf(schema.CodeInvalidReview, "review at %s of call %q has unknown verdict %q", at(entries, i), callID, r.Verdict)
+		case final >= 0 && r.Verdict != schema.VerdictCompleted:
+			c := &entries[final].Review
+			f.Rejected[i] = schema.Errorf(schema.CodeReviewConflict, "review at %s of call %q by %q (verdict %s, evidence %q) contradicts the completed review at %s by %q (evidence %q): completed is final",
+				at(entries, i), callID, r.Operator, r.Verdict, r.Evidence, at(entries, final), c.Operator, c.Evidence)
+		default:
+			f.Decides = i
+			if r.Verdict == schema.VerdictCompleted && final < 0 {
+				final = i
+			}
+		}
+	}
+	f.Final = final >= 0
+	if f.Decides >= 0 {
+		r := entries[f.Decides].Review
+		f.Review = &r
+	}
+	return f
+}
+
+// at names entry i of entries in a message: its stream seq, else its index.
+func at(entries []ReviewEntry, i int) string {
+	if s := entries[i].Seq; s != 0 {
+		return fmt.Sprintf("seq %d", s)
+	}
+	return fmt.Sprintf("index %d", i)
+}
