@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 	"github.com/rs/zerolog"
 
 	"github.com/jingwei/jingwei/stream"
@@ -135,6 +136,8 @@ type env struct {
 	seq  int
 	// dir holds the child processes' logs.
 	dir string
+	// planner signs the plans of the recovery workers the scenarios run.
+	planner nkeys.KeyPair
 }
 
 // prefix returns a fresh topology prefix, so scenarios and rounds never
@@ -195,7 +198,11 @@ func startEnv(ctx context.Context, cfg Config, dir string, mode stream.SyncMode)
 		srv.Shutdown()
 		return nil, err
 	}
-	return &env{cfg: cfg, mode: mode, srv: srv, nc: nc, js: js, dir: dir, log: cfg.Logger.With().Str("sync", string(mode)).Logger()}, nil
+	planner, err := nkeys.CreateUser()
+	if err != nil {
+		return nil, err
+	}
+	return &env{cfg: cfg, mode: mode, srv: srv, nc: nc, js: js, dir: dir, planner: planner, log: cfg.Logger.With().Str("sync", string(mode)).Logger()}, nil
 }
 
 func (e *env) close() {

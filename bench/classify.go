@@ -64,7 +64,7 @@ func (e *env) classify(ctx context.Context, events int) (jw, raw []float64, err 
 				return 0, err
 			}
 		}
-		rec, err := recoverer.New(recoverer.Config{Topology: topo, Name: "bench", DisableService: true, Logger: e.log})
+		rec, err := recoverer.New(recoverer.Config{Topology: topo, Name: "bench", DisableService: true, Logger: e.log, PlannerKey: e.planner})
 		if err != nil {
 			return 0, err
 		}

@@ -95,7 +95,7 @@ func (e *env) crash(ctx context.Context, rounds, sessions int) ([]float64, error
 		return nil, err
 	}
 
-	rec, err := recoverer.New(recoverer.Config{Topology: topo, Name: "crash", DisableService: true, Logger: e.log})
+	rec, err := recoverer.New(recoverer.Config{Topology: topo, Name: "crash", DisableService: true, Logger: e.log, PlannerKey: e.planner})
 	if err != nil {
 		return nil, err
 	}

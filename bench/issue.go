@@ -97,7 +97,7 @@ func (e *env) issue(ctx context.Context, calls int) (jw, raw []float64, dups, ra
 		}
 		recs := make([]*recoverer.Recoverer, issuers)
 		for i := range recs {
-			if recs[i], err = recoverer.New(recoverer.Config{Topology: topos[i], Name: fmt.Sprintf("issuer%d", i), DisableService: true, Logger: e.log}); err != nil {
+			if recs[i], err = recoverer.New(recoverer.Config{Topology: topos[i], Name: fmt.Sprintf("issuer%d", i), DisableService: true, Logger: e.log, PlannerKey: e.planner}); err != nil {
 				return 0, err
 			}
 		}

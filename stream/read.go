@@ -224,3 +224,20 @@ func (t *Topology) directBatch(ctx context.Context, streamName, subj string, nex
 func isNotAllowed(err error) bool {
 	return errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse)
 }
+
+// ReadSubject calls fn, in stream order, for every message on subject in
+// the stream named streamName (one of the topology's, e.g.
+// t.StreamName("REVIEWS")), up to the last one the stream leader holds when
+// ReadSubject starts. Like Load it reads with the leader's message gets
+// and batched direct gets, no consumer. It stops at the first error fn
+// returns and returns it.
+func (t *Topology) ReadSubject(ctx context.Context, streamName, subject string, fn func(*jetstream.RawStreamMsg) error) error {
+	last, ok, err := t.leaderGet(ctx, streamName, msgGetRequest{LastFor: subject})
+	if err != nil {
+		return fmt.Errorf("stream: read %s: %w", subject, err)
+	}
+	if !ok {
+		return nil
+	}
+	return t.readRange(ctx, streamName, subject, 1, last.Sequence, fn)
+}

@@ -24,6 +24,11 @@ const (
 	CodePlanNotIssued Code = "plan_not_issued"
 	// CodePlanConsumed: the retry plan was already used by an attempt.
 	CodePlanConsumed Code = "plan_consumed"
+	// CodePlanUntrusted: the plan carries no signature that verifies
+	// against the runtime's trusted planner keys (Config.TrustedPlanners):
+	// it was not issued by a trusted recovery worker, or was altered since.
+	// A record in jw_plans alone authorizes nothing.
+	CodePlanUntrusted Code = "plan_untrusted"
 	// CodePlanMismatch: the plan does not fit this call (Error.Field says
 	// which of plan, session, task, tool, arguments, contract, key).
 	CodePlanMismatch Code = "plan_mismatch"
@@ -96,7 +101,7 @@ func (e *Error) Is(target error) bool {
 		return false
 	}
 	if t == ErrPlanRefused {
-		return e.Code == CodePlanNotIssued || e.Code == CodePlanConsumed || e.Code == CodePlanMismatch
+		return e.Code == CodePlanNotIssued || e.Code == CodePlanConsumed || e.Code == CodePlanMismatch || e.Code == CodePlanUntrusted
 	}
 	return t.Code == e.Code
 }
@@ -123,6 +128,8 @@ var (
 	ErrPlanConsumed = &Error{Code: CodePlanConsumed}
 	// ErrPlanMismatch matches plan_mismatch.
 	ErrPlanMismatch = &Error{Code: CodePlanMismatch}
+	// ErrPlanUntrusted matches plan_untrusted.
+	ErrPlanUntrusted = &Error{Code: CodePlanUntrusted}
 	// ErrRejected matches rejected, at any stage.
 	ErrRejected = &Error{Code: CodeRejected}
 	// ErrFailed matches failed.
@@ -139,8 +146,8 @@ var (
 	ErrFenced = &Error{Code: CodeFenced}
 	// ErrLog matches log_unavailable.
 	ErrLog = &Error{Code: CodeLog}
-	// ErrPlanRefused matches plan_not_issued, plan_consumed and
-	// plan_mismatch.
+	// ErrPlanRefused matches plan_not_issued, plan_consumed, plan_mismatch
+	// and plan_untrusted.
 	ErrPlanRefused = &Error{Code: "plan_refused"}
 )
 

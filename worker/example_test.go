@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/recovery"
@@ -54,8 +55,13 @@ func Example() {
 	lease, _ := topo.AcquireLease(ctx, session, "host")
 	log, _ := topo.OpenLog(ctx, session, "host", lease.Epoch)
 	plans := stream.NewPlans(topo.Plans)
+	// The recovery worker's plan-signing key; the runtime trusts its plans.
+	planner, _ := nkeys.CreateUser()
+	pub, _ := planner.PublicKey()
+	trusted, _ := recovery.NewTrustedKeys(pub)
 	rt, err := worker.New(worker.Config{
 		Session: session, Log: log, Registry: reg, Plans: plans, Budget: stream.NewBudget(topo.Budget),
+		TrustedPlanners: trusted,
 	})
 	if err != nil {
 		panic(err)
@@ -68,6 +74,7 @@ func Example() {
 	// The host inspects the history, prepares a plan and issues it.
 	history, _ := topo.Load(ctx, session)
 	plan, _ := recovery.PrepareRetry(schema.Events(history), first.CallID, nil)
+	plan, _ = recovery.SignPlan(planner, plan)
 	_, _ = plans.Issue(ctx, plan)
 	fmt.Println("basis:", plan.Basis)
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/jingwei/jingwei/effect"
+	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 )
@@ -33,19 +34,27 @@ type Attempt struct {
 	Contract effect.Contract
 	// CallID is the new attempt's call id, recorded as the plan's consumer.
 	CallID string
+	// Planners are the public keys of the recovery workers whose plans are
+	// accepted (recovery.VerifyPlan). Nil or empty trusts no one: every
+	// plan is refused with plan_untrusted.
+	Planners recovery.TrustedKeys
 }
 
 // TakeOperation verifies plan against the attempt and consumes it. The plan
 // must have been issued in jw_plans and still be issued there, must equal
-// the issued plan, and must name the attempt's session, task and tool, the
-// same canonical arguments and the tool's current contract; then it is
+// the issued plan (signature included), must carry a signature that
+// verifies against at.Planners (so a record written straight into
+// jw_plans, or altered there, authorizes nothing), and must name the
+// attempt's session, task and tool, the same canonical arguments and the
+// tool's current contract; then it is
 // consumed with a compare-and-set from issued to consumed, so of any number
 // of concurrent takers in any number of processes exactly one succeeds. It
 // returns the operation the attempt must record: the plan's task, key and
 // contract, with a retry link to the prior call.
 //
-// Errors are *Error with code plan_not_issued, plan_consumed or
-// plan_mismatch (Field names what differs); all match ErrPlanRefused. A
+// Errors are *Error with code plan_not_issued, plan_consumed,
+// plan_untrusted or plan_mismatch (Field names what differs); all match
+// ErrPlanRefused. A
 // refused plan is left as it was; a consumed plan is spent for good, whatever
 // happens to the attempt afterwards. Custom runtimes call TakeOperation
 // before they record the attempt's tool.call.
@@ -67,8 +76,11 @@ func TakeOperation(ctx context.Context, plans PlanStore, at Attempt, plan schema
 	mismatch := func(field, format string, args ...any) error {
 		return &Error{Code: CodePlanMismatch, Field: field, Message: fmt.Sprintf("plan %s: ", plan.PlanID) + fmt.Sprintf(format, args...)}
 	}
-	if !stream.SamePlan(issued, plan) {
+	if !stream.SamePlan(issued, plan) || issued.Signer != plan.Signer || issued.Sig != plan.Sig {
 		return schema.Operation{}, mismatch("plan", "differs from the plan issued under this id")
+	}
+	if err := recovery.VerifyPlan(issued, at.Planners); err != nil {
+		return schema.Operation{}, &Error{Code: CodePlanUntrusted, Message: fmt.Sprintf("plan %s: %v", plan.PlanID, err), Err: err}
 	}
 	switch {
 	case issued.Session != at.Session:
@@ -109,6 +121,9 @@ func TakeOperation(ctx context.Context, plans PlanStore, at Attempt, plan schema
 			PlanID:      issued.PlanID,
 			Basis:       issued.Basis,
 			Review:      issued.Review,
+			IssuedAt:    issued.IssuedAt,
+			Signer:      issued.Signer,
+			Sig:         issued.Sig,
 		},
 	}, nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/recovery"
@@ -58,7 +59,7 @@ func (l *live) runtime(t *testing.T, session, ordersRev string, mod func(*worker
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := worker.Config{Session: session, Log: lg, Registry: reg, Plans: l.plans, Budget: l.budget}
+	cfg := worker.Config{Session: session, Log: lg, Registry: reg, Plans: l.plans, Budget: l.budget, TrustedPlanners: trustedPlanners(t)}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -96,6 +97,7 @@ func (l *live) prepare(t *testing.T, session, callID string) schema.Plan {
 	if err != nil {
 		t.Fatal(err)
 	}
+	plan = signed(t, plan)
 	if _, err := l.plans.Issue(ctx, plan); err != nil {
 		t.Fatal(err)
 	}
@@ -371,7 +373,7 @@ func planChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := worker.New(worker.Config{Session: plan.Session, Log: lg, Registry: reg, Plans: stream.NewPlans(topo.Plans), Budget: stream.NewBudget(topo.Budget)})
+	rt, err := worker.New(worker.Config{Session: plan.Session, Log: lg, Registry: reg, Plans: stream.NewPlans(topo.Plans), Budget: stream.NewBudget(topo.Budget), TrustedPlanners: trustedPlanners(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -488,4 +490,92 @@ func TestRetryTaskDefaultsToPlan(t *testing.T) {
 	if err != nil || res.Operation.Task != "t-1" {
 		t.Fatalf("retry %+v, %v", res.Operation, err)
 	}
+}
+
+// TestForgedPlanRecordsRunNothing: records written straight into jw_plans
+// (what a client with write access to the bucket could do) authorize
+// nothing. A made-up plan, the real plan id re-signed by an untrusted key
+// with other arguments, the real signed plan with its arguments altered,
+// and a consumed record reset to issued: each is refused before anything is
+// recorded or run, and the order is written once.
+func TestForgedPlanRecordsRunNothing(t *testing.T) {
+	ctx := context.Background()
+	l := liveSetup(t)
+	rt := l.runtime(t, "s-1", tools.OrdersRevision, nil)
+	args := `{"sku":"A-1","qty":2}`
+	first, plan := l.failedOrder(t, rt, args)
+	mallory, _ := nkeys.CreateUser()
+	put := func(t *testing.T, rec stream.PlanRecord) {
+		t.Helper()
+		b, _ := json.Marshal(rec)
+		if _, err := l.topo.Plans.Put(ctx, rec.Plan.PlanID, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	attempt := func(t *testing.T, rt *worker.Runtime, p schema.Plan, args string, want worker.Code) {
+		t.Helper()
+		before := l.snap(t, "s-1", plan.PlanID)
+		_, err := rt.CallWithOptions(ctx, tools.OrdersCreate, json.RawMessage(args), worker.CallOptions{Task: "t-1", Retry: &p})
+		if worker.CodeOf(err) != want || !errors.Is(err, worker.ErrPlanRefused) {
+			t.Fatalf("error %v, want %s", err, want)
+		}
+		after := l.snap(t, "s-1", plan.PlanID)
+		if after.events != before.events || after.orders != before.orders || after.calls != before.calls {
+			t.Fatalf("a forged plan changed something: %+v → %+v", before, after)
+		}
+	}
+
+	t.Run("made-up plan", func(t *testing.T) {
+		fake := plan
+		fake.PlanID, fake.PriorCallID = recovery.PlanID("s-1", "c-made-up"), "c-made-up"
+		fake.Signer, fake.Sig = "", ""
+		put(t, stream.PlanRecord{State: stream.PlanIssued, Plan: fake})
+		attempt(t, rt, fake, args, worker.CodePlanUntrusted)
+	})
+	t.Run("real plan id, other arguments, untrusted signature", func(t *testing.T) {
+		other := plan
+		other.Arguments = json.RawMessage(`{"qty":3,"sku":"A-1"}`)
+		other.ArgsDigest, _ = schema.ArgsDigest(other.Arguments)
+		other, _ = recovery.SignPlan(mallory, other)
+		put(t, stream.PlanRecord{State: stream.PlanIssued, Plan: other})
+		attempt(t, rt, other, `{"sku":"A-1","qty":3}`, worker.CodePlanUntrusted)
+	})
+	t.Run("real signature, arguments altered", func(t *testing.T) {
+		altered := plan
+		altered.Arguments = json.RawMessage(`{"qty":3,"sku":"A-1"}`)
+		altered.ArgsDigest, _ = schema.ArgsDigest(altered.Arguments)
+		put(t, stream.PlanRecord{State: stream.PlanIssued, Plan: altered})
+		attempt(t, rt, altered, `{"sku":"A-1","qty":3}`, worker.CodePlanUntrusted)
+	})
+
+	// The real plan, restored, runs once.
+	put(t, stream.PlanRecord{State: stream.PlanIssued, Plan: plan})
+	res, err := rt.CallWithOptions(ctx, tools.OrdersCreate, json.RawMessage(args), worker.CallOptions{Task: "t-1", Retry: &plan})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Operation.Retry == nil || res.Operation.Retry.Sig != plan.Sig || res.Operation.Retry.Signer != plan.Signer || !res.Operation.Retry.IssuedAt.Equal(plan.IssuedAt) {
+		t.Fatalf("retry link %+v does not carry the plan's signature", res.Operation.Retry)
+	}
+	t.Run("consumed record reset to issued", func(t *testing.T) {
+		put(t, stream.PlanRecord{State: stream.PlanIssued, Plan: plan})
+		attempt(t, rt, plan, args, worker.CodePlanConsumed)
+		// A new owner of the session, opened on the confirmed history,
+		// refuses it too.
+		h, err := l.topo.Load(ctx, "s-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fresh := l.runtime(t, "s-1", tools.OrdersRevision, func(c *worker.Config) { c.History = h })
+		attempt(t, fresh, plan, args, worker.CodePlanConsumed)
+	})
+	if orders, _ := l.tools.Orders(ctx); len(orders) != 1 {
+		t.Fatalf("%d orders, want 1", len(orders))
+	}
+	// The history verifies offline: the retry was authorized by the planner.
+	h, _ := l.topo.Load(ctx, "s-1")
+	if err := recovery.VerifyRetries(schema.Events(h), trustedPlanners(t), nil); err != nil {
+		t.Fatalf("VerifyRetries: %v", err)
+	}
+	_ = first
 }

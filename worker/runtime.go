@@ -12,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 )
@@ -129,6 +130,10 @@ type Config struct {
 	// DefaultTask is the task of a call that names none. Defaults to
 	// "default".
 	DefaultTask string
+	// TrustedPlanners are the public keys of the recovery workers whose
+	// signed retry plans the runtime accepts (see TakeOperation). Nil or
+	// empty trusts no one: every retry plan is refused with plan_untrusted.
+	TrustedPlanners recovery.TrustedKeys
 	// Permission, Guard and Approval are the admission hooks of those
 	// stages. Nil admits every call.
 	Permission, Guard, Approval Hook
@@ -213,6 +218,13 @@ type Runtime struct {
 	recorded   map[string]int64 // tool.call events per task when the log was opened
 	bmu        sync.Mutex
 	reconciled map[string]bool // tasks whose count covers recorded
+
+	// retried maps every prior call that already has a retry on the log to
+	// that retry's call id (nil when the history is unknown): a plan for
+	// such a call is refused whatever jw_plans says, so a consumed record
+	// reset to issued cannot run an action twice.
+	rmu     sync.Mutex
+	retried map[string]string
 }
 
 var _ Gateway = (*Runtime)(nil)
@@ -225,12 +237,37 @@ func New(cfg Config) (*Runtime, error) {
 		return nil, err
 	}
 	r := &Runtime{cfg: cfg, log: cfg.Logger.With().Str("session", cfg.Session).Logger()}
-	if dc, ok := cfg.Budget.(DeferringCounter); ok {
-		if r.recorded = recordedCalls(cfg); r.recorded != nil {
-			r.dc, r.reconciled = dc, make(map[string]bool)
+	known := recordedCalls(cfg)
+	if dc, ok := cfg.Budget.(DeferringCounter); ok && known != nil {
+		r.recorded, r.dc, r.reconciled = known, dc, make(map[string]bool)
+	}
+	if known != nil {
+		r.retried = make(map[string]string)
+		for i := range cfg.History {
+			if c := cfg.History[i].Call; c != nil && c.Operation != nil && c.Operation.Retry != nil {
+				r.retried[c.Operation.Retry.PriorCallID] = c.CallID
+			}
 		}
 	}
 	return r, nil
+}
+
+// retriedBy returns the call id of the retry of prior already on the log,
+// if the runtime knows one.
+func (r *Runtime) retriedBy(prior string) (string, bool) {
+	r.rmu.Lock()
+	defer r.rmu.Unlock()
+	id, ok := r.retried[prior]
+	return id, ok
+}
+
+// noteRetry records that callID, now on the log, retries prior.
+func (r *Runtime) noteRetry(prior, callID string) {
+	r.rmu.Lock()
+	defer r.rmu.Unlock()
+	if r.retried != nil {
+		r.retried[prior] = callID
+	}
 }
 
 // recordedCalls returns the tool.call events per task in the history the
@@ -306,10 +343,15 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 	callID := "c-" + randomID()
 	var op schema.Operation
 	if opts.Retry != nil {
+		if id, ok := r.retriedBy(opts.Retry.PriorCallID); ok {
+			err := &Error{Code: CodePlanConsumed, Message: fmt.Sprintf("plan %s: the log already holds attempt %s of call %s", opts.Retry.PlanID, id, opts.Retry.PriorCallID), Err: stream.ErrPlanConsumed}
+			r.log.Warn().Err(err).Str("tool", tool).Str("plan_id", opts.Retry.PlanID).Msg("retry plan refused: its call was retried already (jw_plans says otherwise?)")
+			return Result{}, err
+		}
 		var err error
 		op, err = TakeOperation(ctx, r.cfg.Plans, Attempt{
 			Session: r.cfg.Session, Task: task, Tool: tool, Arguments: args,
-			Contract: t.Metadata.Contract, CallID: callID,
+			Contract: t.Metadata.Contract, CallID: callID, Planners: r.cfg.TrustedPlanners,
 		}, *opts.Retry)
 		if err != nil {
 			r.log.Info().Err(err).Str("tool", tool).Str("plan_id", opts.Retry.PlanID).Msg("retry plan refused")
@@ -348,6 +390,9 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 		return Result{}, err
 	}
 	res.CallSeq = seq
+	if op.Retry != nil {
+		r.noteRetry(op.Retry.PriorCallID, callID)
+	}
 
 	// Step 4: admission.
 	adm := Admission{

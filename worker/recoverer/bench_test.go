@@ -125,7 +125,7 @@ func BenchmarkClassify(b *testing.B) {
 		return acked(name)
 	}
 	classify := func(i int) time.Duration {
-		r, err := New(Config{Topology: topo, Name: fmt.Sprintf("bench-%d", benchRun.Add(1)), DisableService: true})
+		r, err := New(Config{Topology: topo, Name: fmt.Sprintf("bench-%d", benchRun.Add(1)), DisableService: true, PlannerKey: newPlanner(b)})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -230,7 +230,7 @@ func BenchmarkPrepareRacing(b *testing.B) {
 		recs := make([]*Recoverer, racers)
 		for i := range recs {
 			var err error
-			if recs[i], err = New(Config{Topology: topos[i], Name: fmt.Sprintf("issuer%d", i), DisableService: true}); err != nil {
+			if recs[i], err = New(Config{Topology: topos[i], Name: fmt.Sprintf("issuer%d", i), DisableService: true, PlannerKey: newPlanner(b)}); err != nil {
 				b.Fatal(err)
 			}
 		}

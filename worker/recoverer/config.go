@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nkeys"
 	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
 
@@ -28,6 +29,18 @@ type Config struct {
 	// uncertain calls of unknown or non-idempotent tools can never be
 	// planned.
 	TrustedReviewers recovery.TrustedKeys
+	// PlannerKey is the nkey user key pair the recoverer signs its plans
+	// with (recovery.SignPlan); tool workers run only plans whose signature
+	// verifies against their trusted planner keys. Required.
+	PlannerKey nkeys.KeyPair
+	// TrustedPlanners are the planner public keys whose signatures the
+	// recoverer accepts on the retries already in a history: before it
+	// plans a call, every retry in the call's chain must carry a plan
+	// signed by one of them (recovery.RequireSignedPlans), so a retry
+	// tool.call appended by anything but jingwei gets no plan
+	// (unauthorized_retry). Defaults to PlannerKey's public key alone; list
+	// every recoverer's key when several run.
+	TrustedPlanners recovery.TrustedKeys
 	// AutoPlan, when true, issues a plan for every retry_allowed assessment
 	// the recoverer publishes, without a prepare request. Defaults to false:
 	// plans are issued on explicit prepare requests only.
@@ -71,6 +84,11 @@ func (c Config) WithDefaults() Config {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if len(c.TrustedPlanners) == 0 && c.PlannerKey != nil {
+		if pub, err := c.PlannerKey.PublicKey(); err == nil {
+			c.TrustedPlanners, _ = recovery.NewTrustedKeys(pub)
+		}
+	}
 	return c
 }
 
@@ -80,6 +98,11 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: Topology is required", ErrInvalidConfig)
 	case len(c.Name) > 64 || !schema.ValidSession(c.Name):
 		return fmt.Errorf("%w: Name %q must be 1-64 bytes of [A-Za-z0-9_-]", ErrInvalidConfig, c.Name)
+	case c.PlannerKey == nil:
+		return fmt.Errorf("%w: PlannerKey is required (plans are signed)", ErrInvalidConfig)
+	}
+	if pub, err := c.PlannerKey.PublicKey(); err != nil || !nkeys.IsValidPublicUserKey(pub) {
+		return fmt.Errorf("%w: PlannerKey must be an nkey user key pair", ErrInvalidConfig)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/schema"
@@ -43,7 +44,9 @@ func Example() {
 	_ = lease.Release(ctx)
 
 	// The recoverer (normally running Run, which also serves jw.api.*).
-	rec, err := recoverer.New(recoverer.Config{Topology: topo})
+	// Its plans are signed with its own key, which tool workers trust.
+	planner, _ := nkeys.CreateUser()
+	rec, err := recoverer.New(recoverer.Config{Topology: topo, PlannerKey: planner})
 	if err != nil {
 		panic(err)
 	}

@@ -111,9 +111,14 @@ func (r *Recoverer) Prepare(ctx context.Context, session, callID string) (schema
 		}
 	}
 	plan, err := recovery.PrepareRetry(schema.Events(h), callID, review,
-		recovery.RequireSignedReview(r.cfg.TrustedReviewers), recovery.WithClock(r.cfg.Now))
+		recovery.RequireSignedReview(r.cfg.TrustedReviewers),
+		recovery.RequireSignedPlans(r.cfg.TrustedPlanners, r.cfg.TrustedReviewers),
+		recovery.WithClock(r.cfg.Now))
 	if err != nil {
 		return schema.Plan{}, err
+	}
+	if plan, err = recovery.SignPlan(r.cfg.PlannerKey, plan); err != nil {
+		return schema.Plan{}, fmt.Errorf("recoverer: sign plan: %w", err)
 	}
 	return r.issue(ctx, plan)
 }
@@ -196,17 +201,18 @@ func (r *Recoverer) ensurePublished(ctx context.Context, plan schema.Plan) error
 	case last.Header.Get(jetstream.MsgIDHeader) == plan.PlanID:
 		return nil
 	default:
-		found := false
-		err := r.scanSubject(ctx, r.t.StreamName("PLANS"), subj, true, func(m jetstream.Msg) {
-			if m.Headers().Get(jetstream.MsgIDHeader) == plan.PlanID {
-				found = true
+		found := errors.New("found")
+		err := r.t.ReadSubject(ctx, r.t.StreamName("PLANS"), subj, func(m *jetstream.RawStreamMsg) error {
+			if m.Header.Get(jetstream.MsgIDHeader) == plan.PlanID {
+				return found
 			}
+			return nil
 		})
+		if errors.Is(err, found) {
+			return nil
+		}
 		if err != nil {
 			return err
-		}
-		if found {
-			return nil
 		}
 	}
 	return r.publishPlan(ctx, plan)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
 	"github.com/jingwei/jingwei/effect"
@@ -79,7 +80,7 @@ func TestPrepareWithReviews(t *testing.T) {
 	// A trusted not_executed review: a plan on that basis, published once.
 	good := review(t, e.reviewer, "s-p", "pay-ok", schema.VerdictNotExecuted)
 	e.publishReview("s-p", good)
-	if _, err := r.acceptReview(ctx, "s-p", mustJSON(t, good)); err != nil {
+	if _, err := r.acceptReview(ctx, "s-p", 0, mustJSON(t, good)); err != nil {
 		t.Fatalf("acceptReview: %v", err)
 	}
 	p, err := r.Prepare(ctx, "s-p", "pay-ok")
@@ -107,7 +108,7 @@ func TestPrepareWithReviews(t *testing.T) {
 		t.Fatalf("prepare after completed review: %v, want completed", err)
 	}
 	// A review of a call that is not in the log is rejected.
-	if _, err := r.acceptReview(ctx, "s-p", mustJSON(t, review(t, e.reviewer, "s-p", "nope", schema.VerdictNotExecuted))); !errors.Is(err, schema.ErrUnknownCall) {
+	if _, err := r.acceptReview(ctx, "s-p", 0, mustJSON(t, review(t, e.reviewer, "s-p", "nope", schema.VerdictNotExecuted))); !errors.Is(err, schema.ErrUnknownCall) {
 		t.Fatalf("review of an unknown call: %v, want unknown_call", err)
 	}
 
@@ -389,5 +390,132 @@ func TestPrepareIssuedBefore(t *testing.T) {
 	}
 	if _, err := r.Prepare(ctx, "s-ib", "c-2"); schema.CodeOf(err) != CodePlanConsumed {
 		t.Fatalf("prepare of a consumed plan: %v, want %s", err, CodePlanConsumed)
+	}
+}
+
+// TestCompletedReviewIsFinal: once a trusted completed review of a call is
+// on record, nothing lifts the refusal. A later trusted not_executed
+// review, an older not_executed review re-published byte for byte after
+// the completed one, and an attempt to delete or purge the completed
+// review's message all leave prepare refusing with completed; the later
+// reviews are judged review_conflict, and no plan is ever issued.
+func TestCompletedReviewIsFinal(t *testing.T) {
+	ctx := context.Background()
+	e := setup(t, 0)
+	r := e.recoverer("a")
+	w := e.writer("s-f", "w1")
+	for _, id := range []string{"pay-1", "pay-2"} {
+		w.call(id, "payments.charge", effect.NonIdempotent, "k-"+id)
+		w.started(id)
+		w.result(id, schema.StatusTimeout, "")
+	}
+	refused := func(call string) {
+		t.Helper()
+		if _, err := r.Prepare(ctx, "s-f", call); !errors.Is(err, schema.ErrCompleted) {
+			t.Fatalf("prepare %s: %v, want completed", call, err)
+		}
+	}
+
+	// A later trusted not_executed review.
+	e.publishReview("s-f", review(t, e.reviewer, "s-f", "pay-1", schema.VerdictCompleted))
+	refused("pay-1")
+	e.publishReview("s-f", review(t, e.reviewer, "s-f", "pay-1", schema.VerdictNotExecuted))
+	refused("pay-1")
+	checks, err := r.Reviews(ctx, "s-f", "pay-1")
+	if err != nil || len(checks) != 2 {
+		t.Fatalf("Reviews = %+v %v", checks, err)
+	}
+	if !checks[0].Accepted || !checks[0].Decides || checks[1].Accepted || checks[1].Code != string(schema.CodeReviewConflict) {
+		t.Fatalf("judgement %+v, want completed deciding and the later review a review_conflict", checks)
+	}
+	if _, err := r.acceptReview(ctx, "s-f", checks[1].Seq, mustJSON(t, checks[1].Review)); !errors.Is(err, schema.ErrReviewConflict) {
+		t.Fatalf("acceptReview of the later review: %v, want review_conflict", err)
+	}
+
+	// An older not_executed review re-published byte for byte.
+	older := mustJSON(t, review(t, e.reviewer, "s-f", "pay-2", schema.VerdictNotExecuted))
+	if _, err := e.topo.JS.Publish(ctx, e.topo.ReviewsSubject("s-f"), older); err != nil {
+		t.Fatal(err)
+	}
+	e.publishReview("s-f", review(t, e.reviewer, "s-f", "pay-2", schema.VerdictCompleted))
+	if _, err := e.topo.JS.Publish(ctx, e.topo.ReviewsSubject("s-f"), older); err != nil {
+		t.Fatal(err)
+	}
+	refused("pay-2")
+	checks, _ = r.Reviews(ctx, "s-f", "pay-2")
+	if len(checks) != 3 || !checks[0].Accepted || checks[0].Decides || !checks[1].Decides || checks[2].Code != string(schema.CodeReviewConflict) {
+		t.Fatalf("judgement %+v, want the re-published review rejected", checks)
+	}
+
+	// The completed review cannot be removed from the audit trail.
+	if err := e.topo.Reviews.DeleteMsg(ctx, checks[1].Seq); err == nil {
+		t.Fatal("the completed review's message was deleted")
+	}
+	if err := e.topo.Reviews.Purge(ctx, jetstream.WithPurgeSubject(e.topo.ReviewsSubject("s-f"))); err == nil {
+		t.Fatal("the reviews were purged")
+	}
+	refused("pay-2")
+	if msgs := e.planMsgs(); len(msgs) != 0 {
+		t.Fatalf("plans published: %v", msgs)
+	}
+}
+
+// TestForgedRetryGetsNoPlan: a retry tool.call appended to a session log
+// by anything but jingwei — a plain client with the writer's rights — that
+// "never started" makes its chain not_started; prepare still refuses it
+// (unauthorized_retry) because its retry link carries no plan signed by a
+// trusted planner, and publishes nothing. The same with a plan signed by
+// an untrusted key.
+func TestForgedRetryGetsNoPlan(t *testing.T) {
+	ctx := context.Background()
+	e := setup(t, 0)
+	r := e.recoverer("a")
+	w := e.writer("s-x", "w1")
+	w.call("c-1", "orders.create", effect.Idempotent, "k-1")
+	w.started("c-1")
+	w.result("c-1", schema.StatusFailed, "")
+	w.retry("c-2", "c-1", "orders.create", effect.Idempotent, "k-1") // forged, unsigned; never started
+	_ = w.lease.Release(ctx)
+	if _, err := r.Prepare(ctx, "s-x", "c-2"); !errors.Is(err, schema.ErrUnauthorizedRetry) {
+		t.Fatalf("prepare of a forged retry: %v, want unauthorized_retry", err)
+	}
+
+	mallory := newPlanner(t)
+	w2 := e.writer("s-y", "w1")
+	w2.call("c-1", "orders.create", effect.Idempotent, "k-1")
+	w2.result("c-1", schema.StatusFailed, "")
+	h, err := e.topo.Load(ctx, "s-y")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := recovery.PrepareRetry(schema.Events(h), "c-1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err = recovery.SignPlan(mallory, p); err != nil {
+		t.Fatal(err)
+	}
+	w2.append(schema.Event{Type: schema.TypeCall, Call: &schema.Call{
+		CallID: "c-2", Tool: "orders.create", Arguments: json.RawMessage(`{"n":1}`), StartMarker: true,
+		Operation: &schema.Operation{Task: "t-1", Key: "k-1", Contract: p.Contract,
+			Retry: &schema.RetryLink{PriorCallID: "c-1", PriorSeq: p.PriorSeq, PlanID: p.PlanID, Basis: p.Basis, IssuedAt: p.IssuedAt, Signer: p.Signer, Sig: p.Sig}},
+	}})
+	_ = w2.lease.Release(ctx)
+	if _, err := r.Prepare(ctx, "s-y", "c-2"); !errors.Is(err, schema.ErrUnauthorizedRetry) {
+		t.Fatalf("prepare after a retry signed by an untrusted key: %v, want unauthorized_retry", err)
+	}
+	if msgs := e.planMsgs(); len(msgs) != 0 {
+		t.Fatalf("plans published: %v", msgs)
+	}
+	// A plan the recoverer issued itself verifies in the history.
+	w3 := e.writer("s-z", "w1")
+	w3.call("c-1", "orders.create", effect.Idempotent, "k-1")
+	w3.result("c-1", schema.StatusFailed, "")
+	good, err := r.Prepare(ctx, "s-z", "c-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := recovery.VerifyPlan(good, r.cfg.TrustedPlanners); err != nil {
+		t.Fatalf("the recoverer's own plan does not verify: %v", err)
 	}
 }

@@ -41,9 +41,11 @@ func (r *Recoverer) checkReview(subjectSession string, data []byte) (schema.Revi
 
 // consumeReviews checks every review on jw.reviews.> as it arrives and logs
 // it accepted or rejected: signed by a trusted key, for its subject's
-// session, and for a call of that session's log that is the latest attempt
-// of its chain. Accepted reviews stay in JW_REVIEWS (the audit trail), where
-// prepare reads the latest one for a call; nothing else is stored.
+// session, for a call of that session's log that is the latest attempt of
+// its chain, and not contradicting a completed review of the call already
+// on record (review_conflict: completed is final). Reviews stay in
+// JW_REVIEWS (the audit trail, which denies deletes), where prepare folds
+// them for a call; nothing else is stored.
 func (r *Recoverer) consumeReviews(ctx context.Context) error {
 	cons, err := r.t.JS.CreateOrUpdateConsumer(ctx, r.t.StreamName("REVIEWS"), jetstream.ConsumerConfig{
 		Durable:       r.consumerName("reviews"),
@@ -70,11 +72,18 @@ func (r *Recoverer) consumeReviews(ctx context.Context) error {
 			return fmt.Errorf("reviews consumer: %w", err)
 		}
 		session := stream.SessionOf(m.Subject())
-		rv, err := r.acceptReview(ctx, session, m.Data())
-		lg := r.log.With().Str("session", session).Str("call_id", rv.CallID).Str("operator", rv.Operator).Str("signer", rv.Signer).Str("verdict", string(rv.Verdict)).Logger()
-		if err != nil {
+		var seq uint64
+		if md, err := m.Metadata(); err == nil {
+			seq = md.Sequence.Stream
+		}
+		rv, err := r.acceptReview(ctx, session, seq, m.Data())
+		lg := r.log.With().Str("session", session).Str("call_id", rv.CallID).Str("operator", rv.Operator).Str("signer", rv.Signer).Str("verdict", string(rv.Verdict)).Uint64("seq", seq).Logger()
+		switch {
+		case errors.Is(err, schema.ErrReviewConflict):
+			lg.Warn().Err(err).Str("code", string(schema.CodeReviewConflict)).Msg("review rejected: it contradicts a completed review on record")
+		case err != nil:
 			lg.Warn().Err(err).Str("code", string(schema.CodeOf(err))).Msg("review rejected")
-		} else {
+		default:
 			lg.Info().Msg("review accepted")
 			if rv.Verdict == schema.VerdictCompleted {
 				// Settled: no retry will ever be planned, so the call no
@@ -89,8 +98,10 @@ func (r *Recoverer) consumeReviews(ctx context.Context) error {
 }
 
 // acceptReview checks a review fully: checkReview, then the call against
-// the session's log (it must exist and be the latest attempt).
-func (r *Recoverer) acceptReview(ctx context.Context, session string, data []byte) (schema.Review, error) {
+// the session's log (it must exist and be the latest attempt), then the
+// review against the others of the call on record (FoldReviews: it must
+// not contradict a completed one). seq is the review's JW_REVIEWS sequence.
+func (r *Recoverer) acceptReview(ctx context.Context, session string, seq uint64, data []byte) (schema.Review, error) {
 	rv, err := r.checkReview(session, data)
 	if err != nil {
 		return rv, err
@@ -102,76 +113,49 @@ func (r *Recoverer) acceptReview(ctx context.Context, session string, data []byt
 	if _, err := recovery.Inspect(schema.Events(h), rv.CallID); err != nil {
 		return rv, fmt.Errorf("review of call %q: %w", rv.CallID, err)
 	}
+	checks, err := r.Reviews(ctx, session, rv.CallID)
+	if err != nil {
+		return rv, err
+	}
+	for _, c := range checks {
+		if c.Seq == seq && !c.Accepted && c.Code == string(schema.CodeReviewConflict) {
+			return rv, schema.Errorf(schema.CodeReviewConflict, "%s", c.Reason)
+		}
+	}
 	return rv, nil
 }
 
-// latestReview returns the latest review on jw.reviews.<session> for callID
-// that passes checkReview (nil if none). Rejected reviews are skipped: a
-// forged or unsigned review changes nothing.
+// latestReview returns the review that decides callID (FoldReviews over
+// every review on jw.reviews.<session> for it; nil if none stands).
+// Rejected reviews are skipped: a forged, unsigned or conflicting review
+// changes nothing.
 func (r *Recoverer) latestReview(ctx context.Context, session, callID string) (*schema.Review, error) {
 	checks, err := r.Reviews(ctx, session, callID)
 	if err != nil {
 		return nil, err
 	}
-	for i := len(checks) - 1; i >= 0; i-- {
-		if checks[i].Accepted {
-			return &checks[i].Review, nil
+	for _, c := range checks {
+		if c.Decides {
+			rv := c.Review
+			return &rv, nil
 		}
 	}
 	return nil, nil
 }
 
-// scanSubject reads every message on subj in stream order.
-func (r *Recoverer) scanSubject(ctx context.Context, streamName, subj string, headersOnly bool, fn func(jetstream.Msg)) error {
-	cons, err := r.t.JS.OrderedConsumer(ctx, streamName, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subj},
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-		HeadersOnly:    headersOnly,
-		// A safety net: the consumer is deleted when the scan ends.
-		InactiveThreshold: 5 * time.Second,
-	})
-	if err != nil {
-		return fmt.Errorf("recoverer: read %s: %w", subj, err)
-	}
-	// Stop does not delete an ordered consumer and a stream allows 1,000:
-	// delete it, or frequent prepares would exhaust them.
-	defer func() {
-		if info := cons.CachedInfo(); info != nil {
-			dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			_ = r.t.JS.DeleteConsumer(dctx, streamName, info.Name)
-		}
-	}()
-	it, err := cons.Messages()
-	if err != nil {
-		return fmt.Errorf("recoverer: read %s: %w", subj, err)
-	}
-	defer it.Stop()
-	for {
-		m, err := it.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			return fmt.Errorf("recoverer: read %s: %w", subj, err)
-		}
-		fn(m)
-		md, err := m.Metadata()
-		if err != nil {
-			return fmt.Errorf("recoverer: read %s: %w", subj, err)
-		}
-		if md.NumPending == 0 {
-			return nil
-		}
-	}
-}
-
 // ReviewCheck is one review of a call on jw.reviews.<session>, judged as
 // prepare judges it: Accepted when it is well formed, for its subject's
-// session and signed by a trusted reviewer key; otherwise Code and Reason
-// say why it is ignored. Of the accepted ones, the latest decides.
+// session, signed by a trusted reviewer key and not in conflict with a
+// completed review of the call before it (completed is final: a later
+// review with another verdict is rejected with review_conflict); otherwise
+// Code and Reason say why it is ignored. Decides marks the one review that
+// prepare applies: the latest accepted one.
 type ReviewCheck struct {
 	// Seq is the review's sequence in JW_REVIEWS.
 	Seq      uint64        `json:"seq"`
 	Review   schema.Review `json:"review"`
 	Accepted bool          `json:"accepted"`
+	Decides  bool          `json:"decides,omitempty"`
 	Code     string        `json:"code,omitempty"`
 	Reason   string        `json:"reason,omitempty"`
 }
@@ -183,30 +167,29 @@ func (r *Recoverer) Reviews(ctx context.Context, session, callID string) ([]Revi
 	if err := checkTarget(session, callID); err != nil {
 		return nil, err
 	}
-	subj := r.t.ReviewsSubject(session)
-	if _, err := r.t.Reviews.GetLastMsgForSubject(ctx, subj); errors.Is(err, jetstream.ErrMsgNotFound) {
-		return []ReviewCheck{}, nil
-	} else if err != nil {
+	var entries []recovery.ReviewEntry
+	err := r.t.ReadSubject(ctx, r.t.StreamName("REVIEWS"), r.t.ReviewsSubject(session), func(m *jetstream.RawStreamMsg) error {
+		rv, err := r.checkReview(session, m.Data)
+		if rv.CallID == callID {
+			entries = append(entries, recovery.ReviewEntry{Review: rv, Err: err, Seq: m.Sequence})
+		}
+		return nil
+	})
+	if err != nil {
 		return nil, fmt.Errorf("recoverer: read reviews of %s: %w", session, err)
 	}
-	out := []ReviewCheck{}
-	err := r.scanSubject(ctx, r.t.StreamName("REVIEWS"), subj, false, func(m jetstream.Msg) {
-		rv, err := r.checkReview(session, m.Data())
-		if rv.CallID != callID {
-			return
-		}
-		c := ReviewCheck{Review: rv, Accepted: err == nil}
-		if md, merr := m.Metadata(); merr == nil {
-			c.Seq = md.Sequence.Stream
-		}
-		if err != nil {
+	fold := recovery.FoldReviews(session, callID, entries)
+	out := make([]ReviewCheck, len(entries))
+	for i, e := range entries {
+		c := ReviewCheck{Seq: e.Seq, Review: e.Review, Accepted: fold.Rejected[i] == nil, Decides: i == fold.Decides}
+		if err := fold.Rejected[i]; err != nil {
 			c.Code = string(schema.CodeOf(err))
 			c.Reason = err.Error()
 			if c.Code != "" {
 				c.Reason = strings.Replace(c.Reason, c.Code+": ", "", 1)
 			}
 		}
-		out = append(out, c)
-	})
-	return out, err
+		out[i] = c
+	}
+	return out, nil
 }

@@ -26,6 +26,7 @@ type env struct {
 	topo     *stream.Topology
 	reviewer nkeys.KeyPair
 	trusted  recovery.TrustedKeys
+	planner  nkeys.KeyPair
 }
 
 // setup starts an embedded server with the given lease TTL (0: default).
@@ -41,13 +42,16 @@ func setup(t *testing.T, leaseTTL time.Duration) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, nc: nc, topo: topo, reviewer: kp, trusted: trusted}
+	return &env{t: t, nc: nc, topo: topo, reviewer: kp, trusted: trusted, planner: newPlanner(t)}
 }
 
 // recoverer builds a recoverer named name (trusting the env's reviewer).
 func (e *env) recoverer(name string, mod ...func(*Config)) *Recoverer {
 	e.t.Helper()
-	cfg := Config{Topology: e.topo, Name: name, TrustedReviewers: e.trusted}
+	if e.planner == nil {
+		e.planner = newPlanner(e.t)
+	}
+	cfg := Config{Topology: e.topo, Name: name, TrustedReviewers: e.trusted, PlannerKey: e.planner}
 	for _, m := range mod {
 		m(&cfg)
 	}
@@ -264,4 +268,14 @@ func (e *env) planMsgs() map[string]int {
 		out[p.PlanID]++
 	}
 	return out
+}
+
+// newPlanner returns a fresh plan-signing key pair.
+func newPlanner(t testing.TB) nkeys.KeyPair {
+	t.Helper()
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kp
 }

@@ -9,9 +9,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 	"github.com/rs/zerolog"
 
 	"github.com/jingwei/jingwei/effect"
+	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/stream/streamtest"
@@ -106,6 +108,9 @@ type running struct {
 // start runs a worker until the test ends (or stop).
 func start(t *testing.T, cfg toolworker.Config) *running {
 	t.Helper()
+	if cfg.Runtime.TrustedPlanners == nil {
+		cfg.Runtime.TrustedPlanners = testPlanners(t)
+	}
 	cfg.Logger = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel).With().Timestamp().Logger()
 	w, err := toolworker.New(cfg)
 	if err != nil {
@@ -205,3 +210,29 @@ func waiting(t *testing.T, topo *stream.Topology) uint64 {
 func sessionName(i int) string { return fmt.Sprintf("s-%d", i) }
 
 var _ = jetstream.AckExplicitPolicy
+
+// testPlannerSeed is the plan-signing key of the tests: the workers start
+// trusts it, signPlan signs with it.
+const testPlannerSeed = "SUAIRGOZWR7KNGUNQ2NDG7E3CAGMZ3KWMZLJIRNCHGQHPCG3ZYQXMKWNAY"
+
+func testPlanners(t *testing.T) recovery.TrustedKeys {
+	t.Helper()
+	kp, _ := nkeys.FromSeed([]byte(testPlannerSeed))
+	pub, _ := kp.PublicKey()
+	trusted, err := recovery.NewTrustedKeys(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return trusted
+}
+
+// signPlan signs p with the test planner key.
+func signPlan(t *testing.T, p schema.Plan) schema.Plan {
+	t.Helper()
+	kp, _ := nkeys.FromSeed([]byte(testPlannerSeed))
+	s, err := recovery.SignPlan(kp, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}

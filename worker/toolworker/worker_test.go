@@ -380,6 +380,7 @@ func TestPlanExecutedOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	plan = signPlan(t, plan)
 	if _, err := stream.NewPlans(topo.Plans).Issue(ctx, plan); err != nil {
 		t.Fatal(err)
 	}
@@ -493,6 +494,7 @@ func TestPlanRunsOnTheOwner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	plan = signPlan(t, plan)
 	if _, err := stream.NewPlans(topo.Plans).Issue(ctx, plan); err != nil {
 		t.Fatal(err)
 	}
