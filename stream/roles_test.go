@@ -2,7 +2,6 @@ package stream_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -232,5 +231,3 @@ func serverState(t *testing.T, ctx context.Context, rs *roleServer) string {
 	slices.Sort(out)
 	return strings.Join(out, "; ")
 }
-
-var _ = errors.Is
