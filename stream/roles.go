@@ -193,26 +193,27 @@ func each(streams []string, f func(string) []string) []string {
 	return out
 }
 
-// info is the stream info request (js.Stream, js.KeyValue, kv.Status).
-func info(s string) []string { return []string{"$JS.API.STREAM.INFO." + s} }
-
-// get is every way to read one message: direct gets (by body, batched, and
-// last-by-subject in the subject, which KV Get uses) and message gets.
+// get is every way to read one message of a stream: direct gets (by body,
+// batched, and last-by-subject in the subject) and message gets (what
+// nats.go uses where the stream does not allow direct gets).
 func get(s string) []string {
 	return []string{"$JS.API.DIRECT.GET." + s, "$JS.API.DIRECT.GET." + s + ".>", "$JS.API.STREAM.MSG.GET." + s}
 }
 
-// consume is what a pull consumer on one stream takes: create (named,
-// filtered, durable, and the old unnamed ephemeral form), info, delete, next
-// batch, and the acks (+ACK, -NAK, +TERM, +WPI) with and without a JetStream
-// domain in the ack subject.
+// getKV is get for a KV bucket's stream: buckets always allow direct gets,
+// which is all kv.Get uses (last-by-subject, or by revision).
+func getKV(s string) []string {
+	return []string{"$JS.API.DIRECT.GET." + s, "$JS.API.DIRECT.GET." + s + ".>"}
+}
+
+// consume is what the owner of a stream's consumers needs: every consumer
+// request on the stream (create, update, info, delete, pause, and the rest
+// of $JS.API.CONSUMER.<op>.<stream>.>), the next-batch request of a pull
+// consumer, and the acks (+ACK, -NAK, +TERM, +WPI) with and without a
+// JetStream domain in the ack subject.
 func consume(s string) []string {
 	return []string{
-		"$JS.API.CONSUMER.CREATE." + s,
-		"$JS.API.CONSUMER.CREATE." + s + ".>",
-		"$JS.API.CONSUMER.DURABLE.CREATE." + s + ".>",
-		"$JS.API.CONSUMER.INFO." + s + ".>",
-		"$JS.API.CONSUMER.DELETE." + s + ".>",
+		"$JS.API.CONSUMER.*." + s + ".>",
 		"$JS.API.CONSUMER.MSG.NEXT." + s + ".>",
 		"$JS.ACK." + s + ".>",
 		"$JS.ACK.*.*." + s + ".>",
@@ -225,29 +226,8 @@ func watch(s string) []string {
 	return append(consume(s), "$JS.FC."+s+".>", "$JS.FC.*.*."+s+".>")
 }
 
-// manage is every request that changes a stream itself or removes its
-// messages; create is included when withCreate is set.
-func manage(withCreate bool) func(string) []string {
-	return func(s string) []string {
-		out := []string{
-			"$JS.API.STREAM.UPDATE." + s,
-			"$JS.API.STREAM.DELETE." + s,
-			"$JS.API.STREAM.PURGE." + s,
-			"$JS.API.STREAM.MSG.DELETE." + s,
-			"$JS.API.STREAM.RESTORE." + s,
-			"$JS.API.STREAM.SNAPSHOT." + s,
-			"$JS.API.STREAM.PEER.REMOVE." + s,
-			"$JS.API.STREAM.LEADER.STEPDOWN." + s,
-		}
-		if withCreate {
-			out = append([]string{"$JS.API.STREAM.CREATE." + s}, out...)
-		}
-		return out
-	}
-}
-
-// anyConsumer is every consumer request on one stream (create, update,
-// delete, pause, unpin, reset, list, info, next, stepdown) and every ack
+// anyConsumer is every consumer request on one stream (also the unnamed
+// create, names, list, durable create, next, stepdown) and every ack
 // subject of its consumers.
 func anyConsumer(s string) []string {
 	return []string{
@@ -257,6 +237,15 @@ func anyConsumer(s string) []string {
 		"$JS.ACK." + s + ".>",
 		"$JS.ACK.*.*." + s + ".>",
 	}
+}
+
+// streamChanges is every request that changes any stream or removes its
+// messages, whatever its name: update, delete, purge, message delete.
+var streamChanges = []string{
+	"$JS.API.STREAM.UPDATE.*",
+	"$JS.API.STREAM.DELETE.*",
+	"$JS.API.STREAM.PURGE.*",
+	"$JS.API.STREAM.MSG.DELETE.*",
 }
 
 func pub(why string, subjects ...string) Grant {
@@ -272,7 +261,7 @@ func (n names) allows(r Role) []Grant {
 	base := []Grant{
 		sub("replies: PubAcks, JetStream API answers, service answers, pull consumer batches", "_INBOX.>"),
 		pub("account info (nats.go CreateKeyValue asks for it; `nats account info`)", "$JS.API.INFO"),
-		pub("stream and bucket info (OpenTopology, js.Stream, js.KeyValue, kv.Status): read-only", each(n.everything(), info)...),
+		pub("stream and bucket info (OpenTopology, js.Stream, js.KeyValue, kv.Status): read-only metadata", "$JS.API.STREAM.INFO.*"),
 	}
 	switch r {
 	case RoleAgent:
@@ -293,18 +282,19 @@ func (n names) allows(r Role) []Grant {
 			pub("service: prepare a retry, status, inspect", n.api("prepare"), n.api("status"), n.api("inspect")),
 			pub("`nats micro ls/info/stats` ($SRV.PING|INFO|STATS[.name[.id]])", "$SRV.>"),
 			pub("read every jingwei stream and the plan records: direct and message gets (export, inspect, status)",
-				append(each(n.jingweiStreams(), get), get(n.plansKV)...)...),
+				append(each(n.jingweiStreams(), get), getKV(n.plansKV)...)...),
 		)
 	case RoleWorker:
 		return append(base,
 			pub("append to session logs (fenced appends, JetStream)", n.subj("events")),
 			pub("leases, budgets and plan state: KV create, update, delete, renew", "$KV."+n.leases+".>", "$KV."+n.budget+".>", "$KV."+n.planState+".>"),
-			pub("read every jingwei stream and bucket: direct and message gets (KV Get uses direct gets)", each(n.everything(), get)...),
+			pub("read every jingwei stream and bucket: direct and message gets (kv.Get uses direct gets)",
+				append(each(n.jingweiStreams(), get), each(n.jingweiBuckets(), getKV)...)...),
 			pub("durable pull consumers on the request queue and the plan log", append(consume(n.requests), consume(n.plans)...)...),
 			pub("example tools: create their buckets and stream if missing (never update, delete or purge)",
 				"$JS.API.STREAM.CREATE."+n.ledger, "$JS.API.STREAM.CREATE."+n.ordersKV, "$JS.API.STREAM.CREATE."+n.orderKeysKV),
-			pub("example tools: stream info, reads, writes", append(append(each(n.toolStreams(), info), each(n.toolStreams(), get)...),
-				n.tp+".ledger", "$KV."+n.orders+".>", "$KV."+n.orderKeys+".>")...),
+			pub("example tools: reads and writes", append(append(get(n.ledger), getKV(n.ordersKV)...), append(getKV(n.orderKeysKV),
+				n.tp+".ledger", "$KV."+n.orders+".>", "$KV."+n.orderKeys+".>")...)...),
 		)
 	case RoleRecoverer:
 		return append(base,
@@ -312,9 +302,10 @@ func (n names) allows(r Role) []Grant {
 			pub("assessments and retry plans", n.subj("assessments"), n.subj("plans")),
 			pub("forward jw.api.call requests to the work queue (JetStream)", n.subj("requests")),
 			pub("leases, budgets and plan state: KV create, update, delete", "$KV."+n.leases+".>", "$KV."+n.budget+".>", "$KV."+n.planState+".>"),
-			pub("read everything: direct and message gets", each(n.everything(), get)...),
+			pub("read everything: direct and message gets", append(each(n.jingweiStreams(), get), each(n.jingweiBuckets(), getKV)...)...),
 			pub("durable consumers on the session logs and the reviews (classifier, review checks)", append(consume(n.events), consume(n.reviews)...)...),
-			pub("key listing and watchers on the buckets (kv.Keys, WatchLeaseExpiry)", each(n.jingweiBuckets(), watch)...),
+			pub("lease expiry watcher: an ordered pull consumer on the leases bucket (WatchLeaseExpiry)", consume(n.leasesKV)...),
+			pub("plan key listing: kv.Keys, a push watcher with flow control, on the plans bucket", watch(n.plansKV)...),
 			sub("serve the jingwei service: its endpoints and micro's $SRV discovery", n.p+".api.>", "$SRV.>"),
 		)
 	case RoleAdmin:
@@ -338,10 +329,10 @@ func (n names) guards() []guard {
 		return guard{Grant: Grant{Op: op, Deny: true, Subjects: subjects, Why: why}, owners: owners}
 	}
 	return []guard{
-		g(OpPublish, "only admin creates, updates, deletes or purges jingwei's streams and buckets, or deletes a message from them",
-			each(n.everything(), manage(true))),
-		g(OpPublish, "the example tools' stream and buckets are created by the worker, but only admin updates, deletes or purges them",
-			each(n.toolStreams(), manage(false))),
+		g(OpPublish, "only admin updates, deletes or purges a stream or bucket (jingwei's, the example tools', any), or deletes a message from one",
+			streamChanges),
+		g(OpPublish, "only admin creates streams and buckets (workers may create the example tools' three, by name, nothing else)",
+			[]string{"$JS.API.STREAM.CREATE.*"}, RoleWorker),
 		g(OpPublish, "session logs are written by tool workers and (fences) the recoverer only", []string{n.p + ".events.>"}, RoleWorker, RoleRecoverer),
 		g(OpPublish, "plans and assessments come from the recoverer only", []string{n.p + ".plans.>", n.p + ".assessments.>"}, RoleRecoverer),
 		g(OpPublish, "reviews come from reviewers only", []string{n.p + ".reviews.>"}, RoleReviewer),

@@ -2,6 +2,7 @@ package stream_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -230,4 +231,124 @@ func serverState(t *testing.T, ctx context.Context, rs *roleServer) string {
 	}
 	slices.Sort(out)
 	return strings.Join(out, "; ")
+}
+
+// TestRoleTables checks the tables themselves: every entry says why, only
+// admin has wildcard rights, every non-admin role carries the guards it
+// does not own, the recoverer alone answers requests, and the server and
+// JWT forms hold the same lists.
+func TestRoleTables(t *testing.T) {
+	rc := stream.RoleConfig{}
+	for _, r := range stream.Roles {
+		for _, g := range rc.Grants(r) {
+			if g.Why == "" || len(g.Subjects) == 0 {
+				t.Errorf("%s: grant without reason or subjects: %+v", r, g)
+			}
+		}
+		p := rc.Subjects(r)
+		sp := rc.Permissions(r)
+		jp := rc.JWTPermissions(r)
+		if !sameList(sp.Publish.Allow, p.PublishAllow) || !sameList([]string(jp.Pub.Allow), p.PublishAllow) ||
+			!sameList(sp.Publish.Deny, p.PublishDeny) || !sameList([]string(jp.Pub.Deny), p.PublishDeny) ||
+			!sameList(sp.Subscribe.Allow, p.SubscribeAllow) || !sameList([]string(jp.Sub.Allow), p.SubscribeAllow) ||
+			!sameList(sp.Subscribe.Deny, p.SubscribeDeny) || !sameList([]string(jp.Sub.Deny), p.SubscribeDeny) {
+			t.Errorf("%s: server and JWT forms differ", r)
+		}
+		if (r == stream.RoleRecoverer) != (sp.Response != nil) || (r == stream.RoleRecoverer) != (jp.Resp != nil) {
+			t.Errorf("%s: response permission %v", r, sp.Response)
+		}
+		if r == stream.RoleAdmin {
+			if len(p.PublishDeny)+len(p.SubscribeDeny) != 0 || !slices.Equal(p.PublishAllow, []string{">"}) {
+				t.Errorf("admin: %+v", p)
+			}
+			continue
+		}
+		for _, s := range append(p.PublishAllow, p.SubscribeAllow...) {
+			if s == ">" || strings.HasPrefix(s, "$JS.API.>") || s == "jw.>" || s == "$JS.>" {
+				t.Errorf("%s: allows %q", r, s)
+			}
+		}
+		mustDeny := []string{"_INBOX.>", "$JS.API.STREAM.DELETE.*", "$JS.API.STREAM.PURGE.*", "$JS.API.STREAM.UPDATE.*", "$JS.API.STREAM.MSG.DELETE.*"}
+		if r != stream.RoleWorker && r != stream.RoleRecoverer {
+			mustDeny = append(mustDeny, "jw.events.>", "$KV.jw_plans.>", "$KV.jw_leases.>", "$KV.jw_budget.>")
+		}
+		if r != stream.RoleRecoverer {
+			mustDeny = append(mustDeny, "jw.plans.>", "jw.assessments.>", "$JS.API.CONSUMER.*.JW_EVENTS.>", "$JS.ACK.JW_REVIEWS.>")
+		}
+		if r != stream.RoleReviewer {
+			mustDeny = append(mustDeny, "jw.reviews.>")
+		}
+		if r != stream.RoleWorker {
+			mustDeny = append(mustDeny, "$JS.API.CONSUMER.*.JW_REQUESTS.>", "$JS.API.CONSUMER.*.*.JW_PLANS.>", "$JS.ACK.*.*.JW_REQUESTS.>", "$JS.API.STREAM.CREATE.*")
+		}
+		for _, s := range mustDeny {
+			if !slices.Contains(p.PublishDeny, s) {
+				t.Errorf("%s: publish deny lacks %q", r, s)
+			}
+		}
+		if r != stream.RoleRecoverer && (!slices.Contains(p.SubscribeDeny, "jw.api.>") || !slices.Contains(p.SubscribeDeny, "$SRV.>")) {
+			t.Errorf("%s: may receive service requests: %v", r, p.SubscribeDeny)
+		}
+	}
+	// An unknown role gets nothing, never nil (which would be everything).
+	u := rc.Permissions("root")
+	if u == nil || !slices.Equal(u.Publish.Deny, []string{">"}) || !slices.Equal(u.Subscribe.Deny, []string{">"}) || len(u.Publish.Allow) != 0 {
+		t.Errorf("unknown role: %+v", u)
+	}
+	// The prefixes reach every subject.
+	acme := stream.RoleConfig{Prefix: "acme", ToolsPrefix: "shop"}
+	for _, r := range stream.Roles {
+		p := acme.Subjects(r)
+		for _, s := range append(append(p.PublishAllow, p.PublishDeny...), append(p.SubscribeAllow, p.SubscribeDeny...)...) {
+			if strings.Contains(s, "jw") || strings.Contains(s, "tools") || strings.Contains(s, "TOOLS") {
+				t.Errorf("%s with prefix acme: %q", r, s)
+			}
+		}
+	}
+}
+
+func TestEmbeddedRefusesBadUsers(t *testing.T) {
+	dir := stream.KeyDir(filepath.Join(t.TempDir(), "keys"))
+	init, err := dir.Init()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := init.Roles[0].PublicKey
+	for name, users := range map[string]map[stream.Role]string{
+		"unknown role": {"root": k},
+		"shared key":   {stream.RoleAgent: k, stream.RoleHost: k},
+		"not a user":   {stream.RoleAgent: init.Roles[1].PublicKey[1:]},
+	} {
+		_, err := stream.StartEmbedded(context.Background(), stream.EmbeddedConfig{Dir: t.TempDir(), Listen: "127.0.0.1:-1", Users: users})
+		if err == nil {
+			t.Errorf("%s: started", name)
+		}
+	}
+	// Without users the server stays open: no credentials needed.
+	e, err := stream.StartEmbedded(context.Background(), stream.EmbeddedConfig{Dir: t.TempDir(), Listen: "127.0.0.1:-1", Sync: stream.SyncInterval})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Shutdown()
+	nc, err := e.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	// With users, a client without a key is refused.
+	keys, _ := dir.PublicKeys()
+	e2, err := stream.StartEmbedded(context.Background(), stream.EmbeddedConfig{Dir: t.TempDir(), Listen: "127.0.0.1:-1", Sync: stream.SyncInterval, Users: keys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e2.Shutdown()
+	if _, err := stream.Connect(context.Background(), stream.ConnectConfig{URL: e2.ClientURL(), ConnectTimeout: time.Second}); !errors.Is(err, nats.ErrAuthorization) {
+		t.Errorf("anonymous client: %v", err)
+	}
+	kp, _ := dir.KeyPair(stream.RoleAgent)
+	nc, err = e2.Connect(stream.NkeyOption(kp))
+	if err != nil {
+		t.Fatalf("NkeyOption: %v", err)
+	}
+	nc.Close()
 }
