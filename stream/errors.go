@@ -49,6 +49,12 @@ var (
 	// is read from or written to it.
 	ErrInsecureFile = errors.New("stream: credentials readable or writable by other users")
 
+	// ErrBadKey is returned for a key file that holds no nkey seed of the
+	// kind wanted (a user seed for a role, an account seed to sign
+	// credentials), a planners line that is no user public key, or a
+	// credentials path that is not a regular file or directory.
+	ErrBadKey = errors.New("stream: not the key wanted")
+
 	// ErrUnknownRole is returned for a role that is not one of Roles.
 	ErrUnknownRole = errors.New("stream: unknown role")
 )

@@ -61,14 +61,14 @@ type CredsFile struct {
 // written.
 func (d KeyDir) IssueRoleCreds(cfg CredsConfig) ([]CredsFile, error) {
 	if cfg.Account == nil {
-		return nil, fmt.Errorf("stream: IssueRoleCreds: no account key")
+		return nil, fmt.Errorf("%w: IssueRoleCreds: no account key", ErrBadKey)
 	}
 	signer, err := cfg.Account.PublicKey()
 	if err != nil || !nkeys.IsValidPublicAccountKey(signer) {
-		return nil, fmt.Errorf("stream: IssueRoleCreds: the signing key is not an account key (want a seed starting SA…)")
+		return nil, fmt.Errorf("%w: the signing key is not an account key (want a seed starting SA…)", ErrBadKey)
 	}
 	if cfg.IssuerAccount != "" && !nkeys.IsValidPublicAccountKey(cfg.IssuerAccount) {
-		return nil, fmt.Errorf("stream: IssueRoleCreds: IssuerAccount %q is not an account public key", cfg.IssuerAccount)
+		return nil, fmt.Errorf("%w: IssuerAccount %q is not an account public key", ErrBadKey, cfg.IssuerAccount)
 	}
 	if err := cfg.Subjects.Validate(); err != nil {
 		return nil, err

@@ -240,7 +240,7 @@ func (d KeyDir) Planners() ([]string, error) {
 			continue
 		}
 		if !nkeys.IsValidPublicUserKey(line) {
-			return nil, fmt.Errorf("stream: %s line %d: not an nkey user public key: %q", d.PlannersFile(), n, line)
+			return nil, fmt.Errorf("%w: %s line %d: not an nkey user public key: %q", ErrBadKey, d.PlannersFile(), n, line)
 		}
 		keys = append(keys, line)
 	}
@@ -260,7 +260,7 @@ func ReadSeedFile(path string) (nkeys.KeyPair, error) {
 		kp, err = nkeys.ParseDecoratedNKey(b)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("stream: %s holds no nkey seed: %v", path, err)
+		return nil, fmt.Errorf("%w: %s holds no nkey seed: %v", ErrBadKey, path, err)
 	}
 	return kp, nil
 }
@@ -271,7 +271,7 @@ func readUserSeed(path string) (nkeys.KeyPair, error) {
 		return nil, err
 	}
 	if pub, err := kp.PublicKey(); err != nil || !nkeys.IsValidPublicUserKey(pub) {
-		return nil, fmt.Errorf("stream: %s is not an nkey user seed (want SU…)", path)
+		return nil, fmt.Errorf("%w: %s is not an nkey user seed (want SU…)", ErrBadKey, path)
 	}
 	return kp, nil
 }
@@ -289,7 +289,7 @@ func readChecked(path string, bad os.FileMode, fix string) ([]byte, error) {
 		return nil, fmt.Errorf("stream: %w", err)
 	}
 	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("stream: %s is not a regular file", path)
+		return nil, fmt.Errorf("%w: %s is not a regular file", ErrBadKey, path)
 	}
 	if insecure(st.Mode(), bad) {
 		return nil, fmt.Errorf("%w: %s has mode %04o; fix it with: chmod %s %s", ErrInsecureFile, path, st.Mode().Perm(), fix, path)
@@ -306,7 +306,7 @@ func checkDir(dir string) error {
 		return fmt.Errorf("stream: credentials directory: %w", err)
 	}
 	if !st.IsDir() {
-		return fmt.Errorf("stream: credentials directory %s is not a directory", dir)
+		return fmt.Errorf("%w: credentials directory %s is not a directory", ErrBadKey, dir)
 	}
 	if insecure(st.Mode(), 0o077) {
 		return fmt.Errorf("%w: directory %s has mode %04o; fix it with: chmod 700 %s", ErrInsecureFile, dir, st.Mode().Perm(), dir)
