@@ -208,6 +208,9 @@ func connectProber(ctx context.Context, cfg CheckConfig, r Role) (*prober, error
 	cc := ConnectConfig{URL: cfg.URL, TLSCA: cfg.TLSCA, Name: "jingwei auth check " + string(r), ConnectTimeout: cfg.Timeout}
 	if cfg.Creds {
 		cc.Creds = cfg.Dir.CredsFile(r)
+		if err := checkDir(string(cfg.Dir)); err != nil {
+			return nil, err
+		}
 		if _, err := ReadSeedFile(cc.Creds); err != nil { // checks the file's permissions
 			return nil, err
 		}
@@ -267,7 +270,10 @@ const graceAfterFlush = 150 * time.Millisecond
 // awaitViolation waits, after a flush, up to graceAfterFlush for a
 // violation of key.
 func (p *prober) awaitViolation(ctx context.Context, key string) (Outcome, string) {
-	if err := p.nc.FlushWithContext(ctxTimeout(ctx, p.timeout)); err != nil {
+	fctx, cancel := context.WithTimeout(ctx, p.timeout)
+	err := p.nc.FlushWithContext(fctx)
+	cancel()
+	if err != nil {
 		return Failed, "flush: " + err.Error()
 	}
 	t := time.NewTimer(graceAfterFlush)
@@ -285,12 +291,6 @@ func (p *prober) awaitViolation(ctx context.Context, key string) (Outcome, strin
 			return Failed, ctx.Err().Error()
 		}
 	}
-}
-
-func ctxTimeout(ctx context.Context, d time.Duration) context.Context {
-	c, cancel := context.WithTimeout(ctx, d)
-	context.AfterFunc(c, cancel)
-	return c
 }
 
 // request publishes msg with a fresh reply inbox and waits for the answer

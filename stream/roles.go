@@ -179,10 +179,6 @@ func (n names) jingweiStreams() []string {
 	return []string{n.events, n.requests, n.reviews, n.plans, n.assessments}
 }
 func (n names) jingweiBuckets() []string { return []string{n.leasesKV, n.plansKV, n.budgetKV} }
-func (n names) everything() []string {
-	return append(n.jingweiStreams(), n.jingweiBuckets()...)
-}
-func (n names) toolStreams() []string { return []string{n.ledger, n.ordersKV, n.orderKeysKV} }
 
 // each applies f to every stream and concatenates the results.
 func each(streams []string, f func(string) []string) []string {
