@@ -55,6 +55,29 @@
 // corrupt_history). Append counts the serialized size with the largest
 // possible seq, so whatever it accepts, Load accepts.
 //
+// # Roles
+//
+// Every client connects as one [Role] (agent, reviewer, host, worker,
+// recoverer, admin; DESIGN §4a) and the server's permissions keep it to its
+// subjects. [RoleConfig.Grants] is each role's table: what it needs, and
+// the denies that keep the attacks out whatever the allows say (only admin
+// changes streams; only workers and the recoverer write session logs and
+// buckets; only the recoverer publishes plans and assessments and receives
+// service requests, which it answers through a response permission; nobody
+// publishes on _INBOX; consumers of the work queue and plans are the
+// workers', of the logs and reviews the recoverer's). The same lists come
+// as server.Permissions ([EmbeddedConfig.Users] runs the embedded server
+// with them), as jwt.Permissions ([KeyDir.IssueRoleCreds], operator mode)
+// and as nats-server configuration text ([RoleConfig.AuthorizationBlock]).
+// [KeyDir] keeps one nkey seed per role; [CheckRoles] connects as each role
+// and proves the server allows what it must and refuses the rest.
+//
+// Subject permissions in one account have limits the roles cannot close:
+// a reply subject is not checked against the publisher's permissions (so
+// JetStream's PubAck can be sent onto a stream subject), and neither is a
+// push consumer's deliver subject. Readers must not trust a message for
+// being on a jingwei subject alone.
+//
 // # Failures
 //
 // Each request Append makes is bounded by TopologyConfig.RequestTimeout and

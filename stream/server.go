@@ -14,6 +14,7 @@ import (
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 	"github.com/rs/zerolog"
 )
 
@@ -53,6 +54,17 @@ type EmbeddedConfig struct {
 	// Logger receives the server's log (notices at info, debug and trace
 	// dropped). Defaults to zerolog.Nop().
 	Logger zerolog.Logger
+	// Users, when non-empty, turns authorization on: each role's nkey user
+	// public key ("U…", see KeyDir.PublicKeys) becomes a server user with
+	// that role's permissions (Roles.Permissions). Clients then must
+	// connect with a role's seed (ConnectConfig.NKeySeedFile, NkeyOption);
+	// a role left out has no user. Nil or empty keeps the server open to
+	// every client with full access.
+	Users map[Role]string
+	// Roles names the subjects of the users' permissions: the topology's
+	// prefix and the example tools' prefix. The zero value is the
+	// defaults ("jw", "tools"). Unused without Users.
+	Roles RoleConfig
 	// Options, when non-nil, is called with the server options just before
 	// the server is created, for settings this config does not offer
 	// (accounts, TLS, clustering). Nil changes nothing.
@@ -82,6 +94,9 @@ func (c EmbeddedConfig) WithDefaults() EmbeddedConfig {
 func (c EmbeddedConfig) validate() (host string, port int, err error) {
 	if c.Sync != SyncAlways && c.Sync != SyncInterval {
 		return "", 0, fmt.Errorf("stream: EmbeddedConfig.Sync %q: want %q or %q", c.Sync, SyncAlways, SyncInterval)
+	}
+	if err := validateUsers(c.Users, c.Roles); err != nil {
+		return "", 0, err
 	}
 	h, p, err := net.SplitHostPort(c.Listen)
 	if err != nil {
@@ -123,6 +138,7 @@ func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 		NoSigs:     true,
 		SyncAlways: cfg.Sync == SyncAlways,
 	}
+	opts.Nkeys = nkeyUsers(cfg.Users, cfg.Roles)
 	if cfg.Options != nil {
 		cfg.Options(opts)
 	}
@@ -144,7 +160,7 @@ func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 		srv.Shutdown()
 		return nil, ctx.Err()
 	}
-	cfg.Logger.Info().Str("url", srv.ClientURL()).Str("dir", dir).Str("sync", string(cfg.Sync)).Msg("embedded nats-server ready")
+	cfg.Logger.Info().Str("url", srv.ClientURL()).Str("dir", dir).Str("sync", string(cfg.Sync)).Bool("authorization", len(cfg.Users) > 0).Msg("embedded nats-server ready")
 	return &Embedded{srv: srv, cfg: cfg}, nil
 }
 
@@ -326,4 +342,51 @@ func checkVersion(v string) error {
 		}
 	}
 	return fmt.Errorf("%w: server reports version %q", ErrServerTooOld, v)
+}
+
+// validateUsers checks EmbeddedConfig.Users: known roles, nkey user public
+// keys, no key shared by two roles (the server would refuse it, and one
+// key for two roles would give one of them the other's permissions).
+func validateUsers(users map[Role]string, rc RoleConfig) error {
+	if len(users) == 0 {
+		return nil
+	}
+	if err := rc.Validate(); err != nil {
+		return err
+	}
+	seen := make(map[string]Role, len(users))
+	for r, pub := range users {
+		if !r.Valid() {
+			return fmt.Errorf("stream: EmbeddedConfig.Users: %w: %q", ErrUnknownRole, r)
+		}
+		if !nkeys.IsValidPublicUserKey(pub) {
+			return fmt.Errorf("stream: EmbeddedConfig.Users[%s]: %q is not an nkey user public key", r, pub)
+		}
+		if other, ok := seen[pub]; ok {
+			return fmt.Errorf("stream: EmbeddedConfig.Users: roles %s and %s share one key", other, r)
+		}
+		seen[pub] = r
+	}
+	return nil
+}
+
+// nkeyUsers returns the server users for EmbeddedConfig.Users, in the order
+// of Roles; nil without users.
+func nkeyUsers(users map[Role]string, rc RoleConfig) []*server.NkeyUser {
+	var out []*server.NkeyUser
+	for _, r := range Roles {
+		if pub, ok := users[r]; ok {
+			out = append(out, &server.NkeyUser{Nkey: pub, Permissions: rc.Permissions(r)})
+		}
+	}
+	return out
+}
+
+// NkeyOption returns the nats.Option that authenticates a connection with
+// the nkey user key pair kp (a role's key, KeyDir.KeyPair). The key pair
+// must stay usable while the connection lives: it signs the server's nonce
+// on every reconnect.
+func NkeyOption(kp nkeys.KeyPair) nats.Option {
+	pub, _ := kp.PublicKey()
+	return nats.Nkey(pub, kp.Sign)
 }

@@ -1,0 +1,336 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	iofs "io/fs"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jingwei/jingwei/stream"
+)
+
+func init() {
+	register(command{name: "auth", summary: "role credentials and the server permissions that enforce them (auth init|config|check|creds)", run: runAuth})
+}
+
+const authHelp = `  jingwei auth init   --dir DIR [--prefix jw] [--tools-prefix tools] [--json]
+  jingwei auth config --dir DIR [--prefix jw] [--tools-prefix tools]
+  jingwei auth check  --dir DIR [--server URL] [--operator] [--tlsca FILE]
+                      [--prefix jw] [--tools-prefix tools] [--roles r1,r2]
+                      [--timeout 2s] [--json]
+  jingwei auth creds  --dir DIR --account-seed FILE [--issuer-account A…]
+                      [--expires D] [--prefix jw] [--tools-prefix tools] [--json]
+
+Every jingwei client connects as one role: agent, reviewer, host, worker,
+recoverer or admin (DESIGN §4a). The NATS server's permissions keep each
+role to its subjects.
+
+auth init writes what is missing in DIR (created 0700): one nkey user seed
+per role (DIR/<role>.nk, 0600), the plan-signing key (DIR/planner.nk, 0600)
+and the plan signers tool workers trust (DIR/planners, one public key per
+line, 0644). Existing keys are kept, never replaced. It prints which file
+each kind of client uses and the nats-server authorization block for the
+role keys.
+
+auth config prints that authorization block for the keys in DIR: static
+nkey users with each role's permissions, to paste into (or include from)
+the configuration of an external nats-server.
+
+auth check connects to the server as every role (DIR/<role>.nk, or with
+--operator DIR/<role>.creds) and checks that each action the role needs
+works and each one it must not take is refused by the server. The probes
+change nothing, even where a permission is wrongly granted. It prints one
+row per probe (--json: the whole report).
+
+auth creds is for servers in operator mode (JWT accounts): it signs a user
+JWT per role with the role's permissions for the role's key in DIR, with
+the account seed in FILE (an account key, or one of its signing keys with
+--issuer-account), and writes DIR/<role>.creds (0600, replacing earlier
+ones). Clients then connect with --creds DIR/<role>.creds.
+
+A directory or key file that other users can read or write is refused;
+the message says which chmod fixes it.
+
+Exit status:
+  0  success (check: every role can do what it must and nothing else)
+  1  unexpected failure: a file cannot be written, or (check) no role can
+     connect to the server
+  2  usage: a bad flag, a missing or insecure key file or directory
+  3  check: some role can do something it must not, or cannot do what it
+     must (the rows marked FAIL)`
+
+func runAuth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprintf(stderr, "Usage:\n%s\n", authHelp)
+		if len(args) == 0 {
+			return exitUsage
+		}
+		return exitOK
+	}
+	switch args[0] {
+	case "init":
+		return runAuthInit(ctx, args[1:], stdout, stderr)
+	case "config":
+		return runAuthConfig(ctx, args[1:], stdout, stderr)
+	case "check":
+		return runAuthCheck(ctx, args[1:], stdout, stderr)
+	case "creds":
+		return runAuthCreds(ctx, args[1:], stdout, stderr)
+	}
+	return usageError(stderr, "auth", "unknown subcommand %q (want init, config, check or creds)", args[0])
+}
+
+// authFlags are the flags every auth subcommand takes.
+type authFlags struct {
+	dir, prefix, toolsPrefix string
+}
+
+func (a *authFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&a.dir, "dir", envOr("JINGWEI_AUTH_DIR", ""), "directory of the role credentials (env JINGWEI_AUTH_DIR; required)")
+	fs.StringVar(&a.prefix, "prefix", envOr("JINGWEI_PREFIX", "jw"), "subject prefix of the jingwei topology (env JINGWEI_PREFIX)")
+	fs.StringVar(&a.toolsPrefix, "tools-prefix", stream.DefaultToolsPrefix, "prefix of the example tools' buckets and stream")
+}
+
+// check returns the role config, or a usage problem.
+func (a *authFlags) check() (stream.RoleConfig, string) {
+	if a.dir == "" {
+		return stream.RoleConfig{}, "--dir is required"
+	}
+	rc := stream.RoleConfig{Prefix: a.prefix, ToolsPrefix: a.toolsPrefix}
+	if err := rc.Validate(); err != nil {
+		return rc, err.Error()
+	}
+	return rc, ""
+}
+
+// keyError is the exit status of a failure to read or write keys: a
+// usage problem for what the operator must fix (missing, insecure, not a
+// key), a failure otherwise.
+func keyError(stderr io.Writer, name string, err error) int {
+	if errors.Is(err, stream.ErrInsecureFile) || errors.Is(err, stream.ErrBadKey) || errors.Is(err, stream.ErrUnknownRole) || errors.Is(err, iofs.ErrNotExist) {
+		return usageError(stderr, name, "%v", err)
+	}
+	fmt.Fprintf(stderr, "jingwei %s: %v\n", name, err)
+	return exitFailure
+}
+
+// roleUse says which client connects as a role, and how.
+var roleUse = map[stream.Role]string{
+	stream.RoleAgent:     "agents and their SDKs: tool requests, jw.api.call/status (jingwei call)",
+	stream.RoleReviewer:  "reviewers and approvers: jingwei review (signs with its own reviewer key)",
+	stream.RoleHost:      "hosts and operators: prepare retries, status, inspect, export, nats micro",
+	stream.RoleWorker:    "tool workers: jingwei worker",
+	stream.RoleRecoverer: "the recovery worker: jingwei recover (answers the jingwei service)",
+	stream.RoleAdmin:     "setup and administration only: creates the streams and buckets (jingwei serve, nats CLI)",
+}
+
+type authInitOutput struct {
+	stream.KeyDirInit
+	Authorization string `json:"authorization"`
+}
+
+func runAuthInit(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("auth init", "Create the role keys, the plan-signing key and the planners file (what is missing).", authHelp, stderr)
+	var af authFlags
+	af.register(fs)
+	asJSON := fs.Bool("json", false, "print the keys and the authorization block as JSON")
+	if st, ok := parseFlags(fs, args); !ok {
+		return st
+	}
+	rc, msg := af.check()
+	if msg != "" {
+		return usageError(stderr, "auth", "%s", msg)
+	}
+	dir := stream.KeyDir(af.dir)
+	res, err := dir.Init()
+	if err != nil {
+		return keyError(stderr, "auth init", err)
+	}
+	keys := map[stream.Role]string{}
+	for _, kf := range res.Roles {
+		keys[kf.Role] = kf.PublicKey
+	}
+	block, err := rc.AuthorizationBlock(keys)
+	if err != nil {
+		return keyError(stderr, "auth init", err)
+	}
+	if !res.PlannerTrusted {
+		fmt.Fprintf(stderr, "jingwei auth init: warning: %s does not list the planner key %s; tool workers will refuse plans signed with it (add the key or remove the file and run init again)\n", res.Planners, res.Planner.PublicKey)
+	}
+	if *asJSON {
+		_ = writeJSON(stdout, authInitOutput{KeyDirInit: res, Authorization: block})
+		return exitOK
+	}
+	created := func(b bool) string {
+		if b {
+			return "created"
+		}
+		return "kept"
+	}
+	fmt.Fprintf(stdout, "Role credentials in %s:\n\n", res.Dir)
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ROLE\tFILE\tPUBLIC KEY\tSTATUS\tUSED BY")
+	for _, kf := range res.Roles {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", kf.Role, kf.Path, kf.PublicKey, created(kf.Created), roleUse[kf.Role])
+	}
+	fmt.Fprintf(tw, "planner\t%s\t%s\t%s\t%s\n", res.Planner.Path, res.Planner.PublicKey, created(res.Planner.Created), "the recovery worker signs retry plans with it")
+	fmt.Fprintf(tw, "planners\t%s\t-\t%s\t%s\n", res.Planners, created(res.PlannersCreated), "tool workers accept plans signed by the keys listed here")
+	tw.Flush()
+	fmt.Fprintf(stdout, "\nEvery client connects with its role's seed: --nkey %s (e.g. jingwei worker --nkey %s).\n", dir.SeedFile("<role>"), dir.SeedFile(stream.RoleWorker))
+	fmt.Fprintf(stdout, "For an external nats-server, add this block to its configuration (jingwei auth config --dir %s prints it again),\nthen run jingwei auth check --dir %s --server URL:\n\n%s", af.dir, af.dir, block)
+	return exitOK
+}
+
+func runAuthConfig(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("auth config", "Print the nats-server authorization block for the role keys in --dir.", authHelp, stderr)
+	var af authFlags
+	af.register(fs)
+	if st, ok := parseFlags(fs, args); !ok {
+		return st
+	}
+	rc, msg := af.check()
+	if msg != "" {
+		return usageError(stderr, "auth", "%s", msg)
+	}
+	keys, err := stream.KeyDir(af.dir).PublicKeys()
+	if err != nil {
+		return keyError(stderr, "auth config", fmt.Errorf("%w (create the keys with: jingwei auth init --dir %s)", err, af.dir))
+	}
+	block, err := rc.AuthorizationBlock(keys)
+	if err != nil {
+		return keyError(stderr, "auth config", err)
+	}
+	fmt.Fprint(stdout, block)
+	return exitOK
+}
+
+func runAuthCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("auth check", "Check, as every role, that the server allows what the role needs and refuses the rest.", authHelp, stderr)
+	var af authFlags
+	af.register(fs)
+	server := fs.String("server", envOr("NATS_URL", stream.DefaultURL), "NATS server URL(s), comma separated (env NATS_URL)")
+	tlsca := fs.String("tlsca", envOr("NATS_CA", ""), "PEM file of CAs to verify the server's TLS certificate (env NATS_CA)")
+	operator := fs.Bool("operator", false, "connect with DIR/<role>.creds (operator mode, see auth creds) instead of DIR/<role>.nk")
+	roles := fs.String("roles", "", "only these roles, comma separated (default: all)")
+	timeout := fs.Duration("timeout", 2*time.Second, "how long one probe waits for the server")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	if st, ok := parseFlags(fs, args); !ok {
+		return st
+	}
+	rc, msg := af.check()
+	if msg != "" {
+		return usageError(stderr, "auth", "%s", msg)
+	}
+	if *timeout <= 0 {
+		return usageError(stderr, "auth", "--timeout must be positive")
+	}
+	var only []stream.Role
+	if *roles != "" {
+		for _, r := range strings.Split(*roles, ",") {
+			r := stream.Role(strings.TrimSpace(r))
+			if !r.Valid() {
+				return usageError(stderr, "auth", "--roles: unknown role %q", r)
+			}
+			only = append(only, r)
+		}
+	}
+	rep, err := stream.CheckRoles(ctx, stream.CheckConfig{
+		URL: *server, Dir: stream.KeyDir(af.dir), Creds: *operator, TLSCA: *tlsca,
+		Roles: only, Subjects: rc, Timeout: *timeout,
+	})
+	if err != nil {
+		if errors.Is(err, stream.ErrInsecureFile) || errors.Is(err, stream.ErrBadKey) || errors.Is(err, iofs.ErrNotExist) {
+			return usageError(stderr, "auth", "%v", err)
+		}
+		fmt.Fprintf(stderr, "jingwei auth check: %v (is a server running at %s?)\n", err, *server)
+		return exitFailure
+	}
+	if *asJSON {
+		_ = writeJSON(stdout, rep)
+	} else {
+		printCheck(stdout, rep)
+	}
+	if !rep.OK {
+		return exitRefused
+	}
+	return exitOK
+}
+
+// printCheck prints one row per probe and a summary.
+func printCheck(w io.Writer, rep *stream.CheckReport) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ROLE\tACTION\tEXPECT\tGOT\tRESULT")
+	for _, r := range rep.Results {
+		res := "ok"
+		if !r.OK {
+			res = "FAIL: " + r.Detail
+		} else if r.Got == stream.Skipped {
+			res = "skipped: " + r.Detail
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Role, r.Action, r.Expect, r.Got, res)
+	}
+	tw.Flush()
+	bad := len(rep.Failures())
+	if bad == 0 {
+		fmt.Fprintf(w, "\n%s: all %d probes as expected: every role can do what it must, and the server refuses the rest.\n", rep.URL, len(rep.Results))
+		return
+	}
+	fmt.Fprintf(w, "\n%s: %d of %d probes NOT as expected (rows marked FAIL).\n", rep.URL, bad, len(rep.Results))
+}
+
+type authCredsOutput struct {
+	Files []stream.CredsFile `json:"files"`
+}
+
+func runAuthCreds(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("auth creds", "Issue DIR/<role>.creds (user JWTs with the role permissions) for operator mode.", authHelp, stderr)
+	var af authFlags
+	af.register(fs)
+	seed := fs.String("account-seed", "", "file with the account's seed (SA…), or a signing key's with --issuer-account (required; must be 0600)")
+	issuer := fs.String("issuer-account", "", "the account's public key (A…), when --account-seed holds one of its signing keys")
+	expires := fs.Duration("expires", 0, "validity of the credentials from now (default: they never expire)")
+	asJSON := fs.Bool("json", false, "print the files written as JSON")
+	if st, ok := parseFlags(fs, args); !ok {
+		return st
+	}
+	rc, msg := af.check()
+	if msg != "" {
+		return usageError(stderr, "auth", "%s", msg)
+	}
+	if *seed == "" {
+		return usageError(stderr, "auth", "--account-seed is required")
+	}
+	if *expires < 0 {
+		return usageError(stderr, "auth", "--expires must not be negative")
+	}
+	akp, err := stream.ReadSeedFile(*seed)
+	if err != nil {
+		return keyError(stderr, "auth creds", err)
+	}
+	files, err := stream.KeyDir(af.dir).IssueRoleCreds(stream.CredsConfig{Account: akp, IssuerAccount: *issuer, Subjects: rc, Expires: *expires})
+	if err != nil {
+		return keyError(stderr, "auth creds", err)
+	}
+	for _, f := range files {
+		if f.JWTBytes > stream.SafeJWTBytes {
+			fmt.Fprintf(stderr, "jingwei auth creds: warning: the %s JWT is %d bytes; a server with the default max_control_line (4KB) refuses it: set max_control_line: 16KB in its configuration\n", f.Role, f.JWTBytes)
+		}
+	}
+	if *asJSON {
+		_ = writeJSON(stdout, authCredsOutput{Files: files})
+		return exitOK
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ROLE\tCREDS FILE\tUSER\tJWT BYTES")
+	for _, f := range files {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", f.Role, f.Path, f.PublicKey, f.JWTBytes)
+	}
+	tw.Flush()
+	fmt.Fprintf(stdout, "\nClients connect with --creds %s; check with: jingwei auth check --dir %s --operator --server URL\n", stream.KeyDir(af.dir).CredsFile("<role>"), af.dir)
+	return exitOK
+}

@@ -1,0 +1,694 @@
+package stream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
+)
+
+// DefaultProbeSession is the session id CheckRoles's probes use. Nothing is
+// ever stored under it.
+const DefaultProbeSession = "jingwei-role-check"
+
+// CheckConfig configures CheckRoles.
+type CheckConfig struct {
+	// URL is the server to check. Defaults to DefaultURL.
+	URL string
+	// Dir holds the roles' credentials (KeyDir). Required.
+	Dir KeyDir
+	// Creds makes every role connect with <dir>/<role>.creds (operator
+	// mode, IssueRoleCreds) instead of the nkey seed <dir>/<role>.nk.
+	Creds bool
+	// TLSCA is a PEM file of CAs to verify the server with. Empty: system
+	// roots, TLS only if the URL asks for it.
+	TLSCA string
+	// Roles are the roles to check. Nil means every role.
+	Roles []Role
+	// Subjects names the topology's and the example tools' prefixes. The
+	// zero value is the defaults.
+	Subjects RoleConfig
+	// Session is the session id the probes use; none of its subjects may
+	// hold data. Defaults to DefaultProbeSession.
+	Session string
+	// Timeout bounds each probe (a request and its answer). Defaults to
+	// 2 s.
+	Timeout time.Duration
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c CheckConfig) WithDefaults() CheckConfig {
+	if c.URL == "" {
+		c.URL = DefaultURL
+	}
+	if len(c.Roles) == 0 {
+		c.Roles = Roles
+	}
+	c.Subjects = c.Subjects.WithDefaults()
+	if c.Session == "" {
+		c.Session = DefaultProbeSession
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = 2 * time.Second
+	}
+	return c
+}
+
+// Outcome is what a probe expected or got.
+type Outcome string
+
+// Probe outcomes.
+const (
+	// Allowed: the server let the action through (it worked, or JetStream
+	// or the service answered it).
+	Allowed Outcome = "allowed"
+	// Refused: the server refused it with a permissions violation.
+	Refused Outcome = "refused"
+	// Failed: the probe could not tell (no connection, no answer and no
+	// violation within the timeout).
+	Failed Outcome = "error"
+	// Skipped: the probe needs another role's connection that is not
+	// being checked.
+	Skipped Outcome = "skipped"
+)
+
+// CheckResult is one probe of one role.
+type CheckResult struct {
+	// Role is the role that was connected.
+	Role Role `json:"role"`
+	// Action says what was tried, e.g. "publish jw.events.<probe>".
+	Action string `json:"action"`
+	// Expect is Allowed or Refused.
+	Expect Outcome `json:"expect"`
+	// Got is what happened.
+	Got Outcome `json:"got"`
+	// OK is set when Got is Expect (or the probe was skipped).
+	OK bool `json:"ok"`
+	// Detail says what the server answered or why the probe failed.
+	Detail string `json:"detail,omitempty"`
+}
+
+// CheckReport is the outcome of CheckRoles.
+type CheckReport struct {
+	// URL is the server checked.
+	URL string `json:"url"`
+	// Results holds every probe of every role, in order.
+	Results []CheckResult `json:"results"`
+	// OK is set when every result is OK.
+	OK bool `json:"ok"`
+}
+
+// Failures returns the results that are not OK.
+func (r *CheckReport) Failures() []CheckResult {
+	var out []CheckResult
+	for _, x := range r.Results {
+		if !x.OK {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// CheckRoles connects to the server as each role (cfg.Dir's credentials)
+// and checks that every action the role needs works and that every action
+// it must not take is refused by the server with a permissions violation.
+// The probes are harmless even where a permission is wrongly granted:
+// publishes carry expected-sequence headers JetStream cannot satisfy, so
+// nothing is stored; stream, message and consumer management requests carry
+// a malformed body and an API level no server has, so JetStream refuses
+// them; consumers the role may create are throw-away ones on the probe
+// session, deleted again; service requests carry malformed bodies.
+//
+// A role that cannot connect is reported as failed results; only a
+// configuration error, or no role connecting at all, is an error.
+func CheckRoles(ctx context.Context, cfg CheckConfig) (*CheckReport, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Subjects.Validate(); err != nil {
+		return nil, err
+	}
+	if err := ValidateSession(cfg.Session); err != nil {
+		return nil, fmt.Errorf("stream: CheckConfig.Session: %w", err)
+	}
+	for _, r := range cfg.Roles {
+		if !r.Valid() {
+			return nil, fmt.Errorf("stream: CheckConfig.Roles: %w: %q", ErrUnknownRole, r)
+		}
+	}
+	rep := &CheckReport{URL: cfg.URL, OK: true}
+	conns := map[Role]*prober{}
+	var firstErr error
+	for _, r := range cfg.Roles {
+		p, err := connectProber(ctx, cfg, r)
+		if err != nil {
+			firstErr = cmp(firstErr, err)
+			rep.Results = append(rep.Results, CheckResult{Role: r, Action: "connect", Expect: Allowed, Got: Failed, Detail: err.Error()})
+			continue
+		}
+		defer p.nc.Close()
+		conns[r] = p
+	}
+	if len(conns) == 0 {
+		return nil, firstErr
+	}
+	n := cfg.Subjects.names()
+	probes := catalog(n, cfg.Session)
+	for _, r := range cfg.Roles {
+		p := conns[r]
+		if p == nil {
+			continue
+		}
+		for _, pr := range probes {
+			expect := Refused
+			if r == RoleAdmin || slices.Contains(pr.allowed, r) {
+				expect = Allowed
+			}
+			got, detail := pr.run(ctx, p, expect, conns)
+			rep.Results = append(rep.Results, CheckResult{
+				Role: r, Action: pr.action, Expect: expect, Got: got,
+				OK: got == expect || got == Skipped, Detail: detail,
+			})
+		}
+	}
+	for _, x := range rep.Results {
+		rep.OK = rep.OK && x.OK
+	}
+	return rep, nil
+}
+
+func cmp(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// prober is one role's connection and the permission violations the
+// server reported on it.
+type prober struct {
+	role    Role
+	nc      *nats.Conn
+	timeout time.Duration
+
+	mu         sync.Mutex
+	violations map[string]string // "publish x" / "subscribe x" → error text
+	changed    chan struct{}     // closed and replaced on every violation
+}
+
+var violationRe = regexp.MustCompile(`Permissions Violation for (Publish|Subscription) to "([^"]+)"`)
+
+func connectProber(ctx context.Context, cfg CheckConfig, r Role) (*prober, error) {
+	cc := ConnectConfig{URL: cfg.URL, TLSCA: cfg.TLSCA, Name: "jingwei auth check " + string(r), ConnectTimeout: cfg.Timeout}
+	if cfg.Creds {
+		cc.Creds = cfg.Dir.CredsFile(r)
+		if err := checkDir(string(cfg.Dir)); err != nil {
+			return nil, err
+		}
+		if _, err := ReadSeedFile(cc.Creds); err != nil { // checks the file's permissions
+			return nil, err
+		}
+	} else {
+		if _, err := cfg.Dir.KeyPair(r); err != nil {
+			return nil, err
+		}
+		cc.NKeySeedFile = cfg.Dir.SeedFile(r)
+	}
+	nc, err := Connect(ctx, cc)
+	if err != nil {
+		return nil, err
+	}
+	p := &prober{role: r, nc: nc, timeout: cfg.Timeout, violations: map[string]string{}, changed: make(chan struct{})}
+	nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if !errors.Is(err, nats.ErrPermissionViolation) {
+			return
+		}
+		m := violationRe.FindStringSubmatch(err.Error())
+		if m == nil {
+			return
+		}
+		op := "publish"
+		if m[1] == "Subscription" {
+			op = "subscribe"
+		}
+		p.mu.Lock()
+		p.violations[op+" "+m[2]] = err.Error()
+		close(p.changed)
+		p.changed = make(chan struct{})
+		p.mu.Unlock()
+	})
+	return p, nil
+}
+
+// forget drops an earlier violation of key, so a probe sees only its own.
+func (p *prober) forget(key string) {
+	p.mu.Lock()
+	delete(p.violations, key)
+	p.mu.Unlock()
+}
+
+// violation returns the violation reported for key, if any, and a channel
+// closed on the next one.
+func (p *prober) violation(key string) (string, bool, <-chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	v, ok := p.violations[key]
+	return v, ok, p.changed
+}
+
+// graceAfterFlush is how long a probe that expects no answer waits, after
+// a flush, for the permissions violation the server sent before its PONG
+// (nats.go hands it to the error handler on another goroutine).
+const graceAfterFlush = 150 * time.Millisecond
+
+// awaitViolation waits, after a flush, up to graceAfterFlush for a
+// violation of key.
+func (p *prober) awaitViolation(ctx context.Context, key string) (Outcome, string) {
+	fctx, cancel := context.WithTimeout(ctx, p.timeout)
+	err := p.nc.FlushWithContext(fctx)
+	cancel()
+	if err != nil {
+		return Failed, "flush: " + err.Error()
+	}
+	t := time.NewTimer(graceAfterFlush)
+	defer t.Stop()
+	for {
+		v, ok, changed := p.violation(key)
+		if ok {
+			return Refused, v
+		}
+		select {
+		case <-changed:
+		case <-t.C:
+			return Allowed, "no permissions violation"
+		case <-ctx.Done():
+			return Failed, ctx.Err().Error()
+		}
+	}
+}
+
+// request publishes msg with a fresh reply inbox and waits for the answer
+// or for a permissions violation of its subject.
+func (p *prober) request(ctx context.Context, msg *nats.Msg) (Outcome, string, *nats.Msg) {
+	key := "publish " + msg.Subject
+	p.forget(key)
+	inbox := p.nc.NewInbox()
+	ch := make(chan *nats.Msg, 4)
+	s, err := p.nc.ChanSubscribe(inbox, ch)
+	if err != nil {
+		return Failed, "subscribe reply inbox: " + err.Error(), nil
+	}
+	defer s.Unsubscribe()
+	msg.Reply = inbox
+	if err := p.nc.PublishMsg(msg); err != nil {
+		return Failed, "publish: " + err.Error(), nil
+	}
+	t := time.NewTimer(p.timeout)
+	defer t.Stop()
+	for {
+		v, ok, changed := p.violation(key)
+		if ok {
+			return Refused, v, nil
+		}
+		if v, ok, _ := p.violation("subscribe " + inbox); ok {
+			return Failed, "reply inbox refused: " + v, nil
+		}
+		select {
+		case m := <-ch:
+			return Allowed, describe(m), m
+		case <-changed:
+		case <-t.C:
+			return Failed, fmt.Sprintf("no answer and no permissions violation within %s", p.timeout), nil
+		case <-ctx.Done():
+			return Failed, ctx.Err().Error(), nil
+		}
+	}
+}
+
+// publish publishes msg without a reply and waits for a violation.
+func (p *prober) publish(ctx context.Context, msg *nats.Msg) (Outcome, string) {
+	key := "publish " + msg.Subject
+	p.forget(key)
+	if err := p.nc.PublishMsg(msg); err != nil {
+		return Failed, "publish: " + err.Error()
+	}
+	return p.awaitViolation(ctx, key)
+}
+
+// subscribe subscribes to subject (no queue group, so a live service's
+// queue keeps its requests), waits for a violation and unsubscribes. The
+// subscription never answers anything.
+func (p *prober) subscribe(ctx context.Context, subject string) (Outcome, string) {
+	key := "subscribe " + subject
+	p.forget(key)
+	s, err := p.nc.Subscribe(subject, func(*nats.Msg) {})
+	if err != nil {
+		return Failed, "subscribe: " + err.Error()
+	}
+	defer s.Unsubscribe()
+	return p.awaitViolation(ctx, key)
+}
+
+// describe summarizes an answer: a status header, a JetStream or service
+// error, or "answered".
+func describe(m *nats.Msg) string {
+	if st := m.Header.Get("Status"); st != "" {
+		d := m.Header.Get("Description")
+		if st == "503" {
+			d = "no responders"
+		}
+		return strings.TrimSpace("answered: status " + st + " " + d)
+	}
+	if e := m.Header.Get("Nats-Service-Error"); e != "" {
+		return "service answered: " + e
+	}
+	var body struct {
+		Error *struct {
+			Code        int    `json:"code"`
+			ErrCode     int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if json.Unmarshal(m.Data, &body) == nil && body.Error != nil {
+		return fmt.Sprintf("answered: JetStream error %d: %s", body.Error.ErrCode, body.Error.Description)
+	}
+	return "answered"
+}
+
+// apiError returns the JetStream error code of an answer (0 if none).
+func apiError(m *nats.Msg) int {
+	var body struct {
+		Error *struct {
+			ErrCode int `json:"err_code"`
+		} `json:"error"`
+	}
+	if m != nil && json.Unmarshal(m.Data, &body) == nil && body.Error != nil {
+		return body.Error.ErrCode
+	}
+	return 0
+}
+
+// probe is one action tried with every role: allowed lists the roles that
+// need it (admin may always).
+type probe struct {
+	action  string
+	allowed []Role
+	run     func(ctx context.Context, p *prober, expect Outcome, all map[Role]*prober) (Outcome, string)
+}
+
+// Probe message guards: no server stores a publish that carries them, and
+// no JetStream API acts on a request that carries them.
+const (
+	// impossibleSeq is an expected last sequence no subject reaches.
+	impossibleSeq = "18446744073709551615"
+	// guardBody is a JSON string where JetStream wants an object or
+	// nothing: every management request refuses it, in strict mode or not.
+	guardBody = `"jingwei role check: refuse this request"`
+	// guardAPILevel is not a number: servers that know the
+	// Nats-Required-Api-Level header refuse the request before anything
+	// else.
+	guardAPILevel = "jingwei-role-check"
+)
+
+// guardedPublish is a JetStream publish that is never stored: its expected
+// last sequences cannot match.
+func guardedPublish(subject string) *nats.Msg {
+	m := nats.NewMsg(subject)
+	m.Header.Set("Nats-Expected-Last-Subject-Sequence", impossibleSeq)
+	m.Header.Set("Nats-Expected-Last-Sequence", impossibleSeq)
+	m.Header.Set("Nats-Msg-Id", "jingwei-role-check-"+nuid.Next())
+	m.Data = []byte(`{"jingwei_role_check":true}`)
+	return m
+}
+
+// guardedAPI is a JetStream API request JetStream refuses.
+func guardedAPI(subject string) *nats.Msg {
+	m := nats.NewMsg(subject)
+	m.Header.Set("Nats-Required-Api-Level", guardAPILevel)
+	m.Data = []byte(guardBody)
+	return m
+}
+
+func reqMsg(subject, body string) *nats.Msg {
+	m := nats.NewMsg(subject)
+	m.Data = []byte(body)
+	return m
+}
+
+// ask runs a request probe.
+func ask(build func() *nats.Msg) func(context.Context, *prober, Outcome, map[Role]*prober) (Outcome, string) {
+	return func(ctx context.Context, p *prober, _ Outcome, _ map[Role]*prober) (Outcome, string) {
+		o, d, _ := p.request(ctx, build())
+		return o, d
+	}
+}
+
+// storeProbe is a guarded JetStream publish: an answer (wrong last
+// sequence, or no responders where no stream listens) means the server let
+// it through; nothing is stored either way.
+func storeProbe(subject string) func(context.Context, *prober, Outcome, map[Role]*prober) (Outcome, string) {
+	return func(ctx context.Context, p *prober, _ Outcome, _ map[Role]*prober) (Outcome, string) {
+		o, d, m := p.request(ctx, guardedPublish(subject))
+		if o == Allowed && apiError(m) == 0 && m != nil && m.Header.Get("Status") == "" {
+			// A PubAck: the guards did not hold (nothing should ever get here).
+			return Allowed, "STORED despite the expected-sequence guard: " + string(m.Data)
+		}
+		return o, d
+	}
+}
+
+func subProbe(subject string) func(context.Context, *prober, Outcome, map[Role]*prober) (Outcome, string) {
+	return func(ctx context.Context, p *prober, _ Outcome, _ map[Role]*prober) (Outcome, string) {
+		return p.subscribe(ctx, subject)
+	}
+}
+
+func pubProbe(subject string) func(context.Context, *prober, Outcome, map[Role]*prober) (Outcome, string) {
+	return func(ctx context.Context, p *prober, _ Outcome, _ map[Role]*prober) (Outcome, string) {
+		return p.publish(ctx, reqMsg(subject, `{"jingwei_role_check":true}`))
+	}
+}
+
+// consumerProbe: where the role may, create a throw-away consumer on the
+// probe session's subject, read its info, ask for a batch, ack, delete it;
+// elsewhere send a guarded create, which JetStream would refuse.
+func consumerProbe(stream, filter string) func(context.Context, *prober, Outcome, map[Role]*prober) (Outcome, string) {
+	return func(ctx context.Context, p *prober, expect Outcome, _ map[Role]*prober) (Outcome, string) {
+		name := "jingwei_role_check_" + nuid.Next()
+		create := "$JS.API.CONSUMER.CREATE." + stream + "." + name + "." + filter
+		if expect == Refused {
+			o, d, _ := p.request(ctx, guardedAPI(create))
+			return o, d
+		}
+		body, _ := json.Marshal(map[string]any{
+			"stream_name": stream,
+			"action":      "create",
+			"config": map[string]any{
+				"name": name, "durable_name": name, "filter_subject": filter,
+				"ack_policy": "explicit", "deliver_policy": "all",
+				// The server removes it by itself should the delete below fail.
+				"inactive_threshold": int64(30 * time.Second),
+			},
+		})
+		o, d, m := p.request(ctx, reqMsg(create, string(body)))
+		if o != Allowed || apiError(m) != 0 {
+			return o, "create: " + d
+		}
+		steps := []struct {
+			what string
+			msg  *nats.Msg
+		}{
+			{"info", reqMsg("$JS.API.CONSUMER.INFO."+stream+"."+name, "")},
+			{"next", reqMsg("$JS.API.CONSUMER.MSG.NEXT."+stream+"."+name, `{"batch":1,"no_wait":true}`)},
+		}
+		for _, s := range steps {
+			if o, d, _ := p.request(ctx, s.msg); o != Allowed {
+				p.request(ctx, reqMsg("$JS.API.CONSUMER.DELETE."+stream+"."+name, ""))
+				return o, "created, but " + s.what + ": " + d
+			}
+		}
+		// An ack of a sequence the consumer never delivered: ignored.
+		if o, d := p.publish(ctx, reqMsg("$JS.ACK."+stream+"."+name+".1.1.1.0.0", "+ACK")); o != Allowed {
+			p.request(ctx, reqMsg("$JS.API.CONSUMER.DELETE."+stream+"."+name, ""))
+			return o, "created, but ack: " + d
+		}
+		o, d, m = p.request(ctx, reqMsg("$JS.API.CONSUMER.DELETE."+stream+"."+name, ""))
+		if o != Allowed || apiError(m) != 0 {
+			return o, "created, but delete: " + d
+		}
+		return Allowed, "created, info, next, ack, deleted"
+	}
+}
+
+// respondProbe: the recoverer answers a request another role (host, else
+// admin) sends on a subject only it may receive, through its response
+// permission. Other roles are refused already at the subscription.
+func respondProbe(session string) func(context.Context, *prober, Outcome, map[Role]*prober) (Outcome, string) {
+	return func(ctx context.Context, p *prober, _ Outcome, all map[Role]*prober) (Outcome, string) {
+		subject := "$SRV.PING." + session + "-" + nuid.Next()
+		if p.role != RoleRecoverer && p.role != RoleAdmin {
+			return p.subscribe(ctx, subject)
+		}
+		asker := all[RoleHost]
+		if asker == nil {
+			asker = all[RoleAdmin]
+		}
+		if asker == nil || asker == p {
+			return Skipped, "needs a host or admin connection to send the request"
+		}
+		const answer = `{"jingwei_role_check":"answer"}`
+		replies := make(chan string, 1)
+		s, err := p.nc.Subscribe(subject, func(m *nats.Msg) {
+			select {
+			case replies <- m.Reply:
+			default:
+			}
+			_ = m.Respond([]byte(answer))
+		})
+		if err != nil {
+			return Failed, err.Error()
+		}
+		defer s.Unsubscribe()
+		if o, d := p.awaitViolation(ctx, "subscribe "+subject); o != Allowed {
+			return o, "subscribe: " + d
+		}
+		o, d, m := asker.request(ctx, reqMsg(subject, ""))
+		if o == Allowed && string(m.Data) == answer {
+			return Allowed, fmt.Sprintf("answered %s's request", asker.role)
+		}
+		select {
+		case reply := <-replies:
+			if o, v := p.awaitViolation(ctx, "publish "+reply); o == Refused {
+				return Refused, v
+			}
+		default:
+		}
+		return Failed, fmt.Sprintf("%s's request: %s", asker.role, d)
+	}
+}
+
+// catalog is every probe, with the roles that need each action (DESIGN
+// §4a and the permission tables in roles.go, written down independently of
+// them so the check can catch a table that is wrong).
+func catalog(n names, session string) []probe {
+	const (
+		ag, rv, ho, wk, rc = RoleAgent, RoleReviewer, RoleHost, RoleWorker, RoleRecoverer
+	)
+	everyone := []Role{ag, rv, ho, wk, rc}
+	writers := []Role{wk, rc}
+	subj := func(kind string) string { return n.p + "." + kind + "." + session }
+	kvKey := func(bucket, key string) string { return "$KV." + bucket + "." + key }
+	lastBy := func(subject string) string { return fmt.Sprintf(`{"last_by_subj":%q}`, subject) }
+	var ps []probe
+	add := func(action string, allowed []Role, run func(context.Context, *prober, Outcome, map[Role]*prober) (Outcome, string)) {
+		ps = append(ps, probe{action: action, allowed: allowed, run: run})
+	}
+
+	// Reading.
+	add("account info", everyone, ask(func() *nats.Msg { return reqMsg("$JS.API.INFO", "") }))
+	for _, s := range []string{n.events, n.plansKV} {
+		add("stream info "+s, everyone, ask(func() *nats.Msg { return reqMsg("$JS.API.STREAM.INFO."+s, "") }))
+	}
+	add("direct get "+n.events+" (batch, next_by_subj)", everyone, ask(func() *nats.Msg {
+		return reqMsg("$JS.API.DIRECT.GET."+n.events, fmt.Sprintf(`{"seq":1,"next_by_subj":%q,"batch":2}`, subj("events")))
+	}))
+	add("direct get "+n.events+" last by subject", everyone, ask(func() *nats.Msg {
+		return reqMsg("$JS.API.DIRECT.GET."+n.events+"."+subj("events"), "")
+	}))
+	add("message get "+n.events, everyone, ask(func() *nats.Msg {
+		return reqMsg("$JS.API.STREAM.MSG.GET."+n.events, lastBy(subj("events")))
+	}))
+	add("direct get "+n.reviews, []Role{rv, ho, wk, rc}, ask(func() *nats.Msg {
+		return reqMsg("$JS.API.DIRECT.GET."+n.reviews, lastBy(subj("reviews")))
+	}))
+	add("message get "+n.reviews, []Role{rv, ho, wk, rc}, ask(func() *nats.Msg {
+		return reqMsg("$JS.API.STREAM.MSG.GET."+n.reviews, lastBy(subj("reviews")))
+	}))
+	for _, s := range [][2]string{{n.plans, "plans"}, {n.requests, "requests"}, {n.assessments, "assessments"}} {
+		add("message get "+s[0], []Role{ho, wk, rc}, ask(func() *nats.Msg {
+			return reqMsg("$JS.API.STREAM.MSG.GET."+s[0], lastBy(subj(s[1])))
+		}))
+	}
+	add("KV get "+n.planState, []Role{ho, wk, rc}, ask(func() *nats.Msg {
+		return reqMsg("$JS.API.DIRECT.GET."+n.plansKV+"."+kvKey(n.planState, session), "")
+	}))
+	for _, b := range []string{n.leases, n.budget} {
+		add("KV get "+b, writers, ask(func() *nats.Msg {
+			return reqMsg("$JS.API.DIRECT.GET.KV_"+b+"."+kvKey(b, session), "")
+		}))
+	}
+	add("subscribe _INBOX (replies)", everyone, func(ctx context.Context, p *prober, _ Outcome, _ map[Role]*prober) (Outcome, string) {
+		return p.subscribe(ctx, p.nc.NewInbox())
+	})
+	add("subscribe "+n.p+".events.> (core)", []Role{ag}, subProbe(n.p+".events.>"))
+
+	// Writing session data (guarded: never stored).
+	add("publish "+subj("requests")+" (JetStream)", []Role{ag, rc}, storeProbe(subj("requests")))
+	add("publish "+subj("events")+" (JetStream)", writers, storeProbe(subj("events")))
+	add("publish "+subj("plans")+" (JetStream)", []Role{rc}, storeProbe(subj("plans")))
+	add("publish "+subj("assessments")+" (JetStream)", []Role{rc}, storeProbe(subj("assessments")))
+	add("publish "+subj("reviews")+" (JetStream)", []Role{rv}, storeProbe(subj("reviews")))
+	for _, b := range []string{n.leases, n.planState, n.budget} {
+		add("KV write "+b, writers, storeProbe(kvKey(b, session)))
+	}
+	add("publish _INBOX.<other client> (forged reply)", nil, pubProbe("_INBOX."+nuid.Next()))
+
+	// The service.
+	add("subscribe "+n.p+".api.>", []Role{rc}, subProbe(n.p+".api.>"))
+	add("subscribe $SRV.>", []Role{rc}, subProbe("$SRV.>"))
+	add("answer a request (response permission)", []Role{rc}, respondProbe(session))
+	for _, e := range []struct {
+		endpoint string
+		roles    []Role
+	}{
+		{"call", []Role{ag}},
+		{"status", []Role{ag, rv, ho}},
+		{"inspect", []Role{rv, ho}},
+		{"prepare", []Role{ho}},
+	} {
+		// A malformed body: a live service answers bad_request and does
+		// nothing; "no responders" also proves the publish was let through.
+		add("request "+n.api(e.endpoint), e.roles, ask(func() *nats.Msg { return reqMsg(n.api(e.endpoint), guardBody) }))
+	}
+	add("request $SRV.PING (nats micro ls)", []Role{ho}, ask(func() *nats.Msg { return reqMsg("$SRV.PING."+session, "") }))
+
+	// Managing streams, buckets and their messages (admin only; guarded).
+	for _, s := range []string{n.events, n.reviews, n.leasesKV, n.plansKV, n.budgetKV} {
+		for _, op := range []string{"DELETE", "UPDATE", "PURGE"} {
+			add("stream "+strings.ToLower(op)+" "+s, nil, ask(func() *nats.Msg { return guardedAPI("$JS.API.STREAM." + op + "." + s) }))
+		}
+	}
+	add("stream create "+n.events, nil, ask(func() *nats.Msg { return guardedAPI("$JS.API.STREAM.CREATE." + n.events) }))
+	for _, s := range []string{n.reviews, n.events} {
+		add("message delete "+s, nil, ask(func() *nats.Msg { return guardedAPI("$JS.API.STREAM.MSG.DELETE." + s) }))
+	}
+
+	// Consumers.
+	add("consumer on "+n.requests, []Role{wk}, consumerProbe(n.requests, subj("requests")))
+	add("consumer on "+n.plans, []Role{wk}, consumerProbe(n.plans, subj("plans")))
+	add("consumer on "+n.events, []Role{rc}, consumerProbe(n.events, subj("events")))
+	add("consumer on "+n.reviews, []Role{rc}, consumerProbe(n.reviews, subj("reviews")))
+	add("consumer on "+n.leasesKV+" (lease watcher)", []Role{rc}, consumerProbe(n.leasesKV, kvKey(n.leases, session)))
+	add("ack on "+n.requests, []Role{wk}, pubProbe("$JS.ACK."+n.requests+".jingwei_role_check.1.1.1.0.0"))
+	add("ack on "+n.plans+" (with domain)", []Role{wk}, pubProbe("$JS.ACK.hub.ACCHASH."+n.plans+".jingwei_role_check.1.1.1.0.0.x"))
+	add("ack on "+n.events, []Role{rc}, pubProbe("$JS.ACK."+n.events+".jingwei_role_check.1.1.1.0.0"))
+
+	// The example tools' own stream and buckets.
+	add("stream create "+n.ledger+" (guarded)", []Role{wk}, ask(func() *nats.Msg { return guardedAPI("$JS.API.STREAM.CREATE." + n.ledger) }))
+	add("publish "+n.tp+".ledger (JetStream)", []Role{wk}, storeProbe(n.tp+".ledger"))
+	add("KV write "+n.orders, []Role{wk}, storeProbe(kvKey(n.orders, session)))
+	add("KV get "+n.orderKeys, []Role{wk}, ask(func() *nats.Msg {
+		return reqMsg("$JS.API.DIRECT.GET."+n.orderKeysKV+"."+kvKey(n.orderKeys, session), "")
+	}))
+	for _, op := range []string{"DELETE", "UPDATE", "PURGE"} {
+		add("stream "+strings.ToLower(op)+" "+n.ledger, nil, ask(func() *nats.Msg { return guardedAPI("$JS.API.STREAM." + op + "." + n.ledger) }))
+	}
+	add("stream purge "+n.ordersKV, nil, ask(func() *nats.Msg { return guardedAPI("$JS.API.STREAM.PURGE." + n.ordersKV) }))
+	return ps
+}

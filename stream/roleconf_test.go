@@ -1,0 +1,128 @@
+package stream_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jingwei/jingwei/stream"
+)
+
+// TestAuthorizationBlockConfigFile writes a full nats-server configuration
+// file with the rendered block (and a prefix other than the default), loads
+// it the way nats-server does, checks the parsed permissions are the
+// tables', starts the server and runs the role check against it.
+func TestAuthorizationBlockConfigFile(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rc := stream.RoleConfig{Prefix: "acme", ToolsPrefix: "shop"}
+	dir := stream.KeyDir(filepath.Join(t.TempDir(), "keys"))
+	if _, err := dir.Init(); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := dir.PublicKeys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, err := rc.AuthorizationBlock(keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := fmt.Sprintf("listen: \"127.0.0.1:-1\"\nserver_name: jw-conf-test\njetstream {\n  store_dir: %q\n}\n\n%s", t.TempDir(), block)
+	path := filepath.Join(t.TempDir(), "nats-server.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(path)
+	if err != nil {
+		t.Fatalf("nats-server rejects the configuration: %v\n%s", err, conf)
+	}
+	if len(opts.Nkeys) != len(stream.Roles) {
+		t.Fatalf("%d nkey users parsed", len(opts.Nkeys))
+	}
+	byKey := map[string]stream.Role{}
+	for r, k := range keys {
+		byKey[k] = r
+	}
+	for _, u := range opts.Nkeys {
+		r, ok := byKey[u.Nkey]
+		if !ok {
+			t.Fatalf("unknown user %s", u.Nkey)
+		}
+		want := rc.Permissions(r)
+		if !sameList(u.Permissions.Publish.Allow, want.Publish.Allow) || !sameList(u.Permissions.Publish.Deny, want.Publish.Deny) ||
+			!sameList(u.Permissions.Subscribe.Allow, want.Subscribe.Allow) || !sameList(u.Permissions.Subscribe.Deny, want.Subscribe.Deny) {
+			t.Errorf("%s: parsed permissions differ from the table:\n got %+v %+v\nwant %+v %+v", r, *u.Permissions.Publish, *u.Permissions.Subscribe, *want.Publish, *want.Subscribe)
+		}
+		if (u.Permissions.Response == nil) != (want.Response == nil) ||
+			(want.Response != nil && *u.Permissions.Response != *want.Response) {
+			t.Errorf("%s: response permission %+v, want %+v", r, u.Permissions.Response, want.Response)
+		}
+	}
+	opts.NoSigs = true
+	s, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	admin, err := stream.Connect(ctx, stream.ConnectConfig{URL: s.ClientURL(), NKeySeedFile: dir.SeedFile(stream.RoleAdmin)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	js, _ := jetstream.New(admin)
+	if _, err := stream.EnsureTopology(ctx, js, stream.TopologyConfig{Prefix: rc.Prefix}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := stream.CheckRoles(ctx, stream.CheckConfig{URL: s.ClientURL(), Dir: dir, Subjects: rc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkOK(t, rep)
+	for _, r := range rep.Results {
+		if strings.Contains(r.Action, "jw.") || strings.Contains(r.Action, "JW_") {
+			t.Errorf("probe %q ignores the prefix", r.Action)
+		}
+	}
+}
+
+func sameList(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(slices.Compact(a), slices.Compact(b))
+}
+
+func TestAuthorizationBlockRefusesBadUsers(t *testing.T) {
+	dir := stream.KeyDir(filepath.Join(t.TempDir(), "keys"))
+	init, err := dir.Init()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := init.Roles[0].PublicKey
+	for name, users := range map[string]map[stream.Role]string{
+		"none":         nil,
+		"unknown role": {"root": k},
+		"shared key":   {stream.RoleAgent: k, stream.RoleAdmin: k},
+		"not a user":   {stream.RoleAgent: "ABCDEF"},
+	} {
+		if _, err := (stream.RoleConfig{}).AuthorizationBlock(users); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+	if _, err := (stream.RoleConfig{Prefix: "a.b"}).AuthorizationBlock(map[stream.Role]string{stream.RoleAgent: k}); err == nil {
+		t.Error("bad prefix accepted")
+	}
+}

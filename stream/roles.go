@@ -1,0 +1,427 @@
+package stream
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/jingwei/jingwei/schema"
+)
+
+// Role is one kind of jingwei client (DESIGN §4a). Every client connects as
+// exactly one role, and the NATS server's permissions, not the client's
+// manners, keep it to that role's subjects.
+type Role string
+
+// The roles.
+const (
+	// RoleAgent publishes tool requests, calls jw.api.call and
+	// jw.api.status, and reads session events.
+	RoleAgent Role = "agent"
+	// RoleReviewer (also the approver) publishes reviews, calls
+	// jw.api.status and jw.api.inspect, and reads session events and
+	// reviews.
+	RoleReviewer Role = "reviewer"
+	// RoleHost (the operator) prepares retries, calls status and inspect,
+	// reads every jingwei stream and the plans bucket, and lists the
+	// service with `nats micro`.
+	RoleHost Role = "host"
+	// RoleWorker (a tool worker) appends to session logs, writes leases,
+	// budgets and plan state, consumes requests and plans, and keeps the
+	// example tools' own buckets and stream.
+	RoleWorker Role = "worker"
+	// RoleRecoverer (the recovery worker) fences sessions, publishes
+	// assessments and plans, forwards jw.api.call requests, consumes
+	// events and reviews, and answers the jingwei service.
+	RoleRecoverer Role = "recoverer"
+	// RoleAdmin may do everything, and is the only role that creates,
+	// updates, deletes or purges jingwei's streams and buckets.
+	RoleAdmin Role = "admin"
+)
+
+// Roles lists every role, in the order tables and reports use.
+var Roles = []Role{RoleAgent, RoleReviewer, RoleHost, RoleWorker, RoleRecoverer, RoleAdmin}
+
+// Valid reports whether r is one of Roles.
+func (r Role) Valid() bool { return slices.Contains(Roles, r) }
+
+// DefaultToolsPrefix is the example tools' default prefix (tools.Config).
+const DefaultToolsPrefix = "tools"
+
+// DefaultResponseExpiry is how long the recoverer may take to answer a
+// service request (RoleConfig.ResponseExpiry): nats-server's own default,
+// and well above the recoverer's 30 s call timeout.
+const DefaultResponseExpiry = 2 * time.Minute
+
+// RoleConfig says which subjects the roles' permissions name. The zero value
+// is usable: it describes the default topology.
+type RoleConfig struct {
+	// Prefix is jingwei's subject prefix (TopologyConfig.Prefix). Defaults
+	// to "jw".
+	Prefix string
+	// ToolsPrefix is the example tools' prefix (tools.Config.Prefix): the
+	// worker keeps buckets <prefix>_orders and <prefix>_order_keys and
+	// stream <PREFIX>_LEDGER on <prefix>.ledger. Defaults to "tools".
+	ToolsPrefix string
+	// ResponseExpiry is how long after a request arrives the recoverer may
+	// still answer it (nats allow_responses expires; one answer per
+	// request). It must exceed the recoverer's CallTimeout. Defaults to
+	// DefaultResponseExpiry.
+	ResponseExpiry time.Duration
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c RoleConfig) WithDefaults() RoleConfig {
+	if c.Prefix == "" {
+		c.Prefix = "jw"
+	}
+	if c.ToolsPrefix == "" {
+		c.ToolsPrefix = DefaultToolsPrefix
+	}
+	if c.ResponseExpiry <= 0 {
+		c.ResponseExpiry = DefaultResponseExpiry
+	}
+	return c
+}
+
+// Validate reports a prefix that is not a subject token of [A-Za-z0-9_-].
+func (c RoleConfig) Validate() error {
+	c = c.WithDefaults()
+	if !schema.ValidSession(c.Prefix) {
+		return fmt.Errorf("stream: RoleConfig.Prefix %q: want [A-Za-z0-9_-]+", c.Prefix)
+	}
+	if !schema.ValidSession(c.ToolsPrefix) {
+		return fmt.Errorf("stream: RoleConfig.ToolsPrefix %q: want [A-Za-z0-9_-]+", c.ToolsPrefix)
+	}
+	return nil
+}
+
+// Op is what a Grant is about: publishing or subscribing.
+type Op string
+
+// The operations a Grant names.
+const (
+	OpPublish   Op = "publish"
+	OpSubscribe Op = "subscribe"
+)
+
+// Grant is one line of a role's permission table: subjects the role may
+// publish or subscribe to (or, with Deny, never may, whatever else is
+// allowed), and why.
+type Grant struct {
+	// Op is OpPublish or OpSubscribe.
+	Op Op `json:"op"`
+	// Deny makes the subjects a deny list entry; deny wins over allow.
+	Deny bool `json:"deny,omitempty"`
+	// Subjects are NATS subjects, wildcards allowed.
+	Subjects []string `json:"subjects"`
+	// Why says what the entry is for (an allow) or what attack it stops
+	// (a deny).
+	Why string `json:"why"`
+}
+
+// RolePermissions is a role's permissions as plain subject lists, the form
+// server.Permissions, jwt.Permissions and the nats-server configuration
+// text are made from.
+type RolePermissions struct {
+	// Role is the role.
+	Role Role `json:"role"`
+	// PublishAllow, PublishDeny, SubscribeAllow and SubscribeDeny are the
+	// subject lists, sorted, without duplicates.
+	PublishAllow   []string `json:"publish_allow"`
+	PublishDeny    []string `json:"publish_deny,omitempty"`
+	SubscribeAllow []string `json:"subscribe_allow"`
+	SubscribeDeny  []string `json:"subscribe_deny,omitempty"`
+	// Responses, when set, lets the role publish one answer to the reply
+	// subject of each message it receives within ResponseExpiry (nats
+	// allow_responses), whatever the publish lists say.
+	Responses bool `json:"responses,omitempty"`
+	// ResponseExpiry is RoleConfig.ResponseExpiry when Responses is set.
+	ResponseExpiry time.Duration `json:"response_expiry,omitempty"`
+}
+
+// names are the streams, buckets and subjects of one RoleConfig.
+type names struct {
+	p, tp string
+	// jingwei's streams and its buckets' streams.
+	events, requests, reviews, plans, assessments string
+	leasesKV, plansKV, budgetKV                   string // KV_<bucket>
+	leases, planState, budget                     string // bucket names
+	// the example tools' stream and buckets' streams.
+	ledger, ordersKV, orderKeysKV string
+	orders, orderKeys             string
+}
+
+func (c RoleConfig) names() names {
+	c = c.WithDefaults()
+	n := names{p: c.Prefix, tp: c.ToolsPrefix}
+	n.events, n.requests = streamName(n.p, "EVENTS"), streamName(n.p, "REQUESTS")
+	n.reviews, n.plans = streamName(n.p, "REVIEWS"), streamName(n.p, "PLANS")
+	n.assessments = streamName(n.p, "ASSESSMENTS")
+	n.leases, n.planState, n.budget = n.p+"_leases", n.p+"_plans", n.p+"_budget"
+	n.leasesKV, n.plansKV, n.budgetKV = "KV_"+n.leases, "KV_"+n.planState, "KV_"+n.budget
+	// tools.New names its stream strings.ToUpper(prefix)+"_LEDGER".
+	n.ledger = strings.ToUpper(n.tp) + "_LEDGER"
+	n.orders, n.orderKeys = n.tp+"_orders", n.tp+"_order_keys"
+	n.ordersKV, n.orderKeysKV = "KV_"+n.orders, "KV_"+n.orderKeys
+	return n
+}
+
+func (n names) subj(kind string) string { return n.p + "." + kind + ".*" }
+func (n names) api(endpoint string) string {
+	return n.p + ".api." + endpoint
+}
+func (n names) jingweiStreams() []string {
+	return []string{n.events, n.requests, n.reviews, n.plans, n.assessments}
+}
+func (n names) jingweiBuckets() []string { return []string{n.leasesKV, n.plansKV, n.budgetKV} }
+
+// each applies f to every stream and concatenates the results.
+func each(streams []string, f func(string) []string) []string {
+	var out []string
+	for _, s := range streams {
+		out = append(out, f(s)...)
+	}
+	return out
+}
+
+// get is every way to read one message of a stream: direct gets (by body,
+// batched, and last-by-subject in the subject) and message gets (what
+// nats.go uses where the stream does not allow direct gets).
+func get(s string) []string {
+	return []string{"$JS.API.DIRECT.GET." + s, "$JS.API.DIRECT.GET." + s + ".>", "$JS.API.STREAM.MSG.GET." + s}
+}
+
+// getKV is get for a KV bucket's stream: buckets always allow direct gets,
+// which is all kv.Get uses (last-by-subject, or by revision).
+func getKV(s string) []string {
+	return []string{"$JS.API.DIRECT.GET." + s, "$JS.API.DIRECT.GET." + s + ".>"}
+}
+
+// consume is what the owner of a stream's consumers needs: every consumer
+// request on the stream (create, update, info, delete, pause, and the rest
+// of $JS.API.CONSUMER.<op>.<stream>.>), the next-batch request of a pull
+// consumer, and the acks (+ACK, -NAK, +TERM, +WPI) with and without a
+// JetStream domain in the ack subject.
+func consume(s string) []string {
+	return []string{
+		"$JS.API.CONSUMER.*." + s + ".>",
+		"$JS.API.CONSUMER.MSG.NEXT." + s + ".>",
+		"$JS.ACK." + s + ".>",
+		"$JS.ACK.*.*." + s + ".>",
+	}
+}
+
+// watch is consume plus the flow-control answers of a push consumer: what a
+// nats.go KV watcher (kv.Keys, kv.Watch) takes.
+func watch(s string) []string {
+	return append(consume(s), "$JS.FC."+s+".>", "$JS.FC.*.*."+s+".>")
+}
+
+// anyConsumer is every consumer request on one stream (also the unnamed
+// create, names, list, durable create, next, stepdown) and every ack
+// subject of its consumers.
+func anyConsumer(s string) []string {
+	return []string{
+		"$JS.API.CONSUMER.*." + s,
+		"$JS.API.CONSUMER.*." + s + ".>",
+		"$JS.API.CONSUMER.*.*." + s + ".>",
+		"$JS.ACK." + s + ".>",
+		"$JS.ACK.*.*." + s + ".>",
+	}
+}
+
+// streamChanges is every request that changes any stream or removes its
+// messages, whatever its name: update, delete, purge, message delete.
+var streamChanges = []string{
+	"$JS.API.STREAM.UPDATE.*",
+	"$JS.API.STREAM.DELETE.*",
+	"$JS.API.STREAM.PURGE.*",
+	"$JS.API.STREAM.MSG.DELETE.*",
+}
+
+func pub(why string, subjects ...string) Grant {
+	return Grant{Op: OpPublish, Subjects: subjects, Why: why}
+}
+func sub(why string, subjects ...string) Grant {
+	return Grant{Op: OpSubscribe, Subjects: subjects, Why: why}
+}
+
+// allows is each role's table of what it needs.
+func (n names) allows(r Role) []Grant {
+	// Every role but admin.
+	base := []Grant{
+		sub("replies: PubAcks, JetStream API answers, service answers, pull consumer batches", "_INBOX.>"),
+		pub("account info (nats.go CreateKeyValue asks for it; `nats account info`)", "$JS.API.INFO"),
+		pub("stream and bucket info (OpenTopology, js.Stream, js.KeyValue, kv.Status): read-only metadata", "$JS.API.STREAM.INFO.*"),
+	}
+	switch r {
+	case RoleAgent:
+		return append(base,
+			pub("tool requests, published with JetStream (the PubAck comes back on _INBOX)", n.subj("requests")),
+			pub("service: run a call, ask for status", n.api("call"), n.api("status")),
+			pub("read session events: direct and message gets on the log", get(n.events)...),
+			sub("follow session events live (core subscription)", n.p+".events.>"),
+		)
+	case RoleReviewer:
+		return append(base,
+			pub("reviews (approvals), published with JetStream", n.subj("reviews")),
+			pub("service: status, inspect", n.api("status"), n.api("inspect")),
+			pub("read session events and reviews: direct and message gets", append(get(n.events), get(n.reviews)...)...),
+		)
+	case RoleHost:
+		return append(base,
+			pub("service: prepare a retry, status, inspect", n.api("prepare"), n.api("status"), n.api("inspect")),
+			pub("`nats micro ls/info/stats` ($SRV.PING|INFO|STATS[.name[.id]])", "$SRV.>"),
+			pub("read every jingwei stream and the plan records: direct and message gets (export, inspect, status)",
+				append(each(n.jingweiStreams(), get), getKV(n.plansKV)...)...),
+		)
+	case RoleWorker:
+		return append(base,
+			pub("append to session logs (fenced appends, JetStream)", n.subj("events")),
+			pub("leases, budgets and plan state: KV create, update, delete, renew", "$KV."+n.leases+".>", "$KV."+n.budget+".>", "$KV."+n.planState+".>"),
+			pub("read every jingwei stream and bucket: direct and message gets (kv.Get uses direct gets)",
+				append(each(n.jingweiStreams(), get), each(n.jingweiBuckets(), getKV)...)...),
+			pub("durable pull consumers on the request queue and the plan log", append(consume(n.requests), consume(n.plans)...)...),
+			pub("example tools: create their buckets and stream if missing (never update, delete or purge)",
+				"$JS.API.STREAM.CREATE."+n.ledger, "$JS.API.STREAM.CREATE."+n.ordersKV, "$JS.API.STREAM.CREATE."+n.orderKeysKV),
+			pub("example tools: reads and writes", append(append(get(n.ledger), getKV(n.ordersKV)...), append(getKV(n.orderKeysKV),
+				n.tp+".ledger", "$KV."+n.orders+".>", "$KV."+n.orderKeys+".>")...)...),
+		)
+	case RoleRecoverer:
+		return append(base,
+			pub("fences on session logs (session.fenced)", n.subj("events")),
+			pub("assessments and retry plans", n.subj("assessments"), n.subj("plans")),
+			pub("forward jw.api.call requests to the work queue (JetStream)", n.subj("requests")),
+			pub("leases, budgets and plan state: KV create, update, delete", "$KV."+n.leases+".>", "$KV."+n.budget+".>", "$KV."+n.planState+".>"),
+			pub("read everything: direct and message gets", append(each(n.jingweiStreams(), get), each(n.jingweiBuckets(), getKV)...)...),
+			pub("durable consumers on the session logs and the reviews (classifier, review checks)", append(consume(n.events), consume(n.reviews)...)...),
+			pub("lease expiry watcher: an ordered pull consumer on the leases bucket (WatchLeaseExpiry)", consume(n.leasesKV)...),
+			pub("plan key listing: kv.Keys, a push watcher with flow control, on the plans bucket", watch(n.plansKV)...),
+			sub("serve the jingwei service: its endpoints and micro's $SRV discovery", n.p+".api.>", "$SRV.>"),
+		)
+	case RoleAdmin:
+		return []Grant{
+			pub("everything: create, update, delete and purge streams and buckets", ">"),
+			sub("everything", ">"),
+		}
+	}
+	return nil
+}
+
+// guard is a rule that must hold whatever the allow tables say: its
+// subjects are denied to every role but admin and the owners.
+type guard struct {
+	Grant
+	owners []Role
+}
+
+func (n names) guards() []guard {
+	g := func(op Op, why string, subjects []string, owners ...Role) guard {
+		return guard{Grant: Grant{Op: op, Deny: true, Subjects: subjects, Why: why}, owners: owners}
+	}
+	return []guard{
+		g(OpPublish, "only admin updates, deletes or purges a stream or bucket (jingwei's, the example tools', any), or deletes a message from one",
+			streamChanges),
+		g(OpPublish, "only admin creates streams and buckets (workers may create the example tools' three, by name, nothing else)",
+			[]string{"$JS.API.STREAM.CREATE.*"}, RoleWorker),
+		g(OpPublish, "session logs are written by tool workers and (fences) the recoverer only", []string{n.p + ".events.>"}, RoleWorker, RoleRecoverer),
+		g(OpPublish, "plans and assessments come from the recoverer only", []string{n.p + ".plans.>", n.p + ".assessments.>"}, RoleRecoverer),
+		g(OpPublish, "reviews come from reviewers only", []string{n.p + ".reviews.>"}, RoleReviewer),
+		g(OpPublish, "leases, budgets and plan state are written by workers and the recoverer only",
+			[]string{"$KV." + n.leases + ".>", "$KV." + n.budget + ".>", "$KV." + n.planState + ".>"}, RoleWorker, RoleRecoverer),
+		g(OpPublish, "nobody publishes on reply inboxes: a forged PubAck or service answer (the recoverer answers through its response permission, which this deny does not block)",
+			[]string{"_INBOX.>"}),
+		g(OpPublish, "consumers of the work queue and the plan log belong to workers (an ack deletes a request, a term strands a plan, an update redirects them)",
+			append(anyConsumer(n.requests), anyConsumer(n.plans)...), RoleWorker),
+		g(OpPublish, "consumers of the session logs and the reviews belong to the recoverer",
+			append(anyConsumer(n.events), anyConsumer(n.reviews)...), RoleRecoverer),
+		g(OpSubscribe, "only the recoverer receives service requests (anyone else could answer someone else's call)",
+			[]string{n.p + ".api.>", "$SRV.>"}, RoleRecoverer),
+	}
+}
+
+// Grants returns the role's permission table: what it needs (allows), then
+// the rules that hold whatever the allows say (denies). An unknown role gets
+// a table that denies everything.
+func (c RoleConfig) Grants(r Role) []Grant {
+	if !r.Valid() {
+		return []Grant{
+			{Op: OpPublish, Deny: true, Subjects: []string{">"}, Why: "unknown role"},
+			{Op: OpSubscribe, Deny: true, Subjects: []string{">"}, Why: "unknown role"},
+		}
+	}
+	n := c.names()
+	out := n.allows(r)
+	if r == RoleAdmin {
+		return out
+	}
+	for _, g := range n.guards() {
+		if !slices.Contains(g.owners, r) {
+			out = append(out, g.Grant)
+		}
+	}
+	return out
+}
+
+// Subjects returns the role's permissions as sorted subject lists.
+func (c RoleConfig) Subjects(r Role) RolePermissions {
+	c = c.WithDefaults()
+	p := RolePermissions{Role: r}
+	for _, g := range c.Grants(r) {
+		var l *[]string
+		switch {
+		case g.Op == OpPublish && !g.Deny:
+			l = &p.PublishAllow
+		case g.Op == OpPublish:
+			l = &p.PublishDeny
+		case !g.Deny:
+			l = &p.SubscribeAllow
+		default:
+			l = &p.SubscribeDeny
+		}
+		*l = append(*l, g.Subjects...)
+	}
+	for _, l := range []*[]string{&p.PublishAllow, &p.PublishDeny, &p.SubscribeAllow, &p.SubscribeDeny} {
+		slices.Sort(*l)
+		*l = slices.Compact(*l)
+	}
+	if r == RoleRecoverer {
+		p.Responses, p.ResponseExpiry = true, c.ResponseExpiry
+	}
+	return p
+}
+
+// Permissions returns the role's permissions for a nats-server user
+// (server.User, server.NkeyUser). An unknown role gets permissions that
+// deny everything (never nil, which would allow everything).
+func (c RoleConfig) Permissions(r Role) *server.Permissions {
+	p := c.Subjects(r)
+	sp := &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: p.PublishAllow, Deny: p.PublishDeny},
+		Subscribe: &server.SubjectPermission{Allow: p.SubscribeAllow, Deny: p.SubscribeDeny},
+	}
+	if p.Responses {
+		sp.Response = &server.ResponsePermission{MaxMsgs: 1, Expires: p.ResponseExpiry}
+	}
+	return sp
+}
+
+// JWTPermissions returns the role's permissions for a user JWT in operator
+// mode (jwt.UserClaims.Permissions). An unknown role gets permissions that
+// deny everything.
+func (c RoleConfig) JWTPermissions(r Role) jwt.Permissions {
+	p := c.Subjects(r)
+	jp := jwt.Permissions{
+		Pub: jwt.Permission{Allow: p.PublishAllow, Deny: p.PublishDeny},
+		Sub: jwt.Permission{Allow: p.SubscribeAllow, Deny: p.SubscribeDeny},
+	}
+	if p.Responses {
+		jp.Resp = &jwt.ResponsePermission{MaxMsgs: 1, Expires: p.ResponseExpiry}
+	}
+	return jp
+}
