@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -178,4 +179,48 @@ func planCASConflict(err error) bool {
 		return apiErr.ErrorCode == 10071 || apiErr.ErrorCode == 10164
 	}
 	return false
+}
+
+// ListPlans returns every plan record in the jw_plans bucket, of one
+// session or (session "") of all, newest first (by KV revision). It lists
+// the keys from the bucket's stream info (BucketKeys) and reads each with
+// a KV get, so it needs no consumer: any role that may read jw_plans can
+// list it. A value that is not a plan record is skipped.
+func (t *Topology) ListPlans(ctx context.Context, session string) ([]PlanRecord, error) {
+	keys, err := BucketKeys(ctx, t.JS, t.Prefix+"_plans")
+	if err != nil {
+		return nil, err
+	}
+	p := NewPlans(t.Plans)
+	out := []PlanRecord{}
+	for _, k := range keys {
+		rec, err := p.Get(ctx, k)
+		if errors.Is(err, ErrPlanNotIssued) || errors.Is(err, jetstream.ErrKeyDeleted) {
+			continue
+		}
+		if err != nil {
+			var se *json.SyntaxError
+			if errors.As(err, &se) {
+				continue // not a plan record; nothing of ours
+			}
+			return nil, err
+		}
+		if session != "" && rec.Plan.Session != session {
+			continue
+		}
+		out = append(out, rec)
+	}
+	slices.SortFunc(out, func(a, b PlanRecord) int { return compareDesc(a.Revision, b.Revision) })
+	return out, nil
+}
+
+// compareDesc orders a before b when a is larger.
+func compareDesc(a, b uint64) int {
+	switch {
+	case a > b:
+		return -1
+	case a < b:
+		return 1
+	}
+	return 0
 }

@@ -291,6 +291,7 @@ func (n names) allows(r Role) []Grant {
 				"$JS.API.STREAM.CREATE."+n.ledger, "$JS.API.STREAM.CREATE."+n.ordersKV, "$JS.API.STREAM.CREATE."+n.orderKeysKV),
 			pub("example tools: reads and writes", append(append(get(n.ledger), getKV(n.ordersKV)...), append(getKV(n.orderKeysKV),
 				n.tp+".ledger", "$KV."+n.orders+".>", "$KV."+n.orderKeys+".>")...)...),
+			sub("wake-ups when a request is published (a hint only: requests are read from the work queue)", n.subj("requests")),
 		)
 	case RoleRecoverer:
 		return append(base,

@@ -36,6 +36,14 @@ jw.api.inspect, jw.api.prepare, jw.api.status; 'nats micro ls' lists it):
 Without --trust-reviewers no review is ever accepted: uncertain calls of
 unknown or non-idempotent tools then cannot be planned.
 
+Every plan is signed with --planner-key (default <auth dir>/planner.nk);
+tool workers run only plans signed by a key they trust. A call whose chain
+holds a retry without a plan signed by a trusted planner (--trust-planners,
+the planner key's own by default) gets no plan: unauthorized_retry.
+
+Credentials: --creds FILE or --nkey FILE, else the recoverer role's key in
+the --auth directory (default ./.jingwei/auth when it exists).
+
 --lease-ttl must be the same for every process of a deployment. Run several
 recovery workers for availability, each with its own --name (its durable
 consumers are named after it; a restart with the same name resumes).
@@ -53,6 +61,8 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	nf.register(fs)
 	lf.register(fs)
 	trustFile := fs.String("trust-reviewers", "", "file of trusted reviewer nkey public keys, one per line")
+	plannerFile := fs.String("planner-key", envOr("JINGWEI_PLANNER_KEY", ""), "nkey seed this recovery worker signs its plans with (default <auth dir>/planner.nk; env JINGWEI_PLANNER_KEY)")
+	trustPlanners := fs.String("trust-planners", envOr("JINGWEI_TRUST_PLANNERS", ""), "file of plan-signer public keys whose plans are accepted on the retries in a history (default: the planner key's own, plus <auth dir>/planners)")
 	autoPlan := fs.Bool("auto-plan", false, "issue plans for retry_allowed calls without a prepare request")
 	ttl := fs.Duration("lease-ttl", 10*time.Second, "session lease TTL (at least 1s; the same for every process)")
 	name := fs.String("name", recoverer.DefaultName, "name of this recovery worker (its durable consumers); unique per running instance")
@@ -85,6 +95,20 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if len(trusted) == 0 {
 		log.Warn().Msg("no trusted reviewer keys (--trust-reviewers): every review will be rejected")
 	}
+	planner, pfile, err := nf.plannerKey(*plannerFile)
+	if err != nil {
+		return usageError(stderr, "recover", "plan-signing key %s: %v", pfile, err)
+	}
+	planners, tfile, err := nf.trustedPlanners(*trustPlanners)
+	if err != nil {
+		return usageError(stderr, "recover", "trusted planners %s: %v", tfile, err)
+	}
+	if pub, err := planner.PublicKey(); err == nil {
+		if planners == nil {
+			planners = recovery.TrustedKeys{}
+		}
+		planners[pub] = struct{}{}
+	}
 	nc, err := nf.connect(ctx, "recover", log)
 	if err != nil {
 		fmt.Fprintf(stderr, "jingwei recover: %v\n", err)
@@ -104,6 +128,7 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	rec, err := recoverer.New(recoverer.Config{
 		Topology: topo, Logger: log, TrustedReviewers: trusted, AutoPlan: *autoPlan,
 		Name: *name, Owner: *owner, CallTimeout: *callTimeout,
+		PlannerKey: planner, TrustedPlanners: planners,
 	})
 	if err != nil {
 		return usageError(stderr, "recover", "%v", err)

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
+	iofs "io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
@@ -25,6 +27,7 @@ func init() {
 
 const serveHelp = `  jingwei serve [--listen 127.0.0.1:4222] [--data ./.jingwei] [--sync always|interval]
                 [--trust-reviewers FILE] [--auto-plan] [--no-worker] [--lease-ttl 10s]
+                [--no-auth] [--repair-topology]
 
 The zero-set-up mode: one process runs an embedded NATS server with JetStream
 (store in DATA/data), the recovery worker with the 'jingwei' micro service
@@ -32,14 +35,32 @@ The zero-set-up mode: one process runs an embedded NATS server with JetStream
 tools. Agents publish requests on jw.requests.<session> or call jw.api.call;
 other 'jingwei worker' processes may join with --server.
 
-On first start serve creates a reviewer key in DATA/reviewer.nk (an nkey user
-seed, permissions 0600) and trusts it; it prints the file and the public key.
-Sign reviews with: jingwei review --key DATA/reviewer.nk …
+Authorization is on: on first start serve creates one nkey credential per
+role in DATA/auth (agent, reviewer, host, worker, recoverer, admin; files
+0600, directory 0700), the recovery worker's plan-signing key
+(DATA/auth/planner.nk) and the list of plan signers tool workers trust
+(DATA/auth/planners), runs the server with each role's permissions, and
+connects its own recovery worker, tool worker and topology set-up with their
+roles. It prints which file each kind of client uses; jingwei commands run in
+the same directory find DATA/auth by themselves (or take --auth DIR).
+A data directory or key file that others can read or write is refused, with
+the chmod that fixes it.
+
+It also creates a reviewer key in DATA/reviewer.nk and trusts it; sign
+reviews with: jingwei review --key DATA/reviewer.nk …
 --trust-reviewers FILE trusts more keys (one public key per line).
+
+--no-auth runs the server open to every client (only on a loopback
+--listen address; a non-loopback one is refused without authorization).
 
 --sync always (the default) fsyncs every write before acknowledging it, which
 recovery's start-marker rule relies on across machine crashes; interval is
 much faster but a power loss can lose acknowledged events.
+
+A jingwei stream or bucket that lacks a protection jingwei relies on (it
+allows deleting or purging messages, has a shorter dedup window, no direct
+gets) is refused at start, naming the setting; --repair-topology mends it in
+place (nothing stored is changed).
 
 --no-worker runs the server and the recovery worker only (tool workers join
 with 'jingwei worker --server …').
@@ -48,10 +69,14 @@ SIGTERM or SIGINT shuts down cleanly: the tool worker drains, the recovery
 worker stops, the server flushes its store.
 
 Exit status: 0 after a clean shutdown; 1 the server or a worker could not
-start (address in use, store unusable); 2 usage.`
+start (address in use, store unusable, a weakened stream); 2 usage (a bad
+flag, an insecure data directory or key file).`
 
 // reviewerKeyFile is the reviewer seed serve creates in its data directory.
 const reviewerKeyFile = "reviewer.nk"
+
+// authSubdir is where serve keeps the role credentials (DATA/auth).
+const authSubdir = "auth"
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("serve", "All in one: embedded NATS + recovery worker + tool worker.", serveHelp, stderr)
@@ -60,13 +85,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		lf logFlags
 	)
 	listen := fs.String("listen", stream.DefaultListen, "client address of the embedded server, host:port (port -1: any free port)")
-	data := fs.String("data", "./.jingwei", "data directory: server store (DATA/data) and reviewer key (DATA/reviewer.nk)")
+	data := fs.String("data", "./.jingwei", "data directory: server store (DATA/data), role credentials (DATA/auth) and reviewer key (DATA/reviewer.nk)")
 	syncMode := fs.String("sync", string(stream.SyncAlways), "store durability: always (fsync every write) or interval")
 	prefix := fs.String("prefix", envOr("JINGWEI_PREFIX", "jw"), "subject prefix of the jingwei topology (env JINGWEI_PREFIX)")
 	ttl := fs.Duration("lease-ttl", 10*time.Second, "session lease TTL (at least 1s; the same for every process)")
 	trustFile := fs.String("trust-reviewers", "", "file of further trusted reviewer public keys, one per line")
 	autoPlan := fs.Bool("auto-plan", false, "issue plans for retry_allowed calls without a prepare request")
 	noWorker := fs.Bool("no-worker", false, "run no tool worker in this process")
+	noAuth := fs.Bool("no-auth", false, "run the server without authorization (loopback --listen only)")
+	repair := fs.Bool("repair-topology", false, "mend jingwei streams and buckets that lack a protection, in place")
 	tf.register(fs)
 	lf.register(fs)
 	if st, ok := parseFlags(fs, args); !ok {
@@ -81,6 +108,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if m := stream.SyncMode(*syncMode); m != stream.SyncAlways && m != stream.SyncInterval {
 		return usageError(stderr, "serve", "--sync %q: want always or interval", *syncMode)
 	}
+	if *noAuth && !loopback(*listen) {
+		return usageError(stderr, "serve", "--no-auth with --listen %s: a server reachable from other machines needs authorization (drop --no-auth, or listen on 127.0.0.1)", *listen)
+	}
 	log, err := lf.logger(stderr)
 	if err != nil {
 		return usageError(stderr, "serve", "%v", err)
@@ -90,14 +120,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitFailure
 	}
 
-	// The reviewer key: created once, trusted always.
-	if err := os.MkdirAll(*data, 0o700); err != nil {
-		return fail(err)
+	// The data directory and the keys in it: private, created once.
+	if err := privateDir(*data); err != nil {
+		return usageError(stderr, "serve", "%v", err)
 	}
 	keyPath := filepath.Join(*data, reviewerKeyFile)
 	pub, created, err := ensureReviewerKey(keyPath)
 	if err != nil {
-		return fail(err)
+		return usageError(stderr, "serve", "%v", err)
 	}
 	trusted, err := recovery.NewTrustedKeys(pub)
 	if err != nil {
@@ -122,34 +152,101 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	fmt.Fprintf(stderr, "jingwei serve: %s reviewer key %s (public key %s, trusted); sign reviews with: jingwei review --key %s\n", verb, keyPath, pub, keyPath)
 
+	kd := stream.KeyDir(filepath.Join(*data, authSubdir))
+	var (
+		users    map[stream.Role]string
+		planner  nkeys.KeyPair
+		planners recovery.TrustedKeys
+	)
+	if !*noAuth {
+		if _, err := kd.Init(); err != nil {
+			return usageError(stderr, "serve", "%v", err)
+		}
+		if users, err = kd.PublicKeys(); err != nil {
+			return usageError(stderr, "serve", "%v", err)
+		}
+	} else if _, err := os.Stat(kd.PlannerFile()); err != nil {
+		// Without authorization the plan signer still has to exist.
+		if _, err := kd.Init(); err != nil {
+			return usageError(stderr, "serve", "%v", err)
+		}
+	}
+	if planner, err = kd.PlannerKeyPair(); err != nil {
+		return usageError(stderr, "serve", "%v", err)
+	}
+	keys, err := kd.Planners()
+	if err != nil {
+		return usageError(stderr, "serve", "%v", err)
+	}
+	if planners, err = recovery.NewTrustedKeys(keys...); err != nil {
+		return usageError(stderr, "serve", "%v", err)
+	}
+
 	srv, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{
 		Dir: filepath.Join(*data, "data"), Listen: *listen, Sync: stream.SyncMode(*syncMode), Logger: log,
+		Users: users, Roles: stream.RoleConfig{Prefix: *prefix},
 	})
 	if err != nil {
 		return fail(err)
 	}
 	defer srv.Shutdown()
-	nc, err := srv.Connect()
+	tcfg := stream.TopologyConfig{Prefix: *prefix, LeaseTTL: *ttl, Logger: log}
+	// connectAs connects as a role (any client when authorization is off)
+	// and checks the topology through that connection.
+	connectAs := func(r stream.Role) (*nats.Conn, jetstream.JetStream, *stream.Topology, error) {
+		var opts []nats.Option
+		if users != nil {
+			kp, err := kd.KeyPair(r)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			opts = append(opts, stream.NkeyOption(kp))
+		}
+		nc, err := srv.Connect(append(opts, nats.Name("jingwei serve "+string(r)))...)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		js, err := jetstream.New(nc)
+		if err != nil {
+			nc.Close()
+			return nil, nil, nil, err
+		}
+		cfg := tcfg
+		cfg.Repair = *repair && r == stream.RoleAdmin
+		topo, err := stream.EnsureTopology(ctx, js, cfg)
+		if err != nil {
+			nc.Close()
+			return nil, nil, nil, err
+		}
+		return nc, js, topo, nil
+	}
+	// The topology is made (and checked) by admin before anyone uses it.
+	anc, _, _, err := connectAs(stream.RoleAdmin)
 	if err != nil {
 		return fail(err)
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
+	anc.Close()
+	rnc, _, rtopo, err := connectAs(stream.RoleRecoverer)
 	if err != nil {
 		return fail(err)
 	}
-	topo, err := stream.EnsureTopology(ctx, js, stream.TopologyConfig{Prefix: *prefix, LeaseTTL: *ttl, Logger: log})
-	if err != nil {
-		return fail(err)
-	}
-	rec, err := recoverer.New(recoverer.Config{Topology: topo, Logger: log, TrustedReviewers: trusted, AutoPlan: *autoPlan})
+	defer rnc.Close()
+	rec, err := recoverer.New(recoverer.Config{
+		Topology: rtopo, Logger: log, TrustedReviewers: trusted, AutoPlan: *autoPlan,
+		PlannerKey: planner, TrustedPlanners: planners,
+	})
 	if err != nil {
 		return fail(err)
 	}
 	type runner interface{ Run(context.Context) error }
 	parts := map[string]runner{"recovery worker": rec}
 	if !*noWorker {
-		tw, err := tf.newToolWorker(ctx, js, topo, log)
+		wnc, wjs, wtopo, err := connectAs(stream.RoleWorker)
+		if err != nil {
+			return fail(err)
+		}
+		defer wnc.Close()
+		tw, err := tf.newToolWorker(ctx, wjs, wtopo, planners, log)
 		if err != nil {
 			return fail(err)
 		}
@@ -178,7 +275,17 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			}
 		}()
 	}
-	fmt.Fprintf(stdout, "jingwei serve: listening on %s (data %s, sync %s, tool worker %t)\n", srv.ClientURL(), *data, *syncMode, !*noWorker)
+	authState := "on"
+	if *noAuth {
+		authState = "OFF (--no-auth)"
+	}
+	fmt.Fprintf(stdout, "jingwei serve: listening on %s (data %s, sync %s, authorization %s, tool worker %t)\n", srv.ClientURL(), *data, *syncMode, authState, !*noWorker)
+	if users != nil {
+		fmt.Fprintf(stdout, "jingwei serve: clients connect with the role keys in %s (jingwei commands run here find them; elsewhere pass --auth %s or --nkey FILE):\n", kd, kd)
+		for _, r := range stream.Roles {
+			fmt.Fprintf(stdout, "  %-14s %s\n", filepath.Base(kd.SeedFile(r)), roleUse[r])
+		}
+	}
 	wg.Wait()
 	if first != nil && ctx.Err() == nil {
 		return fail(first)
@@ -187,10 +294,40 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	return exitOK
 }
 
+// privateDir creates dir (0700) if it does not exist and refuses one that
+// other users can read or write: it holds the server store and keys.
+func privateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	st, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		return fmt.Errorf("%w: data directory %s has mode %04o: others can read or write it; fix it with: chmod 700 %s", stream.ErrInsecureFile, dir, st.Mode().Perm(), dir)
+	}
+	return nil
+}
+
+// loopback reports whether a host:port listens on a loopback address only.
+func loopback(listen string) bool {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
 // ensureReviewerKey returns the public key of the reviewer seed at path,
-// creating the seed (0600) if the file does not exist.
+// creating the seed (0600) if the file does not exist. An existing file
+// others can read or write is refused (stream.ErrInsecureFile).
 func ensureReviewerKey(path string) (pub string, created bool, err error) {
-	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Stat(path); errors.Is(err, iofs.ErrNotExist) {
 		kp, err := nkeys.CreateUser()
 		if err != nil {
 			return "", false, err
@@ -201,10 +338,13 @@ func ensureReviewerKey(path string) (pub string, created bool, err error) {
 		}
 		created = true
 	}
-	kp, err := loadUserKey(path)
+	kp, err := stream.ReadSeedFile(path)
 	if err != nil {
 		return "", false, err
 	}
 	pub, err = kp.PublicKey()
+	if err == nil && !nkeys.IsValidPublicUserKey(pub) {
+		err = fmt.Errorf("%s is not an nkey user seed", path)
+	}
 	return pub, created, err
 }

@@ -14,8 +14,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream"
 )
 
 // lockedBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
@@ -103,10 +105,22 @@ func TestServeAllInOne(t *testing.T) {
 		t.Fatalf("no public key printed: %s", stderr)
 	}
 
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
+	// Authorization is on: a client without credentials is refused; the
+	// role keys are private files in DATA/auth, and serve says so.
+	if nc, err := nats.Connect(url); err == nil {
+		nc.Close()
+		t.Fatal("a client without credentials was let in")
 	}
+	if st, err := os.Stat(filepath.Join(dir, "auth")); err != nil || st.Mode().Perm() != 0o700 {
+		t.Fatalf("auth directory: %v %v, want 0700", st, err)
+	}
+	for _, r := range stream.Roles {
+		f := stream.KeyDir(filepath.Join(dir, "auth")).SeedFile(r)
+		if st, err := os.Stat(f); err != nil || st.Mode().Perm() != 0o600 {
+			t.Fatalf("%s: %v %v, want a 0600 file", f, st, err)
+		}
+	}
+	nc := connectRole(t, url, dir, stream.RoleAgent)
 	defer nc.Close()
 	req := []byte(`{"v":1,"request_id":"r-1","session":"s-1","task":"t-1","tool":"catalog.lookup","arguments":{"sku":"A-1"}}`)
 	var msg *nats.Msg
@@ -136,6 +150,96 @@ func TestServeAllInOne(t *testing.T) {
 	}
 	if code := stop2(); code != exitOK {
 		t.Fatalf("serve exited %d after cancel: %s", code, stderr2)
+	}
+}
+
+// connectRole connects to a serve on url as role, with its key in
+// DATA/auth.
+func connectRole(t *testing.T, url, data string, r stream.Role) *nats.Conn {
+	t.Helper()
+	kp, err := stream.KeyDir(filepath.Join(data, "auth")).KeyPair(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(url, stream.NkeyOption(kp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc
+}
+
+// TestServeRefusesInsecureData: a data directory or key file that other
+// users can read or write is refused at start with the chmod that fixes
+// it, and --no-auth is refused on a non-loopback address.
+func TestServeRefusesInsecureData(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	_, _, stop := startServe(t, dir, "--no-worker")
+	if code := stop(); code != exitOK {
+		t.Fatalf("serve exited %d", code)
+	}
+	for _, tc := range []struct {
+		path string
+		mode os.FileMode
+		fix  string
+	}{
+		{dir, 0o755, "chmod 700 " + dir},
+		{filepath.Join(dir, "auth"), 0o750, "chmod 700 " + filepath.Join(dir, "auth")},
+		{filepath.Join(dir, "auth", "worker.nk"), 0o644, "chmod 600 " + filepath.Join(dir, "auth", "worker.nk")},
+		{filepath.Join(dir, reviewerKeyFile), 0o640, "chmod 600 " + filepath.Join(dir, reviewerKeyFile)},
+	} {
+		st, _ := os.Stat(tc.path)
+		if err := os.Chmod(tc.path, tc.mode); err != nil {
+			t.Fatal(err)
+		}
+		code, _, stderr := runCLI("serve", "--listen", "127.0.0.1:-1", "--data", dir, "--no-worker")
+		if code != exitUsage || !strings.Contains(stderr, tc.fix) {
+			t.Errorf("%s at %04o: exit %d, stderr %q; want exit 2 naming %q", tc.path, tc.mode, code, stderr, tc.fix)
+		}
+		_ = os.Chmod(tc.path, st.Mode().Perm())
+	}
+	code, _, stderr := runCLI("serve", "--listen", "0.0.0.0:-1", "--data", dir, "--no-auth")
+	if code != exitUsage || !strings.Contains(stderr, "needs authorization") {
+		t.Fatalf("--no-auth on 0.0.0.0: exit %d %q", code, stderr)
+	}
+}
+
+// TestServeRefusesWeakenedTopology: a jingwei stream recreated without
+// its protections (here JW_REVIEWS allowing deletes, as an attacker with
+// admin rights once, or an old version, left it) stops serve at start,
+// naming the setting and the repair; --repair-topology mends it.
+func TestServeRefusesWeakenedTopology(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	url, _, stop := startServe(t, dir, "--no-worker")
+	nc := connectRole(t, url, dir, stream.RoleAdmin)
+	js, _ := jetstream.New(nc)
+	ctx := context.Background()
+	s, err := js.Stream(ctx, "JW_REVIEWS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	if err := js.DeleteStream(ctx, "JW_REVIEWS"); err != nil {
+		t.Fatal(err)
+	}
+	cfg.DenyDelete, cfg.DenyPurge = false, false
+	if _, err := js.CreateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	if code := stop(); code != exitOK {
+		t.Fatalf("serve exited %d", code)
+	}
+	code, _, stderr := runCLI("serve", "--listen", "127.0.0.1:-1", "--data", dir, "--no-worker", "--sync", "interval")
+	if code != exitFailure || !strings.Contains(stderr, "JW_REVIEWS") || !strings.Contains(stderr, "deny_delete") || !strings.Contains(stderr, "--repair-topology") {
+		t.Fatalf("serve on a weakened JW_REVIEWS: exit %d, %q", code, stderr)
+	}
+	_, _, stop = startServe(t, dir, "--no-worker", "--repair-topology")
+	if code := stop(); code != exitOK {
+		t.Fatalf("serve --repair-topology exited %d", code)
+	}
+	_, _, stop = startServe(t, dir, "--no-worker")
+	if code := stop(); code != exitOK {
+		t.Fatalf("serve after the repair exited %d", code)
 	}
 }
 

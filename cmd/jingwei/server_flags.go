@@ -22,11 +22,21 @@ import (
 // command. Its error says what to do about a server that is not there. The
 // caller closes the connection.
 func (n *natsFlags) connect(ctx context.Context, name string, log zerolog.Logger) (*nats.Conn, error) {
+	nkey, err := n.roleKeyFile(name)
+	if err != nil {
+		return nil, err
+	}
 	nc, err := stream.Connect(ctx, stream.ConnectConfig{
-		URL: n.server, Creds: n.creds, NKeySeedFile: n.nkey, TLSCA: n.tlsca,
+		URL: n.server, Creds: n.creds, NKeySeedFile: nkey, TLSCA: n.tlsca,
 		Name: "jingwei " + name, Logger: log,
 	})
 	if err != nil {
+		if isAuthError(err) {
+			if role, ok := commandRole[name]; ok && nkey == "" && n.creds == "" {
+				return nil, fmt.Errorf("%w (the server requires credentials: 'jingwei %s' connects as role %s with --auth DIR holding %s.nk, --nkey FILE or --creds FILE)", err, name, role, role)
+			}
+			return nil, err
+		}
 		return nil, fmt.Errorf("%w (is a server running? start one with 'jingwei serve', or point --server/$NATS_URL at yours)", err)
 	}
 	return nc, nil

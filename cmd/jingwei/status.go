@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -132,35 +129,11 @@ func listPlans(ctx context.Context, api *apiClient, session string) ([]stream.Pl
 	if err != nil {
 		return nil, err
 	}
-	kv, err := js.KeyValue(ctx, api.prefix+"_plans")
+	topo, err := stream.OpenTopology(ctx, js, stream.TopologyConfig{Prefix: api.prefix})
 	if err != nil {
-		return nil, fmt.Errorf("read plans bucket %s_plans: %w", api.prefix, err)
+		return nil, err
 	}
-	keys, err := kv.ListKeys(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("list plans: %w", err)
-	}
-	out := []stream.PlanRecord{}
-	for k := range keys.Keys() {
-		e, err := kv.Get(ctx, k)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read plan %s: %w", k, err)
-		}
-		var rec stream.PlanRecord
-		if err := json.Unmarshal(e.Value(), &rec); err != nil {
-			continue // not a plan record; nothing of ours
-		}
-		if session != "" && rec.Plan.Session != session {
-			continue
-		}
-		rec.Revision = e.Revision()
-		out = append(out, rec)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Revision > out[j].Revision })
-	return out, nil
+	return topo.ListPlans(ctx, session)
 }
 
 // printStatus prints the three tables.

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/tools"
 	"github.com/jingwei/jingwei/worker"
@@ -39,6 +40,13 @@ tests: the first waits before the body does anything, the second after its
 side effect (an order written, a charge booked) and before its answer, so a
 process killed then leaves an executed call without a result.
 
+Retry plans run only when signed by a key in --trust-planners (one nkey
+public key per line; default <auth dir>/planners, which 'jingwei auth init'
+and 'jingwei serve' write) and issued in jw_plans for exactly that plan.
+
+Credentials: --creds FILE or --nkey FILE, else the worker role's key in the
+--auth directory (default ./.jingwei/auth when it exists).
+
 --lease-ttl must be the same for every process of a deployment.
 
 Exit status: 0 after a clean drain; 1 the server is unreachable or the
@@ -47,7 +55,7 @@ topology conflicts; 2 usage.`
 // natsFlags are the connection flags of the long-running commands (DESIGN
 // §7): --server, --creds, --nkey, --tlsca and the subject --prefix.
 type natsFlags struct {
-	server, creds, nkey, tlsca, prefix string
+	server, creds, nkey, tlsca, prefix, auth string
 }
 
 func (n *natsFlags) register(fs *flag.FlagSet) {
@@ -56,19 +64,22 @@ func (n *natsFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&n.nkey, "nkey", envOr("NATS_NKEY", ""), "NATS nkey seed file for authentication (env NATS_NKEY)")
 	fs.StringVar(&n.tlsca, "tlsca", envOr("NATS_CA", ""), "PEM file of CAs to verify the server's TLS certificate (env NATS_CA)")
 	fs.StringVar(&n.prefix, "prefix", envOr("JINGWEI_PREFIX", "jw"), "subject prefix of the jingwei topology (env JINGWEI_PREFIX)")
+	fs.StringVar(&n.auth, "auth", envOr("JINGWEI_AUTH", ""), "directory of role credentials (<role>.nk), used when --creds and --nkey are not given; default ./.jingwei/auth if it exists (env JINGWEI_AUTH)")
 }
 
 // toolFlags are the flags of a tool worker, shared by worker and serve.
 type toolFlags struct {
-	owner        string
-	maxSessions  int
-	idle         time.Duration
-	drainTimeout time.Duration
-	delay        time.Duration
-	delayAfter   time.Duration
+	trustPlanners string
+	owner         string
+	maxSessions   int
+	idle          time.Duration
+	drainTimeout  time.Duration
+	delay         time.Duration
+	delayAfter    time.Duration
 }
 
 func (t *toolFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&t.trustPlanners, "trust-planners", envOr("JINGWEI_TRUST_PLANNERS", ""), "file of plan-signer public keys whose retry plans this worker runs, one per line (default <auth dir>/planners; env JINGWEI_TRUST_PLANNERS)")
 	fs.StringVar(&t.owner, "owner", "", "owner id of this tool worker in leases and fences (default tw-<host>-<pid>-<random>; must be unique)")
 	fs.IntVar(&t.maxSessions, "max-sessions", toolworker.DefaultMaxSessions, "most sessions this worker owns at once")
 	fs.DurationVar(&t.idle, "idle", toolworker.DefaultIdleTimeout, "give a session back after this long without work")
@@ -89,7 +100,7 @@ func (t *toolFlags) check() string {
 
 // newToolWorker sets up the example tools on js and a tool worker running
 // them on topo.
-func (t *toolFlags) newToolWorker(ctx context.Context, js jetstream.JetStream, topo *stream.Topology, log zerolog.Logger) (*toolworker.Worker, error) {
+func (t *toolFlags) newToolWorker(ctx context.Context, js jetstream.JetStream, topo *stream.Topology, planners recovery.TrustedKeys, log zerolog.Logger) (*toolworker.Worker, error) {
 	tl, err := tools.New(ctx, tools.Config{JS: js, Replicas: topo.Config().Replicas, Logger: log})
 	if err != nil {
 		return nil, err
@@ -98,9 +109,13 @@ func (t *toolFlags) newToolWorker(ctx context.Context, js jetstream.JetStream, t
 	if err != nil {
 		return nil, err
 	}
+	if len(planners) == 0 {
+		log.Warn().Msg("no trusted plan signers (--trust-planners, or planners in the --auth directory): every retry plan will be refused")
+	}
 	return toolworker.New(toolworker.Config{
 		Topology: topo, Registry: reg, Owner: t.owner, MaxSessions: t.maxSessions,
 		IdleTimeout: t.idle, DrainTimeout: t.drainTimeout, Logger: log,
+		Runtime: worker.Config{TrustedPlanners: planners},
 	})
 }
 
@@ -134,6 +149,10 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err != nil {
 		return usageError(stderr, "worker", "%v", err)
 	}
+	planners, file, err := nf.trustedPlanners(tf.trustPlanners)
+	if err != nil {
+		return usageError(stderr, "worker", "trusted planners %s: %v", file, err)
+	}
 	nc, err := nf.connect(ctx, "worker", log)
 	if err != nil {
 		fmt.Fprintf(stderr, "jingwei worker: %v\n", err)
@@ -150,7 +169,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "jingwei worker: %v\n", err)
 		return exitFailure
 	}
-	w, err := tf.newToolWorker(ctx, js, topo, log)
+	w, err := tf.newToolWorker(ctx, js, topo, planners, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "jingwei worker: %v\n", err)
 		return exitFailure

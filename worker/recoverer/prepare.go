@@ -257,23 +257,9 @@ func (r *Recoverer) RepairPlans(ctx context.Context) error {
 
 // planRecords reads every plan in jw_plans.
 func (r *Recoverer) planRecords(ctx context.Context) ([]stream.PlanRecord, error) {
-	keys, err := r.t.Plans.Keys(ctx)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, nil
-	}
+	recs, err := r.t.ListPlans(ctx, "")
 	if err != nil {
 		return nil, fmt.Errorf("recoverer: list plans: %w", err)
 	}
-	out := make([]stream.PlanRecord, 0, len(keys))
-	for _, k := range keys {
-		rec, err := r.plans.Get(ctx, k)
-		if errors.Is(err, stream.ErrPlanNotIssued) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, rec)
-	}
-	return out, nil
+	return recs, nil
 }

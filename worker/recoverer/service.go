@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
@@ -194,10 +195,10 @@ func (r *Recoverer) respond(nc *nats.Conn, subject, reply string, v any, err err
 // Call publishes the tool request q on jw.requests.<session> (Nats-Msg-Id =
 // request_id) and waits, up to Config.CallTimeout, for the tool.result of
 // the tool.call that carries its request id on the session log, which it
-// returns. The answer is read from the stored log only (Topology.LoadFrom),
-// never from a message on the wire: a publish JetStream refused to store,
-// or any stray message on jw.events.<session>, is never handed to the
-// caller. New messages on the subject only wake the reader up. A request id
+// returns. The answer is read from the stored log only (Topology.LoadFrom,
+// polled), never from a message on the wire: a publish JetStream refused to
+// store, or any stray message on jw.events.<session>, is never handed to
+// the caller. A request id
 // already in the log (published before) is answered from the log without
 // running again. Errors: bad_request for a request that fails
 // schema.Request.Validate (a tool worker would refuse it), timeout (the
@@ -211,18 +212,6 @@ func (r *Recoverer) Call(ctx context.Context, q schema.Request) (schema.Event, e
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
 	defer cancel()
-	// Wake-ups only: what a message says is never trusted.
-	wake := make(chan struct{}, 1)
-	sub, err := r.t.JS.Conn().Subscribe(r.t.EventsSubject(q.Session), func(*nats.Msg) {
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
-	})
-	if err != nil {
-		return schema.Event{}, fmt.Errorf("recoverer: call: %w", err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
 	data, err := json.Marshal(q)
 	if err != nil {
 		return schema.Event{}, err
@@ -231,8 +220,11 @@ func (r *Recoverer) Call(ctx context.Context, q schema.Request) (schema.Event, e
 		return schema.Event{}, fmt.Errorf("recoverer: publish request %s: %w", q.RequestID, err)
 	}
 	f := resultFinder{requestID: q.RequestID}
-	poll := time.NewTicker(callPoll)
-	defer poll.Stop()
+	// The log is polled, from where the last read stopped: one message get
+	// of its tail while nothing new is there. The wait grows from 5 ms to
+	// callPoll.
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 5*time.Millisecond, callPoll, 0
 	for {
 		// Also after the deadline: a last look at the log.
 		lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -246,15 +238,17 @@ func (r *Recoverer) Call(ctx context.Context, q schema.Request) (schema.Event, e
 		if ctx.Err() != nil {
 			return schema.Event{}, schema.Errorf(CodeTimeout, "no tool.result for request %q within %s (it may still run)", q.RequestID, r.cfg.CallTimeout)
 		}
+		if len(evs) > 0 {
+			b.Reset()
+		}
 		select {
-		case <-wake:
-		case <-poll.C:
+		case <-time.After(b.NextBackOff()):
 		case <-ctx.Done():
 		}
 	}
 }
 
-// callPoll is how often Call re-reads the log when nothing woke it.
+// callPoll is the longest Call waits between two reads of the log.
 const callPoll = 250 * time.Millisecond
 
 // resultFinder follows a session log for the tool.call of one request id
