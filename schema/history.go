@@ -7,7 +7,10 @@ import (
 	"io"
 	"iter"
 	"strconv"
-	"time"
+	"strings"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // History is a session history read one event at a time, in log order.
@@ -37,16 +40,13 @@ type HistoryReader struct {
 	read int64
 	line int
 	buf  []byte
-	sc   scanner
 	err  error
 }
 
 // NewHistoryReader returns a reader over r with the given limits (zero
 // fields mean the defaults).
 func NewHistoryReader(r io.Reader, lim Limits) *HistoryReader {
-	h := &HistoryReader{br: bufio.NewReaderSize(r, 64<<10), lim: lim.WithDefaults()}
-	h.sc.root = kEnvelope
-	return h
+	return &HistoryReader{br: bufio.NewReaderSize(r, 64<<10), lim: lim.WithDefaults()}
 }
 
 // Next returns the next event, or io.EOF after the last one. Errors are
@@ -73,7 +73,7 @@ func (h *HistoryReader) Next() (Event, error) {
 			h.err = Errorf(CodeHistoryTooLarge, "history has more than %d events (limit)", h.lim.MaxEvents)
 			return Event{}, h.err
 		}
-		ev, err := decodeEvent(&h.sc, line)
+		ev, err := decodeEvent(line)
 		if err != nil {
 			var e *Error
 			if errors.As(err, &e) {
@@ -154,63 +154,152 @@ func DecodeHistory(r io.Reader, lim Limits) ([]Event, error) {
 
 // DecodeEvent decodes and validates one event (one JSON Lines row). A
 // malformed event is a corrupt_history *Error: not a JSON object, invalid
-// UTF-8, a duplicate member name anywhere (arguments and output included), a
+// UTF-8 or a lone surrogate escape, a duplicate member name anywhere
+// (arguments and output included), a number beyond Canonical's bounds, a
 // member name that differs from a field's only in case, a required field
 // missing or null, a value of the wrong type, or a body that does not match
 // its type (see Validate). An over-long field is field_too_long. Unknown
 // members are ignored; an event of an unknown type is kept with its
-// envelope only (Call, Started, Result and Fence are nil). Safe for
+// envelope only (Call, Started, Result and Fence are nil, and the members
+// named like them are not looked into beyond the rules every JSON input
+// obeys). A contract without an effect decodes as effect.Unknown. Safe for
 // concurrent use.
-func DecodeEvent(b []byte) (Event, error) {
-	s := scannerPool.Get().(*scanner)
-	defer scannerPool.Put(s)
-	s.root, s.nums = kEnvelope, false
-	return decodeEvent(s, b)
-}
+func DecodeEvent(b []byte) (Event, error) { return decodeEvent(b) }
 
-func decodeEvent(s *scanner, b []byte) (Event, error) {
-	if err := s.scan(b); err != nil {
-		return Event{}, Errorf(CodeCorruptHistory, "event is not valid: %v", err)
-	}
-	if t := trimJSONSpace(b); len(t) == 0 || t[0] != '{' {
+func decodeEvent(b []byte) (Event, error) {
+	if firstByte(b) != '{' {
+		if err := strictUnmarshal(b, new(jsontext.Value)); err != nil {
+			return Event{}, corruptEvent(err)
+		}
 		return Event{}, Errorf(CodeCorruptHistory, "event is not a JSON object")
 	}
-	var ev Event
-	if err := json.Unmarshal(b, &ev); err != nil {
+	w := new(wireEvent)
+	if err := strictUnmarshal(b, w); err != nil {
+		var se *jsonv2.SemanticError
+		if !errors.As(err, &se) {
+			return Event{}, corruptEvent(err)
+		}
 		// A body member of the wrong type only matters for the known
 		// types; an unknown type is decoded by its envelope alone.
-		var te *json.UnmarshalTypeError
-		if !errors.As(err, &te) || knownType(ev.Type) {
-			return Event{}, Errorf(CodeCorruptHistory, "event is not valid: %v", err)
+		var env wireEnvelope
+		if strictUnmarshal(b, &env) != nil || knownType(env.Type) {
+			return Event{}, corruptEvent(err)
 		}
-		var env envelope
-		if err := json.Unmarshal(b, &env); err != nil {
-			return Event{}, Errorf(CodeCorruptHistory, "event is not valid: %v", err)
-		}
-		ev = Event{V: env.V, Seq: env.Seq, Session: env.Session, Epoch: env.Epoch, At: env.At, Type: env.Type}
+		*w = wireEvent{V: env.V, Seq: env.Seq, Session: env.Session, Epoch: env.Epoch, At: env.At, Type: env.Type, Unknown: env.Unknown}
 	}
-	if s.present[kEnvelope]&(1<<bitEnvelopeEpoch) == 0 {
-		return Event{}, Errorf(CodeCorruptHistory, "event lacks epoch")
-	}
-	if !knownType(ev.Type) {
-		// Members named like the bodies of known types mean nothing
-		// in an unknown type: ignore them like any unknown member.
-		ev.Call, ev.Started, ev.Result, ev.Fence = nil, nil, nil, nil
-	}
-	if ev.Call != nil && ev.Call.Operation != nil && s.present[kContract]&(1<<bitContractEffect) == 0 {
-		return Event{}, Errorf(CodeCorruptHistory, "tool.call lacks operation.contract.effect")
-	}
-	if ev.Call != nil && ev.Call.Operation != nil && ev.Call.Operation.Retry != nil && ev.Call.Operation.Retry.Review != nil &&
-		s.present[kReview]&(1<<bitReviewEvidence) == 0 {
-		return Event{}, Errorf(CodeCorruptHistory, "operation.retry.review lacks evidence")
-	}
-	if ev.Fence != nil && s.present[kFence]&(1<<bitFenceEpoch) == 0 {
-		return Event{}, Errorf(CodeCorruptHistory, "session.fenced lacks fence.epoch")
+	ev, err := w.event()
+	if err != nil {
+		return Event{}, err
 	}
 	if err := ev.Validate(); err != nil {
 		return Event{}, err
 	}
 	return ev, nil
+}
+
+func corruptEvent(err error) *Error {
+	return Errorf(CodeCorruptHistory, "event is not valid: %s", describe(err))
+}
+
+// event checks what the wire form shows and the exported type does not
+// (case variants of field names, required members with a valid zero
+// value), and converts.
+func (w *wireEvent) event() (Event, error) {
+	if err := checkCase("", w.Unknown, envelopeFields); err != nil {
+		return Event{}, corruptEvent(err)
+	}
+	if !knownType(w.Type) {
+		// Members named like the bodies of known types mean nothing in
+		// an unknown type: ignore them like any unknown member.
+		w.Call, w.Started, w.Result, w.Fence = nil, nil, nil, nil
+	}
+	if err := w.checkCase(); err != nil {
+		return Event{}, corruptEvent(err)
+	}
+	if w.Epoch == nil {
+		return Event{}, Errorf(CodeCorruptHistory, "event lacks epoch")
+	}
+	ev := Event{V: w.V, Seq: w.Seq, Session: w.Session, Epoch: *w.Epoch, At: w.At, Type: w.Type}
+	if c := w.Call; c != nil {
+		ev.Call = &Call{CallID: c.CallID, Tool: c.Tool, Arguments: json.RawMessage(c.Arguments), RequestID: c.RequestID,
+			ProviderCallID: c.ProviderCallID, StartMarker: c.StartMarker}
+		if o := c.Operation; o != nil {
+			if o.Contract == nil {
+				return Event{}, Errorf(CodeCorruptHistory, "operation.contract is missing")
+			}
+			op := &Operation{Task: o.Task, Key: o.Key, Contract: o.Contract.contract()}
+			if r := o.Retry; r != nil {
+				op.Retry = &RetryLink{PriorCallID: r.PriorCallID, PriorSeq: r.PriorSeq, PlanID: r.PlanID, Basis: r.Basis,
+					IssuedAt: r.IssuedAt, Signer: r.Signer, Sig: r.Sig}
+				if rv := r.Review; rv != nil {
+					if rv.Evidence == nil {
+						return Event{}, Errorf(CodeCorruptHistory, "operation.retry.review lacks evidence")
+					}
+					op.Retry.Review = rv.review()
+				}
+			}
+			ev.Call.Operation = op
+		}
+	}
+	if s := w.Started; s != nil {
+		ev.Started = &Started{CallID: s.CallID}
+	}
+	if r := w.Result; r != nil {
+		ev.Result = &Result{CallID: r.CallID, Status: r.Status, Retryable: r.Retryable, Stage: r.Stage,
+			Output: json.RawMessage(r.Output), Error: r.Error}
+	}
+	if f := w.Fence; f != nil {
+		if f.Epoch == nil {
+			return Event{}, Errorf(CodeCorruptHistory, "session.fenced lacks fence.epoch")
+		}
+		ev.Fence = &Fence{Epoch: *f.Epoch, Owner: f.Owner}
+	}
+	return ev, nil
+}
+
+// checkCase refuses case variants of field names in the bodies.
+func (w *wireEvent) checkCase() error {
+	if c := w.Call; c != nil {
+		if err := checkCase("call: ", c.Unknown, callFields); err != nil {
+			return err
+		}
+		if o := c.Operation; o != nil {
+			if err := checkCase("operation: ", o.Unknown, operationFields); err != nil {
+				return err
+			}
+			if o.Contract != nil {
+				if err := checkCase("operation.contract: ", o.Contract.Unknown, contractFields); err != nil {
+					return err
+				}
+			}
+			if r := o.Retry; r != nil {
+				if err := checkCase("operation.retry: ", r.Unknown, retryFields); err != nil {
+					return err
+				}
+				if r.Review != nil {
+					if err := checkCase("operation.retry.review: ", r.Review.Unknown, reviewFields); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	}
+	if s := w.Started; s != nil {
+		if err := checkCase("started: ", s.Unknown, startedFields); err != nil {
+			return err
+		}
+	}
+	if r := w.Result; r != nil {
+		if err := checkCase("result: ", r.Unknown, resultFields); err != nil {
+			return err
+		}
+	}
+	if f := w.Fence; f != nil {
+		if err := checkCase("fence: ", f.Unknown, fenceFields); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // trimJSONSpace trims the whitespace JSON allows (space, tab, CR, LF),
@@ -234,16 +323,6 @@ func knownType(t string) bool {
 	return false
 }
 
-// envelope is an Event without its bodies.
-type envelope struct {
-	V       int       `json:"v"`
-	Seq     uint64    `json:"seq"`
-	Session string    `json:"session"`
-	Epoch   uint64    `json:"epoch"`
-	At      time.Time `json:"at"`
-	Type    string    `json:"type"`
-}
-
 // Validate checks an event's values against DESIGN §3 and §8 (presence of
 // members that have a valid zero value, such as epoch, is checked by
 // DecodeEvent, which sees the JSON). It returns a corrupt_history *Error
@@ -253,13 +332,18 @@ type envelope struct {
 // prior_call_id, plan_id, a valid basis, and if a review is embedded its
 // version, session, call_id, operator, verdict and signer with sig; started:
 // call_id; result: call_id, a valid status, a valid stage exactly when
-// rejected), and a field_too_long *Error for an operation key, call id,
-// request id, contract revision, review operator or evidence over
+// rejected), an epoch or fence.epoch above MaxEpoch, a retry's signer and
+// sig not both set or both empty (signer an nkey user public key, sig
+// unpadded base64url), and a field_too_long *Error for an operation key,
+// call id, request id, contract revision, review operator or evidence over
 // MaxFieldBytes bytes. An event of an unknown type must carry none of the
 // four bodies (DecodeEvent drops them); its envelope is checked as usual.
 func (e *Event) Validate() error {
 	if e.V != Version {
 		return Errorf(CodeCorruptHistory, "event has schema version %d, want %d", e.V, Version)
+	}
+	if e.Epoch > MaxEpoch {
+		return Errorf(CodeCorruptHistory, "event epoch %d is above %d (2^53-1, schema.MaxEpoch)", e.Epoch, uint64(MaxEpoch))
 	}
 	if !ValidSession(e.Session) {
 		return Errorf(CodeCorruptHistory, "event has session %s, want 1-%d bytes of [A-Za-z0-9_-]", quoteShort([]byte(e.Session)), MaxSessionBytes)
@@ -297,6 +381,9 @@ func (e *Event) Validate() error {
 	case TypeFenced:
 		if e.Fence == nil || bodies != 1 {
 			return Errorf(CodeCorruptHistory, "session.fenced must carry a fence body and no other")
+		}
+		if e.Fence.Epoch > MaxEpoch {
+			return Errorf(CodeCorruptHistory, "fence.epoch %d is above %d (2^53-1, schema.MaxEpoch)", e.Fence.Epoch, uint64(MaxEpoch))
 		}
 	default:
 		if bodies != 0 {
@@ -365,12 +452,37 @@ func (c *Call) validate() error {
 	default:
 		return Errorf(CodeCorruptHistory, "operation.retry.basis %s is not not_started, uncertain_safe or reviewed_not_executed", quoteShort([]byte(r.Basis)))
 	}
+	if err := checkSignature("operation.retry", r.Signer, r.Sig); err != nil {
+		return err
+	}
 	if rv := r.Review; rv != nil {
 		if err := rv.check("operation.retry.review", CodeCorruptHistory); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// checkSignature checks the signer and sig of a plan or a retry link: both
+// or neither, signer an nkey user public key, sig unpadded base64url.
+func checkSignature(what, signer, sig string) error {
+	if (signer == "") != (sig == "") {
+		return Errorf(CodeCorruptHistory, "%s has only one of signer and sig", what)
+	}
+	if signer != "" && !validSigner(signer) {
+		return Errorf(CodeCorruptHistory, "%s.signer is not an nkey user public key", what)
+	}
+	if sig != "" && !validRawBase64URL(sig) {
+		return Errorf(CodeCorruptHistory, "%s.sig is not unpadded base64url", what)
+	}
+	return nil
+}
+
+// validRawBase64URL matches ^[A-Za-z0-9_-]+$.
+func validRawBase64URL(s string) bool {
+	return s != "" && !strings.ContainsFunc(s, func(c rune) bool {
+		return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-')
+	})
 }
 
 // validSigner reports whether s looks like an nkey user public key:
