@@ -69,25 +69,26 @@ func newTracker() *tracker {
 }
 
 // observe classifies one event of session at stream sequence seq and
-// appends what it concluded to out. A payload that does not decode is
-// skipped (inspect and prepare report corrupt histories).
+// appends what it concluded to out. The event is read with
+// schema.DecodeEvent, the decoder recovery.Inspect reads histories with,
+// so the classifier sees exactly the events `jingwei inspect` sees: a
+// payload it refuses (a duplicate member name, a missing field, …) is
+// skipped here and makes the history corrupt there.
 func (t *tracker) observe(session string, seq uint64, data []byte, out []finding) ([]finding, error) {
-	var ev wireEvent
-	err := decodeWire(data, &ev)
+	ev, err := schema.DecodeEvent(data)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.seen++
 	if err != nil {
 		return out, err
 	}
-	switch ev.typ {
+	// DecodeEvent guarantees the body of a known type.
+	switch ev.Type {
 	case schema.TypeCall:
-		if !ev.hasCall || len(ev.callID) == 0 {
-			return out, nil
-		}
-		c := &openCall{id: string(ev.callID), tool: ev.tool, epoch: ev.epoch, seq: seq, marker: ev.startMarker}
-		if ev.hasOp {
-			c.task, c.key, c.contract, c.retry = ev.task, ev.key, ev.contract, ev.retry
+		call := ev.Call
+		c := &openCall{id: call.CallID, tool: call.Tool, epoch: ev.Epoch, seq: seq, marker: call.StartMarker}
+		if op := call.Operation; op != nil {
+			c.task, c.key, c.contract, c.retry = op.Task, op.Key, op.Contract, op.Retry != nil
 		} else {
 			c.legacy = true
 		}
@@ -101,33 +102,26 @@ func (t *tracker) observe(session string, seq uint64, data []byte, out []finding
 		}
 		calls[c.id] = c
 	case schema.TypeStarted:
-		if ev.hasStarted {
-			if c := t.sessions[session][string(ev.startedID)]; c != nil {
-				c.started = true
-			}
+		if c := t.sessions[session][ev.Started.CallID]; c != nil {
+			c.started = true
 		}
 	case schema.TypeResult:
-		if !ev.hasResult {
-			return out, nil
-		}
-		c := t.drop(session, string(ev.resultID))
+		id := ev.Result.CallID
+		c := t.drop(session, id)
 		switch {
 		case c == nil || c.retry:
 			// Opened before a restart, or a retry: the chain is in the log.
-			out = append(out, finding{session: session, callID: string(ev.resultID)})
+			out = append(out, finding{session: session, callID: id})
 		case c.legacy:
 		default:
-			a := c.assess(session, ev.status, ev.stage)
+			a := c.assess(session, ev.Result.Status, ev.Result.Stage)
 			out = append(out, finding{session: session, callID: c.id, a: &a})
 		}
 	case schema.TypeFenced:
-		if !ev.hasFence {
-			return out, nil
-		}
 		// Calls of older epochs can never get their result now: their
 		// assessment is final.
 		for id, c := range t.sessions[session] {
-			if c.epoch >= ev.fenceEpoch {
+			if c.epoch >= ev.Fence.Epoch {
 				continue
 			}
 			t.drop(session, id)
