@@ -2,6 +2,7 @@ package schema
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -64,10 +65,13 @@ func (h *HistoryReader) Next() (Event, error) {
 			h.err = err
 			return Event{}, err
 		}
-		line = trimJSONSpace(line)
-		if len(line) == 0 {
+		if len(trimJSONSpace(line)) == 0 {
 			continue
 		}
+		// Decoded as read (without the newline), surrounding whitespace
+		// included, so that byte offsets in errors count from the start
+		// of the line.
+		line = bytes.TrimSuffix(line, []byte("\n"))
 		h.n++
 		if h.n > h.lim.MaxEvents {
 			h.err = Errorf(CodeHistoryTooLarge, "history has more than %d events (limit)", h.lim.MaxEvents)

@@ -158,6 +158,7 @@ func TestDecodeEventInvalid(t *testing.T) {
 		{"null epoch", `{"v":1,"session":"s-1","epoch":null,"at":"2026-11-29T10:00:01Z","type":"x"}`, corrupt, "epoch"},
 		{"missing at", `{"v":1,"session":"s-1","epoch":1,"type":"x"}`, corrupt, "lacks at"},
 		{"bad at", `{"v":1,"session":"s-1","epoch":1,"at":"yesterday","type":"x"}`, corrupt, "not valid"},
+		{"at with a one-digit hour", `{"v":1,"session":"s-1","epoch":1,"at":"2026-01-01T1:00:00Z","type":"x"}`, corrupt, "RFC 3339"},
 		{"missing type", `{"v":1,"session":"s-1","epoch":1,"at":"2026-11-29T10:00:01Z"}`, corrupt, "type"},
 		{"wrong type of seq", `{"v":1,"seq":"1","session":"s-1","epoch":1,"at":"2026-11-29T10:00:01Z","type":"x"}`, corrupt, "not valid"},
 		{"negative epoch", `{"v":1,"session":"s-1","epoch":-1,"at":"2026-11-29T10:00:01Z","type":"x"}`, corrupt, "not valid"},
