@@ -98,6 +98,11 @@ func checkEnd(dec *jsontext.Decoder, b []byte) error {
 	return &syntaxError{offset: int64(off), msg: "data after the value"}
 }
 
+// caseError is a member name that differs from a field's only in case.
+type caseError string
+
+func (e caseError) Error() string { return string(e) }
+
 // syntaxError is a violation of the lexical rules found outside the v2
 // decoder (trailing data, number bounds).
 type syntaxError struct {
@@ -117,7 +122,13 @@ func describe(err error) string {
 	var se *jsontext.SyntacticError
 	var xe *syntaxError
 	var me *json.SemanticError
+	var ce caseError
+	var fe *fieldError
 	switch {
+	case errors.As(err, &ce):
+		return string(ce)
+	case errors.As(err, &fe):
+		return fe.Error()
 	case errors.As(err, &xe):
 		return xe.Error()
 	case errors.As(err, &se):
@@ -281,11 +292,8 @@ func checkCase(what string, unknown jsontext.Value, known []string) error {
 		if err != nil {
 			return err
 		}
-		name := tok.String()
-		for _, f := range known {
-			if name != f && strings.EqualFold(name, f) {
-				return fmt.Errorf("%smember name %s differs from %q only in case", what, quoteShort([]byte(name)), f)
-			}
+		if err := caseVariant(strings.TrimSuffix(what, ": "), []byte(tok.String()), known); err != nil {
+			return err
 		}
 		if err := dec.SkipValue(); err != nil {
 			return err

@@ -3,15 +3,11 @@ package schema
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"errors"
 	"io"
 	"iter"
 	"strconv"
 	"strings"
-
-	jsonv2 "github.com/go-json-experiment/json"
-	"github.com/go-json-experiment/json/jsontext"
 )
 
 // History is a session history read one event at a time, in log order.
@@ -170,140 +166,8 @@ func DecodeHistory(r io.Reader, lim Limits) ([]Event, error) {
 // concurrent use.
 func DecodeEvent(b []byte) (Event, error) { return decodeEvent(b) }
 
-func decodeEvent(b []byte) (Event, error) {
-	if firstByte(b) != '{' {
-		if err := strictUnmarshal(b, new(jsontext.Value)); err != nil {
-			return Event{}, corruptEvent(err)
-		}
-		return Event{}, Errorf(CodeCorruptHistory, "event is not a JSON object")
-	}
-	w := new(wireEvent)
-	if err := strictUnmarshal(b, w); err != nil {
-		var se *jsonv2.SemanticError
-		if !errors.As(err, &se) {
-			return Event{}, corruptEvent(err)
-		}
-		// A body member of the wrong type only matters for the known
-		// types; an unknown type is decoded by its envelope alone.
-		var env wireEnvelope
-		if strictUnmarshal(b, &env) != nil || knownType(env.Type) {
-			return Event{}, corruptEvent(err)
-		}
-		*w = wireEvent{V: env.V, Seq: env.Seq, Session: env.Session, Epoch: env.Epoch, At: env.At, Type: env.Type, Unknown: env.Unknown}
-	}
-	ev, err := w.event()
-	if err != nil {
-		return Event{}, err
-	}
-	if err := ev.Validate(); err != nil {
-		return Event{}, err
-	}
-	return ev, nil
-}
-
 func corruptEvent(err error) *Error {
 	return Errorf(CodeCorruptHistory, "event is not valid: %s", describe(err))
-}
-
-// event checks what the wire form shows and the exported type does not
-// (case variants of field names, required members with a valid zero
-// value), and converts.
-func (w *wireEvent) event() (Event, error) {
-	if err := checkCase("", w.Unknown, envelopeFields); err != nil {
-		return Event{}, corruptEvent(err)
-	}
-	if !knownType(w.Type) {
-		// Members named like the bodies of known types mean nothing in
-		// an unknown type: ignore them like any unknown member.
-		w.Call, w.Started, w.Result, w.Fence = nil, nil, nil, nil
-	}
-	if err := w.checkCase(); err != nil {
-		return Event{}, corruptEvent(err)
-	}
-	if w.Epoch == nil {
-		return Event{}, Errorf(CodeCorruptHistory, "event lacks epoch")
-	}
-	ev := Event{V: w.V, Seq: w.Seq, Session: w.Session, Epoch: *w.Epoch, At: w.At, Type: w.Type}
-	if c := w.Call; c != nil {
-		ev.Call = &Call{CallID: c.CallID, Tool: c.Tool, Arguments: json.RawMessage(c.Arguments), RequestID: c.RequestID,
-			ProviderCallID: c.ProviderCallID, StartMarker: c.StartMarker}
-		if o := c.Operation; o != nil {
-			if o.Contract == nil {
-				return Event{}, Errorf(CodeCorruptHistory, "operation.contract is missing")
-			}
-			op := &Operation{Task: o.Task, Key: o.Key, Contract: o.Contract.contract()}
-			if r := o.Retry; r != nil {
-				op.Retry = &RetryLink{PriorCallID: r.PriorCallID, PriorSeq: r.PriorSeq, PlanID: r.PlanID, Basis: r.Basis,
-					IssuedAt: r.IssuedAt, Signer: r.Signer, Sig: r.Sig}
-				if rv := r.Review; rv != nil {
-					if rv.Evidence == nil {
-						return Event{}, Errorf(CodeCorruptHistory, "operation.retry.review lacks evidence")
-					}
-					op.Retry.Review = rv.review()
-				}
-			}
-			ev.Call.Operation = op
-		}
-	}
-	if s := w.Started; s != nil {
-		ev.Started = &Started{CallID: s.CallID}
-	}
-	if r := w.Result; r != nil {
-		ev.Result = &Result{CallID: r.CallID, Status: r.Status, Retryable: r.Retryable, Stage: r.Stage,
-			Output: json.RawMessage(r.Output), Error: r.Error}
-	}
-	if f := w.Fence; f != nil {
-		if f.Epoch == nil {
-			return Event{}, Errorf(CodeCorruptHistory, "session.fenced lacks fence.epoch")
-		}
-		ev.Fence = &Fence{Epoch: *f.Epoch, Owner: f.Owner}
-	}
-	return ev, nil
-}
-
-// checkCase refuses case variants of field names in the bodies.
-func (w *wireEvent) checkCase() error {
-	if c := w.Call; c != nil {
-		if err := checkCase("call: ", c.Unknown, callFields); err != nil {
-			return err
-		}
-		if o := c.Operation; o != nil {
-			if err := checkCase("operation: ", o.Unknown, operationFields); err != nil {
-				return err
-			}
-			if o.Contract != nil {
-				if err := checkCase("operation.contract: ", o.Contract.Unknown, contractFields); err != nil {
-					return err
-				}
-			}
-			if r := o.Retry; r != nil {
-				if err := checkCase("operation.retry: ", r.Unknown, retryFields); err != nil {
-					return err
-				}
-				if r.Review != nil {
-					if err := checkCase("operation.retry.review: ", r.Review.Unknown, reviewFields); err != nil {
-						return err
-					}
-				}
-			}
-		}
-	}
-	if s := w.Started; s != nil {
-		if err := checkCase("started: ", s.Unknown, startedFields); err != nil {
-			return err
-		}
-	}
-	if r := w.Result; r != nil {
-		if err := checkCase("result: ", r.Unknown, resultFields); err != nil {
-			return err
-		}
-	}
-	if f := w.Fence; f != nil {
-		if err := checkCase("fence: ", f.Unknown, fenceFields); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // trimJSONSpace trims the whitespace JSON allows (space, tab, CR, LF),

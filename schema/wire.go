@@ -9,12 +9,14 @@ import (
 	"github.com/jingwei/jingwei/effect"
 )
 
-// The wire types below are what the strict decoders unmarshal into: the
-// exported types' fields with pointers where a required member has a
-// valid zero value (so that a missing one is seen), and an embedded
-// fallback (json:",embed") that collects the members matching no field, so
-// that checkCase can refuse case variants of the fields. They are
-// converted to the exported types once checked.
+// The wire types below are what the strict decoders of reviews, requests,
+// plans and assessments unmarshal into with v2's reflection: the exported
+// types' fields with pointers where a required member has a valid zero
+// value (so that a missing one is seen), and an embedded fallback
+// (json:",embed") that collects the members matching no field, so that
+// checkCase can refuse case variants of the fields. They are converted to
+// the exported types once checked. Events, the hot message, are decoded
+// field by field instead (eventcodec.go), under the same rules.
 
 // Field names of each object, for checkCase.
 var (
@@ -31,51 +33,6 @@ var (
 	planFields       = []string{"v", "plan_id", "session", "task", "tool", "arguments", "args_digest", "contract", "key", "prior_call_id", "prior_seq", "basis", "review", "issued_at", "signer", "sig"}
 	assessmentFields = []string{"session", "call_id", "tool", "task", "key", "contract", "outcome", "evidence", "decision", "attempts", "chain"}
 )
-
-type wireEvent struct {
-	V       int            `json:"v"`
-	Seq     uint64         `json:"seq"`
-	Session string         `json:"session"`
-	Epoch   *uint64        `json:"epoch"`
-	At      time.Time      `json:"at"`
-	Type    string         `json:"type"`
-	Call    *wireCall      `json:"call"`
-	Started *wireStarted   `json:"started"`
-	Result  *wireResult    `json:"result"`
-	Fence   *wireFence     `json:"fence"`
-	Unknown jsontext.Value `json:",embed"`
-}
-
-// wireEnvelope is a wireEvent without its bodies: an event of an unknown
-// type whose body-named members do not decode as the known bodies.
-type wireEnvelope struct {
-	V       int            `json:"v"`
-	Seq     uint64         `json:"seq"`
-	Session string         `json:"session"`
-	Epoch   *uint64        `json:"epoch"`
-	At      time.Time      `json:"at"`
-	Type    string         `json:"type"`
-	Unknown jsontext.Value `json:",embed"`
-}
-
-type wireCall struct {
-	CallID         string         `json:"call_id"`
-	Tool           string         `json:"tool"`
-	Arguments      jsontext.Value `json:"arguments"`
-	RequestID      string         `json:"request_id"`
-	ProviderCallID string         `json:"provider_call_id"`
-	StartMarker    bool           `json:"start_marker"`
-	Operation      *wireOperation `json:"operation"`
-	Unknown        jsontext.Value `json:",embed"`
-}
-
-type wireOperation struct {
-	Task     string         `json:"task"`
-	Key      string         `json:"key"`
-	Contract *wireContract  `json:"contract"`
-	Retry    *wireRetry     `json:"retry"`
-	Unknown  jsontext.Value `json:",embed"`
-}
 
 type wireContract struct {
 	Effect   wireEffect     `json:"effect"`
@@ -115,18 +72,6 @@ func (w *wireEffect) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
 	return errEffectType
 }
 
-type wireRetry struct {
-	PriorCallID string         `json:"prior_call_id"`
-	PriorSeq    uint64         `json:"prior_seq"`
-	PlanID      string         `json:"plan_id"`
-	Basis       Basis          `json:"basis"`
-	Review      *wireReview    `json:"review"`
-	IssuedAt    time.Time      `json:"issued_at"`
-	Signer      string         `json:"signer"`
-	Sig         string         `json:"sig"`
-	Unknown     jsontext.Value `json:",embed"`
-}
-
 type wireReview struct {
 	V        int            `json:"v"`
 	Session  string         `json:"session"`
@@ -138,27 +83,6 @@ type wireReview struct {
 	Signer   string         `json:"signer"`
 	Sig      string         `json:"sig"`
 	Unknown  jsontext.Value `json:",embed"`
-}
-
-type wireStarted struct {
-	CallID  string         `json:"call_id"`
-	Unknown jsontext.Value `json:",embed"`
-}
-
-type wireResult struct {
-	CallID    string         `json:"call_id"`
-	Status    Status         `json:"status"`
-	Retryable bool           `json:"retryable"`
-	Stage     Stage          `json:"stage"`
-	Output    jsontext.Value `json:"output"`
-	Error     string         `json:"error"`
-	Unknown   jsontext.Value `json:",embed"`
-}
-
-type wireFence struct {
-	Epoch   *uint64        `json:"epoch"`
-	Owner   string         `json:"owner"`
-	Unknown jsontext.Value `json:",embed"`
 }
 
 type wireRequest struct {
