@@ -89,7 +89,16 @@ func kindOf(v []byte) jsontext.Kind {
 
 // wrongValue is the error for v, a value of the wrong kind for path.
 func wrongValue(path, want string, v []byte) error {
-	return &fieldError{path: path, kind: kindOf(v), val: v, want: want}
+	return &fieldError{path: path, kind: kindOf(v), val: shortClone(v), want: want}
+}
+
+// shortClone copies v for an error message if it is short enough to be
+// shown (it aliases a buffer that is reused).
+func shortClone(v []byte) []byte {
+	if len(v) > 64 {
+		return nil
+	}
+	return bytes.Clone(v)
 }
 
 // wrong reads the value at the decoder (for its kind and text) and returns
@@ -99,7 +108,7 @@ func (d *eventReader) wrong(path, want string, err error) error {
 	if rerr != nil {
 		return rerr
 	}
-	return &fieldError{path: path, kind: kindOf(v), val: v, want: want, err: err}
+	return &fieldError{path: path, kind: kindOf(v), val: shortClone(v), want: want, err: err}
 }
 
 // str reads a string member (null: "").
@@ -160,7 +169,7 @@ func (d *eventReader) uint(path string) (n uint64, present bool, err error) {
 		// error keeps none of it (numErr).
 		n, err := strconv.ParseUint(unsafe.String(&v[0], len(v)), 10, 64)
 		if err != nil {
-			return 0, false, &fieldError{path: path, kind: '0', val: bytes.Clone(v), want: "a non-negative integer", err: numErr(err)}
+			return 0, false, &fieldError{path: path, kind: '0', val: shortClone(v), want: "a non-negative integer", err: numErr(err)}
 		}
 		return n, true, nil
 	case 'n':
@@ -179,7 +188,7 @@ func (d *eventReader) int(path string) (int, error) {
 	case '0':
 		n, err := strconv.ParseInt(unsafe.String(&v[0], len(v)), 10, 0)
 		if err != nil {
-			return 0, &fieldError{path: path, kind: '0', val: bytes.Clone(v), want: "an integer", err: numErr(err)}
+			return 0, &fieldError{path: path, kind: '0', val: shortClone(v), want: "an integer", err: numErr(err)}
 		}
 		return int(n), nil
 	case 'n':
