@@ -60,26 +60,44 @@ type finding struct {
 type tracker struct {
 	mu       sync.Mutex
 	sessions map[string]map[string]*openCall
-	open     int
-	seen     uint64
+	// corrupt holds the sessions with an event that does not decode: their
+	// history is corrupt_history for Inspect (every call of it), so the
+	// classifier assesses nothing more of them either.
+	corrupt map[string]struct{}
+	open    int
+	seen    uint64
 }
 
 func newTracker() *tracker {
-	return &tracker{sessions: make(map[string]map[string]*openCall)}
+	return &tracker{sessions: make(map[string]map[string]*openCall), corrupt: make(map[string]struct{})}
 }
 
 // observe classifies one event of session at stream sequence seq and
 // appends what it concluded to out. The event is read with
 // schema.DecodeEvent, the decoder recovery.Inspect reads histories with,
 // so the classifier sees exactly the events `jingwei inspect` sees: a
-// payload it refuses (a duplicate member name, a missing field, …) is
-// skipped here and makes the history corrupt there.
+// payload it refuses (a duplicate member name, a missing field, …) makes
+// the history corrupt there, so here it makes the session corrupt: its open
+// calls are dropped and nothing more of it is assessed (the error is
+// returned, for the log, for the first such event only).
 func (t *tracker) observe(session string, seq uint64, data []byte, out []finding) ([]finding, error) {
+	t.mu.Lock()
+	_, corrupt := t.corrupt[session]
+	if corrupt {
+		t.seen++
+	}
+	t.mu.Unlock()
+	if corrupt {
+		return out, nil
+	}
 	ev, err := schema.DecodeEvent(data)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.seen++
 	if err != nil {
+		t.open -= len(t.sessions[session])
+		delete(t.sessions, session)
+		t.corrupt[session] = struct{}{}
 		return out, err
 	}
 	// DecodeEvent guarantees the body of a known type.
