@@ -2,15 +2,18 @@ package schema
 
 import (
 	"bytes"
-	"crypto/rand"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
+	"slices"
 	"strconv"
 	"sync"
+	"unicode/utf8"
 
-	"github.com/gowebpki/jcs"
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // Bounds on a number in canonical JSON. They keep a hostile literal such as
@@ -24,10 +27,13 @@ const (
 	MaxNumberExponent = 10000
 )
 
-// Canonical returns the canonical form of a JSON value: RFC 8785 (JCS),
-// produced by github.com/gowebpki/jcs (members sorted by UTF-16 code units,
-// strings escaped per RFC 8785, no insignificant whitespace), with one
-// strictness on top (DESIGN §3): a number is never rounded.
+// Canonical returns the canonical form of a JSON value: RFC 8785 (JCS) —
+// members sorted by their names' UTF-16 code units, strings escaped as RFC
+// 8785 says (only '"', '\\' and control characters, with the short forms
+// \b \f \n \r \t), no insignificant whitespace — with one strictness on
+// top (DESIGN §3): a number is never rounded. It reads and checks the input
+// with the package's strict JSON reader (github.com/go-json-experiment/json's
+// jsontext).
 //
 // RFC 8785 writes every number as the shortest decimal that round-trips its
 // IEEE double, so 1234567890123456789 and 1234567890123456790 (one double)
@@ -45,87 +51,17 @@ const (
 // than 10,000, or a number literal over MaxNumberBytes bytes, whose value is
 // beyond 10^±MaxNumberExponent, or whose exponent part alone is beyond
 // ±(MaxNumberExponent+MaxNumberBytes) (0e99999, for instance). DecodeEvent
-// applies the same checks to every event, so the arguments of a decoded
-// call always canonicalize. Safe for concurrent use.
+// and the package's other decoders apply the same checks to every input, so
+// the arguments of a decoded call always canonicalize. Safe for concurrent
+// use.
 func Canonical(raw json.RawMessage) ([]byte, error) {
-	s := scannerPool.Get().(*scanner)
-	defer scannerPool.Put(s)
-	s.root, s.nums = kOpaque, true
-	if err := s.scan(raw); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidJSON, err)
+	c := canonPool.Get().(*canonicalizer)
+	defer c.release()
+	out, err := c.run(raw)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrInvalidJSON, describe(err))
 	}
-	// Numbers whose exact value is not what RFC 8785 would print are
-	// replaced by unique placeholder strings before jcs.Transform, and the
-	// placeholders by the exact layout afterwards. Placeholders are string
-	// values, never member names, so they do not affect member order.
-	type sub struct {
-		span
-		text string
-	}
-	var subs []sub
-	for _, sp := range s.spans {
-		tok := raw[sp.start:sp.end]
-		text, exact, err := exactNumber(tok)
-		if err != nil {
-			return nil, err
-		}
-		if !exact {
-			subs = append(subs, sub{sp, text})
-		}
-	}
-	if len(subs) == 0 {
-		out, err := jcs.Transform(raw)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrInvalidJSON, err)
-		}
-		return out, nil
-	}
-	for attempt := 0; attempt < 3; attempt++ {
-		prefix := placeholderPrefix()
-		if bytes.Contains(raw, prefix[1:]) {
-			continue
-		}
-		in := make([]byte, 0, len(raw)+len(subs)*(len(prefix)+8))
-		last := 0
-		for i, sb := range subs {
-			in = append(in, raw[last:sb.start]...)
-			in = append(in, prefix...)
-			in = strconv.AppendInt(in, int64(i), 10)
-			in = append(in, '"')
-			last = sb.end
-		}
-		in = append(in, raw[last:]...)
-		out, err := jcs.Transform(in)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrInvalidJSON, err)
-		}
-		res := make([]byte, 0, len(out))
-		found := 0
-		for {
-			j := bytes.Index(out, prefix)
-			if j < 0 {
-				break
-			}
-			res = append(res, out[:j]...)
-			out = out[j+len(prefix):]
-			k := bytes.IndexByte(out, '"')
-			if k < 0 {
-				break
-			}
-			n, err := strconv.Atoi(string(out[:k]))
-			if err != nil || n < 0 || n >= len(subs) {
-				break
-			}
-			res = append(res, subs[n].text...)
-			out = out[k+1:]
-			found++
-		}
-		if found != len(subs) {
-			continue // a string collided with the placeholder: try another
-		}
-		return append(res, out...), nil
-	}
-	return nil, fmt.Errorf("%w: could not place number placeholders", ErrInvalidJSON)
+	return out, nil
 }
 
 // ArgsDigest returns "sha256:" followed by the lowercase hex SHA-256 of
@@ -139,39 +75,262 @@ func ArgsDigest(raw json.RawMessage) (string, error) {
 	return "sha256:" + hex.EncodeToString(sum[:]), nil
 }
 
-var scannerPool = sync.Pool{New: func() any { return new(scanner) }}
-
-// placeholderPrefix returns `"jw#<random hex>#`.
-func placeholderPrefix() []byte {
-	var nonce [16]byte
-	_, _ = rand.Read(nonce[:])
-	p := make([]byte, 0, 40)
-	p = append(p, `"jw#`...)
-	p = hex.AppendEncode(p, nonce[:])
-	return append(p, '#')
+// canonicalizer reads a value into a tree, sorting each object's members
+// as it closes, then writes the tree once: every output byte is written
+// exactly once, whatever the nesting (copying sorted subtrees up level by
+// level would cost O(size × depth)).
+type canonicalizer struct {
+	text    []byte    // canonical text of scalars and member names
+	nodes   []cnode   // the values
+	kids    []int32   // array elements (node indices), contiguous per array
+	members []cmember // object members, contiguous per object, sorted
+	kstack  []int32   // elements of the arrays being read
+	mstack  []cmember // members of the objects being read
+	digits  []byte    // scratch for numbers
 }
 
-// exactNumber returns the exact decimal value of a valid JSON number literal
-// in ES6 layout, and whether that equals what RFC 8785 prints for it (the
-// shortest round-trip form of its double).
-func exactNumber(tok []byte) (text string, exact bool, err error) {
+type cnode struct {
+	kind   byte  // 0: scalar, '[': array, '{': object
+	lo, hi int32 // scalar: text[lo:hi]; array: kids[lo:hi]; object: members[lo:hi]
+}
+
+type cmember struct {
+	name   string // unescaped, for sorting
+	lo, hi int32  // the canonical quoted name: text[lo:hi]
+	val    int32  // node index
+}
+
+var canonPool = sync.Pool{New: func() any { return new(canonicalizer) }}
+
+func (c *canonicalizer) release() {
+	if cap(c.text) > 1<<20 || cap(c.nodes) > 1<<16 {
+		return // do not keep huge buffers around
+	}
+	c.text, c.nodes, c.kids = c.text[:0], c.nodes[:0], c.kids[:0]
+	clear(c.members)
+	c.members = c.members[:0]
+	clear(c.mstack)
+	c.mstack, c.kstack = c.mstack[:0], c.kstack[:0]
+	canonPool.Put(c)
+}
+
+func (c *canonicalizer) run(raw []byte) ([]byte, error) {
+	r := getReader(raw)
+	defer putReader(r)
+	root, err := c.value(r.dec)
+	if err != nil {
+		if err == io.EOF {
+			return nil, &syntaxError{msg: "unexpected end of input"}
+		}
+		return nil, err
+	}
+	if err := checkEnd(r.dec, raw); err != nil {
+		return nil, err
+	}
+	return c.write(make([]byte, 0, len(c.text)+len(c.text)/4+2), root), nil
+}
+
+// value reads the next value and returns its node.
+func (c *canonicalizer) value(dec *jsontext.Decoder) (int32, error) {
+	switch dec.PeekKind() {
+	case '{':
+		if _, err := dec.ReadToken(); err != nil {
+			return 0, err
+		}
+		base := len(c.mstack)
+		for dec.PeekKind() != '}' {
+			v, err := dec.ReadValue() // the name (PeekKind 0: the error is here)
+			if err != nil {
+				return 0, err
+			}
+			m := cmember{lo: int32(len(c.text))}
+			if bytes.IndexByte(v, '\\') < 0 {
+				m.name = string(v[1 : len(v)-1])
+				c.text = append(c.text, v...)
+			} else {
+				c.digits, _ = jsontext.AppendUnquote(c.digits[:0], v)
+				m.name = string(c.digits)
+				c.text, _ = jsontext.AppendQuote(c.text, c.digits)
+			}
+			m.hi = int32(len(c.text))
+			if m.val, err = c.value(dec); err != nil {
+				return 0, err
+			}
+			c.mstack = append(c.mstack, m)
+		}
+		if _, err := dec.ReadToken(); err != nil {
+			return 0, err
+		}
+		ms := c.mstack[base:]
+		slices.SortFunc(ms, func(a, b cmember) int { return compareUTF16(a.name, b.name) })
+		n := cnode{kind: '{', lo: int32(len(c.members))}
+		c.members = append(c.members, ms...)
+		n.hi = int32(len(c.members))
+		clear(ms)
+		c.mstack = c.mstack[:base]
+		return c.node(n), nil
+	case '[':
+		if _, err := dec.ReadToken(); err != nil {
+			return 0, err
+		}
+		base := len(c.kstack)
+		for dec.PeekKind() != ']' {
+			k, err := c.value(dec)
+			if err != nil {
+				return 0, err
+			}
+			c.kstack = append(c.kstack, k)
+		}
+		if _, err := dec.ReadToken(); err != nil {
+			return 0, err
+		}
+		n := cnode{kind: '[', lo: int32(len(c.kids))}
+		c.kids = append(c.kids, c.kstack[base:]...)
+		n.hi = int32(len(c.kids))
+		c.kstack = c.kstack[:base]
+		return c.node(n), nil
+	case '"':
+		v, err := dec.ReadValue()
+		if err != nil {
+			return 0, err
+		}
+		n := cnode{lo: int32(len(c.text))}
+		if bytes.IndexByte(v, '\\') < 0 {
+			// Valid UTF-8 without escapes and control characters: already
+			// canonical.
+			c.text = append(c.text, v...)
+		} else {
+			c.digits, _ = jsontext.AppendUnquote(c.digits[:0], v)
+			c.text, _ = jsontext.AppendQuote(c.text, c.digits)
+		}
+		n.hi = int32(len(c.text))
+		return c.node(n), nil
+	case '0':
+		v, err := dec.ReadValue()
+		if err != nil {
+			return 0, err
+		}
+		n := cnode{lo: int32(len(c.text))}
+		if c.text, err = c.appendNumber(c.text, v); err != nil {
+			return 0, &syntaxError{offset: dec.InputOffset() - int64(len(v)), msg: err.Error()}
+		}
+		n.hi = int32(len(c.text))
+		return c.node(n), nil
+	case 't', 'f', 'n':
+		v, err := dec.ReadValue()
+		if err != nil {
+			return 0, err
+		}
+		n := cnode{lo: int32(len(c.text))}
+		c.text = append(c.text, v...)
+		n.hi = int32(len(c.text))
+		return c.node(n), nil
+	}
+	// PeekKind found no value: the decoder says why.
+	_, err := dec.ReadToken()
+	if err == nil {
+		err = &syntaxError{offset: dec.InputOffset(), msg: "unexpected token"}
+	}
+	return 0, err
+}
+
+func (c *canonicalizer) node(n cnode) int32 {
+	c.nodes = append(c.nodes, n)
+	return int32(len(c.nodes) - 1)
+}
+
+func (c *canonicalizer) write(out []byte, i int32) []byte {
+	n := c.nodes[i]
+	switch n.kind {
+	case '[':
+		out = append(out, '[')
+		for j, k := range c.kids[n.lo:n.hi] {
+			if j > 0 {
+				out = append(out, ',')
+			}
+			out = c.write(out, k)
+		}
+		return append(out, ']')
+	case '{':
+		out = append(out, '{')
+		for j, m := range c.members[n.lo:n.hi] {
+			if j > 0 {
+				out = append(out, ',')
+			}
+			out = append(out, c.text[m.lo:m.hi]...)
+			out = append(out, ':')
+			out = c.write(out, m.val)
+		}
+		return append(out, '}')
+	}
+	return append(out, c.text[n.lo:n.hi]...)
+}
+
+// compareUTF16 orders two strings by their UTF-16 code units, as RFC 8785
+// sorts member names. UTF-8 byte order is code point order, which differs
+// from UTF-16 order only between a supplementary character (a surrogate
+// pair, 0xD800-0xDBFF first) and one of U+E000-U+FFFF.
+func compareUTF16(a, b string) int {
+	n := min(len(a), len(b))
+	i := 0
+	for i < n && a[i] == b[i] {
+		i++
+	}
+	if i == n {
+		return cmp.Compare(len(a), len(b))
+	}
+	for i > 0 && !utf8.RuneStart(a[i]) {
+		i--
+	}
+	ra, _ := utf8.DecodeRuneInString(a[i:])
+	rb, _ := utf8.DecodeRuneInString(b[i:])
+	if ra >= 0x10000 && rb >= 0x10000 {
+		return cmp.Compare(ra, rb)
+	}
+	unit := func(r rune) rune {
+		if r >= 0x10000 {
+			return 0xD800 // any high surrogate: the other rune is not one
+		}
+		return r
+	}
+	return cmp.Compare(unit(ra), unit(rb))
+}
+
+// appendNumber appends the canonical form of a valid JSON number literal:
+// its exact decimal value in ES6 layout (see Canonical).
+func (c *canonicalizer) appendNumber(dst, tok []byte) ([]byte, error) {
+	// An integer literal of at most 21 digits is its own canonical form
+	// (JSON allows no leading zeros), bar -0.
+	if len(tok) <= 22 {
+		d := tok
+		if d[0] == '-' {
+			d = d[1:]
+		}
+		if len(d) > 0 && len(d) <= 21 && !bytes.ContainsFunc(d, func(r rune) bool { return r < '0' || r > '9' }) {
+			if string(tok) == "-0" {
+				return append(dst, '0'), nil
+			}
+			return append(dst, tok...), nil
+		}
+	}
 	if len(tok) > MaxNumberBytes {
-		return "", false, fmt.Errorf("%w: number literal of %d bytes (limit %d)", ErrInvalidJSON, len(tok), MaxNumberBytes)
+		return dst, fmt.Errorf("number literal of %d bytes (limit %d)", len(tok), MaxNumberBytes)
 	}
 	neg, digits, n, err := decimalParts(tok)
 	if err != nil {
-		return "", false, err
+		return dst, err
 	}
 	if len(digits) == 0 {
-		return "0", true, nil // RFC 8785 prints both 0 and -0 as "0"
+		return append(dst, '0'), nil // RFC 8785 prints both 0 and -0 as "0"
 	}
-	text = es6Layout(neg, digits, n)
-	f, perr := strconv.ParseFloat(string(tok), 64)
-	if perr != nil {
-		return text, false, nil // beyond the double range
-	}
-	sd, sn := shortestDigits(f)
-	return text, string(sd) == string(digits) && sn == n, nil
+	return appendES6(dst, neg, digits, n), nil
+}
+
+// exactNumber returns the canonical form of a valid JSON number literal.
+func exactNumber(tok []byte) (string, error) {
+	var c canonicalizer
+	b, err := c.appendNumber(nil, tok)
+	return string(b), err
 }
 
 // decimalParts splits a valid JSON number into its sign, its significant
@@ -205,7 +364,7 @@ func decimalParts(tok []byte) (neg bool, digits []byte, n int, err error) {
 		for ; i < len(tok); i++ {
 			exp = exp*10 + int(tok[i]-'0')
 			if exp > MaxNumberExponent+MaxNumberBytes {
-				return false, nil, 0, fmt.Errorf("%w: number exponent beyond ±%d", ErrInvalidJSON, MaxNumberExponent)
+				return false, nil, 0, fmt.Errorf("number beyond 10^±%d", MaxNumberExponent)
 			}
 		}
 		if eneg {
@@ -223,55 +382,33 @@ func decimalParts(tok []byte) (neg bool, digits []byte, n int, err error) {
 		digits = digits[:len(digits)-1]
 	}
 	if len(digits) > 0 && (n-1 > MaxNumberExponent || n-1 < -MaxNumberExponent) {
-		return false, nil, 0, fmt.Errorf("%w: number exponent beyond ±%d", ErrInvalidJSON, MaxNumberExponent)
+		return false, nil, 0, fmt.Errorf("number beyond 10^±%d", MaxNumberExponent)
 	}
 	return neg, digits, n, nil
 }
 
-// shortestDigits returns the shortest round-trip digits of a finite, nonzero
-// double's magnitude and n, such that |f| = 0.digits × 10^n.
-func shortestDigits(f float64) ([]byte, int) {
-	if f == 0 {
-		return nil, 0
-	}
-	var buf [32]byte
-	b := strconv.AppendFloat(buf[:0], f, 'e', -1, 64)
-	if b[0] == '-' {
-		b = b[1:]
-	}
-	e := bytes.IndexByte(b, 'e')
-	exp, _ := strconv.Atoi(string(b[e+1:]))
-	digits := make([]byte, 0, e)
-	for _, c := range b[:e] {
-		if c != '.' {
-			digits = append(digits, c)
-		}
-	}
-	for len(digits) > 1 && digits[len(digits)-1] == '0' {
-		digits = digits[:len(digits)-1]
-	}
-	return digits, exp + 1
-}
-
-// es6Layout writes ±0.digits × 10^n the way ECMAScript's Number::toString
+// appendES6 appends ±0.digits × 10^n the way ECMAScript's Number::toString
 // lays out a number (the layout RFC 8785 uses), for any number of digits.
-func es6Layout(neg bool, d []byte, n int) string {
+func appendES6(b []byte, neg bool, d []byte, n int) []byte {
 	k := len(d)
-	var b []byte
 	if neg {
 		b = append(b, '-')
 	}
 	switch {
 	case k <= n && n <= 21:
 		b = append(b, d...)
-		b = append(b, bytes.Repeat([]byte{'0'}, n-k)...)
+		for range n - k {
+			b = append(b, '0')
+		}
 	case 0 < n && n <= 21:
 		b = append(b, d[:n]...)
 		b = append(b, '.')
 		b = append(b, d[n:]...)
 	case -6 < n && n <= 0:
 		b = append(b, "0."...)
-		b = append(b, bytes.Repeat([]byte{'0'}, -n)...)
+		for range -n {
+			b = append(b, '0')
+		}
 		b = append(b, d...)
 	default:
 		b = append(b, d[0])
@@ -288,5 +425,5 @@ func es6Layout(neg bool, d []byte, n int) string {
 			b = strconv.AppendInt(b, int64(e), 10)
 		}
 	}
-	return string(b)
+	return b
 }

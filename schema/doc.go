@@ -5,13 +5,24 @@
 // It is the leaf package every layer shares: it imports nothing internal but
 // effect, and does no I/O beyond reading the io.Reader it is given.
 //
-// Decoding is strict where a lenient parser would let two readers disagree:
-// DecodeEvent and HistoryReader refuse, as corrupt_history, a line with a
-// duplicate member name anywhere (arguments and output included), invalid
-// UTF-8 or a lone surrogate escape, or a member name that differs from one
-// of the event's own fields only in case (encoding/json would bind it to
-// that field; other languages would ignore it). Unknown members are ignored
-// and unknown event types are carried through by their envelope.
+// Every decoder of the package reads JSON with one strict reader, the token
+// reader of github.com/go-json-experiment/json (jsontext, what becomes
+// encoding/json/v2) with its strict defaults, plus the package's own rules.
+// Whatever the message, an input is refused for bad syntax, data after the
+// value, invalid UTF-8 or a lone surrogate escape, a duplicate member name
+// in any object at any depth (arguments and output included), nesting
+// deeper than 10,000, or a number beyond Canonical's bounds — so whatever a
+// decoder accepts canonicalizes, and no two readers of a message can see
+// different values in it. On top of that, DecodeEvent (and HistoryReader,
+// and the recovery worker's classifier, which uses DecodeEvent),
+// DecodeReview, DecodeRequest, DecodePlan and DecodeAssessment refuse a
+// member name that differs from one of the message's own fields only in
+// case (a reader configured case-insensitive, as Jackson or
+// System.Text.Json can be, would bind it), and a required member that has
+// a valid zero value when it is missing (an event's epoch, a fence's
+// epoch, a review's evidence, a plan's prior_seq and review). Unknown
+// members are ignored and unknown event types are carried through by their
+// envelope. Unmarshal applies the same lexical rules to any other body.
 //
 // Canonical JSON (Canonical, ArgsDigest) is RFC 8785 with one strictness
 // on top: numbers are written as their exact decimal value, never rounded

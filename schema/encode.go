@@ -25,11 +25,8 @@ func EncodeEvent(ev Event) ([]byte, error) {
 		return nil, Errorf(CodeCorruptHistory, "event cannot be encoded: %v", err)
 	}
 	line := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
-	s := scannerPool.Get().(*scanner)
-	defer scannerPool.Put(s)
-	s.root, s.nums = kEnvelope, false
-	if err := s.scan(line); err != nil {
-		return nil, Errorf(CodeCorruptHistory, "event is not valid: %v", err)
+	if _, err := decodeEvent(line); err != nil {
+		return nil, err
 	}
 	return line, nil
 }

@@ -86,3 +86,11 @@ var ErrInvalidJSON = errors.New("schema: invalid JSON")
 // ErrInvalidRequest is wrapped by the errors of DecodeRequest and
 // Request.Validate: the tool request is malformed or lacks a field.
 var ErrInvalidRequest = errors.New("schema: invalid tool request")
+
+// ErrInvalidPlan is wrapped by the errors of DecodePlan and Plan.Validate:
+// the retry plan is malformed or lacks a field.
+var ErrInvalidPlan = errors.New("schema: invalid retry plan")
+
+// ErrInvalidAssessment is wrapped by the errors of DecodeAssessment and
+// Assessment.Validate: the assessment is malformed or lacks a field.
+var ErrInvalidAssessment = errors.New("schema: invalid assessment")

@@ -2,12 +2,12 @@ package schema
 
 import (
 	"bufio"
-	"encoding/json"
+	"bytes"
 	"errors"
 	"io"
 	"iter"
 	"strconv"
-	"time"
+	"strings"
 )
 
 // History is a session history read one event at a time, in log order.
@@ -37,16 +37,13 @@ type HistoryReader struct {
 	read int64
 	line int
 	buf  []byte
-	sc   scanner
 	err  error
 }
 
 // NewHistoryReader returns a reader over r with the given limits (zero
 // fields mean the defaults).
 func NewHistoryReader(r io.Reader, lim Limits) *HistoryReader {
-	h := &HistoryReader{br: bufio.NewReaderSize(r, 64<<10), lim: lim.WithDefaults()}
-	h.sc.root = kEnvelope
-	return h
+	return &HistoryReader{br: bufio.NewReaderSize(r, 64<<10), lim: lim.WithDefaults()}
 }
 
 // Next returns the next event, or io.EOF after the last one. Errors are
@@ -64,16 +61,19 @@ func (h *HistoryReader) Next() (Event, error) {
 			h.err = err
 			return Event{}, err
 		}
-		line = trimJSONSpace(line)
-		if len(line) == 0 {
+		if len(trimJSONSpace(line)) == 0 {
 			continue
 		}
+		// Decoded as read (without the newline), surrounding whitespace
+		// included, so that byte offsets in errors count from the start
+		// of the line.
+		line = bytes.TrimSuffix(line, []byte("\n"))
 		h.n++
 		if h.n > h.lim.MaxEvents {
 			h.err = Errorf(CodeHistoryTooLarge, "history has more than %d events (limit)", h.lim.MaxEvents)
 			return Event{}, h.err
 		}
-		ev, err := decodeEvent(&h.sc, line)
+		ev, err := decodeEvent(line)
 		if err != nil {
 			var e *Error
 			if errors.As(err, &e) {
@@ -154,63 +154,20 @@ func DecodeHistory(r io.Reader, lim Limits) ([]Event, error) {
 
 // DecodeEvent decodes and validates one event (one JSON Lines row). A
 // malformed event is a corrupt_history *Error: not a JSON object, invalid
-// UTF-8, a duplicate member name anywhere (arguments and output included), a
+// UTF-8 or a lone surrogate escape, a duplicate member name anywhere
+// (arguments and output included), a number beyond Canonical's bounds, a
 // member name that differs from a field's only in case, a required field
 // missing or null, a value of the wrong type, or a body that does not match
 // its type (see Validate). An over-long field is field_too_long. Unknown
 // members are ignored; an event of an unknown type is kept with its
-// envelope only (Call, Started, Result and Fence are nil). Safe for
+// envelope only (Call, Started, Result and Fence are nil, and the members
+// named like them are not looked into beyond the rules every JSON input
+// obeys). A contract without an effect decodes as effect.Unknown. Safe for
 // concurrent use.
-func DecodeEvent(b []byte) (Event, error) {
-	s := scannerPool.Get().(*scanner)
-	defer scannerPool.Put(s)
-	s.root, s.nums = kEnvelope, false
-	return decodeEvent(s, b)
-}
+func DecodeEvent(b []byte) (Event, error) { return decodeEvent(b) }
 
-func decodeEvent(s *scanner, b []byte) (Event, error) {
-	if err := s.scan(b); err != nil {
-		return Event{}, Errorf(CodeCorruptHistory, "event is not valid: %v", err)
-	}
-	if t := trimJSONSpace(b); len(t) == 0 || t[0] != '{' {
-		return Event{}, Errorf(CodeCorruptHistory, "event is not a JSON object")
-	}
-	var ev Event
-	if err := json.Unmarshal(b, &ev); err != nil {
-		// A body member of the wrong type only matters for the known
-		// types; an unknown type is decoded by its envelope alone.
-		var te *json.UnmarshalTypeError
-		if !errors.As(err, &te) || knownType(ev.Type) {
-			return Event{}, Errorf(CodeCorruptHistory, "event is not valid: %v", err)
-		}
-		var env envelope
-		if err := json.Unmarshal(b, &env); err != nil {
-			return Event{}, Errorf(CodeCorruptHistory, "event is not valid: %v", err)
-		}
-		ev = Event{V: env.V, Seq: env.Seq, Session: env.Session, Epoch: env.Epoch, At: env.At, Type: env.Type}
-	}
-	if s.present[kEnvelope]&(1<<bitEnvelopeEpoch) == 0 {
-		return Event{}, Errorf(CodeCorruptHistory, "event lacks epoch")
-	}
-	if !knownType(ev.Type) {
-		// Members named like the bodies of known types mean nothing
-		// in an unknown type: ignore them like any unknown member.
-		ev.Call, ev.Started, ev.Result, ev.Fence = nil, nil, nil, nil
-	}
-	if ev.Call != nil && ev.Call.Operation != nil && s.present[kContract]&(1<<bitContractEffect) == 0 {
-		return Event{}, Errorf(CodeCorruptHistory, "tool.call lacks operation.contract.effect")
-	}
-	if ev.Call != nil && ev.Call.Operation != nil && ev.Call.Operation.Retry != nil && ev.Call.Operation.Retry.Review != nil &&
-		s.present[kReview]&(1<<bitReviewEvidence) == 0 {
-		return Event{}, Errorf(CodeCorruptHistory, "operation.retry.review lacks evidence")
-	}
-	if ev.Fence != nil && s.present[kFence]&(1<<bitFenceEpoch) == 0 {
-		return Event{}, Errorf(CodeCorruptHistory, "session.fenced lacks fence.epoch")
-	}
-	if err := ev.Validate(); err != nil {
-		return Event{}, err
-	}
-	return ev, nil
+func corruptEvent(err error) *Error {
+	return Errorf(CodeCorruptHistory, "event is not valid: %s", describe(err))
 }
 
 // trimJSONSpace trims the whitespace JSON allows (space, tab, CR, LF),
@@ -234,16 +191,6 @@ func knownType(t string) bool {
 	return false
 }
 
-// envelope is an Event without its bodies.
-type envelope struct {
-	V       int       `json:"v"`
-	Seq     uint64    `json:"seq"`
-	Session string    `json:"session"`
-	Epoch   uint64    `json:"epoch"`
-	At      time.Time `json:"at"`
-	Type    string    `json:"type"`
-}
-
 // Validate checks an event's values against DESIGN §3 and §8 (presence of
 // members that have a valid zero value, such as epoch, is checked by
 // DecodeEvent, which sees the JSON). It returns a corrupt_history *Error
@@ -253,13 +200,18 @@ type envelope struct {
 // prior_call_id, plan_id, a valid basis, and if a review is embedded its
 // version, session, call_id, operator, verdict and signer with sig; started:
 // call_id; result: call_id, a valid status, a valid stage exactly when
-// rejected), and a field_too_long *Error for an operation key, call id,
-// request id, contract revision, review operator or evidence over
+// rejected), an epoch or fence.epoch above MaxEpoch, a retry's signer and
+// sig not both set or both empty (signer an nkey user public key, sig
+// unpadded base64url), and a field_too_long *Error for an operation key,
+// call id, request id, contract revision, review operator or evidence over
 // MaxFieldBytes bytes. An event of an unknown type must carry none of the
 // four bodies (DecodeEvent drops them); its envelope is checked as usual.
 func (e *Event) Validate() error {
 	if e.V != Version {
 		return Errorf(CodeCorruptHistory, "event has schema version %d, want %d", e.V, Version)
+	}
+	if e.Epoch > MaxEpoch {
+		return Errorf(CodeCorruptHistory, "event epoch %d is above %d (2^53-1, schema.MaxEpoch)", e.Epoch, uint64(MaxEpoch))
 	}
 	if !ValidSession(e.Session) {
 		return Errorf(CodeCorruptHistory, "event has session %s, want 1-%d bytes of [A-Za-z0-9_-]", quoteShort([]byte(e.Session)), MaxSessionBytes)
@@ -297,6 +249,9 @@ func (e *Event) Validate() error {
 	case TypeFenced:
 		if e.Fence == nil || bodies != 1 {
 			return Errorf(CodeCorruptHistory, "session.fenced must carry a fence body and no other")
+		}
+		if e.Fence.Epoch > MaxEpoch {
+			return Errorf(CodeCorruptHistory, "fence.epoch %d is above %d (2^53-1, schema.MaxEpoch)", e.Fence.Epoch, uint64(MaxEpoch))
 		}
 	default:
 		if bodies != 0 {
@@ -365,12 +320,37 @@ func (c *Call) validate() error {
 	default:
 		return Errorf(CodeCorruptHistory, "operation.retry.basis %s is not not_started, uncertain_safe or reviewed_not_executed", quoteShort([]byte(r.Basis)))
 	}
+	if err := checkSignature("operation.retry", r.Signer, r.Sig); err != nil {
+		return err
+	}
 	if rv := r.Review; rv != nil {
 		if err := rv.check("operation.retry.review", CodeCorruptHistory); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// checkSignature checks the signer and sig of a plan or a retry link: both
+// or neither, signer an nkey user public key, sig unpadded base64url.
+func checkSignature(what, signer, sig string) error {
+	if (signer == "") != (sig == "") {
+		return Errorf(CodeCorruptHistory, "%s has only one of signer and sig", what)
+	}
+	if signer != "" && !validSigner(signer) {
+		return Errorf(CodeCorruptHistory, "%s.signer is not an nkey user public key", what)
+	}
+	if sig != "" && !validRawBase64URL(sig) {
+		return Errorf(CodeCorruptHistory, "%s.sig is not unpadded base64url", what)
+	}
+	return nil
+}
+
+// validRawBase64URL matches ^[A-Za-z0-9_-]+$.
+func validRawBase64URL(s string) bool {
+	return s != "" && !strings.ContainsFunc(s, func(c rune) bool {
+		return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-')
+	})
 }
 
 // validSigner reports whether s looks like an nkey user public key:

@@ -42,3 +42,20 @@ func BenchmarkDecodeHistory(b *testing.B) {
 	b.ReportMetric(float64(full.Nanoseconds())/float64(b.N), "decode-ns/op")
 	b.ReportMetric(float64(full)/float64(base), "decode/unmarshal")
 }
+
+// BenchmarkDecodeEvent decodes the three events of a finished call (the
+// recovery worker's classifier decodes every event of the log this way).
+func BenchmarkDecodeEvent(b *testing.B) {
+	lines := [][]byte{
+		[]byte(`{"v":1,"session":"s-12","epoch":1,"at":"2026-11-30T10:00:00.123456789Z","type":"tool.call","call":{"call_id":"c-1234","tool":"orders.create","arguments":{"sku":"A-1","qty":2,"customer":"cust-9"},"start_marker":true,"operation":{"task":"t-1","key":"op-c-1234","contract":{"effect":"idempotent","revision":"orders-v1"}}}}`),
+		[]byte(`{"v":1,"session":"s-12","epoch":1,"at":"2026-11-30T10:00:00.223456789Z","type":"tool.started","started":{"call_id":"c-1234"}}`),
+		[]byte(`{"v":1,"session":"s-12","epoch":1,"at":"2026-11-30T10:00:00.323456789Z","type":"tool.result","result":{"call_id":"c-1234","status":"ok","retryable":false,"output":{"order_id":"o-1"}}}`),
+	}
+	for b.Loop() {
+		for _, l := range lines {
+			if _, err := schema.DecodeEvent(l); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}

@@ -15,6 +15,9 @@ import (
 	"github.com/jingwei/jingwei/schema"
 )
 
+// testSigner is a well-formed nkey user public key.
+const testSigner = "UDXU4RCSJNZOIQHZNWXHXORDPRTGNJAHAHFRGZNEEJCPQTT2M7NLCNF4"
+
 const (
 	envelope = `"v":1,"seq":1,"session":"s-1","epoch":1,"at":"2026-11-29T10:00:01Z"`
 	okCall   = `{` + envelope + `,"type":"tool.call","call":{"call_id":"c-1","tool":"orders.create","arguments":{"sku":"A-1","qty":2},"start_marker":true,"operation":{"task":"t-1","key":"op-1","contract":{"effect":"idempotent","revision":"orders-v1"}}}}`
@@ -66,6 +69,24 @@ func TestDecodeEventValid(t *testing.T) {
 			}
 		}},
 		{"epoch zero present", `{"v":1,"session":"s","epoch":0,"at":"2026-11-29T10:00:01Z","type":"x"}`, nil},
+		{"epoch at 2^53-1", `{"v":1,"session":"s","epoch":9007199254740991,"at":"2026-11-29T10:00:01Z","type":"x"}`, nil},
+		{"fence epoch at 2^53-1", ev(`"type":"session.fenced","fence":{"epoch":9007199254740991,"owner":"w"}`), nil},
+		{"contract without effect is unknown", op(`{"task":"t","key":"k","contract":{"revision":"r"}}`), func(t *testing.T, e schema.Event) {
+			if c := e.Call.Operation.Contract; c != (effect.Contract{Effect: effect.Unknown, Revision: "r"}) {
+				t.Errorf("contract decoded as %+v", c)
+			}
+		}},
+		{"signed retry", op(`{"task":"t","key":"k","contract":{"effect":"read_only","revision":"r"},"retry":{"prior_call_id":"c-0","prior_seq":3,"plan_id":"p","basis":"uncertain_safe","issued_at":"2026-11-29T10:00:00.5Z","signer":"` + testSigner + `","sig":"c2lnbmF0dXJl-_"}}`), func(t *testing.T, e schema.Event) {
+			r := e.Call.Operation.Retry
+			if r.Signer != testSigner || r.Sig != "c2lnbmF0dXJl-_" || !r.IssuedAt.Equal(time.Date(2026, 11, 29, 10, 0, 0, 5e8, time.UTC)) {
+				t.Errorf("retry decoded as %+v", r)
+			}
+		}},
+		{"unknown type: bodies not looked into", ev(`"type":"tool.progress","call":{"call_id":7,"Call_ID":"x","operation":{"contract":{"effect":"bogus"}}},"fence":"f"`), func(t *testing.T, e schema.Event) {
+			if e.Call != nil || e.Fence != nil {
+				t.Errorf("unknown event decoded as %+v", e)
+			}
+		}},
 		{"unknown type carried, bodies ignored", ev(`"type":"tool.progress","call":{"call_id":"c-9"},"result":7,"extra":{"a":1}`), func(t *testing.T, e schema.Event) {
 			if e.Type != "tool.progress" || e.Call != nil || e.Result != nil || e.CallID() != "" {
 				t.Errorf("unknown event decoded as %+v", e)
@@ -137,6 +158,7 @@ func TestDecodeEventInvalid(t *testing.T) {
 		{"null epoch", `{"v":1,"session":"s-1","epoch":null,"at":"2026-11-29T10:00:01Z","type":"x"}`, corrupt, "epoch"},
 		{"missing at", `{"v":1,"session":"s-1","epoch":1,"type":"x"}`, corrupt, "lacks at"},
 		{"bad at", `{"v":1,"session":"s-1","epoch":1,"at":"yesterday","type":"x"}`, corrupt, "not valid"},
+		{"at with a one-digit hour", `{"v":1,"session":"s-1","epoch":1,"at":"2026-01-01T1:00:00Z","type":"x"}`, corrupt, "RFC 3339"},
 		{"missing type", `{"v":1,"session":"s-1","epoch":1,"at":"2026-11-29T10:00:01Z"}`, corrupt, "type"},
 		{"wrong type of seq", `{"v":1,"seq":"1","session":"s-1","epoch":1,"at":"2026-11-29T10:00:01Z","type":"x"}`, corrupt, "not valid"},
 		{"negative epoch", `{"v":1,"session":"s-1","epoch":-1,"at":"2026-11-29T10:00:01Z","type":"x"}`, corrupt, "not valid"},
@@ -150,7 +172,20 @@ func TestDecodeEventInvalid(t *testing.T) {
 		{"task missing", op(`{"key":"k","contract":{"effect":"idempotent","revision":"r"}}`), corrupt, "task"},
 		{"key missing", op(`{"task":"t","contract":{"effect":"idempotent","revision":"r"}}`), corrupt, "key"},
 		{"contract missing", op(`{"task":"t","key":"k"}`), corrupt, "contract"},
-		{"effect missing", op(`{"task":"t","key":"k","contract":{"revision":"r"}}`), corrupt, "effect"},
+		{"epoch above 2^53-1", `{"v":1,"session":"s-1","epoch":9007199254740992,"at":"2026-11-29T10:00:01Z","type":"x"}`, corrupt, "epoch 9007199254740992 is above 9007199254740991"},
+		{"fence epoch above 2^53-1", ev(`"type":"session.fenced","fence":{"epoch":18446744073709551615,"owner":"w"}`), corrupt, "fence.epoch 18446744073709551615 is above 9007199254740991"},
+		{"contract null", op(`{"task":"t","key":"k","contract":null}`), corrupt, "operation.contract is missing"},
+		{"retry signer without sig", op(`{"task":"t","key":"k","contract":{"effect":"idempotent","revision":"r"},"retry":{"prior_call_id":"c-0","plan_id":"p","basis":"not_started","signer":"` + testSigner + `"}}`), corrupt, "only one of signer and sig"},
+		{"retry sig without signer", op(`{"task":"t","key":"k","contract":{"effect":"idempotent","revision":"r"},"retry":{"prior_call_id":"c-0","plan_id":"p","basis":"not_started","sig":"c2ln"}}`), corrupt, "only one of signer and sig"},
+		{"retry bad signer", op(`{"task":"t","key":"k","contract":{"effect":"idempotent","revision":"r"},"retry":{"prior_call_id":"c-0","plan_id":"p","basis":"not_started","signer":"N` + testSigner[1:] + `","sig":"c2ln"}}`), corrupt, "operation.retry.signer"},
+		{"retry padded sig", op(`{"task":"t","key":"k","contract":{"effect":"idempotent","revision":"r"},"retry":{"prior_call_id":"c-0","plan_id":"p","basis":"not_started","signer":"` + testSigner + `","sig":"c2lnbg=="}}`), corrupt, "operation.retry.sig"},
+		{"retry bad issued_at", op(`{"task":"t","key":"k","contract":{"effect":"idempotent","revision":"r"},"retry":{"prior_call_id":"c-0","plan_id":"p","basis":"not_started","issued_at":"noon"}}`), corrupt, "issued_at"},
+		{"case variant in retry", op(`{"task":"t","key":"k","contract":{"effect":"idempotent","revision":"r"},"retry":{"prior_call_id":"c-0","plan_id":"p","basis":"not_started","Signer":"x"}}`), corrupt, "only in case"},
+		{"case variant in review", op(`{"task":"t","key":"k","contract":{"effect":"idempotent","revision":"r"},"retry":{"prior_call_id":"c-0","plan_id":"p","basis":"reviewed_not_executed","review":{"v":1,"session":"s-1","call_id":"c-0","operator":"a","evidence":"e","verdict":"not_executed","VERDICT":"completed"}}}`), corrupt, "only in case"},
+		{"case variant of a body name", ev(`"type":"tool.started","started":{"call_id":"c-1"},"Result":{}`), corrupt, "only in case"},
+		{"duplicate in an unknown type's body", ev(`"type":"tool.progress","call":{"a":1,"a":2}`), corrupt, "duplicate member name"},
+		{"number beyond bounds in an unknown member", ev(`"type":"x","note":[1e99999]`), corrupt, "number beyond"},
+		{"bad json: empty", ``, corrupt, "unexpected end"},
 		{"effect null", op(`{"task":"t","key":"k","contract":{"effect":null,"revision":"r"}}`), corrupt, "effect"},
 		{"effect unknown value", op(`{"task":"t","key":"k","contract":{"effect":"safe","revision":"r"}}`), corrupt, "unknown effect"},
 		{"revision missing", op(`{"task":"t","key":"k","contract":{"effect":"idempotent"}}`), corrupt, "revision"},

@@ -12,6 +12,8 @@ const (
 	MaxFieldBytes = 1024
 	// MaxSessionBytes bounds a session id.
 	MaxSessionBytes = 128
+	// MaxTaskBytes bounds the task id of a tool request.
+	MaxTaskBytes = 128
 	// MaxEpoch is the highest epoch an event or fence may carry: 2^53-1,
 	// so that every JSON reader (IEEE doubles included) reads it exactly.
 	MaxEpoch = 1<<53 - 1
@@ -42,8 +44,11 @@ func (l Limits) WithDefaults() Limits {
 
 // ValidSession reports whether s is a valid session id: 1–128 bytes of
 // [A-Za-z0-9_-], so it can be used as a NATS subject token and a KV key.
-func ValidSession(s string) bool {
-	if len(s) == 0 || len(s) > MaxSessionBytes {
+func ValidSession(s string) bool { return validToken(s, MaxSessionBytes) }
+
+// validToken reports whether s is 1 to max bytes of [A-Za-z0-9_-].
+func validToken(s string, max int) bool {
+	if len(s) == 0 || len(s) > max {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
@@ -54,3 +59,8 @@ func ValidSession(s string) bool {
 	}
 	return true
 }
+
+// ValidTask reports whether s is a valid task id for a tool request: 1–128
+// bytes of [A-Za-z0-9_-], like a session id, because it is part of a KV
+// key (jw_budget's <session>.<task>).
+func ValidTask(s string) bool { return validToken(s, MaxTaskBytes) }

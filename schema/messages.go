@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // DecodeReview decodes a review (jw.reviews.<session>, or the file given to
@@ -15,26 +17,27 @@ import (
 // MaxFieldBytes bytes. It does not verify the signature or trust the signer:
 // recovery does. Safe for concurrent use.
 func DecodeReview(b []byte) (Review, error) {
-	s := scannerPool.Get().(*scanner)
-	defer scannerPool.Put(s)
-	s.root, s.nums = kReview, false
-	if err := s.scan(b); err != nil {
-		return Review{}, Errorf(CodeInvalidReview, "review is not valid: %v", err)
-	}
-	if t := trimJSONSpace(b); t[0] != '{' {
+	if firstByte(b) != '{' {
+		if err := strictUnmarshal(b, new(jsontext.Value)); err != nil {
+			return Review{}, Errorf(CodeInvalidReview, "review is not valid: %s", describe(err))
+		}
 		return Review{}, Errorf(CodeInvalidReview, "review is not a JSON object")
 	}
-	var r Review
-	if err := json.Unmarshal(b, &r); err != nil {
-		return Review{}, Errorf(CodeInvalidReview, "review is not valid: %v", err)
+	var w wireReview
+	if err := strictUnmarshal(b, &w); err != nil {
+		return Review{}, Errorf(CodeInvalidReview, "review is not valid: %s", describe(err))
 	}
-	if s.present[kReview]&(1<<bitReviewEvidence) == 0 {
+	if err := checkCase("", w.Unknown, reviewFields); err != nil {
+		return Review{}, Errorf(CodeInvalidReview, "review is not valid: %s", describe(err))
+	}
+	if w.Evidence == nil {
 		return Review{}, Errorf(CodeInvalidReview, "review lacks evidence")
 	}
+	r := w.review()
 	if err := r.Validate(); err != nil {
 		return Review{}, err
 	}
-	return r, nil
+	return *r, nil
 }
 
 // Validate checks a review's fields as review.schema.json does: version 1,
@@ -96,49 +99,65 @@ func (r *Review) checkFields(what string) error {
 // DecodeRequest decodes a tool request (jw.requests.<session>, jw.api.call)
 // strictly: duplicate member names anywhere (arguments included), invalid
 // UTF-8, case-variant field names, a missing field or a number beyond
-// Canonical's bounds make it invalid. Errors wrap ErrInvalidRequest; a
-// request id over MaxFieldBytes bytes also matches ErrFieldTooLong. Safe for
-// concurrent use.
+// Canonical's bounds make it invalid, and so does any field Validate
+// refuses. Errors wrap ErrInvalidRequest; an over-long request id, tool or
+// provider call id also matches ErrFieldTooLong. Safe for concurrent use.
 func DecodeRequest(b []byte) (Request, error) {
-	s := scannerPool.Get().(*scanner)
-	defer scannerPool.Put(s)
-	s.root, s.nums = kRequest, false
-	if err := s.scan(b); err != nil {
-		return Request{}, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
-	}
-	if t := trimJSONSpace(b); t[0] != '{' {
+	if firstByte(b) != '{' {
+		if err := strictUnmarshal(b, new(jsontext.Value)); err != nil {
+			return Request{}, fmt.Errorf("%w: %s", ErrInvalidRequest, describe(err))
+		}
 		return Request{}, fmt.Errorf("%w: not a JSON object", ErrInvalidRequest)
 	}
-	var r Request
-	if err := json.Unmarshal(b, &r); err != nil {
-		return Request{}, fmt.Errorf("%w: %v", ErrInvalidRequest, err)
+	var w wireRequest
+	if err := strictUnmarshal(b, &w); err != nil {
+		return Request{}, fmt.Errorf("%w: %s", ErrInvalidRequest, describe(err))
 	}
+	if err := checkCase("", w.Unknown, requestFields); err != nil {
+		return Request{}, fmt.Errorf("%w: %s", ErrInvalidRequest, describe(err))
+	}
+	r := Request{V: w.V, RequestID: w.RequestID, Session: w.Session, Task: w.Task, Tool: w.Tool,
+		Arguments: json.RawMessage(w.Arguments), ProviderCallID: w.ProviderCallID}
 	if err := r.Validate(); err != nil {
 		return Request{}, err
 	}
 	return r, nil
 }
 
-// Validate checks a request's fields as request.schema.json does: version
-// 1, a request id of 1 to MaxFieldBytes bytes, a valid session id, a task, a
-// tool and arguments. Errors wrap ErrInvalidRequest (and ErrFieldTooLong for
-// an over-long request id).
+// Validate checks a request's fields as request.schema.json does, so that
+// a client in any language can check a request before publishing it:
+// version 1; request_id 1 to MaxFieldBytes (1,024) bytes; session a valid
+// session id (ValidSession: 1–128 bytes of [A-Za-z0-9_-]); task a valid
+// task id (ValidTask: 1–128 bytes of [A-Za-z0-9_-], it is part of a KV
+// key); tool 1 to 1,024 bytes; arguments present (JSON null is a value);
+// provider_call_id at most 1,024 bytes (empty: none). Errors wrap
+// ErrInvalidRequest and name the field; an over-long request_id, tool or
+// provider_call_id also matches ErrFieldTooLong.
 func (r *Request) Validate() error {
+	tooLong := func(field, v string) error {
+		return fmt.Errorf("%w: %w", ErrInvalidRequest, Errorf(CodeFieldTooLong, "%s is %d bytes (limit %d)", field, len(v), MaxFieldBytes))
+	}
 	switch {
 	case r.V != Version:
 		return fmt.Errorf("%w: schema version %d, want %d", ErrInvalidRequest, r.V, Version)
 	case r.RequestID == "":
 		return fmt.Errorf("%w: request_id is missing", ErrInvalidRequest)
 	case len(r.RequestID) > MaxFieldBytes:
-		return fmt.Errorf("%w: %w", ErrInvalidRequest, Errorf(CodeFieldTooLong, "request_id is %d bytes (limit %d)", len(r.RequestID), MaxFieldBytes))
+		return tooLong("request_id", r.RequestID)
 	case !ValidSession(r.Session):
-		return fmt.Errorf("%w: session %s is not a valid session id", ErrInvalidRequest, quoteShort([]byte(r.Session)))
+		return fmt.Errorf("%w: session %s is not a valid session id (1-%d bytes of [A-Za-z0-9_-])", ErrInvalidRequest, quoteShort([]byte(r.Session)), MaxSessionBytes)
 	case r.Task == "":
 		return fmt.Errorf("%w: task is missing", ErrInvalidRequest)
+	case !ValidTask(r.Task):
+		return fmt.Errorf("%w: task %s is not a valid task id (1-%d bytes of [A-Za-z0-9_-])", ErrInvalidRequest, quoteShort([]byte(r.Task)), MaxTaskBytes)
 	case r.Tool == "":
 		return fmt.Errorf("%w: tool is missing", ErrInvalidRequest)
+	case len(r.Tool) > MaxFieldBytes:
+		return tooLong("tool", r.Tool)
 	case len(r.Arguments) == 0:
 		return fmt.Errorf("%w: arguments is missing", ErrInvalidRequest)
+	case len(r.ProviderCallID) > MaxFieldBytes:
+		return tooLong("provider_call_id", r.ProviderCallID)
 	}
 	return nil
 }

@@ -88,6 +88,17 @@ func TestDecodeRequest(t *testing.T) {
 		{"duplicate in arguments", strings.Replace(ok, `"qty":1`, `"qty":1,"sku":"B"`, 1), false, false, false},
 		{"case variant", strings.Replace(ok, `"tool":`, `"Tool":"x","tool":`, 1), false, false, false},
 		{"huge number", strings.Replace(ok, `"qty":1`, `"qty":1e20000`, 1), false, false, false},
+		{"task with a space", strings.Replace(ok, `"t-1"`, `"my task"`, 1), false, false, true},
+		{"task with a dot", strings.Replace(ok, `"t-1"`, `"orders.v1"`, 1), false, false, true},
+		{"task of 128 bytes", strings.Replace(ok, `"t-1"`, `"`+strings.Repeat("t", 128)+`"`, 1), true, false, true},
+		{"task of 129 bytes", strings.Replace(ok, `"t-1"`, `"`+strings.Repeat("t", 129)+`"`, 1), false, false, true},
+		{"session of 129 bytes", strings.Replace(ok, `"s-1"`, `"`+strings.Repeat("s", 129)+`"`, 1), false, false, true},
+		{"tool of 1024 bytes", strings.Replace(ok, `"orders.create"`, `"`+strings.Repeat("x", 1024)+`"`, 1), true, false, true},
+		{"tool too long", strings.Replace(ok, `"orders.create"`, `"`+strings.Repeat("x", 1025)+`"`, 1), false, true, true},
+		{"request_id of 1024 bytes", strings.Replace(ok, `"r-9"`, `"`+strings.Repeat("r", 1024)+`"`, 1), true, false, true},
+		{"provider_call_id of 1024 bytes", strings.Replace(ok, `"toolu_1"`, `"`+strings.Repeat("p", 1024)+`"`, 1), true, false, true},
+		{"provider_call_id too long", strings.Replace(ok, `"toolu_1"`, `"`+strings.Repeat("p", 1025)+`"`, 1), false, true, true},
+		{"empty tool", strings.Replace(ok, `"orders.create"`, `""`, 1), false, false, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -107,6 +118,18 @@ func TestDecodeRequest(t *testing.T) {
 				}
 			}
 		})
+	}
+	// Errors name the field.
+	for field, doc := range map[string]string{
+		"task":             strings.Replace(ok, `"t-1"`, `"my task"`, 1),
+		"tool":             strings.Replace(ok, `"orders.create"`, `"`+strings.Repeat("x", 1025)+`"`, 1),
+		"provider_call_id": strings.Replace(ok, `"toolu_1"`, `"`+strings.Repeat("p", 1025)+`"`, 1),
+		"session":          strings.Replace(ok, `"s-1"`, `"s.1"`, 1),
+		"request_id":       strings.Replace(ok, `"r-9"`, `""`, 1),
+	} {
+		if _, err := schema.DecodeRequest([]byte(doc)); err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("error %v does not name %s", err, field)
+		}
 	}
 	r, err := schema.DecodeRequest([]byte(ok))
 	if err != nil || r.RequestID != "r-9" || string(r.Arguments) != `{"sku":"A","qty":1}` || r.ProviderCallID != "toolu_1" {

@@ -85,7 +85,7 @@ func BenchmarkClassify(b *testing.B) {
 	// before its last ack of events (not before every ack, as the
 	// recoverer must): the same JetStream work with no classification,
 	// pipelined as far as it goes.
-	assessment := appendAssessment(nil, &schema.Assessment{Session: "s-63", CallID: "c-19999", Tool: "orders.create", Task: "t-1", Key: "op-c-19999",
+	assessment, _ := schema.EncodeAssessment(&schema.Assessment{Session: "s-63", CallID: "c-19999", Tool: "orders.create", Task: "t-1", Key: "op-c-19999",
 		Contract: effect.Contract{Effect: effect.Idempotent, Revision: "orders-v1"}, Outcome: schema.OutcomeCompleted, Evidence: "ok", Decision: schema.DecisionRefuse, Attempts: 1, Chain: []string{"c-19999"}})
 	raw := func(writes bool) time.Duration {
 		name := fmt.Sprintf("raw-%d", benchRun.Add(1))

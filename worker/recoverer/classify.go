@@ -60,34 +60,53 @@ type finding struct {
 type tracker struct {
 	mu       sync.Mutex
 	sessions map[string]map[string]*openCall
-	open     int
-	seen     uint64
+	// corrupt holds the sessions with an event that does not decode: their
+	// history is corrupt_history for Inspect (every call of it), so the
+	// classifier assesses nothing more of them either.
+	corrupt map[string]struct{}
+	open    int
+	seen    uint64
 }
 
 func newTracker() *tracker {
-	return &tracker{sessions: make(map[string]map[string]*openCall)}
+	return &tracker{sessions: make(map[string]map[string]*openCall), corrupt: make(map[string]struct{})}
 }
 
 // observe classifies one event of session at stream sequence seq and
-// appends what it concluded to out. A payload that does not decode is
-// skipped (inspect and prepare report corrupt histories).
+// appends what it concluded to out. The event is read with
+// schema.DecodeEvent, the decoder recovery.Inspect reads histories with,
+// so the classifier sees exactly the events `jingwei inspect` sees: a
+// payload it refuses (a duplicate member name, a missing field, …) makes
+// the history corrupt there, so here it makes the session corrupt: its open
+// calls are dropped and nothing more of it is assessed (the error is
+// returned, for the log, for the first such event only).
 func (t *tracker) observe(session string, seq uint64, data []byte, out []finding) ([]finding, error) {
-	var ev wireEvent
-	err := decodeWire(data, &ev)
+	t.mu.Lock()
+	_, corrupt := t.corrupt[session]
+	if corrupt {
+		t.seen++
+	}
+	t.mu.Unlock()
+	if corrupt {
+		return out, nil
+	}
+	ev, err := schema.DecodeEvent(data)
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.seen++
 	if err != nil {
+		t.open -= len(t.sessions[session])
+		delete(t.sessions, session)
+		t.corrupt[session] = struct{}{}
 		return out, err
 	}
-	switch ev.typ {
+	// DecodeEvent guarantees the body of a known type.
+	switch ev.Type {
 	case schema.TypeCall:
-		if !ev.hasCall || len(ev.callID) == 0 {
-			return out, nil
-		}
-		c := &openCall{id: string(ev.callID), tool: ev.tool, epoch: ev.epoch, seq: seq, marker: ev.startMarker}
-		if ev.hasOp {
-			c.task, c.key, c.contract, c.retry = ev.task, ev.key, ev.contract, ev.retry
+		call := ev.Call
+		c := &openCall{id: call.CallID, tool: call.Tool, epoch: ev.Epoch, seq: seq, marker: call.StartMarker}
+		if op := call.Operation; op != nil {
+			c.task, c.key, c.contract, c.retry = op.Task, op.Key, op.Contract, op.Retry != nil
 		} else {
 			c.legacy = true
 		}
@@ -101,33 +120,26 @@ func (t *tracker) observe(session string, seq uint64, data []byte, out []finding
 		}
 		calls[c.id] = c
 	case schema.TypeStarted:
-		if ev.hasStarted {
-			if c := t.sessions[session][string(ev.startedID)]; c != nil {
-				c.started = true
-			}
+		if c := t.sessions[session][ev.Started.CallID]; c != nil {
+			c.started = true
 		}
 	case schema.TypeResult:
-		if !ev.hasResult {
-			return out, nil
-		}
-		c := t.drop(session, string(ev.resultID))
+		id := ev.Result.CallID
+		c := t.drop(session, id)
 		switch {
 		case c == nil || c.retry:
 			// Opened before a restart, or a retry: the chain is in the log.
-			out = append(out, finding{session: session, callID: string(ev.resultID)})
+			out = append(out, finding{session: session, callID: id})
 		case c.legacy:
 		default:
-			a := c.assess(session, ev.status, ev.stage)
+			a := c.assess(session, ev.Result.Status, ev.Result.Stage)
 			out = append(out, finding{session: session, callID: c.id, a: &a})
 		}
 	case schema.TypeFenced:
-		if !ev.hasFence {
-			return out, nil
-		}
 		// Calls of older epochs can never get their result now: their
 		// assessment is final.
 		for id, c := range t.sessions[session] {
-			if c.epoch >= ev.fenceEpoch {
+			if c.epoch >= ev.Fence.Epoch {
 				continue
 			}
 			t.drop(session, id)

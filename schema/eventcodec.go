@@ -1,0 +1,854 @@
+package schema
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/go-json-experiment/json/jsontext"
+
+	"github.com/jingwei/jingwei/effect"
+)
+
+// Events are the hot message: the recovery worker's classifier decodes
+// every event of every log, Inspect and export every event of a history.
+// They are decoded field by field from the v2 token reader (jsontext)
+// rather than by v2's reflection over wire structs, which took twice the
+// time. The reader still does all the lexical work (syntax, UTF-8, lone
+// surrogates, duplicate names at any depth, nesting); this file maps
+// members to fields with the semantics of v2's default unmarshaling (null
+// is the zero value, integers without fraction or exponent and in range, a
+// time in RFC 3339) and the package's own rules (case variants, presence,
+// number bounds in raw values). The reflection-based decoder of the same
+// rules is kept in the tests as the reference the fuzz target compares
+// this one with.
+
+// eventReader decodes one event. It is pooled with its reader.
+type eventReader struct {
+	r       *reader
+	dec     *jsontext.Decoder
+	line    []byte
+	name    []byte // the member name just read (aliases the decoder or scratch)
+	scratch []byte
+	// Required members found missing in a body, reported once the whole
+	// event is read (after the envelope's epoch), in this order.
+	noContract, noEvidence, noFenceEpoch bool
+}
+
+// fieldError is a member value of the wrong type (or out of range).
+type fieldError struct {
+	path string
+	kind jsontext.Kind
+	val  []byte // the JSON number or string, for the message; may be nil
+	want string
+	err  error
+}
+
+func (e *fieldError) Error() string {
+	msg := e.path + ": "
+	if e.want == "" {
+		return msg + e.err.Error()
+	}
+	if e.kind != 0 {
+		msg += "JSON " + kindName(e.kind)
+		if len(e.val) > 0 && len(e.val) <= 64 && (e.kind == '0' || e.kind == '"') {
+			msg += " " + string(e.val)
+		}
+		msg += " is not "
+	}
+	msg += e.want
+	if e.err != nil {
+		msg += ": " + e.err.Error()
+	}
+	return msg
+}
+
+func kindName(k jsontext.Kind) string {
+	switch k {
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case 't', 'f':
+		return "boolean"
+	}
+	return k.String()
+}
+
+// kindOf returns the kind of a valid JSON value.
+func kindOf(v []byte) jsontext.Kind {
+	switch c := v[0]; c {
+	case '"', 'n', 't', 'f', '{', '[':
+		return jsontext.Kind(c)
+	}
+	return '0'
+}
+
+// wrongValue is the error for v, a value of the wrong kind for path.
+func wrongValue(path, want string, v []byte) error {
+	return &fieldError{path: path, kind: kindOf(v), val: shortClone(v), want: want}
+}
+
+// shortClone copies v for an error message if it is short enough to be
+// shown (it aliases a buffer that is reused).
+func shortClone(v []byte) []byte {
+	if len(v) > 64 {
+		return nil
+	}
+	return bytes.Clone(v)
+}
+
+// wrong reads the value at the decoder (for its kind and text) and returns
+// the error for it; a syntax error in the value comes first.
+func (d *eventReader) wrong(path, want string, err error) error {
+	v, rerr := d.dec.ReadValue()
+	if rerr != nil {
+		return rerr
+	}
+	return &fieldError{path: path, kind: kindOf(v), val: shortClone(v), want: want, err: err}
+}
+
+// str reads a string member (null: "").
+func (d *eventReader) str(path string) (string, error) {
+	v, err := d.dec.ReadValue()
+	if err != nil {
+		return "", err
+	}
+	switch v[0] {
+	case '"':
+		return d.unquote(v), nil
+	case 'n':
+		return "", nil
+	}
+	return "", wrongValue(path, "a string", v)
+}
+
+// unquote returns the content of a valid JSON string.
+func (d *eventReader) unquote(v []byte) string {
+	if bytes.IndexByte(v, '\\') < 0 {
+		return internOrCopy(v[1 : len(v)-1])
+	}
+	d.scratch, _ = jsontext.AppendUnquote(d.scratch[:0], v)
+	return string(d.scratch)
+}
+
+// internOrCopy returns the wire values every event repeats without
+// allocating, anything else as a new string.
+func internOrCopy(v []byte) string {
+	switch string(v) {
+	case TypeCall:
+		return TypeCall
+	case TypeStarted:
+		return TypeStarted
+	case TypeResult:
+		return TypeResult
+	case TypeFenced:
+		return TypeFenced
+	case "ok":
+		return "ok"
+	case "failed":
+		return "failed"
+	case "":
+		return ""
+	}
+	return string(v)
+}
+
+// uint reads a non-negative integer member; present is false for null.
+func (d *eventReader) uint(path string) (n uint64, present bool, err error) {
+	v, err := d.dec.ReadValue()
+	if err != nil {
+		return 0, false, err
+	}
+	switch kindOf(v) {
+	case '0':
+		// The string aliases the decoder's buffer only for the call: the
+		// error keeps none of it (numErr).
+		n, err := strconv.ParseUint(unsafe.String(&v[0], len(v)), 10, 64)
+		if err != nil {
+			return 0, false, &fieldError{path: path, kind: '0', val: shortClone(v), want: "a non-negative integer", err: numErr(err)}
+		}
+		return n, true, nil
+	case 'n':
+		return 0, false, nil
+	}
+	return 0, false, wrongValue(path, "a non-negative integer", v)
+}
+
+// int reads an integer member (null: 0).
+func (d *eventReader) int(path string) (int, error) {
+	v, err := d.dec.ReadValue()
+	if err != nil {
+		return 0, err
+	}
+	switch kindOf(v) {
+	case '0':
+		n, err := strconv.ParseInt(unsafe.String(&v[0], len(v)), 10, 0)
+		if err != nil {
+			return 0, &fieldError{path: path, kind: '0', val: shortClone(v), want: "an integer", err: numErr(err)}
+		}
+		return int(n), nil
+	case 'n':
+		return 0, nil
+	}
+	return 0, wrongValue(path, "an integer", v)
+}
+
+// numErr is strconv's error without the repeated value.
+func numErr(err error) error {
+	if ne, ok := err.(*strconv.NumError); ok {
+		return ne.Err
+	}
+	return err
+}
+
+// bool reads a boolean member (null: false).
+func (d *eventReader) bool(path string) (bool, error) {
+	v, err := d.dec.ReadValue()
+	if err != nil {
+		return false, err
+	}
+	switch v[0] {
+	case 't', 'f', 'n':
+		return v[0] == 't', nil
+	}
+	return false, wrongValue(path, "a boolean", v)
+}
+
+// time reads an RFC 3339 time member (null: the zero time), as v2 does.
+func (d *eventReader) time(path string) (time.Time, error) {
+	v, err := d.dec.ReadValue()
+	if err != nil {
+		return time.Time{}, err
+	}
+	switch v[0] {
+	case '"':
+		s := v[1 : len(v)-1]
+		if bytes.IndexByte(v, '\\') >= 0 {
+			d.scratch, _ = jsontext.AppendUnquote(d.scratch[:0], v)
+			s = d.scratch
+		}
+		var t time.Time
+		if err := parseTime(&t, s); err != nil {
+			return time.Time{}, &fieldError{path: path, kind: '"', want: "an RFC 3339 time", err: err}
+		}
+		return t, nil
+	case 'n':
+		return time.Time{}, nil
+	}
+	return time.Time{}, wrongValue(path, "an RFC 3339 time", v)
+}
+
+// parseTime parses an RFC 3339 time as v2's default time unmarshaling
+// does: time.Time.UnmarshalText, plus the checks RFC 3339's grammar
+// requires and package time does not make (a two-digit hour, a period
+// before the fraction, a time zone offset in range; go.dev/issue/57912).
+func parseTime(t *time.Time, b []byte) error {
+	if err := t.UnmarshalText(b); err != nil {
+		return err
+	}
+	bad := func(what string) error {
+		return &time.ParseError{Layout: time.RFC3339, Value: string(b), Message: ": " + what}
+	}
+	switch {
+	case b[len("2006-01-02T")+1] == ':':
+		return bad("hour must have two digits")
+	case b[len("2006-01-02T15:04:05")] == ',':
+		return bad("fraction must follow a period")
+	case b[len(b)-1] != 'Z':
+		if dec2(b[len(b)-len("07:00"):]) >= 24 {
+			return bad("time zone hour out of range")
+		}
+		if dec2(b[len(b)-len("00"):]) >= 60 {
+			return bad("time zone minute out of range")
+		}
+	}
+	return nil
+}
+
+func dec2(b []byte) int { return int(b[0]-'0')*10 + int(b[1]-'0') }
+
+// raw reads a member's value as is (arguments, output), checking its
+// numbers against Canonical's bounds.
+func (d *eventReader) raw() (json.RawMessage, error) {
+	v, err := d.dec.ReadValue()
+	if err != nil {
+		return nil, err
+	}
+	if err := d.numbers(v); err != nil {
+		return nil, err
+	}
+	return json.RawMessage(bytes.Clone(v)), nil
+}
+
+// numbers checks the numbers of v, a value just read, reporting the
+// offset in the line.
+func (d *eventReader) numbers(v []byte) error {
+	if err := checkNumbers(v); err != nil {
+		se := err.(*syntaxError)
+		se.offset += d.dec.InputOffset() - int64(len(v))
+		return se
+	}
+	return nil
+}
+
+// skip reads and drops a member's value (unknown members, the bodies of
+// unknown event types), checking its numbers.
+func (d *eventReader) skip() error {
+	v, err := d.dec.ReadValue()
+	if err != nil {
+		return err
+	}
+	return d.numbers(v)
+}
+
+// unknown handles a member that matches no field of an object: a case
+// variant of one is an error, anything else is skipped.
+func (d *eventReader) unknown(path string, fields []string) error {
+	if err := caseVariant(path, d.name, fields); err != nil {
+		return err
+	}
+	return d.skip()
+}
+
+// caseVariant refuses name if it differs from one of fields only in case.
+func caseVariant(path string, name []byte, fields []string) error {
+	for _, f := range fields {
+		if len(name) >= len(f) && len(name) <= 3*len(f) && string(name) != f && bytes.EqualFold(name, unsafe.Slice(unsafe.StringData(f), len(f))) {
+			what := ""
+			if path != "" {
+				what = path + ": "
+			}
+			return caseError(what + "member name " + quoteShort(name) + " differs from " + strconv.Quote(f) + " only in case")
+		}
+	}
+	return nil
+}
+
+// object starts reading an object member: false with a nil error for
+// null.
+func (d *eventReader) object(path string) (bool, error) {
+	switch d.dec.PeekKind() {
+	case '{':
+		_, err := d.dec.ReadToken()
+		return err == nil, err
+	case 'n':
+		_, err := d.dec.ReadValue()
+		return false, err
+	case 0:
+		_, err := d.dec.ReadValue()
+		return false, err
+	}
+	return false, d.wrong(path, "an object", nil)
+}
+
+// next reads the next member name into d.name, or the end of the object
+// (false).
+func (d *eventReader) next() (bool, error) {
+	if d.dec.PeekKind() == '}' {
+		_, err := d.dec.ReadToken()
+		return false, err
+	}
+	v, err := d.dec.ReadValue()
+	if err != nil {
+		return false, err
+	}
+	if bytes.IndexByte(v, '\\') < 0 {
+		d.name = v[1 : len(v)-1]
+	} else {
+		d.scratch, _ = jsontext.AppendUnquote(d.scratch[:0], v)
+		d.name = d.scratch
+	}
+	return true, nil
+}
+
+// pending holds the bodies read before the event's type: decoded once the
+// type is known.
+type pending struct{ call, started, result, fence []byte }
+
+// event decodes the event at the decoder.
+func (d *eventReader) event() (Event, error) {
+	var (
+		ev       Event
+		epochSet bool
+		typeSet  bool
+		pend     pending
+		err      error
+	)
+	if ok, err := d.object(""); !ok {
+		if err == nil {
+			err = Errorf(CodeCorruptHistory, "event is not a JSON object")
+		}
+		return ev, err
+	}
+	body := func(into *[]byte) error {
+		// A body is read for a known type, skipped for an unknown one,
+		// kept raw until the type is known otherwise.
+		if !typeSet {
+			v, err := d.dec.ReadValue()
+			if err != nil {
+				return err
+			}
+			if err := d.numbers(v); err != nil {
+				return err
+			}
+			*into = bytes.Clone(v)
+			return nil
+		}
+		return d.skip()
+	}
+	for {
+		more, err := d.next()
+		if err != nil {
+			return ev, err
+		}
+		if !more {
+			break
+		}
+		switch string(d.name) {
+		case "v":
+			ev.V, err = d.int("v")
+		case "seq":
+			ev.Seq, _, err = d.uint("seq")
+		case "session":
+			ev.Session, err = d.str("session")
+		case "epoch":
+			ev.Epoch, epochSet, err = d.uint("epoch")
+		case "at":
+			ev.At, err = d.time("at")
+		case "type":
+			ev.Type, err = d.str("type")
+			typeSet = true
+		case "call":
+			if typeSet && knownType(ev.Type) {
+				ev.Call, err = d.call("call")
+			} else {
+				err = body(&pend.call)
+			}
+		case "started":
+			if typeSet && knownType(ev.Type) {
+				ev.Started, err = d.started("started")
+			} else {
+				err = body(&pend.started)
+			}
+		case "result":
+			if typeSet && knownType(ev.Type) {
+				ev.Result, err = d.result("result")
+			} else {
+				err = body(&pend.result)
+			}
+		case "fence":
+			if typeSet && knownType(ev.Type) {
+				ev.Fence, err = d.fence("fence")
+			} else {
+				err = body(&pend.fence)
+			}
+		default:
+			err = d.unknown("", envelopeFields)
+		}
+		if err != nil {
+			return ev, err
+		}
+	}
+	if err = checkEnd(d.dec, d.line); err != nil {
+		return ev, err
+	}
+	// Bodies that came before the type, of a known type: decode them now
+	// (from copies, so nothing aliases a reader buffer).
+	if knownType(ev.Type) {
+		if err := d.pendingBodies(&ev, &pend); err != nil {
+			return ev, err
+		}
+	}
+	switch {
+	case !epochSet:
+		return ev, Errorf(CodeCorruptHistory, "event lacks epoch")
+	case d.noContract:
+		return ev, Errorf(CodeCorruptHistory, "operation.contract is missing")
+	case d.noEvidence:
+		return ev, Errorf(CodeCorruptHistory, "operation.retry.review lacks evidence")
+	case d.noFenceEpoch:
+		return ev, Errorf(CodeCorruptHistory, "session.fenced lacks fence.epoch")
+	}
+	return ev, nil
+}
+
+func (d *eventReader) pendingBodies(ev *Event, p *pending) error {
+	for _, b := range []struct {
+		raw  []byte
+		name string
+	}{{p.call, "call"}, {p.started, "started"}, {p.result, "result"}, {p.fence, "fence"}} {
+		if b.raw == nil {
+			continue
+		}
+		sub := &eventReader{r: getReader(b.raw), line: b.raw}
+		sub.dec = sub.r.dec
+		var err error
+		switch b.name {
+		case "call":
+			ev.Call, err = sub.call("call")
+		case "started":
+			ev.Started, err = sub.started("started")
+		case "result":
+			ev.Result, err = sub.result("result")
+		case "fence":
+			ev.Fence, err = sub.fence("fence")
+		}
+		putReader(sub.r)
+		if err != nil {
+			return err
+		}
+		d.noContract = d.noContract || sub.noContract
+		d.noEvidence = d.noEvidence || sub.noEvidence
+		d.noFenceEpoch = d.noFenceEpoch || sub.noFenceEpoch
+	}
+	return nil
+}
+
+func (d *eventReader) call(path string) (*Call, error) {
+	if ok, err := d.object(path); !ok {
+		return nil, err
+	}
+	c := new(Call)
+	for {
+		more, err := d.next()
+		if err != nil || !more {
+			return c, err
+		}
+		switch string(d.name) {
+		case "call_id":
+			c.CallID, err = d.str("call.call_id")
+		case "tool":
+			c.Tool, err = d.str("call.tool")
+		case "arguments":
+			c.Arguments, err = d.raw()
+		case "request_id":
+			c.RequestID, err = d.str("call.request_id")
+		case "provider_call_id":
+			c.ProviderCallID, err = d.str("call.provider_call_id")
+		case "start_marker":
+			c.StartMarker, err = d.bool("call.start_marker")
+		case "operation":
+			c.Operation, err = d.operation("call.operation")
+		default:
+			err = d.unknown("call", callFields)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (d *eventReader) operation(path string) (*Operation, error) {
+	if ok, err := d.object(path); !ok {
+		return nil, err
+	}
+	op := new(Operation)
+	contract := false
+	for {
+		more, err := d.next()
+		if err != nil {
+			return nil, err
+		}
+		if !more {
+			break
+		}
+		switch string(d.name) {
+		case "task":
+			op.Task, err = d.str("call.operation.task")
+		case "key":
+			op.Key, err = d.str("call.operation.key")
+		case "contract":
+			contract, err = d.contract("call.operation.contract", &op.Contract)
+		case "retry":
+			op.Retry, err = d.retry("call.operation.retry")
+		default:
+			err = d.unknown("operation", operationFields)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if !contract {
+		d.noContract = true
+	}
+	return op, nil
+}
+
+// contract reads a contract into c; false for null (a missing contract).
+// An absent effect is effect.Unknown, a null one an error.
+func (d *eventReader) contract(path string, c *effect.Contract) (bool, error) {
+	if ok, err := d.object(path); !ok {
+		return false, err
+	}
+	for {
+		more, err := d.next()
+		if err != nil || !more {
+			return err == nil, err
+		}
+		switch string(d.name) {
+		case "effect":
+			err = d.effect("call.operation.contract.effect", &c.Effect)
+		case "revision":
+			c.Revision, err = d.str("call.operation.contract.revision")
+		default:
+			err = d.unknown("operation.contract", contractFields)
+		}
+		if err != nil {
+			return false, err
+		}
+	}
+}
+
+func (d *eventReader) effect(path string, e *effect.Effect) error {
+	switch d.dec.PeekKind() {
+	case '"':
+		v, err := d.dec.ReadValue()
+		if err != nil {
+			return err
+		}
+		var s []byte = v[1 : len(v)-1]
+		if bytes.IndexByte(v, '\\') >= 0 {
+			d.scratch, _ = jsontext.AppendUnquote(d.scratch[:0], v)
+			s = d.scratch
+		}
+		switch string(s) {
+		case "unknown":
+			*e = effect.Unknown
+		case "read_only":
+			*e = effect.ReadOnly
+		case "idempotent":
+			*e = effect.Idempotent
+		case "non_idempotent":
+			*e = effect.NonIdempotent
+		default:
+			_, err := effect.Parse(string(s))
+			return &fieldError{path: path, err: err}
+		}
+		return nil
+	case 'n':
+		if _, err := d.dec.ReadValue(); err != nil {
+			return err
+		}
+		return &fieldError{path: path, err: errNullEffect}
+	case 0:
+		_, err := d.dec.ReadValue()
+		return err
+	}
+	if _, err := d.dec.ReadValue(); err != nil {
+		return err
+	}
+	return &fieldError{path: path, err: errEffectType}
+}
+
+func (d *eventReader) retry(path string) (*RetryLink, error) {
+	if ok, err := d.object(path); !ok {
+		return nil, err
+	}
+	r := new(RetryLink)
+	for {
+		more, err := d.next()
+		if err != nil || !more {
+			return r, err
+		}
+		switch string(d.name) {
+		case "prior_call_id":
+			r.PriorCallID, err = d.str("call.operation.retry.prior_call_id")
+		case "prior_seq":
+			r.PriorSeq, _, err = d.uint("call.operation.retry.prior_seq")
+		case "plan_id":
+			r.PlanID, err = d.str("call.operation.retry.plan_id")
+		case "basis":
+			var s string
+			s, err = d.str("call.operation.retry.basis")
+			r.Basis = Basis(s)
+		case "review":
+			r.Review, err = d.review("call.operation.retry.review")
+		case "issued_at":
+			r.IssuedAt, err = d.time("call.operation.retry.issued_at")
+		case "signer":
+			r.Signer, err = d.str("call.operation.retry.signer")
+		case "sig":
+			r.Sig, err = d.str("call.operation.retry.sig")
+		default:
+			err = d.unknown("operation.retry", retryFields)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (d *eventReader) review(path string) (*Review, error) {
+	if ok, err := d.object(path); !ok {
+		return nil, err
+	}
+	r := new(Review)
+	evidence := false
+	for {
+		more, err := d.next()
+		if err != nil {
+			return nil, err
+		}
+		if !more {
+			break
+		}
+		switch string(d.name) {
+		case "v":
+			r.V, err = d.int("call.operation.retry.review.v")
+		case "session":
+			r.Session, err = d.str("call.operation.retry.review.session")
+		case "call_id":
+			r.CallID, err = d.str("call.operation.retry.review.call_id")
+		case "operator":
+			r.Operator, err = d.str("call.operation.retry.review.operator")
+		case "evidence":
+			evidence = d.dec.PeekKind() != 'n'
+			r.Evidence, err = d.str("call.operation.retry.review.evidence")
+		case "verdict":
+			var s string
+			s, err = d.str("call.operation.retry.review.verdict")
+			r.Verdict = Verdict(s)
+		case "at":
+			r.At, err = d.str("call.operation.retry.review.at")
+		case "signer":
+			r.Signer, err = d.str("call.operation.retry.signer")
+		case "sig":
+			r.Sig, err = d.str("call.operation.retry.sig")
+		default:
+			err = d.unknown("operation.retry.review", reviewFields)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if !evidence {
+		d.noEvidence = true
+	}
+	return r, nil
+}
+
+func (d *eventReader) started(path string) (*Started, error) {
+	if ok, err := d.object(path); !ok {
+		return nil, err
+	}
+	s := new(Started)
+	for {
+		more, err := d.next()
+		if err != nil || !more {
+			return s, err
+		}
+		switch string(d.name) {
+		case "call_id":
+			s.CallID, err = d.str("started.call_id")
+		default:
+			err = d.unknown("started", startedFields)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (d *eventReader) result(path string) (*Result, error) {
+	if ok, err := d.object(path); !ok {
+		return nil, err
+	}
+	r := new(Result)
+	for {
+		more, err := d.next()
+		if err != nil || !more {
+			return r, err
+		}
+		var s string
+		switch string(d.name) {
+		case "call_id":
+			r.CallID, err = d.str("result.call_id")
+		case "status":
+			s, err = d.str("result.status")
+			r.Status = Status(s)
+		case "retryable":
+			r.Retryable, err = d.bool("result.retryable")
+		case "stage":
+			s, err = d.str("result.stage")
+			r.Stage = Stage(s)
+		case "output":
+			r.Output, err = d.raw()
+		case "error":
+			r.Error, err = d.str("result.error")
+		default:
+			err = d.unknown("result", resultFields)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+func (d *eventReader) fence(path string) (*Fence, error) {
+	if ok, err := d.object(path); !ok {
+		return nil, err
+	}
+	f := new(Fence)
+	epoch := false
+	for {
+		more, err := d.next()
+		if err != nil {
+			return nil, err
+		}
+		if !more {
+			break
+		}
+		switch string(d.name) {
+		case "epoch":
+			f.Epoch, epoch, err = d.uint("fence.epoch")
+		case "owner":
+			f.Owner, err = d.str("fence.owner")
+		default:
+			err = d.unknown("fence", fenceFields)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if !epoch {
+		d.noFenceEpoch = true
+	}
+	return f, nil
+}
+
+var eventReaderPool = sync.Pool{New: func() any { return new(eventReader) }}
+
+// decodeEvent decodes and validates one event.
+func decodeEvent(b []byte) (Event, error) {
+	if firstByte(b) != '{' {
+		if err := strictUnmarshal(b, new(jsontext.Value)); err != nil {
+			return Event{}, corruptEvent(err)
+		}
+		return Event{}, Errorf(CodeCorruptHistory, "event is not a JSON object")
+	}
+	d := eventReaderPool.Get().(*eventReader)
+	d.r = getReader(b)
+	d.dec, d.line = d.r.dec, b
+	ev, err := d.event()
+	putReader(d.r)
+	d.r, d.dec, d.line, d.name = nil, nil, nil, nil
+	d.noContract, d.noEvidence, d.noFenceEpoch = false, false, false
+	if cap(d.scratch) > 64<<10 {
+		d.scratch = nil
+	}
+	eventReaderPool.Put(d)
+	if err != nil {
+		if e, ok := err.(*Error); ok {
+			return Event{}, e
+		}
+		return Event{}, corruptEvent(err)
+	}
+	if err := ev.Validate(); err != nil {
+		return Event{}, err
+	}
+	return ev, nil
+}
