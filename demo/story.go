@@ -40,7 +40,9 @@ type story struct {
 	dead  map[*proc.Child]bool // children the story killed or stopped on purpose
 
 	srv   *stream.Embedded
-	nc    *nats.Conn
+	keys  stream.KeyDir // the role credentials the server enforces
+	nc    *nats.Conn    // admin: set-up, and the narrator's view of everything
+	roles map[stream.Role]*nats.Conn
 	topo  *stream.Topology
 	tools *tools.Tools
 	watch *watcher
@@ -75,6 +77,9 @@ func (s *story) shutdown() {
 	if s.nc != nil {
 		s.nc.Close()
 	}
+	for _, nc := range s.roles {
+		nc.Close()
+	}
 	if s.srv != nil {
 		s.srv.Shutdown()
 	}
@@ -94,13 +99,26 @@ func (s *story) run(ctx context.Context) (Report, error) {
 	fmt.Fprintln(s.out, "jingwei demo: an order and a payment, a tool worker killed in the middle of both, and a safe recovery.")
 	fmt.Fprintln(s.out)
 
-	// 1. A fresh server.
-	srv, err := stream.StartEmbedded(ctx, embeddedConfig(s.dir, s.log))
+	// 1. A fresh server, with authorization on: one key per role.
+	s.keys = stream.KeyDir(filepath.Join(s.dir, "auth"))
+	if _, err := s.keys.Init(); err != nil {
+		return s.rep, err
+	}
+	users, err := s.keys.PublicKeys()
+	if err != nil {
+		return s.rep, err
+	}
+	cfg := embeddedConfig(s.dir, s.log)
+	cfg.Users = users
+	srv, err := stream.StartEmbedded(ctx, cfg)
 	if err != nil {
 		return s.rep, fmt.Errorf("start embedded server: %w", err)
 	}
 	s.srv = srv
-	if s.nc, err = srv.Connect(nats.Name("jingwei demo")); err != nil {
+	// The narrator (set-up, reading the business records, watching the
+	// logs) is admin; the agent, the reviewer and the host act through
+	// connections of their own roles, as they would from elsewhere.
+	if s.nc, err = s.connect(stream.RoleAdmin); err != nil {
 		return s.rep, err
 	}
 	js, err := jetstream.New(s.nc)
@@ -116,8 +134,15 @@ func (s *story) run(ctx context.Context) (Report, error) {
 	if s.watch, err = newWatcher(s.nc, s.topo); err != nil {
 		return s.rep, err
 	}
+	s.roles = map[stream.Role]*nats.Conn{}
+	for _, r := range []stream.Role{stream.RoleAgent, stream.RoleReviewer, stream.RoleHost} {
+		if s.roles[r], err = s.connect(r); err != nil {
+			return s.rep, err
+		}
+	}
 	url := srv.ClientURL()
-	s.say("server", "embedded NATS with JetStream at %s, fresh store in %s", url, filepath.Join(s.dir, "nats"))
+	s.say("server", "embedded NATS with JetStream at %s, fresh store in %s\nauthorization on: one key per role in %s (agent, reviewer, host, worker, recoverer, admin)", url, filepath.Join(s.dir, "nats"), s.keys)
+	auth := string(s.keys)
 
 	// 2. The reviewer's key, trusted by the recovery worker.
 	kp, trustFile, err := s.reviewerKey()
@@ -127,7 +152,7 @@ func (s *story) run(ctx context.Context) (Report, error) {
 	pub, _ := kp.PublicKey()
 
 	// 3. The recovery worker and a tool worker whose bodies stop midway.
-	rec, err := s.start("recover", "recover", "--server", url, "--trust-reviewers", trustFile, "--log-format", "json")
+	rec, err := s.start("recover", "recover", "--server", url, "--auth", auth, "--trust-reviewers", trustFile, "--log-format", "json")
 	if err != nil {
 		return s.rep, err
 	}
@@ -135,10 +160,10 @@ func (s *story) run(ctx context.Context) (Report, error) {
 	// (--tool-delay-after); stopping the payment before its effect needs
 	// per-tool hold points, which only the demo's own worker has.
 	ttl := s.cfg.LeaseTTL.String()
-	workerArgs := []string{"worker", "--server", url, "--lease-ttl", ttl, "--tool-delay-after", "5m", "--log-format", "json"}
+	workerArgs := []string{"worker", "--server", url, "--auth", auth, "--lease-ttl", ttl, "--tool-delay-after", "5m", "--log-format", "json"}
 	if s.cfg.PaymentHold == HoldBefore {
 		holds := map[string]HoldPoint{tools.OrdersCreate: HoldAfter, tools.PaymentsCharge: HoldBefore}
-		workerArgs = []string{"demo", "worker", "--server", url, "--lease-ttl", ttl, "--hold", FormatHolds(holds), "--log-format", "json"}
+		workerArgs = []string{"demo", "worker", "--server", url, "--auth", auth, "--lease-ttl", ttl, "--hold", FormatHolds(holds), "--log-format", "json"}
 	}
 	held, err := s.start("worker-1", workerArgs...)
 	if err != nil {
@@ -152,12 +177,16 @@ func (s *story) run(ctx context.Context) (Report, error) {
 	s.say("", "reviewer key     %s (trusted)", pub)
 
 	// 4. The agent's requests.
+	agent, err := jetstream.New(s.roles[stream.RoleAgent])
+	if err != nil {
+		return s.rep, err
+	}
 	for _, q := range []schema.Request{
 		{V: schema.Version, RequestID: OrderRequest, Session: OrderSession, Task: Task, Tool: tools.OrdersCreate, Arguments: orderArgs},
 		{V: schema.Version, RequestID: PaymentRequest, Session: PaymentSession, Task: Task, Tool: tools.PaymentsCharge, Arguments: paymentArgs},
 	} {
 		b, _ := json.Marshal(q)
-		if _, err := js.Publish(ctx, s.topo.RequestsSubject(q.Session), b, jetstream.WithMsgID(q.RequestID)); err != nil {
+		if _, err := agent.Publish(ctx, s.topo.RequestsSubject(q.Session), b, jetstream.WithMsgID(q.RequestID)); err != nil {
 			return s.rep, fmt.Errorf("publish request %s: %w", q.RequestID, err)
 		}
 		s.say("agent", "request %-10s %s %s on %s", q.RequestID, q.Tool, q.Arguments, s.topo.RequestsSubject(q.Session))
@@ -206,7 +235,7 @@ func (s *story) run(ctx context.Context) (Report, error) {
 	}
 
 	// 8. A fresh tool worker to run retry plans.
-	w2, err := s.start("worker-2", "worker", "--server", url, "--log-format", "json")
+	w2, err := s.start("worker-2", "worker", "--server", url, "--auth", auth, "--log-format", "json")
 	if err != nil {
 		return s.rep, err
 	}
@@ -254,7 +283,11 @@ func (s *story) run(ctx context.Context) (Report, error) {
 		return s.rep, err
 	}
 	b, _ := json.Marshal(rv)
-	if _, err := js.Publish(ctx, s.topo.ReviewsSubject(PaymentSession), b); err != nil {
+	reviewer, err := jetstream.New(s.roles[stream.RoleReviewer])
+	if err != nil {
+		return s.rep, err
+	}
+	if _, err := reviewer.Publish(ctx, s.topo.ReviewsSubject(PaymentSession), b); err != nil {
 		return s.rep, fmt.Errorf("publish review: %w", err)
 	}
 	s.say("review", "demo-reviewer@ops checks the ledger: %s\nsigns verdict %s with %s..., published on %s", evidence, verdict, pub[:12], s.topo.ReviewsSubject(PaymentSession))
@@ -290,12 +323,21 @@ func (s *story) run(ctx context.Context) (Report, error) {
 	return s.rep, nil
 }
 
-// publicArgs drops the flags every child gets (server, log format) from a
-// command line, for the story.
+// connect opens a connection to the demo's server as role r.
+func (s *story) connect(r stream.Role) (*nats.Conn, error) {
+	kp, err := s.keys.KeyPair(r)
+	if err != nil {
+		return nil, err
+	}
+	return s.srv.Connect(nats.Name("jingwei demo "+string(r)), stream.NkeyOption(kp))
+}
+
+// publicArgs drops the flags every child gets (server, credentials, log
+// format) from a command line, for the story.
 func publicArgs(args []string) []string {
 	var out []string
 	for i := 0; i < len(args); i++ {
-		if args[i] == "--server" || args[i] == "--log-format" {
+		if args[i] == "--server" || args[i] == "--auth" || args[i] == "--log-format" {
 			i++
 			continue
 		}
@@ -448,7 +490,7 @@ func (s *story) request(ctx context.Context, endpoint string, v, out any) error 
 	if err != nil {
 		return err
 	}
-	m, err := s.nc.RequestWithContext(ctx, s.topo.APISubject(endpoint), b)
+	m, err := s.roles[stream.RoleHost].RequestWithContext(ctx, s.topo.APISubject(endpoint), b)
 	if err != nil {
 		return err
 	}

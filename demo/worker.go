@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/tools"
 	"github.com/jingwei/jingwei/worker"
@@ -100,6 +101,9 @@ type WorkerConfig struct {
 	// Holds names the tools whose bodies stop at a hold point (see
 	// HoldTools). Nil holds nothing.
 	Holds map[string]HoldPoint
+	// Planners are the plan signers whose retry plans the worker runs. Nil
+	// runs none.
+	Planners recovery.TrustedKeys
 	// Logger defaults to zerolog.Nop().
 	Logger zerolog.Logger
 }
@@ -131,7 +135,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	if err != nil {
 		return err
 	}
-	w, err := toolworker.New(toolworker.Config{Topology: topo, Registry: reg, Logger: cfg.Logger})
+	w, err := toolworker.New(toolworker.Config{Topology: topo, Registry: reg, Logger: cfg.Logger, Runtime: worker.Config{TrustedPlanners: cfg.Planners}})
 	if err != nil {
 		return err
 	}

@@ -78,18 +78,6 @@ func (f fixture) historyBytes(t testing.TB) []byte {
 	return buf.Bytes()
 }
 
-// awaitsDecoder names the cases the schema decoder of this branch still
-// refuses while the contract (DESIGN §2) and the recovery rules accept
-// them: the decoder rewritten on JSON v2 accepts them. While the decoder
-// refuses such a case with corrupt_history, its lines are decoded by
-// encoding/json instead (Inspect validates every event itself) and the
-// case is checked through Inspect and PrepareRetry all the same; once the
-// decoder accepts it, it is checked like every other case. Delete the
-// entries after the merge.
-var awaitsDecoder = map[string]string{
-	"operation_without_effect_unknown": "an operation whose contract has no effect is unknown",
-}
-
 // TestConformance runs every case of the shared suite through
 // schema.DecodeHistory, Inspect and PrepareRetry (offline: the review as
 // given, unsigned retries trusted).
@@ -100,10 +88,6 @@ func TestConformance(t *testing.T) {
 				t.Errorf("%s holds case %q", f.file, f.Name)
 			}
 			evs, decErr := schema.DecodeHistory(bytes.NewReader(f.historyBytes(t)), schema.DefaultLimits)
-			if why, ok := awaitsDecoder[f.Name]; ok && schema.CodeOf(decErr) == schema.CodeCorruptHistory {
-				t.Logf("the schema decoder refuses this case (%v), but %s: checked with events decoded by encoding/json", decErr, why)
-				evs, decErr = lenientDecode(t, f.historyBytes(t)), nil
-			}
 			var rev *schema.Review
 			if len(f.Review) > 0 && string(f.Review) != "null" {
 				r, err := recovery.DecodeReview(f.Review)
@@ -162,19 +146,4 @@ func expect(t *testing.T, what string, got any, err error, want map[string]json.
 			t.Errorf("%s: %s = %s, want %s", what, name, g, w)
 		}
 	}
-}
-
-// lenientDecode decodes JSON Lines with encoding/json alone, for
-// awaitsDecoder.
-func lenientDecode(t *testing.T, b []byte) []schema.Event {
-	t.Helper()
-	var evs []schema.Event
-	for _, line := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
-		var e schema.Event
-		if err := json.Unmarshal(line, &e); err != nil {
-			t.Fatalf("encoding/json: %v", err)
-		}
-		evs = append(evs, e)
-	}
-	return evs
 }

@@ -459,7 +459,9 @@ func TestEncodeEvent(t *testing.T) {
 }
 
 // TestEncodeFixtures decodes every event of every conformance fixture and
-// re-encodes it: the line must come back byte for byte.
+// re-encodes it: the line must come back byte for byte, except that an
+// operation without contract.effect comes back with the effect it decodes
+// to, "unknown" (and then decodes to the same event).
 func TestEncodeFixtures(t *testing.T) {
 	for _, fx := range loadFixtures(t) {
 		t.Run(fx.Name, func(t *testing.T) {
@@ -480,8 +482,12 @@ func TestEncodeFixtures(t *testing.T) {
 				if err != nil {
 					t.Fatalf("event %d: %v", i, err)
 				}
-				if !bytes.Equal(got, line.Bytes()) {
-					t.Errorf("event %d re-encodes differently:\n got %s\nwant %s", i, got, line.Bytes())
+				want := line.Bytes()
+				if o := e.Call; o != nil && o.Operation != nil && !bytes.Contains(want, []byte(`"effect"`)) {
+					want = bytes.Replace(want, []byte(`"contract":{`), []byte(`"contract":{"effect":"unknown",`), 1)
+				}
+				if !bytes.Equal(got, want) {
+					t.Errorf("event %d re-encodes differently:\n got %s\nwant %s", i, got, want)
 				}
 				events = append(events, e)
 			}
@@ -531,7 +537,8 @@ func (f fixture) jsonl() []byte {
 	return b.Bytes()
 }
 
-const fixtureDir = "../../shared/conformance"
+// fixtureDir is the repository's conformance suite.
+const fixtureDir = "../conformance"
 
 func loadFixtures(tb testing.TB) []fixture {
 	tb.Helper()
@@ -540,10 +547,7 @@ func loadFixtures(tb testing.TB) []fixture {
 		tb.Fatal(err)
 	}
 	if len(files) == 0 {
-		if _, err := os.Stat(fixtureDir); err != nil {
-			tb.Skipf("conformance fixtures not found at %s (relative to the schema package): %v", fixtureDir, err)
-		}
-		tb.Fatalf("no fixtures in %s", fixtureDir)
+		tb.Fatalf("no conformance fixtures in %s", fixtureDir)
 	}
 	var out []fixture
 	for _, f := range files {

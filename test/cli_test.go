@@ -78,7 +78,7 @@ type serveProc struct {
 // stopped (SIGTERM, then SIGKILL) at the end of the test.
 func startServe(t *testing.T, bin string) *serveProc {
 	t.Helper()
-	data := t.TempDir()
+	data := filepath.Join(t.TempDir(), "data") // serve makes it 0700
 	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:-1", "--data", data, "--sync", "interval", "--log-format", "json", "--log-level", "warn")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -147,10 +147,20 @@ func (r cliResult) errorCode() string {
 // jw runs the CLI with NATS_URL set to url (empty: unset).
 func jw(t *testing.T, bin, url string, args ...string) cliResult {
 	t.Helper()
+	return jwAuth(t, bin, url, "", args...)
+}
+
+// auth returns the directory of the serve's role credentials.
+func (p *serveProc) auth() string { return filepath.Join(p.data, "auth") }
+
+// jwAuth runs the CLI with NATS_URL set to url and JINGWEI_AUTH to auth
+// (the role credentials of a serve; empty: unset).
+func jwAuth(t *testing.T, bin, url, auth string, args ...string) cliResult {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = append(os.Environ(), "NATS_URL="+url, "JINGWEI_LOG_LEVEL=warn")
+	cmd.Env = append(os.Environ(), "NATS_URL="+url, "JINGWEI_LOG_LEVEL=warn", "JINGWEI_AUTH="+auth)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -175,10 +185,10 @@ func (r cliResult) want(t *testing.T, what string, code int, errCode string) {
 // openUncertainPayment records, as a crashed writer would have, a
 // payments.charge call that timed out: uncertain, non-idempotent, so it
 // needs a review.
-func openUncertainPayment(t *testing.T, url, session, callID string) {
+func openUncertainPayment(t *testing.T, srv *serveProc, session, callID string) {
 	t.Helper()
 	ctx := context.Background()
-	nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: url})
+	nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: srv.url, NKeySeedFile: stream.KeyDir(srv.auth()).SeedFile(stream.RoleWorker)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,10 +233,14 @@ func TestCLI(t *testing.T) {
 	url := srv.url
 	dir := t.TempDir()
 	trustedKey := filepath.Join(srv.data, "reviewer.nk")
+	cli := func(args ...string) cliResult {
+		t.Helper()
+		return jwAuth(t, bin, url, srv.auth(), args...)
+	}
 
 	// keys
 	untrusted := filepath.Join(dir, "intruder.nk")
-	r := jw(t, bin, url, "keys", "new", "--out", untrusted)
+	r := cli("keys", "new", "--out", untrusted)
 	r.want(t, "keys new", 0, "")
 	if st, err := os.Stat(untrusted); err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("key file: %v, mode %v; want 0600", err, st.Mode())
@@ -235,45 +249,45 @@ func TestCLI(t *testing.T) {
 	if !regexp.MustCompile(`^U[A-Z0-9]{55}$`).MatchString(pub) {
 		t.Fatalf("keys new printed %q, want a user public key", pub)
 	}
-	jw(t, bin, url, "keys", "new", "--out", untrusted).want(t, "keys new over an existing file", 2, "")
-	if r := jw(t, bin, url, "keys", "pub", "--key", untrusted, "--json"); r.code != 0 || !strings.Contains(r.stdout, pub) {
+	cli("keys", "new", "--out", untrusted).want(t, "keys new over an existing file", 2, "")
+	if r := cli("keys", "pub", "--key", untrusted, "--json"); r.code != 0 || !strings.Contains(r.stdout, pub) {
 		t.Fatalf("keys pub: %+v", r)
 	}
-	jw(t, bin, url, "keys", "pub", "--key", filepath.Join(dir, "missing.nk")).want(t, "keys pub of a missing file", 2, "")
-	jw(t, bin, url, "keys", "rotate").want(t, "keys with an unknown subcommand", 2, "")
+	cli("keys", "pub", "--key", filepath.Join(dir, "missing.nk")).want(t, "keys pub of a missing file", 2, "")
+	cli("keys", "rotate").want(t, "keys with an unknown subcommand", 2, "")
 
 	// call
-	r = jw(t, bin, url, "call", "--session", "cli-1", "--task", "t-1", "--tool", tools.OrdersCreate, "--args", `{"sku":"A-1","qty":1}`, "--request-id", "r-cli-1", "--json")
+	r = cli("call", "--session", "cli-1", "--task", "t-1", "--tool", tools.OrdersCreate, "--args", `{"sku":"A-1","qty":1}`, "--request-id", "r-cli-1", "--json")
 	r.want(t, "call orders.create", 0, "")
 	var ev schema.Event
 	if err := json.Unmarshal([]byte(r.stdout), &ev); err != nil || ev.Result == nil || ev.Result.Status != schema.StatusOK {
 		t.Fatalf("call --json printed %q (%v), want an ok tool.result", r.stdout, err)
 	}
 	orderCall := ev.Result.CallID
-	r = jw(t, bin, url, "call", "--session", "cli-1", "--task", "t-1", "--tool", tools.OrdersCreate, "--args", `{"sku":"A-1","qty":1}`, "--request-id", "r-cli-1")
+	r = cli("call", "--session", "cli-1", "--task", "t-1", "--tool", tools.OrdersCreate, "--args", `{"sku":"A-1","qty":1}`, "--request-id", "r-cli-1")
 	r.want(t, "call with the same request id", 0, "")
 	if !strings.Contains(r.stdout, orderCall) {
 		t.Fatalf("the same request id ran again: %s (want call %s)", r.stdout, orderCall)
 	}
-	jw(t, bin, url, "call", "--session", "cli-1", "--tool", tools.OrdersCreate, "--args", `{"sku":"A-1","qty":0}`).want(t, "call with arguments the schema refuses", 3, "rejected")
-	jw(t, bin, url, "call", "--session", "cli-1", "--tool", tools.OrdersCreate, "--args", `{"sku":`).want(t, "call with --args not JSON", 2, "")
-	jw(t, bin, url, "call", "--session", "bad session", "--tool", tools.OrdersCreate).want(t, "call with an invalid session", 2, "")
-	jw(t, bin, url, "call", "--session", "cli-1").want(t, "call without --tool", 2, "")
+	cli("call", "--session", "cli-1", "--tool", tools.OrdersCreate, "--args", `{"sku":"A-1","qty":0}`).want(t, "call with arguments the schema refuses", 3, "rejected")
+	cli("call", "--session", "cli-1", "--tool", tools.OrdersCreate, "--args", `{"sku":`).want(t, "call with --args not JSON", 2, "")
+	cli("call", "--session", "bad session", "--tool", tools.OrdersCreate).want(t, "call with an invalid session", 2, "")
+	cli("call", "--session", "cli-1").want(t, "call without --tool", 2, "")
 
 	// retry
-	jw(t, bin, url, "retry", "--session", "cli-1", "--call", orderCall).want(t, "retry of a completed call", 3, "completed")
-	jw(t, bin, url, "retry", "--session", "cli-1", "--call", "c-nope").want(t, "retry of an unknown call", 3, "unknown_call")
-	jw(t, bin, url, "retry", "--session", "cli-1").want(t, "retry without --call", 2, "")
+	cli("retry", "--session", "cli-1", "--call", orderCall).want(t, "retry of a completed call", 3, "completed")
+	cli("retry", "--session", "cli-1", "--call", "c-nope").want(t, "retry of an unknown call", 3, "unknown_call")
+	cli("retry", "--session", "cli-1").want(t, "retry without --call", 2, "")
 
 	// An uncertain payment: needs a review.
-	openUncertainPayment(t, url, "cli-pay", "c-pay-1")
-	openUncertainPayment(t, url, "cli-pay", "c-pay-2")
-	jw(t, bin, url, "retry", "--session", "cli-pay", "--call", "c-pay-1").want(t, "retry of an uncertain payment", 3, "needs_review")
+	openUncertainPayment(t, srv, "cli-pay", "c-pay-1")
+	openUncertainPayment(t, srv, "cli-pay", "c-pay-2")
+	cli("retry", "--session", "cli-pay", "--call", "c-pay-1").want(t, "retry of an uncertain payment", 3, "needs_review")
 
 	// status
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		r = jw(t, bin, url, "status", "--session", "cli-pay", "--json")
+		r = cli("status", "--session", "cli-pay", "--json")
 		r.want(t, "status --json", 0, "")
 		if strings.Contains(r.stdout, `"c-pay-1"`) && strings.Contains(r.stdout, `"c-pay-2"`) {
 			break
@@ -283,27 +297,27 @@ func TestCLI(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond) // poll: the recovery worker classifies asynchronously
 	}
-	r = jw(t, bin, url, "status")
+	r = cli("status")
 	r.want(t, "status", 0, "")
 	for _, s := range []string{"OPEN CALLS", "AWAITING REVIEW (2)", "PLANS (issued 0, consumed 0)", "c-pay-1"} {
 		if !strings.Contains(r.stdout, s) {
 			t.Fatalf("status output lacks %q:\n%s", s, r.stdout)
 		}
 	}
-	jw(t, bin, url, "status", "--session", "no/such").want(t, "status with an invalid session", 2, "")
-	watchStatus(t, bin, url)
+	cli("status", "--session", "no/such").want(t, "status with an invalid session", 2, "")
+	watchStatus(t, bin, url, srv.auth())
 
 	// review: an untrusted key changes nothing.
 	review := func(call, verdict, key string, extra ...string) cliResult {
 		args := append([]string{"review", "--session", "cli-pay", "--call", call, "--verdict", verdict, "--evidence", "ledger query 42", "--operator", "alice@ops", "--key", key}, extra...)
-		return jw(t, bin, url, args...)
+		return cli(args...)
 	}
 	r = review("c-pay-1", "not_executed", untrusted, "--json")
 	r.want(t, "review signed with an untrusted key (published, ignored)", 3, "invalid_review")
 	if !strings.Contains(r.stdout, "not trusted") || !strings.Contains(r.stdout, "JW_REVIEWS seq") {
 		t.Fatalf("untrusted review: the refusal should say it was published and why it is ignored: %q", r.stdout)
 	}
-	jw(t, bin, url, "retry", "--session", "cli-pay", "--call", "c-pay-1").want(t, "retry after an untrusted review", 3, "needs_review")
+	cli("retry", "--session", "cli-pay", "--call", "c-pay-1").want(t, "retry after an untrusted review", 3, "needs_review")
 
 	// A trusted not_executed review lets the payment be planned.
 	r = review("c-pay-1", "not_executed", trustedKey)
@@ -311,7 +325,7 @@ func TestCLI(t *testing.T) {
 	if !strings.Contains(r.stdout, "jingwei retry --session cli-pay --call c-pay-1") {
 		t.Fatalf("review output does not say what to do next:\n%s", r.stdout)
 	}
-	r = jw(t, bin, url, "retry", "--session", "cli-pay", "--call", "c-pay-1", "--json")
+	r = cli("retry", "--session", "cli-pay", "--call", "c-pay-1", "--json")
 	r.want(t, "retry after a trusted not_executed review", 0, "")
 	var plan schema.Plan
 	if err := json.Unmarshal([]byte(r.stdout), &plan); err != nil || plan.Basis != schema.BasisReviewedNotExecuted || plan.PriorCallID != "c-pay-1" || plan.Review == nil {
@@ -320,22 +334,30 @@ func TestCLI(t *testing.T) {
 
 	// A trusted completed review refuses the retry for good.
 	review("c-pay-2", "completed", trustedKey).want(t, "trusted review completed", 0, "")
-	r = jw(t, bin, url, "retry", "--session", "cli-pay", "--call", "c-pay-2")
+	r = cli("retry", "--session", "cli-pay", "--call", "c-pay-2")
 	r.want(t, "retry after a completed review", 3, "completed")
+	// completed is final: a later not_executed review is refused as a
+	// conflict, and the retry stays refused.
+	review("c-pay-2", "not_executed", trustedKey).want(t, "not_executed after completed", 3, "review_conflict")
+	cli("retry", "--session", "cli-pay", "--call", "c-pay-2").want(t, "retry after a conflicting review", 3, "completed")
+	// A client without credentials gets nothing from the server.
+	if r := jw(t, bin, url, "status"); r.code != 1 || !strings.Contains(r.stdout, "Authorization Violation") || !strings.Contains(r.stdout, "--auth DIR") {
+		t.Fatalf("status without credentials: %+v", r)
+	}
 
 	// review refusals and usage errors.
 	review("c-nope", "not_executed", trustedKey).want(t, "review of an unknown call", 3, "unknown_call")
 	review("c-pay-1", "maybe", trustedKey).want(t, "review with an unknown verdict", 2, "")
 	review("c-pay-1", "completed", filepath.Join(dir, "missing.nk")).want(t, "review with a missing key file", 2, "")
 	review("c-pay-1", "completed", trustedKey, "--operator", strings.Repeat("x", 1025)).want(t, "review with an operator over 1,024 bytes", 3, "field_too_long")
-	jw(t, bin, url, "review", "--session", "cli-pay", "--call", "c-pay-1").want(t, "review without a verdict", 2, "")
+	cli("review", "--session", "cli-pay", "--call", "c-pay-1").want(t, "review without a verdict", 2, "")
 
 	// Flags and help.
 	for _, c := range []string{"call", "review", "retry", "status", "keys", "demo"} {
-		if r := jw(t, bin, url, "help", c); r.code != 0 || r.stderr == "" {
+		if r := cli("help", c); r.code != 0 || r.stderr == "" {
 			t.Errorf("help %s: exit %d, no help text", c, r.code)
 		}
-		jw(t, bin, url, c, "--no-such-flag").want(t, c+" with an unknown flag", 2, "")
+		cli(c, "--no-such-flag").want(t, c+" with an unknown flag", 2, "")
 	}
 }
 
@@ -363,9 +385,9 @@ func TestCLINoService(t *testing.T) {
 
 // watchStatus runs `status --watch` until it has refreshed twice, then
 // interrupts it: it stops cleanly with exit status 0.
-func watchStatus(t *testing.T, bin, url string) {
+func watchStatus(t *testing.T, bin, url, auth string) {
 	t.Helper()
-	cmd := exec.Command(bin, "status", "--watch", "--interval", "100ms", "--server", url)
+	cmd := exec.Command(bin, "status", "--watch", "--interval", "100ms", "--server", url, "--auth", auth)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -52,7 +52,8 @@ func TestRecovererWithToolWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tw, err := toolworker.New(toolworker.Config{Topology: topo, Registry: reg, Owner: "tw-1", IdleTimeout: time.Minute})
+	pl := newPlanner(t)
+	tw, err := toolworker.New(toolworker.Config{Topology: topo, Registry: reg, Owner: "tw-1", IdleTimeout: time.Minute, Runtime: worker.Config{TrustedPlanners: pl.trusted}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,7 @@ func TestRecovererWithToolWorker(t *testing.T) {
 	stranger, _ := nkeys.CreateUser()
 	pub, _ := reviewer.PublicKey()
 	trusted, _ := recovery.NewTrustedKeys(pub)
-	rec, err := recoverer.New(recoverer.Config{Topology: topo, TrustedReviewers: trusted, CallTimeout: 20 * time.Second})
+	rec, err := recoverer.New(recoverer.Config{Topology: topo, TrustedReviewers: trusted, CallTimeout: 20 * time.Second, PlannerKey: pl.kp})
 	if err != nil {
 		t.Fatal(err)
 	}

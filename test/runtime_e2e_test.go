@@ -50,7 +50,8 @@ func TestRuntimeReferenceScenario(t *testing.T) {
 		}
 		return nil
 	})
-	rt, err := worker.New(worker.Config{Session: session, Log: lg, Registry: reg, Plans: plans, Budget: budget, Approval: approval})
+	pl := newPlanner(t)
+	rt, err := worker.New(worker.Config{Session: session, Log: lg, Registry: reg, Plans: plans, Budget: budget, Approval: approval, TrustedPlanners: pl.trusted})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,6 +81,7 @@ func TestRuntimeReferenceScenario(t *testing.T) {
 		t.Fatalf("assessment of attempt 1: %+v", a)
 	}
 	plan1, err := recovery.PrepareRetry(schema.Events(load()), first.CallID, nil)
+	plan1 = pl.sign(t, plan1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,6 +111,7 @@ func TestRuntimeReferenceScenario(t *testing.T) {
 		t.Fatalf("assessment of attempt 2: %+v %v", a, err)
 	}
 	plan2, err := recovery.PrepareRetry(schema.Events(load()), second.CallID, nil)
+	plan2 = pl.sign(t, plan2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +217,8 @@ func TestRuntimeCrashBeforeStarted(t *testing.T) {
 	}
 	reg, _ := worker.NewRegistry(charge)
 	crashing := &stopAfterCall{log: lg}
-	rt, err := worker.New(worker.Config{Session: session, Log: crashing, Registry: reg, Plans: plans, Budget: budget})
+	pl := newPlanner(t)
+	rt, err := worker.New(worker.Config{Session: session, Log: crashing, Registry: reg, Plans: plans, Budget: budget, TrustedPlanners: pl.trusted})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,13 +254,14 @@ func TestRuntimeCrashBeforeStarted(t *testing.T) {
 	// Even for a non-idempotent tool the plan needs no review: the body
 	// never ran.
 	plan, err := recovery.PrepareRetry(schema.Events(h), res.CallID, nil)
+	plan = pl.sign(t, plan)
 	if err != nil || plan.Basis != schema.BasisNotStarted {
 		t.Fatalf("plan %+v %v", plan, err)
 	}
 	if _, err := plans.Issue(ctx, plan); err != nil {
 		t.Fatal(err)
 	}
-	rt2, err := worker.New(worker.Config{Session: session, Log: lg2, Registry: reg, Plans: plans, Budget: budget})
+	rt2, err := worker.New(worker.Config{Session: session, Log: lg2, Registry: reg, Plans: plans, Budget: budget, TrustedPlanners: pl.trusted})
 	if err != nil {
 		t.Fatal(err)
 	}

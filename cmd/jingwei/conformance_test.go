@@ -11,8 +11,9 @@ import (
 	"testing"
 )
 
-// conformanceDir holds the shared fixtures (DESIGN.md's sibling folder).
-const conformanceDir = "../../../shared/conformance"
+// conformanceDir is the repository's conformance suite (conformance/ at
+// the root), which every implementation of the protocol runs.
+const conformanceDir = "../../conformance"
 
 // fixture is one conformance case; see conformance/README.md.
 type fixture struct {
@@ -25,8 +26,8 @@ type fixture struct {
 	ExpectPlan    map[string]json.RawMessage `json:"expect_plan"`
 }
 
-// loadFixtures returns the fixture files; it skips the test when the folder
-// is missing, unless CI=true, where that is a failure.
+// loadFixtures returns the fixture files; an empty or missing folder fails
+// the test.
 func loadFixtures(t testing.TB) []string {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join(conformanceDir, "*.json"))
@@ -34,10 +35,7 @@ func loadFixtures(t testing.TB) []string {
 		t.Fatal(err)
 	}
 	if len(files) == 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("no conformance fixtures in %s (CI=true)", conformanceDir)
-		}
-		t.Skipf("no conformance fixtures in %s", conformanceDir)
+		t.Fatalf("no conformance fixtures in %s", conformanceDir)
 	}
 	return files
 }

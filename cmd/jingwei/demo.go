@@ -77,7 +77,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-const demoWorkerHelp = `  jingwei demo worker --server URL [--lease-ttl D] [--hold TOOL=before|after,…]
+const demoWorkerHelp = `  jingwei demo worker --server URL --auth DIR [--lease-ttl D] [--hold TOOL=before|after,…]
 
 The demo's tool worker (started by 'jingwei demo', not meant to be run by
 hand): a tool worker with the example tools whose bodies, for the tools named
@@ -86,7 +86,8 @@ is killed.`
 
 func runDemoWorker(ctx context.Context, args []string, _, stderr io.Writer) int {
 	fs := newFlags("demo worker", "The demo's tool worker (bodies stop midway).", demoWorkerHelp, stderr)
-	server := fs.String("server", envOr("NATS_URL", stream.DefaultURL), "NATS server URL")
+	var nf natsFlags
+	nf.register(fs)
 	leaseTTL := fs.Duration("lease-ttl", 2*time.Second, "lease TTL of the sessions the worker owns")
 	hold := fs.String("hold", "", "tools whose bodies stop: tool=before|after, comma separated")
 	var lf logFlags
@@ -102,8 +103,17 @@ func runDemoWorker(ctx context.Context, args []string, _, stderr io.Writer) int 
 	if err != nil {
 		return usageError(stderr, "demo worker", "%v", err)
 	}
+	nkey, err := nf.roleKeyFile("worker")
+	if err != nil {
+		return usageError(stderr, "demo worker", "%v", err)
+	}
+	planners, file, err := nf.trustedPlanners("")
+	if err != nil {
+		return usageError(stderr, "demo worker", "trusted planners %s: %v", file, err)
+	}
 	err = demo.RunWorker(ctx, demo.WorkerConfig{
-		Connect:  stream.ConnectConfig{URL: *server, Name: "jingwei demo worker", Logger: log},
+		Connect:  stream.ConnectConfig{URL: nf.server, Creds: nf.creds, NKeySeedFile: nkey, TLSCA: nf.tlsca, Name: "jingwei demo worker", Logger: log},
+		Planners: planners,
 		Topology: stream.TopologyConfig{LeaseTTL: *leaseTTL},
 		Holds:    holds,
 		Logger:   log,
