@@ -76,10 +76,10 @@ type serveProc struct {
 
 // startServe starts `jingwei serve` and waits until it listens; it is
 // stopped (SIGTERM, then SIGKILL) at the end of the test.
-func startServe(t *testing.T, bin string) *serveProc {
+func startServe(t *testing.T, bin string, extra ...string) *serveProc {
 	t.Helper()
 	data := filepath.Join(t.TempDir(), "data") // serve makes it 0700
-	cmd := exec.Command(bin, "serve", "--listen", "127.0.0.1:-1", "--data", data, "--sync", "interval", "--log-format", "json", "--log-level", "warn")
+	cmd := exec.Command(bin, append([]string{"serve", "--listen", "127.0.0.1:-1", "--data", data, "--sync", "interval", "--log-format", "json", "--log-level", "warn"}, extra...)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -49,28 +49,6 @@ func TestPipelineCrashAndRecovery(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 
-	srv, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{Dir: t.TempDir(), Listen: "127.0.0.1:-1", Sync: stream.SyncInterval})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
-	ttl, _ := time.ParseDuration(pipelineLeaseTTL)
-	topo, err := stream.EnsureTopology(ctx, js, stream.TopologyConfig{LeaseTTL: ttl})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tl, err := tools.New(ctx, tools.Config{JS: js}) // to read orders and the ledger
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := srv.ClientURL()
-
 	// The reviewer key the recovery worker trusts, and one it does not.
 	reviewer, _ := nkeys.CreateUser()
 	stranger, _ := nkeys.CreateUser()
@@ -80,12 +58,41 @@ func TestPipelineCrashAndRecovery(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// jingwei serve with authorization on: the server, the role keys and
+	// the recovery worker. Every client of the test connects as its role:
+	// the agent publishes requests, the reviewer reviews, the host
+	// prepares; admin only reads (the business records, the streams).
+	srv := startServe(t, bin, "--no-worker", "--lease-ttl", pipelineLeaseTTL, "--trust-reviewers", trustFile)
+	url := srv.url
+	auth := srv.auth()
+	connect := func(r stream.Role) (*nats.Conn, jetstream.JetStream, *stream.Topology) {
+		t.Helper()
+		nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: url, NKeySeedFile: stream.KeyDir(auth).SeedFile(r)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, _ := jetstream.New(nc)
+		topo, err := stream.OpenTopology(ctx, js, stream.TopologyConfig{})
+		if err != nil {
+			t.Fatalf("%s: %v", r, err)
+		}
+		return nc, js, topo
+	}
+	_, js, topo := connect(stream.RoleAdmin)
+	_, agentJS, _ := connect(stream.RoleAgent)
+	_, reviewerJS, _ := connect(stream.RoleReviewer)
+	hostNC, _, _ := connect(stream.RoleHost)
+	tl, err := tools.New(ctx, tools.Config{JS: js}) // to read orders and the ledger
+	if err != nil {
+		t.Fatal(err)
+	}
+
 	procs := &processes{t: t, bin: bin, dir: t.TempDir()}
 	t.Cleanup(procs.killAll)
-	procs.start("recover", "recover", "--server", url, "--trust-reviewers", trustFile, "--lease-ttl", pipelineLeaseTTL)
 	// Worker A holds every body after its side effect for a minute: killed
 	// then, it leaves calls that executed without a result.
-	workerA := procs.start("worker-a", "worker", "--server", url, "--owner", "tw-a", "--lease-ttl", pipelineLeaseTTL, "--tool-delay-after", "1m")
+	workerA := procs.start("worker-a", "worker", "--server", url, "--auth", auth, "--owner", "tw-a", "--lease-ttl", pipelineLeaseTTL, "--tool-delay-after", "1m")
 
 	orders := []string{"o-1", "o-2", "o-3"}
 	payments := []string{"p-1", "p-2", "p-3"}
@@ -93,11 +100,11 @@ func TestPipelineCrashAndRecovery(t *testing.T) {
 	first := map[string]string{} // session → request id of its first request
 	for i, s := range orders {
 		first[s] = "r-" + s + "-1"
-		publishRequest(t, js, topo, s, first[s], tools.OrdersCreate, fmt.Sprintf(`{"sku":"A-1","qty":%d,"customer":"c-%d"}`, i+1, i))
+		publishRequest(t, agentJS, topo, s, first[s], tools.OrdersCreate, fmt.Sprintf(`{"sku":"A-1","qty":%d,"customer":"c-%d"}`, i+1, i))
 	}
 	for i, s := range payments {
 		first[s] = "r-" + s + "-1"
-		publishRequest(t, js, topo, s, first[s], tools.PaymentsCharge, fmt.Sprintf(`{"account":"acct-%d","amount_cents":%d}`, i, 100*(i+1)))
+		publishRequest(t, agentJS, topo, s, first[s], tools.PaymentsCharge, fmt.Sprintf(`{"account":"acct-%d","amount_cents":%d}`, i, 100*(i+1)))
 	}
 
 	// Wait until every body has started and done its side effect.
@@ -113,11 +120,11 @@ func TestPipelineCrashAndRecovery(t *testing.T) {
 	})
 	// Worker B joins; the sessions are A's. Each session gets a second
 	// request, queued behind A's held body.
-	workerB := procs.start("worker-b", "worker", "--server", url, "--owner", "tw-b", "--lease-ttl", pipelineLeaseTTL)
+	workerB := procs.start("worker-b", "worker", "--server", url, "--auth", auth, "--owner", "tw-b", "--lease-ttl", pipelineLeaseTTL)
 	second := map[string]string{}
 	for _, s := range all {
 		second[s] = "r-" + s + "-2"
-		publishRequest(t, js, topo, s, second[s], tools.CatalogLookup, `{"sku":"B-2"}`)
+		publishRequest(t, agentJS, topo, s, second[s], tools.CatalogLookup, `{"sku":"B-2"}`)
 	}
 
 	workerA.kill()
@@ -133,9 +140,9 @@ func TestPipelineCrashAndRecovery(t *testing.T) {
 		}
 		return true
 	})
-	publishRequest(t, js, topo, "o-1", first["o-1"], tools.OrdersCreate, `{"sku":"A-1","qty":1,"customer":"c-0"}`)
-	publishRequest(t, js, topo, "p-1", first["p-1"], tools.PaymentsCharge, `{"account":"acct-0","amount_cents":100}`)
-	publishRequest(t, js, topo, "o-2", second["o-2"], tools.CatalogLookup, `{"sku":"B-2"}`)
+	publishRequest(t, agentJS, topo, "o-1", first["o-1"], tools.OrdersCreate, `{"sku":"A-1","qty":1,"customer":"c-0"}`)
+	publishRequest(t, agentJS, topo, "p-1", first["p-1"], tools.PaymentsCharge, `{"account":"acct-0","amount_cents":100}`)
+	publishRequest(t, agentJS, topo, "o-2", second["o-2"], tools.CatalogLookup, `{"sku":"B-2"}`)
 	waitFor(t, ctx, "re-published requests acknowledged", func() bool {
 		info, err := topo.Requests.Info(ctx)
 		return err == nil && info.State.Msgs == 0
@@ -177,7 +184,7 @@ func TestPipelineCrashAndRecovery(t *testing.T) {
 		return true
 	})
 
-	api := &apiClient{t: t, nc: nc}
+	api := &apiClient{t: t, nc: hostNC}
 	// Orders: an explicit prepare issues a plan (uncertain_safe); worker B
 	// executes it; orders.create finds the order A wrote.
 	plans := map[string]schema.Plan{}
@@ -199,20 +206,34 @@ func TestPipelineCrashAndRecovery(t *testing.T) {
 		signReview(t, reviewer, schema.Review{Session: "p-1", CallID: p3.CallID, Verdict: schema.VerdictNotExecuted}),       // other session
 	}
 	for _, rv := range forged {
-		publishReview(t, js, topo, "p-3", rv)
+		publishReview(t, reviewerJS, topo, "p-3", rv)
 	}
 	// The other-session review, published where it claims to belong, names
 	// a call that p-1 does not have.
-	publishReview(t, js, topo, "p-1", forged[2])
+	publishReview(t, reviewerJS, topo, "p-1", forged[2])
 	api.prepareRefused(ctx, "p-3", p3.CallID, "needs_review")
 	// p-1: a valid not_executed review lifts needs_review.
-	publishReview(t, js, topo, "p-1", signReview(t, reviewer, schema.Review{Session: "p-1", CallID: crashed["p-1"].CallID, Verdict: schema.VerdictNotExecuted}))
+	publishReview(t, reviewerJS, topo, "p-1", signReview(t, reviewer, schema.Review{Session: "p-1", CallID: crashed["p-1"].CallID, Verdict: schema.VerdictNotExecuted}))
 	plans["p-1"] = api.prepareOK(ctx, "p-1", crashed["p-1"].CallID)
 	if plans["p-1"].Basis != schema.BasisReviewedNotExecuted {
 		t.Fatalf("p-1 plan basis %s", plans["p-1"].Basis)
 	}
 	// p-2: a completed review blocks the retry.
-	publishReview(t, js, topo, "p-2", signReview(t, reviewer, schema.Review{Session: "p-2", CallID: crashed["p-2"].CallID, Verdict: schema.VerdictCompleted}))
+	publishReview(t, reviewerJS, topo, "p-2", signReview(t, reviewer, schema.Review{Session: "p-2", CallID: crashed["p-2"].CallID, Verdict: schema.VerdictCompleted}))
+	api.prepareRefused(ctx, "p-2", crashed["p-2"].CallID, "completed")
+	// completed is final: a later trusted not_executed review, the same
+	// review published again, and an attempt to delete the completed
+	// review (even as admin) leave the retry refused.
+	notExecuted := signReview(t, reviewer, schema.Review{Session: "p-2", CallID: crashed["p-2"].CallID, Verdict: schema.VerdictNotExecuted})
+	publishReview(t, reviewerJS, topo, "p-2", notExecuted)
+	publishReview(t, reviewerJS, topo, "p-2", notExecuted)
+	if info, err := topo.Reviews.Info(ctx); err == nil {
+		for seq := info.State.FirstSeq; seq <= info.State.LastSeq; seq++ {
+			if err := topo.Reviews.DeleteMsg(ctx, seq); err == nil {
+				t.Fatalf("review seq %d was deleted", seq)
+			}
+		}
+	}
 	api.prepareRefused(ctx, "p-2", crashed["p-2"].CallID, "completed")
 
 	// Every plan runs exactly once.
