@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -138,6 +139,20 @@ type env struct {
 	dir string
 	// planner signs the plans of the recovery workers the scenarios run.
 	planner nkeys.KeyPair
+}
+
+// plannerKeyFile writes the planner seed into the bench directory (once)
+// for `jingwei recover` children and returns the file.
+func (e *env) plannerKeyFile() (string, error) {
+	f := filepath.Join(e.dir, "planner.nk")
+	if _, err := os.Stat(f); err == nil {
+		return f, nil
+	}
+	seed, err := e.planner.Seed()
+	if err != nil {
+		return "", err
+	}
+	return f, os.WriteFile(f, append(seed, '\n'), 0o600)
 }
 
 // prefix returns a fresh topology prefix, so scenarios and rounds never

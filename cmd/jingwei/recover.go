@@ -97,6 +97,9 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	planner, pfile, err := nf.plannerKey(*plannerFile)
 	if err != nil {
+		if pfile == "" {
+			return usageError(stderr, "recover", "%v", err)
+		}
 		return usageError(stderr, "recover", "plan-signing key %s: %v", pfile, err)
 	}
 	planners, tfile, err := nf.trustedPlanners(*trustPlanners)
