@@ -371,6 +371,11 @@ func (l *Log) send(ctx context.Context, payload []byte, id string) (uint64, erro
 		actx, cancel := context.WithTimeout(ctx, l.t.cfg.RequestTimeout)
 		ack, err := l.t.JS.PublishMsg(actx, msg, jetstream.WithMsgID(id), jetstream.WithExpectLastSequencePerSubject(l.last))
 		cancel()
+		if err == nil && ack.Stream != l.t.Events.CachedInfo().Config.Name {
+			// Not JW_EVENTS's answer (a reply forged by another client):
+			// the log itself says whether the event is in.
+			err = fmt.Errorf("%w: from stream %q", errForeignAck, ack.Stream)
+		}
 		if err == nil {
 			l.appended(ack.Sequence, len(payload))
 			return ack.Sequence, nil
@@ -380,7 +385,7 @@ func (l *Log) send(ctx context.Context, payload []byte, id string) (uint64, erro
 			return 0, fmt.Errorf("stream: append to %s: %w", l.session, ctx.Err())
 		}
 		retry := false
-		if isWrongLastSeq(err) {
+		if isWrongLastSeq(err) || errors.Is(err, errForeignAck) {
 			actx, cancel := context.WithTimeout(ctx, l.t.cfg.RequestTimeout)
 			seq, done, rerr := l.resolve(actx, id)
 			cancel()
@@ -458,6 +463,10 @@ func (l *Log) resolve(ctx context.Context, id string) (seq uint64, done bool, er
 		return 0, false, l.err
 	}
 }
+
+// errForeignAck is an acknowledgement that did not come from the session
+// log's stream.
+var errForeignAck = errors.New("stream: acknowledgement from another stream")
 
 // isWrongLastSeq reports a refused expected-last-subject-sequence.
 func isWrongLastSeq(err error) bool {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jingwei/jingwei/schema"
@@ -466,5 +467,52 @@ func TestConcurrentAppendsOneLog(t *testing.T) {
 	}
 	if evs[len(evs)-1].Seq != l.LastSeq() {
 		t.Fatalf("LastSeq %d, log ends at %d", l.LastSeq(), evs[len(evs)-1].Seq)
+	}
+}
+
+// TestAppendIgnoresForgedAcks: a client that sees an append on the wire
+// (a core subscriber of jw.events.<session>) and answers its reply inbox
+// with a made-up PubAck of another stream before JetStream does never
+// makes Append believe the forged sequence: every append returns the
+// sequence the event really has in the log.
+func TestAppendIgnoresForgedAcks(t *testing.T) {
+	ctx := context.Background()
+	_, nc, topo := streamtest.Start(t)
+	forged := 0
+	var mu sync.Mutex
+	sub, err := nc.Subscribe(topo.EventsSubject("s-1"), func(m *nats.Msg) {
+		if m.Reply == "" {
+			return
+		}
+		_ = nc.Publish(m.Reply, []byte(`{"stream":"JW_REQUESTS","seq":99999}`))
+		mu.Lock()
+		forged++
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	l, err := topo.Fence(ctx, "s-1", "w1", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		seq, err := l.Append(ctx, started(fmt.Sprintf("c-%d", i)))
+		if err != nil {
+			t.Fatalf("append %d: %v", i, err)
+		}
+		h, err := topo.Load(ctx, "s-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if last := h[len(h)-1]; last.Seq != seq || seq == 99999 || last.Started == nil || last.Started.CallID != fmt.Sprintf("c-%d", i) {
+			t.Fatalf("append %d returned seq %d; the log's last event is %+v", i, seq, last)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if forged == 0 {
+		t.Fatal("no forged ack was sent")
 	}
 }

@@ -64,12 +64,25 @@ type tracker struct {
 	// history is corrupt_history for Inspect (every call of it), so the
 	// classifier assesses nothing more of them either.
 	corrupt map[string]struct{}
-	open    int
-	seen    uint64
+	// fences holds the highest session.fenced epoch seen per session: an
+	// event below it was written by a fenced writer, which makes the
+	// history corrupt for Inspect, so here too.
+	fences map[string]uint64
+	open   int
+	seen   uint64
 }
 
 func newTracker() *tracker {
-	return &tracker{sessions: make(map[string]map[string]*openCall), corrupt: make(map[string]struct{})}
+	return &tracker{sessions: make(map[string]map[string]*openCall), corrupt: make(map[string]struct{}), fences: make(map[string]uint64)}
+}
+
+// markCorrupt drops the session's open calls and assesses nothing more of
+// it. t.mu is held.
+func (t *tracker) markCorrupt(session string) {
+	t.open -= len(t.sessions[session])
+	delete(t.sessions, session)
+	delete(t.fences, session)
+	t.corrupt[session] = struct{}{}
 }
 
 // observe classifies one event of session at stream sequence seq and
@@ -95,10 +108,23 @@ func (t *tracker) observe(session string, seq uint64, data []byte, out []finding
 	defer t.mu.Unlock()
 	t.seen++
 	if err != nil {
-		t.open -= len(t.sessions[session])
-		delete(t.sessions, session)
-		t.corrupt[session] = struct{}{}
+		t.markCorrupt(session)
 		return out, err
+	}
+	// The rules Inspect applies across events (see recovery.Inspect): an
+	// event of another session, or below an earlier fence, corrupts the
+	// history from there on.
+	fence, fenced := t.fences[session]
+	switch {
+	case ev.Session != session:
+		t.markCorrupt(session)
+		return out, schema.Errorf(schema.CodeCorruptHistory, "event at seq %d belongs to session %q, not %q", seq, ev.Session, session)
+	case fenced && ev.Epoch < fence:
+		t.markCorrupt(session)
+		return out, schema.Errorf(schema.CodeCorruptHistory, "event at seq %d has epoch %d, below the session.fenced epoch %d before it (a fenced writer's)", seq, ev.Epoch, fence)
+	case fenced && ev.Type == schema.TypeFenced && ev.Fence.Epoch < fence:
+		t.markCorrupt(session)
+		return out, schema.Errorf(schema.CodeCorruptHistory, "session.fenced at seq %d has epoch %d, below the earlier fence's %d", seq, ev.Fence.Epoch, fence)
 	}
 	// DecodeEvent guarantees the body of a known type.
 	switch ev.Type {
@@ -136,6 +162,7 @@ func (t *tracker) observe(session string, seq uint64, data []byte, out []finding
 			out = append(out, finding{session: session, callID: c.id, a: &a})
 		}
 	case schema.TypeFenced:
+		t.fences[session] = max(fence, ev.Fence.Epoch)
 		// Calls of older epochs can never get their result now: their
 		// assessment is final.
 		for id, c := range t.sessions[session] {

@@ -144,3 +144,51 @@ func TestContractWithoutEffectIsUnknown(t *testing.T) {
 	}
 	assertSame(t, got, want)
 }
+
+// TestStaleEpochSameVerdict: a result stamped with the epoch of a writer
+// that was fenced, appended after the fence (only a client bypassing the
+// log's protocol can put it there), makes the history corrupt_history for
+// Inspect; the classifier agrees: it assessed the call once, when the
+// fence closed it (uncertain, no result), and never as completed from the
+// stale result, and nothing after it in that session is assessed. An
+// event of another session on the subject is refused the same way.
+func TestStaleEpochSameVerdict(t *testing.T) {
+	ev := func(seq int, epoch uint64, body string) string {
+		return fmt.Sprintf(`{"v":1,"seq":%d,"session":"s-1","epoch":%d,"at":"2026-11-30T10:00:0%dZ",%s}`, seq, epoch, seq, body)
+	}
+	lines := []string{
+		ev(1, 1, `"type":"tool.call","call":{"call_id":"c-1","tool":"payments.charge","arguments":{},"start_marker":true,"operation":{"task":"t-1","key":"k-1","contract":{"effect":"non_idempotent","revision":"v1"}}}`),
+		ev(2, 1, `"type":"tool.started","started":{"call_id":"c-1"}`),
+		ev(3, 2, `"type":"session.fenced","fence":{"epoch":2,"owner":"recoverer-a"}`),
+		ev(4, 1, `"type":"tool.result","result":{"call_id":"c-1","status":"ok","retryable":false,"output":{"charged":true}}`),
+		ev(5, 2, `"type":"tool.call","call":{"call_id":"c-2","tool":"payments.charge","arguments":{},"start_marker":true,"operation":{"task":"t-1","key":"k-2","contract":{"effect":"non_idempotent","revision":"v1"}}}`),
+		ev(6, 2, `"type":"tool.result","result":{"call_id":"c-2","status":"failed","retryable":false}`),
+	}
+	jsonl := strings.Join(lines, "\n") + "\n"
+	for _, id := range []string{"c-1", "c-2"} {
+		if _, err := recovery.Inspect(schema.NewHistoryReader(strings.NewReader(jsonl), schema.Limits{}).All(), id); !errors.Is(err, schema.ErrCorruptHistory) {
+			t.Fatalf("Inspect %s: %v, want corrupt_history", id, err)
+		}
+	}
+	tr := newTracker()
+	var all []finding
+	var errs []error
+	for i, l := range lines {
+		found, err := tr.observe("s-1", uint64(i+1), []byte(l), nil)
+		all = append(all, found...)
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(all) != 1 || all[0].a == nil || all[0].callID != "c-1" || all[0].a.Outcome != schema.OutcomeUncertain || all[0].a.Evidence != recovery.EvidenceNoResult {
+		t.Fatalf("classifier found %+v, want one assessment of c-1: uncertain, no result", all)
+	}
+	if len(errs) != 1 || !errors.Is(errs[0], schema.ErrCorruptHistory) || !strings.Contains(errs[0].Error(), "epoch 1") {
+		t.Fatalf("classifier errors %v, want one corrupt_history at the stale result", errs)
+	}
+
+	other := newTracker()
+	if _, err := other.observe("s-2", 1, []byte(lines[0]), nil); !errors.Is(err, schema.ErrCorruptHistory) {
+		t.Fatalf("an event of s-1 on s-2's subject: %v, want corrupt_history", err)
+	}
+}
