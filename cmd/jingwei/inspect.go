@@ -26,7 +26,7 @@ const exitStatusHelp = `Exit status:
      unknown_call, superseded_call (with "latest": the latest call of the
      chain), legacy_call, corrupt_history, history_too_large, field_too_long`
 
-const inspectHelp = `  jingwei inspect --history FILE --call ID
+const inspectHelp = `  jingwei inspect --history FILE --call ID [--trust-planners FILE [--trust-reviewers FILE]]
   jingwei inspect --session S [--server URL …] --call ID
 
 Reads a session history (JSON Lines, one event per line with its seq, as
@@ -41,6 +41,15 @@ assessment as one JSON object:
 With --session the history is loaded from the server's session log instead
 (it is not fenced first: for a confirmed history, take the session over or
 let the recovery worker do it).
+
+With --trust-planners (one plan-signer public key per line, the recovery
+workers' planner keys) every retry in the history is verified first: its
+retry link must carry a plan signed by one of those keys for exactly that
+call, and a reviewed_not_executed retry a review signed by a key in
+--trust-reviewers. A retry that fails is refused with unauthorized_retry
+(exit 3), naming its seq: the retry was not authorized by jingwei (a
+compromised or impersonated writer). Without keys the history classifies as
+it is.
 
 Nothing is written anywhere: inspecting is always safe.
 
@@ -106,8 +115,29 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	var src historySource
 	src.register(fs)
 	callID := fs.String("call", "", "call id to inspect (required)")
+	plannersFile := fs.String("trust-planners", "", "verify every retry against these plan-signer public keys (one per line)")
+	reviewersFile := fs.String("trust-reviewers", "", "with --trust-planners: reviewer public keys the reviewed_not_executed retries' reviews must be signed by")
 	if st, ok := parseFlags(fs, args); !ok {
 		return st
+	}
+	if *reviewersFile != "" && *plannersFile == "" {
+		return usageError(stderr, "inspect", "--trust-reviewers needs --trust-planners")
+	}
+	var planners, reviewers recovery.TrustedKeys
+	for _, f := range []struct {
+		name string
+		into *recovery.TrustedKeys
+	}{{*plannersFile, &planners}, {*reviewersFile, &reviewers}} {
+		if f.name == "" {
+			continue
+		}
+		b, err := os.ReadFile(f.name)
+		if err != nil {
+			return usageError(stderr, "inspect", "%v", err)
+		}
+		if *f.into, err = recovery.ParseTrustedKeys(b); err != nil {
+			return usageError(stderr, "inspect", "%s: %v", f.name, err)
+		}
 	}
 	if msg := src.check(); msg != "" {
 		return usageError(stderr, "inspect", "%s", msg)
@@ -120,6 +150,20 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return usageError(stderr, "inspect", "%v", err)
 	}
 	defer done()
+	if *plannersFile != "" {
+		// Two passes over the history: verify every retry, then classify.
+		var events []schema.Event
+		for ev, err := range h {
+			if err != nil {
+				return writeError(stdout, err)
+			}
+			events = append(events, ev)
+		}
+		h = schema.Events(events)
+		if err := recovery.VerifyRetries(h, planners, reviewers); err != nil {
+			return writeError(stdout, err)
+		}
+	}
 	a, err := recovery.Inspect(h, *callID)
 	if err != nil {
 		return writeError(stdout, err)

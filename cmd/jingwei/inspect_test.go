@@ -8,6 +8,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jingwei/jingwei/effect"
+	"github.com/jingwei/jingwei/recovery"
+	"github.com/jingwei/jingwei/schema"
+	"github.com/nats-io/nkeys"
 )
 
 const cliHistory = `{"v":1,"seq":1,"session":"s-1","epoch":1,"at":"2026-11-29T10:00:01Z","type":"tool.call","call":{"call_id":"c-1","tool":"payments.charge","arguments":{"qty":2,"sku":"A-1"},"start_marker":true,"operation":{"task":"t-1","key":"op-1","contract":{"effect":"non_idempotent","revision":"pay-v1"}}}}
@@ -138,5 +144,71 @@ func TestInspectPlanHelp(t *testing.T) {
 	_, out, _ := runCLI("help")
 	if !strings.Contains(out, "inspect") || !strings.Contains(out, "plan") {
 		t.Errorf("command list lacks inspect/plan:\n%s", out)
+	}
+}
+
+// TestInspectVerifiesRetries: with --trust-planners, inspect verifies every
+// retry of a history offline: a retry carrying the plan a trusted planner
+// signed passes and the call classifies; the same history with the retry's
+// signature from another key, or with none (a retry written by anything but
+// jingwei), is refused with unauthorized_retry.
+func TestInspectVerifiesRetries(t *testing.T) {
+	dir := t.TempDir()
+	first := []schema.Event{
+		{V: 1, Seq: 1, Session: "s-1", Epoch: 1, At: time.Date(2026, 11, 29, 10, 0, 1, 0, time.UTC), Type: schema.TypeCall, Call: &schema.Call{CallID: "c-1", Tool: "orders.create", Arguments: json.RawMessage(`{"sku":"A-1"}`), StartMarker: true,
+			Operation: &schema.Operation{Task: "t-1", Key: "op-1", Contract: effect.Contract{Effect: effect.Idempotent, Revision: "o-v1"}}}},
+		{V: 1, Seq: 2, Session: "s-1", Epoch: 1, At: time.Date(2026, 11, 29, 10, 0, 2, 0, time.UTC), Type: schema.TypeResult, Result: &schema.Result{CallID: "c-1", Status: schema.StatusFailed}},
+	}
+	plan, err := recovery.PrepareRetry(schema.Events(first), "c-1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	planner, _ := nkeys.CreateUser()
+	mallory, _ := nkeys.CreateUser()
+	history := func(signer nkeys.KeyPair) string {
+		p := plan
+		if signer != nil {
+			if p, err = recovery.SignPlan(signer, plan); err != nil {
+				t.Fatal(err)
+			}
+		}
+		retry := schema.Event{V: 1, Seq: 3, Session: "s-1", Epoch: 1, At: time.Date(2026, 11, 29, 10, 0, 3, 0, time.UTC), Type: schema.TypeCall, Call: &schema.Call{CallID: "c-2", Tool: "orders.create", Arguments: json.RawMessage(`{"sku":"A-1"}`), StartMarker: true,
+			Operation: &schema.Operation{Task: "t-1", Key: "op-1", Contract: p.Contract,
+				Retry: &schema.RetryLink{PriorCallID: "c-1", PriorSeq: 1, PlanID: p.PlanID, Basis: p.Basis, IssuedAt: p.IssuedAt, Signer: p.Signer, Sig: p.Sig}}}}
+		var b bytes.Buffer
+		if err := schema.WriteHistory(&b, append(append([]schema.Event{}, first...), retry)); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	pub, _ := planner.PublicKey()
+	planners := filepath.Join(dir, "planners")
+	if err := os.WriteFile(planners, []byte(pub+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		signer nkeys.KeyPair
+		status int
+		want   string
+	}{
+		{"signed by the planner", planner, exitOK, `"decision":"retry_allowed"`},
+		{"signed by another key", mallory, exitRefused, `"code":"unauthorized_retry"`},
+		{"not signed", nil, exitRefused, `"code":"unauthorized_retry"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := writeFile(t, "h.jsonl", history(tc.signer))
+			st, out, errOut := runCLI("inspect", "--history", h, "--call", "c-2", "--trust-planners", planners)
+			if st != tc.status || !strings.Contains(out, tc.want) {
+				t.Fatalf("exit %d, stdout %s, stderr %s; want %d with %s", st, out, errOut, tc.status, tc.want)
+			}
+			// Without keys the history classifies as it is.
+			if st, out, _ := runCLI("inspect", "--history", h, "--call", "c-2"); st != exitOK || !strings.Contains(out, `"decision":"retry_allowed"`) {
+				t.Fatalf("without keys: exit %d %s", st, out)
+			}
+		})
+	}
+	if st, _, _ := runCLI("inspect", "--history", writeFile(t, "x", ""), "--call", "c-2", "--trust-reviewers", planners); st != exitUsage {
+		t.Fatalf("--trust-reviewers alone: exit %d, want 2", st)
 	}
 }
