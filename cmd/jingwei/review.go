@@ -41,7 +41,13 @@ never a guess.
 
 The recovery worker accepts only reviews signed by a key in its trusted
 reviewers (recover --trust-reviewers); others are rejected, logged and
-change nothing. The latest accepted review of a call counts.
+change nothing. A trusted completed review is final: a later review of the
+call with another verdict is rejected (review_conflict) and logged.
+Otherwise the latest accepted review of a call counts.
+
+A review is published before it is judged, and it stays in JW_REVIEWS (the
+audit trail: it cannot be deleted) even when the recovery worker then
+ignores it; review exits 3 with the code and the reason in that case.
 
 Exit status:
   0  the review was published and acknowledged
@@ -50,7 +56,9 @@ Exit status:
   3  refused, nothing published: {"error":{"code":…,"message":…}} on stdout
      (field_too_long for --operator or --evidence over 1,024 bytes;
      unknown_call when the call is not in the session's log; superseded_call
-     when it has a later attempt, named in "latest")`
+     when it has a later attempt, named in "latest"), or published but
+     ignored by the recovery worker (invalid_review: not signed by a trusted
+     key; review_conflict: it contradicts a completed review on record)`
 
 // reviewOutput is what review prints with --json.
 type reviewOutput struct {
@@ -146,7 +154,12 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	if c := out.Check; c != nil && !c.Accepted {
 		st := writeError(stdout, schema.Errorf(schema.Code(c.Code), "review published (%s seq %d) but the recovery worker ignores it: %s", ack.Stream, ack.Sequence, c.Reason))
-		fmt.Fprintf(stderr, "jingwei review: the review changes nothing; sign with a key listed in the recovery worker's --trust-reviewers (jingwei keys pub --key FILE prints yours)\n")
+		switch c.Code {
+		case string(schema.CodeReviewConflict):
+			fmt.Fprintf(stderr, "jingwei review: the review changes nothing: a trusted completed review of this call is on record, and completed is final\n")
+		default:
+			fmt.Fprintf(stderr, "jingwei review: the review changes nothing; sign with a key listed in the recovery worker's --trust-reviewers (jingwei keys pub --key FILE prints yours)\n")
+		}
 		return st
 	}
 
@@ -169,7 +182,7 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fmt.Fprintf(tw, "signer\t%s\n", r.Signer)
 	fmt.Fprintf(tw, "published\t%s seq %d\n", ack.Stream, ack.Sequence)
 	if out.Check != nil {
-		fmt.Fprintf(tw, "recovery worker\taccepted (signer trusted); the latest accepted review of a call decides its retry\n")
+		fmt.Fprintf(tw, "recovery worker\taccepted (signer trusted); a completed review is final, otherwise the latest accepted review decides the retry\n")
 	}
 	if out.Assessment != nil {
 		fmt.Fprintf(tw, "call\t%s %s, %s (evidence %s, %d attempt(s))\n", a.Tool, a.Outcome, a.Decision, a.Evidence, a.Attempts)

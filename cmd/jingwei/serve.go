@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
+	"github.com/rs/zerolog"
 
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/stream"
@@ -94,6 +95,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	noWorker := fs.Bool("no-worker", false, "run no tool worker in this process")
 	noAuth := fs.Bool("no-auth", false, "run the server without authorization (loopback --listen only)")
 	repair := fs.Bool("repair-topology", false, "mend jingwei streams and buckets that lack a protection, in place")
+	serverLog := fs.Bool("server-log", false, "show the embedded nats-server's own log (its banner and notices); by default only its warnings and errors")
 	tf.register(fs)
 	lf.register(fs)
 	if st, ok := parseFlags(fs, args); !ok {
@@ -182,8 +184,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return usageError(stderr, "serve", "%v", err)
 	}
 
+	srvLog := log
+	if !*serverLog && log.GetLevel() < zerolog.WarnLevel {
+		srvLog = log.Level(zerolog.WarnLevel)
+	}
 	srv, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{
-		Dir: filepath.Join(*data, "data"), Listen: *listen, Sync: stream.SyncMode(*syncMode), Logger: log,
+		Dir: filepath.Join(*data, "data"), Listen: *listen, Sync: stream.SyncMode(*syncMode), Logger: srvLog,
 		Users: users, Roles: stream.RoleConfig{Prefix: *prefix},
 	})
 	if err != nil {
