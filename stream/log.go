@@ -73,6 +73,26 @@ func (l *Log) LastSeq() uint64 {
 	return l.last
 }
 
+// Room returns how many more events, and bytes of serialized history,
+// ordinary appends may still add to the session log before they reach the
+// fence reserve (see the package documentation), as far as this writer
+// knows. A caller that must not start what it cannot record (a retry: its
+// call, start and result) checks it first.
+func (l *Log) Room() (events int, bytes int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	lim := l.t.cfg.Limits
+	resEvents, resBytes := fenceReserve(lim)
+	return max(lim.MaxEvents-resEvents-l.events, 0), max(lim.MaxBytes-resBytes-l.bytes, 0)
+}
+
+// WriterRoom returns how many events ordinary appends may still add to a
+// session log holding the given history (the fence reserve excluded).
+func (t *Topology) WriterRoom(h []schema.Event) int {
+	resEvents, _ := fenceReserve(t.cfg.Limits)
+	return max(t.cfg.Limits.MaxEvents-resEvents-len(h), 0)
+}
+
 // Err returns the permanent error (ErrFenced, ErrConflict) that stopped the
 // Log, or nil while it can still append.
 func (l *Log) Err() error {

@@ -54,6 +54,10 @@ const (
 	// CodeLog: the session log could not be written (not fenced); the call
 	// may be left open, which recovery classifies.
 	CodeLog Code = "log_unavailable"
+	// CodeHistoryTooLarge: the session log has no room left for what the
+	// call would record (a retry's three events); nothing was recorded and
+	// the plan was not used.
+	CodeHistoryTooLarge Code = Code(schema.CodeHistoryTooLarge)
 )
 
 // Error is the runtime's error: a stable Code plus details. Two Errors match

@@ -252,6 +252,28 @@ func New(cfg Config) (*Runtime, error) {
 	return r, nil
 }
 
+// retryEvents is what a retry records: tool.call, tool.started and
+// tool.result.
+const retryEvents = 3
+
+// roomForRetry refuses a retry the session log has no room to record (its
+// call, start and result, with the arguments twice and room for an
+// output), before the plan is consumed: a plan spent on an attempt that
+// cannot reach the log would strand its call. A log that cannot tell
+// (not a *stream.Log) is not checked.
+func (r *Runtime) roomForRetry(args json.RawMessage) error {
+	l, ok := r.cfg.Log.(interface{ Room() (int, int64) })
+	if !ok {
+		return nil
+	}
+	events, bytes := l.Room()
+	need := int64(2*len(args) + retryEvents*1024)
+	if events < retryEvents || bytes < need {
+		return &Error{Code: CodeHistoryTooLarge, Message: fmt.Sprintf("session %s has room for %d more events (%d bytes): a retry needs %d events and about %d bytes; the plan is left unused", r.cfg.Session, events, bytes, retryEvents, need)}
+	}
+	return nil
+}
+
 // retriedBy returns the call id of the retry of prior already on the log,
 // if the runtime knows one.
 func (r *Runtime) retriedBy(prior string) (string, bool) {
@@ -343,6 +365,9 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 	callID := "c-" + randomID()
 	var op schema.Operation
 	if opts.Retry != nil {
+		if err := r.roomForRetry(args); err != nil {
+			return Result{}, err
+		}
 		if id, ok := r.retriedBy(opts.Retry.PriorCallID); ok {
 			err := &Error{Code: CodePlanConsumed, Message: fmt.Sprintf("plan %s: the log already holds attempt %s of call %s", opts.Retry.PlanID, id, opts.Retry.PriorCallID), Err: stream.ErrPlanConsumed}
 			r.log.Warn().Err(err).Str("tool", tool).Str("plan_id", opts.Retry.PlanID).Msg("retry plan refused: its call was retried already (jw_plans says otherwise?)")

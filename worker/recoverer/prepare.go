@@ -110,6 +110,14 @@ func (r *Recoverer) Prepare(ctx context.Context, session, callID string) (schema
 			return schema.Plan{}, err
 		}
 	}
+	if room := r.t.WriterRoom(h); room < retryRoom {
+		// A retry could not be recorded: refuse now rather than issue a
+		// plan that would be spent on an attempt the log cannot hold.
+		if _, err := recovery.Inspect(schema.Events(h), callID); err != nil {
+			return schema.Plan{}, err
+		}
+		return schema.Plan{}, schema.Errorf(schema.CodeHistoryTooLarge, "session %s holds %d events: only %d more fit before the history limit (the rest is kept for takeovers), a retry needs %d; no plan", session, len(h), room, retryRoom)
+	}
 	plan, err := recovery.PrepareRetry(schema.Events(h), callID, review,
 		recovery.RequireSignedReview(r.cfg.TrustedReviewers),
 		recovery.RequireSignedPlans(r.cfg.TrustedPlanners, r.cfg.TrustedReviewers),
@@ -122,6 +130,10 @@ func (r *Recoverer) Prepare(ctx context.Context, session, callID string) (schema
 	}
 	return r.issue(ctx, plan)
 }
+
+// retryRoom is how many events a retry records: tool.call, tool.started,
+// tool.result.
+const retryRoom = 3
 
 // issue stores the plan (KV create; an existing plan under the id wins) and
 // makes sure it is published.

@@ -83,11 +83,22 @@ func (r *Recoverer) TakeOver(ctx context.Context, session string) ([]schema.Asse
 			r.log.Warn().Err(err).Str("session", session).Msg("release lease after takeover")
 		}
 	}()
+	var fenceSeq uint64
 	lg, h, err := r.t.FenceLoad(ctx, session, r.cfg.Owner, lease.Epoch)
-	if err != nil {
+	switch {
+	case errors.Is(err, stream.ErrLogClosed):
+		// No room left even for a fence: nobody can append to the log any
+		// more, so it is confirmed as it stands; every call open at its
+		// end is final.
+		if h, err = r.t.Load(ctx, session); err != nil {
+			return nil, fmt.Errorf("recoverer: load closed %s: %w", session, err)
+		}
+		r.log.Info().Str("session", session).Int("events", len(h)).Msg("session log full: confirmed without a fence")
+	case err != nil:
 		return nil, fmt.Errorf("recoverer: fence and load %s: %w", session, err)
+	default:
+		fenceSeq = lg.LastSeq()
 	}
-	fenceSeq := lg.LastSeq()
 	r.log.Info().Str("session", session).Uint64("epoch", lease.Epoch).Uint64("fence_seq", fenceSeq).Msg("session taken over")
 	r.reconcileBudget(ctx, session, h)
 	var out []schema.Assessment

@@ -1,0 +1,5 @@
+//go:build !race
+
+package recoverer
+
+const raceEnabled = false
