@@ -14,7 +14,12 @@ import (
 )
 
 // Plan states in the jw_plans bucket. A plan moves from PlanIssued to
-// PlanConsumed exactly once and never back.
+// PlanConsumed exactly once and never back. A consumed plan names the call
+// id it was consumed for and the epoch of the writer that consumed it; if
+// that attempt's tool.call never reached the session log, the session's
+// next owner (a writer with a higher epoch, which fenced the consumer)
+// completes the attempt once, under that same call id (Complete): the log,
+// which then holds the call, refuses any further attempt of the plan.
 const (
 	// PlanIssued means the plan may be used by one attempt.
 	PlanIssued = "issued"
@@ -46,6 +51,12 @@ type PlanRecord struct {
 	ConsumedBy string `json:"consumed_by,omitempty"`
 	// ConsumedAt is when the plan was taken (zero while issued).
 	ConsumedAt time.Time `json:"consumed_at,omitzero"`
+	// ConsumedEpoch is the epoch of the writer that consumed the plan (0
+	// while issued, and for plans consumed before it was recorded).
+	ConsumedEpoch uint64 `json:"consumed_epoch,omitempty"`
+	// CompletedEpoch, when set, is the epoch of the later owner that
+	// completed the attempt the consumer could not record (Complete).
+	CompletedEpoch uint64 `json:"completed_epoch,omitempty"`
 	// Revision is the KV revision the record was read at; not stored.
 	Revision uint64 `json:"-"`
 }
@@ -115,12 +126,13 @@ func (p *Plans) Get(ctx context.Context, planID string) (PlanRecord, error) {
 	return rec, nil
 }
 
-// Consume takes an issued plan for the attempt callID: a compare-and-set of
-// the record read at rec.Revision from issued to consumed. It returns
+// Consume takes an issued plan for the attempt callID of a writer at
+// epoch: a compare-and-set of the record read at rec.Revision from issued
+// to consumed. It returns
 // ErrPlanConsumed if the plan was consumed before or if another consumer won
 // the race, and ErrPlanNotIssued if it does not exist. Exactly one of any
 // number of concurrent Consume calls on one plan succeeds.
-func (p *Plans) Consume(ctx context.Context, rec PlanRecord, callID string) (PlanRecord, error) {
+func (p *Plans) Consume(ctx context.Context, rec PlanRecord, callID string, epoch uint64) (PlanRecord, error) {
 	id := rec.Plan.PlanID
 	for attempt := 0; ; attempt++ {
 		if rec.State != PlanIssued {
@@ -130,6 +142,7 @@ func (p *Plans) Consume(ctx context.Context, rec PlanRecord, callID string) (Pla
 		next.State = PlanConsumed
 		next.ConsumedBy = callID
 		next.ConsumedAt = p.now().UTC()
+		next.ConsumedEpoch = epoch
 		b, err := json.Marshal(next)
 		if err != nil {
 			return rec, fmt.Errorf("stream: encode plan %s: %w", id, err)
@@ -155,6 +168,38 @@ func (p *Plans) Consume(ctx context.Context, rec PlanRecord, callID string) (Pla
 		}
 		rec = have
 	}
+}
+
+// Complete records, with a compare-and-set on the record read at
+// rec.Revision, that a writer at epoch completes the attempt a consumed
+// plan was consumed for (rec.ConsumedBy) because that attempt never
+// reached the session log. Only a writer whose epoch is above the
+// consumer's may (it fenced the consumer, so the consumer can no longer
+// record the attempt itself); the caller must have checked, in the
+// history it loaded after its fence, that the log holds no retry of the
+// plan's prior call. A record that is not consumed, or whose consumer
+// epoch is unknown or not below epoch, is ErrPlanConsumed; one completed
+// since by a writer at epoch or above, too.
+func (p *Plans) Complete(ctx context.Context, rec PlanRecord, epoch uint64) (PlanRecord, error) {
+	id := rec.Plan.PlanID
+	if rec.State != PlanConsumed || rec.ConsumedEpoch == 0 || rec.ConsumedEpoch >= epoch || rec.CompletedEpoch >= epoch {
+		return rec, fmt.Errorf("%w: %s (by %s at epoch %d)", ErrPlanConsumed, id, rec.ConsumedBy, rec.ConsumedEpoch)
+	}
+	next := rec
+	next.CompletedEpoch = epoch
+	b, err := json.Marshal(next)
+	if err != nil {
+		return rec, fmt.Errorf("stream: encode plan %s: %w", id, err)
+	}
+	rev, err := p.kv.Update(ctx, id, b, rec.Revision)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || planCASConflict(err) {
+			return rec, fmt.Errorf("%w: %s changed while it was being completed", ErrPlanConsumed, id)
+		}
+		return rec, fmt.Errorf("stream: complete plan %s: %w", id, err)
+	}
+	next.Revision = rev
+	return next, nil
 }
 
 // maxPlanCASAttempts bounds the retries of a spurious CAS mismatch.

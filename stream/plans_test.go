@@ -86,7 +86,7 @@ func TestPlansIssueGetConsume(t *testing.T) {
 	if err != nil || !stream.SamePlan(got.Plan, p) || got.State != stream.PlanIssued {
 		t.Fatalf("Get: %+v, %v", got, err)
 	}
-	done, err := plans.Consume(ctx, got, "c-2")
+	done, err := plans.Consume(ctx, got, "c-2", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,11 +94,11 @@ func TestPlansIssueGetConsume(t *testing.T) {
 		t.Fatalf("consumed record %+v", done)
 	}
 	// The stale record (still saying issued) cannot consume it again.
-	if _, err := plans.Consume(ctx, got, "c-3"); !errors.Is(err, stream.ErrPlanConsumed) {
+	if _, err := plans.Consume(ctx, got, "c-3", 1); !errors.Is(err, stream.ErrPlanConsumed) {
 		t.Fatalf("second consume: %v, want ErrPlanConsumed", err)
 	}
 	fresh, _ := plans.Get(ctx, "p-1")
-	if _, err := plans.Consume(ctx, fresh, "c-4"); !errors.Is(err, stream.ErrPlanConsumed) {
+	if _, err := plans.Consume(ctx, fresh, "c-4", 1); !errors.Is(err, stream.ErrPlanConsumed) {
 		t.Fatalf("consume consumed: %v", err)
 	}
 	// Re-issuing a consumed plan does not revive it.
@@ -121,7 +121,7 @@ func TestPlansConsumeRace(t *testing.T) {
 		wg.Go(func() {
 			rec, err := plans.Get(ctx, "p-race")
 			if err == nil {
-				_, err = plans.Consume(ctx, rec, "c-"+string(rune('a'+i)))
+				_, err = plans.Consume(ctx, rec, "c-"+string(rune('a'+i)), 1)
 			}
 			errs[i] = err
 		})

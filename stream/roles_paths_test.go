@@ -196,7 +196,7 @@ func TestRolesLibraryPaths(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := wp.Consume(ctx, got, "c-2"); err != nil {
+	if _, err := wp.Consume(ctx, got, "c-2", 1); err != nil {
 		t.Fatalf("worker consumes the plan: %v", err)
 	}
 	if keys, err := rec.Plans.Keys(ctx); err != nil || len(keys) != 1 {

@@ -138,6 +138,10 @@ func streamName(prefix, kind string) string {
 	return strings.ToUpper(strings.ReplaceAll(prefix, "-", "_")) + "_" + kind
 }
 
+// PlanConsumerName is the durable consumer on JW_PLANS that the tool
+// workers share (<PREFIX>_toolworker_plans).
+func (t *Topology) PlanConsumerName() string { return t.StreamName("toolworker_plans") }
+
 // EventsSubject returns jw.events.<session>.
 func (t *Topology) EventsSubject(session string) string { return t.Prefix + ".events." + session }
 

@@ -16,7 +16,8 @@ import (
 // implements it.
 type PlanStore interface {
 	Get(ctx context.Context, planID string) (stream.PlanRecord, error)
-	Consume(ctx context.Context, rec stream.PlanRecord, callID string) (stream.PlanRecord, error)
+	Consume(ctx context.Context, rec stream.PlanRecord, callID string, epoch uint64) (stream.PlanRecord, error)
+	Complete(ctx context.Context, rec stream.PlanRecord, epoch uint64) (stream.PlanRecord, error)
 }
 
 // Attempt is the call a retry plan is presented for.
@@ -38,6 +39,27 @@ type Attempt struct {
 	// accepted (recovery.VerifyPlan). Nil or empty trusts no one: every
 	// plan is refused with plan_untrusted.
 	Planners recovery.TrustedKeys
+	// Epoch is the epoch of the writer that will record the attempt; it is
+	// recorded with the consumption (0: unknown).
+	Epoch uint64
+	// MayComplete, when true, lets TakeOperation complete a plan consumed
+	// by an older writer whose attempt never reached the log (see
+	// stream.Plans.Complete). The caller sets it only when it knows, from
+	// the history it loaded after fencing the session, that the log holds
+	// no retry of the plan's prior call.
+	MayComplete bool
+}
+
+// Taken is what TakeOperation grants: the operation the attempt records,
+// and its call id — Attempt.CallID, or, when the plan is completed for
+// an attempt an older writer consumed it for and never recorded, that
+// attempt's call id.
+type Taken struct {
+	Operation schema.Operation
+	CallID    string
+	// Completed says the plan was consumed before, by the attempt CallID,
+	// and is completed now.
+	Completed bool
 }
 
 // TakeOperation verifies plan against the attempt and consumes it. The plan
@@ -52,66 +74,85 @@ type Attempt struct {
 // returns the operation the attempt must record: the plan's task, key and
 // contract, with a retry link to the prior call.
 //
+// A plan already consumed is refused (plan_consumed), except that with
+// at.MayComplete a writer whose epoch is above the consumer's completes
+// it: the consumer was fenced before its attempt reached the log, so the
+// attempt is recorded now, once, under the call id it was consumed for
+// (Taken.CallID, Taken.Completed; see stream.Plans.Complete).
+//
 // Errors are *Error with code plan_not_issued, plan_consumed,
 // plan_untrusted or plan_mismatch (Field names what differs); all match
 // ErrPlanRefused. A
 // refused plan is left as it was; a consumed plan is spent for good, whatever
 // happens to the attempt afterwards. Custom runtimes call TakeOperation
 // before they record the attempt's tool.call.
-func TakeOperation(ctx context.Context, plans PlanStore, at Attempt, plan schema.Plan) (schema.Operation, error) {
+func TakeOperation(ctx context.Context, plans PlanStore, at Attempt, plan schema.Plan) (Taken, error) {
 	if plans == nil {
-		return schema.Operation{}, &Error{Code: CodePlanNotIssued, Message: "no plan store configured", Err: stream.ErrPlanNotIssued}
+		return Taken{}, &Error{Code: CodePlanNotIssued, Message: "no plan store configured", Err: stream.ErrPlanNotIssued}
 	}
 	rec, err := plans.Get(ctx, plan.PlanID)
 	if errors.Is(err, stream.ErrPlanNotIssued) {
-		return schema.Operation{}, &Error{Code: CodePlanNotIssued, Message: fmt.Sprintf("plan %q was not issued in jw_plans", plan.PlanID), Err: err}
+		return Taken{}, &Error{Code: CodePlanNotIssued, Message: fmt.Sprintf("plan %q was not issued in jw_plans", plan.PlanID), Err: err}
 	}
 	if err != nil {
-		return schema.Operation{}, fmt.Errorf("worker: read plan %s: %w", plan.PlanID, err)
+		return Taken{}, fmt.Errorf("worker: read plan %s: %w", plan.PlanID, err)
 	}
-	if rec.State != stream.PlanIssued {
-		return schema.Operation{}, consumedError(rec, nil)
+	completing := rec.State == stream.PlanConsumed && at.MayComplete && at.Epoch > 0 &&
+		rec.ConsumedEpoch > 0 && rec.ConsumedEpoch < at.Epoch && rec.CompletedEpoch < at.Epoch && rec.ConsumedBy != ""
+	if rec.State != stream.PlanIssued && !completing {
+		return Taken{}, consumedError(rec, nil)
 	}
 	issued := rec.Plan
 	mismatch := func(field, format string, args ...any) error {
 		return &Error{Code: CodePlanMismatch, Field: field, Message: fmt.Sprintf("plan %s: ", plan.PlanID) + fmt.Sprintf(format, args...)}
 	}
 	if !stream.SamePlan(issued, plan) || issued.Signer != plan.Signer || issued.Sig != plan.Sig {
-		return schema.Operation{}, mismatch("plan", "differs from the plan issued under this id")
+		return Taken{}, mismatch("plan", "differs from the plan issued under this id")
 	}
 	if err := recovery.VerifyPlan(issued, at.Planners); err != nil {
-		return schema.Operation{}, &Error{Code: CodePlanUntrusted, Message: fmt.Sprintf("plan %s: %v", plan.PlanID, err), Err: err}
+		return Taken{}, &Error{Code: CodePlanUntrusted, Message: fmt.Sprintf("plan %s: %v", plan.PlanID, err), Err: err}
 	}
 	switch {
 	case issued.Session != at.Session:
-		return schema.Operation{}, mismatch("session", "is for session %q, the call is in %q", issued.Session, at.Session)
+		return Taken{}, mismatch("session", "is for session %q, the call is in %q", issued.Session, at.Session)
 	case issued.Task != at.Task:
-		return schema.Operation{}, mismatch("task", "is for task %q, the call is for %q", issued.Task, at.Task)
+		return Taken{}, mismatch("task", "is for task %q, the call is for %q", issued.Task, at.Task)
 	case issued.Tool != at.Tool:
-		return schema.Operation{}, mismatch("tool", "is for tool %q, the call is to %q", issued.Tool, at.Tool)
+		return Taken{}, mismatch("tool", "is for tool %q, the call is to %q", issued.Tool, at.Tool)
 	case issued.Contract != at.Contract:
-		return schema.Operation{}, mismatch("contract", "was prepared under contract %s, tool %s now declares %s", issued.Contract, at.Tool, at.Contract)
+		return Taken{}, mismatch("contract", "was prepared under contract %s, tool %s now declares %s", issued.Contract, at.Tool, at.Contract)
 	case issued.Key == "" || len(issued.Key) > schema.MaxFieldBytes:
-		return schema.Operation{}, mismatch("key", "has no usable operation key")
+		return Taken{}, mismatch("key", "has no usable operation key")
 	}
 	own, err := schema.ArgsDigest(issued.Arguments)
 	if err != nil || own != issued.ArgsDigest {
-		return schema.Operation{}, mismatch("arguments", "args_digest does not match its own arguments")
+		return Taken{}, mismatch("arguments", "args_digest does not match its own arguments")
 	}
 	got, err := schema.ArgsDigest(at.Arguments)
 	if err != nil {
-		return schema.Operation{}, mismatch("arguments", "call arguments cannot be canonicalized: %v", err)
+		return Taken{}, mismatch("arguments", "call arguments cannot be canonicalized: %v", err)
 	}
 	if got != issued.ArgsDigest {
-		return schema.Operation{}, mismatch("arguments", "was prepared for other arguments (%s, the call has %s)", issued.ArgsDigest, got)
+		return Taken{}, mismatch("arguments", "was prepared for other arguments (%s, the call has %s)", issued.ArgsDigest, got)
 	}
-	if got, err := plans.Consume(ctx, rec, at.CallID); err != nil {
-		if errors.Is(err, stream.ErrPlanConsumed) {
-			return schema.Operation{}, consumedError(got, err) // got names the winner
+	taken := Taken{CallID: at.CallID}
+	if completing {
+		// The consumer was fenced before it could record its attempt:
+		// this writer records it, under the call id it was consumed for.
+		if got, err := plans.Complete(ctx, rec, at.Epoch); err != nil {
+			if errors.Is(err, stream.ErrPlanConsumed) {
+				return Taken{}, consumedError(got, err)
+			}
+			return Taken{}, fmt.Errorf("worker: complete plan %s: %w", plan.PlanID, err)
 		}
-		return schema.Operation{}, fmt.Errorf("worker: consume plan %s: %w", plan.PlanID, err)
+		taken.CallID, taken.Completed = rec.ConsumedBy, true
+	} else if got, err := plans.Consume(ctx, rec, at.CallID, at.Epoch); err != nil {
+		if errors.Is(err, stream.ErrPlanConsumed) {
+			return Taken{}, consumedError(got, err) // got names the winner
+		}
+		return Taken{}, fmt.Errorf("worker: consume plan %s: %w", plan.PlanID, err)
 	}
-	return schema.Operation{
+	taken.Operation = schema.Operation{
 		Task:     issued.Task,
 		Key:      issued.Key,
 		Contract: at.Contract,
@@ -125,7 +166,8 @@ func TakeOperation(ctx context.Context, plans PlanStore, at Attempt, plan schema
 			Signer:      issued.Signer,
 			Sig:         issued.Sig,
 		},
-	}, nil
+	}
+	return taken, nil
 }
 
 func consumedError(rec stream.PlanRecord, cause error) error {

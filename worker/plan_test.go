@@ -49,19 +49,22 @@ func liveSetup(t *testing.T) *live {
 // the example tools (orders.create at revision ordersRev) and cfg changes.
 func (l *live) runtime(t *testing.T, session, ordersRev string, mod func(*worker.Config)) *worker.Runtime {
 	t.Helper()
-	lg, err := l.topo.OpenLog(context.Background(), session, "host", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
 	orders := l.tools.OrdersCreateTool()
 	orders.Metadata = orders.Metadata.WithEffect(effect.Idempotent, ordersRev)
 	reg, err := worker.NewRegistry(orders, l.tools.PaymentsChargeTool(), l.tools.CatalogLookupTool())
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := worker.Config{Session: session, Log: lg, Registry: reg, Plans: l.plans, Budget: l.budget, TrustedPlanners: trustedPlanners(t)}
+	cfg := worker.Config{Session: session, Registry: reg, Plans: l.plans, Budget: l.budget, TrustedPlanners: trustedPlanners(t)}
 	if mod != nil {
 		mod(&cfg)
+	}
+	if cfg.Log == nil {
+		lg, err := l.topo.OpenLog(context.Background(), session, "host", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Log = lg
 	}
 	rt, err := worker.New(cfg)
 	if err != nil {
@@ -578,4 +581,94 @@ func TestForgedPlanRecordsRunNothing(t *testing.T) {
 		t.Fatalf("VerifyRetries: %v", err)
 	}
 	_ = first
+}
+
+// callLost is a session log whose tool.call appends fail (a log that went
+// away between the plan's consumption and the attempt's record).
+type callLost struct{ *stream.Log }
+
+func (c callLost) Append(ctx context.Context, ev schema.Event) (uint64, error) {
+	if ev.Type == schema.TypeCall {
+		return 0, errors.New("injected: the server went away")
+	}
+	return c.Log.Append(ctx, ev)
+}
+
+// TestPlanCompletedByNextOwner: a plan consumed by an attempt whose
+// tool.call then failed to reach the log is not lost. The session's next
+// owner (a higher epoch, which fenced the consumer) completes that attempt
+// once, under the call id the plan was consumed for; the order is written
+// once; a later owner, or the same one again, is refused: the log holds
+// the attempt.
+func TestPlanCompletedByNextOwner(t *testing.T) {
+	ctx := context.Background()
+	l := liveSetup(t)
+	rt := l.runtime(t, "s-1", tools.OrdersRevision, nil)
+	args := `{"sku":"A-1","qty":4}`
+	_, plan := l.failedOrder(t, rt, args)
+
+	// Epoch 1: the plan is consumed, then the attempt's tool.call is lost.
+	lg1, err := l.topo.OpenLog(ctx, "s-1", "host", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h1, _ := l.topo.Load(ctx, "s-1")
+	lost := l.runtime(t, "s-1", tools.OrdersRevision, func(c *worker.Config) { c.Log, c.History = callLost{lg1}, h1 })
+	_, err = lost.CallWithOptions(ctx, tools.OrdersCreate, json.RawMessage(args), worker.CallOptions{Task: "t-1", Retry: &plan})
+	if worker.CodeOf(err) != worker.CodeLog {
+		t.Fatalf("attempt with a lost tool.call: %v, want log_unavailable", err)
+	}
+	rec, err := l.plans.Get(ctx, plan.PlanID)
+	if err != nil || rec.State != stream.PlanConsumed || rec.ConsumedBy == "" || rec.ConsumedEpoch != 1 {
+		t.Fatalf("plan record after the lost attempt: %+v %v", rec, err)
+	}
+	before := l.snap(t, "s-1", plan.PlanID)
+
+	// Epoch 2: the next owner fences the session and completes the
+	// attempt under the consumed call id.
+	takeOver := func(epoch uint64) *worker.Runtime {
+		lg, h, err := l.topo.FenceLoad(ctx, "s-1", "host", epoch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.runtime(t, "s-1", tools.OrdersRevision, func(c *worker.Config) { c.Log, c.History = lg, h })
+	}
+	rt2 := takeOver(2)
+	res, err := rt2.CallWithOptions(ctx, tools.OrdersCreate, json.RawMessage(args), worker.CallOptions{Task: "t-1", Retry: &plan})
+	if err != nil || res.Status != schema.StatusOK || res.CallID != rec.ConsumedBy || res.Operation.Retry == nil || res.Operation.Retry.PlanID != plan.PlanID {
+		t.Fatalf("completion: %+v %v, want ok under call %s", res, err, rec.ConsumedBy)
+	}
+	if rec, _ := l.plans.Get(ctx, plan.PlanID); rec.CompletedEpoch != 2 || rec.ConsumedBy != res.CallID {
+		t.Fatalf("plan record after the completion: %+v", rec)
+	}
+	after := l.snap(t, "s-1", plan.PlanID)
+	if after.orders != before.orders || after.calls != before.calls+1 {
+		t.Fatalf("completion: %+v → %+v, want the same orders and one more attempt billed", before, after)
+	}
+
+	// A second completion is refused, by the same owner or the next.
+	for _, r := range []*worker.Runtime{rt2, takeOver(3)} {
+		before := l.snap(t, "s-1", plan.PlanID)
+		_, err := r.CallWithOptions(ctx, tools.OrdersCreate, json.RawMessage(args), worker.CallOptions{Task: "t-1", Retry: &plan})
+		if !errors.Is(err, worker.ErrPlanConsumed) || !strings.Contains(err.Error(), res.CallID) {
+			t.Fatalf("second completion: %v, want plan_consumed naming %s", err, res.CallID)
+		}
+		if after := l.snap(t, "s-1", plan.PlanID); after.events != before.events || after.calls != before.calls {
+			t.Fatalf("a refused completion changed something: %+v → %+v", before, after)
+		}
+	}
+	// One recorded attempt for the plan, in the whole log.
+	h, _ := l.topo.Load(ctx, "s-1")
+	n := 0
+	for _, ev := range h {
+		if c := ev.Call; c != nil && c.Operation != nil && c.Operation.Retry != nil && c.Operation.Retry.PlanID == plan.PlanID {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d recorded attempts of plan %s, want 1", n, plan.PlanID)
+	}
+	if orders, _ := l.tools.Orders(ctx); len(orders) != 1 {
+		t.Fatalf("%d orders, want 1", len(orders))
+	}
 }

@@ -252,6 +252,14 @@ func New(cfg Config) (*Runtime, error) {
 	return r, nil
 }
 
+// epoch returns the epoch of the runtime's log, or 0 if it cannot tell.
+func (r *Runtime) epoch() uint64 {
+	if l, ok := r.cfg.Log.(interface{ Epoch() uint64 }); ok {
+		return l.Epoch()
+	}
+	return 0
+}
+
 // retryEvents is what a retry records: tool.call, tool.started and
 // tool.result.
 const retryEvents = 3
@@ -373,14 +381,23 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 			r.log.Warn().Err(err).Str("tool", tool).Str("plan_id", opts.Retry.PlanID).Msg("retry plan refused: its call was retried already (jw_plans says otherwise?)")
 			return Result{}, err
 		}
-		var err error
-		op, err = TakeOperation(ctx, r.cfg.Plans, Attempt{
+		// Only a runtime that knows the confirmed history (retried != nil)
+		// and holds a higher epoch than a consumer may complete its plan.
+		r.rmu.Lock()
+		known := r.retried != nil
+		r.rmu.Unlock()
+		taken, err := TakeOperation(ctx, r.cfg.Plans, Attempt{
 			Session: r.cfg.Session, Task: task, Tool: tool, Arguments: args,
 			Contract: t.Metadata.Contract, CallID: callID, Planners: r.cfg.TrustedPlanners,
+			Epoch: r.epoch(), MayComplete: known,
 		}, *opts.Retry)
 		if err != nil {
 			r.log.Info().Err(err).Str("tool", tool).Str("plan_id", opts.Retry.PlanID).Msg("retry plan refused")
 			return Result{}, err
+		}
+		op, callID = taken.Operation, taken.CallID
+		if taken.Completed {
+			r.log.Info().Str("call_id", callID).Str("plan_id", opts.Retry.PlanID).Msg("plan consumed by a fenced writer whose attempt never reached the log: completing that attempt")
 		}
 	} else {
 		op = schema.Operation{Task: task, Key: "op-" + randomID(), Contract: t.Metadata.Contract}

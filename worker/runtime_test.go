@@ -87,7 +87,10 @@ type noPlans struct{}
 func (noPlans) Get(_ context.Context, id string) (stream.PlanRecord, error) {
 	return stream.PlanRecord{}, fmt.Errorf("%w: %s", stream.ErrPlanNotIssued, id)
 }
-func (noPlans) Consume(context.Context, stream.PlanRecord, string) (stream.PlanRecord, error) {
+func (noPlans) Consume(context.Context, stream.PlanRecord, string, uint64) (stream.PlanRecord, error) {
+	return stream.PlanRecord{}, stream.ErrPlanNotIssued
+}
+func (noPlans) Complete(context.Context, stream.PlanRecord, uint64) (stream.PlanRecord, error) {
 	return stream.PlanRecord{}, stream.ErrPlanNotIssued
 }
 

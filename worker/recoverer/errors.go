@@ -21,9 +21,6 @@ const (
 	// CodeTimeout: jw.api.call did not see the request's tool.result within
 	// Config.CallTimeout. The request may still run.
 	CodeTimeout schema.Code = "timeout"
-	// CodePlanConsumed: the call's plan was issued before and has already
-	// been taken by an attempt; it never works again.
-	CodePlanConsumed schema.Code = "plan_consumed"
 	// CodeInternal: anything else (the server unreachable, a failed write).
 	CodeInternal schema.Code = "internal"
 )
@@ -33,7 +30,6 @@ var (
 	ErrNotConfirmed = &schema.Error{Code: CodeNotConfirmed}
 	ErrBadRequest   = &schema.Error{Code: CodeBadRequest}
 	ErrTimeout      = &schema.Error{Code: CodeTimeout}
-	ErrPlanConsumed = &schema.Error{Code: CodePlanConsumed}
 )
 
 // ErrInvalidConfig is returned by New for a Config that misses a required

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go"
@@ -51,8 +52,10 @@ func checkTarget(session, callID string) error {
 //
 // Errors are *schema.Error: the codes of recovery.PrepareRetry (completed,
 // needs_review, invalid_review, unknown_call, superseded_call, …),
-// not_confirmed for a call still open under a live lease, plan_consumed
-// when the call's plan was already used, bad_request.
+// not_confirmed for a call still open under a live lease, bad_request. A
+// plan already consumed whose attempt is not on the log (the consumer was
+// stopped in between) is returned and delivered again, for the session's
+// next owner to complete once (see worker.TakeOperation).
 func (r *Recoverer) Prepare(ctx context.Context, session, callID string) (schema.Plan, error) {
 	if err := checkTarget(session, callID); err != nil {
 		return schema.Plan{}, err
@@ -83,7 +86,7 @@ func (r *Recoverer) Prepare(ctx context.Context, session, callID string) (schema
 		// would after a KV create that lost (one plan per call). A
 		// completed review since, or a consumed plan, goes the full way
 		// for its error code (completed, superseded_call, plan_consumed).
-		if err := r.ensurePublished(ctx, rec.Plan); err != nil {
+		if err := r.ensureDeliverable(ctx, rec.Plan); err != nil {
 			return schema.Plan{}, err
 		}
 		r.review.forget(session, callID)
@@ -149,7 +152,16 @@ func (r *Recoverer) issue(ctx context.Context, plan schema.Plan) (schema.Plan, e
 	}
 	plan = rec.Plan
 	if rec.State == stream.PlanConsumed {
-		return plan, schema.Errorf(CodePlanConsumed, "plan %s for call %q was already used by attempt %q", plan.PlanID, plan.PriorCallID, rec.ConsumedBy)
+		// Consumed, but no attempt of it is on the confirmed log (the
+		// history PrepareRetry planned from shows no retry of the call):
+		// the consumer was stopped between the two. The session's next
+		// owner completes that attempt once; make sure a worker gets the
+		// plan.
+		r.log.Info().Str("plan_id", plan.PlanID).Str("consumed_by", rec.ConsumedBy).Msg("plan consumed but its attempt never reached the log; delivering it for the next owner to complete")
+		if err := r.ensureDeliverable(ctx, plan); err != nil {
+			return schema.Plan{}, err
+		}
+		return plan, nil
 	}
 	if r.afterCreate != nil {
 		if err := r.afterCreate(plan); err != nil {
@@ -162,7 +174,7 @@ func (r *Recoverer) issue(ctx context.Context, plan schema.Plan) (schema.Plan, e
 		// same Msg-Id), so the JW_PLANS lookup is skipped.
 		err = r.publishPlan(ctx, plan)
 	} else {
-		err = r.ensurePublished(ctx, plan)
+		err = r.ensureDeliverable(ctx, plan)
 	}
 	if err != nil {
 		return schema.Plan{}, err
@@ -228,6 +240,50 @@ func (r *Recoverer) ensurePublished(ctx context.Context, plan schema.Plan) error
 		}
 	}
 	return r.publishPlan(ctx, plan)
+}
+
+// ensureDeliverable makes sure a tool worker will see an unused plan: it
+// is published (ensurePublished), and if the tool workers' plan consumer
+// has acknowledged or terminated its latest publication while the plan is
+// still to be used (a worker that dropped it, a consumer that lost it), it
+// is published again, with Msg-Id <plan_id>/again/<seq of that
+// publication>, so racing prepares publish it again once. Using the plan
+// stays single-use whatever the number of its messages.
+func (r *Recoverer) ensureDeliverable(ctx context.Context, plan schema.Plan) error {
+	subj := r.t.PlansSubject(plan.Session)
+	var last uint64
+	err := r.t.ReadSubject(ctx, r.t.StreamName("PLANS"), subj, func(m *jetstream.RawStreamMsg) error {
+		if id := m.Header.Get(jetstream.MsgIDHeader); id == plan.PlanID || strings.HasPrefix(id, plan.PlanID+"/again/") {
+			last = m.Sequence
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if last == 0 {
+		return r.publishPlan(ctx, plan)
+	}
+	cons, err := r.t.PlanLog.Consumer(ctx, r.t.PlanConsumerName())
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil // no tool worker ran yet: the first one reads every plan
+	}
+	if err != nil {
+		return fmt.Errorf("recoverer: plan consumer: %w", err)
+	}
+	info := cons.CachedInfo()
+	if info.AckFloor.Stream < last {
+		return nil // still pending, or in a worker's hands
+	}
+	msg := nats.NewMsg(subj)
+	if msg.Data, err = json.Marshal(plan); err != nil {
+		return err
+	}
+	if err := r.publishSync(ctx, msg, fmt.Sprintf("%s/again/%d", plan.PlanID, last)); err != nil {
+		return fmt.Errorf("recoverer: publish plan %s again: %w", plan.PlanID, err)
+	}
+	r.log.Info().Str("session", plan.Session).Str("plan_id", plan.PlanID).Uint64("lost_seq", last).Msg("plan message acknowledged without the plan being used: published again")
+	return nil
 }
 
 // publishPlan publishes the plan on jw.plans.<session> with its plan id as

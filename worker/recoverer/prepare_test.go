@@ -375,7 +375,9 @@ func TestPrepareIssuedBefore(t *testing.T) {
 		t.Fatalf("prepare after a completed review: %v, want completed", err)
 	}
 
-	// A used plan is not handed out again.
+	// A plan consumed by an attempt that never reached the log is handed
+	// out again (for the next owner to complete that attempt once); once
+	// the attempt is on the log, the call is superseded.
 	p2, err := r.Prepare(ctx, "s-ib", "c-2")
 	if err != nil {
 		t.Fatal(err)
@@ -385,11 +387,15 @@ func TestPrepareIssuedBefore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := plans.Consume(ctx, rec, "c-3"); err != nil {
+	if _, err := plans.Consume(ctx, rec, "c-3", 1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.Prepare(ctx, "s-ib", "c-2"); schema.CodeOf(err) != CodePlanConsumed {
-		t.Fatalf("prepare of a consumed plan: %v, want %s", err, CodePlanConsumed)
+	if again, err := r.Prepare(ctx, "s-ib", "c-2"); err != nil || again.PlanID != p2.PlanID {
+		t.Fatalf("prepare of a consumed plan without its attempt: %+v %v, want the plan", again, err)
+	}
+	w.retry("c-3", "c-2", "orders.create", effect.Idempotent, "k-c-2")
+	if _, err := r.Prepare(ctx, "s-ib", "c-2"); !errors.Is(err, schema.ErrSupersededCall) {
+		t.Fatalf("prepare once the attempt is on the log: %v, want superseded_call", err)
 	}
 }
 

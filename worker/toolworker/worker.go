@@ -79,9 +79,6 @@ func (w *Worker) Owned() []string {
 	return out
 }
 
-// planConsumerName is the durable consumer all tool workers share on
-// JW_PLANS.
-func (w *Worker) planConsumerName() string { return w.topo.StreamName("toolworker_plans") }
 
 // requestConsumerName is the per-session consumer on JW_REQUESTS.
 func (w *Worker) requestConsumerName(session string) string {
@@ -111,7 +108,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer func() { _ = sub.Unsubscribe() }()
 
 	pcons, err := w.topo.PlanLog.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable:       w.planConsumerName(),
+		Durable:       w.topo.PlanConsumerName(),
 		Description:   "jingwei tool workers: retry plans to execute",
 		FilterSubject: w.topo.Prefix + ".plans.*",
 		AckPolicy:     jetstream.AckExplicitPolicy,
@@ -324,8 +321,10 @@ func (w *Worker) routePlan(ctx context.Context, m jetstream.Msg) {
 		_ = m.TermWithReason("malformed plan")
 		return
 	}
-	// A plan that is already spent needs no session.
-	if rec, err := w.plans.Get(ctx, p.PlanID); err == nil && rec.State == stream.PlanConsumed {
+	// A plan that is spent needs no session — unless its attempt may never
+	// have reached the log, which the session's owner completes (see
+	// worker.TakeOperation).
+	if rec, err := w.plans.Get(ctx, p.PlanID); err == nil && rec.State == stream.PlanConsumed && rec.CompletedEpoch > 0 {
 		w.log.Debug().Str("session", id).Str("plan_id", p.PlanID).Msg("plan already consumed")
 		_ = m.Ack()
 		return
