@@ -331,6 +331,16 @@ func TestTrustedKeys(t *testing.T) {
 	if _, err := recovery.ParseTrustedKeys([]byte(pub + "\n" + apub + "\n")); !errors.Is(err, recovery.ErrNotUserKey) || !strings.Contains(err.Error(), "line 2") {
 		t.Errorf("account key: %v", err)
 	}
+	// Several keys on a line, separated by white space (what an
+	// environment variable holding a list expands to).
+	kp2, _ := nkeys.CreateUser()
+	pub2, _ := kp2.PublicKey()
+	if tk, err := recovery.ParseTrustedKeys([]byte(pub + " \t" + pub2 + "\n")); err != nil || !tk.Has(pub) || !tk.Has(pub2) || len(tk) != 2 {
+		t.Errorf("two keys on a line: %v %v", tk, err)
+	}
+	if _, err := recovery.ParseTrustedKeys([]byte(pub + " " + apub + "\n")); !errors.Is(err, recovery.ErrNotUserKey) || !strings.Contains(err.Error(), "line 1") {
+		t.Errorf("account key beside a user key: %v", err)
+	}
 	if _, err := recovery.NewTrustedKeys("nope"); !errors.Is(err, recovery.ErrNotUserKey) {
 		t.Errorf("NewTrustedKeys(nope): %v", err)
 	}

@@ -32,9 +32,9 @@ func NewTrustedKeys(keys ...string) (TrustedKeys, error) {
 	return t, nil
 }
 
-// ParseTrustedKeys reads a trusted-keys file (reviewers, or planners): one
-// user public key per line; blank lines and lines starting with # are
-// ignored. Errors name the line.
+// ParseTrustedKeys reads a trusted-keys file (reviewers, or planners):
+// user public keys separated by white space, usually one per line; blank
+// lines and lines starting with # are ignored. Errors name the line.
 func ParseTrustedKeys(text []byte) (TrustedKeys, error) {
 	t := TrustedKeys{}
 	sc := bufio.NewScanner(bytes.NewReader(text))
@@ -43,10 +43,12 @@ func ParseTrustedKeys(text []byte) (TrustedKeys, error) {
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		if !nkeys.IsValidPublicUserKey(line) {
-			return nil, fmt.Errorf("line %d: %w: %q", n, ErrNotUserKey, line)
+		for _, k := range strings.Fields(line) {
+			if !nkeys.IsValidPublicUserKey(k) {
+				return nil, fmt.Errorf("line %d: %w: %q", n, ErrNotUserKey, k)
+			}
+			t[k] = struct{}{}
 		}
-		t[line] = struct{}{}
 	}
 	if err := sc.Err(); err != nil {
 		return nil, err
