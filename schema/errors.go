@@ -20,6 +20,16 @@ const (
 	CodeCompleted       Code = "completed"
 	CodeNeedsReview     Code = "needs_review"
 	CodeInvalidReview   Code = "invalid_review"
+	// CodeUnknownTool: a tool request names a tool no worker has
+	// registered; answered on jw.answers.<session>, nothing recorded.
+	CodeUnknownTool Code = "unknown_tool"
+	// CodeInvalidRequest: a tool request is malformed or breaks an id rule
+	// (session, task, tool, request id); answered, nothing recorded.
+	CodeInvalidRequest Code = "invalid_request"
+	// CodeRequestTooLarge: a tool request would not fit the session log
+	// once wrapped in its tool.call (payload size, nesting depth);
+	// answered, nothing recorded.
+	CodeRequestTooLarge Code = "request_too_large"
 	// CodeReviewConflict: a review contradicts a trusted completed review
 	// of the same call already on record (completed is final).
 	CodeReviewConflict Code = "review_conflict"

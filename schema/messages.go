@@ -101,7 +101,10 @@ func (r *Review) checkFields(what string) error {
 // UTF-8, case-variant field names, a missing field or a number beyond
 // Canonical's bounds make it invalid, and so does any field Validate
 // refuses. Errors wrap ErrInvalidRequest; an over-long request id, tool or
-// provider call id also matches ErrFieldTooLong. Safe for concurrent use.
+// provider call id also matches ErrFieldTooLong. A request that decodes but
+// breaks a field rule is returned with its error (a refusal can then be
+// answered under its request id); any other error returns the zero
+// Request. Safe for concurrent use.
 func DecodeRequest(b []byte) (Request, error) {
 	if firstByte(b) != '{' {
 		if err := strictUnmarshal(b, new(jsontext.Value)); err != nil {
@@ -118,10 +121,9 @@ func DecodeRequest(b []byte) (Request, error) {
 	}
 	r := Request{V: w.V, RequestID: w.RequestID, Session: w.Session, Task: w.Task, Tool: w.Tool,
 		Arguments: json.RawMessage(w.Arguments), ProviderCallID: w.ProviderCallID}
-	if err := r.Validate(); err != nil {
-		return Request{}, err
-	}
-	return r, nil
+	// A well-formed request that breaks a field rule is returned with the
+	// error, so the refusal can be answered under its request id.
+	return r, r.Validate()
 }
 
 // Validate checks a request's fields as request.schema.json does, so that
@@ -158,6 +160,37 @@ func (r *Request) Validate() error {
 		return fmt.Errorf("%w: arguments is missing", ErrInvalidRequest)
 	case len(r.ProviderCallID) > MaxFieldBytes:
 		return tooLong("provider_call_id", r.ProviderCallID)
+	}
+	return nil
+}
+
+// RequestEnvelope is what the tool.call that records a request adds to the
+// request's own fields, at most: the event's envelope, a call id and an
+// operation key, the tool's contract (a revision of up to MaxFieldBytes),
+// a retry link with a signed plan and review, and the session log's
+// message headers. Fits reserves it.
+const RequestEnvelope = 8 << 10
+
+// Fits reports whether the tool.call recording r can be appended to a
+// session log whose messages may hold maxPayload bytes (the server's
+// max_payload; 1 MiB by default): the arguments and ids plus
+// RequestEnvelope must fit, and the arguments, nested two levels deeper in
+// the event, must stay within the decoder's nesting limit. A request that
+// passes Validate but not Fits could never be recorded: it is refused with
+// a request_too_large *Error and must not be retried. maxPayload <= 0 checks
+// the nesting only.
+func (r *Request) Fits(maxPayload int) error {
+	size := len(r.Arguments) + len(r.Tool) + len(r.RequestID) + len(r.ProviderCallID) + len(r.Task) + len(r.Session) + RequestEnvelope
+	if maxPayload > 0 && size > maxPayload {
+		return Errorf(CodeRequestTooLarge, "request %s: its tool.call would take about %d bytes, over the %d bytes a session log message may hold (arguments are %d bytes)", quoteShort([]byte(r.RequestID)), size, maxPayload, len(r.Arguments))
+	}
+	wrapped := make([]byte, 0, len(r.Arguments)+32)
+	wrapped = append(wrapped, `{"call":{"arguments":`...)
+	wrapped = append(wrapped, r.Arguments...)
+	wrapped = append(wrapped, "}}"...)
+	var v struct{}
+	if err := Unmarshal(wrapped, &v); err != nil {
+		return Errorf(CodeRequestTooLarge, "request %s: its arguments cannot be recorded in a tool.call: %v", quoteShort([]byte(r.RequestID)), err)
 	}
 	return nil
 }

@@ -285,3 +285,22 @@ type Request struct {
 	Arguments      json.RawMessage `json:"arguments"`
 	ProviderCallID string          `json:"provider_call_id,omitempty"`
 }
+
+// Answer is the durable answer to a tool request that could not become a
+// call (jw.answers.<session>): the tool is unknown, the request is
+// malformed or would not fit the session log once wrapped in its
+// tool.call, or the session log is full. Nothing was recorded on the
+// session log and nothing was counted. An agent that published a request
+// finds, for its request_id, either a tool.call on the session log or an
+// Answer here (never both).
+type Answer struct {
+	V         int    `json:"v"`
+	Session   string `json:"session"`
+	RequestID string `json:"request_id"`
+	// Code is why the request was refused: unknown_tool, invalid_request,
+	// request_too_large or history_too_large.
+	Code Code `json:"code"`
+	// Message says what is wrong, for a person.
+	Message string    `json:"message"`
+	At      time.Time `json:"at"`
+}

@@ -111,6 +111,10 @@ type Topology struct {
 	PlanLog jetstream.Stream
 	// Assessments keeps classification results (JW_ASSESSMENTS).
 	Assessments jetstream.Stream
+	// Answers holds the answers to tool requests that could not become a
+	// call (JW_ANSWERS, jw.answers.<session>): the refusal an agent finds
+	// for its request id when no tool.call carries it.
+	Answers jetstream.Stream
 
 	// Leases is the jw_leases bucket: key <session> is the lease, key
 	// epoch.<session> the session's epoch counter.
@@ -159,6 +163,9 @@ func (t *Topology) AssessmentsSubject(session string) string {
 	return t.Prefix + ".assessments." + session
 }
 
+// AnswersSubject returns jw.answers.<session>.
+func (t *Topology) AnswersSubject(session string) string { return t.Prefix + ".answers." + session }
+
 // APISubject returns jw.api.<endpoint> (the service's request subjects).
 func (t *Topology) APISubject(endpoint string) string { return t.Prefix + ".api." + endpoint }
 
@@ -199,6 +206,7 @@ func (c TopologyConfig) streamSpecs() []jetstream.StreamConfig {
 		mk("REVIEWS", "reviews", "jingwei reviews (audit trail)", jetstream.LimitsPolicy),
 		mk("PLANS", "plans", "jingwei issued retry plans", jetstream.LimitsPolicy),
 		mk("ASSESSMENTS", "assessments", "jingwei call assessments", jetstream.LimitsPolicy),
+		mk("ANSWERS", "answers", "jingwei answers to tool requests that could not become calls", jetstream.LimitsPolicy),
 	}
 	for i := range specs {
 		specs[i].DenyDelete, specs[i].DenyPurge, specs[i].AllowDirect = true, true, true
@@ -239,7 +247,7 @@ func topology(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig, c
 		return nil, err
 	}
 	t := &Topology{JS: js, Prefix: cfg.Prefix, cfg: cfg, log: cfg.Logger}
-	streams := make([]jetstream.Stream, 0, 5)
+	streams := make([]jetstream.Stream, 0, 6)
 	for _, want := range cfg.streamSpecs() {
 		s, err := ensureStream(ctx, js, want, create, create && cfg.Repair)
 		if err != nil {
@@ -247,7 +255,7 @@ func topology(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig, c
 		}
 		streams = append(streams, s)
 	}
-	t.Events, t.Requests, t.Reviews, t.PlanLog, t.Assessments = streams[0], streams[1], streams[2], streams[3], streams[4]
+	t.Events, t.Requests, t.Reviews, t.PlanLog, t.Assessments, t.Answers = streams[0], streams[1], streams[2], streams[3], streams[4], streams[5]
 	kvs := make([]jetstream.KeyValue, 0, 3)
 	for _, want := range cfg.bucketSpecs() {
 		kv, err := ensureBucket(ctx, js, want, create, create && cfg.Repair)

@@ -134,7 +134,7 @@ func (r *Recoverer) serve(ctx context.Context) (micro.Service, error) {
 			// Strictly, as a tool worker will read it.
 			q, err := schema.DecodeRequest(data)
 			if err != nil {
-				return nil, schema.Errorf(CodeBadRequest, "%v", err)
+				return nil, schema.Errorf(schema.CodeInvalidRequest, "%v", err)
 			}
 			return r.Call(ctx, q)
 		}},
@@ -198,17 +198,23 @@ func (r *Recoverer) respond(nc *nats.Conn, subject, reply string, v any, err err
 // returns. The answer is read from the stored log only (Topology.LoadFrom,
 // polled), never from a message on the wire: a publish JetStream refused to
 // store, or any stray message on jw.events.<session>, is never handed to
-// the caller. A request id
-// already in the log (published before) is answered from the log without
-// running again. Errors: bad_request for a request that fails
-// schema.Request.Validate (a tool worker would refuse it), timeout (the
+// the caller. A request id already in the log (published before) is
+// answered from the log without running again. A request a tool worker
+// refused for good is answered with the code recorded on
+// jw.answers.<session> (unknown_tool, invalid_request, request_too_large,
+// history_too_large). Errors: invalid_request for a request that fails
+// schema.Request.Validate, request_too_large for one that fails Fits (a
+// tool worker would refuse either; nothing is published), timeout (the
 // request may still run, or no tool worker took it).
 func (r *Recoverer) Call(ctx context.Context, q schema.Request) (schema.Event, error) {
 	if err := q.Validate(); err != nil {
-		return schema.Event{}, schema.Errorf(CodeBadRequest, "%v", err)
+		return schema.Event{}, schema.Errorf(schema.CodeInvalidRequest, "%v", err)
 	}
 	if !json.Valid(q.Arguments) {
-		return schema.Event{}, schema.Errorf(CodeBadRequest, "arguments are not JSON")
+		return schema.Event{}, schema.Errorf(schema.CodeInvalidRequest, "arguments are not JSON")
+	}
+	if err := q.Fits(int(r.t.JS.Conn().MaxPayload())); err != nil {
+		return schema.Event{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
 	defer cancel()
@@ -234,6 +240,15 @@ func (r *Recoverer) Call(ctx context.Context, q schema.Request) (schema.Event, e
 			r.log.Warn().Err(err).Str("session", q.Session).Msg("call: read log")
 		} else if res, ok := f.scan(evs); ok {
 			return res, nil
+		}
+		if f.callID == "" {
+			// Not a call (yet): a worker may have refused it for good.
+			actx, acancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			a, ok, err := r.t.FindAnswer(actx, q.Session, q.RequestID)
+			acancel()
+			if err == nil && ok {
+				return schema.Event{}, schema.Errorf(a.Code, "request %q refused by a tool worker (recorded on %s): %s", q.RequestID, r.t.AnswersSubject(q.Session), a.Message)
+			}
 		}
 		if ctx.Err() != nil {
 			return schema.Event{}, schema.Errorf(CodeTimeout, "no tool.result for request %q within %s (it may still run)", q.RequestID, r.cfg.CallTimeout)

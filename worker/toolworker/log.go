@@ -89,3 +89,13 @@ func (g *guardedLog) Append(ctx context.Context, ev schema.Event) (uint64, error
 	}
 	return seq, nil
 }
+
+// Epoch returns the epoch of the session log (what the runtime records
+// with a plan's consumption).
+func (g *guardedLog) Epoch() uint64 { return g.log.Epoch() }
+
+// Room returns how much the log may still hold (stream.Log.Room).
+func (g *guardedLog) Room() (int, int64) { return g.log.Room() }
+
+// LastSeq returns the sequence of the log's last message.
+func (g *guardedLog) LastSeq() uint64 { return g.log.LastSeq() }

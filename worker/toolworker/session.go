@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,7 +68,9 @@ type job struct {
 
 func (s *session) drain() { s.once.Do(func() { close(s.drainc) }) }
 
-// take acquires the session (lease, fence, history, request consumer).
+// take acquires the session: its lease and its request consumer. The log
+// is fenced only when there is something to record (confirm): a request
+// that cannot become a call is answered without touching the log.
 func (s *session) take(ctx context.Context) error {
 	w := s.w
 	s.log = w.log.With().Str("session", s.id).Logger()
@@ -79,32 +82,49 @@ func (s *session) take(ctx context.Context) error {
 	s.lease = lease
 	s.work, s.cancelWork = context.WithCancel(w.hardStop)
 	s.glog = &guardedLog{until: t0.Add(w.ttl), onCall: s.recorded, onLost: s.lost}
-	giveUp := func(err error) error {
+	s.seen = make(map[string]struct{})
+	if err := s.openConsumer(ctx); err != nil {
 		s.cancelWork()
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
 		defer cancel()
 		_ = lease.Release(rctx)
 		return err
 	}
-	lg, h, err := w.topo.FenceLoad(ctx, s.id, w.cfg.Owner, lease.Epoch)
+	s.ready.Store(true)
+	s.log.Info().Uint64("epoch", lease.Epoch).Msg("session taken")
+	return nil
+}
+
+// confirm fences the session log at the lease's epoch and loads the
+// confirmed history, once, before the first call is recorded: from then
+// on older writers cannot append, and the runtime knows what the log
+// holds. A log with no room even for a fence returns stream.ErrLogClosed.
+func (s *session) confirm(ctx context.Context) error {
+	if s.rt != nil {
+		return nil
+	}
+	if err := s.glog.lost(); err != nil {
+		return err
+	}
+	lg, h, err := s.w.topo.FenceLoad(ctx, s.id, s.w.cfg.Owner, s.lease.Epoch)
 	if err != nil {
-		return giveUp(fmt.Errorf("fence and load: %w", err))
+		return fmt.Errorf("fence and load: %w", err)
 	}
 	s.glog.log = lg
-	s.seen = make(map[string]struct{})
+	s.mu.Lock()
 	for i := range h {
 		if c := h[i].Call; c != nil && c.RequestID != "" {
 			s.seen[c.RequestID] = struct{}{}
 		}
 	}
-	if s.rt, err = w.newRuntime(s.id, s.glog, h); err != nil {
-		return giveUp(err)
+	seen := len(s.seen)
+	s.mu.Unlock()
+	rt, err := s.w.newRuntime(s.id, s.glog, h)
+	if err != nil {
+		return err
 	}
-	if err := s.openConsumer(ctx); err != nil {
-		return giveUp(err)
-	}
-	s.ready.Store(true)
-	s.log.Info().Uint64("epoch", lease.Epoch).Int("events", len(h)).Int("requests_seen", len(s.seen)).Msg("session taken")
+	s.rt = rt
+	s.log.Info().Uint64("epoch", s.lease.Epoch).Int("events", len(h)).Int("requests_seen", seen).Msg("session log fenced and loaded")
 	return nil
 }
 
@@ -371,15 +391,36 @@ func (s *session) fetch(ctx context.Context, reqs chan<- jetstream.Msg, next <-c
 	}
 }
 
-// runRequest runs one request unless its id is already in the log.
+// runRequest runs one request unless its id is already in the log. A
+// request that can never become a call (malformed, an unknown tool, too
+// large to record, a full session log) gets a durable answer on
+// jw.answers.<session> and is terminated, before anything touches the
+// session log: no fence, no count, no retry.
 func (s *session) runRequest(m jetstream.Msg) {
 	r, err := decodeRequest(s.id, m.Data())
 	if err != nil {
-		s.log.Warn().Err(err).Msg("request terminated")
-		_ = m.TermWithReason(err.Error())
+		s.refuse(m, r, schema.CodeInvalidRequest, err)
 		return
 	}
 	lg := s.log.With().Str("request_id", r.RequestID).Str("tool", r.Tool).Logger()
+	if _, ok := s.w.cfg.Registry.Lookup(r.Tool); !ok {
+		s.refuse(m, r, schema.CodeUnknownTool, fmt.Errorf("no tool %q is registered with this worker", r.Tool))
+		return
+	}
+	if err := r.Fits(int(s.w.topo.JS.Conn().MaxPayload())); err != nil {
+		s.refuse(m, r, schema.CodeRequestTooLarge, err)
+		return
+	}
+	if err := s.confirm(s.work); err != nil {
+		if errors.Is(err, stream.ErrLogClosed) {
+			s.refuse(m, r, schema.CodeHistoryTooLarge, err)
+			return
+		}
+		lg.Warn().Err(err).Msg("session log not confirmed; request left for redelivery")
+		_ = m.Nak()
+		s.failed.Store(true)
+		return
+	}
 	if s.hasSeen(r.RequestID) {
 		lg.Info().Msg("request already in the log; acknowledged, not run again")
 		_ = m.Ack()
@@ -398,8 +439,44 @@ func (s *session) runRequest(m jetstream.Msg) {
 	s.settle(lg, j, res, err)
 }
 
+// refuse answers a request that cannot become a call (code and why) on
+// jw.answers.<session> and terminates it. A request whose answer cannot be
+// recorded is left for redelivery.
+func (s *session) refuse(m jetstream.Msg, r schema.Request, code schema.Code, why error) {
+	lg := s.log.With().Str("request_id", r.RequestID).Str("tool", r.Tool).Str("code", string(code)).Logger()
+	if r.RequestID == "" {
+		// Not even a request id to answer under: nobody can be waiting
+		// for it by id; the message is dropped with its reason.
+		lg.Warn().Err(why).Msg("request without a usable request id terminated")
+		_ = m.TermWithReason(why.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.work, ackTimeout)
+	defer cancel()
+	msg := why.Error()
+	if c := schema.CodeOf(why); c != "" {
+		msg = strings.Replace(msg, string(c)+": ", "", 1)
+	}
+	err := s.w.topo.PublishAnswer(ctx, schema.Answer{Session: s.id, RequestID: r.RequestID, Code: code, Message: msg, At: time.Now().UTC()})
+	if err != nil {
+		lg.Warn().Err(err).Msg("answer not recorded; request left for redelivery")
+		_ = m.Nak()
+		return
+	}
+	lg.Info().Str("reason", msg).Msg("request refused and answered")
+	_ = m.TermWithReason(string(code) + ": " + msg)
+}
+
 // runPlan runs one retry plan on the session.
 func (s *session) runPlan(p planJob) {
+	if err := s.confirm(s.work); err != nil {
+		s.log.Warn().Err(err).Str("plan_id", p.plan.PlanID).Msg("session log not confirmed; plan left for redelivery")
+		_ = p.msg.NakWithDelay(s.w.cfg.PlanRetryDelay)
+		if !errors.Is(err, stream.ErrLogClosed) {
+			s.failed.Store(true)
+		}
+		return
+	}
 	if s.glog.lost() != nil {
 		_ = p.msg.NakWithDelay(s.w.cfg.PlanRetryDelay)
 		return
@@ -440,10 +517,19 @@ func (s *session) settle(lg zerolog.Logger, j *job, res worker.Result, err error
 		}
 		return
 	}
-	switch worker.CodeOf(err) {
-	case worker.CodeUnknownTool, worker.CodeInvalidCall:
+	switch code := worker.CodeOf(err); {
+	case code == worker.CodeUnknownTool || code == worker.CodeInvalidCall:
 		lg.Warn().Err(err).Msg("terminated: cannot become a call")
 		_ = j.msg.TermWithReason(err.Error())
+		return
+	case j.requestID != "" && permanent(err) != "":
+		// The log refuses this call for good (too large, full): no retry
+		// loop, an answer.
+		var r schema.Request
+		if d, derr := decodeRequest(s.id, j.msg.Data()); derr == nil {
+			r = d
+		}
+		s.refuse(j.msg, r, permanent(err), err)
 		return
 	}
 	// Nothing known to be recorded: the next owner decides from the
@@ -454,4 +540,20 @@ func (s *session) settle(lg zerolog.Logger, j *job, res worker.Result, err error
 	if s.glog.lost() == nil {
 		s.failed.Store(true)
 	}
+}
+
+// permanent returns the answer code of an error the session log will
+// return every time for this call (the event is over a limit, or the log
+// is full), or "" for an error that may pass (a timeout, a lost
+// connection, a fence).
+func permanent(err error) schema.Code {
+	switch {
+	case errors.Is(err, nats.ErrMaxPayload):
+		return schema.CodeRequestTooLarge
+	case errors.Is(err, schema.ErrHistoryTooLarge):
+		return schema.CodeHistoryTooLarge
+	case errors.Is(err, schema.ErrFieldTooLong), errors.Is(err, schema.ErrCorruptHistory):
+		return schema.CodeRequestTooLarge
+	}
+	return ""
 }
