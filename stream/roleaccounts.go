@@ -1,7 +1,6 @@
 package stream
 
 import (
-	"slices"
 	"strings"
 	"time"
 )
@@ -113,7 +112,7 @@ func (c RoleConfig) AccountName(r Role) string {
 	return c.Account + "_" + strings.ToUpper(string(r))
 }
 
-// imports is one group of a role's imports that serve one purpose.
+// importGroup is one group of a role's imports that serve one purpose.
 type importGroup struct {
 	why  string
 	imps []ServiceImport
@@ -261,15 +260,4 @@ func (n names) importGrants(r Role, c RoleConfig) []Grant {
 		out = append(out, pub(g.why, subjects...))
 	}
 	return out
-}
-
-// roleOfAccount returns the roles of account name.
-func (c RoleConfig) rolesOf(name string) []Role {
-	var out []Role
-	for _, r := range Roles {
-		if c.AccountName(r) == name {
-			out = append(out, r)
-		}
-	}
-	return slices.Clip(out)
 }
