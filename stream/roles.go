@@ -108,7 +108,7 @@ func (c RoleConfig) Validate() error {
 	if !schema.ValidSession(c.ToolsPrefix) {
 		return fmt.Errorf("stream: RoleConfig.ToolsPrefix %q: want [A-Za-z0-9_-]+", c.ToolsPrefix)
 	}
-	if !schema.ValidSession(c.Account) || c.Account == "$SYS" {
+	if !schema.ValidSession(c.Account) {
 		return fmt.Errorf("stream: RoleConfig.Account %q: want [A-Za-z0-9_-]+", c.Account)
 	}
 	return nil

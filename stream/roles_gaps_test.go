@@ -28,8 +28,10 @@ import (
 // server's answer stored in a bucket or a stream: a budget record that
 // reads as "no limit", a plan record, a lease, and messages in a session
 // log (which denies deletes: corrupt for good), the plan log and the
-// assessments.
-var injectedReplies = []string{"$KV.jw_budget.s.t", "$KV.jw_plans.x", "$KV.jw_leases.x", "jw.events.s1", "jw.plans.s1", "jw.assessments.s1"}
+// assessments. The last two are subjects the agent's and the reviewer's
+// own accounts import: an answer delivered there must not travel on
+// through the import into the work queue or the reviews.
+var injectedReplies = []string{"$KV.jw_budget.s.t", "$KV.jw_plans.x", "$KV.jw_leases.x", "jw.events.s1", "jw.plans.s1", "jw.assessments.s1", "jw.requests.loop", "jw.reviews.loop"}
 
 // jingweiStreams are every stream and bucket stream of the topology.
 var jingweiStreams = []string{"JW_EVENTS", "JW_REQUESTS", "JW_REVIEWS", "JW_PLANS", "JW_ASSESSMENTS", "KV_jw_leases", "KV_jw_plans", "KV_jw_budget"}

@@ -65,8 +65,11 @@ func (v *violations) await(t *testing.T, subject string) {
 }
 
 // TestRolesLibraryPaths runs jingwei's own library calls under each role's
-// permissions: the paths workers, recoverers, agents, reviewers and hosts
-// take today work, and the ones the roles forbid fail.
+// account and permissions: the paths workers and recoverers take in the
+// trusted account, and agents, reviewers and hosts take through their
+// accounts' imports (OpenTopology, Load, requests and reviews with their
+// PubAcks, plan reads, BucketKeys, the service, $SRV with two instances)
+// work, and the ones the roles forbid fail.
 func TestRolesLibraryPaths(t *testing.T) {
 	rs := startRoleServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -157,7 +157,7 @@ func runAuthInit(_ context.Context, args []string, stdout, stderr io.Writer) int
 	fs := newFlags("auth init", "Create the role keys, the plan-signing key and the planners file (what is missing).", authHelp, stderr)
 	var af authFlags
 	af.register(fs)
-	asJSON := fs.Bool("json", false, "print the keys and the authorization block as JSON")
+	asJSON := fs.Bool("json", false, "print the keys and the accounts block as JSON")
 	if st, ok := parseFlags(fs, args); !ok {
 		return st
 	}
