@@ -329,8 +329,7 @@ func (p *prober) violation(key string) (string, bool, <-chan struct{}) {
 
 // graceAfterFlush is how long a probe that expects no answer waits, after
 // a flush, for the permissions violation the server sent before its PONG
-// (nats.go hands it to the error handler on another goroutine), or for a
-// message to reach another connection's handler.
+// (nats.go hands it to the error handler on another goroutine).
 const graceAfterFlush = 150 * time.Millisecond
 
 func (p *prober) flush(ctx context.Context) error {
@@ -471,25 +470,25 @@ func (p *prober) crossCheck(ctx context.Context, build func() *nats.Msg, withRep
 		return verdict{got: Failed, detail: fmt.Sprintf("%s in account %s: cannot tell whether it is not imported or imported with nothing answering in account %s without admin's credentials (the witness)", what, p.account, trusted)}, nil
 	}
 	msg := build()
-	seen := make(chan struct{}, 1)
-	ws, err := w.nc.Subscribe(msg.Subject, func(m *nats.Msg) {
-		select {
-		case seen <- struct{}{}:
-		default:
-		}
-		if m.Reply != "" {
-			_ = m.Respond([]byte(witnessAnswer))
-		}
-	})
-	if err != nil {
-		return verdict{got: Failed, detail: "witness: " + err.Error()}, nil
-	}
-	defer ws.Unsubscribe()
-	if err := w.flush(ctx); err != nil {
-		return verdict{got: Failed, detail: "witness: flush: " + err.Error()}, nil
-	}
 	crossed := verdict{got: Allowed, detail: fmt.Sprintf("crossed into account %s through an import (nothing but the check's witness answers it there)", trusted)}
 	if withReply {
+		seen := make(chan struct{}, 1)
+		ws, err := w.nc.Subscribe(msg.Subject, func(m *nats.Msg) {
+			select {
+			case seen <- struct{}{}:
+			default:
+			}
+			_ = m.Respond([]byte(witnessAnswer))
+		})
+		if err != nil {
+			return verdict{got: Failed, detail: "witness: " + err.Error()}, nil
+		}
+		defer ws.Unsubscribe()
+		if err := w.flush(ctx); err != nil {
+			return verdict{got: Failed, detail: "witness: flush: " + err.Error()}, nil
+		}
+		// The witness answers before the role can hear of it, so seen is
+		// filled by the time the role has its answer.
 		o, d, m := p.request(ctx, msg)
 		select {
 		case <-seen:
@@ -501,20 +500,27 @@ func (p *prober) crossCheck(ctx context.Context, build func() *nats.Msg, withRep
 		}
 		return byPermission(o, d), m
 	}
+	ws, err := w.nc.SubscribeSync(msg.Subject)
+	if err != nil {
+		return verdict{got: Failed, detail: "witness: " + err.Error()}, nil
+	}
+	defer ws.Unsubscribe()
+	if err := w.flush(ctx); err != nil {
+		return verdict{got: Failed, detail: "witness: flush: " + err.Error()}, nil
+	}
+	// publish flushes the role's connection: the server has routed the
+	// message; the witness's flush then returns only after anything routed
+	// to it has been read into its subscription.
 	if o, d := p.publish(ctx, msg); o != Allowed {
 		return byPermission(o, d), nil
 	}
 	if err := w.flush(ctx); err != nil {
 		return verdict{got: Failed, detail: "witness: flush: " + err.Error()}, nil
 	}
-	select {
-	case <-seen:
+	if n, _, _ := ws.Pending(); n > 0 {
 		return crossed, nil
-	case <-time.After(graceAfterFlush):
-		return verdict{got: Refused, by: RefusedNotImported, detail: fmt.Sprintf("no permissions violation, but nothing reached account %s: not imported", trusted)}, nil
-	case <-ctx.Done():
-		return verdict{got: Failed, detail: ctx.Err().Error()}, nil
 	}
+	return verdict{got: Refused, by: RefusedNotImported, detail: fmt.Sprintf("no permissions violation, but nothing reached account %s: not imported", trusted)}, nil
 }
 
 // describe summarizes an answer: a status header, a JetStream or service
@@ -784,14 +790,8 @@ func snoopProbe(n names) runFn {
 		if len(others) == 0 {
 			return verdict{got: Skipped, detail: "needs a connection of a role in another account"}
 		}
-		seen := make(chan string, 16)
 		p.forget("subscribe _INBOX.>")
-		s, err := p.nc.Subscribe("_INBOX.>", func(m *nats.Msg) {
-			select {
-			case seen <- m.Subject:
-			default:
-			}
-		})
+		s, err := p.nc.SubscribeSync("_INBOX.>")
 		if err != nil {
 			return verdict{got: Failed, detail: "subscribe _INBOX.>: " + err.Error()}
 		}
@@ -806,17 +806,16 @@ func snoopProbe(n names) runFn {
 			}
 			asked = append(asked, fmt.Sprintf("%s (account %s)", q.role, q.account))
 		}
+		// A reply the role could see was written to its connection when it
+		// was sent, before the requester had it, so before the PONG of
+		// this flush: by then it is in the subscription.
 		if err := p.flush(ctx); err != nil {
 			return verdict{got: Failed, detail: "flush: " + err.Error()}
 		}
-		select {
-		case subj := <-seen:
-			return verdict{got: Allowed, detail: "saw another account's reply on " + subj}
-		case <-time.After(graceAfterFlush):
-			return verdict{got: Refused, by: RefusedIsolated, detail: "saw none of the replies to " + strings.Join(asked, ", ")}
-		case <-ctx.Done():
-			return verdict{got: Failed, detail: ctx.Err().Error()}
+		if m, err := s.NextMsg(0); err == nil {
+			return verdict{got: Allowed, detail: "saw another account's reply on " + m.Subject}
 		}
+		return verdict{got: Refused, by: RefusedIsolated, detail: "saw none of the replies to " + strings.Join(asked, ", ")}
 	}
 }
 
@@ -840,13 +839,7 @@ func injectProbe(n names) runFn {
 			return verdict{got: Skipped, detail: "needs a connection of a role in another account (admin's, for an untrusted role)"}
 		}
 		reply := victim.nc.NewInbox()
-		stolen := make(chan struct{}, 1)
-		vs, err := victim.nc.Subscribe(reply, func(*nats.Msg) {
-			select {
-			case stolen <- struct{}{}:
-			default:
-			}
-		})
+		vs, err := victim.nc.SubscribeSync(reply)
 		if err != nil {
 			return verdict{got: Failed, detail: "victim: " + err.Error()}
 		}
@@ -881,24 +874,28 @@ func injectProbe(n names) runFn {
 			}
 			_, _, changed := p.violation("")
 			select {
-			case <-stolen:
-				return stole
 			case <-back:
-				if err := victim.flush(ctx); err != nil {
-					return verdict{got: Failed, detail: "victim: flush: " + err.Error()}
-				}
-				select {
-				case <-stolen:
-					return stole
-				case <-time.After(graceAfterFlush):
-				}
-				return verdict{got: Refused, by: RefusedIsolated, detail: fmt.Sprintf("the answer came back to account %s; %s (account %s), waiting on the reply subject, got nothing", p.account, victim.role, victim.account)}
 			case <-changed:
+				continue
 			case <-t.C:
+				// No answer in the role's own account: it went elsewhere.
+				if n, _, _ := vs.Pending(); n > 0 {
+					return stole
+				}
 				return verdict{got: Failed, detail: fmt.Sprintf("no answer within %s", p.timeout)}
 			case <-ctx.Done():
 				return verdict{got: Failed, detail: ctx.Err().Error()}
 			}
+			// The answer was sent once: a copy for the victim was written
+			// to its connection before the role had its own, so before the
+			// PONG of the victim's flush.
+			if err := victim.flush(ctx); err != nil {
+				return verdict{got: Failed, detail: "victim: flush: " + err.Error()}
+			}
+			if n, _, _ := vs.Pending(); n > 0 {
+				return stole
+			}
+			return verdict{got: Refused, by: RefusedIsolated, detail: fmt.Sprintf("the answer came back to account %s; %s (account %s), waiting on the reply subject, got nothing", p.account, victim.role, victim.account)}
 		}
 	}
 }

@@ -278,12 +278,14 @@ func TestRolesLibraryPaths(t *testing.T) {
 	// permission lets one connection answer each request once): $SRV.PING
 	// has two responders, and both answers come back through the host's
 	// import (response type stream).
-	svc2, err := micro.AddService(rs.connect(t, stream.RoleRecoverer), micro.Config{Name: "jingwei", Version: "0.0.1"})
+	rec2NC := rs.connect(t, stream.RoleRecoverer)
+	svc2, err := micro.AddService(rec2NC, micro.Config{Name: "jingwei", Version: "0.0.1"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer svc2.Stop()
 	recNC.Flush()
+	rec2NC.Flush()
 	resp, err := agentNC.Request("jw.api.status", nil, 5*time.Second)
 	if err != nil || string(resp.Data) != `{"ok":true}` {
 		t.Fatalf("agent's status request: %v %v", resp, err)
