@@ -162,4 +162,17 @@ func TestAccountsBlockRefusesBadUsers(t *testing.T) {
 	if _, err := (stream.RoleConfig{Account: "A B"}).AccountsBlock(map[stream.Role]string{stream.RoleAgent: k}); err == nil {
 		t.Error("bad account name accepted")
 	}
+	// Some roles only: every account is still defined (the exports name
+	// them all), with users for those roles alone.
+	block, err := (stream.RoleConfig{}).AccountsBlock(map[stream.Role]string{stream.RoleAgent: k})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var opts server.Options
+	if err := opts.ProcessConfigString(block); err != nil {
+		t.Fatalf("%v\n%s", err, block)
+	}
+	if len(opts.Accounts) != 4 || len(opts.Nkeys) != 1 || opts.Nkeys[0].Account.Name != "JINGWEI_AGENT" {
+		t.Errorf("%d accounts, %d users", len(opts.Accounts), len(opts.Nkeys))
+	}
 }
