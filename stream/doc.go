@@ -58,25 +58,53 @@
 // # Roles
 //
 // Every client connects as one [Role] (agent, reviewer, host, worker,
-// recoverer, admin; DESIGN §4a) and the server's permissions keep it to its
-// subjects. [RoleConfig.Grants] is each role's table: what it needs, and
-// the denies that keep the attacks out whatever the allows say (only admin
-// changes streams; only workers and the recoverer write session logs and
-// buckets; only the recoverer publishes plans and assessments and receives
-// service requests, which it answers through a response permission; nobody
-// publishes on _INBOX; consumers of the work queue and plans are the
-// workers', of the logs and reviews the recoverer's). The same lists come
-// as server.Permissions ([EmbeddedConfig.Users] runs the embedded server
-// with them), as jwt.Permissions ([KeyDir.IssueRoleCreds], operator mode)
-// and as nats-server configuration text ([RoleConfig.AuthorizationBlock]).
-// [KeyDir] keeps one nkey seed per role; [CheckRoles] connects as each role
-// and proves the server allows what it must and refuses the rest.
+// recoverer, admin; DESIGN §4a), and the server keeps it to its subjects
+// on two levels.
 //
-// Subject permissions in one account have limits the roles cannot close:
-// a reply subject is not checked against the publisher's permissions (so
-// JetStream's PubAck can be sent onto a stream subject), and neither is a
-// push consumer's deliver subject. Readers must not trust a message for
-// being on a jingwei subject alone.
+// Accounts: the trusted roles (worker, recoverer, admin) share one NATS
+// account ([RoleConfig.Account], "JINGWEI"), which holds JetStream and every
+// stream and bucket. Each untrusted role has an account of its own
+// ([RoleConfig.AccountName]: JINGWEI_AGENT, JINGWEI_REVIEWER, JINGWEI_HOST)
+// without JetStream, which imports from the trusted account exactly the
+// services the role uses ([RoleConfig.Imports]: JetStream publishes of its
+// requests or reviews, its service endpoints, message and direct gets of
+// the streams it reads, stream info of the topology, $JS.API.INFO, and for
+// the host $SRV.>). A service import rewrites the reply subject (_R_.… in
+// the trusted account), so an answer always comes back to the requester's
+// own account: a reply subject naming a bucket or a session log stores
+// nothing, and no client sees the inboxes of another account. Batched
+// direct gets and $SRV.PING answer with many messages: their imports have
+// response type stream ([ResponseStream]).
+//
+// Permissions inside each account: [RoleConfig.Grants] is each role's
+// table. An untrusted role may publish exactly what its account imports and
+// receive its replies on _INBOX.>. The worker's and the recoverer's tables
+// name their subjects and carry denies that keep the attacks out whatever
+// the allows say (only admin changes streams; only workers and the
+// recoverer write session logs and buckets; only the recoverer publishes
+// plans and assessments and receives service requests, which it answers
+// through a response permission; nobody publishes on _INBOX or _R_;
+// consumers of the work queue and plans are the workers', of the logs and
+// reviews the recoverer's).
+//
+// The same tables come as nats-server configuration text
+// ([RoleConfig.AccountsBlock]: accounts with exports, imports and nkey
+// users; [EmbeddedConfig.Users] runs the embedded server with that very
+// text), as server.Permissions, and for operator mode as JWTs
+// ([KeyDir.IssueRoleCreds]: account JWTs signed by the operator, private
+// exports with activation tokens, user creds signed by each role's
+// account). [KeyDir] keeps the keys; [CheckRoles] connects as each role and
+// proves the server allows what it must and refuses the rest, saying how:
+// a permissions violation, not imported into the role's account, or
+// account isolation.
+//
+// What remains: roles that share an account share its inboxes. The
+// trusted roles see each other's replies, and a push consumer's deliver
+// subject is not checked against its creator's permissions, so a worker or
+// the recoverer can have a stream delivered onto any subject of the trusted
+// account; the clients of one untrusted role (all agents, say) see each
+// other's replies. Readers must not trust a message for being on a jingwei
+// subject alone.
 //
 // # Failures
 //

@@ -6,24 +6,35 @@ import (
 	"github.com/jingwei/jingwei/stream"
 )
 
-// ExampleRoleConfig_Subjects prints what an agent may publish with the
-// default prefixes: its requests, two service endpoints, reads of the
-// session logs, and stream metadata. Everything else is refused by the
-// server.
-func ExampleRoleConfig_Subjects() {
-	p := stream.RoleConfig{}.Subjects(stream.RoleAgent)
-	for _, s := range p.PublishAllow {
-		fmt.Println(s)
+// ExampleRoleConfig_Imports prints the agent's account and what it imports
+// from the trusted account with the default prefixes: its requests, two
+// service endpoints, reads of the session logs, and stream metadata. The
+// agent's user may publish exactly these subjects and receive its replies;
+// nothing else reaches the agent's account, and nothing the agent does
+// reaches the trusted account but through these imports.
+func ExampleRoleConfig_Imports() {
+	rc := stream.RoleConfig{}
+	fmt.Println("account:", rc.AccountName(stream.RoleAgent), "imports from", rc.AccountName(stream.RoleWorker))
+	for _, im := range rc.Imports(stream.RoleAgent) {
+		fmt.Println(im.Response, im.Subject)
 	}
-	fmt.Println("subscribe:", p.SubscribeAllow)
+	fmt.Println("subscribe:", rc.Subjects(stream.RoleAgent).SubscribeAllow)
 	// Output:
-	// $JS.API.DIRECT.GET.JW_EVENTS
-	// $JS.API.DIRECT.GET.JW_EVENTS.>
-	// $JS.API.INFO
-	// $JS.API.STREAM.INFO.*
-	// $JS.API.STREAM.MSG.GET.JW_EVENTS
-	// jw.api.call
-	// jw.api.status
-	// jw.requests.*
-	// subscribe: [_INBOX.> jw.events.>]
+	// account: JINGWEI_AGENT imports from JINGWEI
+	// singleton $JS.API.INFO
+	// singleton $JS.API.STREAM.INFO.JW_EVENTS
+	// singleton $JS.API.STREAM.INFO.JW_REQUESTS
+	// singleton $JS.API.STREAM.INFO.JW_REVIEWS
+	// singleton $JS.API.STREAM.INFO.JW_PLANS
+	// singleton $JS.API.STREAM.INFO.JW_ASSESSMENTS
+	// singleton $JS.API.STREAM.INFO.KV_jw_leases
+	// singleton $JS.API.STREAM.INFO.KV_jw_plans
+	// singleton $JS.API.STREAM.INFO.KV_jw_budget
+	// singleton jw.requests.*
+	// singleton jw.api.call
+	// singleton jw.api.status
+	// singleton $JS.API.STREAM.MSG.GET.JW_EVENTS
+	// stream $JS.API.DIRECT.GET.JW_EVENTS
+	// singleton $JS.API.DIRECT.GET.JW_EVENTS.>
+	// subscribe: [_INBOX.>]
 }

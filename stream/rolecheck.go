@@ -70,7 +70,9 @@ const (
 	// Allowed: the server let the action through (it worked, or JetStream
 	// or the service answered it).
 	Allowed Outcome = "allowed"
-	// Refused: the server refused it with a permissions violation.
+	// Refused: the server refused it: a permissions violation, an
+	// account that does not import it, or an account boundary that kept
+	// it in (CheckResult.RefusedBy says which).
 	Refused Outcome = "refused"
 	// Failed: the probe could not tell (no connection, no answer and no
 	// violation within the timeout).
@@ -78,6 +80,26 @@ const (
 	// Skipped: the probe needs another role's connection that is not
 	// being checked.
 	Skipped Outcome = "skipped"
+)
+
+// Refusal says how the server refused an action (CheckResult.RefusedBy).
+type Refusal string
+
+// The refusals.
+const (
+	// RefusedPermission: the server sent a permissions violation (the
+	// user's subject permissions inside its account).
+	RefusedPermission Refusal = "permission"
+	// RefusedNotImported: the request got "no responders" in the role's
+	// own account, and a witness subscribed to the same subject in the
+	// trusted account (admin's connection) received nothing: the role's
+	// account does not import it.
+	RefusedNotImported Refusal = "not imported"
+	// RefusedIsolated: the role's traffic stayed in its own account: an
+	// answer to a reply subject another account was waiting on came back
+	// to the role's account, or the role saw none of another account's
+	// replies.
+	RefusedIsolated Refusal = "account isolation"
 )
 
 // CheckResult is one probe of one role.
@@ -90,6 +112,10 @@ type CheckResult struct {
 	Expect Outcome `json:"expect"`
 	// Got is what happened.
 	Got Outcome `json:"got"`
+	// RefusedBy says how the server refused it, when Got is Refused.
+	RefusedBy Refusal `json:"refused_by,omitempty"`
+	// Account is the role's account (RoleConfig.AccountName).
+	Account string `json:"account"`
 	// OK is set when Got is Expect (or the probe was skipped).
 	OK bool `json:"ok"`
 	// Detail says what the server answered or why the probe failed.
@@ -119,13 +145,32 @@ func (r *CheckReport) Failures() []CheckResult {
 
 // CheckRoles connects to the server as each role (cfg.Dir's credentials)
 // and checks that every action the role needs works and that every action
-// it must not take is refused by the server with a permissions violation.
+// it must not take is refused by the server, and how (CheckResult.RefusedBy):
+//
+//   - a permissions violation: the user's subject permissions inside its
+//     account;
+//   - not imported: an untrusted role's request gets "no responders" in its
+//     own account, and admin's connection, subscribed to the same subject
+//     in the trusted account as a witness while the request is sent again,
+//     receives nothing;
+//   - account isolation: a request whose reply subject another account's
+//     client waits on is answered in the role's own account only, and the
+//     role, subscribed to _INBOX.>, sees none of the replies of the roles
+//     in other accounts.
+//
+// Admin's credentials serve as the witness even when admin is not in
+// cfg.Roles; without them an untrusted role's "no responders" cannot be
+// told apart (not imported, or imported with nothing answering it in the
+// trusted account) and is reported as failed. A subscription is judged by
+// the user's permissions only.
+//
 // The probes are harmless even where a permission is wrongly granted:
 // publishes carry expected-sequence headers JetStream cannot satisfy, so
 // nothing is stored; stream, message and consumer management requests carry
 // a malformed body and an API level no server has, so JetStream refuses
 // them; consumers the role may create are throw-away ones on the probe
-// session, deleted again; service requests carry malformed bodies.
+// session, deleted again; service requests carry malformed bodies; replies
+// are only ever sent to inboxes of the check's own connections.
 //
 // A role that cannot connect is reported as failed results; only a
 // configuration error, or no role connecting at all, is an error.
@@ -142,39 +187,47 @@ func CheckRoles(ctx context.Context, cfg CheckConfig) (*CheckReport, error) {
 			return nil, fmt.Errorf("stream: CheckConfig.Roles: %w: %q", ErrUnknownRole, r)
 		}
 	}
+	n := cfg.Subjects.names()
+	st := &checkState{rc: cfg.Subjects, n: n, conns: map[Role]*prober{}}
 	rep := &CheckReport{URL: cfg.URL, OK: true}
-	conns := map[Role]*prober{}
 	var firstErr error
 	for _, r := range cfg.Roles {
-		p, err := connectProber(ctx, cfg, r)
+		p, err := connectProber(ctx, cfg, r, st)
 		if err != nil {
 			firstErr = cmp(firstErr, err)
-			rep.Results = append(rep.Results, CheckResult{Role: r, Action: "connect", Expect: Allowed, Got: Failed, Detail: err.Error()})
+			rep.Results = append(rep.Results, CheckResult{Role: r, Account: cfg.Subjects.AccountName(r), Action: "connect", Expect: Allowed, Got: Failed, Detail: err.Error()})
 			continue
 		}
 		defer p.nc.Close()
-		conns[r] = p
+		st.conns[r] = p
 	}
-	if len(conns) == 0 {
+	if len(st.conns) == 0 {
 		return nil, firstErr
 	}
-	n := cfg.Subjects.names()
+	st.witness = st.conns[RoleAdmin]
+	if st.witness == nil {
+		if w, err := connectProber(ctx, cfg, RoleAdmin, st); err == nil {
+			defer w.nc.Close()
+			st.witness = w
+		}
+	}
 	probes := catalog(n, cfg.Session)
 	for _, r := range cfg.Roles {
-		p := conns[r]
+		p := st.conns[r]
 		if p == nil {
 			continue
 		}
 		for _, pr := range probes {
-			expect := Refused
-			if r == RoleAdmin || slices.Contains(pr.allowed, r) {
-				expect = Allowed
+			expect := pr.expect(r)
+			v := pr.run(ctx, p, expect)
+			res := CheckResult{
+				Role: r, Account: p.account, Action: pr.action, Expect: expect, Got: v.got,
+				OK: v.got == expect || v.got == Skipped, Detail: v.detail,
 			}
-			got, detail := pr.run(ctx, p, expect, conns)
-			rep.Results = append(rep.Results, CheckResult{
-				Role: r, Action: pr.action, Expect: expect, Got: got,
-				OK: got == expect || got == Skipped, Detail: detail,
-			})
+			if v.got == Refused {
+				res.RefusedBy = v.by
+			}
+			rep.Results = append(rep.Results, res)
 		}
 	}
 	for _, x := range rep.Results {
@@ -190,12 +243,24 @@ func cmp(a, b error) error {
 	return b
 }
 
+// checkState is what the probes of one CheckRoles share.
+type checkState struct {
+	rc    RoleConfig
+	n     names
+	conns map[Role]*prober
+	// witness is admin's connection, in the trusted account; nil without
+	// admin's credentials.
+	witness *prober
+}
+
 // prober is one role's connection and the permission violations the
 // server reported on it.
 type prober struct {
 	role    Role
+	account string // the role's account, as RoleConfig names it
 	nc      *nats.Conn
 	timeout time.Duration
+	st      *checkState
 
 	mu         sync.Mutex
 	violations map[string]string // "publish x" / "subscribe x" → error text
@@ -204,7 +269,7 @@ type prober struct {
 
 var violationRe = regexp.MustCompile(`Permissions Violation for (Publish|Subscription) to "([^"]+)"`)
 
-func connectProber(ctx context.Context, cfg CheckConfig, r Role) (*prober, error) {
+func connectProber(ctx context.Context, cfg CheckConfig, r Role, st *checkState) (*prober, error) {
 	cc := ConnectConfig{URL: cfg.URL, TLSCA: cfg.TLSCA, Name: "jingwei auth check " + string(r), ConnectTimeout: cfg.Timeout}
 	if cfg.Creds {
 		cc.Creds = cfg.Dir.CredsFile(r)
@@ -224,7 +289,7 @@ func connectProber(ctx context.Context, cfg CheckConfig, r Role) (*prober, error
 	if err != nil {
 		return nil, err
 	}
-	p := &prober{role: r, nc: nc, timeout: cfg.Timeout, violations: map[string]string{}, changed: make(chan struct{})}
+	p := &prober{role: r, account: cfg.Subjects.AccountName(r), nc: nc, timeout: cfg.Timeout, st: st, violations: map[string]string{}, changed: make(chan struct{})}
 	nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 		if !errors.Is(err, nats.ErrPermissionViolation) {
 			return
@@ -267,13 +332,16 @@ func (p *prober) violation(key string) (string, bool, <-chan struct{}) {
 // (nats.go hands it to the error handler on another goroutine).
 const graceAfterFlush = 150 * time.Millisecond
 
+func (p *prober) flush(ctx context.Context) error {
+	fctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	return p.nc.FlushWithContext(fctx)
+}
+
 // awaitViolation waits, after a flush, up to graceAfterFlush for a
 // violation of key.
 func (p *prober) awaitViolation(ctx context.Context, key string) (Outcome, string) {
-	fctx, cancel := context.WithTimeout(ctx, p.timeout)
-	err := p.nc.FlushWithContext(fctx)
-	cancel()
-	if err != nil {
+	if err := p.flush(ctx); err != nil {
 		return Failed, "flush: " + err.Error()
 	}
 	t := time.NewTimer(graceAfterFlush)
@@ -355,6 +423,106 @@ func (p *prober) subscribe(ctx context.Context, subject string) (Outcome, string
 	return p.awaitViolation(ctx, key)
 }
 
+// verdict is what one probe found.
+type verdict struct {
+	got    Outcome
+	by     Refusal
+	detail string
+}
+
+// byPermission is the verdict of a probe the user's permissions decided.
+func byPermission(o Outcome, detail string) verdict {
+	v := verdict{got: o, detail: detail}
+	if o == Refused {
+		v.by = RefusedPermission
+	}
+	return v
+}
+
+// isNoResponders reports a "no responders" status answer.
+func isNoResponders(m *nats.Msg) bool { return m != nil && m.Header.Get("Status") == "503" }
+
+// witnessAnswer is what the witness answers a request that reached it.
+const witnessAnswer = `{"jingwei_role_check":"witness"}`
+
+// try sends a request probe. An untrusted role's "no responders" is
+// checked with the witness: it means "not imported" only if nothing
+// reaches the trusted account.
+func (p *prober) try(ctx context.Context, build func() *nats.Msg) (verdict, *nats.Msg) {
+	o, d, m := p.request(ctx, build())
+	if o != Allowed || !isNoResponders(m) || p.role.Trusted() {
+		return byPermission(o, d), m
+	}
+	return p.crossCheck(ctx, build, true)
+}
+
+// crossCheck sends build's message again (as a request with withReply)
+// while the witness is subscribed to its subject in the trusted account,
+// and tells whether it crossed into that account.
+func (p *prober) crossCheck(ctx context.Context, build func() *nats.Msg, withReply bool) (verdict, *nats.Msg) {
+	trusted := p.st.rc.AccountName(RoleAdmin)
+	w := p.st.witness
+	if w == nil {
+		what := "no permissions violation"
+		if withReply {
+			what = "no responders"
+		}
+		return verdict{got: Failed, detail: fmt.Sprintf("%s in account %s: cannot tell whether it is not imported or imported with nothing answering in account %s without admin's credentials (the witness)", what, p.account, trusted)}, nil
+	}
+	msg := build()
+	crossed := verdict{got: Allowed, detail: fmt.Sprintf("crossed into account %s through an import (nothing but the check's witness answers it there)", trusted)}
+	if withReply {
+		seen := make(chan struct{}, 1)
+		ws, err := w.nc.Subscribe(msg.Subject, func(m *nats.Msg) {
+			select {
+			case seen <- struct{}{}:
+			default:
+			}
+			_ = m.Respond([]byte(witnessAnswer))
+		})
+		if err != nil {
+			return verdict{got: Failed, detail: "witness: " + err.Error()}, nil
+		}
+		defer ws.Unsubscribe()
+		if err := w.flush(ctx); err != nil {
+			return verdict{got: Failed, detail: "witness: flush: " + err.Error()}, nil
+		}
+		// The witness answers before the role can hear of it, so seen is
+		// filled by the time the role has its answer.
+		o, d, m := p.request(ctx, msg)
+		select {
+		case <-seen:
+			return crossed, m
+		default:
+		}
+		if o == Allowed && isNoResponders(m) {
+			return verdict{got: Refused, by: RefusedNotImported, detail: fmt.Sprintf("no responders in account %s, and nothing reached account %s: not imported", p.account, trusted)}, m
+		}
+		return byPermission(o, d), m
+	}
+	ws, err := w.nc.SubscribeSync(msg.Subject)
+	if err != nil {
+		return verdict{got: Failed, detail: "witness: " + err.Error()}, nil
+	}
+	defer ws.Unsubscribe()
+	if err := w.flush(ctx); err != nil {
+		return verdict{got: Failed, detail: "witness: flush: " + err.Error()}, nil
+	}
+	// publish flushes the role's connection: the server has routed the
+	// message; the witness's flush then returns only after anything routed
+	// to it has been read into its subscription.
+	if o, d := p.publish(ctx, msg); o != Allowed {
+		return byPermission(o, d), nil
+	}
+	if err := w.flush(ctx); err != nil {
+		return verdict{got: Failed, detail: "witness: flush: " + err.Error()}, nil
+	}
+	if n, _, _ := ws.Pending(); n > 0 {
+		return crossed, nil
+	}
+	return verdict{got: Refused, by: RefusedNotImported, detail: fmt.Sprintf("no permissions violation, but nothing reached account %s: not imported", trusted)}, nil
+}
+
 // describe summarizes an answer: a status header, a JetStream or service
 // error, or "answered".
 func describe(m *nats.Msg) string {
@@ -394,12 +562,25 @@ func apiError(m *nats.Msg) int {
 	return 0
 }
 
+// runFn runs one probe as p.
+type runFn func(ctx context.Context, p *prober, expect Outcome) verdict
+
 // probe is one action tried with every role: allowed lists the roles that
-// need it (admin may always).
+// need it; admin may always, unless refusedForAdmin (the isolation
+// probes, which no role may pass).
 type probe struct {
-	action  string
-	allowed []Role
-	run     func(ctx context.Context, p *prober, expect Outcome, all map[Role]*prober) (Outcome, string)
+	action          string
+	allowed         []Role
+	refusedForAdmin bool
+	run             runFn
+}
+
+// expect is what the probe should find for r.
+func (pr probe) expect(r Role) Outcome {
+	if slices.Contains(pr.allowed, r) || r == RoleAdmin && !pr.refusedForAdmin {
+		return Allowed
+	}
+	return Refused
 }
 
 // Probe message guards: no server stores a publish that carries them, and
@@ -442,49 +623,57 @@ func reqMsg(subject, body string) *nats.Msg {
 }
 
 // ask runs a request probe.
-func ask(build func() *nats.Msg) func(context.Context, *prober, Outcome, map[Role]*prober) (Outcome, string) {
-	return func(ctx context.Context, p *prober, _ Outcome, _ map[Role]*prober) (Outcome, string) {
-		o, d, _ := p.request(ctx, build())
-		return o, d
+func ask(build func() *nats.Msg) runFn {
+	return func(ctx context.Context, p *prober, _ Outcome) verdict {
+		v, _ := p.try(ctx, build)
+		return v
 	}
 }
 
 // storeProbe is a guarded JetStream publish: an answer (wrong last
 // sequence, or no responders where no stream listens) means the server let
 // it through; nothing is stored either way.
-func storeProbe(subject string) func(context.Context, *prober, Outcome, map[Role]*prober) (Outcome, string) {
-	return func(ctx context.Context, p *prober, _ Outcome, _ map[Role]*prober) (Outcome, string) {
-		o, d, m := p.request(ctx, guardedPublish(subject))
-		if o == Allowed && apiError(m) == 0 && m != nil && m.Header.Get("Status") == "" {
+func storeProbe(subject string) runFn {
+	return func(ctx context.Context, p *prober, _ Outcome) verdict {
+		v, m := p.try(ctx, func() *nats.Msg { return guardedPublish(subject) })
+		if v.got == Allowed && m != nil && apiError(m) == 0 && m.Header.Get("Status") == "" && string(m.Data) != witnessAnswer {
 			// A PubAck: the guards did not hold (nothing should ever get here).
-			return Allowed, "STORED despite the expected-sequence guard: " + string(m.Data)
+			return verdict{got: Allowed, detail: "STORED despite the expected-sequence guard: " + string(m.Data)}
 		}
-		return o, d
+		return v
 	}
 }
 
-func subProbe(subject string) func(context.Context, *prober, Outcome, map[Role]*prober) (Outcome, string) {
-	return func(ctx context.Context, p *prober, _ Outcome, _ map[Role]*prober) (Outcome, string) {
-		return p.subscribe(ctx, subject)
+func subProbe(subject string) runFn {
+	return func(ctx context.Context, p *prober, _ Outcome) verdict {
+		return byPermission(p.subscribe(ctx, subject))
 	}
 }
 
-func pubProbe(subject string) func(context.Context, *prober, Outcome, map[Role]*prober) (Outcome, string) {
-	return func(ctx context.Context, p *prober, _ Outcome, _ map[Role]*prober) (Outcome, string) {
-		return p.publish(ctx, reqMsg(subject, `{"jingwei_role_check":true}`))
+// pubProbe publishes without a reply; for an untrusted role the witness
+// then tells whether it crossed into the trusted account.
+func pubProbe(subject string) runFn {
+	return func(ctx context.Context, p *prober, _ Outcome) verdict {
+		build := func() *nats.Msg { return reqMsg(subject, `{"jingwei_role_check":true}`) }
+		o, d := p.publish(ctx, build())
+		if o != Allowed || p.role.Trusted() {
+			return byPermission(o, d)
+		}
+		v, _ := p.crossCheck(ctx, build, false)
+		return v
 	}
 }
 
 // consumerProbe: where the role may, create a throw-away consumer on the
 // probe session's subject, read its info, ask for a batch, ack, delete it;
 // elsewhere send a guarded create, which JetStream would refuse.
-func consumerProbe(stream, filter string) func(context.Context, *prober, Outcome, map[Role]*prober) (Outcome, string) {
-	return func(ctx context.Context, p *prober, expect Outcome, _ map[Role]*prober) (Outcome, string) {
+func consumerProbe(stream, filter string) runFn {
+	return func(ctx context.Context, p *prober, expect Outcome) verdict {
 		name := "jingwei_role_check_" + nuid.Next()
 		create := "$JS.API.CONSUMER.CREATE." + stream + "." + name + "." + filter
 		if expect == Refused {
-			o, d, _ := p.request(ctx, guardedAPI(create))
-			return o, d
+			v, _ := p.try(ctx, func() *nats.Msg { return guardedAPI(create) })
+			return v
 		}
 		body, _ := json.Marshal(map[string]any{
 			"stream_name": stream,
@@ -497,8 +686,8 @@ func consumerProbe(stream, filter string) func(context.Context, *prober, Outcome
 			},
 		})
 		o, d, m := p.request(ctx, reqMsg(create, string(body)))
-		if o != Allowed || apiError(m) != 0 {
-			return o, "create: " + d
+		if o != Allowed || apiError(m) != 0 || isNoResponders(m) {
+			return byPermission(o, "create: "+d)
 		}
 		steps := []struct {
 			what string
@@ -510,37 +699,38 @@ func consumerProbe(stream, filter string) func(context.Context, *prober, Outcome
 		for _, s := range steps {
 			if o, d, _ := p.request(ctx, s.msg); o != Allowed {
 				p.request(ctx, reqMsg("$JS.API.CONSUMER.DELETE."+stream+"."+name, ""))
-				return o, "created, but " + s.what + ": " + d
+				return byPermission(o, "created, but "+s.what+": "+d)
 			}
 		}
 		// An ack of a sequence the consumer never delivered: ignored.
 		if o, d := p.publish(ctx, reqMsg("$JS.ACK."+stream+"."+name+".1.1.1.0.0", "+ACK")); o != Allowed {
 			p.request(ctx, reqMsg("$JS.API.CONSUMER.DELETE."+stream+"."+name, ""))
-			return o, "created, but ack: " + d
+			return byPermission(o, "created, but ack: "+d)
 		}
 		o, d, m = p.request(ctx, reqMsg("$JS.API.CONSUMER.DELETE."+stream+"."+name, ""))
 		if o != Allowed || apiError(m) != 0 {
-			return o, "created, but delete: " + d
+			return byPermission(o, "created, but delete: "+d)
 		}
-		return Allowed, "created, info, next, ack, deleted"
+		return verdict{got: Allowed, detail: "created, info, next, ack, deleted"}
 	}
 }
 
 // respondProbe: the recoverer answers a request another role (host, else
 // admin) sends on a subject only it may receive, through its response
-// permission. Other roles are refused already at the subscription.
-func respondProbe(session string) func(context.Context, *prober, Outcome, map[Role]*prober) (Outcome, string) {
-	return func(ctx context.Context, p *prober, _ Outcome, all map[Role]*prober) (Outcome, string) {
+// permission; the host's request crosses from its own account through the
+// $SRV.> import. Other roles are refused already at the subscription.
+func respondProbe(session string) runFn {
+	return func(ctx context.Context, p *prober, _ Outcome) verdict {
 		subject := "$SRV.PING." + session + "-" + nuid.Next()
 		if p.role != RoleRecoverer && p.role != RoleAdmin {
-			return p.subscribe(ctx, subject)
+			return byPermission(p.subscribe(ctx, subject))
 		}
-		asker := all[RoleHost]
+		asker := p.st.conns[RoleHost]
 		if asker == nil {
-			asker = all[RoleAdmin]
+			asker = p.st.witness
 		}
 		if asker == nil || asker == p {
-			return Skipped, "needs a host or admin connection to send the request"
+			return verdict{got: Skipped, detail: "needs a host or admin connection to send the request"}
 		}
 		const answer = `{"jingwei_role_check":"answer"}`
 		replies := make(chan string, 1)
@@ -552,24 +742,161 @@ func respondProbe(session string) func(context.Context, *prober, Outcome, map[Ro
 			_ = m.Respond([]byte(answer))
 		})
 		if err != nil {
-			return Failed, err.Error()
+			return verdict{got: Failed, detail: err.Error()}
 		}
 		defer s.Unsubscribe()
 		if o, d := p.awaitViolation(ctx, "subscribe "+subject); o != Allowed {
-			return o, "subscribe: " + d
+			return byPermission(o, "subscribe: "+d)
 		}
 		o, d, m := asker.request(ctx, reqMsg(subject, ""))
 		if o == Allowed && string(m.Data) == answer {
-			return Allowed, fmt.Sprintf("answered %s's request", asker.role)
+			return verdict{got: Allowed, detail: fmt.Sprintf("answered %s's request (account %s)", asker.role, asker.account)}
 		}
 		select {
 		case reply := <-replies:
 			if o, v := p.awaitViolation(ctx, "publish "+reply); o == Refused {
-				return Refused, v
+				return byPermission(Refused, v)
 			}
 		default:
 		}
-		return Failed, fmt.Sprintf("%s's request: %s", asker.role, d)
+		return verdict{got: Failed, detail: fmt.Sprintf("%s's request: %s", asker.role, d)}
+	}
+}
+
+// others returns the connections of roles in accounts other than p's, the
+// witness included, in the order of Roles.
+func (p *prober) others() []*prober {
+	var out []*prober
+	for _, r := range Roles {
+		q := p.st.conns[r]
+		if r == RoleAdmin && q == nil {
+			q = p.st.witness
+		}
+		if q != nil && q.account != p.account {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// snoopProbe: the role subscribes to _INBOX.> (which every role may) while
+// a client of every other account makes a request: none of their replies
+// may reach it. (The roles of one account see each other's replies: the
+// trusted account's worker, recoverer and admin, and the clients of one
+// untrusted role.)
+func snoopProbe(n names) runFn {
+	return func(ctx context.Context, p *prober, _ Outcome) verdict {
+		others := p.others()
+		if len(others) == 0 {
+			return verdict{got: Skipped, detail: "needs a connection of a role in another account"}
+		}
+		p.forget("subscribe _INBOX.>")
+		s, err := p.nc.SubscribeSync("_INBOX.>")
+		if err != nil {
+			return verdict{got: Failed, detail: "subscribe _INBOX.>: " + err.Error()}
+		}
+		defer s.Unsubscribe()
+		if o, d := p.awaitViolation(ctx, "subscribe _INBOX.>"); o != Allowed {
+			return byPermission(o, "subscribe _INBOX.>: "+d)
+		}
+		var asked []string
+		for _, q := range others {
+			if o, d, _ := q.request(ctx, reqMsg("$JS.API.STREAM.INFO."+n.events, "")); o != Allowed {
+				return verdict{got: Failed, detail: fmt.Sprintf("%s's request: %s", q.role, d)}
+			}
+			asked = append(asked, fmt.Sprintf("%s (account %s)", q.role, q.account))
+		}
+		// A reply the role could see was written to its connection when it
+		// was sent, before the requester had it, so before the PONG of
+		// this flush: by then it is in the subscription.
+		if err := p.flush(ctx); err != nil {
+			return verdict{got: Failed, detail: "flush: " + err.Error()}
+		}
+		if m, err := s.NextMsg(0); err == nil {
+			return verdict{got: Allowed, detail: "saw another account's reply on " + m.Subject}
+		}
+		return verdict{got: Refused, by: RefusedIsolated, detail: "saw none of the replies to " + strings.Join(asked, ", ")}
+	}
+}
+
+// injectProbe: the role asks for stream info (which every role may) with
+// the reply subject of an inbox a client of another account waits on (the
+// witness for an untrusted role, an untrusted role's connection for a
+// trusted one). The answer must come back to the role's own account and
+// never reach the other: this is the reply-subject injection that would
+// otherwise let a role have JetStream or the service publish onto any
+// subject of the trusted account.
+func injectProbe(n names) runFn {
+	return func(ctx context.Context, p *prober, _ Outcome) verdict {
+		var victim *prober
+		for _, q := range p.others() {
+			if q.role.Trusted() != p.role.Trusted() {
+				victim = q
+				break
+			}
+		}
+		if victim == nil {
+			return verdict{got: Skipped, detail: "needs a connection of a role in another account (admin's, for an untrusted role)"}
+		}
+		reply := victim.nc.NewInbox()
+		vs, err := victim.nc.SubscribeSync(reply)
+		if err != nil {
+			return verdict{got: Failed, detail: "victim: " + err.Error()}
+		}
+		defer vs.Unsubscribe()
+		if err := victim.flush(ctx); err != nil {
+			return verdict{got: Failed, detail: "victim: flush: " + err.Error()}
+		}
+		back := make(chan struct{}, 1)
+		ps, err := p.nc.Subscribe(reply, func(*nats.Msg) {
+			select {
+			case back <- struct{}{}:
+			default:
+			}
+		})
+		if err != nil {
+			return verdict{got: Failed, detail: "subscribe: " + err.Error()}
+		}
+		defer ps.Unsubscribe()
+		subject := "$JS.API.STREAM.INFO." + n.events
+		p.forget("publish " + subject)
+		m := reqMsg(subject, "")
+		m.Reply = reply
+		if err := p.nc.PublishMsg(m); err != nil {
+			return verdict{got: Failed, detail: "publish: " + err.Error()}
+		}
+		stole := verdict{got: Allowed, detail: fmt.Sprintf("the answer reached %s's inbox in account %s", victim.role, victim.account)}
+		t := time.NewTimer(p.timeout)
+		defer t.Stop()
+		for {
+			if v, ok, _ := p.violation("publish " + subject); ok {
+				return verdict{got: Failed, detail: "the stream info request itself was refused: " + v}
+			}
+			_, _, changed := p.violation("")
+			select {
+			case <-back:
+			case <-changed:
+				continue
+			case <-t.C:
+				// No answer in the role's own account: it went elsewhere.
+				if n, _, _ := vs.Pending(); n > 0 {
+					return stole
+				}
+				return verdict{got: Failed, detail: fmt.Sprintf("no answer within %s", p.timeout)}
+			case <-ctx.Done():
+				return verdict{got: Failed, detail: ctx.Err().Error()}
+			}
+			// The answer was sent once: a copy for the victim was written
+			// to its connection before the role had its own, so before the
+			// PONG of the victim's flush.
+			if err := victim.flush(ctx); err != nil {
+				return verdict{got: Failed, detail: "victim: flush: " + err.Error()}
+			}
+			if n, _, _ := vs.Pending(); n > 0 {
+				return stole
+			}
+			return verdict{got: Refused, by: RefusedIsolated, detail: fmt.Sprintf("the answer came back to account %s; %s (account %s), waiting on the reply subject, got nothing", p.account, victim.role, victim.account)}
+		}
 	}
 }
 
@@ -586,15 +913,22 @@ func catalog(n names, session string) []probe {
 	kvKey := func(bucket, key string) string { return "$KV." + bucket + "." + key }
 	lastBy := func(subject string) string { return fmt.Sprintf(`{"last_by_subj":%q}`, subject) }
 	var ps []probe
-	add := func(action string, allowed []Role, run func(context.Context, *prober, Outcome, map[Role]*prober) (Outcome, string)) {
+	add := func(action string, allowed []Role, run runFn) {
 		ps = append(ps, probe{action: action, allowed: allowed, run: run})
 	}
 
+	// The accounts: nothing crosses from one into another but the imports.
+	ps = append(ps,
+		probe{action: "see another account's replies (subscribe _INBOX.>)", refusedForAdmin: true, run: snoopProbe(n)},
+		probe{action: "answer lands in another account (injected reply subject)", refusedForAdmin: true, run: injectProbe(n)},
+	)
+
 	// Reading.
 	add("account info", everyone, ask(func() *nats.Msg { return reqMsg("$JS.API.INFO", "") }))
-	for _, s := range []string{n.events, n.plansKV} {
+	for _, s := range []string{n.events, n.assessments, n.plansKV, n.leasesKV} {
 		add("stream info "+s, everyone, ask(func() *nats.Msg { return reqMsg("$JS.API.STREAM.INFO."+s, "") }))
 	}
+	add("stream info "+n.ledger, writers, ask(func() *nats.Msg { return reqMsg("$JS.API.STREAM.INFO."+n.ledger, "") }))
 	add("direct get "+n.events+" (batch, next_by_subj)", everyone, ask(func() *nats.Msg {
 		return reqMsg("$JS.API.DIRECT.GET."+n.events, fmt.Sprintf(`{"seq":1,"next_by_subj":%q,"batch":2}`, subj("events")))
 	}))
@@ -623,10 +957,10 @@ func catalog(n names, session string) []probe {
 			return reqMsg("$JS.API.DIRECT.GET.KV_"+b+"."+kvKey(b, session), "")
 		}))
 	}
-	add("subscribe _INBOX (replies)", everyone, func(ctx context.Context, p *prober, _ Outcome, _ map[Role]*prober) (Outcome, string) {
-		return p.subscribe(ctx, p.nc.NewInbox())
+	add("subscribe _INBOX (replies)", everyone, func(ctx context.Context, p *prober, _ Outcome) verdict {
+		return byPermission(p.subscribe(ctx, p.nc.NewInbox()))
 	})
-	add("subscribe "+n.p+".events.> (core)", []Role{ag}, subProbe(n.p+".events.>"))
+	add("subscribe "+n.p+".events.> (core)", nil, subProbe(n.p+".events.>"))
 
 	// Writing session data (guarded: never stored).
 	add("publish "+subj("requests")+" (JetStream)", []Role{ag, rc}, storeProbe(subj("requests")))
@@ -638,6 +972,7 @@ func catalog(n names, session string) []probe {
 		add("KV write "+b, writers, storeProbe(kvKey(b, session)))
 	}
 	add("publish _INBOX.<other client> (forged reply)", nil, pubProbe("_INBOX."+nuid.Next()))
+	add("publish _R_.<import reply> (forged reply)", nil, pubProbe("_R_."+nuid.Next()+".x"))
 
 	// The service.
 	add("subscribe "+n.p+".api.>", []Role{rc}, subProbe(n.p+".api.>"))
@@ -653,7 +988,8 @@ func catalog(n names, session string) []probe {
 		{"prepare", []Role{ho}},
 	} {
 		// A malformed body: a live service answers bad_request and does
-		// nothing; "no responders" also proves the publish was let through.
+		// nothing; "no responders" also proves the publish was let through
+		// (for an untrusted role: once the witness saw it cross).
 		add("request "+n.api(e.endpoint), e.roles, ask(func() *nats.Msg { return reqMsg(n.api(e.endpoint), guardBody) }))
 	}
 	add("request $SRV.PING (nats micro ls)", []Role{ho}, ask(func() *nats.Msg { return reqMsg("$SRV.PING."+session, "") }))

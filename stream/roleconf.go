@@ -6,17 +6,29 @@ import (
 	"strings"
 )
 
-// AuthorizationBlock renders the nats-server configuration for an external
-// server that enforces the roles: an `authorization { users = [...] }`
-// block of static nkey users, one per role in users (public keys, as
-// KeyDir.PublicKeys returns them), each with its role's permissions and a
-// comment on every group of subjects saying why it is there. Paste it into
-// the server's configuration file (or `include` it) next to the jetstream
-// block. Roles missing from users get no user. It fails for an unknown role,
-// a key that is not an nkey user public key, or one key for two roles.
-func (c RoleConfig) AuthorizationBlock(users map[Role]string) (string, error) {
+// AccountsBlock renders the nats-server configuration that enforces the
+// roles on an external server: an `accounts { … }` block with
+//
+//   - the trusted account (RoleConfig.Account, "JINGWEI"): `jetstream:
+//     enabled`, the worker, recoverer and admin users, and the services it
+//     exports, each to the accounts that import it;
+//   - one account per untrusted role (JINGWEI_AGENT, JINGWEI_REVIEWER,
+//     JINGWEI_HOST): its user and the services it imports from the trusted
+//     account (Imports), without JetStream of its own.
+//
+// Users are static nkey users, one per role in users (public keys, as
+// KeyDir.PublicKeys returns them), each with its role's permissions inside
+// its account (Grants); every group of subjects carries a comment saying
+// why it is there. Put the block into the server's configuration file (or
+// `include` it) next to a `jetstream { … }` block; the file must define no
+// other `authorization` users. Roles missing from users get no user (their
+// accounts are still defined, so the exports stay valid). It fails for an
+// unknown role, a key that is not an nkey user public key, or one key for
+// two roles. EmbeddedConfig.Users runs the embedded server with this very
+// block.
+func (c RoleConfig) AccountsBlock(users map[Role]string) (string, error) {
 	if len(users) == 0 {
-		return "", fmt.Errorf("stream: AuthorizationBlock: no users")
+		return "", fmt.Errorf("stream: AccountsBlock: no users")
 	}
 	if err := validateUsers(users, c); err != nil {
 		return "", err
@@ -25,46 +37,97 @@ func (c RoleConfig) AuthorizationBlock(users map[Role]string) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# jingwei roles: subject prefix %q, example tools prefix %q.\n", c.Prefix, c.ToolsPrefix)
 	b.WriteString("# Written by `jingwei auth config`; every client connects with one role's seed (--nkey <dir>/<role>.nk).\n")
-	b.WriteString("authorization {\n  users = [\n")
-	for _, r := range Roles {
-		pub, ok := users[r]
-		if !ok {
-			continue
+	fmt.Fprintf(&b, "# The trusted roles (worker, recoverer, admin) share account %s, which holds JetStream; each\n", c.Account)
+	b.WriteString("# other role has an account of its own that imports only the services it uses, so replies\n")
+	b.WriteString("# and inboxes never cross from one account into another.\n")
+	b.WriteString("accounts {\n")
+	for _, a := range c.Accounts() {
+		fmt.Fprintf(&b, "  %s {\n", strconv.Quote(a.Name))
+		if a.JetStream {
+			b.WriteString("    jetstream: enabled\n")
 		}
-		fmt.Fprintf(&b, "    # role %s\n    {\n      nkey: %s\n      permissions: {\n", r, strconv.Quote(pub))
-		grants := c.Grants(r)
-		for _, op := range []Op{OpPublish, OpSubscribe} {
-			fmt.Fprintf(&b, "        %s: {\n", op)
-			for _, deny := range []bool{false, true} {
-				var lines []string
-				for _, g := range grants {
-					if g.Op != op || g.Deny != deny {
-						continue
-					}
-					lines = append(lines, "            # "+oneLine(g.Why))
-					for _, s := range g.Subjects {
-						lines = append(lines, "            "+strconv.Quote(s))
-					}
+		var us []string
+		for _, r := range a.Roles {
+			if pub, ok := users[r]; ok {
+				us = append(us, userEntry(c, r, pub))
+			}
+		}
+		if len(us) > 0 {
+			fmt.Fprintf(&b, "    users = [\n%s    ]\n", strings.Join(us, ""))
+		}
+		if len(a.Exports) > 0 {
+			b.WriteString("    exports = [\n")
+			why := ""
+			for _, e := range a.Exports {
+				if e.Why != why {
+					fmt.Fprintf(&b, "      # %s\n", oneLine(e.Why))
+					why = e.Why
 				}
-				if len(lines) == 0 {
+				accs := make([]string, len(e.Accounts))
+				for i, n := range e.Accounts {
+					accs[i] = strconv.Quote(n)
+				}
+				fmt.Fprintf(&b, "      { service: %s, response_type: %s", strconv.Quote(e.Subject), e.Response)
+				if e.Threshold > 0 {
+					fmt.Fprintf(&b, ", response_threshold: %q", e.Threshold.String())
+				}
+				fmt.Fprintf(&b, ", accounts: [%s] }\n", strings.Join(accs, ", "))
+			}
+			b.WriteString("    ]\n")
+		}
+		if len(a.Imports) > 0 {
+			b.WriteString("    imports = [\n")
+			why := ""
+			for _, im := range a.Imports {
+				if im.Why != why {
+					fmt.Fprintf(&b, "      # %s\n", oneLine(im.Why))
+					why = im.Why
+				}
+				fmt.Fprintf(&b, "      { service: { account: %s, subject: %s } }\n", strconv.Quote(c.Account), strconv.Quote(im.Subject))
+			}
+			b.WriteString("    ]\n")
+		}
+		b.WriteString("  }\n")
+	}
+	b.WriteString("}\n")
+	return b.String(), nil
+}
+
+// userEntry renders one nkey user with the role's permissions.
+func userEntry(c RoleConfig, r Role, pub string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "      # role %s\n      {\n        nkey: %s\n        permissions: {\n", r, strconv.Quote(pub))
+	grants := c.Grants(r)
+	for _, op := range []Op{OpPublish, OpSubscribe} {
+		fmt.Fprintf(&b, "          %s: {\n", op)
+		for _, deny := range []bool{false, true} {
+			var lines []string
+			for _, g := range grants {
+				if g.Op != op || g.Deny != deny {
 					continue
 				}
-				key := "allow"
-				if deny {
-					key = "deny"
+				lines = append(lines, "              # "+oneLine(g.Why))
+				for _, s := range g.Subjects {
+					lines = append(lines, "              "+strconv.Quote(s))
 				}
-				fmt.Fprintf(&b, "          %s: [\n%s\n          ]\n", key, strings.Join(lines, "\n"))
 			}
-			b.WriteString("        }\n")
+			if len(lines) == 0 {
+				continue
+			}
+			key := "allow"
+			if deny {
+				key = "deny"
+			}
+			fmt.Fprintf(&b, "            %s: [\n%s\n            ]\n", key, strings.Join(lines, "\n"))
 		}
-		if p := c.Subjects(r); p.Responses {
-			fmt.Fprintf(&b, "        # answer the requests it receives: one message to each reply subject, within %s\n", p.ResponseExpiry)
-			fmt.Fprintf(&b, "        allow_responses: { max: 1, expires: %q }\n", p.ResponseExpiry.String())
-		}
-		b.WriteString("      }\n    }\n")
+		b.WriteString("          }\n")
 	}
-	b.WriteString("  ]\n}\n")
-	return b.String(), nil
+	if p := c.Subjects(r); p.Responses {
+		fmt.Fprintf(&b, "          # answer the requests it receives: one message to each reply subject, within %s\n", p.ResponseExpiry)
+		fmt.Fprintf(&b, "          allow_responses: { max: 1, expires: %q }\n", p.ResponseExpiry.String())
+	}
+	b.WriteString("        }\n      }\n")
+	return b.String()
 }
 
 func oneLine(s string) string { return strings.NewReplacer("\r", " ", "\n", " ").Replace(s) }

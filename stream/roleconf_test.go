@@ -16,14 +16,15 @@ import (
 	"github.com/jingwei/jingwei/stream"
 )
 
-// TestAuthorizationBlockConfigFile writes a full nats-server configuration
-// file with the rendered block (and a prefix other than the default), loads
-// it the way nats-server does, checks the parsed permissions are the
-// tables', starts the server and runs the role check against it.
-func TestAuthorizationBlockConfigFile(t *testing.T) {
+// TestAccountsBlockConfigFile writes a full nats-server configuration file
+// with the rendered accounts block (and prefixes and an account name other
+// than the defaults), loads it the way nats-server does, checks the parsed
+// accounts, users, permissions, exports and imports are the tables', starts
+// the server and runs the role check against it.
+func TestAccountsBlockConfigFile(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	rc := stream.RoleConfig{Prefix: "acme", ToolsPrefix: "shop"}
+	rc := stream.RoleConfig{Prefix: "acme", ToolsPrefix: "shop", Account: "ACME"}
 	dir := stream.KeyDir(filepath.Join(t.TempDir(), "keys"))
 	if _, err := dir.Init(); err != nil {
 		t.Fatal(err)
@@ -32,7 +33,7 @@ func TestAuthorizationBlockConfigFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	block, err := rc.AuthorizationBlock(keys)
+	block, err := rc.AccountsBlock(keys)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,6 +58,9 @@ func TestAuthorizationBlockConfigFile(t *testing.T) {
 		if !ok {
 			t.Fatalf("unknown user %s", u.Nkey)
 		}
+		if u.Account == nil || u.Account.Name != rc.AccountName(r) {
+			t.Errorf("%s: in account %v, want %s", r, u.Account, rc.AccountName(r))
+		}
 		want := rc.Permissions(r)
 		if !sameList(u.Permissions.Publish.Allow, want.Publish.Allow) || !sameList(u.Permissions.Publish.Deny, want.Publish.Deny) ||
 			!sameList(u.Permissions.Subscribe.Allow, want.Subscribe.Allow) || !sameList(u.Permissions.Subscribe.Deny, want.Subscribe.Deny) {
@@ -66,6 +70,28 @@ func TestAuthorizationBlockConfigFile(t *testing.T) {
 			(want.Response != nil && *u.Permissions.Response != *want.Response) {
 			t.Errorf("%s: response permission %+v, want %+v", r, u.Permissions.Response, want.Response)
 		}
+	}
+	accs := map[string]*server.Account{}
+	for _, a := range opts.Accounts {
+		accs[a.Name] = a
+	}
+	for _, want := range rc.Accounts() {
+		a := accs[want.Name]
+		if a == nil {
+			t.Errorf("account %s not defined (have %v)", want.Name, accs)
+			continue
+		}
+		if a.NumServiceImports() != len(want.Imports) {
+			t.Errorf("%s: %d service imports parsed, want %d", want.Name, a.NumServiceImports(), len(want.Imports))
+		}
+		for _, e := range want.Exports {
+			if !a.IsExportService(e.Subject) {
+				t.Errorf("%s: %s not exported", want.Name, e.Subject)
+			}
+		}
+	}
+	if len(accs) != 4 || accs["ACME"] == nil || accs["ACME_AGENT"] == nil || accs["ACME_REVIEWER"] == nil || accs["ACME_HOST"] == nil {
+		t.Errorf("accounts %v", accs)
 	}
 	opts.NoSigs = true
 	s, err := server.NewServer(opts)
@@ -91,6 +117,14 @@ func TestAuthorizationBlockConfigFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkOK(t, rep)
+	if !rep.OK {
+		t.Fatal("role check failed on the config-file server")
+	}
+	for _, r := range rep.Results {
+		if r.Account != rc.AccountName(r.Role) {
+			t.Errorf("%s %s: account %q", r.Role, r.Action, r.Account)
+		}
+	}
 	for _, r := range rep.Results {
 		if strings.Contains(r.Action, "jw.") || strings.Contains(r.Action, "JW_") {
 			t.Errorf("probe %q ignores the prefix", r.Action)
@@ -105,7 +139,7 @@ func sameList(a, b []string) bool {
 	return slices.Equal(slices.Compact(a), slices.Compact(b))
 }
 
-func TestAuthorizationBlockRefusesBadUsers(t *testing.T) {
+func TestAccountsBlockRefusesBadUsers(t *testing.T) {
 	dir := stream.KeyDir(filepath.Join(t.TempDir(), "keys"))
 	init, err := dir.Init()
 	if err != nil {
@@ -118,11 +152,27 @@ func TestAuthorizationBlockRefusesBadUsers(t *testing.T) {
 		"shared key":   {stream.RoleAgent: k, stream.RoleAdmin: k},
 		"not a user":   {stream.RoleAgent: "ABCDEF"},
 	} {
-		if _, err := (stream.RoleConfig{}).AuthorizationBlock(users); err == nil {
+		if _, err := (stream.RoleConfig{}).AccountsBlock(users); err == nil {
 			t.Errorf("%s: no error", name)
 		}
 	}
-	if _, err := (stream.RoleConfig{Prefix: "a.b"}).AuthorizationBlock(map[stream.Role]string{stream.RoleAgent: k}); err == nil {
+	if _, err := (stream.RoleConfig{Prefix: "a.b"}).AccountsBlock(map[stream.Role]string{stream.RoleAgent: k}); err == nil {
 		t.Error("bad prefix accepted")
+	}
+	if _, err := (stream.RoleConfig{Account: "A B"}).AccountsBlock(map[stream.Role]string{stream.RoleAgent: k}); err == nil {
+		t.Error("bad account name accepted")
+	}
+	// Some roles only: every account is still defined (the exports name
+	// them all), with users for those roles alone.
+	block, err := (stream.RoleConfig{}).AccountsBlock(map[stream.Role]string{stream.RoleAgent: k})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var opts server.Options
+	if err := opts.ProcessConfigString(block); err != nil {
+		t.Fatalf("%v\n%s", err, block)
+	}
+	if len(opts.Accounts) != 4 || len(opts.Nkeys) != 1 || opts.Nkeys[0].Account.Name != "JINGWEI_AGENT" {
+		t.Errorf("%d accounts, %d users", len(opts.Accounts), len(opts.Nkeys))
 	}
 }

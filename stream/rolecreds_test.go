@@ -3,8 +3,10 @@ package stream_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,10 +20,16 @@ import (
 	"github.com/jingwei/jingwei/stream"
 )
 
-// operatorServer is an embedded server in operator mode: a trusted operator,
-// a system account, and one account with JetStream, all in a memory
-// resolver. It returns the server and the account's key pair.
-func operatorServer(t *testing.T) (*stream.Embedded, nkeys.KeyPair, nkeys.KeyPair) {
+// testOperator is an operator with a system account.
+type testOperator struct {
+	signer    nkeys.KeyPair // the operator key, or its signing key
+	jwt       string        // the operator JWT
+	sys, sysJ string        // the system account's public key and JWT
+}
+
+// newTestOperator makes an operator, its JWT and a system account; with
+// signingKey the operator JWT lists a signing key and that key signs.
+func newTestOperator(t *testing.T, signingKey bool) testOperator {
 	t.Helper()
 	okp, _ := nkeys.CreateOperator()
 	opub, _ := okp.PublicKey()
@@ -30,86 +38,124 @@ func operatorServer(t *testing.T) (*stream.Embedded, nkeys.KeyPair, nkeys.KeyPai
 	oc := jwt.NewOperatorClaims(opub)
 	oc.Name = "jingwei-test-operator"
 	oc.SystemAccount = spub
-	ojwt, err := oc.Encode(okp)
-	if err != nil {
-		t.Fatal(err)
+	op := testOperator{signer: okp, sys: spub}
+	if signingKey {
+		sk, _ := nkeys.CreateOperator()
+		pub, _ := sk.PublicKey()
+		oc.SigningKeys.Add(pub)
+		op.signer = sk
 	}
-	op, err := jwt.DecodeOperatorClaims(ojwt)
-	if err != nil {
+	var err error
+	if op.jwt, err = oc.Encode(okp); err != nil {
 		t.Fatal(err)
 	}
 	sc := jwt.NewAccountClaims(spub)
 	sc.Name = "SYS"
-	sjwt, err := sc.Encode(okp)
-	if err != nil {
+	if op.sysJ, err = sc.Encode(okp); err != nil {
 		t.Fatal(err)
 	}
-	akp, _ := nkeys.CreateAccount()
-	apub, _ := akp.PublicKey()
-	// A signing key of the account, the usual way to issue users.
-	sigkp, _ := nkeys.CreateAccount()
-	sigpub, _ := sigkp.PublicKey()
-	ac := jwt.NewAccountClaims(apub)
-	ac.Name = "JINGWEI"
-	ac.SigningKeys.Add(sigpub)
-	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
-	ajwt, err := ac.Encode(okp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res := &server.MemAccResolver{}
-	if err := res.Store(spub, sjwt); err != nil {
-		t.Fatal(err)
-	}
-	if err := res.Store(apub, ajwt); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	e, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{Dir: t.TempDir(), Listen: "127.0.0.1:-1", Sync: stream.SyncInterval, Options: func(o *server.Options) {
-		o.TrustedOperators = []*jwt.OperatorClaims{op}
-		o.AccountResolver = res
-		o.SystemAccount = spub
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Shutdown)
-	return e, akp, sigkp
+	return op
 }
 
-// TestRoleCredsOperatorMode issues every role's creds file with the role's
-// permissions in its user JWT, connects with them through stream.Connect
-// (Creds), and runs the role check against a real operator-mode server.
+// startOperatorServer starts a nats-server in operator mode from a
+// configuration file that trusts the operator and includes the accounts'
+// resolver_preload entries IssueRoleCreds wrote, as an operator would set
+// it up. It returns the client URL.
+func startOperatorServer(t *testing.T, op testOperator, preloadFile string) string {
+	t.Helper()
+	conf := fmt.Sprintf(`listen: "127.0.0.1:-1"
+server_name: jw-operator-test
+jetstream {
+  store_dir: %q
+}
+operator: %q
+system_account: %s
+resolver: MEMORY
+resolver_preload {
+  %s: %q
+  include %q
+}
+`, t.TempDir(), op.jwt, op.sys, op.sys, op.sysJ, filepath.Base(preloadFile))
+	// Includes are relative to the configuration file.
+	path := filepath.Join(filepath.Dir(preloadFile), "nats-server.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(path)
+	if err != nil {
+		t.Fatalf("nats-server rejects the configuration: %v\n%s", err, conf)
+	}
+	opts.NoSigs = true
+	s, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	return s.ClientURL()
+}
+
+// TestRoleCredsOperatorMode issues the accounts (signed by the operator or
+// one of its signing keys) and every role's creds file, starts a real
+// operator-mode server from the files, connects with them through
+// stream.Connect (Creds), and runs the role check against it.
 func TestRoleCredsOperatorMode(t *testing.T) {
 	for _, tc := range []struct {
-		name      string
-		signingKy bool
-	}{{"account key", false}, {"account signing key", true}} {
+		name       string
+		signingKey bool
+	}{{"operator key", false}, {"operator signing key", true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			e, akp, sigkp := operatorServer(t)
+			op := newTestOperator(t, tc.signingKey)
 			dir := stream.KeyDir(filepath.Join(t.TempDir(), "keys"))
 			if _, err := dir.Init(); err != nil {
 				t.Fatal(err)
 			}
-			cfg := stream.CredsConfig{Account: akp, Expires: time.Hour}
-			if tc.signingKy {
-				apub, _ := akp.PublicKey()
-				cfg = stream.CredsConfig{Account: sigkp, IssuerAccount: apub}
-			}
-			files, err := dir.IssueRoleCreds(cfg)
+			rc := stream.RoleConfig{}
+			got, err := dir.IssueRoleCreds(stream.CredsConfig{Operator: op.signer, Expires: time.Hour})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(files) != len(stream.Roles) {
-				t.Fatalf("%d creds files", len(files))
+			if len(got.Users) != len(stream.Roles) || len(got.Accounts) != 4 {
+				t.Fatalf("%d creds files, %d accounts", len(got.Users), len(got.Accounts))
 			}
-			for _, f := range files {
+			accountKey := map[string]string{}
+			for _, a := range got.Accounts {
+				accountKey[a.Name] = a.PublicKey
+				if mode(t, a.SeedFile) != 0o600 || mode(t, a.JWTFile) != 0o644 || !a.SeedCreated {
+					t.Errorf("%s: seed %04o, jwt %04o, created %v", a.Name, mode(t, a.SeedFile), mode(t, a.JWTFile), a.SeedCreated)
+				}
+				b, _ := os.ReadFile(a.JWTFile)
+				ac, err := jwt.DecodeAccountClaims(strings.TrimSpace(string(b)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				spec := rc.Accounts()[slices.IndexFunc(rc.Accounts(), func(s stream.AccountSpec) bool { return s.Name == a.Name })]
+				if ac.Subject != a.PublicKey || ac.Name != a.Name || ac.Limits.JetStreamLimits.IsUnlimited() != spec.JetStream ||
+					len(ac.Exports) != len(spec.Exports) || len(ac.Imports) != len(spec.Imports) {
+					t.Errorf("%s: claims %s js=%+v exports %d imports %d", a.Name, ac.Name, ac.Limits.JetStreamLimits, len(ac.Exports), len(ac.Imports))
+				}
+				for _, e := range ac.Exports {
+					if !e.TokenReq {
+						t.Errorf("%s: public export %s", a.Name, e.Subject)
+					}
+				}
+				for _, im := range ac.Imports {
+					if im.Token == "" || im.Account != got.Accounts[0].PublicKey {
+						t.Errorf("%s: import %s from %s without activation", a.Name, im.Subject, im.Account)
+					}
+				}
+				t.Logf("account %-17s %s: %5d bytes, %d exports, %d imports", a.Name, a.PublicKey, a.JWTBytes, len(ac.Exports), len(ac.Imports))
+			}
+			for _, f := range got.Users {
+				t.Logf("user %-9s in %-17s %4d bytes", f.Role, f.Account, f.JWTBytes)
 				if f.JWTBytes > stream.SafeJWTBytes {
 					t.Errorf("%s: JWT of %d bytes: a default server refuses the CONNECT", f.Role, f.JWTBytes)
 				}
-				if mode(t, f.Path) != 0o600 || f.Path != dir.CredsFile(f.Role) {
-					t.Errorf("%s: %s mode %04o", f.Role, f.Path, mode(t, f.Path))
+				if mode(t, f.Path) != 0o600 || f.Path != dir.CredsFile(f.Role) || f.Account != rc.AccountName(f.Role) {
+					t.Errorf("%s: %s mode %04o account %s", f.Role, f.Path, mode(t, f.Path), f.Account)
 				}
 				b, _ := os.ReadFile(f.Path)
 				tok, err := jwt.ParseDecoratedJWT(b)
@@ -120,34 +166,28 @@ func TestRoleCredsOperatorMode(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				want := stream.RoleConfig{}.JWTPermissions(f.Role)
-				if uc.Subject != f.PublicKey || !uc.Tags.Contains("jingwei-role:"+string(f.Role)) ||
+				want := rc.JWTPermissions(f.Role)
+				if uc.Subject != f.PublicKey || uc.Issuer != accountKey[f.Account] || !uc.Tags.Contains("jingwei-role:"+string(f.Role)) ||
 					!sameList(uc.Pub.Allow, want.Pub.Allow) || !sameList(uc.Sub.Deny, want.Sub.Deny) || (uc.Resp == nil) != (want.Resp == nil) {
-					t.Errorf("%s: claims %+v", f.Role, uc.Permissions)
+					t.Errorf("%s: claims issuer %s %+v", f.Role, uc.Issuer, uc.Permissions)
 				}
 				if pub, _ := dir.PublicKey(f.Role); pub != uc.Subject {
 					t.Errorf("%s: creds for %s, role key is %s", f.Role, uc.Subject, pub)
 				}
 			}
+			url := startOperatorServer(t, op, got.PreloadFile)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			admin, err := stream.Connect(ctx, stream.ConnectConfig{URL: e.ClientURL(), Creds: dir.CredsFile(stream.RoleAdmin)})
+			admin, err := stream.Connect(ctx, stream.ConnectConfig{URL: url, Creds: dir.CredsFile(stream.RoleAdmin)})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer admin.Close()
 			js, _ := jetstream.New(admin)
-			topo, err := stream.EnsureTopology(ctx, js, stream.TopologyConfig{})
-			if err != nil {
+			if _, err := stream.EnsureTopology(ctx, js, stream.TopologyConfig{}); err != nil {
 				t.Fatal(err)
 			}
-			si, _ := topo.Events.Info(ctx)
-			c := si.Config
-			c.AllowDirect = true
-			if _, err := js.UpdateStream(ctx, c); err != nil {
-				t.Fatal(err)
-			}
-			rep, err := stream.CheckRoles(ctx, stream.CheckConfig{URL: e.ClientURL(), Dir: dir, Creds: true})
+			rep, err := stream.CheckRoles(ctx, stream.CheckConfig{URL: url, Dir: dir, Creds: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -156,39 +196,83 @@ func TestRoleCredsOperatorMode(t *testing.T) {
 				t.Fatal("role check failed in operator mode")
 			}
 			// The plain nkey seed is no user here: only the JWT is.
-			if _, err := stream.Connect(ctx, stream.ConnectConfig{URL: e.ClientURL(), NKeySeedFile: dir.SeedFile(stream.RoleAgent), ConnectTimeout: time.Second}); err == nil {
+			if _, err := stream.Connect(ctx, stream.ConnectConfig{URL: url, NKeySeedFile: dir.SeedFile(stream.RoleAgent), ConnectTimeout: time.Second}); err == nil {
 				t.Error("nkey without a JWT accepted in operator mode")
+			}
+			// Issued again: the account keys stay, so the creds of a
+			// client still connected keep working.
+			again, err := dir.IssueRoleCreds(stream.CredsConfig{Operator: op.signer, Roles: []stream.Role{stream.RoleAgent}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, a := range again.Accounts {
+				if a.PublicKey != got.Accounts[i].PublicKey || a.SeedCreated {
+					t.Errorf("%s: account key changed on reissue", a.Name)
+				}
+			}
+			if len(again.Users) != 1 || again.Users[0].Role != stream.RoleAgent {
+				t.Errorf("reissue for the agent only: %+v", again.Users)
+			}
+			agent, err := stream.Connect(ctx, stream.ConnectConfig{URL: url, Creds: dir.CredsFile(stream.RoleAgent)})
+			if err != nil {
+				t.Fatalf("reissued agent creds: %v", err)
+			}
+			defer agent.Close()
+			ajs, _ := jetstream.New(agent)
+			if _, err := ajs.Publish(ctx, "jw.requests.s-1", []byte(`{"v":1}`)); err != nil {
+				t.Errorf("agent request through its import: %v", err)
 			}
 		})
 	}
 }
 
-// TestRoleCredsUntrustedAccount: creds signed by an account the operator
-// does not know are refused; a creds file others can read is refused before
-// connecting.
-func TestRoleCredsUntrustedAccount(t *testing.T) {
-	e, _, _ := operatorServer(t)
+// TestRoleCredsUntrustedOperator: accounts signed by an operator the server
+// does not trust give creds the server refuses; a creds file others can
+// read is refused before connecting; keys of the wrong kind are refused.
+func TestRoleCredsUntrustedOperator(t *testing.T) {
+	op := newTestOperator(t, false)
+	good := stream.KeyDir(filepath.Join(t.TempDir(), "good"))
+	if _, err := good.Init(); err != nil {
+		t.Fatal(err)
+	}
+	issued, err := good.IssueRoleCreds(stream.CredsConfig{Operator: op.signer, Roles: []stream.Role{stream.RoleAdmin}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := startOperatorServer(t, op, issued.PreloadFile)
+
 	dir := stream.KeyDir(filepath.Join(t.TempDir(), "keys"))
 	if _, err := dir.Init(); err != nil {
 		t.Fatal(err)
 	}
-	rogue, _ := nkeys.CreateAccount()
-	if _, err := dir.IssueRoleCreds(stream.CredsConfig{Account: rogue, Roles: []stream.Role{stream.RoleAdmin}}); err != nil {
+	rogue, _ := nkeys.CreateOperator()
+	if _, err := dir.IssueRoleCreds(stream.CredsConfig{Operator: rogue, Roles: []stream.Role{stream.RoleAdmin}}); err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	_, err := stream.Connect(ctx, stream.ConnectConfig{URL: e.ClientURL(), Creds: dir.CredsFile(stream.RoleAdmin), ConnectTimeout: time.Second})
+	_, err = stream.Connect(ctx, stream.ConnectConfig{URL: url, Creds: dir.CredsFile(stream.RoleAdmin), ConnectTimeout: time.Second})
 	if !errors.Is(err, nats.ErrAuthorization) {
-		t.Errorf("rogue account's creds: %v", err)
+		t.Errorf("rogue operator's creds: %v", err)
 	}
 	os.Chmod(dir.CredsFile(stream.RoleAdmin), 0o644)
-	rep, err := stream.CheckRoles(ctx, stream.CheckConfig{URL: e.ClientURL(), Dir: dir, Creds: true, Roles: []stream.Role{stream.RoleAdmin}})
+	rep, err := stream.CheckRoles(ctx, stream.CheckConfig{URL: url, Dir: dir, Creds: true, Roles: []stream.Role{stream.RoleAdmin}})
 	if err == nil || !errors.Is(err, stream.ErrInsecureFile) {
 		t.Errorf("insecure creds: %v %+v", err, rep)
 	}
-	// A user key where an account key belongs.
+	// A user or account key where an operator key belongs.
 	ukp, _ := nkeys.CreateUser()
-	if _, err := dir.IssueRoleCreds(stream.CredsConfig{Account: ukp}); err == nil || !strings.Contains(err.Error(), "account") {
-		t.Errorf("user key as account: %v", err)
+	akp, _ := nkeys.CreateAccount()
+	for _, kp := range []nkeys.KeyPair{ukp, akp, nil} {
+		if _, err := dir.IssueRoleCreds(stream.CredsConfig{Operator: kp}); err == nil || !strings.Contains(err.Error(), "operator") {
+			t.Errorf("%v as operator: %v", kp, err)
+		}
+	}
+	// A user seed where an account seed is kept.
+	seed, _ := ukp.Seed()
+	if err := os.WriteFile(dir.AccountSeedFile("JINGWEI"), seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dir.IssueRoleCreds(stream.CredsConfig{Operator: rogue}); !errors.Is(err, stream.ErrBadKey) {
+		t.Errorf("user seed as account seed: %v", err)
 	}
 }

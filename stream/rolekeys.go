@@ -25,6 +25,17 @@ import (
 //	<dir>/planners      the plan signers tool workers trust: one public
 //	                    key per line, # comments (0644)
 //
+// and, for operator mode, written by IssueRoleCreds:
+//
+//	<dir>/<ACCOUNT>.account.nk   each account's seed (0600): JINGWEI,
+//	                             JINGWEI_AGENT, JINGWEI_REVIEWER,
+//	                             JINGWEI_HOST (RoleConfig.AccountName)
+//	<dir>/<ACCOUNT>.account.jwt  each account's JWT, signed by the
+//	                             operator (0644)
+//	<dir>/resolver-preload.conf  the account JWTs as entries of a
+//	                             nats-server resolver_preload block
+//	                             (0644)
+//
 // The directory itself is 0700. A directory or file that other users could
 // read or change is refused with ErrInsecureFile. The zero value names the
 // current directory.
@@ -48,6 +59,16 @@ func (d KeyDir) SeedFile(r Role) string { return d.path(string(r) + ".nk") }
 
 // CredsFile returns <dir>/<role>.creds.
 func (d KeyDir) CredsFile(r Role) string { return d.path(string(r) + ".creds") }
+
+// AccountSeedFile returns <dir>/<account>.account.nk, the seed of the
+// account named account (RoleConfig.AccountName), operator mode only.
+func (d KeyDir) AccountSeedFile(account string) string { return d.path(account + ".account.nk") }
+
+// AccountJWTFile returns <dir>/<account>.account.jwt.
+func (d KeyDir) AccountJWTFile(account string) string { return d.path(account + ".account.jwt") }
+
+// ResolverPreloadFile returns <dir>/resolver-preload.conf.
+func (d KeyDir) ResolverPreloadFile() string { return d.path("resolver-preload.conf") }
 
 // PlannerFile returns <dir>/planner.nk.
 func (d KeyDir) PlannerFile() string { return d.path(PlannerKeyFile) }
@@ -131,8 +152,12 @@ func (d KeyDir) Init() (KeyDirInit, error) {
 }
 
 // ensureSeed loads the user seed at path, or creates one if there is none.
-func ensureSeed(path string) (KeyFile, error) {
-	kp, err := readUserSeed(path)
+func ensureSeed(path string) (KeyFile, error) { return ensureKey(path, nkeys.PrefixByteUser) }
+
+// ensureKey loads the seed of kind (nkeys.PrefixByteUser or
+// PrefixByteAccount) at path, or creates one if there is none.
+func ensureKey(path string, kind nkeys.PrefixByte) (KeyFile, error) {
+	kp, err := readSeedOf(path, kind)
 	if err == nil {
 		pub, _ := kp.PublicKey()
 		return KeyFile{Path: path, PublicKey: pub}, nil
@@ -140,7 +165,7 @@ func ensureSeed(path string) (KeyFile, error) {
 	if !errors.Is(err, fs.ErrNotExist) {
 		return KeyFile{}, err
 	}
-	kp, err = nkeys.CreateUser()
+	kp, err = nkeys.CreatePair(kind)
 	if err != nil {
 		return KeyFile{}, fmt.Errorf("stream: create key: %w", err)
 	}
@@ -150,7 +175,7 @@ func ensureSeed(path string) (KeyFile, error) {
 		return KeyFile{}, err
 	}
 	if !created { // another process wrote it first: use theirs
-		return ensureSeed(path)
+		return ensureKey(path, kind)
 	}
 	pub, _ := kp.PublicKey()
 	return KeyFile{Path: path, PublicKey: pub, Created: true}, nil
@@ -265,13 +290,23 @@ func ReadSeedFile(path string) (nkeys.KeyPair, error) {
 	return kp, nil
 }
 
-func readUserSeed(path string) (nkeys.KeyPair, error) {
+func readUserSeed(path string) (nkeys.KeyPair, error) { return readSeedOf(path, nkeys.PrefixByteUser) }
+
+// readSeedOf reads a seed of kind (user or account) from path.
+func readSeedOf(path string, kind nkeys.PrefixByte) (nkeys.KeyPair, error) {
 	kp, err := ReadSeedFile(path)
 	if err != nil {
 		return nil, err
 	}
-	if pub, err := kp.PublicKey(); err != nil || !nkeys.IsValidPublicUserKey(pub) {
-		return nil, fmt.Errorf("%w: %s is not an nkey user seed (want SU…)", ErrBadKey, path)
+	pub, err := kp.PublicKey()
+	ok := err == nil && (kind == nkeys.PrefixByteUser && nkeys.IsValidPublicUserKey(pub) ||
+		kind == nkeys.PrefixByteAccount && nkeys.IsValidPublicAccountKey(pub))
+	if !ok {
+		want := "an nkey user seed (want SU…)"
+		if kind == nkeys.PrefixByteAccount {
+			want = "an nkey account seed (want SA…)"
+		}
+		return nil, fmt.Errorf("%w: %s is not %s", ErrBadKey, path, want)
 	}
 	return kp, nil
 }

@@ -166,7 +166,7 @@ func TestKeyDirBadKeys(t *testing.T) {
 	if _, err := dir.Planners(); err == nil || !strings.Contains(err.Error(), "line 2") {
 		t.Errorf("bad planners line: %v", err)
 	}
-	// ReadSeedFile accepts account seeds (jingwei auth creds --account-seed).
+	// ReadSeedFile accepts seeds of any kind (jingwei auth creds --operator-seed).
 	f := filepath.Join(string(dir), "account.nk")
 	os.WriteFile(f, seed, 0o600)
 	kp, err := stream.ReadSeedFile(f)

@@ -20,26 +20,28 @@ type Role string
 // The roles.
 const (
 	// RoleAgent publishes tool requests, calls jw.api.call and
-	// jw.api.status, and reads session events.
+	// jw.api.status, and reads session events. Untrusted: an account of
+	// its own.
 	RoleAgent Role = "agent"
 	// RoleReviewer (also the approver) publishes reviews, calls
 	// jw.api.status and jw.api.inspect, and reads session events and
-	// reviews.
+	// reviews. Untrusted: an account of its own.
 	RoleReviewer Role = "reviewer"
 	// RoleHost (the operator) prepares retries, calls status and inspect,
 	// reads every jingwei stream and the plans bucket, and lists the
-	// service with `nats micro`.
+	// service with `nats micro`. Untrusted: an account of its own.
 	RoleHost Role = "host"
 	// RoleWorker (a tool worker) appends to session logs, writes leases,
 	// budgets and plan state, consumes requests and plans, and keeps the
-	// example tools' own buckets and stream.
+	// example tools' own buckets and stream. Trusted: shares the
+	// account that holds JetStream.
 	RoleWorker Role = "worker"
 	// RoleRecoverer (the recovery worker) fences sessions, publishes
 	// assessments and plans, forwards jw.api.call requests, consumes
-	// events and reviews, and answers the jingwei service.
+	// events and reviews, and answers the jingwei service. Trusted.
 	RoleRecoverer Role = "recoverer"
 	// RoleAdmin may do everything, and is the only role that creates,
-	// updates, deletes or purges jingwei's streams and buckets.
+	// updates, deletes or purges jingwei's streams and buckets. Trusted.
 	RoleAdmin Role = "admin"
 )
 
@@ -69,9 +71,15 @@ type RoleConfig struct {
 	ToolsPrefix string
 	// ResponseExpiry is how long after a request arrives the recoverer may
 	// still answer it (nats allow_responses expires; one answer per
-	// request). It must exceed the recoverer's CallTimeout. Defaults to
+	// request; also the response threshold of the jw.api.* exports). It
+	// must exceed the recoverer's CallTimeout. Defaults to
 	// DefaultResponseExpiry.
 	ResponseExpiry time.Duration
+	// Account names the trusted account, which holds JetStream and the
+	// worker, recoverer and admin users; the untrusted roles' accounts are
+	// named after it (AccountName: <Account>_AGENT, _REVIEWER, _HOST).
+	// [A-Za-z0-9_-]. Defaults to DefaultAccount ("JINGWEI").
+	Account string
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -85,6 +93,9 @@ func (c RoleConfig) WithDefaults() RoleConfig {
 	if c.ResponseExpiry <= 0 {
 		c.ResponseExpiry = DefaultResponseExpiry
 	}
+	if c.Account == "" {
+		c.Account = DefaultAccount
+	}
 	return c
 }
 
@@ -96,6 +107,9 @@ func (c RoleConfig) Validate() error {
 	}
 	if !schema.ValidSession(c.ToolsPrefix) {
 		return fmt.Errorf("stream: RoleConfig.ToolsPrefix %q: want [A-Za-z0-9_-]+", c.ToolsPrefix)
+	}
+	if !schema.ValidSession(c.Account) {
+		return fmt.Errorf("stream: RoleConfig.Account %q: want [A-Za-z0-9_-]+", c.Account)
 	}
 	return nil
 }
@@ -251,35 +265,22 @@ func sub(why string, subjects ...string) Grant {
 	return Grant{Op: OpSubscribe, Subjects: subjects, Why: why}
 }
 
-// allows is each role's table of what it needs.
-func (n names) allows(r Role) []Grant {
-	// Every role but admin.
+// allows is each role's table of what it needs. An untrusted role may
+// publish exactly what its account imports (importGrants) and receive its
+// replies; the trusted roles' tables name the subjects of their one
+// account.
+func (n names) allows(r Role, c RoleConfig) []Grant {
+	if !r.Trusted() {
+		return append(n.importGrants(r, c),
+			sub("replies: PubAcks, JetStream API answers, service answers (in the role's own account: no other account's replies reach it)", "_INBOX.>"))
+	}
+	// The worker and the recoverer.
 	base := []Grant{
 		sub("replies: PubAcks, JetStream API answers, service answers, pull consumer batches", "_INBOX.>"),
 		pub("account info (nats.go CreateKeyValue asks for it; `nats account info`)", "$JS.API.INFO"),
 		pub("stream and bucket info (OpenTopology, js.Stream, js.KeyValue, kv.Status): read-only metadata", "$JS.API.STREAM.INFO.*"),
 	}
 	switch r {
-	case RoleAgent:
-		return append(base,
-			pub("tool requests, published with JetStream (the PubAck comes back on _INBOX)", n.subj("requests")),
-			pub("service: run a call, ask for status", n.api("call"), n.api("status")),
-			pub("read session events: direct and message gets on the log", get(n.events)...),
-			sub("follow session events live (core subscription)", n.p+".events.>"),
-		)
-	case RoleReviewer:
-		return append(base,
-			pub("reviews (approvals), published with JetStream", n.subj("reviews")),
-			pub("service: status, inspect", n.api("status"), n.api("inspect")),
-			pub("read session events and reviews: direct and message gets", append(get(n.events), get(n.reviews)...)...),
-		)
-	case RoleHost:
-		return append(base,
-			pub("service: prepare a retry, status, inspect", n.api("prepare"), n.api("status"), n.api("inspect")),
-			pub("`nats micro ls/info/stats` ($SRV.PING|INFO|STATS[.name[.id]])", "$SRV.>"),
-			pub("read every jingwei stream and the plan records: direct and message gets (export, inspect, status)",
-				append(each(n.jingweiStreams(), get), getKV(n.plansKV)...)...),
-		)
 	case RoleWorker:
 		return append(base,
 			pub("append to session logs (fenced appends, JetStream)", n.subj("events")),
@@ -315,7 +316,9 @@ func (n names) allows(r Role) []Grant {
 }
 
 // guard is a rule that must hold whatever the allow tables say: its
-// subjects are denied to every role but admin and the owners.
+// subjects are denied to the trusted roles but admin and the owners. The
+// untrusted roles need none: they are in accounts of their own, which hold
+// only their imports, and their allow lists name exact subjects.
 type guard struct {
 	Grant
 	owners []Role
@@ -335,8 +338,8 @@ func (n names) guards() []guard {
 		g(OpPublish, "reviews come from reviewers only", []string{n.p + ".reviews.>"}, RoleReviewer),
 		g(OpPublish, "leases, budgets and plan state are written by workers and the recoverer only",
 			[]string{"$KV." + n.leases + ".>", "$KV." + n.budget + ".>", "$KV." + n.planState + ".>"}, RoleWorker, RoleRecoverer),
-		g(OpPublish, "nobody publishes on reply inboxes: a forged PubAck or service answer (the recoverer answers through its response permission, which this deny does not block)",
-			[]string{"_INBOX.>"}),
+		g(OpPublish, "nobody publishes on reply inboxes or the reply subjects of the imports (_R_.…): a forged PubAck or service answer (the recoverer answers through its response permission, which this deny does not block)",
+			[]string{"_INBOX.>", "_R_.>"}),
 		g(OpPublish, "consumers of the work queue and the plan log belong to workers (an ack deletes a request, a term strands a plan, an update redirects them)",
 			append(anyConsumer(n.requests), anyConsumer(n.plans)...), RoleWorker),
 		g(OpPublish, "consumers of the session logs and the reviews belong to the recoverer",
@@ -346,9 +349,11 @@ func (n names) guards() []guard {
 	}
 }
 
-// Grants returns the role's permission table: what it needs (allows), then
-// the rules that hold whatever the allows say (denies). An unknown role gets
-// a table that denies everything.
+// Grants returns the role's permission table inside its account
+// (AccountName): what it needs (allows), then, for the worker and the
+// recoverer, the rules that hold whatever the allows say (denies). An
+// untrusted role's allows are exactly its account's imports (Imports) and
+// its replies. An unknown role gets a table that denies everything.
 func (c RoleConfig) Grants(r Role) []Grant {
 	if !r.Valid() {
 		return []Grant{
@@ -356,9 +361,10 @@ func (c RoleConfig) Grants(r Role) []Grant {
 			{Op: OpSubscribe, Deny: true, Subjects: []string{">"}, Why: "unknown role"},
 		}
 	}
+	c = c.WithDefaults()
 	n := c.names()
-	out := n.allows(r)
-	if r == RoleAdmin {
+	out := n.allows(r, c)
+	if r == RoleAdmin || !r.Trusted() {
 		return out
 	}
 	for _, g := range n.guards() {
@@ -413,16 +419,51 @@ func (c RoleConfig) Permissions(r Role) *server.Permissions {
 }
 
 // JWTPermissions returns the role's permissions for a user JWT in operator
-// mode (jwt.UserClaims.Permissions). An unknown role gets permissions that
-// deny everything.
+// mode (jwt.UserClaims.Permissions). A deny that no allow of the same list
+// can reach changes nothing (with an allow list, what it does not allow is
+// refused anyway) and is left out, so the JWT stays short enough for the
+// CONNECT line (SafeJWTBytes); a deny that overlaps an allow is always
+// kept. An unknown role gets permissions that deny everything.
 func (c RoleConfig) JWTPermissions(r Role) jwt.Permissions {
 	p := c.Subjects(r)
 	jp := jwt.Permissions{
-		Pub: jwt.Permission{Allow: p.PublishAllow, Deny: p.PublishDeny},
-		Sub: jwt.Permission{Allow: p.SubscribeAllow, Deny: p.SubscribeDeny},
+		Pub: jwt.Permission{Allow: p.PublishAllow, Deny: effectiveDenies(p.PublishAllow, p.PublishDeny)},
+		Sub: jwt.Permission{Allow: p.SubscribeAllow, Deny: effectiveDenies(p.SubscribeAllow, p.SubscribeDeny)},
 	}
 	if p.Responses {
 		jp.Resp = &jwt.ResponsePermission{MaxMsgs: 1, Expires: p.ResponseExpiry}
 	}
 	return jp
+}
+
+// effectiveDenies returns the denies that overlap at least one allow; with
+// no allows (everything allowed) every deny counts.
+func effectiveDenies(allow, deny []string) []string {
+	if len(allow) == 0 {
+		return deny
+	}
+	var out []string
+	for _, d := range deny {
+		if slices.ContainsFunc(allow, func(a string) bool { return subjectsOverlap(a, d) }) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// subjectsOverlap reports whether some subject matches both patterns.
+func subjectsOverlap(a, b string) bool {
+	at, bt := strings.Split(a, "."), strings.Split(b, ".")
+	for i := 0; ; i++ {
+		if i == len(at) || i == len(bt) {
+			return len(at) == len(bt)
+		}
+		x, y := at[i], bt[i]
+		if x == ">" || y == ">" {
+			return true
+		}
+		if x != "*" && y != "*" && x != y {
+			return false
+		}
+	}
 }

@@ -65,8 +65,11 @@ func (v *violations) await(t *testing.T, subject string) {
 }
 
 // TestRolesLibraryPaths runs jingwei's own library calls under each role's
-// permissions: the paths workers, recoverers, agents, reviewers and hosts
-// take today work, and the ones the roles forbid fail.
+// account and permissions: the paths workers and recoverers take in the
+// trusted account, and agents, reviewers and hosts take through their
+// accounts' imports (OpenTopology, Load, requests and reviews with their
+// PubAcks, plan reads, BucketKeys, the service, $SRV with two instances)
+// work, and the ones the roles forbid fail.
 func TestRolesLibraryPaths(t *testing.T) {
 	rs := startRoleServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -78,31 +81,20 @@ func TestRolesLibraryPaths(t *testing.T) {
 	reviewerNC, reviewer := rs.asRole(t, stream.RoleReviewer, stream.TopologyConfig{})
 	hostNC, host := rs.asRole(t, stream.RoleHost, stream.TopologyConfig{})
 
-	// The agent follows session events live.
-	live, err := agentNC.SubscribeSync("jw.events.>")
-	if err != nil {
-		t.Fatal(err)
-	}
-	agentNC.Flush()
-
 	// Worker: lease, fence, append, renew; the example tools' buckets and
 	// stream created from scratch.
 	lease, err := worker.AcquireLease(ctx, "s-1", "worker-1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Fence measures the log through an ordered consumer on JW_EVENTS
-	// today (Topology.measure), which only the recoverer may create: until
-	// the history reads move to direct gets, a worker cannot fence. The
-	// recoverer fences here instead (it may, for takeovers).
-	fctx, fcancel := context.WithTimeout(ctx, 3*time.Second)
-	log, err := worker.Fence(fctx, "s-1", "worker-1", lease.Epoch)
-	fcancel()
+	// The worker fences and loads with message and direct gets: no
+	// consumer on the session logs.
+	log, h, err := worker.FenceLoad(ctx, "s-1", "worker-1", lease.Epoch)
 	if err != nil {
-		t.Logf("KNOWN GAP: worker Fence needs a consumer on JW_EVENTS until Load/measure read with direct gets: %v", err)
-		if log, err = rec.Fence(ctx, "s-1", "worker-1", lease.Epoch); err != nil {
-			t.Fatal(err)
-		}
+		t.Fatalf("worker FenceLoad: %v", err)
+	}
+	if len(h) != 1 || h[0].Type != schema.TypeFenced {
+		t.Fatalf("worker FenceLoad: %+v", h)
 	}
 	if _, err := log.Append(ctx, schema.Event{Type: schema.TypeCall, Call: &schema.Call{CallID: "c-1", Tool: "orders.create", Arguments: []byte(`{}`)}}); err != nil {
 		t.Fatal(err)
@@ -119,11 +111,17 @@ func TestRolesLibraryPaths(t *testing.T) {
 	if _, err := tools.New(ctx, tools.Config{JS: worker.JS}); err != nil {
 		t.Fatalf("worker reuses the tools' buckets and stream: %v", err)
 	}
-	if m, err := live.NextMsg(5 * time.Second); err != nil || m.Subject != "jw.events.s-1" {
-		t.Fatalf("agent's live subscription: %v %v", m, err)
+
+	// Budgets: the worker counts a call; the host may not read budgets.
+	budget := stream.NewBudget(worker.Budget)
+	if u, err := budget.Add(ctx, "s-1", "t-1", 10); err != nil || u.ToolCalls != 1 {
+		t.Fatalf("worker budget: %+v %v", u, err)
+	}
+	if err := budget.Flush(ctx); err != nil {
+		t.Fatal(err)
 	}
 
-	// Readers load a short history with message gets.
+	// Readers load a short history with message gets and direct gets.
 	want, err := rs.topo.Load(ctx, "s-1")
 	if err != nil {
 		t.Fatal(err)
@@ -223,6 +221,22 @@ func TestRolesLibraryPaths(t *testing.T) {
 	pcancel()
 	hv.await(t, "$KV.jw_plans.p-1")
 
+	// Recoverer: the plan on the plan log, an assessment; the host reads
+	// both with the leader's and direct gets.
+	if _, err := rec.JS.Publish(ctx, rec.PlansSubject("s-1"), []byte(`{"v":1}`)); err != nil {
+		t.Fatalf("recoverer publishes a plan: %v", err)
+	}
+	if _, err := rec.JS.Publish(ctx, rec.AssessmentsSubject("s-1"), []byte(`{"v":1}`)); err != nil {
+		t.Fatalf("recoverer publishes an assessment: %v", err)
+	}
+	for _, kind := range []string{"PLANS", "ASSESSMENTS"} {
+		subj := map[string]string{"PLANS": host.PlansSubject("s-1"), "ASSESSMENTS": host.AssessmentsSubject("s-1")}[kind]
+		n := 0
+		if err := host.ReadSubject(ctx, host.StreamName(kind), subj, func(*jetstream.RawStreamMsg) error { n++; return nil }); err != nil || n != 1 {
+			t.Errorf("host reads %s: %d messages, %v", kind, n, err)
+		}
+	}
+
 	// Reviewer: a review with its PubAck, read back.
 	var vv violations
 	vv.watch(reviewerNC)
@@ -260,13 +274,36 @@ func TestRolesLibraryPaths(t *testing.T) {
 	if err := svc.AddEndpoint("status", micro.HandlerFunc(func(r micro.Request) { _ = r.RespondJSON(map[string]bool{"ok": true}) }), micro.WithEndpointSubject("jw.api.status")); err != nil {
 		t.Fatal(err)
 	}
+	// A second instance (on a connection of its own: the response
+	// permission lets one connection answer each request once): $SRV.PING
+	// has two responders, and both answers come back through the host's
+	// import (response type stream).
+	rec2NC := rs.connect(t, stream.RoleRecoverer)
+	svc2, err := micro.AddService(rec2NC, micro.Config{Name: "jingwei", Version: "0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc2.Stop()
 	recNC.Flush()
+	rec2NC.Flush()
 	resp, err := agentNC.Request("jw.api.status", nil, 5*time.Second)
 	if err != nil || string(resp.Data) != `{"ok":true}` {
 		t.Fatalf("agent's status request: %v %v", resp, err)
 	}
-	if resp, err := hostNC.Request("$SRV.PING.jingwei", nil, 5*time.Second); err != nil || !strings.Contains(string(resp.Data), `"name":"jingwei"`) {
-		t.Fatalf("host's $SRV.PING: %v %v", resp, err)
+	if resp, err := reviewerNC.Request("jw.api.status", nil, 5*time.Second); err != nil || string(resp.Data) != `{"ok":true}` {
+		t.Fatalf("reviewer's status request: %v %v", resp, err)
+	}
+	pings, err := hostNC.SubscribeSync(hostNC.NewInbox())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hostNC.PublishRequest("$SRV.PING.jingwei", pings.Subject, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if m, err := pings.NextMsg(5 * time.Second); err != nil || !strings.Contains(string(m.Data), `"name":"jingwei"`) {
+			t.Fatalf("host's $SRV.PING, answer %d: %v %v", i+1, m, err)
+		}
 	}
 
 	// Recoverer: lease expiry seen by the watcher (an ordered consumer on

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -54,19 +55,6 @@ func startRoleServerWith(t *testing.T, dir stream.KeyDir, cfg stream.EmbeddedCon
 	js, _ := jetstream.New(rs.admin)
 	if rs.topo, err = stream.EnsureTopology(ctx, js, stream.TopologyConfig{}); err != nil {
 		t.Fatal(err)
-	}
-	// The lead is adding AllowDirect to JW_EVENTS; until then the test
-	// topology gets it here, so the readers' direct gets really answer.
-	si, err := rs.topo.Events.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !si.Config.AllowDirect {
-		c := si.Config
-		c.AllowDirect = true
-		if _, err := js.UpdateStream(ctx, c); err != nil {
-			t.Fatal(err)
-		}
 	}
 	return rs
 }
@@ -123,21 +111,25 @@ func TestRolesCheckEmbedded(t *testing.T) {
 }
 
 // TestRolesCheckCoversTheAttacks: the checker's probes include every attack
-// the roles defend against, for every role.
+// the roles defend against, for every untrusted role, and report how the
+// server refused each: a permissions violation inside the role's account,
+// or the account boundary (an injected reply subject answered in the
+// role's own account, other accounts' replies unseen).
 func TestRolesCheckCoversTheAttacks(t *testing.T) {
 	rs := startRoleServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	rep, err := stream.CheckRoles(ctx, stream.CheckConfig{URL: rs.srv.ClientURL(), Dir: rs.dir, Roles: []stream.Role{stream.RoleAgent}})
+	untrusted := []stream.Role{stream.RoleAgent, stream.RoleReviewer, stream.RoleHost}
+	rep, err := stream.CheckRoles(ctx, stream.CheckConfig{URL: rs.srv.ClientURL(), Dir: rs.dir, Roles: untrusted})
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkOK(t, rep)
 	p := stream.DefaultProbeSession
-	want := []string{
+	byPermission := []string{
 		"publish jw.events." + p + " (JetStream)", "publish jw.plans." + p + " (JetStream)",
-		"publish jw.reviews." + p + " (JetStream)", "publish jw.assessments." + p + " (JetStream)",
-		"publish _INBOX.<other client> (forged reply)",
+		"publish jw.assessments." + p + " (JetStream)",
+		"publish _INBOX.<other client> (forged reply)", "publish _R_.<import reply> (forged reply)",
 		"KV write jw_plans", "KV write jw_leases", "KV write jw_budget",
 		"stream delete JW_EVENTS", "stream purge JW_EVENTS", "stream update JW_EVENTS",
 		"stream delete JW_REVIEWS", "stream purge JW_REVIEWS", "stream update JW_REVIEWS",
@@ -145,27 +137,43 @@ func TestRolesCheckCoversTheAttacks(t *testing.T) {
 		"message delete JW_REVIEWS",
 		"consumer on JW_REQUESTS", "consumer on JW_PLANS", "consumer on JW_EVENTS", "consumer on JW_REVIEWS",
 		"ack on JW_REQUESTS", "ack on JW_PLANS (with domain)",
-		"subscribe jw.api.>", "subscribe $SRV.>",
+		"subscribe jw.api.>", "subscribe $SRV.>", "subscribe jw.events.> (core)",
+		"KV get jw_budget", "KV get jw_leases", "stream info TOOLS_LEDGER",
+	}
+	byAccount := []string{
+		"see another account's replies (subscribe _INBOX.>)",
+		"answer lands in another account (injected reply subject)",
 	}
 	have := map[string]stream.CheckResult{}
 	for _, r := range rep.Results {
-		have[r.Action] = r
+		have[string(r.Role)+" "+r.Action] = r
 	}
-	for _, a := range want {
-		r, ok := have[a]
-		if !ok {
-			t.Errorf("no probe %q", a)
-			continue
-		}
-		if r.Expect != stream.Refused || r.Got != stream.Refused || !strings.Contains(r.Detail, "Permissions Violation") {
-			t.Errorf("%q: expect %s got %s (%s); want refused by a permissions violation", a, r.Expect, r.Got, r.Detail)
+	for _, role := range untrusted {
+		for _, a := range append(byPermission, byAccount...) {
+			r, ok := have[string(role)+" "+a]
+			if !ok {
+				t.Errorf("%s: no probe %q", role, a)
+				continue
+			}
+			want, text := stream.RefusedPermission, "Permissions Violation"
+			if slices.Contains(byAccount, a) {
+				want, text = stream.RefusedIsolated, "account"
+			}
+			if r.Expect != stream.Refused || r.Got != stream.Refused || r.RefusedBy != want || !strings.Contains(r.Detail, text) {
+				t.Errorf("%s %q: expect %s got %s by %q (%s); want refused by %s", role, a, r.Expect, r.Got, r.RefusedBy, r.Detail, want)
+			}
+			if r.Account != "JINGWEI_"+strings.ToUpper(string(role)) {
+				t.Errorf("%s: account %q", role, r.Account)
+			}
 		}
 	}
 }
 
-// TestRolesCheckCatchesWrongPermissions gives every role admin's rights, as
-// a misconfigured live deployment would: the check reports every refusal
-// that did not happen, and its probes change nothing on the server.
+// TestRolesCheckCatchesWrongPermissions runs the check against the old
+// single-account setup (every role's user in the trusted account, with
+// admin's rights), as a misconfigured live deployment would be: the check
+// reports every refusal that did not happen, the reply-subject injection
+// and the snooping included, and its probes change nothing on the server.
 func TestRolesCheckCatchesWrongPermissions(t *testing.T) {
 	dir := stream.KeyDir(filepath.Join(t.TempDir(), "keys"))
 	if _, err := dir.Init(); err != nil {
@@ -175,11 +183,7 @@ func TestRolesCheckCatchesWrongPermissions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs := startRoleServerWith(t, dir, stream.EmbeddedConfig{Users: keys, Options: func(o *server.Options) {
-		for _, u := range o.Nkeys {
-			u.Permissions = nil // everything allowed
-		}
-	}})
+	rs := startRoleServerWith(t, dir, stream.EmbeddedConfig{Users: keys, Options: oneAccount})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	before := serverState(t, ctx, rs)
@@ -205,6 +209,10 @@ func TestRolesCheckCatchesWrongPermissions(t *testing.T) {
 		"agent stream delete JW_EVENTS", "host KV write jw_plans", "reviewer consumer on JW_REQUESTS",
 		"worker stream purge TOOLS_LEDGER", "recoverer publish jw.reviews." + stream.DefaultProbeSession + " (JetStream)",
 		"worker subscribe jw.api.>", "agent publish _INBOX.<other client> (forged reply)",
+		"agent answer lands in another account (injected reply subject)",
+		"agent see another account's replies (subscribe _INBOX.>)",
+		"host answer lands in another account (injected reply subject)",
+		"worker see another account's replies (subscribe _INBOX.>)",
 	} {
 		if !bad[k] {
 			t.Errorf("not reported: %s", k)
@@ -213,6 +221,122 @@ func TestRolesCheckCatchesWrongPermissions(t *testing.T) {
 	after := serverState(t, ctx, rs)
 	if before != after {
 		t.Errorf("the probes changed the server:\nbefore %s\nafter  %s", before, after)
+	}
+}
+
+// oneAccount moves every user into the trusted account with full rights:
+// the setup before accounts, misconfigured.
+func oneAccount(o *server.Options) {
+	var trusted *server.Account
+	for _, a := range o.Accounts {
+		if a.Name == stream.DefaultAccount {
+			trusted = a
+		}
+	}
+	for _, u := range o.Nkeys {
+		u.Account, u.Permissions = trusted, nil
+	}
+}
+
+// TestRolesCheckAccountsAlone: with the accounts in place but every user
+// given full rights inside its account, the accounts alone keep the
+// untrusted roles out of everything they do not import: the check reports
+// those refusals as "not imported" (no responders, and nothing reached the
+// trusted account), and the isolation probes still pass. What it flags are
+// the permissions the users should have had.
+func TestRolesCheckAccountsAlone(t *testing.T) {
+	dir := stream.KeyDir(filepath.Join(t.TempDir(), "keys"))
+	if _, err := dir.Init(); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := dir.PublicKeys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := startRoleServerWith(t, dir, stream.EmbeddedConfig{Users: keys, Options: func(o *server.Options) {
+		for _, u := range o.Nkeys {
+			if u.Account.Name != stream.DefaultAccount {
+				u.Permissions = nil
+			}
+		}
+	}})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	before := serverState(t, ctx, rs)
+	rep, err := stream.CheckRoles(ctx, stream.CheckConfig{URL: rs.srv.ClientURL(), Dir: rs.dir, Roles: []stream.Role{stream.RoleAgent, stream.RoleHost}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]stream.CheckResult{}
+	for _, r := range rep.Results {
+		have[string(r.Role)+" "+r.Action] = r
+	}
+	p := stream.DefaultProbeSession
+	for _, a := range []string{
+		"agent publish jw.events." + p + " (JetStream)", "agent KV write jw_budget", "agent stream delete JW_EVENTS",
+		"agent consumer on JW_REQUESTS", "agent request jw.api.prepare", "agent message get JW_PLANS",
+		"agent ack on JW_REQUESTS", "agent publish _INBOX.<other client> (forged reply)",
+		"host publish jw.requests." + p + " (JetStream)", "host KV write jw_plans", "host KV get jw_budget",
+		"host request jw.api.call", "host stream purge KV_jw_plans",
+	} {
+		r := have[a]
+		if r.Got != stream.Refused || r.RefusedBy != stream.RefusedNotImported || !r.OK {
+			t.Errorf("%s: got %s by %q ok=%v (%s); want refused, not imported", a, r.Got, r.RefusedBy, r.OK, r.Detail)
+		}
+	}
+	for _, a := range []string{"agent answer lands in another account (injected reply subject)", "host see another account's replies (subscribe _INBOX.>)"} {
+		if r := have[a]; r.Got != stream.Refused || r.RefusedBy != stream.RefusedIsolated {
+			t.Errorf("%s: got %s by %q (%s)", a, r.Got, r.RefusedBy, r.Detail)
+		}
+	}
+	// What the permissions alone refused: a subscription is judged by them.
+	if r := have["agent subscribe jw.events.> (core)"]; r.OK || r.Got != stream.Allowed {
+		t.Errorf("agent's core subscription: %+v", r)
+	}
+	// The imports still work.
+	for _, a := range []string{"agent publish jw.requests." + p + " (JetStream)", "host request $SRV.PING (nats micro ls)", "host KV get jw_plans"} {
+		if r := have[a]; r.Got != stream.Allowed || !r.OK {
+			t.Errorf("%s: %+v", a, r)
+		}
+	}
+	if after := serverState(t, ctx, rs); before != after {
+		t.Errorf("the probes changed the server:\nbefore %s\nafter  %s", before, after)
+	}
+}
+
+// TestRolesCheckWithoutWitness: without admin's credentials the check
+// cannot tell "not imported" from "imported, nothing answering" and says
+// so instead of guessing.
+func TestRolesCheckWithoutWitness(t *testing.T) {
+	dir := stream.KeyDir(filepath.Join(t.TempDir(), "keys"))
+	if _, err := dir.Init(); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := dir.PublicKeys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := startRoleServerWith(t, dir, stream.EmbeddedConfig{Users: keys})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := os.Remove(dir.SeedFile(stream.RoleAdmin)); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := stream.CheckRoles(ctx, stream.CheckConfig{URL: rs.srv.ClientURL(), Dir: rs.dir, Roles: []stream.Role{stream.RoleAgent}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rep.Results {
+		switch r.Action {
+		case "request jw.api.call": // imported, no recoverer running: no responders
+			if r.OK || r.Got != stream.Failed || !strings.Contains(r.Detail, "witness") {
+				t.Errorf("%s: %+v", r.Action, r)
+			}
+		case "answer lands in another account (injected reply subject)", "see another account's replies (subscribe _INBOX.>)":
+			if r.Got != stream.Skipped && r.Got != stream.Refused {
+				t.Errorf("%s: %+v", r.Action, r)
+			}
+		}
 	}
 }
 
@@ -234,8 +358,9 @@ func serverState(t *testing.T, ctx context.Context, rs *roleServer) string {
 }
 
 // TestRoleTables checks the tables themselves: every entry says why, only
-// admin has wildcard rights, every non-admin role carries the guards it
-// does not own, the recoverer alone answers requests, and the server and
+// admin has wildcard rights, the worker and the recoverer carry the guards
+// they do not own, the recoverer alone answers requests, the untrusted
+// roles may publish exactly what their accounts import, and the server and
 // JWT forms hold the same lists.
 func TestRoleTables(t *testing.T) {
 	rc := stream.RoleConfig{}
@@ -249,17 +374,51 @@ func TestRoleTables(t *testing.T) {
 		sp := rc.Permissions(r)
 		jp := rc.JWTPermissions(r)
 		if !sameList(sp.Publish.Allow, p.PublishAllow) || !sameList([]string(jp.Pub.Allow), p.PublishAllow) ||
-			!sameList(sp.Publish.Deny, p.PublishDeny) || !sameList([]string(jp.Pub.Deny), p.PublishDeny) ||
+			!sameList(sp.Publish.Deny, p.PublishDeny) ||
 			!sameList(sp.Subscribe.Allow, p.SubscribeAllow) || !sameList([]string(jp.Sub.Allow), p.SubscribeAllow) ||
-			!sameList(sp.Subscribe.Deny, p.SubscribeDeny) || !sameList([]string(jp.Sub.Deny), p.SubscribeDeny) {
+			!sameList(sp.Subscribe.Deny, p.SubscribeDeny) {
 			t.Errorf("%s: server and JWT forms differ", r)
+		}
+		// The JWT leaves out exactly the denies no allow reaches.
+		for _, l := range []struct{ allow, deny, jwtDeny []string }{
+			{p.PublishAllow, p.PublishDeny, jp.Pub.Deny}, {p.SubscribeAllow, p.SubscribeDeny, jp.Sub.Deny},
+		} {
+			for _, d := range l.deny {
+				reached := false
+				for _, a := range l.allow {
+					for _, probe := range []string{d, strings.ReplaceAll(strings.ReplaceAll(d, "*", "x"), ">", "x.y")} {
+						reached = reached || subjectMatch(a, probe) && subjectMatch(d, probe)
+					}
+					reached = reached || subjectMatch(d, strings.ReplaceAll(strings.ReplaceAll(a, "*", "x"), ">", "x.y"))
+				}
+				if kept := slices.Contains(l.jwtDeny, d); reached && !kept {
+					t.Errorf("%s: JWT drops deny %q though an allow reaches it", r, d)
+				}
+			}
+			for _, d := range l.jwtDeny {
+				if !slices.Contains(l.deny, d) {
+					t.Errorf("%s: JWT deny %q not in the table", r, d)
+				}
+			}
 		}
 		if (r == stream.RoleRecoverer) != (sp.Response != nil) || (r == stream.RoleRecoverer) != (jp.Resp != nil) {
 			t.Errorf("%s: response permission %v", r, sp.Response)
 		}
-		if r == stream.RoleAdmin {
+		switch {
+		case r == stream.RoleAdmin:
 			if len(p.PublishDeny)+len(p.SubscribeDeny) != 0 || !slices.Equal(p.PublishAllow, []string{">"}) {
 				t.Errorf("admin: %+v", p)
+			}
+			continue
+		case !r.Trusted():
+			var imported []string
+			for _, im := range rc.Imports(r) {
+				imported = append(imported, im.Subject)
+			}
+			if !sameList(p.PublishAllow, imported) || !slices.Equal(p.SubscribeAllow, []string{"_INBOX.>"}) ||
+				len(p.PublishDeny)+len(p.SubscribeDeny) != 0 {
+				t.Errorf("%s: publishes %v, subscribes %v, denies %v %v; want exactly the imports %v and _INBOX.>",
+					r, p.PublishAllow, p.SubscribeAllow, p.PublishDeny, p.SubscribeDeny, imported)
 			}
 			continue
 		}
@@ -268,15 +427,9 @@ func TestRoleTables(t *testing.T) {
 				t.Errorf("%s: allows %q", r, s)
 			}
 		}
-		mustDeny := []string{"_INBOX.>", "$JS.API.STREAM.DELETE.*", "$JS.API.STREAM.PURGE.*", "$JS.API.STREAM.UPDATE.*", "$JS.API.STREAM.MSG.DELETE.*"}
-		if r != stream.RoleWorker && r != stream.RoleRecoverer {
-			mustDeny = append(mustDeny, "jw.events.>", "$KV.jw_plans.>", "$KV.jw_leases.>", "$KV.jw_budget.>")
-		}
+		mustDeny := []string{"_INBOX.>", "_R_.>", "$JS.API.STREAM.DELETE.*", "$JS.API.STREAM.PURGE.*", "$JS.API.STREAM.UPDATE.*", "$JS.API.STREAM.MSG.DELETE.*", "jw.reviews.>"}
 		if r != stream.RoleRecoverer {
 			mustDeny = append(mustDeny, "jw.plans.>", "jw.assessments.>", "$JS.API.CONSUMER.*.JW_EVENTS.>", "$JS.ACK.JW_REVIEWS.>")
-		}
-		if r != stream.RoleReviewer {
-			mustDeny = append(mustDeny, "jw.reviews.>")
 		}
 		if r != stream.RoleWorker {
 			mustDeny = append(mustDeny, "$JS.API.CONSUMER.*.JW_REQUESTS.>", "$JS.API.CONSUMER.*.*.JW_PLANS.>", "$JS.ACK.*.*.JW_REQUESTS.>", "$JS.API.STREAM.CREATE.*")
@@ -290,13 +443,17 @@ func TestRoleTables(t *testing.T) {
 			t.Errorf("%s: may receive service requests: %v", r, p.SubscribeDeny)
 		}
 	}
-	// An unknown role gets nothing, never nil (which would be everything).
+	// An unknown role gets nothing, never nil (which would be everything),
+	// and no account.
 	u := rc.Permissions("root")
 	if u == nil || !slices.Equal(u.Publish.Deny, []string{">"}) || !slices.Equal(u.Subscribe.Deny, []string{">"}) || len(u.Publish.Allow) != 0 {
 		t.Errorf("unknown role: %+v", u)
 	}
-	// The prefixes reach every subject.
-	acme := stream.RoleConfig{Prefix: "acme", ToolsPrefix: "shop"}
+	if rc.AccountName("root") != "" || rc.Imports("root") != nil {
+		t.Error("unknown role has an account")
+	}
+	// The prefixes and the account name reach every subject and account.
+	acme := stream.RoleConfig{Prefix: "acme", ToolsPrefix: "shop", Account: "ACME"}
 	for _, r := range stream.Roles {
 		p := acme.Subjects(r)
 		for _, s := range append(append(p.PublishAllow, p.PublishDeny...), append(p.SubscribeAllow, p.SubscribeDeny...)...) {
@@ -304,6 +461,95 @@ func TestRoleTables(t *testing.T) {
 				t.Errorf("%s with prefix acme: %q", r, s)
 			}
 		}
+		if !strings.HasPrefix(acme.AccountName(r), "ACME") {
+			t.Errorf("%s: account %q", r, acme.AccountName(r))
+		}
+	}
+}
+
+// subjectMatch reports whether subject matches the NATS pattern.
+func subjectMatch(pattern, subject string) bool {
+	pt, st := strings.Split(pattern, "."), strings.Split(subject, ".")
+	for i, p := range pt {
+		if p == ">" {
+			return len(st) > i
+		}
+		if i >= len(st) || p != "*" && p != st[i] {
+			return false
+		}
+	}
+	return len(pt) == len(st)
+}
+
+// TestRoleAccounts checks the account tables: the trusted account holds
+// JetStream, the worker, recoverer and admin, and exports exactly what the
+// untrusted accounts import; each untrusted role imports what it uses and
+// nothing that writes session logs, plans, assessments, buckets, manages
+// streams or consumers, or reaches an inbox; batched reads and $SRV answer
+// with a stream of responses.
+func TestRoleAccounts(t *testing.T) {
+	rc := stream.RoleConfig{}
+	accs := rc.Accounts()
+	if len(accs) != 4 || accs[0].Name != "JINGWEI" || !accs[0].JetStream ||
+		!slices.Equal(accs[0].Roles, []stream.Role{stream.RoleWorker, stream.RoleRecoverer, stream.RoleAdmin}) || len(accs[0].Imports) != 0 {
+		t.Fatalf("trusted account: %+v", accs[0])
+	}
+	exported := map[string]stream.ServiceExport{}
+	for _, e := range accs[0].Exports {
+		if _, dup := exported[e.Subject]; dup {
+			t.Errorf("%s exported twice", e.Subject)
+		}
+		exported[e.Subject] = e
+	}
+	want := map[stream.Role][]string{
+		stream.RoleAgent:    {"jw.requests.*", "jw.api.call", "jw.api.status", "$JS.API.DIRECT.GET.JW_EVENTS", "$JS.API.DIRECT.GET.JW_EVENTS.>", "$JS.API.STREAM.MSG.GET.JW_EVENTS", "$JS.API.STREAM.INFO.JW_EVENTS"},
+		stream.RoleReviewer: {"jw.reviews.*", "jw.api.status", "jw.api.inspect", "$JS.API.DIRECT.GET.JW_REVIEWS", "$JS.API.STREAM.MSG.GET.JW_EVENTS", "$JS.API.STREAM.INFO.KV_jw_budget"},
+		stream.RoleHost:     {"jw.api.prepare", "jw.api.status", "jw.api.inspect", "$SRV.>", "$JS.API.STREAM.MSG.GET.JW_ASSESSMENTS", "$JS.API.DIRECT.GET.KV_jw_plans.>", "$JS.API.STREAM.INFO.KV_jw_plans"},
+	}
+	never := []string{
+		"jw.events.s1", "jw.plans.s1", "jw.assessments.s1", "$KV.jw_budget.s.t", "$KV.jw_plans.p", "$KV.jw_leases.s",
+		"$JS.API.STREAM.DELETE.JW_EVENTS", "$JS.API.STREAM.PURGE.KV_jw_plans", "$JS.API.STREAM.UPDATE.JW_REVIEWS",
+		"$JS.API.STREAM.MSG.DELETE.JW_EVENTS", "$JS.API.STREAM.CREATE.X", "$JS.API.CONSUMER.CREATE.JW_EVENTS.c.jw.events.s1",
+		"$JS.API.CONSUMER.MSG.NEXT.JW_REQUESTS.c", "$JS.ACK.JW_REQUESTS.c.1.1.1.0.0", "_INBOX.x", "_R_.x.y",
+		"$JS.API.DIRECT.GET.KV_jw_budget.$KV.jw_budget.s.t", "$JS.API.STREAM.INFO.TOOLS_LEDGER", "jw.api.x.y",
+	}
+	for _, a := range accs[1:] {
+		if len(a.Roles) != 1 || a.JetStream || len(a.Exports) != 0 || a.Name != rc.AccountName(a.Roles[0]) {
+			t.Errorf("account %+v", a)
+			continue
+		}
+		r := a.Roles[0]
+		var subjects []string
+		for _, im := range a.Imports {
+			subjects = append(subjects, im.Subject)
+			e, ok := exported[im.Subject]
+			if !ok || !slices.Contains(e.Accounts, a.Name) || e.Response != im.Response {
+				t.Errorf("%s imports %s, exported as %+v", r, im.Subject, e)
+			}
+			streamed := im.Subject == "$SRV.>" || strings.HasPrefix(im.Subject, "$JS.API.DIRECT.GET.") && !strings.HasSuffix(im.Subject, ".>")
+			if streamed != (im.Response == stream.ResponseStream) || im.Why == "" {
+				t.Errorf("%s: %s response %s, why %q", r, im.Subject, im.Response, im.Why)
+			}
+			for _, bad := range never {
+				if subjectMatch(im.Subject, bad) {
+					t.Errorf("%s imports %s, which reaches %s", r, im.Subject, bad)
+				}
+			}
+		}
+		for _, w := range want[r] {
+			if !slices.Contains(subjects, w) {
+				t.Errorf("%s does not import %s", r, w)
+			}
+		}
+		if !slices.Contains(subjects, "$JS.API.INFO") {
+			t.Errorf("%s does not import $JS.API.INFO: the server's own JetStream API would answer first", r)
+		}
+	}
+	if n := len(exported["jw.api.status"].Accounts); n != 3 {
+		t.Errorf("jw.api.status exported to %d accounts", n)
+	}
+	if e := exported["jw.requests.*"]; !slices.Equal(e.Accounts, []string{"JINGWEI_AGENT"}) {
+		t.Errorf("requests exported to %v", e.Accounts)
 	}
 }
 

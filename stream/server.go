@@ -54,20 +54,26 @@ type EmbeddedConfig struct {
 	// Logger receives the server's log (notices at info, debug and trace
 	// dropped). Defaults to zerolog.Nop().
 	Logger zerolog.Logger
-	// Users, when non-empty, turns authorization on: each role's nkey user
-	// public key ("U…", see KeyDir.PublicKeys) becomes a server user with
-	// that role's permissions (Roles.Permissions). Clients then must
-	// connect with a role's seed (ConnectConfig.NKeySeedFile, NkeyOption);
-	// a role left out has no user. Nil or empty keeps the server open to
-	// every client with full access.
+	// Users, when non-empty, turns authorization on: the server runs with
+	// the roles' accounts (RoleConfig.AccountsBlock, the same text an
+	// external server is given): the trusted account (worker, recoverer,
+	// admin) with JetStream and its exports, and one account per
+	// untrusted role (agent, reviewer, host) importing what the role uses.
+	// Each role's nkey user public key ("U…", see KeyDir.PublicKeys)
+	// becomes a user of its role's account with the role's permissions
+	// (Roles.Permissions). Clients then must connect with a role's seed
+	// (ConnectConfig.NKeySeedFile, NkeyOption); a role left out has no
+	// user. Nil or empty keeps the server open to every client with full
+	// access, in one account.
 	Users map[Role]string
 	// Roles names the subjects of the users' permissions: the topology's
 	// prefix and the example tools' prefix. The zero value is the
 	// defaults ("jw", "tools"). Unused without Users.
 	Roles RoleConfig
 	// Options, when non-nil, is called with the server options just before
-	// the server is created, for settings this config does not offer
-	// (accounts, TLS, clustering). Nil changes nothing.
+	// the server is created (after Users set up the accounts), for
+	// settings this config does not offer (TLS, clustering). Nil changes
+	// nothing.
 	Options func(*server.Options)
 }
 
@@ -138,7 +144,15 @@ func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 		NoSigs:     true,
 		SyncAlways: cfg.Sync == SyncAlways,
 	}
-	opts.Nkeys = nkeyUsers(cfg.Users, cfg.Roles)
+	if len(cfg.Users) > 0 {
+		block, err := cfg.Roles.AccountsBlock(cfg.Users)
+		if err != nil {
+			return nil, err
+		}
+		if err := opts.ProcessConfigString(block); err != nil {
+			return nil, fmt.Errorf("stream: embedded server accounts: %w", err)
+		}
+	}
 	if cfg.Options != nil {
 		cfg.Options(opts)
 	}
@@ -368,18 +382,6 @@ func validateUsers(users map[Role]string, rc RoleConfig) error {
 		seen[pub] = r
 	}
 	return nil
-}
-
-// nkeyUsers returns the server users for EmbeddedConfig.Users, in the order
-// of Roles; nil without users.
-func nkeyUsers(users map[Role]string, rc RoleConfig) []*server.NkeyUser {
-	var out []*server.NkeyUser
-	for _, r := range Roles {
-		if pub, ok := users[r]; ok {
-			out = append(out, &server.NkeyUser{Nkey: pub, Permissions: rc.Permissions(r)})
-		}
-	}
-	return out
 }
 
 // NkeyOption returns the nats.Option that authenticates a connection with

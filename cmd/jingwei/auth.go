@@ -18,39 +18,56 @@ func init() {
 	register(command{name: "auth", summary: "role credentials and the server permissions that enforce them (auth init|config|check|creds)", run: runAuth})
 }
 
-const authHelp = `  jingwei auth init   --dir DIR [--prefix jw] [--tools-prefix tools] [--json]
-  jingwei auth config --dir DIR [--prefix jw] [--tools-prefix tools]
+const authHelp = `  jingwei auth init   --dir DIR [--prefix jw] [--tools-prefix tools] [--account JINGWEI] [--json]
+  jingwei auth config --dir DIR [--prefix jw] [--tools-prefix tools] [--account JINGWEI]
   jingwei auth check  --dir DIR [--server URL] [--operator] [--tlsca FILE]
-                      [--prefix jw] [--tools-prefix tools] [--roles r1,r2]
-                      [--timeout 2s] [--json]
-  jingwei auth creds  --dir DIR --account-seed FILE [--issuer-account A…]
-                      [--expires D] [--prefix jw] [--tools-prefix tools] [--json]
+                      [--prefix jw] [--tools-prefix tools] [--account JINGWEI]
+                      [--roles r1,r2] [--timeout 2s] [--json]
+  jingwei auth creds  --dir DIR --operator-seed FILE [--roles r1,r2]
+                      [--expires D] [--prefix jw] [--tools-prefix tools]
+                      [--account JINGWEI] [--json]
 
 Every jingwei client connects as one role: agent, reviewer, host, worker,
-recoverer or admin (DESIGN §4a). The NATS server's permissions keep each
-role to its subjects.
+recoverer or admin (DESIGN §4a). The trusted roles (worker, recoverer,
+admin) share one NATS account, JINGWEI (--account), which holds JetStream
+and the streams. Each other role has an account of its own (JINGWEI_AGENT,
+JINGWEI_REVIEWER, JINGWEI_HOST) that imports from JINGWEI only the services
+the role uses: replies and inboxes never cross from one account into
+another, so no role can have the server answer onto a jingwei subject or
+read another role's replies. Inside each account the user's permissions
+keep the role to its subjects too.
 
 auth init writes what is missing in DIR (created 0700): one nkey user seed
 per role (DIR/<role>.nk, 0600), the plan-signing key (DIR/planner.nk, 0600)
 and the plan signers tool workers trust (DIR/planners, one public key per
 line, 0644). Existing keys are kept, never replaced. It prints which file
-each kind of client uses and the nats-server authorization block for the
-role keys.
+each kind of client uses and the nats-server accounts block for the role
+keys.
 
-auth config prints that authorization block for the keys in DIR: static
-nkey users with each role's permissions, to paste into (or include from)
-the configuration of an external nats-server.
+auth config prints that accounts block for the keys in DIR: the accounts
+with their exports and imports, and a static nkey user per role with its
+permissions, to put into (or include from) the configuration of an
+external nats-server that has a jetstream block and no other users.
 
 auth check connects to the server as every role (DIR/<role>.nk, or with
 --operator DIR/<role>.creds) and checks that each action the role needs
-works and each one it must not take is refused by the server. The probes
-change nothing, even where a permission is wrongly granted. It prints one
-row per probe (--json: the whole report).
+works and each one it must not take is refused by the server, and how: a
+permissions violation, not imported into the role's account (no
+responders, and admin's connection in JINGWEI saw nothing), or account
+isolation (an injected reply subject and another account's inboxes stay
+out of reach). The probes change nothing, even where a permission is
+wrongly granted. It prints one row per probe (--json: the whole report).
 
-auth creds is for servers in operator mode (JWT accounts): it signs a user
-JWT per role with the role's permissions for the role's key in DIR, with
-the account seed in FILE (an account key, or one of its signing keys with
---issuer-account), and writes DIR/<role>.creds (0600, replacing earlier
+auth creds is for servers in operator mode (JWT accounts). With the
+operator's seed in FILE (SO…: the operator key or one of its signing keys)
+it signs the account JWTs: JINGWEI with JetStream and its exports, and one
+account per untrusted role with its imports (account keys are created once
+in DIR/<ACCOUNT>.account.nk and kept). It writes them to
+DIR/<ACCOUNT>.account.jwt and, as entries of a resolver_preload block, to
+DIR/resolver-preload.conf (resolver: MEMORY; a full resolver takes the
+same JWTs with nsc push). Then it signs a user JWT per role (--roles: only
+these) with the role's permissions for the role's key in DIR, by the
+role's account, and writes DIR/<role>.creds (0600, replacing earlier
 ones). Clients then connect with --creds DIR/<role>.creds.
 
 A directory or key file that other users can read or write is refused;
@@ -87,13 +104,14 @@ func runAuth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // authFlags are the flags every auth subcommand takes.
 type authFlags struct {
-	dir, prefix, toolsPrefix string
+	dir, prefix, toolsPrefix, account string
 }
 
 func (a *authFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&a.dir, "dir", envOr("JINGWEI_AUTH_DIR", ""), "directory of the role credentials (env JINGWEI_AUTH_DIR; required)")
 	fs.StringVar(&a.prefix, "prefix", envOr("JINGWEI_PREFIX", "jw"), "subject prefix of the jingwei topology (env JINGWEI_PREFIX)")
 	fs.StringVar(&a.toolsPrefix, "tools-prefix", stream.DefaultToolsPrefix, "prefix of the example tools' buckets and stream")
+	fs.StringVar(&a.account, "account", stream.DefaultAccount, "name of the trusted NATS account; the untrusted roles' accounts are <account>_AGENT, _REVIEWER, _HOST")
 }
 
 // check returns the role config, or a usage problem.
@@ -101,7 +119,7 @@ func (a *authFlags) check() (stream.RoleConfig, string) {
 	if a.dir == "" {
 		return stream.RoleConfig{}, "--dir is required"
 	}
-	rc := stream.RoleConfig{Prefix: a.prefix, ToolsPrefix: a.toolsPrefix}
+	rc := stream.RoleConfig{Prefix: a.prefix, ToolsPrefix: a.toolsPrefix, Account: a.account}
 	if err := rc.Validate(); err != nil {
 		return rc, err.Error()
 	}
@@ -131,14 +149,15 @@ var roleUse = map[stream.Role]string{
 
 type authInitOutput struct {
 	stream.KeyDirInit
-	Authorization string `json:"authorization"`
+	// Accounts is the nats-server accounts block (auth config).
+	Accounts string `json:"accounts_block"`
 }
 
 func runAuthInit(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("auth init", "Create the role keys, the plan-signing key and the planners file (what is missing).", authHelp, stderr)
 	var af authFlags
 	af.register(fs)
-	asJSON := fs.Bool("json", false, "print the keys and the authorization block as JSON")
+	asJSON := fs.Bool("json", false, "print the keys and the accounts block as JSON")
 	if st, ok := parseFlags(fs, args); !ok {
 		return st
 	}
@@ -155,7 +174,7 @@ func runAuthInit(_ context.Context, args []string, stdout, stderr io.Writer) int
 	for _, kf := range res.Roles {
 		keys[kf.Role] = kf.PublicKey
 	}
-	block, err := rc.AuthorizationBlock(keys)
+	block, err := rc.AccountsBlock(keys)
 	if err != nil {
 		return keyError(stderr, "auth init", err)
 	}
@@ -163,7 +182,7 @@ func runAuthInit(_ context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "jingwei auth init: warning: %s does not list the planner key %s; tool workers will refuse plans signed with it (add the key or remove the file and run init again)\n", res.Planners, res.Planner.PublicKey)
 	}
 	if *asJSON {
-		_ = writeJSON(stdout, authInitOutput{KeyDirInit: res, Authorization: block})
+		_ = writeJSON(stdout, authInitOutput{KeyDirInit: res, Accounts: block})
 		return exitOK
 	}
 	created := func(b bool) string {
@@ -174,20 +193,20 @@ func runAuthInit(_ context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	fmt.Fprintf(stdout, "Role credentials in %s:\n\n", res.Dir)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ROLE\tFILE\tPUBLIC KEY\tSTATUS\tUSED BY")
+	fmt.Fprintln(tw, "ROLE\tACCOUNT\tFILE\tPUBLIC KEY\tSTATUS\tUSED BY")
 	for _, kf := range res.Roles {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", kf.Role, kf.Path, kf.PublicKey, created(kf.Created), roleUse[kf.Role])
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", kf.Role, rc.AccountName(kf.Role), kf.Path, kf.PublicKey, created(kf.Created), roleUse[kf.Role])
 	}
-	fmt.Fprintf(tw, "planner\t%s\t%s\t%s\t%s\n", res.Planner.Path, res.Planner.PublicKey, created(res.Planner.Created), "the recovery worker signs retry plans with it")
-	fmt.Fprintf(tw, "planners\t%s\t-\t%s\t%s\n", res.Planners, created(res.PlannersCreated), "tool workers accept plans signed by the keys listed here")
+	fmt.Fprintf(tw, "planner\t-\t%s\t%s\t%s\t%s\n", res.Planner.Path, res.Planner.PublicKey, created(res.Planner.Created), "the recovery worker signs retry plans with it")
+	fmt.Fprintf(tw, "planners\t-\t%s\t-\t%s\t%s\n", res.Planners, created(res.PlannersCreated), "tool workers accept plans signed by the keys listed here")
 	tw.Flush()
 	fmt.Fprintf(stdout, "\nEvery client connects with its role's seed: --nkey %s (e.g. jingwei worker --nkey %s).\n", dir.SeedFile("<role>"), dir.SeedFile(stream.RoleWorker))
-	fmt.Fprintf(stdout, "For an external nats-server, add this block to its configuration (jingwei auth config --dir %s prints it again),\nthen run jingwei auth check --dir %s --server URL:\n\n%s", af.dir, af.dir, block)
+	fmt.Fprintf(stdout, "For an external nats-server, add these accounts to its configuration, next to its jetstream block\n(jingwei auth config --dir %s prints them again), then run jingwei auth check --dir %s --server URL:\n\n%s", af.dir, af.dir, block)
 	return exitOK
 }
 
 func runAuthConfig(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("auth config", "Print the nats-server authorization block for the role keys in --dir.", authHelp, stderr)
+	fs := newFlags("auth config", "Print the nats-server accounts block (accounts, imports, exports, role users) for the role keys in --dir.", authHelp, stderr)
 	var af authFlags
 	af.register(fs)
 	if st, ok := parseFlags(fs, args); !ok {
@@ -201,7 +220,7 @@ func runAuthConfig(_ context.Context, args []string, stdout, stderr io.Writer) i
 	if err != nil {
 		return keyError(stderr, "auth config", fmt.Errorf("%w (create the keys with: jingwei auth init --dir %s)", err, af.dir))
 	}
-	block, err := rc.AuthorizationBlock(keys)
+	block, err := rc.AccountsBlock(keys)
 	if err != nil {
 		return keyError(stderr, "auth config", err)
 	}
@@ -229,15 +248,9 @@ func runAuthCheck(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if *timeout <= 0 {
 		return usageError(stderr, "auth", "--timeout must be positive")
 	}
-	var only []stream.Role
-	if *roles != "" {
-		for _, r := range strings.Split(*roles, ",") {
-			r := stream.Role(strings.TrimSpace(r))
-			if !r.Valid() {
-				return usageError(stderr, "auth", "--roles: unknown role %q", r)
-			}
-			only = append(only, r)
-		}
+	only, msg := parseRoles(*roles)
+	if msg != "" {
+		return usageError(stderr, "auth", "%s", msg)
 	}
 	rep, err := stream.CheckRoles(ctx, stream.CheckConfig{
 		URL: *server, Dir: stream.KeyDir(af.dir), Creds: *operator, TLSCA: *tlsca,
@@ -261,10 +274,26 @@ func runAuthCheck(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	return exitOK
 }
 
+// parseRoles parses a --roles list; empty means every role.
+func parseRoles(list string) ([]stream.Role, string) {
+	if list == "" {
+		return nil, ""
+	}
+	var out []stream.Role
+	for _, r := range strings.Split(list, ",") {
+		r := stream.Role(strings.TrimSpace(r))
+		if !r.Valid() {
+			return nil, fmt.Sprintf("--roles: unknown role %q", r)
+		}
+		out = append(out, r)
+	}
+	return out, ""
+}
+
 // printCheck prints one row per probe and a summary.
 func printCheck(w io.Writer, rep *stream.CheckReport) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ROLE\tACTION\tEXPECT\tGOT\tRESULT")
+	fmt.Fprintln(tw, "ROLE\tACCOUNT\tACTION\tEXPECT\tGOT\tRESULT")
 	for _, r := range rep.Results {
 		res := "ok"
 		if !r.OK {
@@ -272,7 +301,11 @@ func printCheck(w io.Writer, rep *stream.CheckReport) {
 		} else if r.Got == stream.Skipped {
 			res = "skipped: " + r.Detail
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Role, r.Action, r.Expect, r.Got, res)
+		got := string(r.Got)
+		if r.RefusedBy != "" {
+			got += " (" + string(r.RefusedBy) + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Role, r.Account, r.Action, r.Expect, got, res)
 	}
 	tw.Flush()
 	bad := len(rep.Failures())
@@ -284,16 +317,16 @@ func printCheck(w io.Writer, rep *stream.CheckReport) {
 }
 
 type authCredsOutput struct {
-	Files []stream.CredsFile `json:"files"`
+	*stream.RoleCreds
 }
 
 func runAuthCreds(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("auth creds", "Issue DIR/<role>.creds (user JWTs with the role permissions) for operator mode.", authHelp, stderr)
+	fs := newFlags("auth creds", "Issue the account JWTs and DIR/<role>.creds (user JWTs with the role permissions) for operator mode.", authHelp, stderr)
 	var af authFlags
 	af.register(fs)
-	seed := fs.String("account-seed", "", "file with the account's seed (SA…), or a signing key's with --issuer-account (required; must be 0600)")
-	issuer := fs.String("issuer-account", "", "the account's public key (A…), when --account-seed holds one of its signing keys")
-	expires := fs.Duration("expires", 0, "validity of the credentials from now (default: they never expire)")
+	seed := fs.String("operator-seed", "", "file with the operator's seed (SO…), or one of its signing keys' (required; must be 0600)")
+	roles := fs.String("roles", "", "issue user creds for these roles only, comma separated (default: all); the account JWTs are always issued")
+	expires := fs.Duration("expires", 0, "validity of the user credentials from now (default: they never expire)")
 	asJSON := fs.Bool("json", false, "print the files written as JSON")
 	if st, ok := parseFlags(fs, args); !ok {
 		return st
@@ -303,34 +336,53 @@ func runAuthCreds(_ context.Context, args []string, stdout, stderr io.Writer) in
 		return usageError(stderr, "auth", "%s", msg)
 	}
 	if *seed == "" {
-		return usageError(stderr, "auth", "--account-seed is required")
+		return usageError(stderr, "auth", "--operator-seed is required")
 	}
 	if *expires < 0 {
 		return usageError(stderr, "auth", "--expires must not be negative")
 	}
-	akp, err := stream.ReadSeedFile(*seed)
+	only, msg := parseRoles(*roles)
+	if msg != "" {
+		return usageError(stderr, "auth", "%s", msg)
+	}
+	okp, err := stream.ReadSeedFile(*seed)
 	if err != nil {
 		return keyError(stderr, "auth creds", err)
 	}
-	files, err := stream.KeyDir(af.dir).IssueRoleCreds(stream.CredsConfig{Account: akp, IssuerAccount: *issuer, Subjects: rc, Expires: *expires})
+	dir := stream.KeyDir(af.dir)
+	res, err := dir.IssueRoleCreds(stream.CredsConfig{Operator: okp, Subjects: rc, Roles: only, Expires: *expires})
 	if err != nil {
 		return keyError(stderr, "auth creds", err)
 	}
-	for _, f := range files {
+	for _, f := range res.Users {
 		if f.JWTBytes > stream.SafeJWTBytes {
 			fmt.Fprintf(stderr, "jingwei auth creds: warning: the %s JWT is %d bytes; a server with the default max_control_line (4KB) refuses it: set max_control_line: 16KB in its configuration\n", f.Role, f.JWTBytes)
 		}
 	}
 	if *asJSON {
-		_ = writeJSON(stdout, authCredsOutput{Files: files})
+		_ = writeJSON(stdout, authCredsOutput{res})
 		return exitOK
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ROLE\tCREDS FILE\tUSER\tJWT BYTES")
-	for _, f := range files {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\n", f.Role, f.Path, f.PublicKey, f.JWTBytes)
+	fmt.Fprintln(tw, "ACCOUNT\tROLES\tPUBLIC KEY\tJWT FILE\tJWT BYTES")
+	for _, a := range res.Accounts {
+		names := make([]string, len(a.Roles))
+		for i, r := range a.Roles {
+			names[i] = string(r)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", a.Name, strings.Join(names, ","), a.PublicKey, a.JWTFile, a.JWTBytes)
 	}
 	tw.Flush()
-	fmt.Fprintf(stdout, "\nClients connect with --creds %s; check with: jingwei auth check --dir %s --operator --server URL\n", stream.KeyDir(af.dir).CredsFile("<role>"), af.dir)
+	fmt.Fprintln(stdout)
+	tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ROLE\tACCOUNT\tCREDS FILE\tUSER\tJWT BYTES")
+	for _, f := range res.Users {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", f.Role, f.Account, f.Path, f.PublicKey, f.JWTBytes)
+	}
+	tw.Flush()
+	fmt.Fprintf(stdout, "\nThe account JWTs are signed by operator key %s. Give them to the server: with a memory resolver,\n"+
+		"  resolver: MEMORY\n  resolver_preload {\n    <system account>: <its JWT>\n    include %q\n  }\n"+
+		"(a full resolver takes the JWT files with nsc push). Clients connect with --creds %s;\ncheck with: jingwei auth check --dir %s --operator --server URL\n",
+		res.Operator, res.PreloadFile, dir.CredsFile("<role>"), af.dir)
 	return exitOK
 }

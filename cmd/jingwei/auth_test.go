@@ -48,7 +48,7 @@ func TestAuthInit(t *testing.T) {
 	if fileMode(t, filepath.Join(dir, "planner.nk")) != 0o600 || fileMode(t, filepath.Join(dir, "planners")) != 0o644 {
 		t.Error("planner files' modes")
 	}
-	for _, want := range []string{"authorization {", "allow_responses", "created", "--nkey"} {
+	for _, want := range []string{"accounts {", "JINGWEI_AGENT", "imports = [", "exports = [", "jetstream: enabled", "allow_responses", "created", "--nkey"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
 		}
@@ -68,12 +68,12 @@ func TestAuthInit(t *testing.T) {
 			PublicKey string `json:"public_key"`
 		} `json:"planner"`
 		PlannerTrusted bool   `json:"planner_trusted"`
-		Authorization  string `json:"authorization"`
+		Accounts       string `json:"accounts_block"`
 	}
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
-	if len(res.Roles) != len(stream.Roles) || !res.PlannerTrusted || !strings.Contains(res.Authorization, "authorization {") {
+	if len(res.Roles) != len(stream.Roles) || !res.PlannerTrusted || !strings.Contains(res.Accounts, "accounts {") {
 		t.Errorf("init --json: %+v", res)
 	}
 	for _, r := range res.Roles {
@@ -121,7 +121,7 @@ func TestAuthConfig(t *testing.T) {
 	if st, _, _ := runCLI("auth", "init", "--dir", dir); st != exitOK {
 		t.Fatal("init")
 	}
-	st, out, _ := runCLI("auth", "config", "--dir", dir, "--prefix", "acme")
+	st, out, _ := runCLI("auth", "config", "--dir", dir, "--prefix", "acme", "--account", "ACME")
 	if st != exitOK {
 		t.Fatalf("config: exit %d", st)
 	}
@@ -131,13 +131,22 @@ func TestAuthConfig(t *testing.T) {
 	if err != nil {
 		t.Fatalf("nats-server refuses the printed block: %v", err)
 	}
-	if len(opts.Nkeys) != len(stream.Roles) || !strings.Contains(out, `"acme.requests.*"`) {
-		t.Errorf("%d users; prefix in block: %v", len(opts.Nkeys), strings.Contains(out, "acme."))
+	accounts := map[string]bool{}
+	for _, a := range opts.Accounts {
+		accounts[a.Name] = true
+	}
+	if len(opts.Nkeys) != len(stream.Roles) || !strings.Contains(out, `"acme.requests.*"`) ||
+		!accounts["ACME"] || !accounts["ACME_AGENT"] || !accounts["ACME_REVIEWER"] || !accounts["ACME_HOST"] {
+		t.Errorf("%d users, accounts %v; prefix in block: %v", len(opts.Nkeys), accounts, strings.Contains(out, "acme."))
+	}
+	if st, _, errOut := runCLI("auth", "config", "--dir", dir, "--account", "A B"); st != exitUsage || !strings.Contains(errOut, "Account") {
+		t.Errorf("bad account name: exit %d %s", st, errOut)
 	}
 }
 
-// authServer starts an embedded server with the keys of dir; widen gives
-// every role full rights (a misconfigured server).
+// authServer starts an embedded server with the keys of dir; widen puts
+// every role into the trusted account with full rights (a misconfigured
+// server, as before the accounts).
 func authServer(t *testing.T, dir string, widen bool) string {
 	t.Helper()
 	keys, err := stream.KeyDir(dir).PublicKeys()
@@ -147,8 +156,14 @@ func authServer(t *testing.T, dir string, widen bool) string {
 	cfg := stream.EmbeddedConfig{Dir: t.TempDir(), Listen: "127.0.0.1:-1", Sync: stream.SyncInterval, Users: keys}
 	if widen {
 		cfg.Options = func(o *server.Options) {
+			var trusted *server.Account
+			for _, a := range o.Accounts {
+				if a.Name == stream.DefaultAccount {
+					trusted = a
+				}
+			}
 			for _, u := range o.Nkeys {
-				u.Permissions = nil
+				u.Account, u.Permissions = trusted, nil
 			}
 		}
 	}
@@ -201,8 +216,10 @@ func TestAuthCheck(t *testing.T) {
 	if st != exitOK {
 		t.Fatalf("check: exit %d\n%s\n%s", st, out, errOut)
 	}
-	if !strings.Contains(out, "ROLE") || !strings.Contains(out, "all ") || strings.Contains(out, "FAIL") {
-		t.Errorf("check output:\n%s", out)
+	for _, want := range []string{"ROLE", "ACCOUNT", "JINGWEI_AGENT", "refused (permission)", "refused (account isolation)", "all "} {
+		if !strings.Contains(out, want) || strings.Contains(out, "FAIL") {
+			t.Errorf("check output lacks %q or has a FAIL:\n%s", want, out)
+		}
 	}
 	st, out, _ = runCLI("auth", "check", "--dir", dir, "--server", url, "--json", "--roles", "agent,worker")
 	var rep checkJSON
@@ -255,9 +272,9 @@ func TestAuthCheck(t *testing.T) {
 	}
 }
 
-// operatorServer starts an embedded server in operator mode with one
-// JetStream account and returns its URL and the account seed file.
-func operatorServer(t *testing.T) (string, string) {
+// testOperator writes an operator's seed (0600) and returns its file, the
+// operator JWT, and the system account's public key and JWT.
+func testOperator(t *testing.T) (seedFile, operatorJWT, sys, sysJWT string) {
 	t.Helper()
 	okp, _ := nkeys.CreateOperator()
 	opub, _ := okp.PublicKey()
@@ -265,89 +282,115 @@ func operatorServer(t *testing.T) (string, string) {
 	spub, _ := skp.PublicKey()
 	oc := jwt.NewOperatorClaims(opub)
 	oc.SystemAccount = spub
-	ojwt, _ := oc.Encode(okp)
-	op, err := jwt.DecodeOperatorClaims(ojwt)
+	ojwt, err := oc.Encode(okp)
 	if err != nil {
 		t.Fatal(err)
 	}
 	sjwt, _ := jwt.NewAccountClaims(spub).Encode(okp)
-	akp, _ := nkeys.CreateAccount()
-	apub, _ := akp.PublicKey()
-	ac := jwt.NewAccountClaims(apub)
-	ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
-	ajwt, _ := ac.Encode(okp)
-	res := &server.MemAccResolver{}
-	res.Store(spub, sjwt)
-	res.Store(apub, ajwt)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	e, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{Dir: t.TempDir(), Listen: "127.0.0.1:-1", Sync: stream.SyncInterval, Options: func(o *server.Options) {
-		o.TrustedOperators = []*jwt.OperatorClaims{op}
-		o.AccountResolver = res
-		o.SystemAccount = spub
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Shutdown)
-	seed, _ := akp.Seed()
-	f := filepath.Join(t.TempDir(), "account.nk")
+	seed, _ := okp.Seed()
+	f := filepath.Join(t.TempDir(), "operator.nk")
 	if err := os.WriteFile(f, seed, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return e.ClientURL(), f
+	return f, ojwt, spub, sjwt
+}
+
+// operatorServer starts a nats-server in operator mode whose memory
+// resolver preloads the system account and includes the accounts auth
+// creds wrote to dir; it returns the URL.
+func operatorServer(t *testing.T, dir, operatorJWT, sys, sysJWT string) string {
+	t.Helper()
+	conf := fmt.Sprintf("listen: \"127.0.0.1:-1\"\njetstream { store_dir: %q }\noperator: %q\nsystem_account: %s\nresolver: MEMORY\nresolver_preload {\n  %s: %q\n  include \"resolver-preload.conf\"\n}\n",
+		t.TempDir(), operatorJWT, sys, sys, sysJWT)
+	path := filepath.Join(dir, "server.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(path)
+	if err != nil {
+		t.Fatalf("nats-server refuses the accounts auth creds wrote: %v", err)
+	}
+	opts.NoSigs = true
+	s, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("server not ready")
+	}
+	return s.ClientURL()
 }
 
 func TestAuthCreds(t *testing.T) {
-	url, accountSeed := operatorServer(t)
+	operatorSeed, ojwt, sys, sysJWT := testOperator(t)
 	dir := filepath.Join(t.TempDir(), "keys")
 	if st, _, _ := runCLI("auth", "init", "--dir", dir); st != exitOK {
 		t.Fatal("init")
 	}
-	st, out, errOut := runCLI("auth", "creds", "--dir", dir, "--account-seed", accountSeed, "--json")
+	st, out, errOut := runCLI("auth", "creds", "--dir", dir, "--operator-seed", operatorSeed, "--json")
 	if st != exitOK {
 		t.Fatalf("creds: exit %d: %s", st, errOut)
 	}
-	var res struct {
-		Files []stream.CredsFile `json:"files"`
-	}
-	if err := json.Unmarshal([]byte(out), &res); err != nil || len(res.Files) != len(stream.Roles) {
+	var res stream.RoleCreds
+	if err := json.Unmarshal([]byte(out), &res); err != nil || len(res.Users) != len(stream.Roles) || len(res.Accounts) != 4 {
 		t.Fatalf("creds --json: %v %s", err, out)
 	}
-	for _, f := range res.Files {
+	for _, f := range res.Users {
 		if fileMode(t, f.Path) != 0o600 || f.Path != filepath.Join(dir, string(f.Role)+".creds") {
 			t.Errorf("%s: %s mode %04o", f.Role, f.Path, fileMode(t, f.Path))
+		}
+	}
+	for _, a := range res.Accounts {
+		if fileMode(t, a.SeedFile) != 0o600 || fileMode(t, a.JWTFile) != 0o644 {
+			t.Errorf("%s: seed %04o jwt %04o", a.Name, fileMode(t, a.SeedFile), fileMode(t, a.JWTFile))
 		}
 	}
 	if strings.Contains(errOut, "warning") {
 		t.Errorf("creds warned: %s", errOut)
 	}
+	url := operatorServer(t, dir, ojwt, sys, sysJWT)
 	makeTopology(t, url, stream.ConnectConfig{Creds: filepath.Join(dir, "admin.creds")})
 	if st, out, _ := runCLI("auth", "check", "--dir", dir, "--server", url, "--operator"); st != exitOK {
 		t.Fatalf("check --operator: exit %d\n%s", st, out)
 	}
-	// Issued again (table output): files replaced, still valid.
-	if st, out, _ := runCLI("auth", "creds", "--dir", dir, "--account-seed", accountSeed, "--expires", "1h"); st != exitOK || !strings.Contains(out, "CREDS FILE") {
+	// Issued again (table output, one role): files replaced, still valid,
+	// the accounts kept.
+	st, out, _ = runCLI("auth", "creds", "--dir", dir, "--operator-seed", operatorSeed, "--expires", "1h", "--roles", "agent")
+	if st != exitOK || !strings.Contains(out, "CREDS FILE") || !strings.Contains(out, "JINGWEI_HOST") || !strings.Contains(out, "resolver_preload") {
 		t.Errorf("creds again: exit %d\n%s", st, out)
+	}
+	for _, a := range res.Accounts {
+		if !strings.Contains(out, a.PublicKey) {
+			t.Errorf("account %s got a new key", a.Name)
+		}
+	}
+	if st, out, _ := runCLI("auth", "check", "--dir", dir, "--server", url, "--operator", "--roles", "agent"); st != exitOK {
+		t.Fatalf("check --operator after reissue: exit %d\n%s", st, out)
 	}
 
 	userSeed := filepath.Join(dir, "agent.nk")
-	other, _ := nkeys.CreateAccount()
-	otherSeed, _ := other.Seed()
-	otherFile := filepath.Join(t.TempDir(), "other.nk")
-	os.WriteFile(otherFile, otherSeed, 0o600)
-	os.Chmod(accountSeed, 0o644)
+	account, _ := nkeys.CreateAccount()
+	accountSeed, _ := account.Seed()
+	accountFile := filepath.Join(t.TempDir(), "account.nk")
+	os.WriteFile(accountFile, accountSeed, 0o600)
+	insecure := filepath.Join(t.TempDir(), "insecure.nk")
+	b, _ := os.ReadFile(operatorSeed)
+	os.WriteFile(insecure, b, 0o644)
+	os.Chmod(insecure, 0o644)
 	for _, tc := range []struct {
 		name   string
 		args   []string
 		status int
 		stderr string
 	}{
-		{"insecure account seed", []string{"auth", "creds", "--dir", dir, "--account-seed", accountSeed}, exitUsage, "chmod 600 " + accountSeed},
-		{"user seed as account", []string{"auth", "creds", "--dir", dir, "--account-seed", userSeed}, exitUsage, "not an account key"},
-		{"no account seed", []string{"auth", "creds", "--dir", dir}, exitUsage, "--account-seed is required"},
-		{"missing account seed", []string{"auth", "creds", "--dir", dir, "--account-seed", filepath.Join(dir, "nope")}, exitUsage, "no such file"},
-		{"bad issuer", []string{"auth", "creds", "--dir", dir, "--account-seed", otherFile, "--issuer-account", "AXYZ"}, exitUsage, "not an account public key"},
+		{"insecure operator seed", []string{"auth", "creds", "--dir", dir, "--operator-seed", insecure}, exitUsage, "chmod 600 " + insecure},
+		{"user seed as operator", []string{"auth", "creds", "--dir", dir, "--operator-seed", userSeed}, exitUsage, "not an operator key"},
+		{"account seed as operator", []string{"auth", "creds", "--dir", dir, "--operator-seed", accountFile}, exitUsage, "not an operator key"},
+		{"no operator seed", []string{"auth", "creds", "--dir", dir}, exitUsage, "--operator-seed is required"},
+		{"missing operator seed", []string{"auth", "creds", "--dir", dir, "--operator-seed", filepath.Join(dir, "nope")}, exitUsage, "no such file"},
+		{"unknown role", []string{"auth", "creds", "--dir", dir, "--operator-seed", operatorSeed, "--roles", "root"}, exitUsage, "unknown role"},
 	} {
 		st, _, errOut := runCLI(tc.args...)
 		if st != tc.status || !strings.Contains(errOut, tc.stderr) {
