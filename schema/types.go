@@ -289,7 +289,7 @@ type Request struct {
 // Answer is the durable answer to a tool request that could not become a
 // call (jw.answers.<session>): the tool is unknown, the request is
 // malformed or would not fit the session log once wrapped in its
-// tool.call, or the session log is full. Nothing was recorded on the
+// tool.call, or the session log is full or corrupt. Nothing was recorded on the
 // session log and nothing was counted. An agent that published a request
 // finds, for its request_id, either a tool.call on the session log or an
 // Answer here (never both).
@@ -298,7 +298,8 @@ type Answer struct {
 	Session   string `json:"session"`
 	RequestID string `json:"request_id"`
 	// Code is why the request was refused: unknown_tool, invalid_request,
-	// request_too_large or history_too_large.
+	// request_too_large, or — the session log can record nothing —
+	// history_too_large (full) or corrupt_history.
 	Code Code `json:"code"`
 	// Message says what is wrong, for a person.
 	Message string    `json:"message"`

@@ -27,6 +27,7 @@ func ExampleRoleConfig_Imports() {
 	// singleton $JS.API.STREAM.INFO.JW_REVIEWS
 	// singleton $JS.API.STREAM.INFO.JW_PLANS
 	// singleton $JS.API.STREAM.INFO.JW_ASSESSMENTS
+	// singleton $JS.API.STREAM.INFO.JW_ANSWERS
 	// singleton $JS.API.STREAM.INFO.KV_jw_leases
 	// singleton $JS.API.STREAM.INFO.KV_jw_plans
 	// singleton $JS.API.STREAM.INFO.KV_jw_budget
@@ -36,5 +37,8 @@ func ExampleRoleConfig_Imports() {
 	// singleton $JS.API.STREAM.MSG.GET.JW_EVENTS
 	// stream $JS.API.DIRECT.GET.JW_EVENTS
 	// singleton $JS.API.DIRECT.GET.JW_EVENTS.>
+	// singleton $JS.API.STREAM.MSG.GET.JW_ANSWERS
+	// stream $JS.API.DIRECT.GET.JW_ANSWERS
+	// singleton $JS.API.DIRECT.GET.JW_ANSWERS.>
 	// subscribe: [_INBOX.>]
 }

@@ -173,7 +173,7 @@ func (n names) importGroups(r Role, c RoleConfig) []importGroup {
 		return append(base,
 			importGroup{"tool requests, published with JetStream: the PubAck comes back through the import", single(n.subj("requests"))},
 			importGroup{"service: run a call, ask for status", api("call", "status")},
-			importGroup{"read session events: message gets and direct gets (batched ones answer with a stream of messages)", reads(n.events)},
+			importGroup{"read session events and the answers to refused requests: message gets and direct gets (batched ones answer with a stream of messages)", reads(n.events, n.answers)},
 		)
 	case RoleReviewer:
 		return append(base,

@@ -162,7 +162,7 @@ type RolePermissions struct {
 type names struct {
 	p, tp string
 	// jingwei's streams and its buckets' streams.
-	events, requests, reviews, plans, assessments string
+	events, requests, reviews, plans, assessments, answers string
 	leasesKV, plansKV, budgetKV                   string // KV_<bucket>
 	leases, planState, budget                     string // bucket names
 	// the example tools' stream and buckets' streams.
@@ -175,7 +175,7 @@ func (c RoleConfig) names() names {
 	n := names{p: c.Prefix, tp: c.ToolsPrefix}
 	n.events, n.requests = streamName(n.p, "EVENTS"), streamName(n.p, "REQUESTS")
 	n.reviews, n.plans = streamName(n.p, "REVIEWS"), streamName(n.p, "PLANS")
-	n.assessments = streamName(n.p, "ASSESSMENTS")
+	n.assessments, n.answers = streamName(n.p, "ASSESSMENTS"), streamName(n.p, "ANSWERS")
 	n.leases, n.planState, n.budget = n.p+"_leases", n.p+"_plans", n.p+"_budget"
 	n.leasesKV, n.plansKV, n.budgetKV = "KV_"+n.leases, "KV_"+n.planState, "KV_"+n.budget
 	// tools.New names its stream strings.ToUpper(prefix)+"_LEDGER".
@@ -190,7 +190,7 @@ func (n names) api(endpoint string) string {
 	return n.p + ".api." + endpoint
 }
 func (n names) jingweiStreams() []string {
-	return []string{n.events, n.requests, n.reviews, n.plans, n.assessments}
+	return []string{n.events, n.requests, n.reviews, n.plans, n.assessments, n.answers}
 }
 func (n names) jingweiBuckets() []string { return []string{n.leasesKV, n.plansKV, n.budgetKV} }
 
@@ -236,13 +236,15 @@ func watch(s string) []string {
 	return append(consume(s), "$JS.FC."+s+".>", "$JS.FC.*.*."+s+".>")
 }
 
-// anyConsumer is every consumer request on one stream (also the unnamed
-// create, names, list, durable create, next, stepdown) and every ack
-// subject of its consumers.
+// anyConsumer is every consumer request on one stream that creates,
+// changes, deletes or reads messages through a consumer (create, durable
+// create, delete, next, stepdown) and every ack subject of its consumers;
+// consumer info, names and list (read-only) are not in it.
 func anyConsumer(s string) []string {
 	return []string{
-		"$JS.API.CONSUMER.*." + s,
-		"$JS.API.CONSUMER.*." + s + ".>",
+		"$JS.API.CONSUMER.CREATE." + s,
+		"$JS.API.CONSUMER.CREATE." + s + ".>",
+		"$JS.API.CONSUMER.DELETE." + s + ".>",
 		"$JS.API.CONSUMER.*.*." + s + ".>",
 		"$JS.ACK." + s + ".>",
 		"$JS.ACK.*.*." + s + ".>",
@@ -293,6 +295,7 @@ func (n names) allows(r Role, c RoleConfig) []Grant {
 			pub("example tools: reads and writes", append(append(get(n.ledger), getKV(n.ordersKV)...), append(getKV(n.orderKeysKV),
 				n.tp+".ledger", "$KV."+n.orders+".>", "$KV."+n.orderKeys+".>")...)...),
 			sub("wake-ups when a request is published (a hint only: requests are read from the work queue)", n.subj("requests")),
+			pub("answers to requests that cannot become calls (JetStream)", n.subj("answers")),
 		)
 	case RoleRecoverer:
 		return append(base,
@@ -304,6 +307,7 @@ func (n names) allows(r Role, c RoleConfig) []Grant {
 			pub("durable consumers on the session logs and the reviews (classifier, review checks)", append(consume(n.events), consume(n.reviews)...)...),
 			pub("lease expiry watcher: an ordered pull consumer on the leases bucket (WatchLeaseExpiry)", consume(n.leasesKV)...),
 			pub("plan key listing: kv.Keys, a push watcher with flow control, on the plans bucket", watch(n.plansKV)...),
+			pub("whether the tool workers' plan consumer still holds a plan's message (a lost one is published again): consumer info only", "$JS.API.CONSUMER.INFO."+n.plans+".*"),
 			sub("serve the jingwei service: its endpoints and micro's $SRV discovery", n.p+".api.>", "$SRV.>"),
 		)
 	case RoleAdmin:
@@ -335,6 +339,7 @@ func (n names) guards() []guard {
 			[]string{"$JS.API.STREAM.CREATE.*"}, RoleWorker),
 		g(OpPublish, "session logs are written by tool workers and (fences) the recoverer only", []string{n.p + ".events.>"}, RoleWorker, RoleRecoverer),
 		g(OpPublish, "plans and assessments come from the recoverer only", []string{n.p + ".plans.>", n.p + ".assessments.>"}, RoleRecoverer),
+		g(OpPublish, "answers to refused requests come from tool workers only", []string{n.p + ".answers.>"}, RoleWorker),
 		g(OpPublish, "reviews come from reviewers only", []string{n.p + ".reviews.>"}, RoleReviewer),
 		g(OpPublish, "leases, budgets and plan state are written by workers and the recoverer only",
 			[]string{"$KV." + n.leases + ".>", "$KV." + n.budget + ".>", "$KV." + n.planState + ".>"}, RoleWorker, RoleRecoverer),

@@ -429,10 +429,10 @@ func TestRoleTables(t *testing.T) {
 		}
 		mustDeny := []string{"_INBOX.>", "_R_.>", "$JS.API.STREAM.DELETE.*", "$JS.API.STREAM.PURGE.*", "$JS.API.STREAM.UPDATE.*", "$JS.API.STREAM.MSG.DELETE.*", "jw.reviews.>"}
 		if r != stream.RoleRecoverer {
-			mustDeny = append(mustDeny, "jw.plans.>", "jw.assessments.>", "$JS.API.CONSUMER.*.JW_EVENTS.>", "$JS.ACK.JW_REVIEWS.>")
+			mustDeny = append(mustDeny, "jw.plans.>", "jw.assessments.>", "$JS.API.CONSUMER.CREATE.JW_EVENTS.>", "$JS.ACK.JW_REVIEWS.>")
 		}
 		if r != stream.RoleWorker {
-			mustDeny = append(mustDeny, "$JS.API.CONSUMER.*.JW_REQUESTS.>", "$JS.API.CONSUMER.*.*.JW_PLANS.>", "$JS.ACK.*.*.JW_REQUESTS.>", "$JS.API.STREAM.CREATE.*")
+			mustDeny = append(mustDeny, "$JS.API.CONSUMER.CREATE.JW_REQUESTS.>", "$JS.API.CONSUMER.*.*.JW_PLANS.>", "$JS.ACK.*.*.JW_REQUESTS.>", "$JS.API.STREAM.CREATE.*")
 		}
 		for _, s := range mustDeny {
 			if !slices.Contains(p.PublishDeny, s) {

@@ -219,74 +219,24 @@ func TestRecovererWithToolWorker(t *testing.T) {
 // host's next prepare publishes it again, once, and a tool worker runs it:
 // one retry, one order, the plan consumed.
 func TestLostPlanMessageDeliveredAgain(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	_, nc, topo := streamtest.StartWith(t, streamtest.Config{Topology: stream.TopologyConfig{LeaseTTL: time.Second}})
-	tl, err := tools.New(ctx, tools.Config{JS: topo.JS})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pl := newPlanner(t)
-	reg, err := worker.NewRegistry(tl.List()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runWorker := func(owner string) (stop func()) {
-		tw, err := toolworker.New(toolworker.Config{Topology: topo, Registry: reg, Owner: owner, IdleTimeout: 500 * time.Millisecond, PollInterval: 50 * time.Millisecond,
-			Runtime: worker.Config{TrustedPlanners: pl.trusted}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		wctx, wcancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- tw.Run(wctx) }()
-		return func() {
-			wcancel()
-			if err := <-done; err != nil {
-				t.Errorf("tool worker: %v", err)
-			}
-		}
-	}
-	rec, err := recoverer.New(recoverer.Config{Topology: topo, CallTimeout: 20 * time.Second, PlannerKey: pl.kp})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, rcancel := context.WithCancel(ctx)
-	rdone := make(chan error, 1)
-	go func() { rdone <- rec.Run(rctx) }()
-	t.Cleanup(func() { rcancel(); <-rdone })
-	<-rec.Ready()
-	api := func(endpoint string, body, out any) string {
-		t.Helper()
-		b, _ := json.Marshal(body)
-		m, err := nc.RequestWithContext(ctx, topo.APISubject(endpoint), b)
-		if err != nil {
-			t.Fatalf("%s: %v", endpoint, err)
-		}
-		if code := m.Header.Get(micro.ErrorCodeHeader); code != "" {
-			return code
-		}
-		if err := json.Unmarshal(m.Data, out); err != nil {
-			t.Fatalf("%s answer %s: %v", endpoint, m.Data, err)
-		}
-		return ""
-	}
+	s := startStack(t, time.Second, nil)
+	ctx := s.ctx
 
 	// An order that writes its record and fails; the worker then stops.
-	stopA := runWorker("tw-a")
-	tl.FailAfterWrite(1)
+	stopA := s.worker("tw-a", nil)
+	s.tools.FailAfterWrite(1)
 	var res schema.Event
-	if code := api(recoverer.EndpointCall, schema.Request{V: 1, RequestID: "r-1", Session: "s-lost", Task: "t-1", Tool: tools.OrdersCreate, Arguments: json.RawMessage(`{"sku":"A-1","qty":1}`)}, &res); code != "" || res.Result == nil || res.Result.Status != schema.StatusFailed {
+	if code := s.api(recoverer.EndpointCall, schema.Request{V: 1, RequestID: "r-1", Session: "s-lost", Task: "t-1", Tool: tools.OrdersCreate, Arguments: json.RawMessage(`{"sku":"A-1","qty":1}`)}, &res); code != "" || res.Result == nil || res.Result.Status != schema.StatusFailed {
 		t.Fatalf("call: %q %+v", code, res)
 	}
 	stopA()
 	first := res.Result.CallID
 	var plan schema.Plan
-	if code := api(recoverer.EndpointPrepare, recoverer.Target{Session: "s-lost", CallID: first}, &plan); code != "" {
+	if code := s.api(recoverer.EndpointPrepare, recoverer.Target{Session: "s-lost", CallID: first}, &plan); code != "" {
 		t.Fatalf("prepare: %s", code)
 	}
 	// The plan's message is terminated through the tool workers' consumer.
-	cons, err := topo.PlanLog.Consumer(ctx, topo.PlanConsumerName())
+	cons, err := s.topo.PlanLog.Consumer(ctx, s.topo.PlanConsumerName())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,44 +247,44 @@ func TestLostPlanMessageDeliveredAgain(t *testing.T) {
 	if err := m.Term(); err != nil {
 		t.Fatal(err)
 	}
-	stopB := runWorker("tw-b")
-	defer stopB()
+	s.worker("tw-b", nil)
 	waitFor(t, ctx, "the consumer has nothing left", func() bool {
 		info, err := cons.Info(ctx)
 		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
 	})
-	if rec, _ := stream.NewPlans(topo.Plans).Get(ctx, plan.PlanID); rec.State != stream.PlanIssued {
+	plans := stream.NewPlans(s.topo.Plans)
+	if rec, _ := plans.Get(ctx, plan.PlanID); rec.State != stream.PlanIssued {
 		t.Fatalf("plan %s is %s, want still issued (its message is gone)", plan.PlanID, rec.State)
 	}
 	// The host asks again: the plan is published again and runs once.
 	var again schema.Plan
-	if code := api(recoverer.EndpointPrepare, recoverer.Target{Session: "s-lost", CallID: first}, &again); code != "" || again.PlanID != plan.PlanID {
+	if code := s.api(recoverer.EndpointPrepare, recoverer.Target{Session: "s-lost", CallID: first}, &again); code != "" || again.PlanID != plan.PlanID {
 		t.Fatalf("prepare again: %q %+v", code, again)
 	}
 	waitFor(t, ctx, "the plan runs", func() bool {
-		r, err := stream.NewPlans(topo.Plans).Get(ctx, plan.PlanID)
+		r, err := plans.Get(ctx, plan.PlanID)
 		return err == nil && r.State == stream.PlanConsumed
 	})
 	waitFor(t, ctx, "the retry's result", func() bool {
-		h, _ := topo.Load(ctx, "s-lost")
+		h, _ := s.topo.Load(ctx, "s-lost")
 		return len(h) > 0 && h[len(h)-1].Type == schema.TypeResult
 	})
-	h, _ := topo.Load(ctx, "s-lost")
+	h, _ := s.topo.Load(ctx, "s-lost")
 	retries := 0
 	for _, ev := range h {
 		if c := ev.Call; c != nil && c.Operation != nil && c.Operation.Retry != nil {
 			retries++
 		}
 	}
-	if orders, _ := tl.Orders(ctx); len(orders) != 1 || retries != 1 {
+	if orders, _ := s.tools.Orders(ctx); len(orders) != 1 || retries != 1 {
 		t.Fatalf("%d orders and %d retries, want 1 and 1", len(orders), retries)
 	}
 	// Asking once more changes nothing: the call has its retry now.
-	if code := api(recoverer.EndpointPrepare, recoverer.Target{Session: "s-lost", CallID: first}, &again); code != string(schema.CodeSupersededCall) {
+	if code := s.api(recoverer.EndpointPrepare, recoverer.Target{Session: "s-lost", CallID: first}, &again); code != string(schema.CodeSupersededCall) {
 		t.Fatalf("prepare after the retry: %q, want superseded_call", code)
 	}
-	info, err := topo.PlanLog.Info(ctx, jetstream.WithSubjectFilter(topo.PlansSubject("s-lost")))
-	if err != nil || info.State.Subjects[topo.PlansSubject("s-lost")] != 2 {
+	info, err := s.topo.PlanLog.Info(ctx, jetstream.WithSubjectFilter(s.topo.PlansSubject("s-lost")))
+	if err != nil || info.State.Subjects[s.topo.PlansSubject("s-lost")] != 2 {
 		t.Fatalf("plan messages %v %v, want the first and one more", info.State.Subjects, err)
 	}
 }

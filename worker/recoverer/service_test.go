@@ -64,7 +64,7 @@ func TestServiceEndpoints(t *testing.T) {
 		{EndpointPrepare, Target{Session: "s-svc", CallID: "c-open"}, CodeNotConfirmed},
 		{EndpointPrepare, "not an object", CodeBadRequest},
 		{EndpointStatus, StatusRequest{Session: "bad.session"}, CodeBadRequest},
-		{EndpointCall, schema.Request{Session: "s-svc", Tool: "x"}, CodeBadRequest},
+		{EndpointCall, schema.Request{Session: "s-svc", Tool: "x"}, schema.CodeInvalidRequest},
 	} {
 		code, body := errCode(req(tc.endpoint, tc.body))
 		if code != string(tc.code) || body.Error.Code != string(tc.code) || body.Error.Message == "" {

@@ -412,13 +412,16 @@ func (s *session) runRequest(m jetstream.Msg) {
 		return
 	}
 	if err := s.confirm(s.work); err != nil {
-		if errors.Is(err, stream.ErrLogClosed) {
-			s.refuse(m, r, schema.CodeHistoryTooLarge, err)
+		if code := unrecordable(err); code != "" {
+			// The log can never record a call (full, corrupt): every
+			// request of the session is answered so.
+			s.refuse(m, r, code, err)
 			return
 		}
 		lg.Warn().Err(err).Msg("session log not confirmed; request left for redelivery")
 		_ = m.Nak()
 		s.failed.Store(true)
+		s.w.backOff(s.id)
 		return
 	}
 	if s.hasSeen(r.RequestID) {
@@ -472,9 +475,8 @@ func (s *session) runPlan(p planJob) {
 	if err := s.confirm(s.work); err != nil {
 		s.log.Warn().Err(err).Str("plan_id", p.plan.PlanID).Msg("session log not confirmed; plan left for redelivery")
 		_ = p.msg.NakWithDelay(s.w.cfg.PlanRetryDelay)
-		if !errors.Is(err, stream.ErrLogClosed) {
-			s.failed.Store(true)
-		}
+		s.failed.Store(true)
+		s.w.backOff(s.id)
 		return
 	}
 	if s.glog.lost() != nil {
@@ -554,6 +556,20 @@ func permanent(err error) schema.Code {
 		return schema.CodeHistoryTooLarge
 	case errors.Is(err, schema.ErrFieldTooLong), errors.Is(err, schema.ErrCorruptHistory):
 		return schema.CodeRequestTooLarge
+	}
+	return ""
+}
+
+// unrecordable returns the answer code for a session log that can never
+// record a call — full (history_too_large: over the limit, or no room even
+// for a fence) or corrupt (corrupt_history) — or "" for a failure that may
+// pass.
+func unrecordable(err error) schema.Code {
+	switch {
+	case errors.Is(err, stream.ErrLogClosed), errors.Is(err, schema.ErrHistoryTooLarge):
+		return schema.CodeHistoryTooLarge
+	case errors.Is(err, schema.ErrCorruptHistory):
+		return schema.CodeCorruptHistory
 	}
 	return ""
 }

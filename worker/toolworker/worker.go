@@ -258,6 +258,15 @@ func (w *Worker) tryTake(ctx context.Context, id string) *session {
 	return s
 }
 
+// backOff keeps the worker from taking the session again for a while:
+// taking it did not lead anywhere (its log could not be fenced and loaded)
+// and every attempt appends a session.fenced event.
+func (w *Worker) backOff(id string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.failures[id] = w.failures[id].again()
+}
+
 // failure is a session that could not be taken (its history is over the
 // limits or corrupt, the server refused a consumer): it is tried again after
 // wait, which doubles from 1 s up to 5 minutes.
