@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jingwei/jingwei/stream"
+)
+
+func init() {
+	register(command{name: "setup", summary: "create (or check and repair) jingwei's streams and buckets, as admin", run: runSetup})
+	commandRole["setup"] = stream.RoleAdmin
+}
+
+const setupHelp = `  jingwei setup [--server URL] [--auth DIR | --nkey FILE | --creds FILE]
+                [--replicas 1] [--lease-ttl 10s] [--repair]
+
+Creates jingwei's streams and buckets on a server where they do not exist
+yet, and checks those that do: the set-up an external deployment runs once
+with the admin role's credentials before its workers start ('jingwei serve'
+does it by itself). With authorization on, only admin may create, update or
+delete a stream; tool workers and recovery workers only look the topology
+up and refuse to start on a missing or weakened one.
+
+A stream or bucket that lacks a protection jingwei relies on (it allows
+deleting or purging messages, has a shorter dedup window, no direct gets)
+is refused, naming the setting and the command that repairs it; --repair
+mends it in place (nothing stored is changed). --replicas and --lease-ttl
+must be what the workers of the deployment use.
+
+Exit status: 0 the topology is in place; 1 the server is unreachable, the
+connection may not create streams, or an existing stream conflicts; 2 usage.`
+
+func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("setup", "Create or check jingwei's streams and buckets (admin).", setupHelp, stderr)
+	var (
+		nf natsFlags
+		lf logFlags
+	)
+	nf.register(fs)
+	lf.register(fs)
+	replicas := fs.Int("replicas", 1, "replicas of every stream and bucket: 1 on a single server, 3 in a cluster")
+	ttl := fs.Duration("lease-ttl", 10*time.Second, "session lease TTL of the deployment (at least 1s)")
+	repair := fs.Bool("repair", false, "mend streams and buckets that lack a protection, in place")
+	if st, ok := parseFlags(fs, args); !ok {
+		return st
+	}
+	if *replicas < 1 {
+		return usageError(stderr, "setup", "--replicas must be at least 1")
+	}
+	if *ttl < time.Second {
+		return usageError(stderr, "setup", "--lease-ttl must be at least 1s")
+	}
+	log, err := lf.logger(stderr)
+	if err != nil {
+		return usageError(stderr, "setup", "%v", err)
+	}
+	nc, err := nf.connect(ctx, "setup", log)
+	if err != nil {
+		fmt.Fprintf(stderr, "jingwei setup: %v\n", err)
+		return exitFailure
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		fmt.Fprintf(stderr, "jingwei setup: %v\n", err)
+		return exitFailure
+	}
+	topo, err := stream.EnsureTopology(ctx, js, stream.TopologyConfig{Prefix: nf.prefix, Replicas: *replicas, LeaseTTL: *ttl, Repair: *repair, Logger: log})
+	if err != nil {
+		fmt.Fprintf(stderr, "jingwei setup: %v\n", err)
+		return exitFailure
+	}
+	for _, s := range []jetstream.Stream{topo.Events, topo.Requests, topo.Reviews, topo.PlanLog, topo.Assessments, topo.Answers} {
+		c := s.CachedInfo().Config
+		fmt.Fprintf(stdout, "stream %-16s %-22s replicas %d\n", c.Name, c.Subjects[0], max(c.Replicas, 1))
+	}
+	for _, b := range []string{"leases", "plans", "budget"} {
+		fmt.Fprintf(stdout, "bucket %s_%s\n", topo.Prefix, b)
+	}
+	fmt.Fprintf(stdout, "jingwei setup: topology %q in place on %s\n", topo.Prefix, nc.ConnectedUrlRedacted())
+	return exitOK
+}
