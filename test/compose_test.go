@@ -12,6 +12,9 @@ import (
 
 	"github.com/compose-spec/compose-go/v2/loader"
 	"github.com/compose-spec/compose-go/v2/types"
+	"github.com/jingwei/jingwei/recovery"
+	"github.com/jingwei/jingwei/stream"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
 )
 
@@ -44,48 +47,112 @@ func loadCompose(t *testing.T, env map[string]string) *types.Project {
 }
 
 // TestComposeFile checks docker-compose.yml: a 3-node JetStream cluster of
-// nats 2.11 or newer, a recovery worker and two tool workers built from
-// deploy/Dockerfile, configured only through flags and environment, with
-// replicas 3 and flags the binary accepts.
+// nats 2.11 or newer whose configuration includes the jingwei accounts, a
+// one-shot auth service that writes the role keys and that accounts block,
+// a one-shot setup that creates the topology as admin, a recovery worker and
+// two tool workers built from deploy/Dockerfile connecting with their role
+// keys, with replicas 3 and flags the binary accepts. The NATS
+// configuration it renders, with an accounts block made by the jingwei
+// binary, loads in nats-server.
 func TestComposeFile(t *testing.T) {
 	kp, _ := nkeys.CreateUser()
 	pub, _ := kp.PublicKey()
-	p := loadCompose(t, map[string]string{"JINGWEI_REVIEWER_KEYS": pub})
+	kp2, _ := nkeys.CreateUser()
+	pub2, _ := kp2.PublicKey()
+	p := loadCompose(t, map[string]string{"JINGWEI_REVIEWER_KEYS": pub + " " + pub2})
+
+	// The one-shot auth service writes the keys and the accounts block.
+	auth, ok := p.Services["auth"]
+	if !ok {
+		t.Fatal("no service auth")
+	}
+	authCmd := strings.Join(auth.Command, " ")
+	for _, want := range []string{"jingwei auth init --dir /auth", "jingwei auth config --dir /auth > /auth/accounts.conf"} {
+		if !strings.Contains(authCmd, want) {
+			t.Errorf("auth: command %q lacks %q", authCmd, want)
+		}
+	}
+	if !mounts(auth, "auth", "/auth", false) {
+		t.Errorf("auth: the auth volume is not mounted writable at /auth: %+v", auth.Volumes)
+	}
 
 	// The NATS cluster.
 	nodes := []string{"nats-1", "nats-2", "nats-3"}
-	var clusterName string
+	var conf string
 	for _, name := range nodes {
 		s, ok := p.Services[name]
 		if !ok {
 			t.Fatalf("no service %s", name)
 		}
 		checkNATSImage(t, name, s.Image)
-		cmd := strings.Join(s.Command, " ")
-		if !strings.Contains(cmd, "--jetstream") && !strings.Contains(cmd, "-js") {
-			t.Errorf("%s: JetStream is not enabled: %s", name, cmd)
-		}
-		cn := flagValue(s.Command, "--cluster_name")
-		if cn == "" || clusterName != "" && cn != clusterName {
-			t.Errorf("%s: cluster name %q, want one name for all nodes", name, cn)
-		}
-		clusterName = cn
-		routes := flagValue(s.Command, "--routes")
-		for _, other := range nodes {
-			if !strings.Contains(routes, "nats://"+other+":6222") {
-				t.Errorf("%s: routes %q miss %s", name, routes, other)
+		cfgFile := flagValue(s.Command, "--config")
+		var mounted bool
+		for _, c := range s.Configs {
+			if c.Target == cfgFile {
+				mounted = true
+				conf = p.Configs[c.Source].Content
 			}
 		}
-		if flagValue(s.Command, "--store_dir") == "" || len(s.Volumes) == 0 {
+		if cfgFile != "/jingwei.conf" || !mounted {
+			t.Errorf("%s: --config %q is not the target of a config", name, cfgFile)
+		}
+		if flagValue(s.Command, "--name") != name {
+			t.Errorf("%s: --name is not %s", name, name)
+		}
+		if flagValue(s.Command, "--store_dir") == "" || !mounts(s, name, flagValue(s.Command, "--store_dir"), false) {
 			t.Errorf("%s: JetStream store is not on a volume", name)
+		}
+		if !mounts(s, "auth", "/auth", true) {
+			t.Errorf("%s: the auth volume is not mounted read-only at /auth", name)
+		}
+		if d, ok := s.DependsOn["auth"]; !ok || d.Condition != types.ServiceConditionCompletedSuccessfully {
+			t.Errorf("%s: does not wait for the auth service", name)
 		}
 		if s.HealthCheck == nil || len(s.HealthCheck.Test) == 0 {
 			t.Errorf("%s: no healthcheck (the workers wait for a healthy cluster)", name)
 		}
 	}
+	for _, want := range []string{"jetstream", "cluster", "include auth/accounts.conf"} {
+		if !strings.Contains(conf, want) {
+			t.Errorf("NATS configuration lacks %q:\n%s", want, conf)
+		}
+	}
+	for _, other := range nodes {
+		if !strings.Contains(conf, "nats://"+other+":6222") {
+			t.Errorf("NATS configuration: routes miss %s", other)
+		}
+	}
+	// The configuration loads in nats-server with a real accounts block.
+	bin := jingweiBinary(t)
+	dir := t.TempDir()
+	authDir := filepath.Join(dir, "auth")
+	if out, err := exec.Command(bin, "auth", "init", "--dir", authDir).CombinedOutput(); err != nil {
+		t.Fatalf("auth init: %v\n%s", err, out)
+	}
+	block, err := exec.Command(bin, "auth", "config", "--dir", authDir).Output()
+	if err != nil {
+		t.Fatalf("auth config: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(authDir, "accounts.conf"), block, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// As in the containers: the configuration beside the auth directory
+	// (/jingwei.conf and /auth), its include relative to it.
+	confFile := filepath.Join(dir, "jingwei.conf")
+	if err := os.WriteFile(confFile, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(confFile)
+	if err != nil {
+		t.Fatalf("the NATS configuration does not load: %v", err)
+	}
+	if !opts.JetStream || opts.Cluster.Name == "" || len(opts.Routes) != 3 || len(opts.Nkeys) != len(stream.Roles) {
+		t.Fatalf("NATS configuration: jetstream %t, cluster %q, %d routes, %d nkey users; want jetstream, a cluster, 3 routes, one user per role",
+			opts.JetStream, opts.Cluster.Name, len(opts.Routes), len(opts.Nkeys))
+	}
 
-	// The jingwei services.
-	want := map[string]string{"recover": "recover", "worker-1": "worker", "worker-2": "worker"}
+	// The jingwei services, setup included.
+	want := map[string]string{"setup": "setup", "recover": "recover", "worker-1": "worker", "worker-2": "worker"}
 	owners := map[string]bool{}
 	for name, command := range want {
 		s, ok := p.Services[name]
@@ -106,14 +173,20 @@ func TestComposeFile(t *testing.T) {
 			if url == nil || !strings.Contains(*url, "nats://"+node+":4222") {
 				t.Errorf("%s: NATS_URL does not list %s: %v", name, node, url)
 			}
-		}
-		for _, node := range nodes {
 			if d, ok := s.DependsOn[node]; !ok || d.Condition != types.ServiceConditionHealthy {
 				t.Errorf("%s: does not wait for %s to be healthy", name, node)
 			}
 		}
-		if len(s.Volumes) > 0 || s.EnvFiles != nil {
-			t.Errorf("%s: configured by files (volumes %v, env files %v); flags and environment only", name, s.Volumes, s.EnvFiles)
+		if a := s.Environment["JINGWEI_AUTH"]; a == nil || *a != "/auth" || !mounts(s, "auth", "/auth", true) {
+			t.Errorf("%s: does not connect with its role key from the auth volume (JINGWEI_AUTH /auth, mounted read-only)", name)
+		}
+		if s.EnvFiles != nil {
+			t.Errorf("%s: configured by env files %v; flags and environment only", name, s.EnvFiles)
+		}
+		if name != "setup" {
+			if d, ok := s.DependsOn["setup"]; !ok || d.Condition != types.ServiceConditionCompletedSuccessfully {
+				t.Errorf("%s: does not wait for setup to create the topology", name)
+			}
 		}
 		if command == "worker" {
 			o := flagValue(s.Command, "--owner")
@@ -124,7 +197,8 @@ func TestComposeFile(t *testing.T) {
 		}
 	}
 
-	// The trusted reviewers come from the environment.
+	// The trusted reviewers come from the environment, in the format its
+	// comment documents (white-space separated).
 	rec := p.Services["recover"]
 	trust := flagValue(rec.Command, "--trust-reviewers")
 	var mounted bool
@@ -132,8 +206,9 @@ func TestComposeFile(t *testing.T) {
 		if c.Target == trust {
 			mounted = true
 			cfg, ok := p.Configs[c.Source]
-			if !ok || !strings.Contains(cfg.Content, pub) {
-				t.Errorf("config %s does not carry $JINGWEI_REVIEWER_KEYS: %+v", c.Source, cfg)
+			keys, err := recovery.ParseTrustedKeys([]byte(cfg.Content))
+			if !ok || err != nil || !keys.Has(pub) || !keys.Has(pub2) {
+				t.Errorf("config %s does not carry both keys of $JINGWEI_REVIEWER_KEYS: %+v %v", c.Source, cfg, err)
 			}
 		}
 	}
@@ -141,7 +216,8 @@ func TestComposeFile(t *testing.T) {
 		t.Errorf("recover: --trust-reviewers %q is not the target of a config", trust)
 	}
 
-	// The Dockerfile builds this module's binary with this module's Go.
+	// The Dockerfile builds this module's binary with this module's Go,
+	// and gives the jingwei user a private /auth.
 	df, err := os.ReadFile(filepath.Join("..", "deploy", "Dockerfile"))
 	if err != nil {
 		t.Fatal(err)
@@ -157,18 +233,31 @@ func TestComposeFile(t *testing.T) {
 	if !strings.Contains(string(df), "./cmd/jingwei") {
 		t.Error("deploy/Dockerfile does not build ./cmd/jingwei")
 	}
+	if !strings.Contains(string(df), "chmod 700 /auth") {
+		t.Error("deploy/Dockerfile does not make /auth private to the jingwei user")
+	}
 
 	// Every jingwei command line in the file is accepted by the binary:
 	// with --help appended, flag parsing stops after the given flags and
 	// fails on any the command does not know.
-	bin := jingweiBinary(t)
-	for _, name := range []string{"recover", "worker-1", "worker-2"} {
+	for name := range want {
 		args := append(append([]string{}, p.Services[name].Command...), "--help")
 		out, err := exec.Command(bin, args...).CombinedOutput()
 		if err != nil {
 			t.Errorf("%s: jingwei %s: %v\n%s", name, strings.Join(args, " "), err, firstLines(string(out), 3))
 		}
 	}
+}
+
+// mounts reports whether s mounts the volume (or bind) source at target,
+// read-only when ro.
+func mounts(s types.ServiceConfig, source, target string, ro bool) bool {
+	for _, v := range s.Volumes {
+		if v.Source == source && v.Target == target && v.ReadOnly == ro {
+			return true
+		}
+	}
+	return false
 }
 
 // TestComposeRejectsBrokenFile makes sure the loader used above does
