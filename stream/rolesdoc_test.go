@@ -1,0 +1,82 @@
+package stream_test
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/jingwei/jingwei/stream"
+)
+
+var updateRolesDoc = flag.Bool("update-roles-doc", false, "rewrite docs/roles.md from stream.RoleConfig")
+
+// rolesDocFile is the generated permission reference of the protocol
+// document.
+var rolesDocFile = filepath.Join("..", "docs", "roles.md")
+
+// TestRolesDoc keeps docs/roles.md, the protocol document's complete list of
+// every role's permissions and every account's imports, equal to what the
+// code enforces (stream.RoleConfig with the default prefixes). After a
+// change to the roles run:
+//
+//	go test ./stream -run TestRolesDoc -update-roles-doc
+func TestRolesDoc(t *testing.T) {
+	got := rolesDoc(stream.RoleConfig{})
+	if *updateRolesDoc {
+		if err := os.WriteFile(rolesDocFile, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(rolesDocFile)
+	if err != nil {
+		t.Fatalf("%v (generate it: go test ./stream -run TestRolesDoc -update-roles-doc)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s is not what the code enforces; regenerate it: go test ./stream -run TestRolesDoc -update-roles-doc", rolesDocFile)
+	}
+}
+
+func rolesDoc(c stream.RoleConfig) []byte {
+	var b bytes.Buffer
+	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	p("# Roles: the complete permission lists\n\n")
+	p("Generated from `stream.RoleConfig` (prefix `jw`, example tools prefix\n")
+	p("`tools`, trusted account `JINGWEI`) by `go test ./stream -run TestRolesDoc\n")
+	p("-update-roles-doc`; the test fails when this file and the code disagree.\n")
+	p("See [protocol.md §4](protocol.md#4-roles-and-accounts) for what the roles\n")
+	p("are and why the untrusted ones have accounts of their own.\n\n")
+	p("Wildcards: `*` matches one subject token, `>` the rest. Deny wins over\n")
+	p("allow.\n")
+	for _, r := range stream.Roles {
+		p("\n## %s (account `%s`)\n\n", r, c.AccountName(r))
+		p("| list | subjects | why |\n|---|---|---|\n")
+		for _, g := range c.Grants(r) {
+			kind := string(g.Op)
+			if g.Deny {
+				kind += " deny"
+			} else {
+				kind += " allow"
+			}
+			subs := make([]string, len(g.Subjects))
+			for i, s := range g.Subjects {
+				subs[i] = "`" + s + "`"
+			}
+			p("| %s | %s | %s |\n", kind, strings.Join(subs, "<br>"), strings.ReplaceAll(g.Why, "|", "\\|"))
+		}
+		if perm := c.Subjects(r); perm.Responses {
+			p("| responses | one answer per request received, within %s | the service answers through it |\n", perm.ResponseExpiry)
+		}
+		if imps := c.Imports(r); len(imps) > 0 {
+			p("\nImports from `%s`:\n\n| subject | response | why |\n|---|---|---|\n", c.AccountName(stream.RoleAdmin))
+			for _, imp := range imps {
+				p("| `%s` | %s | %s |\n", imp.Subject, imp.Response, strings.ReplaceAll(imp.Why, "|", "\\|"))
+			}
+		}
+	}
+	return b.Bytes()
+}
