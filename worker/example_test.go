@@ -69,7 +69,7 @@ func Example() {
 
 	args := json.RawMessage(`{"name":"ada"}`)
 	first, err := rt.Call(ctx, "greet", args)
-	fmt.Println("first:", first.Status, worker.CodeOf(err))
+	fmt.Println("first:", first.Status, schema.CodeOf(err))
 
 	// The host inspects the history, prepares a plan and issues it.
 	history, _ := topo.Load(ctx, session)
@@ -82,7 +82,7 @@ func Example() {
 	fmt.Println("retry:", retry.Status, string(retry.Output), "same key:", retry.Operation.Key == first.Operation.Key)
 
 	_, err = rt.CallWithOptions(ctx, "greet", args, worker.CallOptions{Retry: &plan})
-	fmt.Println("replay:", worker.CodeOf(err))
+	fmt.Println("replay:", schema.CodeOf(err))
 	// Output:
 	// first: failed failed
 	// basis: uncertain_safe

@@ -34,10 +34,10 @@ func (r *Recoverer) Inspect(ctx context.Context, session, callID string) (schema
 
 func checkTarget(session, callID string) error {
 	if !schema.ValidSession(session) {
-		return schema.Errorf(CodeBadRequest, "session %q: want 1-128 bytes of [A-Za-z0-9_-]", session)
+		return schema.Errorf(schema.CodeBadRequest, "session %q: want 1-128 bytes of [A-Za-z0-9_-]", session)
 	}
 	if callID == "" {
-		return schema.Errorf(CodeBadRequest, "call_id is required")
+		return schema.Errorf(schema.CodeBadRequest, "call_id is required")
 	}
 	return nil
 }
@@ -101,11 +101,11 @@ func (r *Recoverer) Prepare(ctx context.Context, session, callID string) (schema
 		if lv, live, err := r.t.LeaseHolder(ctx, session); err != nil {
 			return schema.Plan{}, err
 		} else if live {
-			return schema.Plan{}, schema.Errorf(CodeNotConfirmed, "call %q is still open and session %s is owned by %q (epoch %d): wait for its result or for the lease to expire", callID, session, lv.Owner, lv.Epoch)
+			return schema.Plan{}, schema.Errorf(schema.CodeNotConfirmed, "call %q is still open and session %s is owned by %q (epoch %d): wait for its result or for the lease to expire", callID, session, lv.Owner, lv.Epoch)
 		}
 		if _, err := r.TakeOver(ctx, session); err != nil {
 			if errors.Is(err, stream.ErrLeaseHeld) {
-				return schema.Plan{}, schema.Errorf(CodeNotConfirmed, "call %q is still open and session %s was just taken by a writer", callID, session)
+				return schema.Plan{}, schema.Errorf(schema.CodeNotConfirmed, "call %q is still open and session %s was just taken by a writer", callID, session)
 			}
 			return schema.Plan{}, err
 		}

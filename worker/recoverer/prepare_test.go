@@ -160,7 +160,7 @@ func TestPrepareConfirmation(t *testing.T) {
 	r := e.recoverer("a")
 	w := e.writer("s-c", "w1")
 	w.call("c-1", "orders.create", effect.Idempotent, "k-1")
-	if _, err := r.Prepare(ctx, "s-c", "c-1"); !errors.Is(err, ErrNotConfirmed) {
+	if _, err := r.Prepare(ctx, "s-c", "c-1"); !errors.Is(err, schema.ErrNotConfirmed) {
 		t.Fatalf("prepare of an open call under a live lease: %v, want not_confirmed", err)
 	}
 	if err := w.lease.Release(ctx); err != nil {
@@ -181,8 +181,8 @@ func TestPrepareConfirmation(t *testing.T) {
 		code          schema.Code
 	}{
 		{"s-c", "missing", schema.CodeUnknownCall},
-		{"bad session!", "c-1", CodeBadRequest},
-		{"s-c", "", CodeBadRequest},
+		{"bad session!", "c-1", schema.CodeBadRequest},
+		{"s-c", "", schema.CodeBadRequest},
 	} {
 		if _, err := r.Prepare(ctx, tc.session, tc.call); schema.CodeOf(err) != tc.code {
 			t.Errorf("prepare %q/%q: %v, want %s", tc.session, tc.call, err, tc.code)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -184,10 +183,7 @@ func (r *Recoverer) Reviews(ctx context.Context, session, callID string) ([]Revi
 		c := ReviewCheck{Seq: e.Seq, Review: e.Review, Accepted: fold.Rejected[i] == nil, Decides: i == fold.Decides}
 		if err := fold.Rejected[i]; err != nil {
 			c.Code = string(schema.CodeOf(err))
-			c.Reason = err.Error()
-			if c.Code != "" {
-				c.Reason = strings.Replace(c.Reason, c.Code+": ", "", 1)
-			}
+			c.Reason = schema.TextOf(err)
 		}
 		out[i] = c
 	}

@@ -149,7 +149,7 @@ func (r *Recoverer) serve(ctx context.Context) (micro.Service, error) {
 
 func decodeBody(data []byte, v any) error {
 	if err := json.Unmarshal(data, v); err != nil {
-		return schema.Errorf(CodeBadRequest, "request body: %v", err)
+		return schema.Errorf(schema.CodeBadRequest, "request body: %v", err)
 	}
 	return nil
 }
@@ -168,7 +168,7 @@ func (r *Recoverer) respond(nc *nats.Conn, subject, reply string, v any, err err
 		}
 	}
 	if err != nil {
-		d := ErrorDetail{Code: string(CodeInternal), Message: err.Error()}
+		d := ErrorDetail{Code: string(schema.CodeInternal), Message: err.Error()}
 		var se *schema.Error
 		if errors.As(err, &se) {
 			d.Code, d.Latest = string(se.Code), se.Latest
@@ -251,7 +251,7 @@ func (r *Recoverer) Call(ctx context.Context, q schema.Request) (schema.Event, e
 			}
 		}
 		if ctx.Err() != nil {
-			return schema.Event{}, schema.Errorf(CodeTimeout, "no tool.result for request %q within %s (it may still run)", q.RequestID, r.cfg.CallTimeout)
+			return schema.Event{}, schema.Errorf(schema.CodeResultPending, "no tool.result for request %q within %s (it may still run)", q.RequestID, r.cfg.CallTimeout)
 		}
 		if len(evs) > 0 {
 			b.Reset()

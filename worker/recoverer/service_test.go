@@ -61,9 +61,9 @@ func TestServiceEndpoints(t *testing.T) {
 	}{
 		{EndpointInspect, Target{Session: "s-svc", CallID: "nope"}, schema.CodeUnknownCall},
 		{EndpointPrepare, Target{Session: "s-svc", CallID: "nope"}, schema.CodeUnknownCall},
-		{EndpointPrepare, Target{Session: "s-svc", CallID: "c-open"}, CodeNotConfirmed},
-		{EndpointPrepare, "not an object", CodeBadRequest},
-		{EndpointStatus, StatusRequest{Session: "bad.session"}, CodeBadRequest},
+		{EndpointPrepare, Target{Session: "s-svc", CallID: "c-open"}, schema.CodeNotConfirmed},
+		{EndpointPrepare, "not an object", schema.CodeBadRequest},
+		{EndpointStatus, StatusRequest{Session: "bad.session"}, schema.CodeBadRequest},
 		{EndpointCall, schema.Request{Session: "s-svc", Tool: "x"}, schema.CodeInvalidRequest},
 	} {
 		code, body := errCode(req(tc.endpoint, tc.body))
@@ -122,7 +122,7 @@ func TestServiceEndpoints(t *testing.T) {
 		t.Fatalf("call again: %s %s", code, m.Data)
 	}
 	// Nobody runs it: timeout.
-	if code, _ := errCode(req(EndpointCall, schema.Request{V: 1, RequestID: "r-2", Session: "s-svc", Task: "t-1", Tool: "slow.tool", Arguments: json.RawMessage(`{}`)})); code != string(CodeTimeout) {
+	if code, _ := errCode(req(EndpointCall, schema.Request{V: 1, RequestID: "r-2", Session: "s-svc", Task: "t-1", Tool: "slow.tool", Arguments: json.RawMessage(`{}`)})); code != string(schema.CodeResultPending) {
 		t.Fatalf("call without a worker: code %q, want timeout", code)
 	}
 
@@ -235,7 +235,7 @@ func TestCallAnswersOnlyFromTheStoredLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code := m.Header.Get(micro.ErrorCodeHeader); code != string(CodeTimeout) {
+	if code := m.Header.Get(micro.ErrorCodeHeader); code != string(schema.CodeResultPending) {
 		t.Fatalf("call with only forged, refused events on the wire: code %q, answer %s; want timeout", code, m.Data)
 	}
 	if h, err := e.topo.Load(context.Background(), session); err != nil || len(h) != 0 {

@@ -113,7 +113,7 @@ type PlanCounts struct {
 func (r *Recoverer) Status(ctx context.Context, session string) (Status, error) {
 	if session != "" {
 		if err := stream.ValidateSession(session); err != nil {
-			return Status{}, schema.Errorf(CodeBadRequest, "%v", err)
+			return Status{}, schema.Errorf(schema.CodeBadRequest, "%v", err)
 		}
 	}
 	st := Status{Session: session, OpenCalls: r.track.list(session), AwaitingReview: r.review.list(session), Stats: r.Stats()}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -456,10 +455,7 @@ func (s *session) refuse(m jetstream.Msg, r schema.Request, code schema.Code, wh
 	}
 	ctx, cancel := context.WithTimeout(s.work, ackTimeout)
 	defer cancel()
-	msg := why.Error()
-	if c := schema.CodeOf(why); c != "" {
-		msg = strings.Replace(msg, string(c)+": ", "", 1)
-	}
+	msg := schema.TextOf(why)
 	err := s.w.topo.PublishAnswer(ctx, schema.Answer{Session: s.id, RequestID: r.RequestID, Code: code, Message: msg, At: time.Now().UTC()})
 	if err != nil {
 		lg.Warn().Err(err).Msg("answer not recorded; request left for redelivery")
@@ -492,7 +488,7 @@ func (s *session) runPlan(p planJob) {
 	s.mu.Lock()
 	acked := j.acked
 	s.mu.Unlock()
-	if !acked && errors.Is(err, worker.ErrPlanRefused) {
+	if !acked && errors.Is(err, schema.ErrPlanRefused) {
 		lg.Info().Err(err).Msg("plan refused; not attempted")
 		_ = p.msg.Ack()
 		return
@@ -514,13 +510,13 @@ func (s *session) settle(lg zerolog.Logger, j *job, res worker.Result, err error
 			ev = ev.Str("stage", string(res.Stage))
 		}
 		ev.Msg("call done")
-		if c := worker.CodeOf(err); c == worker.CodeLog || c == worker.CodeFenced {
+		if c := schema.CodeOf(err); c == schema.CodeLog || c == schema.CodeFenced {
 			s.failed.Store(true)
 		}
 		return
 	}
-	switch code := worker.CodeOf(err); {
-	case code == worker.CodeUnknownTool || code == worker.CodeInvalidCall:
+	switch code := schema.CodeOf(err); {
+	case code == schema.CodeUnknownTool || code == schema.CodeInvalidCall:
 		lg.Warn().Err(err).Msg("terminated: cannot become a call")
 		_ = j.msg.TermWithReason(err.Error())
 		return
