@@ -144,41 +144,28 @@ type Error struct {
 	group []Code
 }
 
-// Error returns "code: text" (see Text), or the code alone when there is
-// no text.
+// Error returns "code: message", with " at <stage>" for a rejection and
+// " (<field>)" for a mismatch after the code; the code alone when there is
+// nothing more to say.
 func (e *Error) Error() string {
-	t := e.Text()
-	if t == "" {
-		return string(e.Code)
-	}
-	if e.Stage != "" || e.Field != "" {
-		return string(e.Code) + " " + t
-	}
-	return string(e.Code) + ": " + t
-}
-
-// Text returns what the error says without its code: "at <stage>" for a
-// rejection, "(<field>)" for a mismatch, then the message. This is what
-// travels as the message of an error body, next to the code.
-func (e *Error) Text() string {
 	var b strings.Builder
+	b.WriteString(string(e.Code))
 	if e.Stage != "" {
-		b.WriteString("at " + string(e.Stage))
+		b.WriteString(" at " + string(e.Stage))
 	}
 	if e.Field != "" {
-		if b.Len() > 0 {
-			b.WriteByte(' ')
-		}
-		b.WriteString("(" + e.Field + ")")
+		b.WriteString(" (" + e.Field + ")")
 	}
 	if e.Message != "" {
-		if b.Len() > 0 {
-			b.WriteString(": ")
-		}
-		b.WriteString(e.Message)
+		b.WriteString(": " + e.Message)
 	}
 	return b.String()
 }
+
+// Text returns what the error says without its code (nor its stage and
+// field, which travel in fields of their own): the message. It is what an
+// error body carries as its message (see TextOf for a wrapped error).
+func (e *Error) Text() string { return e.Message }
 
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }
@@ -224,7 +211,12 @@ func TextOf(err error) string {
 	if !errors.As(err, &e) {
 		return err.Error()
 	}
-	return strings.Replace(err.Error(), e.Error(), e.Text(), 1)
+	s, inner := err.Error(), e.Error()
+	i := strings.LastIndex(s, inner) // wrappers put their context first
+	if i < 0 {
+		return s
+	}
+	return s[:i] + e.Text() + s[i+len(inner):]
 }
 
 // Sentinels for errors.Is, one per code (see the Code constants for what

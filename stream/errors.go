@@ -21,6 +21,13 @@ var (
 	// session's lease.
 	ErrLeaseHeld = errors.New("stream: lease held by another owner")
 
+	// ErrHoldLost is what a Hold's Err and a GuardedLog's appends return
+	// once the hold can no longer be trusted: the lease was lost or could
+	// not be renewed within its TTL by the local clock, or the log was
+	// fenced. It comes wrapped with ErrFenced, so a runtime stops writing
+	// for good.
+	ErrHoldLost = errors.New("stream: session hold lost")
+
 	// ErrLeaseLost is returned by Lease.Renew and Lease.Release when the
 	// lease expired or was taken over since it was last renewed.
 	ErrLeaseLost = errors.New("stream: lease lost")

@@ -59,6 +59,9 @@ type PlanRecord struct {
 	CompletedEpoch uint64 `json:"completed_epoch,omitempty"`
 	// Revision is the KV revision the record was read at; not stored.
 	Revision uint64 `json:"-"`
+	// Created is set by Issue when its own KV create stored the record
+	// (nothing can have used or published the plan before); not stored.
+	Created bool `json:"-"`
 }
 
 // Plans is the single-use plan store on the jw_plans bucket: issue with a KV
@@ -78,7 +81,8 @@ func NewPlans(kv jetstream.KeyValue) *Plans {
 // Issue stores plan in state issued under its plan id. Issuing the same plan
 // again is a no-op (plan ids are derived from session and prior call, so a
 // re-issue is naturally deduplicated) and returns the stored record, whatever
-// its state; a different plan under the same id is ErrPlanConflict.
+// its state; a different plan under the same id is ErrPlanConflict, with
+// the stored record. The record has Created set when this Issue stored it.
 func (p *Plans) Issue(ctx context.Context, plan schema.Plan) (PlanRecord, error) {
 	if plan.PlanID == "" {
 		return PlanRecord{}, fmt.Errorf("stream: issue plan: empty plan_id")
@@ -90,7 +94,7 @@ func (p *Plans) Issue(ctx context.Context, plan schema.Plan) (PlanRecord, error)
 	}
 	rev, err := p.kv.Create(ctx, plan.PlanID, b)
 	if err == nil {
-		rec.Revision = rev
+		rec.Revision, rec.Created = rev, true
 		return rec, nil
 	}
 	if !errors.Is(err, jetstream.ErrKeyExists) {

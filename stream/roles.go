@@ -85,7 +85,7 @@ type RoleConfig struct {
 // WithDefaults returns c with zero fields set to their defaults.
 func (c RoleConfig) WithDefaults() RoleConfig {
 	if c.Prefix == "" {
-		c.Prefix = "jw"
+		c.Prefix = DefaultPrefix
 	}
 	if c.ToolsPrefix == "" {
 		c.ToolsPrefix = DefaultToolsPrefix
@@ -187,7 +187,7 @@ func (c RoleConfig) names() names {
 
 func (n names) subj(kind string) string { return n.p + "." + kind + ".*" }
 func (n names) api(endpoint string) string {
-	return n.p + ".api." + endpoint
+	return APISubject(n.p, endpoint)
 }
 func (n names) jingweiStreams() []string {
 	return []string{n.events, n.requests, n.reviews, n.plans, n.assessments, n.answers}

@@ -10,7 +10,7 @@ import (
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/tools"
-	"github.com/jingwei/jingwei/worker/recoverer"
+	"github.com/jingwei/jingwei/worker/service"
 )
 
 // TestRequestsThatCannotBecomeCalls: every request a tool worker cannot
@@ -73,7 +73,7 @@ func TestRequestsThatCannotBecomeCalls(t *testing.T) {
 			// Through jw.api.call: answered at once, with the same code.
 			q.RequestID = fmt.Sprintf("r-api-%d", i)
 			t0 = time.Now()
-			if code := s.api(recoverer.EndpointCall, q, nil); code != string(tc.code) {
+			if code := s.api(service.EndpointCall, q, nil); code != string(tc.code) {
 				t.Fatalf("jw.api.call: code %q, want %s", code, tc.code)
 			}
 			if took := time.Since(t0); took > time.Second {
@@ -90,7 +90,7 @@ func TestRequestsThatCannotBecomeCalls(t *testing.T) {
 	}
 	// The session still works.
 	var res schema.Event
-	if code := s.api(recoverer.EndpointCall, schema.Request{V: 1, RequestID: "r-ok", Session: session, Task: "t-1", Tool: tools.CatalogLookup, Arguments: json.RawMessage(`{"sku":"A-1"}`)}, &res); code != "" || res.Result == nil || res.Result.Status != schema.StatusOK {
+	if code := s.api(service.EndpointCall, schema.Request{V: 1, RequestID: "r-ok", Session: session, Task: "t-1", Tool: tools.CatalogLookup, Arguments: json.RawMessage(`{"sku":"A-1"}`)}, &res); code != "" || res.Result == nil || res.Result.Status != schema.StatusOK {
 		t.Fatalf("a valid call after the refusals: %q %+v", code, res)
 	}
 }

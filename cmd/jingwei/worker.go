@@ -76,6 +76,7 @@ type toolFlags struct {
 	drainTimeout  time.Duration
 	delay         time.Duration
 	delayAfter    time.Duration
+	callTimeout   time.Duration
 }
 
 func (t *toolFlags) register(fs *flag.FlagSet) {
@@ -86,13 +87,14 @@ func (t *toolFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&t.drainTimeout, "drain-timeout", toolworker.DefaultDrainTimeout, "on SIGTERM, how long running bodies may take before they are cancelled")
 	fs.DurationVar(&t.delay, "tool-delay", 0, "wait this long before every tool body (demos, crash tests)")
 	fs.DurationVar(&t.delayAfter, "tool-delay-after", 0, "wait this long after every tool body's side effect, before its answer (demos, crash tests)")
+	fs.DurationVar(&t.callTimeout, "call-timeout", toolworker.DefaultCallTimeout, "how long jw.api.call (served by this worker) waits for a tool result")
 }
 
 func (t *toolFlags) check() string {
 	switch {
 	case t.maxSessions < 1:
 		return "--max-sessions must be at least 1"
-	case t.delay < 0 || t.delayAfter < 0 || t.idle < 0 || t.drainTimeout < 0:
+	case t.delay < 0 || t.delayAfter < 0 || t.idle < 0 || t.drainTimeout < 0 || t.callTimeout < 0:
 		return "durations must not be negative"
 	}
 	return ""
@@ -114,7 +116,7 @@ func (t *toolFlags) newToolWorker(ctx context.Context, js jetstream.JetStream, t
 	}
 	return toolworker.New(toolworker.Config{
 		Topology: topo, Registry: reg, Owner: t.owner, MaxSessions: t.maxSessions,
-		IdleTimeout: t.idle, DrainTimeout: t.drainTimeout, Logger: log,
+		IdleTimeout: t.idle, DrainTimeout: t.drainTimeout, CallTimeout: t.callTimeout, Logger: log,
 		Runtime: worker.Config{TrustedPlanners: planners},
 	})
 }

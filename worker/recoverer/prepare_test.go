@@ -61,7 +61,7 @@ func TestPrepareWithReviews(t *testing.T) {
 			if _, err := r.Prepare(ctx, "s-p", "pay-forged"); !errors.Is(err, schema.ErrNeedsReview) {
 				t.Fatalf("prepare after a forged review: %v, want needs_review", err)
 			}
-			if _, err := r.checkReview(f.subject, mustJSON(t, f.body)); schema.CodeOf(err) != schema.CodeInvalidReview {
+			if _, err := r.reviews.check(f.subject, mustJSON(t, f.body)); schema.CodeOf(err) != schema.CodeInvalidReview {
 				t.Fatalf("checkReview: %v, want invalid_review", err)
 			}
 		})
@@ -80,7 +80,7 @@ func TestPrepareWithReviews(t *testing.T) {
 	// A trusted not_executed review: a plan on that basis, published once.
 	good := review(t, e.reviewer, "s-p", "pay-ok", schema.VerdictNotExecuted)
 	e.publishReview("s-p", good)
-	if _, err := r.acceptReview(ctx, "s-p", 0, mustJSON(t, good)); err != nil {
+	if _, err := r.reviews.accept(ctx, "s-p", 0, mustJSON(t, good)); err != nil {
 		t.Fatalf("acceptReview: %v", err)
 	}
 	p, err := r.Prepare(ctx, "s-p", "pay-ok")
@@ -108,7 +108,7 @@ func TestPrepareWithReviews(t *testing.T) {
 		t.Fatalf("prepare after completed review: %v, want completed", err)
 	}
 	// A review of a call that is not in the log is rejected.
-	if _, err := r.acceptReview(ctx, "s-p", 0, mustJSON(t, review(t, e.reviewer, "s-p", "nope", schema.VerdictNotExecuted))); !errors.Is(err, schema.ErrUnknownCall) {
+	if _, err := r.reviews.accept(ctx, "s-p", 0, mustJSON(t, review(t, e.reviewer, "s-p", "nope", schema.VerdictNotExecuted))); !errors.Is(err, schema.ErrUnknownCall) {
 		t.Fatalf("review of an unknown call: %v, want unknown_call", err)
 	}
 
@@ -265,7 +265,7 @@ func TestCrashBetweenCreateAndPublish(t *testing.T) {
 	w.result("c-1", schema.StatusTimeout, "")
 
 	crashing := e.recoverer("a")
-	crashing.afterCreate = func(schema.Plan) error { return errCrash }
+	crashing.issuer.afterCreate = func(schema.Plan) error { return errCrash }
 	if _, err := crashing.Prepare(ctx, "s-k", "c-1"); !errors.Is(err, errCrash) {
 		t.Fatalf("prepare with the crash hook: %v", err)
 	}
@@ -348,7 +348,7 @@ func TestPrepareIssuedBefore(t *testing.T) {
 		w.result(id, schema.StatusTimeout, "")
 	}
 	crashing := e.recoverer("a")
-	crashing.afterCreate = func(schema.Plan) error { return errCrash }
+	crashing.issuer.afterCreate = func(schema.Plan) error { return errCrash }
 	if _, err := crashing.Prepare(ctx, "s-ib", "c-1"); !errors.Is(err, errCrash) {
 		t.Fatalf("prepare with the crash hook: %v", err)
 	}
@@ -434,7 +434,7 @@ func TestCompletedReviewIsFinal(t *testing.T) {
 	if !checks[0].Accepted || !checks[0].Decides || checks[1].Accepted || checks[1].Code != string(schema.CodeReviewConflict) {
 		t.Fatalf("judgement %+v, want completed deciding and the later review a review_conflict", checks)
 	}
-	if _, err := r.acceptReview(ctx, "s-f", checks[1].Seq, mustJSON(t, checks[1].Review)); !errors.Is(err, schema.ErrReviewConflict) {
+	if _, err := r.reviews.accept(ctx, "s-f", checks[1].Seq, mustJSON(t, checks[1].Review)); !errors.Is(err, schema.ErrReviewConflict) {
 		t.Fatalf("acceptReview of the later review: %v, want review_conflict", err)
 	}
 

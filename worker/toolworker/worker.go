@@ -86,8 +86,9 @@ func (w *Worker) requestConsumerName(session string) string {
 }
 
 // Run runs the worker until ctx is cancelled, then drains (see the package
-// documentation) and returns nil. It returns an error if it cannot set up
-// its subscription or plan consumer. Run may be called once.
+// documentation) and returns nil. It serves jw.api.call (its Gateway)
+// unless Config.DisableGateway is set. It returns an error if it cannot set
+// up its subscription, plan consumer or gateway. Run may be called once.
 func (w *Worker) Run(ctx context.Context) error {
 	if !w.running.CompareAndSwap(false, true) {
 		return ErrRunning
@@ -117,6 +118,17 @@ func (w *Worker) Run(ctx context.Context) error {
 	})
 	if err != nil {
 		return fmt.Errorf("toolworker: plan consumer: %w", err)
+	}
+	if !w.cfg.DisableGateway {
+		gw, err := NewGateway(GatewayConfig{Topology: w.topo, CallTimeout: w.cfg.CallTimeout, Owner: w.cfg.Owner, Logger: w.log})
+		if err != nil {
+			return err
+		}
+		svc, err := gw.Serve(ctx)
+		if err != nil {
+			return fmt.Errorf("toolworker: gateway: %w", err)
+		}
+		defer func() { _ = svc.Stop() }()
 	}
 	w.log.Info().Int("max_sessions", w.cfg.MaxSessions).Dur("lease_ttl", w.ttl).Msg("tool worker running")
 
