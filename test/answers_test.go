@@ -9,6 +9,7 @@ import (
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/tools"
 	"github.com/jingwei/jingwei/worker/service"
 )
@@ -59,7 +60,7 @@ func TestRequestsThatCannotBecomeCalls(t *testing.T) {
 				t.Fatal(err)
 			}
 			var a schema.Answer
-			waitFor(t, ctx, "the answer", func() bool {
+			streamtest.Eventually(t, waitLimit, "the answer", func() bool {
 				var ok bool
 				a, ok, _ = s.topo.FindAnswer(ctx, session, q.RequestID)
 				return ok
@@ -79,7 +80,7 @@ func TestRequestsThatCannotBecomeCalls(t *testing.T) {
 			if took := time.Since(t0); took > time.Second {
 				t.Errorf("jw.api.call answered after %s, want within a second", took)
 			}
-			waitFor(t, ctx, "the work queue empty", func() bool {
+			streamtest.Eventually(t, waitLimit, "the work queue empty", func() bool {
 				info, err := s.topo.Requests.Info(ctx)
 				return err == nil && info.State.Msgs == 0
 			})

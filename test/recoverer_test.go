@@ -249,7 +249,7 @@ func TestLostPlanMessageDeliveredAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.worker("tw-b", nil)
-	waitFor(t, ctx, "the consumer has nothing left", func() bool {
+	streamtest.Eventually(t, waitLimit, "the consumer has nothing left", func() bool {
 		info, err := cons.Info(ctx)
 		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
 	})
@@ -262,11 +262,11 @@ func TestLostPlanMessageDeliveredAgain(t *testing.T) {
 	if code := s.api(service.EndpointPrepare, service.Target{Session: "s-lost", CallID: first}, &again); code != "" || again.PlanID != plan.PlanID {
 		t.Fatalf("prepare again: %q %+v", code, again)
 	}
-	waitFor(t, ctx, "the plan runs", func() bool {
+	streamtest.Eventually(t, waitLimit, "the plan runs", func() bool {
 		r, err := plans.Get(ctx, plan.PlanID)
 		return err == nil && r.State == stream.PlanConsumed
 	})
-	waitFor(t, ctx, "the retry's result", func() bool {
+	streamtest.Eventually(t, waitLimit, "the retry's result", func() bool {
 		h, _ := s.topo.Load(ctx, "s-lost")
 		return len(h) > 0 && h[len(h)-1].Type == schema.TypeResult
 	})

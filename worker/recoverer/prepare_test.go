@@ -16,6 +16,7 @@ import (
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/streamtest"
 )
 
 // TestPrepareWithReviews: only a trusted, signed review for the session's own
@@ -279,7 +280,7 @@ func TestCrashBetweenCreateAndPublish(t *testing.T) {
 
 	for restart := 0; restart < 2; restart++ {
 		stop := e.run(e.recoverer("a"))
-		eventually(t, 5*time.Second, "plan published", func() bool { return e.planMsgs()[keys[0]] >= 1 })
+		streamtest.Eventually(t, 5*time.Second, "plan published", func() bool { return e.planMsgs()[keys[0]] >= 1 })
 		stop()
 	}
 	r := e.recoverer("a")
@@ -311,9 +312,9 @@ func TestAutoPlan(t *testing.T) {
 	for _, id := range []string{"safe", "unsafe", "done"} {
 		as.wait(t, "s-auto", id, 5*time.Second)
 	}
-	eventually(t, 5*time.Second, "auto plan", func() bool { return len(e.planMsgs()) >= 1 })
+	streamtest.Eventually(t, 5*time.Second, "auto plan", func() bool { return len(e.planMsgs()) >= 1 })
 	r := e.recoverer("b")
-	eventually(t, 5*time.Second, "status", func() bool {
+	streamtest.Eventually(t, 5*time.Second, "status", func() bool {
 		st, err := r.Status(context.Background(), "s-auto")
 		return err == nil && st.Plans.Issued == 1
 	})

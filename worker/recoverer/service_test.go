@@ -13,6 +13,7 @@ import (
 
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/worker/service"
 )
 
@@ -33,7 +34,7 @@ func TestServiceEndpoints(t *testing.T) {
 		var m *nats.Msg
 		var err error
 		// The service registers when Run starts: retry "no responders".
-		eventually(t, 5*time.Second, "service answers", func() bool {
+		streamtest.Eventually(t, 5*time.Second, "service answers", func() bool {
 			m, err = e.nc.Request(e.topo.APISubject(endpoint), b, 5*time.Second)
 			return err != nats.ErrNoResponders
 		})
@@ -177,7 +178,7 @@ func TestMemoryFollowsOpenCalls(t *testing.T) {
 	w.call("open-1", "t", effect.Idempotent, "k-1")
 	w.call("open-2", "t", effect.Idempotent, "k-2")
 	flush()
-	eventually(t, 60*time.Second, "every event classified", func() bool {
+	streamtest.Eventually(t, 60*time.Second, "every event classified", func() bool {
 		return r.Stats().EventsSeen >= 2*calls+2
 	})
 	if st := r.Stats(); st.OpenCalls != 2 {

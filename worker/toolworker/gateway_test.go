@@ -180,7 +180,7 @@ func TestCallAnswersOnlyFromTheStoredLog(t *testing.T) {
 		b, _ := json.Marshal(schema.Request{V: 1, RequestID: requestID, Session: session, Task: "t-1", Tool: "catalog.lookup", Arguments: json.RawMessage(`{"sku":"A"}`)})
 		var m *nats.Msg
 		var err error
-		eventually(t, 5*time.Second, "service answers", func() bool {
+		streamtest.Eventually(t, 5*time.Second, "service answers", func() bool {
 			m, err = nc.Request(topo.APISubject(service.EndpointCall), b, 10*time.Second)
 			return err != nats.ErrNoResponders
 		})
