@@ -360,26 +360,20 @@ func (b *Budget) SetLimit(ctx context.Context, session, task string, limit int64
 	}
 	for {
 		cur, err := b.get(ctx, key)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			next := Usage{Limit: limit}
-			rev, cerr := b.kv.Create(ctx, key, mustJSON(next))
-			if errors.Is(cerr, jetstream.ErrKeyExists) {
+		next := Usage{Limit: limit}
+		var rev uint64
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			if rev, err = b.kv.Create(ctx, key, mustJSON(next)); errors.Is(err, jetstream.ErrKeyExists) {
 				continue
 			}
-			if cerr != nil {
-				return Usage{}, fmt.Errorf("stream: budget %s: %w", key, cerr)
-			}
-			next.Revision = rev
-			b.remember(key, next)
-			return next, nil
-		}
-		if err != nil {
+		case err != nil:
 			return Usage{}, err
-		}
-		next := Usage{ToolCalls: cur.ToolCalls, Limit: limit}
-		rev, err := b.kv.Update(ctx, key, mustJSON(next), cur.Revision)
-		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || planCASConflict(err) {
-			continue
+		default:
+			next.ToolCalls = cur.ToolCalls
+			if rev, err = b.kv.Update(ctx, key, mustJSON(next), cur.Revision); errors.Is(err, jetstream.ErrKeyRevisionMismatch) || planCASConflict(err) {
+				continue
+			}
 		}
 		if err != nil {
 			return Usage{}, fmt.Errorf("stream: budget %s: %w", key, err)
@@ -387,8 +381,7 @@ func (b *Budget) SetLimit(ctx context.Context, session, task string, limit int64
 		next.Revision = rev
 		b.remember(key, next)
 		return next, nil
-	}
-}
+	}}
 
 func (b *Budget) get(ctx context.Context, key string) (Usage, error) {
 	e, err := b.kv.Get(ctx, key)
