@@ -381,7 +381,8 @@ func (b *Budget) SetLimit(ctx context.Context, session, task string, limit int64
 		next.Revision = rev
 		b.remember(key, next)
 		return next, nil
-	}}
+	}
+}
 
 func (b *Budget) get(ctx context.Context, key string) (Usage, error) {
 	e, err := b.kv.Get(ctx, key)

@@ -165,8 +165,8 @@ type names struct {
 	p, tp string
 	// jingwei's streams and its buckets' streams.
 	events, requests, reviews, plans, assessments, answers string
-	leasesKV, plansKV, budgetKV                   string // KV_<bucket>
-	leases, planState, budget                     string // bucket names
+	leasesKV, plansKV, budgetKV                            string // KV_<bucket>
+	leases, planState, budget                              string // bucket names
 	// the example tools' stream and buckets' streams.
 	ledger, ordersKV, orderKeysKV string
 	orders, orderKeys             string

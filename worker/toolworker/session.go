@@ -43,7 +43,7 @@ type session struct {
 
 	hold *stream.LeaseHold
 	rt   *worker.Runtime
-	cons  jetstream.Consumer
+	cons jetstream.Consumer
 	// work is the context of calls and bodies: cancelled when the session
 	// is lost, or when the drain times out.
 	work       context.Context

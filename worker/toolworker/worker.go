@@ -79,7 +79,6 @@ func (w *Worker) Owned() []string {
 	return out
 }
 
-
 // requestConsumerName is the per-session consumer on JW_REQUESTS.
 func (w *Worker) requestConsumerName(session string) string {
 	return w.topo.StreamName("req_" + session)
