@@ -5,11 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
@@ -170,28 +168,9 @@ func (r *issuer) issue(ctx context.Context, plan schema.Plan) (schema.Plan, erro
 // re-publication after the dedup window safe; the Msg-Id makes two
 // publishers racing inside it safe.
 func (r *issuer) ensurePublished(ctx context.Context, plan schema.Plan) error {
-	subj := r.t.PlansSubject(plan.Session)
-	last, err := r.t.PlanLog.GetLastMsgForSubject(ctx, subj)
-	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-	case err != nil:
-		return fmt.Errorf("recoverer: read %s: %w", subj, err)
-	case last.Header.Get(jetstream.MsgIDHeader) == plan.PlanID:
-		return nil
-	default:
-		found := errors.New("found")
-		err := r.t.ReadSubject(ctx, r.t.StreamName("PLANS"), subj, func(m *jetstream.RawStreamMsg) error {
-			if m.Header.Get(jetstream.MsgIDHeader) == plan.PlanID {
-				return found
-			}
-			return nil
-		})
-		if errors.Is(err, found) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
+	seq, err := r.t.PlanMessage(ctx, plan.Session, plan.PlanID)
+	if err != nil || seq > 0 {
+		return err
 	}
 	return r.publishPlan(ctx, plan)
 }
@@ -204,36 +183,23 @@ func (r *issuer) ensurePublished(ctx context.Context, plan schema.Plan) error {
 // publication>, so racing prepares publish it again once. Using the plan
 // stays single-use whatever the number of its messages.
 func (r *issuer) ensureDeliverable(ctx context.Context, plan schema.Plan) error {
-	subj := r.t.PlansSubject(plan.Session)
-	var last uint64
-	err := r.t.ReadSubject(ctx, r.t.StreamName("PLANS"), subj, func(m *jetstream.RawStreamMsg) error {
-		if id := m.Header.Get(jetstream.MsgIDHeader); id == plan.PlanID || strings.HasPrefix(id, plan.PlanID+"/again/") {
-			last = m.Sequence
-		}
-		return nil
-	})
+	last, err := r.t.PlanMessage(ctx, plan.Session, plan.PlanID)
 	if err != nil {
 		return err
 	}
 	if last == 0 {
 		return r.publishPlan(ctx, plan)
 	}
-	cons, err := r.t.PlanLog.Consumer(ctx, r.t.PlanConsumerName())
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return nil // no tool worker ran yet: the first one reads every plan
+	floor, ok, err := r.t.PlanConsumerAckFloor(ctx)
+	if err != nil || !ok || floor < last {
+		return err // no tool worker ran yet, or still pending or in a worker's hands
 	}
-	if err != nil {
-		return fmt.Errorf("recoverer: plan consumer: %w", err)
-	}
-	info := cons.CachedInfo()
-	if info.AckFloor.Stream < last {
-		return nil // still pending, or in a worker's hands
-	}
+	subj := r.t.PlansSubject(plan.Session)
 	msg := nats.NewMsg(subj)
 	if msg.Data, err = json.Marshal(plan); err != nil {
 		return err
 	}
-	if err := r.pub.publishSync(ctx, msg, fmt.Sprintf("%s/again/%d", plan.PlanID, last)); err != nil {
+	if err := r.pub.publishSync(ctx, msg, stream.PlanAgainID(plan.PlanID, last)); err != nil {
 		return fmt.Errorf("recoverer: publish plan %s again: %w", plan.PlanID, err)
 	}
 	r.log.Info().Str("session", plan.Session).Str("plan_id", plan.PlanID).Uint64("lost_seq", last).Msg("plan message acknowledged without the plan being used: published again")
