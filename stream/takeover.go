@@ -192,16 +192,36 @@ type Takeover struct {
 	FenceSeq uint64
 }
 
+// TakeoverOption changes how a takeover loads its history.
+type TakeoverOption func(*takeoverOptions)
+
+type takeoverOptions struct {
+	loaded Loaded
+}
+
+// WithLoaded tells Confirm (and TakeOver) that the caller loaded the
+// session's history just before (LoadHistory): once the fence is in, only
+// what follows it is read, and the confirmed history is l's events plus
+// those, with the limits counted over all of them. It must be the same
+// session's history.
+func WithLoaded(l Loaded) TakeoverOption {
+	return func(o *takeoverOptions) { o.loaded = l }
+}
+
 // Confirm fences the session of hold at its epoch (FenceLoad) and returns
 // the takeover with the confirmed history and the guarded log. A hold that
 // is no longer good fails before anything is written. A log with no room
 // even for a fence is ErrLogClosed: nobody can append to it any more, so
 // its Load is confirmed as it stands. Confirm does not release the hold.
-func (t *Topology) Confirm(ctx context.Context, hold Hold) (*Takeover, error) {
+func (t *Topology) Confirm(ctx context.Context, hold Hold, opts ...TakeoverOption) (*Takeover, error) {
 	if err := hold.Err(); err != nil {
 		return nil, err
 	}
-	lg, h, err := t.FenceLoad(ctx, hold.Session(), hold.Owner(), hold.Epoch())
+	var o takeoverOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	lg, h, err := t.fenceLoad(ctx, hold.Session(), hold.Owner(), hold.Epoch(), o.loaded)
 	if err != nil {
 		return nil, err
 	}
@@ -210,16 +230,16 @@ func (t *Topology) Confirm(ctx context.Context, hold Hold) (*Takeover, error) {
 
 // TakeOver takes the session over for owner: it acquires a hold from acq
 // (a new, higher epoch), fences the log and loads the confirmed history
-// (Confirm). On any failure after the hold was acquired the hold is
+// (Confirm, with opts). On any failure after the hold was acquired the hold is
 // released, so nothing is left held. Errors: ErrLeaseHeld (someone holds
 // the session), ErrLogClosed (the log is full: Load it, it is confirmed
 // as it stands), the errors of FenceLoad.
-func (t *Topology) TakeOver(ctx context.Context, session, owner string, acq Acquirer) (*Takeover, error) {
+func (t *Topology) TakeOver(ctx context.Context, session, owner string, acq Acquirer, opts ...TakeoverOption) (*Takeover, error) {
 	hold, err := acq.Acquire(ctx, session, owner)
 	if err != nil {
 		return nil, err
 	}
-	tk, err := t.Confirm(ctx, hold)
+	tk, err := t.Confirm(ctx, hold, opts...)
 	if err != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.cfg.RequestTimeout)
 		defer cancel()

@@ -117,3 +117,64 @@ func TestTakeOverReleasesOnFailure(t *testing.T) {
 		t.Fatalf("the full log: %d events %v, want it unchanged", len(h), err)
 	}
 }
+
+// TestTakeOverWithLoaded: a takeover after a LoadHistory reads only what
+// the log got since, and its confirmed history is exactly what a full
+// load gives; the limits count the loaded part too.
+func TestTakeOverWithLoaded(t *testing.T) {
+	ctx := context.Background()
+	_, _, topo := streamtest.StartWith(t, streamtest.Config{Topology: stream.TopologyConfig{Limits: schema.Limits{MaxEvents: 1000}}})
+	w, err := topo.Fence(ctx, "s-1", "w1", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"c-1", "c-2"} {
+		if _, err := w.Append(ctx, started(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	loaded, err := topo.LoadHistory(ctx, "s-1")
+	if err != nil || len(loaded.Events) != 3 {
+		t.Fatalf("LoadHistory: %d events %v", len(loaded.Events), err)
+	}
+	// The old writer gets one more in between.
+	if _, err := w.Append(ctx, started("c-3")); err != nil {
+		t.Fatal(err)
+	}
+	tk, err := topo.TakeOver(ctx, "s-1", "w2", topo.SessionLeases(), stream.WithLoaded(loaded))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tk.Hold.Release(ctx) }()
+	full, err := topo.Load(ctx, "s-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tk.History) != len(full) || len(full) != 5 {
+		t.Fatalf("confirmed history %d events, full load %d, want 5", len(tk.History), len(full))
+	}
+	for i := range full {
+		if tk.History[i].Seq != full[i].Seq || tk.History[i].Type != full[i].Type {
+			t.Fatalf("event %d: %+v, full load %+v", i, tk.History[i], full[i])
+		}
+	}
+	if len(loaded.Events) != 3 {
+		t.Fatal("the takeover changed the caller's loaded history")
+	}
+	// Over the limit counting the loaded part: refused, as a full load is.
+	ev := started("c")
+	ev.V, ev.Session, ev.Epoch, ev.At = 1, "s-2", 1, time.Now().UTC()
+	payload, _ := json.Marshal(ev)
+	publishN(t, topo, "s-2", payload, 990)
+	loaded2, err := topo.LoadHistory(ctx, "s-2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishN(t, topo, "s-2", payload, 9) // 999: room for one fence
+	if _, err := topo.TakeOver(ctx, "s-2", "w2", topo.SessionLeases(), stream.WithLoaded(loaded2)); err != nil {
+		t.Fatalf("takeover into the last slot: %v", err)
+	}
+	if h, err := topo.Load(ctx, "s-2"); err != nil || len(h) != 1000 {
+		t.Fatalf("full load after: %d %v", len(h), err)
+	}
+}

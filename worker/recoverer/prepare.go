@@ -39,9 +39,10 @@ func newIssuer(b *base, pub *publisher, reviews *reviewChecker, leases *takeover
 	return &issuer{base: b, plans: stream.NewPlans(b.t.Plans), pub: pub, reviews: reviews, leases: leases, settled: settled, auto: make(chan [2]string, 1024)}
 }
 
-// prepare is Recoverer.Prepare for a checked target. It loads the history
-// once; a call still open without a live lease is taken over first, and
-// the history the takeover confirmed is used.
+// prepare is Recoverer.Prepare for a checked target. It reads the log
+// once: a call still open without a live lease is taken over first, and
+// the takeover extends the loaded history with what followed it
+// (stream.WithLoaded) instead of loading it again.
 func (r *issuer) prepare(ctx context.Context, session, callID string) (schema.Plan, error) {
 	// The plan id follows from session and call alone: a plan issued
 	// before (by this or a racing recoverer) is found without loading the
@@ -75,10 +76,11 @@ func (r *issuer) prepare(ctx context.Context, session, callID string) (schema.Pl
 		r.settled(session, callID)
 		return rec.Plan, nil
 	}
-	h, err := r.t.Load(ctx, session)
+	loaded, err := r.t.LoadHistory(ctx, session)
 	if err != nil {
 		return schema.Plan{}, err
 	}
+	h := loaded.Events
 	if recovery.IsOpen(h, callID) {
 		// Not confirmed: a writer may still finish the call.
 		if lv, live, err := r.t.LeaseHolder(ctx, session); err != nil {
@@ -86,7 +88,8 @@ func (r *issuer) prepare(ctx context.Context, session, callID string) (schema.Pl
 		} else if live {
 			return schema.Plan{}, schema.Errorf(schema.CodeNotConfirmed, "call %q is still open and session %s is owned by %q (epoch %d): wait for its result or for the lease to expire", callID, session, lv.Owner, lv.Epoch)
 		}
-		if _, h, err = r.leases.takeOver(ctx, session); err != nil {
+		// The takeover reads only what the log got since the load above.
+		if _, h, err = r.leases.takeOver(ctx, session, stream.WithLoaded(loaded)); err != nil {
 			if errors.Is(err, stream.ErrLeaseHeld) {
 				return schema.Plan{}, schema.Errorf(schema.CodeNotConfirmed, "call %q is still open and session %s was just taken by a writer", callID, session)
 			}

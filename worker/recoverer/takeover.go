@@ -64,17 +64,17 @@ func (r *takeovers) takeOverIfOpen(ctx context.Context, session string, expired 
 	if _, live, err := r.t.LeaseHolder(ctx, session); err != nil || live {
 		return err
 	}
-	h, err := r.t.Load(ctx, session)
+	loaded, err := r.t.LoadHistory(ctx, session)
 	if err != nil {
 		return err
 	}
-	if len(recovery.OpenIn(h, 0)) == 0 {
+	if len(recovery.OpenIn(loaded.Events, 0)) == 0 {
 		if expired {
-			return r.finishTakeover(ctx, h)
+			return r.finishTakeover(ctx, loaded.Events)
 		}
 		return nil
 	}
-	_, _, err = r.takeOver(ctx, session)
+	_, _, err = r.takeOver(ctx, session, stream.WithLoaded(loaded))
 	if errors.Is(err, stream.ErrLeaseHeld) {
 		r.log.Info().Str("session", session).Msg("session owned again before takeover; left to its owner")
 		return nil
@@ -102,8 +102,10 @@ func (r *takeovers) finishTakeover(ctx context.Context, h []schema.Event) error 
 }
 
 // takeOver is Recoverer.TakeOver; it also returns the confirmed history.
-func (r *takeovers) takeOver(ctx context.Context, session string) ([]schema.Assessment, []schema.Event, error) {
-	tk, err := r.t.TakeOver(ctx, session, r.cfg.Owner, r.t.SessionLeases())
+// opts pass a history the caller loaded just before (stream.WithLoaded),
+// so that only what follows it is read after the fence.
+func (r *takeovers) takeOver(ctx context.Context, session string, opts ...stream.TakeoverOption) ([]schema.Assessment, []schema.Event, error) {
+	tk, err := r.t.TakeOver(ctx, session, r.cfg.Owner, r.t.SessionLeases(), opts...)
 	var h []schema.Event
 	var epoch, fenceSeq uint64
 	switch {
