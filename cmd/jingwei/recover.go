@@ -7,8 +7,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/worker/recoverer"
@@ -113,22 +111,12 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		planners[pub] = struct{}{}
 	}
-	nc, err := nf.connect(ctx, "recover", log)
+	nc, topo, err := nf.ensureTopology(ctx, "recover", log, stream.TopologyConfig{LeaseTTL: *ttl, Replicas: *replicas, Logger: log})
 	if err != nil {
 		fmt.Fprintf(stderr, "jingwei recover: %v\n", err)
 		return exitFailure
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		fmt.Fprintf(stderr, "jingwei recover: %v\n", err)
-		return exitFailure
-	}
-	topo, err := stream.EnsureTopology(ctx, js, stream.TopologyConfig{Prefix: nf.prefix, LeaseTTL: *ttl, Replicas: *replicas, Logger: log})
-	if err != nil {
-		fmt.Fprintf(stderr, "jingwei recover: %v\n", err)
-		return exitFailure
-	}
 	rec, err := recoverer.New(recoverer.Config{
 		Topology: topo, Logger: log, TrustedReviewers: trusted, AutoPlan: *autoPlan,
 		Name: *name, Owner: *owner,

@@ -155,23 +155,13 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err != nil {
 		return usageError(stderr, "worker", "trusted planners %s: %v", file, err)
 	}
-	nc, err := nf.connect(ctx, "worker", log)
+	nc, topo, err := nf.ensureTopology(ctx, "worker", log, stream.TopologyConfig{LeaseTTL: ttl, Replicas: replicas, Logger: log})
 	if err != nil {
 		fmt.Fprintf(stderr, "jingwei worker: %v\n", err)
 		return exitFailure
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		fmt.Fprintf(stderr, "jingwei worker: %v\n", err)
-		return exitFailure
-	}
-	topo, err := stream.EnsureTopology(ctx, js, stream.TopologyConfig{Prefix: nf.prefix, LeaseTTL: ttl, Replicas: replicas, Logger: log})
-	if err != nil {
-		fmt.Fprintf(stderr, "jingwei worker: %v\n", err)
-		return exitFailure
-	}
-	w, err := tf.newToolWorker(ctx, js, topo, planners, log)
+	w, err := tf.newToolWorker(ctx, topo.JS, topo, planners, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "jingwei worker: %v\n", err)
 		return exitFailure
