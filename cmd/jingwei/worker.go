@@ -27,7 +27,10 @@ Runs a tool worker with the example tools (orders.create, payments.charge,
 catalog.lookup). It takes tool requests from jw.requests.<session>, owns each
 session through its lease (one owner at a time, requests in order), records
 every call on the session log and runs it through the canonical runtime, and
-executes the retry plans published on jw.plans.<session>. A request is
+executes the retry plans published on jw.plans.<session>. It also serves
+jw.api.call (micro service 'jingwei-gateway'): a call is published on the work
+queue and answered with its tool.result from the session log, or with
+result_pending after --call-timeout. A request is
 acknowledged once its tool.call is recorded; a request whose request_id is
 already in the log is never run again. Run as many workers as you like against
 one server: sessions spread over them (--max-sessions each).

@@ -74,7 +74,7 @@
 // A plan that jw_plans already holds as consumed is acknowledged at once. A
 // plan for a session this worker
 // owns, or can take, is queued behind that session's current request and
-// run with Gateway.CallWithOptions{Retry: plan}; the runtime verifies it and
+// run with worker.Gateway.CallWithOptions (CallOptions{Retry: plan}); the runtime verifies it and
 // consumes it in jw_plans with a compare-and-set, so a plan delivered twice,
 // or to two workers, is attempted at most once. A plan for a session another
 // process owns is negatively acknowledged with PlanRetryDelay and comes

@@ -34,7 +34,8 @@ type GatewayConfig struct {
 	Logger zerolog.Logger
 }
 
-// Gateway is jw.api.call, served where calls are made: it hands a tool
+// Gateway is jw.api.call, served where calls are made (the NATS form of
+// worker.Gateway, for agents outside the process): it hands a tool
 // request to the work queue (jw.requests.<session>) and answers with the
 // call's tool.result as the session log holds it, or with the code a tool
 // worker recorded for a request that could not become a call. A Worker
