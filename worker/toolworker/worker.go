@@ -118,16 +118,21 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("toolworker: plan consumer: %w", err)
 	}
+	stopGateway := func() {}
 	if !w.cfg.DisableGateway {
 		gw, err := NewGateway(GatewayConfig{Topology: w.topo, CallTimeout: w.cfg.CallTimeout, Owner: w.cfg.Owner, Logger: w.log})
 		if err != nil {
 			return err
 		}
-		svc, err := gw.Serve(ctx)
+		// Calls in flight when the drain starts still wait for their
+		// result (CallTimeout bounds them); new ones go to other workers.
+		svc, err := gw.Serve(context.WithoutCancel(ctx))
 		if err != nil {
 			return fmt.Errorf("toolworker: gateway: %w", err)
 		}
-		defer func() { _ = svc.Stop() }()
+		var once sync.Once
+		stopGateway = func() { once.Do(func() { _ = svc.Stop() }) }
+		defer stopGateway()
 	}
 	w.log.Info().Int("max_sessions", w.cfg.MaxSessions).Dur("lease_ttl", w.ttl).Msg("tool worker running")
 
@@ -136,6 +141,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	go func() { defer loops.Done(); w.discover(ctx, hints) }()
 	go func() { defer loops.Done(); w.consumePlans(ctx, pcons) }()
 	<-ctx.Done()
+	stopGateway()
 	loops.Wait()
 
 	// Drain: no new work; running bodies finish, then leases are released.
