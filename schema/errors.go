@@ -280,3 +280,9 @@ var ErrInvalidPlan = errors.New("schema: invalid retry plan")
 // ErrInvalidAssessment is wrapped by the errors of DecodeAssessment and
 // Assessment.Validate: the assessment is malformed or lacks a field.
 var ErrInvalidAssessment = errors.New("schema: invalid assessment")
+
+// Errors of a contract's effect on the wire (wireEffect).
+var (
+	errNullEffect = errors.New("effect is null (omit it for unknown)")
+	errEffectType = errors.New("effect is not a string")
+)

@@ -13,10 +13,6 @@ import (
 	"github.com/jingwei/jingwei/schema"
 )
 
-// ErrInvalidBudgetKey is returned for a session or task that cannot be part
-// of a jw_budget key: both must be 1–128 bytes of [A-Za-z0-9_-].
-var ErrInvalidBudgetKey = errors.New("stream: invalid budget key")
-
 // Usage is the value stored under <session>.<task> in jw_budget.
 type Usage struct {
 	// ToolCalls counts every recorded attempt of the task; it only grows.

@@ -490,10 +490,6 @@ func (l *Log) resolve(ctx context.Context, id string) (seq uint64, done bool, er
 	}
 }
 
-// errForeignAck is an acknowledgement that did not come from the session
-// log's stream.
-var errForeignAck = errors.New("stream: acknowledgement from another stream")
-
 // isWrongLastSeq reports a refused expected-last-subject-sequence.
 func isWrongLastSeq(err error) bool {
 	var apiErr *jetstream.APIError

@@ -28,19 +28,6 @@ const (
 	PlanConsumed = "consumed"
 )
 
-// Sentinel errors of the plan store; match them with errors.Is.
-var (
-	// ErrPlanNotIssued is returned when no plan with that id was issued in
-	// jw_plans.
-	ErrPlanNotIssued = errors.New("stream: plan not issued")
-	// ErrPlanConsumed is returned when the plan was already used by an
-	// attempt (in this or any other process).
-	ErrPlanConsumed = errors.New("stream: plan already consumed")
-	// ErrPlanConflict is returned by Issue when a different plan is already
-	// stored under the same plan id.
-	ErrPlanConflict = errors.New("stream: a different plan is stored under this plan id")
-)
-
 // PlanRecord is the value stored under a plan id in jw_plans.
 type PlanRecord struct {
 	// State is PlanIssued or PlanConsumed.

@@ -175,9 +175,6 @@ func (h *LeaseHold) Release(ctx context.Context) error {
 	return h.lease.Release(ctx)
 }
 
-// errReleased is why a released hold ended.
-var errReleased = errors.New("released")
-
 // Takeover is a confirmed session: the hold, the log fenced at the hold's
 // epoch behind its guard, and the history loaded after the fence. From
 // the fence on, no older writer can append, so History is confirmed.

@@ -15,3 +15,6 @@ var (
 	// such a request is terminated and logged.
 	ErrInvalidRequest = errors.New("toolworker: invalid request")
 )
+
+// errGivenBack ends the hold of a session the worker gives back itself.
+var errGivenBack = errors.New("session given back")

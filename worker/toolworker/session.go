@@ -23,9 +23,6 @@ const fetchWait = 5 * time.Second
 // ackTimeout bounds the acknowledgement of a request or plan.
 const ackTimeout = 5 * time.Second
 
-// errGivenBack ends the hold of a session the worker gives back itself.
-var errGivenBack = errors.New("session given back")
-
 // session is one session the worker owns: its lease hold, its fenced log
 // behind the hold's guard (stream.Takeover), its runtime and its request
 // consumer. One goroutine (run) runs
