@@ -193,6 +193,25 @@ func APISubject(prefix, endpoint string) string {
 	return prefix + ".api." + endpoint
 }
 
+// Drop deletes every stream and bucket of the topology, best effort (the
+// first error is returned, the rest still tried): for benchmarks and tests
+// that reuse a server and want its store small. It needs admin
+// permissions; nothing of jingwei's survives it.
+func (t *Topology) Drop(ctx context.Context) error {
+	var first error
+	for _, sc := range t.cfg.streamSpecs() {
+		if err := t.JS.DeleteStream(ctx, sc.Name); err != nil && first == nil {
+			first = err
+		}
+	}
+	for _, kc := range t.cfg.bucketSpecs() {
+		if err := t.JS.DeleteKeyValue(ctx, kc.Bucket); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
 // SessionOf returns the session token of a jingwei subject
 // (jw.events.s-1 → s-1), or "" if the subject has no session token.
 func SessionOf(subject string) string {

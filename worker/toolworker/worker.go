@@ -96,7 +96,7 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	// Hints: every published request names its session.
 	hints := make(chan string, 1024)
-	sub, err := w.topo.JS.Conn().Subscribe(w.topo.Prefix+".requests.*", func(m *nats.Msg) {
+	sub, err := w.topo.JS.Conn().Subscribe(w.topo.RequestsSubject("*"), func(m *nats.Msg) {
 		select {
 		case hints <- stream.SessionOf(m.Subject):
 		default: // the poll finds it
@@ -110,7 +110,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	pcons, err := w.topo.PlanLog.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable:       w.topo.PlanConsumerName(),
 		Description:   "jingwei tool workers: retry plans to execute",
-		FilterSubject: w.topo.Prefix + ".plans.*",
+		FilterSubject: w.topo.PlansSubject("*"),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       w.cfg.AckWait,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
@@ -184,7 +184,7 @@ func (w *Worker) discover(ctx context.Context, hints <-chan string) {
 
 // poll tries to take every session that has requests waiting.
 func (w *Worker) poll(ctx context.Context) {
-	info, err := w.topo.Requests.Info(ctx, jetstream.WithSubjectFilter(w.topo.Prefix+".requests.*"))
+	info, err := w.topo.Requests.Info(ctx, jetstream.WithSubjectFilter(w.topo.RequestsSubject("*")))
 	if err != nil {
 		if ctx.Err() == nil {
 			w.log.Warn().Err(err).Msg("poll of waiting requests failed")
