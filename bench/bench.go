@@ -180,12 +180,7 @@ func (e *env) drop(t *stream.Topology) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, k := range []string{"EVENTS", "REQUESTS", "REVIEWS", "PLANS", "ASSESSMENTS"} {
-		_ = e.js.DeleteStream(ctx, t.StreamName(k))
-	}
-	for _, b := range []string{"_leases", "_plans", "_budget"} {
-		_ = e.js.DeleteKeyValue(ctx, t.Prefix+b)
-	}
+	_ = t.Drop(ctx)
 }
 
 func startEnv(ctx context.Context, cfg Config, dir string, mode stream.SyncMode) (*env, error) {

@@ -22,6 +22,7 @@ import (
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/tools"
+	"github.com/jingwei/jingwei/worker/service"
 )
 
 // The story's tool arguments.
@@ -379,8 +380,8 @@ func (s *story) waitService(ctx context.Context) error {
 	return s.procs.waitReady(ctx, "the recovery worker's service (jw.api.status)", func() bool {
 		rctx, rcancel := context.WithTimeout(ctx, time.Second)
 		defer rcancel()
-		var v json.RawMessage
-		return s.request(rctx, "status", map[string]string{}, &v) == nil
+		_, err := s.host().Status(rctx, service.StatusRequest{})
+		return err == nil
 	}, s.dead)
 }
 
@@ -478,32 +479,13 @@ func (s *story) waitPlanRun(ctx context.Context, session, planID string) (*schem
 func (s *story) prepare(ctx context.Context, session, callID string) (schema.Plan, error) {
 	ctx, cancel := s.step(ctx)
 	defer cancel()
-	var p schema.Plan
-	err := s.request(ctx, "prepare", map[string]string{"session": session, "call_id": callID}, &p)
-	return p, err
+	return s.host().Prepare(ctx, session, callID)
 }
 
-// request sends a request to jw.api.<endpoint>; an error answer is returned
-// as a *schema.Error with its code.
-func (s *story) request(ctx context.Context, endpoint string, v, out any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	m, err := s.roles[stream.RoleHost].RequestWithContext(ctx, s.topo.APISubject(endpoint), b)
-	if err != nil {
-		return err
-	}
-	var body struct {
-		Error *struct {
-			Code    string `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}
-	if json.Unmarshal(m.Data, &body) == nil && body.Error != nil {
-		return &schema.Error{Code: schema.Code(body.Error.Code), Message: body.Error.Message}
-	}
-	return json.Unmarshal(m.Data, out)
+// host returns the client of the jingwei service on the host's
+// connection: an error answer is a *schema.Error with its code.
+func (s *story) host() *service.Client {
+	return service.NewClient(s.roles[stream.RoleHost], service.ClientConfig{Prefix: s.topo.Prefix})
 }
 
 // table prints the final table of calls and business records and fills the

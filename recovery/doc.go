@@ -11,6 +11,11 @@
 // …); match them with errors.Is against the schema sentinels or read
 // schema.CodeOf.
 //
+// The "open call" rule is written once, in [OpenCalls]: a call is open
+// from its tool.call until its tool.result or a session.fenced of a newer
+// epoch. The recovery worker's classifier keeps its open calls with it,
+// and a takeover finds the calls its fence closed with [OpenIn].
+//
 // Trust is checked by signatures over RFC 8785 forms, with nkey user keys:
 //
 //   - reviews are signed by reviewers (SignReview) and checked against the

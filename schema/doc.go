@@ -29,4 +29,17 @@
 // to a double.
 //
 // The JSON Schema files (draft 2020-12) are embedded: see Files.
+//
+// # Errors
+//
+// [Error] is jingwei's one coded error type, used by the pure core, the
+// runtime, the services and the CLI: a stable [Code] (every wire code is
+// declared in errors.go, once, each with one meaning), a message, and what
+// a caller may need (Latest, Stage, Field, CallID, a cause). errors.Is
+// matches by code against the sentinels (ErrCorruptHistory, …), and a
+// group sentinel ([ErrPlanRefused]) matches every code of its group.
+// [ErrorBody] is the one wire form of an error,
+// {"error":{"code":"…","message":"…"}} (errorbody.schema.json): built with
+// [NewErrorBody] or [EncodeError], read with [DecodeErrorBody]; [TextOf]
+// is the one place a code is taken out of a message.
 package schema

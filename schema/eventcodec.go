@@ -365,6 +365,22 @@ func (d *eventReader) next() (bool, error) {
 	return true, nil
 }
 
+// member advances to the next member of the object being read (its name
+// in d.name) and reports whether there is one: false at the end of the
+// object, and false with *err set when reading failed or when *err was
+// already set (by the previous member's value). It is the loop of every
+// object reader: for d.member(&err) { switch string(d.name) { … } }.
+func (d *eventReader) member(err *error) bool {
+	if *err != nil {
+		return false
+	}
+	more, e := d.next()
+	if e != nil {
+		*err = e
+	}
+	return more && e == nil
+}
+
 // pending holds the bodies read before the event's type: decoded once the
 // type is known.
 type pending struct{ call, started, result, fence []byte }
@@ -400,14 +416,7 @@ func (d *eventReader) event() (Event, error) {
 		}
 		return d.skip()
 	}
-	for {
-		more, err := d.next()
-		if err != nil {
-			return ev, err
-		}
-		if !more {
-			break
-		}
+	for d.member(&err) {
 		switch string(d.name) {
 		case "v":
 			ev.V, err = d.int("v")
@@ -449,9 +458,9 @@ func (d *eventReader) event() (Event, error) {
 		default:
 			err = d.unknown("", envelopeFields)
 		}
-		if err != nil {
-			return ev, err
-		}
+	}
+	if err != nil {
+		return ev, err
 	}
 	if err = checkEnd(d.dec, d.line); err != nil {
 		return ev, err
@@ -513,11 +522,8 @@ func (d *eventReader) call(path string) (*Call, error) {
 		return nil, err
 	}
 	c := new(Call)
-	for {
-		more, err := d.next()
-		if err != nil || !more {
-			return c, err
-		}
+	var err error
+	for d.member(&err) {
 		switch string(d.name) {
 		case "call_id":
 			c.CallID, err = d.str("call.call_id")
@@ -536,10 +542,11 @@ func (d *eventReader) call(path string) (*Call, error) {
 		default:
 			err = d.unknown("call", callFields)
 		}
-		if err != nil {
-			return nil, err
-		}
 	}
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 func (d *eventReader) operation(path string) (*Operation, error) {
@@ -548,14 +555,8 @@ func (d *eventReader) operation(path string) (*Operation, error) {
 	}
 	op := new(Operation)
 	contract := false
-	for {
-		more, err := d.next()
-		if err != nil {
-			return nil, err
-		}
-		if !more {
-			break
-		}
+	var err error
+	for d.member(&err) {
 		switch string(d.name) {
 		case "task":
 			op.Task, err = d.str("call.operation.task")
@@ -568,9 +569,9 @@ func (d *eventReader) operation(path string) (*Operation, error) {
 		default:
 			err = d.unknown("operation", operationFields)
 		}
-		if err != nil {
-			return nil, err
-		}
+	}
+	if err != nil {
+		return nil, err
 	}
 	if !contract {
 		d.noContract = true
@@ -584,11 +585,8 @@ func (d *eventReader) contract(path string, c *effect.Contract) (bool, error) {
 	if ok, err := d.object(path); !ok {
 		return false, err
 	}
-	for {
-		more, err := d.next()
-		if err != nil || !more {
-			return err == nil, err
-		}
+	var err error
+	for d.member(&err) {
 		switch string(d.name) {
 		case "effect":
 			err = d.effect("call.operation.contract.effect", &c.Effect)
@@ -597,10 +595,8 @@ func (d *eventReader) contract(path string, c *effect.Contract) (bool, error) {
 		default:
 			err = d.unknown("operation.contract", contractFields)
 		}
-		if err != nil {
-			return false, err
-		}
 	}
+	return err == nil, err
 }
 
 func (d *eventReader) effect(path string, e *effect.Effect) error {
@@ -649,11 +645,8 @@ func (d *eventReader) retry(path string) (*RetryLink, error) {
 		return nil, err
 	}
 	r := new(RetryLink)
-	for {
-		more, err := d.next()
-		if err != nil || !more {
-			return r, err
-		}
+	var err error
+	for d.member(&err) {
 		switch string(d.name) {
 		case "prior_call_id":
 			r.PriorCallID, err = d.str("call.operation.retry.prior_call_id")
@@ -676,10 +669,11 @@ func (d *eventReader) retry(path string) (*RetryLink, error) {
 		default:
 			err = d.unknown("operation.retry", retryFields)
 		}
-		if err != nil {
-			return nil, err
-		}
 	}
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 func (d *eventReader) review(path string) (*Review, error) {
@@ -688,14 +682,8 @@ func (d *eventReader) review(path string) (*Review, error) {
 	}
 	r := new(Review)
 	evidence := false
-	for {
-		more, err := d.next()
-		if err != nil {
-			return nil, err
-		}
-		if !more {
-			break
-		}
+	var err error
+	for d.member(&err) {
 		switch string(d.name) {
 		case "v":
 			r.V, err = d.int("call.operation.retry.review.v")
@@ -721,9 +709,9 @@ func (d *eventReader) review(path string) (*Review, error) {
 		default:
 			err = d.unknown("operation.retry.review", reviewFields)
 		}
-		if err != nil {
-			return nil, err
-		}
+	}
+	if err != nil {
+		return nil, err
 	}
 	if !evidence {
 		d.noEvidence = true
@@ -736,21 +724,19 @@ func (d *eventReader) started(path string) (*Started, error) {
 		return nil, err
 	}
 	s := new(Started)
-	for {
-		more, err := d.next()
-		if err != nil || !more {
-			return s, err
-		}
+	var err error
+	for d.member(&err) {
 		switch string(d.name) {
 		case "call_id":
 			s.CallID, err = d.str("started.call_id")
 		default:
 			err = d.unknown("started", startedFields)
 		}
-		if err != nil {
-			return nil, err
-		}
 	}
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 func (d *eventReader) result(path string) (*Result, error) {
@@ -758,11 +744,8 @@ func (d *eventReader) result(path string) (*Result, error) {
 		return nil, err
 	}
 	r := new(Result)
-	for {
-		more, err := d.next()
-		if err != nil || !more {
-			return r, err
-		}
+	var err error
+	for d.member(&err) {
 		var s string
 		switch string(d.name) {
 		case "call_id":
@@ -782,10 +765,11 @@ func (d *eventReader) result(path string) (*Result, error) {
 		default:
 			err = d.unknown("result", resultFields)
 		}
-		if err != nil {
-			return nil, err
-		}
 	}
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 func (d *eventReader) fence(path string) (*Fence, error) {
@@ -794,14 +778,8 @@ func (d *eventReader) fence(path string) (*Fence, error) {
 	}
 	f := new(Fence)
 	epoch := false
-	for {
-		more, err := d.next()
-		if err != nil {
-			return nil, err
-		}
-		if !more {
-			break
-		}
+	var err error
+	for d.member(&err) {
 		switch string(d.name) {
 		case "epoch":
 			f.Epoch, epoch, err = d.uint("fence.epoch")
@@ -810,9 +788,9 @@ func (d *eventReader) fence(path string) (*Fence, error) {
 		default:
 			err = d.unknown("fence", fenceFields)
 		}
-		if err != nil {
-			return nil, err
-		}
+	}
+	if err != nil {
+		return nil, err
 	}
 	if !epoch {
 		d.noFenceEpoch = true

@@ -8,8 +8,12 @@ import (
 //go:embed *.schema.json
 var files embed.FS
 
-// SchemaFiles names the JSON Schema files (draft 2020-12) Files holds, one
-// per message of DESIGN §3. Their $id is SchemaBaseURL + name, and they
+// SchemaFiles names the JSON Schema files (draft 2020-12) Files holds: one
+// per message on the wire (events, reviews, plans, assessments, tool
+// requests), one per body of the `jingwei` services (target, status
+// request, status answer; call answers with an event, inspect with an
+// assessment, prepare with a plan), the error body, and the jw_plans
+// record. Their $id is SchemaBaseURL + name, and they
 // refer to each other by relative name (plan.schema.json uses
 // event.schema.json#/$defs/contract, for instance).
 var SchemaFiles = []string{
@@ -18,6 +22,11 @@ var SchemaFiles = []string{
 	"plan.schema.json",
 	"assessment.schema.json",
 	"request.schema.json",
+	"target.schema.json",
+	"statusrequest.schema.json",
+	"status.schema.json",
+	"errorbody.schema.json",
+	"planrecord.schema.json",
 }
 
 // SchemaBaseURL is the base of the schema files' $id.

@@ -1,7 +1,6 @@
 package schema
 
 import (
-	"errors"
 	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -39,11 +38,6 @@ type wireContract struct {
 	Revision string         `json:"revision"`
 	Unknown  jsontext.Value `json:",embed"`
 }
-
-var (
-	errNullEffect = errors.New("effect is null (omit it for unknown)")
-	errEffectType = errors.New("effect is not a string")
-)
 
 // wireEffect is a contract's effect: absent means effect.Unknown (DESIGN
 // §2), null is refused (no schema allows it), a string must be one of the

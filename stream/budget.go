@@ -13,10 +13,6 @@ import (
 	"github.com/jingwei/jingwei/schema"
 )
 
-// ErrInvalidBudgetKey is returned for a session or task that cannot be part
-// of a jw_budget key: both must be 1–128 bytes of [A-Za-z0-9_-].
-var ErrInvalidBudgetKey = errors.New("stream: invalid budget key")
-
 // Usage is the value stored under <session>.<task> in jw_budget.
 type Usage struct {
 	// ToolCalls counts every recorded attempt of the task; it only grows.
@@ -180,41 +176,51 @@ func (b *Budget) Reconcile(ctx context.Context, session, task string, recorded, 
 			return Usage{}, err
 		}
 		cur, err := b.get(ctx, key)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			next := Usage{ToolCalls: max(n, recorded), Limit: limit}
-			rev, cerr := b.kv.Create(ctx, key, mustJSON(next))
-			if errors.Is(cerr, jetstream.ErrKeyExists) {
-				continue
-			}
-			if cerr != nil {
-				b.requeue(key, n)
-				return Usage{}, fmt.Errorf("stream: budget %s: %w", key, cerr)
-			}
-			next.Revision = rev
-			b.remember(key, next)
-			return next, nil
+		next := Usage{ToolCalls: max(n, recorded), Limit: limit}
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+		case err != nil:
+			b.requeue(key, n)
+			return Usage{}, err
+		case max(cur.ToolCalls+n, recorded) == cur.ToolCalls:
+			b.remember(key, cur)
+			return cur, nil
+		default:
+			next = Usage{ToolCalls: max(cur.ToolCalls+n, recorded), Limit: cur.Limit, Revision: cur.Revision}
 		}
+		stored, again, err := b.write(ctx, key, next)
 		if err != nil {
 			b.requeue(key, n)
 			return Usage{}, err
 		}
-		want := max(cur.ToolCalls+n, recorded)
-		if want == cur.ToolCalls {
-			b.remember(key, cur)
-			return cur, nil
-		}
-		next := Usage{ToolCalls: want, Limit: cur.Limit}
-		rev, err := b.kv.Update(ctx, key, mustJSON(next), cur.Revision)
-		if err == nil {
-			next.Revision = rev
-			b.remember(key, next)
-			return next, nil
-		}
-		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !planCASConflict(err) {
-			b.requeue(key, n)
-			return Usage{}, fmt.Errorf("stream: budget %s: %w", key, err)
+		if !again {
+			return stored, nil
 		}
 	}
+}
+
+// write stores next under key with a compare-and-set on next.Revision (0:
+// a create) and remembers it. again reports that the key moved since it
+// was read (it exists now, or has another revision): read it and try
+// again.
+func (b *Budget) write(ctx context.Context, key string, next Usage) (stored Usage, again bool, err error) {
+	var rev uint64
+	if next.Revision == 0 {
+		rev, err = b.kv.Create(ctx, key, mustJSON(next))
+		again = errors.Is(err, jetstream.ErrKeyExists)
+	} else {
+		rev, err = b.kv.Update(ctx, key, mustJSON(next), next.Revision)
+		again = errors.Is(err, jetstream.ErrKeyRevisionMismatch) || planCASConflict(err)
+	}
+	switch {
+	case again:
+		return Usage{}, true, nil
+	case err != nil:
+		return Usage{}, false, fmt.Errorf("stream: budget %s: %w", key, err)
+	}
+	next.Revision = rev
+	b.remember(key, next)
+	return next, false, nil
 }
 
 // Flush writes every deferred count now and waits for background writes in
@@ -303,33 +309,16 @@ func (b *Budget) addN(ctx context.Context, key string, n, limit int64) (Usage, e
 			cur, err = b.get(ctx, key)
 			switch {
 			case errors.Is(err, jetstream.ErrKeyNotFound):
-				next := Usage{ToolCalls: n, Limit: limit}
-				rev, cerr := b.kv.Create(ctx, key, mustJSON(next))
-				if errors.Is(cerr, jetstream.ErrKeyExists) {
-					continue // another writer created it first: read and add
-				}
-				if cerr != nil {
-					return Usage{}, fmt.Errorf("stream: budget %s: %w", key, cerr)
-				}
-				next.Revision = rev
-				b.remember(key, next)
-				return next, nil
+				cur = Usage{Limit: limit} // revision 0: write creates it
 			case err != nil:
 				return Usage{}, err
 			}
-			known = true
 		}
-		next := Usage{ToolCalls: cur.ToolCalls + n, Limit: cur.Limit}
-		rev, err := b.kv.Update(ctx, key, mustJSON(next), cur.Revision)
-		if err == nil {
-			next.Revision = rev
-			b.remember(key, next)
-			return next, nil
+		stored, again, err := b.write(ctx, key, Usage{ToolCalls: cur.ToolCalls + n, Limit: cur.Limit, Revision: cur.Revision})
+		if err != nil || !again {
+			return stored, err
 		}
-		if !errors.Is(err, jetstream.ErrKeyRevisionMismatch) && !planCASConflict(err) {
-			return Usage{}, fmt.Errorf("stream: budget %s: %w", key, err)
-		}
-		known = false // someone else counted: re-read and try again
+		known = false // someone else counted (or created it first): re-read and try again
 	}
 }
 
@@ -360,33 +349,18 @@ func (b *Budget) SetLimit(ctx context.Context, session, task string, limit int64
 	}
 	for {
 		cur, err := b.get(ctx, key)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			next := Usage{Limit: limit}
-			rev, cerr := b.kv.Create(ctx, key, mustJSON(next))
-			if errors.Is(cerr, jetstream.ErrKeyExists) {
-				continue
-			}
-			if cerr != nil {
-				return Usage{}, fmt.Errorf("stream: budget %s: %w", key, cerr)
-			}
-			next.Revision = rev
-			b.remember(key, next)
-			return next, nil
-		}
-		if err != nil {
+		next := Usage{Limit: limit}
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+		case err != nil:
 			return Usage{}, err
+		default:
+			next.ToolCalls, next.Revision = cur.ToolCalls, cur.Revision
 		}
-		next := Usage{ToolCalls: cur.ToolCalls, Limit: limit}
-		rev, err := b.kv.Update(ctx, key, mustJSON(next), cur.Revision)
-		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) || planCASConflict(err) {
-			continue
+		stored, again, err := b.write(ctx, key, next)
+		if err != nil || !again {
+			return stored, err
 		}
-		if err != nil {
-			return Usage{}, fmt.Errorf("stream: budget %s: %w", key, err)
-		}
-		next.Revision = rev
-		b.remember(key, next)
-		return next, nil
 	}
 }
 

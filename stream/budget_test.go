@@ -3,7 +3,6 @@ package stream_test
 import (
 	"context"
 	"errors"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/streamtest"
 )
 
 func TestBudgetAdd(t *testing.T) {
@@ -170,13 +170,9 @@ func TestBudgetDeferFlushesOnItsOwn(t *testing.T) {
 	for range 3 {
 		b.Defer("s-1", "t-1")
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for stored(t, kv, "s-1", "t-1").ToolCalls != 4 {
-		if time.Now().After(deadline) {
-			t.Fatalf("deferred counts not written: %+v", stored(t, kv, "s-1", "t-1"))
-		}
-		runtime.Gosched()
-	}
+	streamtest.Eventually(t, 10*time.Second, "the deferred counts written", func() bool {
+		return stored(t, kv, "s-1", "t-1").ToolCalls == 4
+	})
 }
 
 // TestBudgetDeferConcurrentProcesses: two Budgets (two processes) count

@@ -11,9 +11,25 @@
 // refused append re-reads the subject's last message: its own event (an
 // append whose acknowledgement was lost) counts as done, an event of a higher
 // epoch or another owner means the writer has been fenced ([ErrFenced], for
-// good), anything else is [ErrConflict]. Taking over a session is
-// [Topology.AcquireLease] (a new, higher epoch), [Topology.Fence] (appends
-// session.fenced), then [Topology.Load].
+// good), anything else is [ErrConflict].
+//
+// # Taking a session over
+//
+// There is one takeover, [Topology.TakeOver]: acquire a [Hold] on the
+// session from an [Acquirer] (a new, higher epoch), fence the log at that
+// epoch and load the confirmed history ([Topology.Confirm]), releasing the
+// hold if anything fails; it returns a [Takeover] with the hold, the
+// history and a [GuardedLog]. The guarded log is the appender a runtime
+// writes with: it refuses every append once the hold can no longer be
+// trusted ([ErrHoldLost], which also matches [ErrFenced]) — for the
+// per-session lease ([LeaseHold], [Topology.SessionLeases]) that is when
+// the lease was lost or was not renewed within its TTL by the local clock.
+// A writer that takes a session lazily holds the lease first
+// ([Topology.HoldLease]) and confirms when it has something to record. The
+// hold is an interface so that a lease on a partition of sessions can
+// replace the per-session lease without changing the takeover. A full log
+// ([ErrLogClosed]) has no room for a fence: [Topology.Load] gives its
+// confirmed history as it stands.
 //
 // # Leases and epochs
 //

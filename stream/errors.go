@@ -21,6 +21,13 @@ var (
 	// session's lease.
 	ErrLeaseHeld = errors.New("stream: lease held by another owner")
 
+	// ErrHoldLost is what a Hold's Err and a GuardedLog's appends return
+	// once the hold can no longer be trusted: the lease was lost or could
+	// not be renewed within its TTL by the local clock, or the log was
+	// fenced. It comes wrapped with ErrFenced, so a runtime stops writing
+	// for good.
+	ErrHoldLost = errors.New("stream: session hold lost")
+
 	// ErrLeaseLost is returned by Lease.Renew and Lease.Release when the
 	// lease expired or was taken over since it was last renewed.
 	ErrLeaseLost = errors.New("stream: lease lost")
@@ -100,3 +107,27 @@ func (e *ConflictError) Error() string {
 
 // Is matches ErrTopologyConflict.
 func (e *ConflictError) Is(target error) bool { return target == ErrTopologyConflict }
+
+// Sentinel errors of the plan store; match them with errors.Is.
+var (
+	// ErrPlanNotIssued is returned when no plan with that id was issued in
+	// jw_plans.
+	ErrPlanNotIssued = errors.New("stream: plan not issued")
+	// ErrPlanConsumed is returned when the plan was already used by an
+	// attempt (in this or any other process).
+	ErrPlanConsumed = errors.New("stream: plan already consumed")
+	// ErrPlanConflict is returned by Issue when a different plan is already
+	// stored under the same plan id.
+	ErrPlanConflict = errors.New("stream: a different plan is stored under this plan id")
+)
+
+// ErrInvalidBudgetKey is returned for a session or task that cannot be part
+// of a jw_budget key: both must be 1–128 bytes of [A-Za-z0-9_-].
+var ErrInvalidBudgetKey = errors.New("stream: invalid budget key")
+
+// errForeignAck is an acknowledgement that did not come from the session
+// log's stream.
+var errForeignAck = errors.New("stream: acknowledgement from another stream")
+
+// errReleased is why a released hold ended.
+var errReleased = errors.New("released")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -59,6 +60,13 @@ func (t *Topology) LoadThrough(ctx context.Context, session string, atLeast uint
 
 // load is LoadThrough that also returns the size of what it read.
 func (t *Topology) load(ctx context.Context, session string, atLeast uint64) ([]schema.Event, logStats, error) {
+	return t.loadAfter(ctx, session, atLeast, Loaded{})
+}
+
+// loadAfter is load that starts from a history loaded before (prefix):
+// only the events after it are read, and the limits count the prefix too.
+// An empty prefix reads the whole log.
+func (t *Topology) loadAfter(ctx context.Context, session string, atLeast uint64, prefix Loaded) ([]schema.Event, logStats, error) {
 	if err := ValidateSession(session); err != nil {
 		return nil, logStats{}, err
 	}
@@ -74,32 +82,53 @@ func (t *Topology) load(ctx context.Context, session string, atLeast uint64) ([]
 		return nil, logStats{}, fmt.Errorf("stream: session %s: the stream leader's log ends at seq %d, before seq %d that was appended to it", session, end, atLeast)
 	}
 	lim := t.cfg.Limits
-	var (
-		out   []schema.Event
-		bytes int64
-	)
-	err = t.readRange(ctx, t.Events.CachedInfo().Config.Name, t.EventsSubject(session), 1, end, func(m *jetstream.RawStreamMsg) error {
-		bytes += eventSize(len(m.Data), m.Sequence)
-		if len(out)+1 > lim.MaxEvents {
-			return schema.Errorf(schema.CodeHistoryTooLarge, "session %s has more than %d events (limit)", session, lim.MaxEvents)
-		}
-		if bytes > lim.MaxBytes {
-			return schema.Errorf(schema.CodeHistoryTooLarge, "session %s is larger than %d bytes serialized (limit)", session, lim.MaxBytes)
-		}
-		ev, err := decodeAt(session, m)
+	out, bytes, from := prefix.Events, prefix.bytes, uint64(1)
+	if n := len(out); n > 0 {
+		out, from = slices.Clip(out), out[n-1].Seq+1
+	}
+	if from <= end {
+		err = t.readRange(ctx, t.Events.CachedInfo().Config.Name, t.EventsSubject(session), from, end, func(m *jetstream.RawStreamMsg) error {
+			bytes += eventSize(len(m.Data), m.Sequence)
+			if len(out)+1 > lim.MaxEvents {
+				return schema.Errorf(schema.CodeHistoryTooLarge, "session %s has more than %d events (limit)", session, lim.MaxEvents)
+			}
+			if bytes > lim.MaxBytes {
+				return schema.Errorf(schema.CodeHistoryTooLarge, "session %s is larger than %d bytes serialized (limit)", session, lim.MaxBytes)
+			}
+			ev, err := decodeAt(session, m)
+			if err != nil {
+				return err
+			}
+			out = append(out, ev)
+			return nil
+		})
 		if err != nil {
-			return err
+			return nil, logStats{}, err
 		}
-		out = append(out, ev)
-		return nil
-	})
-	if err != nil {
-		return nil, logStats{}, err
 	}
 	if n := len(out); n == 0 || out[n-1].Seq != end {
 		return nil, logStats{}, fmt.Errorf("stream: session %s: read stopped before seq %d", session, end)
 	}
 	return out, logStats{events: len(out), bytes: bytes}, nil
+}
+
+// Loaded is a session history as LoadHistory read it, with what it weighs
+// against the limits, so that a takeover right after can read only what
+// follows it (WithLoaded) instead of the whole log again. The zero value
+// is an empty history.
+type Loaded struct {
+	// Events are the history's events, as Load returns them.
+	Events []schema.Event
+	bytes  int64
+}
+
+// LoadHistory is Load, returning the history as a Loaded.
+func (t *Topology) LoadHistory(ctx context.Context, session string) (Loaded, error) {
+	h, st, err := t.load(ctx, session, 0)
+	if err != nil {
+		return Loaded{}, err
+	}
+	return Loaded{Events: h, bytes: st.bytes}, nil
 }
 
 // LoadFrom returns the events of the session log from stream sequence

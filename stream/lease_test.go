@@ -141,15 +141,8 @@ func TestEpochBound(t *testing.T) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	streamtest.Eventually(t, 5*time.Second, "AcquireLease after a 2^64-1 fence to fail with ErrEpochExhausted", func() bool {
 		_, err := topo.AcquireLease(ctx, "s-2", "w2")
-		if errors.Is(err, stream.ErrEpochExhausted) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("AcquireLease after a 2^64-1 fence: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return errors.Is(err, stream.ErrEpochExhausted)
+	})
 }

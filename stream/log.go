@@ -234,6 +234,12 @@ func (t *Topology) Fence(ctx context.Context, session, owner string, epoch uint6
 // in (LoadThrough), so nothing the old writer wrote can be missing from it.
 // It is what a takeover needs, in one read of the log.
 func (t *Topology) FenceLoad(ctx context.Context, session, owner string, epoch uint64) (*Log, []schema.Event, error) {
+	return t.fenceLoad(ctx, session, owner, epoch, Loaded{})
+}
+
+// fenceLoad is FenceLoad after a history loaded before (prefix): only what
+// follows it is read once the fence is in.
+func (t *Topology) fenceLoad(ctx context.Context, session, owner string, epoch uint64, prefix Loaded) (*Log, []schema.Event, error) {
 	if err := ValidateSession(session); err != nil {
 		return nil, nil, err
 	}
@@ -270,7 +276,7 @@ func (t *Topology) FenceLoad(ctx context.Context, session, owner string, epoch u
 		l := &Log{t: t, session: session, owner: owner, subject: t.EventsSubject(session), epoch: epoch, idPre: idPre, last: tl.seq}
 		seq, err := l.appendFence(ctx)
 		if err == nil {
-			h, st, err := t.load(ctx, session, seq)
+			h, st, err := t.loadAfter(ctx, session, seq, prefix)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -483,10 +489,6 @@ func (l *Log) resolve(ctx context.Context, id string) (seq uint64, done bool, er
 		return 0, false, l.err
 	}
 }
-
-// errForeignAck is an acknowledgement that did not come from the session
-// log's stream.
-var errForeignAck = errors.New("stream: acknowledgement from another stream")
 
 // isWrongLastSeq reports a refused expected-last-subject-sequence.
 func isWrongLastSeq(err error) bool {

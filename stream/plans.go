@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -27,19 +28,6 @@ const (
 	PlanConsumed = "consumed"
 )
 
-// Sentinel errors of the plan store; match them with errors.Is.
-var (
-	// ErrPlanNotIssued is returned when no plan with that id was issued in
-	// jw_plans.
-	ErrPlanNotIssued = errors.New("stream: plan not issued")
-	// ErrPlanConsumed is returned when the plan was already used by an
-	// attempt (in this or any other process).
-	ErrPlanConsumed = errors.New("stream: plan already consumed")
-	// ErrPlanConflict is returned by Issue when a different plan is already
-	// stored under the same plan id.
-	ErrPlanConflict = errors.New("stream: a different plan is stored under this plan id")
-)
-
 // PlanRecord is the value stored under a plan id in jw_plans.
 type PlanRecord struct {
 	// State is PlanIssued or PlanConsumed.
@@ -59,6 +47,9 @@ type PlanRecord struct {
 	CompletedEpoch uint64 `json:"completed_epoch,omitempty"`
 	// Revision is the KV revision the record was read at; not stored.
 	Revision uint64 `json:"-"`
+	// Created is set by Issue when its own KV create stored the record
+	// (nothing can have used or published the plan before); not stored.
+	Created bool `json:"-"`
 }
 
 // Plans is the single-use plan store on the jw_plans bucket: issue with a KV
@@ -78,7 +69,8 @@ func NewPlans(kv jetstream.KeyValue) *Plans {
 // Issue stores plan in state issued under its plan id. Issuing the same plan
 // again is a no-op (plan ids are derived from session and prior call, so a
 // re-issue is naturally deduplicated) and returns the stored record, whatever
-// its state; a different plan under the same id is ErrPlanConflict.
+// its state; a different plan under the same id is ErrPlanConflict, with
+// the stored record. The record has Created set when this Issue stored it.
 func (p *Plans) Issue(ctx context.Context, plan schema.Plan) (PlanRecord, error) {
 	if plan.PlanID == "" {
 		return PlanRecord{}, fmt.Errorf("stream: issue plan: empty plan_id")
@@ -90,7 +82,7 @@ func (p *Plans) Issue(ctx context.Context, plan schema.Plan) (PlanRecord, error)
 	}
 	rev, err := p.kv.Create(ctx, plan.PlanID, b)
 	if err == nil {
-		rec.Revision = rev
+		rec.Revision, rec.Created = rev, true
 		return rec, nil
 	}
 	if !errors.Is(err, jetstream.ErrKeyExists) {
@@ -268,4 +260,59 @@ func compareDesc(a, b uint64) int {
 		return 1
 	}
 	return 0
+}
+
+// PlanAgainID returns the Nats-Msg-Id of a publication of planID again,
+// after its publication at stream sequence seq was acknowledged by the
+// tool workers' plan consumer without the plan being used: racing
+// publishers of the same re-publication make one message.
+func PlanAgainID(planID string, seq uint64) string { return fmt.Sprintf("%s/again/%d", planID, seq) }
+
+// isPlanMsg reports whether a JW_PLANS message carries planID (its first
+// publication or one again).
+func isPlanMsg(m *jetstream.RawStreamMsg, planID string) bool {
+	id := m.Header.Get(jetstream.MsgIDHeader)
+	return id == planID || strings.HasPrefix(id, planID+"/again/")
+}
+
+// PlanMessage returns the stream sequence of the latest message on
+// jw.plans.<session> that carries the plan planID (Msg-Id planID, or
+// PlanAgainID), 0 if JW_PLANS holds none. The subject's last message is
+// looked at first (one message get); only when it is another plan's is the
+// subject read, as ReadSubject reads.
+func (t *Topology) PlanMessage(ctx context.Context, session, planID string) (uint64, error) {
+	subj := t.PlansSubject(session)
+	streamName := t.PlanLog.CachedInfo().Config.Name
+	last, ok, err := t.leaderGet(ctx, streamName, msgGetRequest{LastFor: subj})
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("stream: read %s: %w", subj, err)
+	case !ok:
+		return 0, nil
+	case isPlanMsg(last, planID):
+		return last.Sequence, nil
+	}
+	var seq uint64
+	err = t.readRange(ctx, streamName, subj, 1, last.Sequence, func(m *jetstream.RawStreamMsg) error {
+		if isPlanMsg(m, planID) {
+			seq = m.Sequence
+		}
+		return nil
+	})
+	return seq, err
+}
+
+// PlanConsumerAckFloor returns the stream sequence up to which the tool
+// workers' plan consumer (PlanConsumerName) has acknowledged or terminated
+// every plan message; ok is false when no tool worker created it yet (the
+// first one reads every plan).
+func (t *Topology) PlanConsumerAckFloor(ctx context.Context) (floor uint64, ok bool, err error) {
+	cons, err := t.PlanLog.Consumer(ctx, t.PlanConsumerName())
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("stream: plan consumer: %w", err)
+	}
+	return cons.CachedInfo().AckFloor.Stream, true, nil
 }

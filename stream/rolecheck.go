@@ -963,7 +963,7 @@ func catalog(n names, session string) []probe {
 	add("subscribe "+n.p+".events.> (core)", nil, subProbe(n.p+".events.>"))
 
 	// Writing session data (guarded: never stored).
-	add("publish "+subj("requests")+" (JetStream)", []Role{ag, rc}, storeProbe(subj("requests")))
+	add("publish "+subj("requests")+" (JetStream)", []Role{ag, wk}, storeProbe(subj("requests")))
 	add("publish "+subj("events")+" (JetStream)", writers, storeProbe(subj("events")))
 	add("publish "+subj("plans")+" (JetStream)", []Role{rc}, storeProbe(subj("plans")))
 	add("publish "+subj("assessments")+" (JetStream)", []Role{rc}, storeProbe(subj("assessments")))
@@ -975,9 +975,11 @@ func catalog(n names, session string) []probe {
 	add("publish _R_.<import reply> (forged reply)", nil, pubProbe("_R_."+nuid.Next()+".x"))
 
 	// The service.
-	add("subscribe "+n.p+".api.>", []Role{rc}, subProbe(n.p+".api.>"))
-	add("subscribe $SRV.>", []Role{rc}, subProbe("$SRV.>"))
-	add("answer a request (response permission)", []Role{rc}, respondProbe(session))
+	add("subscribe "+n.p+".api.>", nil, subProbe(n.p+".api.>"))
+	add("subscribe "+n.api("call"), []Role{wk}, subProbe(n.api("call")))
+	add("subscribe "+n.api("prepare"), []Role{rc}, subProbe(n.api("prepare")))
+	add("subscribe $SRV.>", []Role{wk, rc}, subProbe("$SRV.>"))
+	add("answer a request (response permission)", []Role{wk, rc}, respondProbe(session))
 	for _, e := range []struct {
 		endpoint string
 		roles    []Role

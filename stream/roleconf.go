@@ -55,38 +55,21 @@ func (c RoleConfig) AccountsBlock(users map[Role]string) (string, error) {
 		if len(us) > 0 {
 			fmt.Fprintf(&b, "    users = [\n%s    ]\n", strings.Join(us, ""))
 		}
-		if len(a.Exports) > 0 {
-			b.WriteString("    exports = [\n")
-			why := ""
-			for _, e := range a.Exports {
-				if e.Why != why {
-					fmt.Fprintf(&b, "      # %s\n", oneLine(e.Why))
-					why = e.Why
-				}
-				accs := make([]string, len(e.Accounts))
-				for i, n := range e.Accounts {
-					accs[i] = strconv.Quote(n)
-				}
-				fmt.Fprintf(&b, "      { service: %s, response_type: %s", strconv.Quote(e.Subject), e.Response)
-				if e.Threshold > 0 {
-					fmt.Fprintf(&b, ", response_threshold: %q", e.Threshold.String())
-				}
-				fmt.Fprintf(&b, ", accounts: [%s] }\n", strings.Join(accs, ", "))
+		writeEntries(&b, "exports", len(a.Exports), func(i int) string { return a.Exports[i].Why }, func(i int) string {
+			e := a.Exports[i]
+			accs := make([]string, len(e.Accounts))
+			for i, n := range e.Accounts {
+				accs[i] = strconv.Quote(n)
 			}
-			b.WriteString("    ]\n")
-		}
-		if len(a.Imports) > 0 {
-			b.WriteString("    imports = [\n")
-			why := ""
-			for _, im := range a.Imports {
-				if im.Why != why {
-					fmt.Fprintf(&b, "      # %s\n", oneLine(im.Why))
-					why = im.Why
-				}
-				fmt.Fprintf(&b, "      { service: { account: %s, subject: %s } }\n", strconv.Quote(c.Account), strconv.Quote(im.Subject))
+			line := fmt.Sprintf("{ service: %s, response_type: %s", strconv.Quote(e.Subject), e.Response)
+			if e.Threshold > 0 {
+				line += fmt.Sprintf(", response_threshold: %q", e.Threshold.String())
 			}
-			b.WriteString("    ]\n")
-		}
+			return line + fmt.Sprintf(", accounts: [%s] }", strings.Join(accs, ", "))
+		})
+		writeEntries(&b, "imports", len(a.Imports), func(i int) string { return a.Imports[i].Why }, func(i int) string {
+			return fmt.Sprintf("{ service: { account: %s, subject: %s } }", strconv.Quote(c.Account), strconv.Quote(a.Imports[i].Subject))
+		})
 		b.WriteString("  }\n")
 	}
 	b.WriteString("}\n")
@@ -131,3 +114,22 @@ func userEntry(c RoleConfig, r Role, pub string) string {
 }
 
 func oneLine(s string) string { return strings.NewReplacer("\r", " ", "\n", " ").Replace(s) }
+
+// writeEntries writes a list of an account block (exports, imports): n
+// entries, line(i) each, preceded by a "# why" comment whenever why(i)
+// changes. Nothing is written for an empty list.
+func writeEntries(b *strings.Builder, name string, n int, why, line func(i int) string) {
+	if n == 0 {
+		return
+	}
+	b.WriteString("    " + name + " = [\n")
+	last := ""
+	for i := range n {
+		if w := why(i); w != last {
+			fmt.Fprintf(b, "      # %s\n", oneLine(w))
+			last = w
+		}
+		b.WriteString("      " + line(i) + "\n")
+	}
+	b.WriteString("    ]\n")
+}

@@ -32,13 +32,14 @@ const (
 	// service with `nats micro`. Untrusted: an account of its own.
 	RoleHost Role = "host"
 	// RoleWorker (a tool worker) appends to session logs, writes leases,
-	// budgets and plan state, consumes requests and plans, and keeps the
-	// example tools' own buckets and stream. Trusted: shares the
+	// budgets and plan state, consumes requests and plans, serves
+	// jw.api.call (forwarding its requests to the work queue), and keeps
+	// the example tools' own buckets and stream. Trusted: shares the
 	// account that holds JetStream.
 	RoleWorker Role = "worker"
 	// RoleRecoverer (the recovery worker) fences sessions, publishes
-	// assessments and plans, forwards jw.api.call requests, consumes
-	// events and reviews, and answers the jingwei service. Trusted.
+	// assessments and plans, consumes events and reviews, and answers
+	// jw.api.inspect, jw.api.prepare and jw.api.status. Trusted.
 	RoleRecoverer Role = "recoverer"
 	// RoleAdmin may do everything, and is the only role that creates,
 	// updates, deletes or purges jingwei's streams and buckets. Trusted.
@@ -54,9 +55,9 @@ func (r Role) Valid() bool { return slices.Contains(Roles, r) }
 // DefaultToolsPrefix is the example tools' default prefix (tools.Config).
 const DefaultToolsPrefix = "tools"
 
-// DefaultResponseExpiry is how long the recoverer may take to answer a
-// service request (RoleConfig.ResponseExpiry): nats-server's own default,
-// and well above the recoverer's 30 s call timeout.
+// DefaultResponseExpiry is how long the services may take to answer a
+// request (RoleConfig.ResponseExpiry): nats-server's own default, and well
+// above the tool workers' 30 s call timeout.
 const DefaultResponseExpiry = 2 * time.Minute
 
 // RoleConfig says which subjects the roles' permissions name. The zero value
@@ -69,10 +70,11 @@ type RoleConfig struct {
 	// worker keeps buckets <prefix>_orders and <prefix>_order_keys and
 	// stream <PREFIX>_LEDGER on <prefix>.ledger. Defaults to "tools".
 	ToolsPrefix string
-	// ResponseExpiry is how long after a request arrives the recoverer may
+	// ResponseExpiry is how long after a request arrives a service (the
+	// recoverer, a tool worker's gateway) may
 	// still answer it (nats allow_responses expires; one answer per
 	// request; also the response threshold of the jw.api.* exports). It
-	// must exceed the recoverer's CallTimeout. Defaults to
+	// must exceed the tool workers' CallTimeout. Defaults to
 	// DefaultResponseExpiry.
 	ResponseExpiry time.Duration
 	// Account names the trusted account, which holds JetStream and the
@@ -85,7 +87,7 @@ type RoleConfig struct {
 // WithDefaults returns c with zero fields set to their defaults.
 func (c RoleConfig) WithDefaults() RoleConfig {
 	if c.Prefix == "" {
-		c.Prefix = "jw"
+		c.Prefix = DefaultPrefix
 	}
 	if c.ToolsPrefix == "" {
 		c.ToolsPrefix = DefaultToolsPrefix
@@ -163,8 +165,8 @@ type names struct {
 	p, tp string
 	// jingwei's streams and its buckets' streams.
 	events, requests, reviews, plans, assessments, answers string
-	leasesKV, plansKV, budgetKV                   string // KV_<bucket>
-	leases, planState, budget                     string // bucket names
+	leasesKV, plansKV, budgetKV                            string // KV_<bucket>
+	leases, planState, budget                              string // bucket names
 	// the example tools' stream and buckets' streams.
 	ledger, ordersKV, orderKeysKV string
 	orders, orderKeys             string
@@ -187,7 +189,7 @@ func (c RoleConfig) names() names {
 
 func (n names) subj(kind string) string { return n.p + "." + kind + ".*" }
 func (n names) api(endpoint string) string {
-	return n.p + ".api." + endpoint
+	return APISubject(n.p, endpoint)
 }
 func (n names) jingweiStreams() []string {
 	return []string{n.events, n.requests, n.reviews, n.plans, n.assessments, n.answers}
@@ -296,19 +298,20 @@ func (n names) allows(r Role, c RoleConfig) []Grant {
 				n.tp+".ledger", "$KV."+n.orders+".>", "$KV."+n.orderKeys+".>")...)...),
 			sub("wake-ups when a request is published (a hint only: requests are read from the work queue)", n.subj("requests")),
 			pub("answers to requests that cannot become calls (JetStream)", n.subj("answers")),
+			pub("forward jw.api.call requests to the work queue (JetStream)", n.subj("requests")),
+			sub("serve jw.api.call (the gateway) and micro's $SRV discovery", n.api("call"), "$SRV.>"),
 		)
 	case RoleRecoverer:
 		return append(base,
 			pub("fences on session logs (session.fenced)", n.subj("events")),
 			pub("assessments and retry plans", n.subj("assessments"), n.subj("plans")),
-			pub("forward jw.api.call requests to the work queue (JetStream)", n.subj("requests")),
 			pub("leases, budgets and plan state: KV create, update, delete", "$KV."+n.leases+".>", "$KV."+n.budget+".>", "$KV."+n.planState+".>"),
 			pub("read everything: direct and message gets", append(each(n.jingweiStreams(), get), each(n.jingweiBuckets(), getKV)...)...),
 			pub("durable consumers on the session logs and the reviews (classifier, review checks)", append(consume(n.events), consume(n.reviews)...)...),
 			pub("lease expiry watcher: an ordered pull consumer on the leases bucket (WatchLeaseExpiry)", consume(n.leasesKV)...),
 			pub("plan key listing: kv.Keys, a push watcher with flow control, on the plans bucket", watch(n.plansKV)...),
 			pub("whether the tool workers' plan consumer still holds a plan's message (a lost one is published again): consumer info only", "$JS.API.CONSUMER.INFO."+n.plans+".*"),
-			sub("serve the jingwei service: its endpoints and micro's $SRV discovery", n.p+".api.>", "$SRV.>"),
+			sub("serve the jingwei service (inspect, prepare, status) and micro's $SRV discovery", n.api("inspect"), n.api("prepare"), n.api("status"), "$SRV.>"),
 		)
 	case RoleAdmin:
 		return []Grant{
@@ -343,14 +346,16 @@ func (n names) guards() []guard {
 		g(OpPublish, "reviews come from reviewers only", []string{n.p + ".reviews.>"}, RoleReviewer),
 		g(OpPublish, "leases, budgets and plan state are written by workers and the recoverer only",
 			[]string{"$KV." + n.leases + ".>", "$KV." + n.budget + ".>", "$KV." + n.planState + ".>"}, RoleWorker, RoleRecoverer),
-		g(OpPublish, "nobody publishes on reply inboxes or the reply subjects of the imports (_R_.…): a forged PubAck or service answer (the recoverer answers through its response permission, which this deny does not block)",
+		g(OpPublish, "nobody publishes on reply inboxes or the reply subjects of the imports (_R_.…): a forged PubAck or service answer (the services answer through their response permission, which this deny does not block)",
 			[]string{"_INBOX.>", "_R_.>"}),
 		g(OpPublish, "consumers of the work queue and the plan log belong to workers (an ack deletes a request, a term strands a plan, an update redirects them)",
 			append(anyConsumer(n.requests), anyConsumer(n.plans)...), RoleWorker),
 		g(OpPublish, "consumers of the session logs and the reviews belong to the recoverer",
 			append(anyConsumer(n.events), anyConsumer(n.reviews)...), RoleRecoverer),
-		g(OpSubscribe, "only the recoverer receives service requests (anyone else could answer someone else's call)",
-			[]string{n.p + ".api.>", "$SRV.>"}, RoleRecoverer),
+		g(OpSubscribe, "only the tool workers receive jw.api.call (anyone else could answer someone else's call)",
+			[]string{n.api("call")}, RoleWorker),
+		g(OpSubscribe, "only the recoverer receives inspect, prepare and status requests",
+			[]string{n.api("inspect"), n.api("prepare"), n.api("status")}, RoleRecoverer),
 	}
 }
 
@@ -402,7 +407,7 @@ func (c RoleConfig) Subjects(r Role) RolePermissions {
 		slices.Sort(*l)
 		*l = slices.Compact(*l)
 	}
-	if r == RoleRecoverer {
+	if r == RoleRecoverer || r == RoleWorker {
 		p.Responses, p.ResponseExpiry = true, c.ResponseExpiry
 	}
 	return p

@@ -14,6 +14,7 @@ import (
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/tools"
 )
 
@@ -49,19 +50,16 @@ func (v *violations) watch(nc *nats.Conn) {
 // await waits until a violation mentioning subject arrives.
 func (v *violations) await(t *testing.T, subject string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
+	streamtest.Eventually(t, 5*time.Second, "a permissions violation for "+subject, func() bool {
 		v.mu.Lock()
+		defer v.mu.Unlock()
 		for _, e := range v.errs {
 			if strings.Contains(e, "Permissions Violation") && strings.Contains(e, `"`+subject) {
-				v.mu.Unlock()
-				return
+				return true
 			}
 		}
-		v.mu.Unlock()
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("no permissions violation for %q (got %v)", subject, v.errs)
+		return false
+	})
 }
 
 // TestRolesLibraryPaths runs jingwei's own library calls under each role's

@@ -401,7 +401,10 @@ func TestRoleTables(t *testing.T) {
 				}
 			}
 		}
-		if (r == stream.RoleRecoverer) != (sp.Response != nil) || (r == stream.RoleRecoverer) != (jp.Resp != nil) {
+		// The services' roles answer requests: the recoverer (inspect,
+		// prepare, status) and the tool workers (call).
+		serves := r == stream.RoleRecoverer || r == stream.RoleWorker
+		if serves != (sp.Response != nil) || serves != (jp.Resp != nil) {
 			t.Errorf("%s: response permission %v", r, sp.Response)
 		}
 		switch {
@@ -439,8 +442,19 @@ func TestRoleTables(t *testing.T) {
 				t.Errorf("%s: publish deny lacks %q", r, s)
 			}
 		}
-		if r != stream.RoleRecoverer && (!slices.Contains(p.SubscribeDeny, "jw.api.>") || !slices.Contains(p.SubscribeDeny, "$SRV.>")) {
-			t.Errorf("%s: may receive service requests: %v", r, p.SubscribeDeny)
+		// Each service's requests reach its own role only: jw.api.call the
+		// tool workers', inspect, prepare and status the recoverer's.
+		var others []string
+		switch r {
+		case stream.RoleWorker:
+			others = []string{"jw.api.inspect", "jw.api.prepare", "jw.api.status"}
+		case stream.RoleRecoverer:
+			others = []string{"jw.api.call"}
+		}
+		for _, subj := range others {
+			if !slices.Contains(p.SubscribeDeny, subj) || slices.Contains(p.SubscribeAllow, "jw.api.>") {
+				t.Errorf("%s: may receive %s: allow %v, deny %v", r, subj, p.SubscribeAllow, p.SubscribeDeny)
+			}
 		}
 	}
 	// An unknown role gets nothing, never nil (which would be everything),

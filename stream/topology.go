@@ -56,7 +56,7 @@ type TopologyConfig struct {
 // WithDefaults returns c with zero fields set to their defaults.
 func (c TopologyConfig) WithDefaults() TopologyConfig {
 	if c.Prefix == "" {
-		c.Prefix = "jw"
+		c.Prefix = DefaultPrefix
 	}
 	if c.Replicas <= 0 {
 		c.Replicas = 1
@@ -153,7 +153,17 @@ func (t *Topology) EventsSubject(session string) string { return t.Prefix + ".ev
 func (t *Topology) RequestsSubject(session string) string { return t.Prefix + ".requests." + session }
 
 // ReviewsSubject returns jw.reviews.<session>.
-func (t *Topology) ReviewsSubject(session string) string { return t.Prefix + ".reviews." + session }
+func (t *Topology) ReviewsSubject(session string) string { return ReviewsSubject(t.Prefix, session) }
+
+// ReviewsSubject returns <prefix>.reviews.<session>, where reviews of the
+// session are published, for a reviewer that has a connection and a prefix
+// but no topology (DefaultPrefix when prefix is "").
+func ReviewsSubject(prefix, session string) string {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	return prefix + ".reviews." + session
+}
 
 // PlansSubject returns jw.plans.<session>.
 func (t *Topology) PlansSubject(session string) string { return t.Prefix + ".plans." + session }
@@ -167,7 +177,40 @@ func (t *Topology) AssessmentsSubject(session string) string {
 func (t *Topology) AnswersSubject(session string) string { return t.Prefix + ".answers." + session }
 
 // APISubject returns jw.api.<endpoint> (the service's request subjects).
-func (t *Topology) APISubject(endpoint string) string { return t.Prefix + ".api." + endpoint }
+func (t *Topology) APISubject(endpoint string) string { return APISubject(t.Prefix, endpoint) }
+
+// DefaultPrefix is the subject prefix of a topology whose config names
+// none (TopologyConfig.Prefix, RoleConfig.Prefix).
+const DefaultPrefix = "jw"
+
+// APISubject returns <prefix>.api.<endpoint>, the request subject of a
+// `jingwei` service endpoint, for clients that have a connection and a
+// prefix but no topology (DefaultPrefix when prefix is "").
+func APISubject(prefix, endpoint string) string {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	return prefix + ".api." + endpoint
+}
+
+// Drop deletes every stream and bucket of the topology, best effort (the
+// first error is returned, the rest still tried): for benchmarks and tests
+// that reuse a server and want its store small. It needs admin
+// permissions; nothing of jingwei's survives it.
+func (t *Topology) Drop(ctx context.Context) error {
+	var first error
+	for _, sc := range t.cfg.streamSpecs() {
+		if err := t.JS.DeleteStream(ctx, sc.Name); err != nil && first == nil {
+			first = err
+		}
+	}
+	for _, kc := range t.cfg.bucketSpecs() {
+		if err := t.JS.DeleteKeyValue(ctx, kc.Bucket); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
 
 // SessionOf returns the session token of a jingwei subject
 // (jw.events.s-1 → s-1), or "" if the subject has no session token.

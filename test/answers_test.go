@@ -9,8 +9,9 @@ import (
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/tools"
-	"github.com/jingwei/jingwei/worker/recoverer"
+	"github.com/jingwei/jingwei/worker/service"
 )
 
 // TestRequestsThatCannotBecomeCalls: every request a tool worker cannot
@@ -59,7 +60,7 @@ func TestRequestsThatCannotBecomeCalls(t *testing.T) {
 				t.Fatal(err)
 			}
 			var a schema.Answer
-			waitFor(t, ctx, "the answer", func() bool {
+			streamtest.Eventually(t, waitLimit, "the answer", func() bool {
 				var ok bool
 				a, ok, _ = s.topo.FindAnswer(ctx, session, q.RequestID)
 				return ok
@@ -73,13 +74,13 @@ func TestRequestsThatCannotBecomeCalls(t *testing.T) {
 			// Through jw.api.call: answered at once, with the same code.
 			q.RequestID = fmt.Sprintf("r-api-%d", i)
 			t0 = time.Now()
-			if code := s.api(recoverer.EndpointCall, q, nil); code != string(tc.code) {
+			if code := s.api(service.EndpointCall, q, nil); code != string(tc.code) {
 				t.Fatalf("jw.api.call: code %q, want %s", code, tc.code)
 			}
 			if took := time.Since(t0); took > time.Second {
 				t.Errorf("jw.api.call answered after %s, want within a second", took)
 			}
-			waitFor(t, ctx, "the work queue empty", func() bool {
+			streamtest.Eventually(t, waitLimit, "the work queue empty", func() bool {
 				info, err := s.topo.Requests.Info(ctx)
 				return err == nil && info.State.Msgs == 0
 			})
@@ -90,7 +91,7 @@ func TestRequestsThatCannotBecomeCalls(t *testing.T) {
 	}
 	// The session still works.
 	var res schema.Event
-	if code := s.api(recoverer.EndpointCall, schema.Request{V: 1, RequestID: "r-ok", Session: session, Task: "t-1", Tool: tools.CatalogLookup, Arguments: json.RawMessage(`{"sku":"A-1"}`)}, &res); code != "" || res.Result == nil || res.Result.Status != schema.StatusOK {
+	if code := s.api(service.EndpointCall, schema.Request{V: 1, RequestID: "r-ok", Session: session, Task: "t-1", Tool: tools.CatalogLookup, Arguments: json.RawMessage(`{"sku":"A-1"}`)}, &res); code != "" || res.Result == nil || res.Result.Status != schema.StatusOK {
 		t.Fatalf("a valid call after the refusals: %q %+v", code, res)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/tools"
 )
 
@@ -285,18 +286,12 @@ func TestCLI(t *testing.T) {
 	cli("retry", "--session", "cli-pay", "--call", "c-pay-1").want(t, "retry of an uncertain payment", 3, "needs_review")
 
 	// status
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	// Poll: the recovery worker classifies asynchronously.
+	streamtest.Eventually(t, 20*time.Second, "status listing both payments as awaiting review", func() bool {
 		r = cli("status", "--session", "cli-pay", "--json")
 		r.want(t, "status --json", 0, "")
-		if strings.Contains(r.stdout, `"c-pay-1"`) && strings.Contains(r.stdout, `"c-pay-2"`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("status never listed both payments as awaiting review: %s", r.stdout)
-		}
-		time.Sleep(100 * time.Millisecond) // poll: the recovery worker classifies asynchronously
-	}
+		return strings.Contains(r.stdout, `"c-pay-1"`) && strings.Contains(r.stdout, `"c-pay-2"`)
+	})
 	r = cli("status")
 	r.want(t, "status", 0, "")
 	for _, s := range []string{"OPEN CALLS", "AWAITING REVIEW (2)", "PLANS (issued 0, consumed 0)", "c-pay-1"} {

@@ -22,6 +22,7 @@ import (
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/tools"
 	"github.com/jingwei/jingwei/worker"
 )
@@ -108,7 +109,7 @@ func TestPipelineCrashAndRecovery(t *testing.T) {
 	}
 
 	// Wait until every body has started and done its side effect.
-	waitFor(t, ctx, "all six bodies started with their side effects done", func() bool {
+	streamtest.Eventually(t, waitLimit, "all six bodies started with their side effects done", func() bool {
 		for _, s := range all {
 			if !hasEvent(t, topo, s, schema.TypeStarted) {
 				return false
@@ -132,7 +133,7 @@ func TestPipelineCrashAndRecovery(t *testing.T) {
 	// B takes the sessions once A's leases expire and runs the queued
 	// requests; the re-published requests (one recorded by A before it
 	// died, one B ran) are acknowledged and never run again.
-	waitFor(t, ctx, "second requests run", func() bool {
+	streamtest.Eventually(t, waitLimit, "second requests run", func() bool {
 		for _, s := range all {
 			if len(callsWithRequest(t, topo, s, second[s])) != 1 || !resultFor(t, topo, s, callsWithRequest(t, topo, s, second[s])[0].CallID) {
 				return false
@@ -143,7 +144,7 @@ func TestPipelineCrashAndRecovery(t *testing.T) {
 	publishRequest(t, agentJS, topo, "o-1", first["o-1"], tools.OrdersCreate, `{"sku":"A-1","qty":1,"customer":"c-0"}`)
 	publishRequest(t, agentJS, topo, "p-1", first["p-1"], tools.PaymentsCharge, `{"account":"acct-0","amount_cents":100}`)
 	publishRequest(t, agentJS, topo, "o-2", second["o-2"], tools.CatalogLookup, `{"sku":"B-2"}`)
-	waitFor(t, ctx, "re-published requests acknowledged", func() bool {
+	streamtest.Eventually(t, waitLimit, "re-published requests acknowledged", func() bool {
 		info, err := topo.Requests.Info(ctx)
 		return err == nil && info.State.Msgs == 0
 	})
@@ -167,7 +168,7 @@ func TestPipelineCrashAndRecovery(t *testing.T) {
 
 	// The recovery worker classified every crashed call: the orders may be
 	// retried, the payments need a review.
-	waitFor(t, ctx, "assessments of the crashed calls", func() bool {
+	streamtest.Eventually(t, waitLimit, "assessments of the crashed calls", func() bool {
 		for _, s := range all {
 			want := schema.DecisionNeedsReview
 			if strings.HasPrefix(s, "o-") {
@@ -246,7 +247,7 @@ func TestPipelineCrashAndRecovery(t *testing.T) {
 		}
 		return out
 	}
-	waitFor(t, ctx, "plans executed", func() bool {
+	streamtest.Eventually(t, waitLimit, "plans executed", func() bool {
 		for s := range plans {
 			r := retryOf(s)
 			if len(r) != 1 || !resultFor(t, topo, s, r[0].CallID) {
@@ -261,7 +262,7 @@ func TestPipelineCrashAndRecovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	api.prepareRefused(ctx, "o-1", crashed["o-1"].CallID, "") // superseded or consumed: anything but a plan
-	waitFor(t, ctx, "plans consumer idle", func() bool {
+	streamtest.Eventually(t, waitLimit, "plans consumer idle", func() bool {
 		ci, err := topo.PlanLog.Consumer(ctx, topo.StreamName("toolworker_plans"))
 		if err != nil {
 			return false
@@ -469,17 +470,9 @@ func (ps *processes) killAll() {
 	}
 }
 
-// waitFor polls cond until it holds or ctx ends.
-func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
-	t.Helper()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
+// waitLimit bounds how long a test waits for a condition
+// (streamtest.Eventually).
+const waitLimit = 60 * time.Second
 
 func publishRequest(t *testing.T, js jetstream.JetStream, topo *stream.Topology, session, requestID, tool, args string) {
 	t.Helper()

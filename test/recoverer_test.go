@@ -21,6 +21,7 @@ import (
 	"github.com/jingwei/jingwei/tools"
 	"github.com/jingwei/jingwei/worker"
 	"github.com/jingwei/jingwei/worker/recoverer"
+	"github.com/jingwei/jingwei/worker/service"
 	"github.com/jingwei/jingwei/worker/toolworker"
 )
 
@@ -54,7 +55,7 @@ func TestRecovererWithToolWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	pl := newPlanner(t)
-	tw, err := toolworker.New(toolworker.Config{Topology: topo, Registry: reg, Owner: "tw-1", IdleTimeout: time.Minute, Runtime: worker.Config{TrustedPlanners: pl.trusted}})
+	tw, err := toolworker.New(toolworker.Config{Topology: topo, Registry: reg, Owner: "tw-1", IdleTimeout: time.Minute, CallTimeout: 20 * time.Second, Runtime: worker.Config{TrustedPlanners: pl.trusted}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +63,7 @@ func TestRecovererWithToolWorker(t *testing.T) {
 	stranger, _ := nkeys.CreateUser()
 	pub, _ := reviewer.PublicKey()
 	trusted, _ := recovery.NewTrustedKeys(pub)
-	rec, err := recoverer.New(recoverer.Config{Topology: topo, TrustedReviewers: trusted, CallTimeout: 20 * time.Second, PlannerKey: pl.kp})
+	rec, err := recoverer.New(recoverer.Config{Topology: topo, TrustedReviewers: trusted, PlannerKey: pl.kp})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +124,7 @@ func TestRecovererWithToolWorker(t *testing.T) {
 	// The order: written, then a failure.
 	tl.FailAfterWrite(1)
 	var res schema.Event
-	if code := api(recoverer.EndpointCall, schema.Request{V: 1, RequestID: "r-order", Session: "s-shop", Task: "t-1", Tool: tools.OrdersCreate, Arguments: json.RawMessage(`{"sku":"A-1","qty":1}`)}, &res); code != "" {
+	if code := api(service.EndpointCall, schema.Request{V: 1, RequestID: "r-order", Session: "s-shop", Task: "t-1", Tool: tools.OrdersCreate, Arguments: json.RawMessage(`{"sku":"A-1","qty":1}`)}, &res); code != "" {
 		t.Fatalf("call: %s", code)
 	}
 	if res.Result == nil || res.Result.Status != schema.StatusFailed {
@@ -134,7 +135,7 @@ func TestRecovererWithToolWorker(t *testing.T) {
 		t.Fatalf("order assessment %+v", a)
 	}
 	var plan schema.Plan
-	if code := api(recoverer.EndpointPrepare, recoverer.Target{Session: "s-shop", CallID: first}, &plan); code != "" {
+	if code := api(service.EndpointPrepare, service.Target{Session: "s-shop", CallID: first}, &plan); code != "" {
 		t.Fatalf("prepare order: %s", code)
 	}
 	if plan.Basis != schema.BasisUncertainSafe {
@@ -164,12 +165,12 @@ func TestRecovererWithToolWorker(t *testing.T) {
 	if rec, err := stream.NewPlans(topo.Plans).Get(ctx, plan.PlanID); err != nil || rec.State != stream.PlanConsumed {
 		t.Fatalf("plan record %+v %v, want consumed", rec, err)
 	}
-	if code := api(recoverer.EndpointPrepare, recoverer.Target{Session: "s-shop", CallID: first}, &plan); code != string(schema.CodeSupersededCall) {
+	if code := api(service.EndpointPrepare, service.Target{Session: "s-shop", CallID: first}, &plan); code != string(schema.CodeSupersededCall) {
 		t.Fatalf("prepare the retried call again: %q, want superseded_call", code)
 	}
 
 	// The ledger post: non-idempotent, fails → needs_review.
-	if code := api(recoverer.EndpointCall, schema.Request{V: 1, RequestID: "r-post", Session: "s-books", Task: "t-1", Tool: "ledger.post", Arguments: json.RawMessage(`{"amount":5}`)}, &res); code != "" {
+	if code := api(service.EndpointCall, schema.Request{V: 1, RequestID: "r-post", Session: "s-books", Task: "t-1", Tool: "ledger.post", Arguments: json.RawMessage(`{"amount":5}`)}, &res); code != "" {
 		t.Fatalf("call ledger: %s", code)
 	}
 	post := res.Result.CallID
@@ -191,14 +192,14 @@ func TestRecovererWithToolWorker(t *testing.T) {
 		return r
 	}
 	publish(sign(stranger, schema.VerdictNotExecuted))
-	if code := api(recoverer.EndpointPrepare, recoverer.Target{Session: "s-books", CallID: post}, &plan); code != string(schema.CodeNeedsReview) {
+	if code := api(service.EndpointPrepare, service.Target{Session: "s-books", CallID: post}, &plan); code != string(schema.CodeNeedsReview) {
 		t.Fatalf("prepare after a forged review: %q, want needs_review", code)
 	}
 	if posts.Load() != 1 {
 		t.Fatalf("ledger body ran %d times before the review, want 1", posts.Load())
 	}
 	publish(sign(reviewer, schema.VerdictNotExecuted))
-	if code := api(recoverer.EndpointPrepare, recoverer.Target{Session: "s-books", CallID: post}, &plan); code != "" || plan.Basis != schema.BasisReviewedNotExecuted {
+	if code := api(service.EndpointPrepare, service.Target{Session: "s-books", CallID: post}, &plan); code != "" || plan.Basis != schema.BasisReviewedNotExecuted {
 		t.Fatalf("prepare after the signed review: %q %+v", code, plan)
 	}
 	if a := retryDone("s-books", post); a.Outcome != schema.OutcomeCompleted {
@@ -207,8 +208,8 @@ func TestRecovererWithToolWorker(t *testing.T) {
 	if posts.Load() != 2 {
 		t.Fatalf("ledger body ran %d times, want 2", posts.Load())
 	}
-	var st recoverer.Status
-	if code := api(recoverer.EndpointStatus, recoverer.StatusRequest{}, &st); code != "" || st.Plans.Consumed != 2 || st.Plans.Issued != 0 || len(st.OpenCalls) != 0 {
+	var st service.Status
+	if code := api(service.EndpointStatus, service.StatusRequest{}, &st); code != "" || st.Plans.Consumed != 2 || st.Plans.Issued != 0 || len(st.OpenCalls) != 0 {
 		t.Fatalf("status %q %+v", code, st)
 	}
 }
@@ -226,13 +227,13 @@ func TestLostPlanMessageDeliveredAgain(t *testing.T) {
 	stopA := s.worker("tw-a", nil)
 	s.tools.FailAfterWrite(1)
 	var res schema.Event
-	if code := s.api(recoverer.EndpointCall, schema.Request{V: 1, RequestID: "r-1", Session: "s-lost", Task: "t-1", Tool: tools.OrdersCreate, Arguments: json.RawMessage(`{"sku":"A-1","qty":1}`)}, &res); code != "" || res.Result == nil || res.Result.Status != schema.StatusFailed {
+	if code := s.api(service.EndpointCall, schema.Request{V: 1, RequestID: "r-1", Session: "s-lost", Task: "t-1", Tool: tools.OrdersCreate, Arguments: json.RawMessage(`{"sku":"A-1","qty":1}`)}, &res); code != "" || res.Result == nil || res.Result.Status != schema.StatusFailed {
 		t.Fatalf("call: %q %+v", code, res)
 	}
 	stopA()
 	first := res.Result.CallID
 	var plan schema.Plan
-	if code := s.api(recoverer.EndpointPrepare, recoverer.Target{Session: "s-lost", CallID: first}, &plan); code != "" {
+	if code := s.api(service.EndpointPrepare, service.Target{Session: "s-lost", CallID: first}, &plan); code != "" {
 		t.Fatalf("prepare: %s", code)
 	}
 	// The plan's message is terminated through the tool workers' consumer.
@@ -248,7 +249,7 @@ func TestLostPlanMessageDeliveredAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.worker("tw-b", nil)
-	waitFor(t, ctx, "the consumer has nothing left", func() bool {
+	streamtest.Eventually(t, waitLimit, "the consumer has nothing left", func() bool {
 		info, err := cons.Info(ctx)
 		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
 	})
@@ -258,14 +259,14 @@ func TestLostPlanMessageDeliveredAgain(t *testing.T) {
 	}
 	// The host asks again: the plan is published again and runs once.
 	var again schema.Plan
-	if code := s.api(recoverer.EndpointPrepare, recoverer.Target{Session: "s-lost", CallID: first}, &again); code != "" || again.PlanID != plan.PlanID {
+	if code := s.api(service.EndpointPrepare, service.Target{Session: "s-lost", CallID: first}, &again); code != "" || again.PlanID != plan.PlanID {
 		t.Fatalf("prepare again: %q %+v", code, again)
 	}
-	waitFor(t, ctx, "the plan runs", func() bool {
+	streamtest.Eventually(t, waitLimit, "the plan runs", func() bool {
 		r, err := plans.Get(ctx, plan.PlanID)
 		return err == nil && r.State == stream.PlanConsumed
 	})
-	waitFor(t, ctx, "the retry's result", func() bool {
+	streamtest.Eventually(t, waitLimit, "the retry's result", func() bool {
 		h, _ := s.topo.Load(ctx, "s-lost")
 		return len(h) > 0 && h[len(h)-1].Type == schema.TypeResult
 	})
@@ -280,7 +281,7 @@ func TestLostPlanMessageDeliveredAgain(t *testing.T) {
 		t.Fatalf("%d orders and %d retries, want 1 and 1", len(orders), retries)
 	}
 	// Asking once more changes nothing: the call has its retry now.
-	if code := s.api(recoverer.EndpointPrepare, recoverer.Target{Session: "s-lost", CallID: first}, &again); code != string(schema.CodeSupersededCall) {
+	if code := s.api(service.EndpointPrepare, service.Target{Session: "s-lost", CallID: first}, &again); code != string(schema.CodeSupersededCall) {
 		t.Fatalf("prepare after the retry: %q, want superseded_call", code)
 	}
 	info, err := s.topo.PlanLog.Info(ctx, jetstream.WithSubjectFilter(s.topo.PlansSubject("s-lost")))

@@ -60,7 +60,7 @@ func TestRuntimeReferenceScenario(t *testing.T) {
 	// Attempt 1: the order is written, then the tool reports a failure.
 	tl.FailAfterWrite(1)
 	first, err := rt.CallWithOptions(ctx, tools.OrdersCreate, args, worker.CallOptions{Task: task})
-	if !errors.Is(err, worker.ErrFailed) || first.Status != schema.StatusFailed {
+	if !errors.Is(err, schema.ErrFailed) || first.Status != schema.StatusFailed {
 		t.Fatalf("attempt 1: %+v %v, want failed", first, err)
 	}
 
@@ -91,13 +91,13 @@ func TestRuntimeReferenceScenario(t *testing.T) {
 
 	// Attempt 2: the approval hook refuses; the plan is spent anyway.
 	second, err := rt.CallWithOptions(ctx, tools.OrdersCreate, args, worker.CallOptions{Task: task, Retry: &plan1})
-	if !errors.Is(err, worker.ErrRejected) || second.Stage != schema.StageApproval {
+	if !errors.Is(err, schema.ErrRejected) || second.Stage != schema.StageApproval {
 		t.Fatalf("attempt 2: %+v %v, want rejected at approval", second, err)
 	}
 	if rec, err := plans.Get(ctx, plan1.PlanID); err != nil || rec.State != stream.PlanConsumed || rec.ConsumedBy != second.CallID {
 		t.Fatalf("plan 1 after attempt 2: %+v %v", rec, err)
 	}
-	if _, err := rt.CallWithOptions(ctx, tools.OrdersCreate, args, worker.CallOptions{Task: task, Retry: &plan1}); !errors.Is(err, worker.ErrPlanConsumed) {
+	if _, err := rt.CallWithOptions(ctx, tools.OrdersCreate, args, worker.CallOptions{Task: task, Retry: &plan1}); !errors.Is(err, schema.ErrPlanConsumed) {
 		t.Fatalf("plan 1 again: %v, want plan_consumed", err)
 	}
 

@@ -48,7 +48,7 @@ func startStack(t *testing.T, ttl time.Duration, rc func(*recoverer.Config)) *st
 		t.Fatal(err)
 	}
 	s := &stack{t: t, ctx: ctx, nc: nc, topo: topo, tools: tl, reg: reg, pl: newPlanner(t)}
-	cfg := recoverer.Config{Topology: topo, CallTimeout: 20 * time.Second, PlannerKey: s.pl.kp}
+	cfg := recoverer.Config{Topology: topo, PlannerKey: s.pl.kp}
 	if rc != nil {
 		rc(&cfg)
 	}
@@ -87,7 +87,7 @@ func (s *stack) run(f func(context.Context) error) (stop func()) {
 // worker starts a tool worker with the stack's tools (or reg, if given).
 func (s *stack) worker(owner string, mod func(*toolworker.Config)) (stop func()) {
 	s.t.Helper()
-	cfg := toolworker.Config{Topology: s.topo, Registry: s.reg, Owner: owner, IdleTimeout: 500 * time.Millisecond, PollInterval: 50 * time.Millisecond,
+	cfg := toolworker.Config{Topology: s.topo, Registry: s.reg, Owner: owner, IdleTimeout: 500 * time.Millisecond, PollInterval: 50 * time.Millisecond, CallTimeout: 20 * time.Second,
 		Runtime: worker.Config{TrustedPlanners: s.pl.trusted}}
 	if mod != nil {
 		mod(&cfg)

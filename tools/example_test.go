@@ -4,11 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/tools"
 	"github.com/jingwei/jingwei/worker"
 )
@@ -17,16 +14,12 @@ import (
 // retry would: the second run finds the order the first one wrote.
 func Example() {
 	ctx := context.Background()
-	dir, _ := os.MkdirTemp("", "jingwei-example")
-	defer os.RemoveAll(dir)
-	srv, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{Dir: dir, Listen: "127.0.0.1:-1", Sync: stream.SyncInterval})
+	srv, err := streamtest.New(streamtest.Config{})
 	if err != nil {
 		panic(err)
 	}
-	defer srv.Shutdown()
-	nc, _ := srv.Connect()
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
+	defer srv.Close()
+	js := srv.Topology.JS
 
 	tl, err := tools.New(ctx, tools.Config{JS: js})
 	if err != nil {

@@ -191,7 +191,7 @@ func TestUnrepresentableArgumentsRejected(t *testing.T) {
 		{tools.OrdersCreate, `{"sku":"A-1","qty":2.0}`},
 	} {
 		res, err := rt.Call(ctx, tc.tool, json.RawMessage(tc.args))
-		if res.Status != schema.StatusRejected || res.Stage != schema.StageArguments || !errors.Is(err, worker.ErrRejected) {
+		if res.Status != schema.StatusRejected || res.Stage != schema.StageArguments || !errors.Is(err, schema.ErrRejected) {
 			t.Errorf("%s %s: %s/%s %v, want rejected at arguments", tc.tool, tc.args, res.Status, res.Stage, err)
 		}
 	}

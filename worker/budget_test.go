@@ -98,8 +98,8 @@ func TestDeferredCountsCrashLimit(t *testing.T) {
 	}
 	rt := l.takeOver(t, stream.NewBudget(l.topo.Budget))
 	_, err := rt.CallWithOptions(ctx, tools.CatalogLookup, lookupArgs, worker.CallOptions{Task: "t-1"})
-	var werr *worker.Error
-	if !errors.As(err, &werr) || werr.Code != worker.CodeRejected || werr.Stage != schema.StageBudget {
+	var werr *schema.Error
+	if !errors.As(err, &werr) || werr.Code != schema.CodeRejected || werr.Stage != schema.StageBudget {
 		t.Fatalf("first call of the new owner: %v, want rejected at stage budget", err)
 	}
 	n, _ := l.recordedCalls(t, "s-1", "t-1")

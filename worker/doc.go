@@ -1,5 +1,8 @@
-// Package worker runs tool calls the canonical way (DESIGN §6) and, in later
-// files, hosts the tool worker and the recovery worker.
+// Package worker runs tool calls the canonical way (DESIGN §6). Its
+// subpackages are the processes built on it: worker/toolworker (the tool
+// worker, which also serves jw.api.call), worker/recoverer (the recovery
+// worker) and worker/service (the jw.api.* bodies, client and server
+// helper).
 //
 // # The canonical runtime
 //
@@ -25,6 +28,23 @@
 //
 // A plan is not a permission and not a lock: every admission stage runs
 // again for a retry.
+//
+// # Errors
+//
+// Every refusal and every result that is not ok is a *schema.Error with
+// the runtime's codes (schema.CodeUnknownTool, schema.CodeInvalidCall, the
+// plan_* codes, schema.CodeRejected with its Stage, the result statuses,
+// schema.CodeFenced, schema.CodeLog); schema.ErrPlanRefused matches every
+// plan refusal, and the cause (stream.ErrFenced, stream.ErrPlanConsumed)
+// is reachable with errors.Is.
+//
+// # The log a host gives the runtime
+//
+// A host that embeds a Runtime takes its session over with
+// stream.Topology.TakeOver and passes the takeover's Log (a
+// stream.GuardedLog) as Config.Log and its History as Config.History: the
+// guarded log refuses appends once the session's lease can no longer be
+// trusted by the local clock, as the tool worker's do.
 //
 // # Choices a host should know
 //

@@ -5,15 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/worker"
 )
 
@@ -22,20 +21,12 @@ import (
 // operation key.
 func Example() {
 	ctx := context.Background()
-	dir, _ := os.MkdirTemp("", "jingwei-example")
-	defer os.RemoveAll(dir)
-	srv, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{Dir: dir, Listen: "127.0.0.1:-1", Sync: stream.SyncInterval})
+	srv, err := streamtest.New(streamtest.Config{})
 	if err != nil {
 		panic(err)
 	}
-	defer srv.Shutdown()
-	nc, _ := srv.Connect()
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	topo, err := stream.EnsureTopology(ctx, js, stream.TopologyConfig{})
-	if err != nil {
-		panic(err)
-	}
+	defer srv.Close()
+	topo := srv.Topology
 
 	// A tool that fails the first time it sees an operation key.
 	seen := map[string]bool{}
@@ -69,7 +60,7 @@ func Example() {
 
 	args := json.RawMessage(`{"name":"ada"}`)
 	first, err := rt.Call(ctx, "greet", args)
-	fmt.Println("first:", first.Status, worker.CodeOf(err))
+	fmt.Println("first:", first.Status, schema.CodeOf(err))
 
 	// The host inspects the history, prepares a plan and issues it.
 	history, _ := topo.Load(ctx, session)
@@ -82,7 +73,7 @@ func Example() {
 	fmt.Println("retry:", retry.Status, string(retry.Output), "same key:", retry.Operation.Key == first.Operation.Key)
 
 	_, err = rt.CallWithOptions(ctx, "greet", args, worker.CallOptions{Retry: &plan})
-	fmt.Println("replay:", worker.CodeOf(err))
+	fmt.Println("replay:", schema.CodeOf(err))
 	// Output:
 	// first: failed failed
 	// basis: uncertain_safe

@@ -80,19 +80,19 @@ type Taken struct {
 // attempt is recorded now, once, under the call id it was consumed for
 // (Taken.CallID, Taken.Completed; see stream.Plans.Complete).
 //
-// Errors are *Error with code plan_not_issued, plan_consumed,
+// Errors are *schema.Error with code plan_not_issued, plan_consumed,
 // plan_untrusted or plan_mismatch (Field names what differs); all match
-// ErrPlanRefused. A
+// schema.ErrPlanRefused. A
 // refused plan is left as it was; a consumed plan is spent for good, whatever
 // happens to the attempt afterwards. Custom runtimes call TakeOperation
 // before they record the attempt's tool.call.
 func TakeOperation(ctx context.Context, plans PlanStore, at Attempt, plan schema.Plan) (Taken, error) {
 	if plans == nil {
-		return Taken{}, &Error{Code: CodePlanNotIssued, Message: "no plan store configured", Err: stream.ErrPlanNotIssued}
+		return Taken{}, &schema.Error{Code: schema.CodePlanNotIssued, Message: "no plan store configured", Err: stream.ErrPlanNotIssued}
 	}
 	rec, err := plans.Get(ctx, plan.PlanID)
 	if errors.Is(err, stream.ErrPlanNotIssued) {
-		return Taken{}, &Error{Code: CodePlanNotIssued, Message: fmt.Sprintf("plan %q was not issued in jw_plans", plan.PlanID), Err: err}
+		return Taken{}, &schema.Error{Code: schema.CodePlanNotIssued, Message: fmt.Sprintf("plan %q was not issued in jw_plans", plan.PlanID), Err: err}
 	}
 	if err != nil {
 		return Taken{}, fmt.Errorf("worker: read plan %s: %w", plan.PlanID, err)
@@ -104,13 +104,13 @@ func TakeOperation(ctx context.Context, plans PlanStore, at Attempt, plan schema
 	}
 	issued := rec.Plan
 	mismatch := func(field, format string, args ...any) error {
-		return &Error{Code: CodePlanMismatch, Field: field, Message: fmt.Sprintf("plan %s: ", plan.PlanID) + fmt.Sprintf(format, args...)}
+		return &schema.Error{Code: schema.CodePlanMismatch, Field: field, Message: fmt.Sprintf("plan %s: ", plan.PlanID) + fmt.Sprintf(format, args...)}
 	}
 	if !stream.SamePlan(issued, plan) || issued.Signer != plan.Signer || issued.Sig != plan.Sig {
 		return Taken{}, mismatch("plan", "differs from the plan issued under this id")
 	}
 	if err := recovery.VerifyPlan(issued, at.Planners); err != nil {
-		return Taken{}, &Error{Code: CodePlanUntrusted, Message: fmt.Sprintf("plan %s: %v", plan.PlanID, err), Err: err}
+		return Taken{}, &schema.Error{Code: schema.CodePlanUntrusted, Message: fmt.Sprintf("plan %s: %v", plan.PlanID, err), Err: err}
 	}
 	switch {
 	case issued.Session != at.Session:
@@ -178,5 +178,5 @@ func consumedError(rec stream.PlanRecord, cause error) error {
 	if rec.ConsumedBy != "" {
 		msg += " by call " + rec.ConsumedBy
 	}
-	return &Error{Code: CodePlanConsumed, Message: msg, Err: cause}
+	return &schema.Error{Code: schema.CodePlanConsumed, Message: msg, Err: cause}
 }

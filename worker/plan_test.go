@@ -80,7 +80,7 @@ func (l *live) failedOrder(t *testing.T, rt *worker.Runtime, args string) (worke
 	ctx := context.Background()
 	l.tools.FailAfterWrite(1)
 	res, err := rt.CallWithOptions(ctx, tools.OrdersCreate, json.RawMessage(args), worker.CallOptions{Task: "t-1"})
-	if !errors.Is(err, worker.ErrFailed) {
+	if !errors.Is(err, schema.ErrFailed) {
 		t.Fatalf("first attempt: %v, want failed", err)
 	}
 	plan := l.prepare(t, rt.Session(), res.CallID)
@@ -158,23 +158,23 @@ func TestRetryPlanRefusals(t *testing.T) {
 		args  string
 		task  string
 		plan  schema.Plan
-		code  worker.Code
+		code  schema.Code
 		field string
 	}{
-		{"not issued", rt, args, "t-1", unissued, worker.CodePlanNotIssued, ""},
-		{"other arguments", rt, `{"sku":"A-1","qty":3}`, "t-1", plan, worker.CodePlanMismatch, "arguments"},
-		{"other task", rt, args, "t-2", plan, worker.CodePlanMismatch, "task"},
-		{"other session", other, args, "t-1", plan, worker.CodePlanMismatch, "session"},
-		{"contract revision changed", bumped, args, "t-1", plan, worker.CodePlanMismatch, "contract"},
-		{"plan altered after issue", rt, args, "t-1", tampered, worker.CodePlanMismatch, "plan"},
+		{"not issued", rt, args, "t-1", unissued, schema.CodePlanNotIssued, ""},
+		{"other arguments", rt, `{"sku":"A-1","qty":3}`, "t-1", plan, schema.CodePlanMismatch, "arguments"},
+		{"other task", rt, args, "t-2", plan, schema.CodePlanMismatch, "task"},
+		{"other session", other, args, "t-1", plan, schema.CodePlanMismatch, "session"},
+		{"contract revision changed", bumped, args, "t-1", plan, schema.CodePlanMismatch, "contract"},
+		{"plan altered after issue", rt, args, "t-1", tampered, schema.CodePlanMismatch, "plan"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := l.snap(t, "s-1", plan.PlanID)
 			p := tt.plan
 			_, err := tt.rt.CallWithOptions(ctx, tools.OrdersCreate, json.RawMessage(tt.args), worker.CallOptions{Task: tt.task, Retry: &p})
-			var werr *worker.Error
-			if !errors.As(err, &werr) || werr.Code != tt.code || werr.Field != tt.field || !errors.Is(err, worker.ErrPlanRefused) {
+			var werr *schema.Error
+			if !errors.As(err, &werr) || werr.Code != tt.code || werr.Field != tt.field || !errors.Is(err, schema.ErrPlanRefused) {
 				t.Fatalf("error %v, want %s (%s)", err, tt.code, tt.field)
 			}
 			if after := l.snap(t, "s-1", plan.PlanID); after != before {
@@ -198,7 +198,7 @@ func TestRetryPlanRefusals(t *testing.T) {
 	// … and never again: a replay is refused and nothing runs.
 	before := l.snap(t, "s-1", plan.PlanID)
 	_, err = rt.CallWithOptions(ctx, tools.OrdersCreate, json.RawMessage(args), worker.CallOptions{Task: "t-1", Retry: &plan})
-	if !errors.Is(err, worker.ErrPlanConsumed) || !errors.Is(err, stream.ErrPlanConsumed) || !strings.Contains(err.Error(), res.CallID) {
+	if !errors.Is(err, schema.ErrPlanConsumed) || !errors.Is(err, stream.ErrPlanConsumed) || !strings.Contains(err.Error(), res.CallID) {
 		t.Fatalf("replay: %v, want plan_consumed naming %s", err, res.CallID)
 	}
 	if after := l.snap(t, "s-1", plan.PlanID); after != before || after.state != stream.PlanConsumed {
@@ -224,10 +224,10 @@ func TestPlanConsumedByRejectedAttempt(t *testing.T) {
 	})
 	_, plan := l.failedOrder(t, rt, `{"sku":"C-3","qty":1}`)
 	res, err := rt.CallWithOptions(ctx, tools.OrdersCreate, json.RawMessage(`{"sku":"C-3","qty":1}`), worker.CallOptions{Task: "t-1", Retry: &plan})
-	if !errors.Is(err, worker.ErrRejected) || res.Stage != schema.StageApproval {
+	if !errors.Is(err, schema.ErrRejected) || res.Stage != schema.StageApproval {
 		t.Fatalf("retry: %+v %v, want rejected at approval", res, err)
 	}
-	if _, err := rt.CallWithOptions(ctx, tools.OrdersCreate, json.RawMessage(`{"sku":"C-3","qty":1}`), worker.CallOptions{Task: "t-1", Retry: &plan}); !errors.Is(err, worker.ErrPlanConsumed) {
+	if _, err := rt.CallWithOptions(ctx, tools.OrdersCreate, json.RawMessage(`{"sku":"C-3","qty":1}`), worker.CallOptions{Task: "t-1", Retry: &plan}); !errors.Is(err, schema.ErrPlanConsumed) {
 		t.Fatalf("second use: %v, want plan_consumed", err)
 	}
 }
@@ -258,7 +258,7 @@ func TestPlanRaceGoroutines(t *testing.T) {
 		switch {
 		case err == nil:
 			wins++
-		case !errors.Is(err, worker.ErrPlanConsumed):
+		case !errors.Is(err, schema.ErrPlanConsumed):
 			t.Errorf("loser error %v, want plan_consumed", err)
 		}
 	}
@@ -340,7 +340,7 @@ func TestPlanRaceProcesses(t *testing.T) {
 			t.Fatalf("child %d printed no result:\n%s", i, outs[i])
 		}
 	}
-	if results["ok"] != 1 || results[string(worker.CodePlanConsumed)] != 1 {
+	if results["ok"] != 1 || results[string(schema.CodePlanConsumed)] != 1 {
 		t.Fatalf("child results %v, want one ok and one plan_consumed", results)
 	}
 	if s := l.snap(t, "s-1", plan.PlanID); s.events != 6 || s.calls != 2 || s.orders != 1 || s.state != stream.PlanConsumed {
@@ -398,8 +398,8 @@ func planChild(t *testing.T) {
 	case err == nil:
 		fmt.Println("RESULT ok")
 	default:
-		fmt.Println("RESULT " + string(worker.CodeOf(err)))
-		if worker.CodeOf(err) == "" {
+		fmt.Println("RESULT " + string(schema.CodeOf(err)))
+		if schema.CodeOf(err) == "" {
 			fmt.Println(err)
 		}
 	}
@@ -426,11 +426,11 @@ func TestBudgetLimitUnderConcurrency(t *testing.T) {
 	wg.Wait()
 	okN, rejected := 0, 0
 	for _, err := range errs {
-		var werr *worker.Error
+		var werr *schema.Error
 		switch {
 		case err == nil:
 			okN++
-		case errors.As(err, &werr) && werr.Code == worker.CodeRejected && werr.Stage == schema.StageBudget:
+		case errors.As(err, &werr) && werr.Code == schema.CodeRejected && werr.Stage == schema.StageBudget:
 			rejected++
 		default:
 			t.Fatalf("unexpected error %v", err)
@@ -471,7 +471,7 @@ func TestFencedByTakeover(t *testing.T) {
 	before := l.snap(t, "s-1", "p-none")
 	for range 2 {
 		_, err := rt.CallWithOptions(ctx, tools.OrdersCreate, json.RawMessage(`{"sku":"A-1","qty":1}`), worker.CallOptions{Task: "t-1"})
-		if !errors.Is(err, worker.ErrFenced) || !errors.Is(err, stream.ErrFenced) {
+		if !errors.Is(err, schema.ErrFenced) || !errors.Is(err, stream.ErrFenced) {
 			t.Fatalf("call after takeover: %v, want fenced", err)
 		}
 	}
@@ -515,11 +515,11 @@ func TestForgedPlanRecordsRunNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	attempt := func(t *testing.T, rt *worker.Runtime, p schema.Plan, args string, want worker.Code) {
+	attempt := func(t *testing.T, rt *worker.Runtime, p schema.Plan, args string, want schema.Code) {
 		t.Helper()
 		before := l.snap(t, "s-1", plan.PlanID)
 		_, err := rt.CallWithOptions(ctx, tools.OrdersCreate, json.RawMessage(args), worker.CallOptions{Task: "t-1", Retry: &p})
-		if worker.CodeOf(err) != want || !errors.Is(err, worker.ErrPlanRefused) {
+		if schema.CodeOf(err) != want || !errors.Is(err, schema.ErrPlanRefused) {
 			t.Fatalf("error %v, want %s", err, want)
 		}
 		after := l.snap(t, "s-1", plan.PlanID)
@@ -533,7 +533,7 @@ func TestForgedPlanRecordsRunNothing(t *testing.T) {
 		fake.PlanID, fake.PriorCallID = recovery.PlanID("s-1", "c-made-up"), "c-made-up"
 		fake.Signer, fake.Sig = "", ""
 		put(t, stream.PlanRecord{State: stream.PlanIssued, Plan: fake})
-		attempt(t, rt, fake, args, worker.CodePlanUntrusted)
+		attempt(t, rt, fake, args, schema.CodePlanUntrusted)
 	})
 	t.Run("real plan id, other arguments, untrusted signature", func(t *testing.T) {
 		other := plan
@@ -541,14 +541,14 @@ func TestForgedPlanRecordsRunNothing(t *testing.T) {
 		other.ArgsDigest, _ = schema.ArgsDigest(other.Arguments)
 		other, _ = recovery.SignPlan(mallory, other)
 		put(t, stream.PlanRecord{State: stream.PlanIssued, Plan: other})
-		attempt(t, rt, other, `{"sku":"A-1","qty":3}`, worker.CodePlanUntrusted)
+		attempt(t, rt, other, `{"sku":"A-1","qty":3}`, schema.CodePlanUntrusted)
 	})
 	t.Run("real signature, arguments altered", func(t *testing.T) {
 		altered := plan
 		altered.Arguments = json.RawMessage(`{"qty":3,"sku":"A-1"}`)
 		altered.ArgsDigest, _ = schema.ArgsDigest(altered.Arguments)
 		put(t, stream.PlanRecord{State: stream.PlanIssued, Plan: altered})
-		attempt(t, rt, altered, `{"sku":"A-1","qty":3}`, worker.CodePlanUntrusted)
+		attempt(t, rt, altered, `{"sku":"A-1","qty":3}`, schema.CodePlanUntrusted)
 	})
 
 	// The real plan, restored, runs once.
@@ -562,7 +562,7 @@ func TestForgedPlanRecordsRunNothing(t *testing.T) {
 	}
 	t.Run("consumed record reset to issued", func(t *testing.T) {
 		put(t, stream.PlanRecord{State: stream.PlanIssued, Plan: plan})
-		attempt(t, rt, plan, args, worker.CodePlanConsumed)
+		attempt(t, rt, plan, args, schema.CodePlanConsumed)
 		// A new owner of the session, opened on the confirmed history,
 		// refuses it too.
 		h, err := l.topo.Load(ctx, "s-1")
@@ -570,7 +570,7 @@ func TestForgedPlanRecordsRunNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		fresh := l.runtime(t, "s-1", tools.OrdersRevision, func(c *worker.Config) { c.History = h })
-		attempt(t, fresh, plan, args, worker.CodePlanConsumed)
+		attempt(t, fresh, plan, args, schema.CodePlanConsumed)
 	})
 	if orders, _ := l.tools.Orders(ctx); len(orders) != 1 {
 		t.Fatalf("%d orders, want 1", len(orders))
@@ -615,7 +615,7 @@ func TestPlanCompletedByNextOwner(t *testing.T) {
 	h1, _ := l.topo.Load(ctx, "s-1")
 	lost := l.runtime(t, "s-1", tools.OrdersRevision, func(c *worker.Config) { c.Log, c.History = callLost{lg1}, h1 })
 	_, err = lost.CallWithOptions(ctx, tools.OrdersCreate, json.RawMessage(args), worker.CallOptions{Task: "t-1", Retry: &plan})
-	if worker.CodeOf(err) != worker.CodeLog {
+	if schema.CodeOf(err) != schema.CodeLog {
 		t.Fatalf("attempt with a lost tool.call: %v, want log_unavailable", err)
 	}
 	rec, err := l.plans.Get(ctx, plan.PlanID)
@@ -650,7 +650,7 @@ func TestPlanCompletedByNextOwner(t *testing.T) {
 	for _, r := range []*worker.Runtime{rt2, takeOver(3)} {
 		before := l.snap(t, "s-1", plan.PlanID)
 		_, err := r.CallWithOptions(ctx, tools.OrdersCreate, json.RawMessage(args), worker.CallOptions{Task: "t-1", Retry: &plan})
-		if !errors.Is(err, worker.ErrPlanConsumed) || !strings.Contains(err.Error(), res.CallID) {
+		if !errors.Is(err, schema.ErrPlanConsumed) || !strings.Contains(err.Error(), res.CallID) {
 			t.Fatalf("second completion: %v, want plan_consumed naming %s", err, res.CallID)
 		}
 		if after := l.snap(t, "s-1", plan.PlanID); after.events != before.events || after.calls != before.calls {

@@ -277,7 +277,7 @@ func (r *Runtime) roomForRetry(args json.RawMessage) error {
 	events, bytes := l.Room()
 	need := int64(2*len(args) + retryEvents*1024)
 	if events < retryEvents || bytes < need {
-		return &Error{Code: CodeHistoryTooLarge, Message: fmt.Sprintf("session %s has room for %d more events (%d bytes): a retry needs %d events and about %d bytes; the plan is left unused", r.cfg.Session, events, bytes, retryEvents, need)}
+		return &schema.Error{Code: schema.CodeHistoryTooLarge, Message: fmt.Sprintf("session %s has room for %d more events (%d bytes): a retry needs %d events and about %d bytes; the plan is left unused", r.cfg.Session, events, bytes, retryEvents, need)}
 	}
 	return nil
 }
@@ -334,18 +334,18 @@ func (r *Runtime) Call(ctx context.Context, tool string, args json.RawMessage) (
 
 // CallWithOptions runs one attempt of tool with args through the canonical
 // steps (see the package documentation) and returns what became of it. The
-// error is nil exactly when the result is ok; otherwise it is an *Error whose
+// error is nil exactly when the result is ok; otherwise it is a *schema.Error whose
 // Code is the status ("failed", "timeout", …), "rejected" (with Stage), a
-// plan refusal (nothing recorded, matches ErrPlanRefused), or a reason
+// plan refusal (nothing recorded, matches schema.ErrPlanRefused), or a reason
 // nothing was recorded (unknown_tool, invalid_call, fenced, log_unavailable).
 // Nil args mean {}.
 func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.RawMessage, opts CallOptions) (Result, error) {
 	if r.fenced.Load() {
-		return Result{}, &Error{Code: CodeFenced, Message: "session " + r.cfg.Session + " was taken over", Err: stream.ErrFenced}
+		return Result{}, &schema.Error{Code: schema.CodeFenced, Message: "session " + r.cfg.Session + " was taken over", Err: stream.ErrFenced}
 	}
 	t := r.cfg.Registry.lookup(tool)
 	if t == nil {
-		return Result{}, &Error{Code: CodeUnknownTool, Message: fmt.Sprintf("no tool %q", tool)}
+		return Result{}, &schema.Error{Code: schema.CodeUnknownTool, Message: fmt.Sprintf("no tool %q", tool)}
 	}
 	if len(args) == 0 {
 		args = json.RawMessage(`{}`)
@@ -359,11 +359,11 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 	}
 	switch {
 	case !json.Valid(args):
-		return Result{}, &Error{Code: CodeInvalidCall, Message: "arguments are not valid JSON"}
+		return Result{}, &schema.Error{Code: schema.CodeInvalidCall, Message: "arguments are not valid JSON"}
 	case !schema.ValidSession(task):
-		return Result{}, &Error{Code: CodeInvalidCall, Message: fmt.Sprintf("task %q must be 1-128 bytes of [A-Za-z0-9_-]", task)}
+		return Result{}, &schema.Error{Code: schema.CodeInvalidCall, Message: fmt.Sprintf("task %q must be 1-128 bytes of [A-Za-z0-9_-]", task)}
 	case len(opts.RequestID) > schema.MaxFieldBytes || len(opts.ProviderCallID) > schema.MaxFieldBytes:
-		return Result{}, &Error{Code: CodeInvalidCall, Message: fmt.Sprintf("request_id or provider_call_id over %d bytes", schema.MaxFieldBytes)}
+		return Result{}, &schema.Error{Code: schema.CodeInvalidCall, Message: fmt.Sprintf("request_id or provider_call_id over %d bytes", schema.MaxFieldBytes)}
 	}
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
@@ -377,7 +377,7 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 			return Result{}, err
 		}
 		if id, ok := r.retriedBy(opts.Retry.PriorCallID); ok {
-			err := &Error{Code: CodePlanConsumed, Message: fmt.Sprintf("plan %s: the log already holds attempt %s of call %s", opts.Retry.PlanID, id, opts.Retry.PriorCallID), Err: stream.ErrPlanConsumed}
+			err := &schema.Error{Code: schema.CodePlanConsumed, Message: fmt.Sprintf("plan %s: the log already holds attempt %s of call %s", opts.Retry.PlanID, id, opts.Retry.PriorCallID), Err: stream.ErrPlanConsumed}
 			r.log.Warn().Err(err).Str("tool", tool).Str("plan_id", opts.Retry.PlanID).Msg("retry plan refused: its call was retried already (jw_plans says otherwise?)")
 			return Result{}, err
 		}
@@ -444,7 +444,7 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 	if stage, why := r.admit(ctx, t, adm, budgetStage); stage != "" {
 		res.Status, res.Stage, res.Error = schema.StatusRejected, stage, why
 		lg().Info().Str("stage", string(stage)).Str("reason", why).Msg("call rejected")
-		return r.finish(ctx, res, &Error{Code: CodeRejected, Stage: stage, CallID: callID, Message: why})
+		return r.finish(ctx, res, &schema.Error{Code: schema.CodeRejected, Stage: stage, CallID: callID, Message: why})
 	}
 
 	// Step 5: tool.started, and only after its ack the body.
@@ -468,7 +468,7 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 	// Step 6: tool.result.
 	var callErr error
 	if res.Status != schema.StatusOK {
-		callErr = &Error{Code: Code(res.Status), CallID: callID, Message: res.Error}
+		callErr = &schema.Error{Code: schema.Code(res.Status), CallID: callID, Message: res.Error}
 		lg().Info().Str("status", string(res.Status)).Str("error", res.Error).Msg("call did not complete")
 	}
 	return r.finish(ctx, res, callErr)
@@ -646,9 +646,9 @@ func (r *Runtime) append(ctx context.Context, ev schema.Event) (uint64, error) {
 	}
 	if errors.Is(err, stream.ErrFenced) {
 		r.fenced.Store(true)
-		return 0, &Error{Code: CodeFenced, CallID: ev.CallID(), Message: "session " + r.cfg.Session + " was taken over", Err: err}
+		return 0, &schema.Error{Code: schema.CodeFenced, CallID: ev.CallID(), Message: "session " + r.cfg.Session + " was taken over", Err: err}
 	}
-	return 0, &Error{Code: CodeLog, CallID: ev.CallID(), Message: "append " + ev.Type + ": " + err.Error(), Err: err}
+	return 0, &schema.Error{Code: schema.CodeLog, CallID: ev.CallID(), Message: "append " + ev.Type + ": " + err.Error(), Err: err}
 }
 
 // randomID returns 32 hex digits from crypto/rand.

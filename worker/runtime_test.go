@@ -195,7 +195,7 @@ func TestCallStatuses(t *testing.T) {
 				if err != nil {
 					t.Fatalf("ok call returned %v", err)
 				}
-			} else if worker.CodeOf(err) != worker.Code(tt.wantStatus) {
+			} else if schema.CodeOf(err) != schema.Code(tt.wantStatus) {
 				t.Fatalf("error %v, want code %s", err, tt.wantStatus)
 			}
 			if f.runs.Load() != 1 {
@@ -260,8 +260,8 @@ func TestCallRejections(t *testing.T) {
 				f.budget.Add(context.Background(), "s-1", worker.DefaultTask, 1)
 			}
 			res, err := f.rt.Call(context.Background(), "probe", json.RawMessage(tt.args))
-			var werr *worker.Error
-			if !errors.As(err, &werr) || werr.Code != worker.CodeRejected || werr.Stage != tt.wantStage || !errors.Is(err, worker.ErrRejected) {
+			var werr *schema.Error
+			if !errors.As(err, &werr) || werr.Code != schema.CodeRejected || werr.Stage != tt.wantStage || !errors.Is(err, schema.ErrRejected) {
 				t.Fatalf("error %v, want rejected at %s", err, tt.wantStage)
 			}
 			if res.Status != schema.StatusRejected || res.Stage != tt.wantStage || !strings.Contains(res.Error, tt.wantSub) {
@@ -339,13 +339,13 @@ func TestCallRefusedBeforeRecording(t *testing.T) {
 		tool string
 		args string
 		opts worker.CallOptions
-		want *worker.Error
+		want *schema.Error
 	}{
-		{"unknown tool", "nope", `{}`, worker.CallOptions{}, worker.ErrUnknownTool},
-		{"arguments not JSON", "probe", `{"a":`, worker.CallOptions{}, worker.ErrInvalidCall},
-		{"task not a token", "probe", `{}`, worker.CallOptions{Task: "a.b"}, worker.ErrInvalidCall},
-		{"request id too long", "probe", `{}`, worker.CallOptions{RequestID: strings.Repeat("r", 1025)}, worker.ErrInvalidCall},
-		{"plan not issued", "probe", `{}`, worker.CallOptions{Retry: &schema.Plan{PlanID: "p-x", Task: "t-1"}}, worker.ErrPlanNotIssued},
+		{"unknown tool", "nope", `{}`, worker.CallOptions{}, schema.ErrUnknownTool},
+		{"arguments not JSON", "probe", `{"a":`, worker.CallOptions{}, schema.ErrInvalidCall},
+		{"task not a token", "probe", `{}`, worker.CallOptions{Task: "a.b"}, schema.ErrInvalidCall},
+		{"request id too long", "probe", `{}`, worker.CallOptions{RequestID: strings.Repeat("r", 1025)}, schema.ErrInvalidCall},
+		{"plan not issued", "probe", `{}`, worker.CallOptions{Retry: &schema.Plan{PlanID: "p-x", Task: "t-1"}}, schema.ErrPlanNotIssued},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -365,11 +365,11 @@ func TestFencedRuntimeStops(t *testing.T) {
 	f := setup(t, worker.Tool{Body: okBody()}, nil)
 	f.log.failOn, f.log.err = schema.TypeCall, fmt.Errorf("append: %w", stream.ErrFenced)
 	_, err := f.rt.Call(context.Background(), "probe", nil)
-	if !errors.Is(err, worker.ErrFenced) || !errors.Is(err, stream.ErrFenced) {
+	if !errors.Is(err, schema.ErrFenced) || !errors.Is(err, stream.ErrFenced) {
 		t.Fatalf("error %v, want fenced", err)
 	}
 	f.log.failOn = "" // even if the log would take it, a fenced runtime never writes again
-	if _, err := f.rt.Call(context.Background(), "probe", nil); !errors.Is(err, worker.ErrFenced) {
+	if _, err := f.rt.Call(context.Background(), "probe", nil); !errors.Is(err, schema.ErrFenced) {
 		t.Fatalf("second call: %v", err)
 	}
 	if len(f.log.all()) != 0 || f.runs.Load() != 0 {
@@ -383,7 +383,7 @@ func TestNoBodyWithoutStarted(t *testing.T) {
 	f := setup(t, worker.Tool{Body: okBody()}, nil)
 	f.log.failOn, f.log.err = schema.TypeStarted, errors.New("nats: timeout")
 	_, err := f.rt.Call(context.Background(), "probe", nil)
-	if !errors.Is(err, worker.ErrLog) {
+	if !errors.Is(err, schema.ErrLog) {
 		t.Fatalf("error %v, want log_unavailable", err)
 	}
 	if f.runs.Load() != 0 {
@@ -402,7 +402,7 @@ func TestCallerGoneBeforeStart(t *testing.T) {
 		c.Guard = worker.HookFunc(func(context.Context, worker.Admission) error { cancel(); return nil })
 	})
 	res, err := f.rt.Call(ctx, "probe", nil)
-	if !errors.Is(err, worker.ErrRejected) || res.Stage != schema.StageApproval {
+	if !errors.Is(err, schema.ErrRejected) || res.Stage != schema.StageApproval {
 		t.Fatalf("result %+v, err %v: want rejected at approval", res, err)
 	}
 	if f.runs.Load() != 0 {

@@ -14,13 +14,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/worker"
-	"github.com/jingwei/jingwei/worker/recoverer"
+	"github.com/jingwei/jingwei/worker/service"
 )
 
 func init() {
@@ -41,12 +40,13 @@ tool.result event as one JSON object.
 Exit status:
   0  the tool ran and its result is ok
   1  unexpected failure: no jingwei service answers (start 'jingwei serve' or
-     'jingwei recover'), the server is unreachable
+     'jingwei worker'), the server is unreachable
   2  usage: a missing or bad flag, --args that is not JSON
   3  refused or not ok: {"error":{"code":…,"message":…}} on stdout, with the
-     service's code (bad_request; timeout when no result came within
-     --timeout: the call may still run, see 'jingwei status') or the result's
-     status (rejected, failed, timeout, cancelled, budget_exhausted,
+     service's code (invalid_request, unknown_tool, …; result_pending when the
+     tool worker saw no result in its time, no_answer when no answer came
+     within --timeout: the call may still run, see 'jingwei status') or the
+     result's status (rejected, failed, timeout, cancelled, budget_exhausted,
      output_limit); with --json the tool.result is included as "event"`
 
 // clientFlags are the flags of every client command: the connection flags
@@ -75,11 +75,14 @@ func (c *clientFlags) connect(ctx context.Context, name string, stderr io.Writer
 	if err != nil {
 		return nil, err
 	}
-	return &apiClient{nc: nc, prefix: c.nats.prefix, timeout: c.timeout, log: log}, nil
+	cl := service.NewClient(nc, service.ClientConfig{Prefix: c.nats.prefix, Timeout: c.timeout})
+	return &apiClient{Client: cl, nc: nc, prefix: c.nats.prefix, timeout: c.timeout, log: log}, nil
 }
 
-// apiClient sends requests to the jingwei micro service (jw.api.*).
+// apiClient is the typed client of the jingwei services (jw.api.*) on the
+// CLI's connection.
 type apiClient struct {
+	*service.Client
 	nc      *nats.Conn
 	prefix  string
 	timeout time.Duration
@@ -88,91 +91,43 @@ type apiClient struct {
 
 func (a *apiClient) Close() { a.nc.Close() }
 
-// serviceError is a coded error answered by the service, or made up by the
-// CLI for a result that is not ok.
-type serviceError struct {
-	Code    string
-	Message string
-	// Latest names the latest call of the chain, for superseded_call.
-	Latest string
-	// Event is the tool.result, when the error is a result's status.
-	Event *schema.Event
-}
-
-func (e *serviceError) Error() string { return e.Code + ": " + e.Message }
-
-// errNoService says nobody answers on jw.api.*.
-var errNoService = errors.New("no jingwei service answers")
-
-// request sends v as JSON to jw.api.<endpoint> and decodes the answer into
-// out. A coded error answer is a *serviceError.
-func (a *apiClient) request(ctx context.Context, endpoint string, v, out any) error {
-	body, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, a.timeout)
-	defer cancel()
-	subj := a.prefix + ".api." + endpoint
-	msg, err := a.nc.RequestWithContext(ctx, subj, body)
+// explain adds what the CLI's user can do to the client's errors: start
+// a service, raise --timeout.
+func explain(err error) error {
+	var e *schema.Error
 	switch {
-	case errors.Is(err, nats.ErrNoResponders):
-		return fmt.Errorf("%w on %s: start 'jingwei serve' (all in one) or 'jingwei recover' against this server", errNoService, subj)
-	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil:
-		return &serviceError{Code: "timeout", Message: fmt.Sprintf("no answer on %s within %s: the service is busy or the call is still running; raise --timeout or check 'jingwei status'", subj, a.timeout)}
-	case err != nil:
-		return fmt.Errorf("request %s: %w", subj, err)
+	case errors.Is(err, service.ErrNoService):
+		return fmt.Errorf("%w: start 'jingwei serve' (all in one), or 'jingwei recover' and 'jingwei worker', against this server", err)
+	case errors.Is(err, schema.ErrNoAnswer) && errors.As(err, &e):
+		return &schema.Error{Code: e.Code, Message: e.Message + "; raise --timeout or check 'jingwei status'", Err: e.Err}
 	}
-	if se := decodeServiceError(msg); se != nil {
-		return se
-	}
-	if err := json.Unmarshal(msg.Data, out); err != nil {
-		return fmt.Errorf("answer of %s is not what this CLI expects (%v): %.200s", subj, err, msg.Data)
-	}
-	return nil
+	return err
 }
 
-// decodeServiceError returns the coded error of an answer, or nil if the
-// answer is not an error: a body {"error":{"code","message"}}, else the
-// micro error headers.
-func decodeServiceError(msg *nats.Msg) *serviceError {
-	var body struct {
-		Error *errorBody `json:"error"`
-	}
-	if json.Unmarshal(msg.Data, &body) == nil && body.Error != nil && body.Error.Code != "" {
-		return &serviceError{Code: body.Error.Code, Message: body.Error.Message, Latest: body.Error.Latest}
-	}
-	if desc := msg.Header.Get(micro.ErrorHeader); desc != "" {
-		code := msg.Header.Get(micro.ErrorCodeHeader)
-		if code == "" {
-			code = string(schema.Code("internal"))
-		}
-		return &serviceError{Code: code, Message: desc}
-	}
-	return nil
-}
-
-// printError prints err as {"error":{"code","message"}} on stdout and
-// returns the exit status: exitRefused for a coded refusal, exitFailure for
-// anything else (code "internal"; also the service's own internal errors).
+// printError prints err as the error body ({"error":{"code","message"}},
+// schema.NewErrorBody) on stdout and returns the exit status: exitRefused
+// for a coded refusal, exitFailure for anything else (code "internal";
+// also the service's own internal errors).
 func printError(stdout io.Writer, err error) int {
-	var se *serviceError
-	if errors.As(err, &se) {
-		body := map[string]any{"error": errorBody{Code: se.Code, Message: se.Message, Latest: se.Latest}}
-		if se.Event != nil {
-			body["event"] = se.Event
-		}
+	return printErrorBody(stdout, explain(err), nil)
+}
+
+// printErrorBody prints the error body of err, with the event when there
+// is one ({"error":…,"event":…}), and returns the exit status.
+func printErrorBody(stdout io.Writer, err error, ev *schema.Event) int {
+	body := schema.NewErrorBody(err)
+	if ev != nil {
+		_ = writeJSON(stdout, struct {
+			schema.ErrorBody
+			Event *schema.Event `json:"event"`
+		}{body, ev})
+	} else {
 		_ = writeJSON(stdout, body)
-		if se.Code == "internal" {
-			return exitFailure
-		}
-		return exitRefused
 	}
-	if schema.CodeOf(err) != "" {
-		return writeError(stdout, err)
+	if body.Error.Code == schema.CodeInternal {
+		return exitFailure
 	}
-	_ = writeJSON(stdout, map[string]errorBody{"error": {Code: "internal", Message: err.Error()}})
-	return exitFailure
+	return exitRefused
 }
 
 // newRequestID returns a fresh request id, "r-" and 16 hex digits.
@@ -222,8 +177,8 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		V: schema.Version, RequestID: *requestID, Session: *session, Task: *task,
 		Tool: *tool, Arguments: json.RawMessage(*argsJSON), ProviderCallID: *provider,
 	}
-	var ev schema.Event
-	if err := api.request(ctx, recoverer.EndpointCall, req, &ev); err != nil {
+	ev, err := api.Call(ctx, req)
+	if err != nil {
 		return printError(stdout, err)
 	}
 	if ev.Result == nil {
@@ -232,7 +187,7 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	r := ev.Result
 	if *asJSON {
 		if r.Status != schema.StatusOK {
-			return printError(stdout, resultError(&ev))
+			return printErrorBody(stdout, resultError(&ev), &ev)
 		}
 		_ = writeJSON(stdout, ev)
 		return exitOK
@@ -259,16 +214,14 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	tw.Flush()
 	if r.Status != schema.StatusOK {
 		fmt.Fprintf(stdout, "\nthe call is recorded; see what recovery allows with: jingwei status --session %s\n", ev.Session)
-		se := resultError(&ev)
-		se.Event = nil // printed above
-		return printError(stdout, se)
+		return printErrorBody(stdout, resultError(&ev), nil) // the event is printed above
 	}
 	return exitOK
 }
 
 // resultError is the error of a result that is not ok: its status as the
 // code.
-func resultError(ev *schema.Event) *serviceError {
+func resultError(ev *schema.Event) *schema.Error {
 	r := ev.Result
 	msg := fmt.Sprintf("call %s ended %s", r.CallID, r.Status)
 	if r.Stage != "" {
@@ -277,5 +230,5 @@ func resultError(ev *schema.Event) *serviceError {
 	if r.Error != "" {
 		msg += ": " + r.Error
 	}
-	return &serviceError{Code: string(r.Status), Message: strings.TrimSpace(msg), Event: ev}
+	return &schema.Error{Code: schema.Code(r.Status), Message: strings.TrimSpace(msg)}
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
-	"github.com/jingwei/jingwei/worker/recoverer"
+	"github.com/jingwei/jingwei/worker/service"
 )
 
 // TestClientUsage checks the usage errors of the client commands: they are
@@ -66,25 +66,25 @@ func TestReviewFieldTooLong(t *testing.T) {
 
 func TestDecodeServiceError(t *testing.T) {
 	body := func(code, msg, latest string) []byte {
-		b, _ := json.Marshal(recoverer.ErrorBody{Error: recoverer.ErrorDetail{Code: code, Message: msg, Latest: latest}})
+		b, _ := json.Marshal(schema.ErrorBody{Error: schema.ErrorDetail{Code: schema.Code(code), Message: msg, Latest: latest}})
 		return b
 	}
 	tests := []struct {
 		name   string
 		msg    *nats.Msg
-		want   *serviceError
+		want   *schema.Error
 		status int
 	}{
 		{"ok answer", &nats.Msg{Data: []byte(`{"session":"s-1"}`)}, nil, 0},
-		{"error body", &nats.Msg{Data: body("needs_review", "review first", "")}, &serviceError{Code: "needs_review", Message: "review first"}, exitRefused},
-		{"superseded with latest", &nats.Msg{Data: body("superseded_call", "later attempt", "c-2")}, &serviceError{Code: "superseded_call", Message: "later attempt", Latest: "c-2"}, exitRefused},
-		{"internal", &nats.Msg{Data: body("internal", "disk full", "")}, &serviceError{Code: "internal", Message: "disk full"}, exitFailure},
-		{"headers only", &nats.Msg{Data: nil, Header: nats.Header{micro.ErrorHeader: {"boom"}, micro.ErrorCodeHeader: {"bad_request"}}}, &serviceError{Code: "bad_request", Message: "boom"}, exitRefused},
-		{"header without code", &nats.Msg{Header: nats.Header{micro.ErrorHeader: {"boom"}}}, &serviceError{Code: "internal", Message: "boom"}, exitFailure},
+		{"error body", &nats.Msg{Data: body("needs_review", "review first", "")}, &schema.Error{Code: "needs_review", Message: "review first"}, exitRefused},
+		{"superseded with latest", &nats.Msg{Data: body("superseded_call", "later attempt", "c-2")}, &schema.Error{Code: "superseded_call", Message: "later attempt", Latest: "c-2"}, exitRefused},
+		{"internal", &nats.Msg{Data: body("internal", "disk full", "")}, &schema.Error{Code: "internal", Message: "disk full"}, exitFailure},
+		{"headers only", &nats.Msg{Data: nil, Header: nats.Header{micro.ErrorHeader: {"boom"}, micro.ErrorCodeHeader: {"bad_request"}}}, &schema.Error{Code: "bad_request", Message: "boom"}, exitRefused},
+		{"header without code", &nats.Msg{Header: nats.Header{micro.ErrorHeader: {"boom"}}}, &schema.Error{Code: "internal", Message: "boom"}, exitFailure},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := decodeServiceError(tt.msg)
+			got := service.AnswerError(tt.msg)
 			if (got == nil) != (tt.want == nil) || got != nil && (got.Code != tt.want.Code || got.Message != tt.want.Message || got.Latest != tt.want.Latest) {
 				t.Fatalf("got %+v, want %+v", got, tt.want)
 			}
@@ -95,10 +95,8 @@ func TestDecodeServiceError(t *testing.T) {
 			if st := printError(&out, got); st != tt.status {
 				t.Fatalf("printError exit %d, want %d", st, tt.status)
 			}
-			var printed struct {
-				Error errorBody `json:"error"`
-			}
-			if err := json.Unmarshal(out.Bytes(), &printed); err != nil || printed.Error.Code != tt.want.Code || printed.Error.Latest != tt.want.Latest {
+			var printed schema.ErrorBody
+			if err := json.Unmarshal(out.Bytes(), &printed); err != nil || printed.Error.Code != tt.want.Code || printed.Error.Latest != tt.want.Latest || printed.Error.Message != tt.want.Message {
 				t.Fatalf("printed %q (%v)", out.String(), err)
 			}
 		})
@@ -112,10 +110,10 @@ func TestDecodeServiceError(t *testing.T) {
 func TestPrintStatus(t *testing.T) {
 	c := effect.Contract{Effect: effect.NonIdempotent, Revision: "payments-v1"}
 	v := statusView{
-		Status: recoverer.Status{
-			OpenCalls:      []recoverer.OpenCall{{Session: "s-1", CallID: "c-open", Tool: "orders.create", Task: "t-1", Contract: effect.Contract{Effect: effect.Idempotent, Revision: "orders-v1"}, Epoch: 1, Seq: 7, Started: true}},
+		Status: service.Status{
+			OpenCalls:      []service.OpenCall{{Session: "s-1", CallID: "c-open", Tool: "orders.create", Task: "t-1", Contract: effect.Contract{Effect: effect.Idempotent, Revision: "orders-v1"}, Epoch: 1, Seq: 7, Started: true}},
 			AwaitingReview: []schema.Assessment{{Session: "s-2", CallID: "c-review", Tool: "payments.charge", Contract: c, Outcome: schema.OutcomeUncertain, Evidence: "no_result", Decision: schema.DecisionNeedsReview, Attempts: 1}},
-			Plans:          recoverer.PlanCounts{Issued: 1, Consumed: 1},
+			Plans:          service.PlanCounts{Issued: 1, Consumed: 1},
 		},
 		Plans: []stream.PlanRecord{
 			{State: stream.PlanIssued, Plan: schema.Plan{PlanID: "p-1", Session: "s-3", Tool: "orders.create", PriorCallID: "c-a", Basis: schema.BasisUncertainSafe}},

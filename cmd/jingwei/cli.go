@@ -9,8 +9,6 @@ import (
 	"io"
 	"sort"
 	"strings"
-
-	"github.com/jingwei/jingwei/schema"
 )
 
 // Exit statuses (DESIGN §7).
@@ -115,23 +113,7 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-type errorBody struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-	Latest  string `json:"latest,omitempty"`
-}
-
-// writeError prints err as {"error":{"code","message"}} on stdout and returns
-// its exit status: exitRefused for a coded refusal, exitFailure otherwise
-// (code "internal").
-func writeError(stdout io.Writer, err error) int {
-	var e *schema.Error
-	if errors.As(err, &e) {
-		// The code has its own field: the message does not repeat it.
-		msg := strings.Replace(err.Error(), string(e.Code)+": ", "", 1)
-		_ = writeJSON(stdout, map[string]errorBody{"error": {Code: string(e.Code), Message: msg, Latest: e.Latest}})
-		return exitRefused
-	}
-	_ = writeJSON(stdout, map[string]errorBody{"error": {Code: "internal", Message: err.Error()}})
-	return exitFailure
-}
+// writeError prints err as the error body on stdout and returns its exit
+// status: exitRefused for a coded refusal, exitFailure otherwise (code
+// "internal").
+func writeError(stdout io.Writer, err error) int { return printErrorBody(stdout, err, nil) }

@@ -50,14 +50,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	keep := fs.Bool("keep", false, "keep the temporary directory (server store, child logs) and print where it is")
 	asJSON := fs.Bool("json", false, "print the final report as JSON after the story")
 	leaseTTL := fs.Duration("lease-ttl", 2*time.Second, "lease TTL of the tool worker that is killed (how soon recovery starts)")
-	var lf logFlags
-	lf.register(fs)
-	if st, ok := parseFlags(fs, args); !ok {
+	log, st, ok := parseLogged(fs, args, stderr, "demo")
+	if !ok {
 		return st
-	}
-	log, err := lf.logger(stderr)
-	if err != nil {
-		return usageError(stderr, "demo", "%v", err)
 	}
 	if *leaseTTL < time.Second {
 		return usageError(stderr, "demo", "--lease-ttl must be at least 1s")
@@ -90,14 +85,9 @@ func runDemoWorker(ctx context.Context, args []string, _, stderr io.Writer) int 
 	nf.register(fs)
 	leaseTTL := fs.Duration("lease-ttl", 2*time.Second, "lease TTL of the sessions the worker owns")
 	hold := fs.String("hold", "", "tools whose bodies stop: tool=before|after, comma separated")
-	var lf logFlags
-	lf.register(fs)
-	if st, ok := parseFlags(fs, args); !ok {
+	log, st, ok := parseLogged(fs, args, stderr, "demo worker")
+	if !ok {
 		return st
-	}
-	log, err := lf.logger(stderr)
-	if err != nil {
-		return usageError(stderr, "demo worker", "%v", err)
 	}
 	holds, err := demo.ParseHolds(*hold)
 	if err != nil {

@@ -99,12 +99,12 @@ func TestInspectPlanCLI(t *testing.T) {
 				}
 			case exitRefused:
 				var e struct {
-					Error errorBody `json:"error"`
+					Error schema.ErrorDetail `json:"error"`
 				}
 				if err := json.Unmarshal([]byte(out), &e); err != nil || strings.Count(out, "\n") != 1 {
 					t.Fatalf("stdout is not one JSON line: %q (%v)", out, err)
 				}
-				if e.Error.Code != tc.want || e.Error.Message == "" {
+				if string(e.Error.Code) != tc.want || e.Error.Message == "" {
 					t.Errorf("error %+v, want code %s", e.Error, tc.want)
 				}
 				if tc.want == "superseded_call" && e.Error.Latest != "d-2" {

@@ -79,3 +79,19 @@ func envOr(key, def string) string {
 	}
 	return def
 }
+
+// parseLogged registers the log flags on fs, parses args (parseFlags) and
+// returns the logger they ask for; a bad log flag is a usage error of the
+// command name. ok false: return st.
+func parseLogged(fs *flag.FlagSet, args []string, stderr io.Writer, name string) (log zerolog.Logger, st int, ok bool) {
+	var lf logFlags
+	lf.register(fs)
+	if st, ok := parseFlags(fs, args); !ok {
+		return log, st, false
+	}
+	log, err := lf.logger(stderr)
+	if err != nil {
+		return log, usageError(stderr, name, "%v", err), false
+	}
+	return log, 0, true
+}

@@ -7,8 +7,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/worker/recoverer"
@@ -20,8 +18,9 @@ func init() {
 
 const recoverHelp = `  jingwei recover [--server URL] --trust-reviewers FILE [--auto-plan] [--lease-ttl 10s] [--name main]
 
-Runs the recovery worker and the 'jingwei' NATS micro service (jw.api.call,
-jw.api.inspect, jw.api.prepare, jw.api.status; 'nats micro ls' lists it):
+Runs the recovery worker and the 'jingwei' NATS micro service (jw.api.inspect,
+jw.api.prepare, jw.api.status; 'nats micro ls' lists it; jw.api.call is served
+by the tool workers, 'jingwei worker'):
 
   - publishes an assessment on jw.assessments.<session> for every finished call;
   - when a session's lease expires with calls open, takes the session over
@@ -67,7 +66,7 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	ttl := fs.Duration("lease-ttl", 10*time.Second, "session lease TTL (at least 1s; the same for every process)")
 	name := fs.String("name", recoverer.DefaultName, "name of this recovery worker (its durable consumers); unique per running instance")
 	owner := fs.String("owner", "", "owner id in leases and fences (default recoverer-<name>-<random>)")
-	callTimeout := fs.Duration("call-timeout", recoverer.DefaultCallTimeout, "how long jw.api.call waits for a tool result")
+	_ = fs.Duration("call-timeout", 0, "ignored: jw.api.call is served by the tool workers now (jingwei worker --call-timeout)")
 	replicas := fs.Int("replicas", 1, "replicas of every stream and bucket: 1 on a single server, 3 in a cluster (the same for every process)")
 	if st, ok := parseFlags(fs, args); !ok {
 		return st
@@ -112,25 +111,15 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		planners[pub] = struct{}{}
 	}
-	nc, err := nf.connect(ctx, "recover", log)
+	nc, topo, err := nf.ensureTopology(ctx, "recover", log, stream.TopologyConfig{LeaseTTL: *ttl, Replicas: *replicas, Logger: log})
 	if err != nil {
 		fmt.Fprintf(stderr, "jingwei recover: %v\n", err)
 		return exitFailure
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		fmt.Fprintf(stderr, "jingwei recover: %v\n", err)
-		return exitFailure
-	}
-	topo, err := stream.EnsureTopology(ctx, js, stream.TopologyConfig{Prefix: nf.prefix, LeaseTTL: *ttl, Replicas: *replicas, Logger: log})
-	if err != nil {
-		fmt.Fprintf(stderr, "jingwei recover: %v\n", err)
-		return exitFailure
-	}
 	rec, err := recoverer.New(recoverer.Config{
 		Topology: topo, Logger: log, TrustedReviewers: trusted, AutoPlan: *autoPlan,
-		Name: *name, Owner: *owner, CallTimeout: *callTimeout,
+		Name: *name, Owner: *owner,
 		PlannerKey: planner, TrustedPlanners: planners,
 	})
 	if err != nil {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
-	"github.com/jingwei/jingwei/worker/recoverer"
 )
 
 func init() {
@@ -89,12 +88,12 @@ func runRetry(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	defer api.Close()
 
-	var plan schema.Plan
-	if err := api.request(ctx, recoverer.EndpointPrepare, recoverer.Target{Session: *session, CallID: *call}, &plan); err != nil {
+	plan, err := api.Prepare(ctx, *session, *call)
+	if err != nil {
 		st := printError(stdout, err)
-		if se, ok := err.(*serviceError); ok {
-			if hint := retryHint(se.Code, *session, *call); hint != "" {
-				fmt.Fprintf(stderr, "jingwei retry: refused (%s): %s\n", se.Code, hint)
+		if code := schema.CodeOf(err); code != "" {
+			if hint := retryHint(string(code), *session, *call); hint != "" {
+				fmt.Fprintf(stderr, "jingwei retry: refused (%s): %s\n", code, hint)
 			}
 		}
 		return st

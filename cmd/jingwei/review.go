@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -16,7 +17,7 @@ import (
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
-	"github.com/jingwei/jingwei/worker/recoverer"
+	"github.com/jingwei/jingwei/worker/service"
 )
 
 func init() {
@@ -71,7 +72,7 @@ type reviewOutput struct {
 	Assessment *schema.Assessment `json:"assessment,omitempty"`
 	// Check is how the recovery worker judges this review (accepted, or
 	// ignored and why), when it answered.
-	Check *recoverer.ReviewCheck `json:"check,omitempty"`
+	Check *service.ReviewCheck `json:"check,omitempty"`
 }
 
 func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -128,9 +129,8 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	defer api.Close()
 	// A review of a call that is not in the log, or not its chain's latest
 	// attempt, would be rejected: say so before publishing anything.
-	var before schema.Assessment
-	if err := api.request(ctx, recoverer.EndpointInspect, recoverer.Target{Session: *session, CallID: *call}, &before); err != nil {
-		if se, ok := err.(*serviceError); ok && (se.Code == string(schema.CodeUnknownCall) || se.Code == string(schema.CodeSupersededCall)) {
+	if _, err := api.Inspect(ctx, *session, *call); err != nil {
+		if errors.Is(err, schema.ErrUnknownCall) || errors.Is(err, schema.ErrSupersededCall) {
 			st := printError(stdout, err)
 			fmt.Fprintf(stderr, "jingwei review: nothing published: review the latest attempt of a call in session %s (see jingwei status)\n", *session)
 			return st
@@ -144,8 +144,7 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 
 	// How the recovery worker judges the review: the same check prepare
 	// applies (well formed, its session, a trusted signer).
-	var st recoverer.Status
-	if err := api.request(ctx, recoverer.EndpointStatus, recoverer.StatusRequest{Session: *session, CallID: *call}, &st); err == nil {
+	if st, err := api.Status(ctx, service.StatusRequest{Session: *session, CallID: *call}); err == nil {
 		for i := range st.Reviews {
 			if st.Reviews[i].Seq == ack.Sequence {
 				out.Check = &st.Reviews[i]
@@ -166,8 +165,7 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	// What the recovery worker makes of the call now. The assessment is
 	// the history's classification; the review is applied when a plan is
 	// prepared.
-	var a schema.Assessment
-	aerr := api.request(ctx, recoverer.EndpointInspect, recoverer.Target{Session: *session, CallID: *call}, &a)
+	a, aerr := api.Inspect(ctx, *session, *call)
 	if aerr == nil {
 		out.Assessment = &a
 	}
@@ -227,7 +225,7 @@ func publishReview(ctx context.Context, api *apiClient, r schema.Review) (*jetst
 	sum := sha256.Sum256(b)
 	ctx, cancel := context.WithTimeout(ctx, api.timeout)
 	defer cancel()
-	subj := api.prefix + ".reviews." + r.Session
+	subj := stream.ReviewsSubject(api.prefix, r.Session)
 	ack, err := js.Publish(ctx, subj, b, jetstream.WithMsgID("rv-"+hex.EncodeToString(sum[:16])))
 	if err != nil {
 		return nil, fmt.Errorf("publish review on %s: %w (does the topology exist? start 'jingwei serve' or 'jingwei recover')", subj, err)

@@ -15,9 +15,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/worker/service"
 )
 
 // lockedBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
@@ -139,6 +141,35 @@ func TestServeAllInOne(t *testing.T) {
 		t.Fatalf("jw.api.call answered %s (%v), want an ok tool.result", msg.Data, err)
 	}
 	nc.Close()
+
+	// `nats micro ls` as the host: both services answer $SRV.PING, each
+	// on its own connection (the recovery worker's "jingwei", the tool
+	// worker's "jingwei-gateway").
+	host := connectRole(t, url, dir, stream.RoleHost)
+	defer host.Close()
+	pings, err := host.SubscribeSync(host.NewInbox())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := host.PublishRequest("$SRV.PING", pings.Subject, nil); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for len(seen) < 2 {
+		m, err := pings.NextMsg(5 * time.Second)
+		if err != nil {
+			t.Fatalf("$SRV.PING: services seen %v: %v", seen, err)
+		}
+		var p micro.Ping
+		if err := json.Unmarshal(m.Data, &p); err != nil {
+			t.Fatalf("ping answer %s: %v", m.Data, err)
+		}
+		seen[p.Name] = true
+	}
+	if !seen[service.Name] || !seen[service.GatewayName] {
+		t.Fatalf("$SRV.PING answered by %v, want %s and %s", seen, service.Name, service.GatewayName)
+	}
+	host.Close()
 	if code := stop(); code != exitOK {
 		t.Fatalf("serve exited %d after cancel: %s", code, stderr)
 	}

@@ -45,7 +45,18 @@ func (n *natsFlags) connect(ctx context.Context, name string, log zerolog.Logger
 // openTopology connects as the flags say and looks up jingwei's topology
 // without creating anything. The caller closes the connection.
 func (n *natsFlags) openTopology(ctx context.Context, name string) (*nats.Conn, *stream.Topology, error) {
-	nc, err := n.connect(ctx, name, zerolog.Nop())
+	return n.topology(ctx, name, zerolog.Nop(), stream.TopologyConfig{Prefix: n.prefix}, false)
+}
+
+// ensureTopology connects as the flags say and creates (or checks) the
+// topology of cfg (EnsureTopology); cfg.Prefix defaults to the flags'. The
+// caller closes the connection.
+func (n *natsFlags) ensureTopology(ctx context.Context, name string, log zerolog.Logger, cfg stream.TopologyConfig) (*nats.Conn, *stream.Topology, error) {
+	return n.topology(ctx, name, log, cfg, true)
+}
+
+func (n *natsFlags) topology(ctx context.Context, name string, log zerolog.Logger, cfg stream.TopologyConfig, create bool) (*nats.Conn, *stream.Topology, error) {
+	nc, err := n.connect(ctx, name, log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -54,7 +65,14 @@ func (n *natsFlags) openTopology(ctx context.Context, name string) (*nats.Conn, 
 		nc.Close()
 		return nil, nil, err
 	}
-	topo, err := stream.OpenTopology(ctx, js, stream.TopologyConfig{Prefix: n.prefix})
+	if cfg.Prefix == "" {
+		cfg.Prefix = n.prefix
+	}
+	open := stream.OpenTopology
+	if create {
+		open = stream.EnsureTopology
+	}
+	topo, err := open(ctx, js, cfg)
 	if err != nil {
 		nc.Close()
 		return nil, nil, err

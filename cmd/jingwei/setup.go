@@ -59,22 +59,12 @@ func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if err != nil {
 		return usageError(stderr, "setup", "%v", err)
 	}
-	nc, err := nf.connect(ctx, "setup", log)
+	nc, topo, err := nf.ensureTopology(ctx, "setup", log, stream.TopologyConfig{Replicas: *replicas, LeaseTTL: *ttl, Repair: *repair, Logger: log})
 	if err != nil {
 		fmt.Fprintf(stderr, "jingwei setup: %v\n", err)
 		return exitFailure
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		fmt.Fprintf(stderr, "jingwei setup: %v\n", err)
-		return exitFailure
-	}
-	topo, err := stream.EnsureTopology(ctx, js, stream.TopologyConfig{Prefix: nf.prefix, Replicas: *replicas, LeaseTTL: *ttl, Repair: *repair, Logger: log})
-	if err != nil {
-		fmt.Fprintf(stderr, "jingwei setup: %v\n", err)
-		return exitFailure
-	}
 	for _, s := range []jetstream.Stream{topo.Events, topo.Requests, topo.Reviews, topo.PlanLog, topo.Assessments, topo.Answers} {
 		c := s.CachedInfo().Config
 		fmt.Fprintf(stdout, "stream %-16s %-22s replicas %d\n", c.Name, c.Subjects[0], max(c.Replicas, 1))

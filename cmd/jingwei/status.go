@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jingwei/jingwei/stream"
-	"github.com/jingwei/jingwei/worker/recoverer"
+	"github.com/jingwei/jingwei/worker/service"
 )
 
 func init() {
@@ -36,7 +36,7 @@ Exit status: 0 success; 1 no service answers or the server is unreachable;
 
 // statusView is what status prints with --json.
 type statusView struct {
-	Status recoverer.Status `json:"status"`
+	Status service.Status `json:"status"`
 	// Plans are the plans in jw_plans (of --session, if given), newest
 	// first.
 	Plans []stream.PlanRecord `json:"plans"`
@@ -109,9 +109,11 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 // loadStatus asks the service for its status and reads the plans.
 func loadStatus(ctx context.Context, api *apiClient, session string) (statusView, error) {
 	var v statusView
-	if err := api.request(ctx, recoverer.EndpointStatus, recoverer.StatusRequest{Session: session}, &v.Status); err != nil {
+	st, err := api.Status(ctx, service.StatusRequest{Session: session})
+	if err != nil {
 		return v, err
 	}
+	v.Status = st
 	plans, err := listPlans(ctx, api, session)
 	if err != nil {
 		return v, err

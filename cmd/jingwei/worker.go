@@ -27,7 +27,10 @@ Runs a tool worker with the example tools (orders.create, payments.charge,
 catalog.lookup). It takes tool requests from jw.requests.<session>, owns each
 session through its lease (one owner at a time, requests in order), records
 every call on the session log and runs it through the canonical runtime, and
-executes the retry plans published on jw.plans.<session>. A request is
+executes the retry plans published on jw.plans.<session>. It also serves
+jw.api.call (micro service 'jingwei-gateway'): a call is published on the work
+queue and answered with its tool.result from the session log, or with
+result_pending after --call-timeout. A request is
 acknowledged once its tool.call is recorded; a request whose request_id is
 already in the log is never run again. Run as many workers as you like against
 one server: sessions spread over them (--max-sessions each).
@@ -76,6 +79,7 @@ type toolFlags struct {
 	drainTimeout  time.Duration
 	delay         time.Duration
 	delayAfter    time.Duration
+	callTimeout   time.Duration
 }
 
 func (t *toolFlags) register(fs *flag.FlagSet) {
@@ -86,13 +90,14 @@ func (t *toolFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&t.drainTimeout, "drain-timeout", toolworker.DefaultDrainTimeout, "on SIGTERM, how long running bodies may take before they are cancelled")
 	fs.DurationVar(&t.delay, "tool-delay", 0, "wait this long before every tool body (demos, crash tests)")
 	fs.DurationVar(&t.delayAfter, "tool-delay-after", 0, "wait this long after every tool body's side effect, before its answer (demos, crash tests)")
+	fs.DurationVar(&t.callTimeout, "call-timeout", toolworker.DefaultCallTimeout, "how long jw.api.call (served by this worker) waits for a tool result")
 }
 
 func (t *toolFlags) check() string {
 	switch {
 	case t.maxSessions < 1:
 		return "--max-sessions must be at least 1"
-	case t.delay < 0 || t.delayAfter < 0 || t.idle < 0 || t.drainTimeout < 0:
+	case t.delay < 0 || t.delayAfter < 0 || t.idle < 0 || t.drainTimeout < 0 || t.callTimeout < 0:
 		return "durations must not be negative"
 	}
 	return ""
@@ -114,7 +119,7 @@ func (t *toolFlags) newToolWorker(ctx context.Context, js jetstream.JetStream, t
 	}
 	return toolworker.New(toolworker.Config{
 		Topology: topo, Registry: reg, Owner: t.owner, MaxSessions: t.maxSessions,
-		IdleTimeout: t.idle, DrainTimeout: t.drainTimeout, Logger: log,
+		IdleTimeout: t.idle, DrainTimeout: t.drainTimeout, CallTimeout: t.callTimeout, Logger: log,
 		Runtime: worker.Config{TrustedPlanners: planners},
 	})
 }
@@ -153,23 +158,13 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err != nil {
 		return usageError(stderr, "worker", "trusted planners %s: %v", file, err)
 	}
-	nc, err := nf.connect(ctx, "worker", log)
+	nc, topo, err := nf.ensureTopology(ctx, "worker", log, stream.TopologyConfig{LeaseTTL: ttl, Replicas: replicas, Logger: log})
 	if err != nil {
 		fmt.Fprintf(stderr, "jingwei worker: %v\n", err)
 		return exitFailure
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		fmt.Fprintf(stderr, "jingwei worker: %v\n", err)
-		return exitFailure
-	}
-	topo, err := stream.EnsureTopology(ctx, js, stream.TopologyConfig{Prefix: nf.prefix, LeaseTTL: ttl, Replicas: replicas, Logger: log})
-	if err != nil {
-		fmt.Fprintf(stderr, "jingwei worker: %v\n", err)
-		return exitFailure
-	}
-	w, err := tf.newToolWorker(ctx, js, topo, planners, log)
+	w, err := tf.newToolWorker(ctx, topo.JS, topo, planners, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "jingwei worker: %v\n", err)
 		return exitFailure

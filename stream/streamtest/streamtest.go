@@ -11,10 +11,27 @@
 //
 // Tests that check durability pass Config{Sync: stream.SyncAlways}; tests
 // that need small history limits or short leases pass a TopologyConfig.
+//
+// Runnable examples, which have no testing.TB, use New and Close:
+//
+//	func Example() {
+//		srv, err := streamtest.New(streamtest.Config{})
+//		if err != nil {
+//			panic(err)
+//		}
+//		defer srv.Close()
+//		topo := srv.Topology
+//		…
+//	}
+//
+// Eventually is the one "poll until a condition holds or a deadline
+// passes" of the tests (no time.Sleep to wait for a condition).
 package streamtest
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -47,31 +64,94 @@ func Start(t testing.TB) (*stream.Embedded, *nats.Conn, *stream.Topology) {
 // any error.
 func StartWith(t testing.TB, cfg Config) (*stream.Embedded, *nats.Conn, *stream.Topology) {
 	t.Helper()
-	if cfg.Sync == "" {
-		cfg.Sync = stream.SyncInterval
-	}
 	if cfg.Dir == "" {
 		cfg.Dir = t.TempDir()
 	}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatalf("streamtest: %v", err)
+	}
+	t.Cleanup(s.Close)
+	return s.Embedded, s.Conn, s.Topology
+}
+
+// Server is an embedded server started by New, with a connection and the
+// topology ensured.
+type Server struct {
+	// Embedded is the server.
+	Embedded *stream.Embedded
+	// Conn is a connection to it.
+	Conn *nats.Conn
+	// Topology is the topology ensured on it.
+	Topology *stream.Topology
+
+	removeDir string // the temporary store New made, removed by Close
+}
+
+// New starts an embedded server as StartWith does, for callers without a
+// testing.TB (runnable examples, benchmarks' mains): Dir defaults to a new
+// temporary directory that Close removes. Close tears everything down.
+func New(cfg Config) (*Server, error) {
+	if cfg.Sync == "" {
+		cfg.Sync = stream.SyncInterval
+	}
+	s := &Server{}
+	if cfg.Dir == "" {
+		dir, err := os.MkdirTemp("", "jingwei-streamtest-")
+		if err != nil {
+			return nil, fmt.Errorf("temporary directory: %w", err)
+		}
+		cfg.Dir, s.removeDir = dir, dir
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	e, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{Dir: cfg.Dir, Listen: "127.0.0.1:-1", Sync: cfg.Sync})
-	if err != nil {
-		t.Fatalf("streamtest: start server: %v", err)
+	var err error
+	if s.Embedded, err = stream.StartEmbedded(ctx, stream.EmbeddedConfig{Dir: cfg.Dir, Listen: "127.0.0.1:-1", Sync: cfg.Sync}); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("start server: %w", err)
 	}
-	t.Cleanup(e.Shutdown)
-	nc, err := e.Connect()
-	if err != nil {
-		t.Fatalf("streamtest: connect: %v", err)
+	if s.Conn, err = s.Embedded.Connect(); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("connect: %w", err)
 	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
+	js, err := jetstream.New(s.Conn)
 	if err != nil {
-		t.Fatalf("streamtest: jetstream: %v", err)
+		s.Close()
+		return nil, fmt.Errorf("jetstream: %w", err)
 	}
-	topo, err := stream.EnsureTopology(ctx, js, cfg.Topology)
-	if err != nil {
-		t.Fatalf("streamtest: topology: %v", err)
+	if s.Topology, err = stream.EnsureTopology(ctx, js, cfg.Topology); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("topology: %w", err)
 	}
-	return e, nc, topo
+	return s, nil
+}
+
+// Close closes the connection, shuts the server down and removes the
+// temporary store New made. Safe to call on a partly started Server.
+func (s *Server) Close() {
+	if s.Conn != nil {
+		s.Conn.Close()
+	}
+	if s.Embedded != nil {
+		s.Embedded.Shutdown()
+	}
+	if s.removeDir != "" {
+		_ = os.RemoveAll(s.removeDir)
+	}
+}
+
+// PollInterval is how often Eventually checks its condition.
+const PollInterval = 10 * time.Millisecond
+
+// Eventually checks cond every PollInterval until it holds, and fails the
+// test (naming what it waited for) if it does not within timeout.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(PollInterval)
+	}
 }

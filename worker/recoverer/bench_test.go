@@ -131,7 +131,7 @@ func BenchmarkClassify(b *testing.B) {
 		}
 		ctx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
-		go func() { done <- r.consumeEvents(ctx) }()
+		go func() { done <- r.classify.run(ctx) }()
 		d := acked(r.consumerName("events"))
 		cancel()
 		<-done

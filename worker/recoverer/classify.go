@@ -1,11 +1,19 @@
 package recoverer
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/worker/service"
 )
 
 // openCall is what the classifier keeps of a call until its result arrives.
@@ -23,20 +31,6 @@ type openCall struct {
 	legacy   bool // no operation: no assessment (legacy_call)
 }
 
-// OpenCall describes a call that has no result yet, as jw.api.status shows
-// it.
-type OpenCall struct {
-	Session  string          `json:"session"`
-	CallID   string          `json:"call_id"`
-	Tool     string          `json:"tool"`
-	Task     string          `json:"task,omitempty"`
-	Key      string          `json:"key,omitempty"`
-	Contract effect.Contract `json:"contract"`
-	Epoch    uint64          `json:"epoch"`
-	Seq      uint64          `json:"seq"`
-	Started  bool            `json:"started"`
-}
-
 // assess builds the assessment of a first attempt from its state.
 func (c *openCall) assess(session string, status schema.Status, stage schema.Stage) schema.Assessment {
 	out, ev, dec := recovery.Classify(status, stage, c.marker, c.started, c.contract)
@@ -45,6 +39,158 @@ func (c *openCall) assess(session string, status schema.Status, stage schema.Sta
 		Contract: c.contract, Outcome: out, Evidence: ev, Decision: dec,
 		Attempts: 1, Chain: []string{c.id},
 	}
+}
+
+// classifier is the recoverer's event consumer: it reads every session
+// event (jw.events.>) with a durable consumer, keeps the open calls
+// (tracker) and publishes an assessment for every call that finishes.
+type classifier struct {
+	*base
+	pub   *publisher
+	track *tracker
+}
+
+// ackBatch is how many events are classified before their assessments are
+// flushed and the events acknowledged (also whenever the consumer has
+// nothing pending).
+const ackBatch = 256
+
+// pullBatch is how many events one pull asks for.
+const pullBatch = 2 * ackBatch
+
+// maxAckPending is how many events the classifier may hold
+// unacknowledged: two batches in the pipeline plus a pull's worth.
+const maxAckPending = 4 * ackBatch
+
+// eventsConsumerConfig is the classifier's durable consumer: every event of
+// the stream (JW_EVENTS holds nothing else, so no filter: a filter makes
+// the server match every stored subject against it, about a sixth of the
+// server's CPU when a consumer drains the stream), acknowledged
+// cumulatively (AckAll) once per batch.
+func eventsConsumerConfig(name string) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       name,
+		AckPolicy:     jetstream.AckAllPolicy,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckWait:       time.Minute,
+		MaxAckPending: maxAckPending,
+	}
+}
+
+// run classifies jw.events.> with the durable consumer until ctx
+// ends or the consumer fails.
+func (c *classifier) run(ctx context.Context) error {
+	cfg := eventsConsumerConfig(c.consumerName("events"))
+	cfg.Description = "jingwei recovery worker " + c.cfg.Name + ": classifies every call"
+	cons, err := c.t.JS.CreateOrUpdateConsumer(ctx, c.t.StreamName("EVENTS"), cfg)
+	if err != nil {
+		return fmt.Errorf("events consumer: %w", err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(pullBatch))
+	if err != nil {
+		return fmt.Errorf("events consumer: %w", err)
+	}
+	defer it.Stop()
+	// Batches are pipelined: when a batch is full its publishes are left in
+	// flight and the previous batch (whose acks have normally arrived) is
+	// settled and its last event acknowledged (AckAll covers the earlier
+	// ones). When nothing is pending everything is settled.
+	type batch struct {
+		last jetstream.Msg
+		pubs []pending
+	}
+	var (
+		cur, prev batch
+		n         int
+		found     []finding
+	)
+	settle := func(ctx context.Context, b *batch) error {
+		if err := c.pub.awaitPublished(ctx, b.pubs); err != nil {
+			return err
+		}
+		if b.last != nil {
+			if err := b.last.Ack(); err != nil {
+				return fmt.Errorf("ack events: %w", err)
+			}
+		}
+		*b = batch{pubs: b.pubs[:0]}
+		return nil
+	}
+	for {
+		m, err := it.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			if ctx.Err() != nil {
+				// Settle what is in flight; anything left unacknowledged
+				// is redelivered to the next run.
+				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+				defer cancel()
+				if settle(sctx, &prev) == nil {
+					_ = settle(sctx, &cur)
+				}
+				return nil
+			}
+			return fmt.Errorf("events consumer: %w", err)
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return fmt.Errorf("events consumer: %w", err)
+		}
+		session := stream.SessionOf(m.Subject())
+		found, err = c.track.observe(session, md.Sequence.Stream, m.Data(), found[:0])
+		if err != nil {
+			c.log.Warn().Err(err).Str("session", session).Uint64("seq", md.Sequence.Stream).Msg("event does not decode; skipped")
+		}
+		for _, f := range found {
+			a := f.a
+			if a == nil {
+				if a = c.inspectLoaded(ctx, f.session, f.callID); a == nil {
+					continue
+				}
+			}
+			p, err := c.pub.publishAsync(*a)
+			if err != nil {
+				return err
+			}
+			cur.pubs = append(cur.pubs, p)
+		}
+		cur.last = m
+		n++
+		switch {
+		case md.NumPending == 0:
+			if err := settle(ctx, &prev); err != nil {
+				return err
+			}
+			if err := settle(ctx, &cur); err != nil {
+				return err
+			}
+			n = 0
+		case n >= ackBatch:
+			if err := settle(ctx, &prev); err != nil {
+				return err
+			}
+			prev, cur = cur, batch{pubs: prev.pubs[:0]}
+			n = 0
+		}
+	}
+}
+
+// inspectLoaded loads the session and inspects callID; nil if the call
+// cannot be assessed (superseded by a later attempt, legacy, corrupt
+// history), which is logged.
+func (c *classifier) inspectLoaded(ctx context.Context, session, callID string) *schema.Assessment {
+	h, err := c.t.Load(ctx, session)
+	if err == nil {
+		var a schema.Assessment
+		if a, err = inspect(h, callID); err == nil {
+			return &a
+		}
+	}
+	lvl := c.log.Warn()
+	if errors.Is(err, schema.ErrSupersededCall) || errors.Is(err, schema.ErrLegacyCall) {
+		lvl = c.log.Debug()
+	}
+	lvl.Err(err).Str("session", session).Str("call_id", callID).Msg("call not assessed")
+	return nil
 }
 
 // finding is what the classifier concluded from one event: an assessment
@@ -59,7 +205,7 @@ type finding struct {
 // concurrent use (the event loop writes, status reads).
 type tracker struct {
 	mu       sync.Mutex
-	sessions map[string]map[string]*openCall
+	sessions map[string]*recovery.OpenCalls[*openCall]
 	// corrupt holds the sessions with an event that does not decode: their
 	// history is corrupt_history for Inspect (every call of it), so the
 	// classifier assesses nothing more of them either.
@@ -73,13 +219,15 @@ type tracker struct {
 }
 
 func newTracker() *tracker {
-	return &tracker{sessions: make(map[string]map[string]*openCall), corrupt: make(map[string]struct{}), fences: make(map[string]uint64)}
+	return &tracker{sessions: make(map[string]*recovery.OpenCalls[*openCall]), corrupt: make(map[string]struct{}), fences: make(map[string]uint64)}
 }
 
 // markCorrupt drops the session's open calls and assesses nothing more of
 // it. t.mu is held.
 func (t *tracker) markCorrupt(session string) {
-	t.open -= len(t.sessions[session])
+	if calls := t.sessions[session]; calls != nil {
+		t.open -= calls.Len()
+	}
 	delete(t.sessions, session)
 	delete(t.fences, session)
 	t.corrupt[session] = struct{}{}
@@ -138,16 +286,18 @@ func (t *tracker) observe(session string, seq uint64, data []byte, out []finding
 		}
 		calls := t.sessions[session]
 		if calls == nil {
-			calls = make(map[string]*openCall)
+			calls = new(recovery.OpenCalls[*openCall])
 			t.sessions[session] = calls
 		}
-		if _, dup := calls[c.id]; !dup {
+		if _, dup := calls.Get(c.id); !dup {
 			t.open++
 		}
-		calls[c.id] = c
+		calls.Open(c.id, ev.Epoch, c)
 	case schema.TypeStarted:
-		if c := t.sessions[session][ev.Started.CallID]; c != nil {
-			c.started = true
+		if calls := t.sessions[session]; calls != nil {
+			if c, ok := calls.Get(ev.Started.CallID); ok {
+				c.started = true
+			}
 		}
 	case schema.TypeResult:
 		id := ev.Result.CallID
@@ -165,19 +315,18 @@ func (t *tracker) observe(session string, seq uint64, data []byte, out []finding
 		t.fences[session] = max(fence, ev.Fence.Epoch)
 		// Calls of older epochs can never get their result now: their
 		// assessment is final.
-		for id, c := range t.sessions[session] {
-			if c.epoch >= ev.Fence.Epoch {
-				continue
-			}
-			t.drop(session, id)
-			switch {
-			case c.retry:
-				out = append(out, finding{session: session, callID: id})
-			case c.legacy:
-			default:
-				a := c.assess(session, "", "")
-				out = append(out, finding{session: session, callID: id, a: &a})
-			}
+		if calls := t.sessions[session]; calls != nil {
+			calls.Fence(ev.Fence.Epoch, func(id string, c *openCall) {
+				t.closed(session, calls)
+				switch {
+				case c.retry:
+					out = append(out, finding{session: session, callID: id})
+				case c.legacy:
+				default:
+					a := c.assess(session, "", "")
+					out = append(out, finding{session: session, callID: id, a: &a})
+				}
+			})
 		}
 	}
 	return out, nil
@@ -186,16 +335,23 @@ func (t *tracker) observe(session string, seq uint64, data []byte, out []finding
 // drop removes and returns an open call (nil if not tracked). t.mu is held.
 func (t *tracker) drop(session, id string) *openCall {
 	calls := t.sessions[session]
-	c := calls[id]
-	if c == nil {
+	if calls == nil {
 		return nil
 	}
-	delete(calls, id)
+	c, ok := calls.Close(id)
+	if !ok {
+		return nil
+	}
+	t.closed(session, calls)
+	return c
+}
+
+// closed counts one call of session closed. t.mu is held.
+func (t *tracker) closed(session string, calls *recovery.OpenCalls[*openCall]) {
 	t.open--
-	if len(calls) == 0 {
+	if calls.Len() == 0 {
 		delete(t.sessions, session)
 	}
-	return c
 }
 
 // counts returns the events seen and the calls tracked as open.
@@ -207,17 +363,17 @@ func (t *tracker) counts() (seen uint64, open int) {
 
 // list returns the open calls of session, or of every session when
 // session is "".
-func (t *tracker) list(session string) []OpenCall {
+func (t *tracker) list(session string) []service.OpenCall {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var out []OpenCall
+	var out []service.OpenCall
 	for s, calls := range t.sessions {
 		if session != "" && s != session {
 			continue
 		}
-		for _, c := range calls {
-			out = append(out, OpenCall{Session: s, CallID: c.id, Tool: c.tool, Task: c.task, Key: c.key, Contract: c.contract, Epoch: c.epoch, Seq: c.seq, Started: c.started})
-		}
+		calls.Each(func(_ string, c *openCall) {
+			out = append(out, service.OpenCall{Session: s, CallID: c.id, Tool: c.tool, Task: c.task, Key: c.key, Contract: c.contract, Epoch: c.epoch, Seq: c.seq, Started: c.started})
+		})
 	}
 	return out
 }

@@ -20,7 +20,7 @@ import (
 type Config struct {
 	// Topology is the jingwei topology (streams, buckets, leases) on the
 	// server. Required. Its JetStream context's connection also carries the
-	// micro service.
+	// micro service, and must carry no other.
 	Topology *stream.Topology
 	// Logger receives the recoverer's log. The zero value logs nothing.
 	Logger zerolog.Logger
@@ -53,22 +53,17 @@ type Config struct {
 	// Owner is the lease owner and fence owner the recoverer takes sessions
 	// over as. Defaults to "recoverer-<Name>-<random>", unique per process.
 	Owner string
-	// CallTimeout bounds how long jw.api.call waits for the tool.result of
-	// the request it published. Defaults to 30 s.
-	CallTimeout time.Duration
-	// DisableService skips registering the `jingwei` micro service (the
-	// recoverer then only consumes, takes over and issues plans through its
-	// methods). Defaults to false: the service runs.
+	// DisableService skips registering the `jingwei` micro service
+	// (inspect, prepare, status; the recoverer then only consumes, takes
+	// over and issues plans through its methods). Defaults to false: the
+	// service runs. jw.api.call is the tool workers' (toolworker.Gateway).
 	DisableService bool
 	// Now is the clock plans are stamped with. Defaults to time.Now.
 	Now func() time.Time
 }
 
-// Defaults of Config.
-const (
-	DefaultName        = "main"
-	DefaultCallTimeout = 30 * time.Second
-)
+// DefaultName is Config.Name's default.
+const DefaultName = "main"
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
@@ -77,9 +72,6 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Owner == "" {
 		c.Owner = "recoverer-" + c.Name + "-" + nuid.Next()
-	}
-	if c.CallTimeout <= 0 {
-		c.CallTimeout = DefaultCallTimeout
 	}
 	if c.Now == nil {
 		c.Now = time.Now

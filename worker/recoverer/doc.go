@@ -1,5 +1,35 @@
 // Package recoverer is jingwei's recovery worker (DESIGN §7) and the
-// `jingwei` NATS micro service.
+// `jingwei` NATS micro service (jw.api.inspect, jw.api.prepare,
+// jw.api.status; jw.api.call is served by the tool workers, see package
+// service).
+//
+// # Parts
+//
+// A [Recoverer] is one type that composes small single-purpose services,
+// the way riverqueue/river's maintainer composes its maintenance services;
+// Run starts them in order and restarts each with backoff when it fails:
+//
+//   - the publisher (publish.go) puts assessments on
+//     jw.assessments.<session>, async for the classifier, with a Msg-Id
+//     after a load;
+//   - the classifier (classify.go) consumes jw.events.> and keeps the open
+//     calls (recovery.OpenCalls) to assess every call that finishes;
+//   - the takeovers (takeover.go) watch lease expiry, take sessions over
+//     (stream.Topology.TakeOver: lease, fence, load, release on failure),
+//     reconcile at start and repair a takeover a recoverer did not finish;
+//   - the review checker (reviews.go) consumes jw.reviews.> and judges the
+//     reviews of a call for prepare and status;
+//   - the issuer (prepare.go) prepares plans from confirmed histories,
+//     issues each exactly once, publishes what a crash left unpublished,
+//     delivers again a plan whose message was lost, and runs the
+//     auto-planner;
+//   - the micro service (recoverer.go, serve) answers inspect, prepare and
+//     status through service.Start.
+//
+// The public methods (Inspect, Prepare, Status, Reviews, TakeOver,
+// Reconcile, RepairPlans, Stats) are the parts' entry points.
+//
+// # What it does
 //
 // A [Recoverer] consumes every session log (jw.events.>) with a durable
 // consumer and publishes an assessment on jw.assessments.<session> for every
@@ -78,4 +108,10 @@
 // recoverer, and after a redelivery). Plans are issued once whatever the
 // number of recoverers. The micro service endpoints are load balanced over
 // all of them (one queue group).
+//
+// # Errors
+//
+// Refusals are *schema.Error values with the codes of schema/errors.go:
+// the history's (unknown_call, needs_review, …) and the service's
+// (not_confirmed, bad_request). Match them with the schema sentinels.
 package recoverer

@@ -3,14 +3,12 @@ package recoverer_test
 import (
 	"context"
 	"fmt"
-	"os"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/schema"
-	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/worker/recoverer"
 )
 
@@ -19,20 +17,12 @@ import (
 // (KV create in jw_plans, one message on jw.plans.<session>) exactly once.
 func Example() {
 	ctx := context.Background()
-	dir, _ := os.MkdirTemp("", "jingwei-example")
-	defer os.RemoveAll(dir)
-	srv, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{Dir: dir, Listen: "127.0.0.1:-1", Sync: stream.SyncInterval})
+	srv, err := streamtest.New(streamtest.Config{})
 	if err != nil {
 		panic(err)
 	}
-	defer srv.Shutdown()
-	nc, _ := srv.Connect()
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	topo, err := stream.EnsureTopology(ctx, js, stream.TopologyConfig{})
-	if err != nil {
-		panic(err)
-	}
+	defer srv.Close()
+	topo := srv.Topology
 
 	// A tool worker recorded a failed call and released the session.
 	lease, _ := topo.AcquireLease(ctx, "s-1", "worker-a")

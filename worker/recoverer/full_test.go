@@ -13,6 +13,7 @@ import (
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/streamtest"
 )
 
 // TestFullSessionRealBoundary: a session holding exactly 100,000 events
@@ -86,7 +87,7 @@ func TestFullSessionRealBoundary(t *testing.T) {
 			t.Fatalf("%s: Inspect: %+v %v", s, a, err)
 		}
 		e.publishReview(s, review(t, e.reviewer, s, "c-1", schema.VerdictNotExecuted))
-		eventually(t, 10*time.Second, "review on record", func() bool {
+		streamtest.Eventually(t, 10*time.Second, "review on record", func() bool {
 			checks, err := r.Reviews(ctx, s, "c-1")
 			return err == nil && len(checks) == 1
 		})

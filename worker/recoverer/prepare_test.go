@@ -16,6 +16,7 @@ import (
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/streamtest"
 )
 
 // TestPrepareWithReviews: only a trusted, signed review for the session's own
@@ -61,7 +62,7 @@ func TestPrepareWithReviews(t *testing.T) {
 			if _, err := r.Prepare(ctx, "s-p", "pay-forged"); !errors.Is(err, schema.ErrNeedsReview) {
 				t.Fatalf("prepare after a forged review: %v, want needs_review", err)
 			}
-			if _, err := r.checkReview(f.subject, mustJSON(t, f.body)); schema.CodeOf(err) != schema.CodeInvalidReview {
+			if _, err := r.reviews.check(f.subject, mustJSON(t, f.body)); schema.CodeOf(err) != schema.CodeInvalidReview {
 				t.Fatalf("checkReview: %v, want invalid_review", err)
 			}
 		})
@@ -80,7 +81,7 @@ func TestPrepareWithReviews(t *testing.T) {
 	// A trusted not_executed review: a plan on that basis, published once.
 	good := review(t, e.reviewer, "s-p", "pay-ok", schema.VerdictNotExecuted)
 	e.publishReview("s-p", good)
-	if _, err := r.acceptReview(ctx, "s-p", 0, mustJSON(t, good)); err != nil {
+	if _, err := r.reviews.accept(ctx, "s-p", 0, mustJSON(t, good)); err != nil {
 		t.Fatalf("acceptReview: %v", err)
 	}
 	p, err := r.Prepare(ctx, "s-p", "pay-ok")
@@ -108,7 +109,7 @@ func TestPrepareWithReviews(t *testing.T) {
 		t.Fatalf("prepare after completed review: %v, want completed", err)
 	}
 	// A review of a call that is not in the log is rejected.
-	if _, err := r.acceptReview(ctx, "s-p", 0, mustJSON(t, review(t, e.reviewer, "s-p", "nope", schema.VerdictNotExecuted))); !errors.Is(err, schema.ErrUnknownCall) {
+	if _, err := r.reviews.accept(ctx, "s-p", 0, mustJSON(t, review(t, e.reviewer, "s-p", "nope", schema.VerdictNotExecuted))); !errors.Is(err, schema.ErrUnknownCall) {
 		t.Fatalf("review of an unknown call: %v, want unknown_call", err)
 	}
 
@@ -160,7 +161,7 @@ func TestPrepareConfirmation(t *testing.T) {
 	r := e.recoverer("a")
 	w := e.writer("s-c", "w1")
 	w.call("c-1", "orders.create", effect.Idempotent, "k-1")
-	if _, err := r.Prepare(ctx, "s-c", "c-1"); !errors.Is(err, ErrNotConfirmed) {
+	if _, err := r.Prepare(ctx, "s-c", "c-1"); !errors.Is(err, schema.ErrNotConfirmed) {
 		t.Fatalf("prepare of an open call under a live lease: %v, want not_confirmed", err)
 	}
 	if err := w.lease.Release(ctx); err != nil {
@@ -181,8 +182,8 @@ func TestPrepareConfirmation(t *testing.T) {
 		code          schema.Code
 	}{
 		{"s-c", "missing", schema.CodeUnknownCall},
-		{"bad session!", "c-1", CodeBadRequest},
-		{"s-c", "", CodeBadRequest},
+		{"bad session!", "c-1", schema.CodeBadRequest},
+		{"s-c", "", schema.CodeBadRequest},
 	} {
 		if _, err := r.Prepare(ctx, tc.session, tc.call); schema.CodeOf(err) != tc.code {
 			t.Errorf("prepare %q/%q: %v, want %s", tc.session, tc.call, err, tc.code)
@@ -265,7 +266,7 @@ func TestCrashBetweenCreateAndPublish(t *testing.T) {
 	w.result("c-1", schema.StatusTimeout, "")
 
 	crashing := e.recoverer("a")
-	crashing.afterCreate = func(schema.Plan) error { return errCrash }
+	crashing.issuer.afterCreate = func(schema.Plan) error { return errCrash }
 	if _, err := crashing.Prepare(ctx, "s-k", "c-1"); !errors.Is(err, errCrash) {
 		t.Fatalf("prepare with the crash hook: %v", err)
 	}
@@ -279,7 +280,7 @@ func TestCrashBetweenCreateAndPublish(t *testing.T) {
 
 	for restart := 0; restart < 2; restart++ {
 		stop := e.run(e.recoverer("a"))
-		eventually(t, 5*time.Second, "plan published", func() bool { return e.planMsgs()[keys[0]] >= 1 })
+		streamtest.Eventually(t, 5*time.Second, "plan published", func() bool { return e.planMsgs()[keys[0]] >= 1 })
 		stop()
 	}
 	r := e.recoverer("a")
@@ -311,9 +312,9 @@ func TestAutoPlan(t *testing.T) {
 	for _, id := range []string{"safe", "unsafe", "done"} {
 		as.wait(t, "s-auto", id, 5*time.Second)
 	}
-	eventually(t, 5*time.Second, "auto plan", func() bool { return len(e.planMsgs()) >= 1 })
+	streamtest.Eventually(t, 5*time.Second, "auto plan", func() bool { return len(e.planMsgs()) >= 1 })
 	r := e.recoverer("b")
-	eventually(t, 5*time.Second, "status", func() bool {
+	streamtest.Eventually(t, 5*time.Second, "status", func() bool {
 		st, err := r.Status(context.Background(), "s-auto")
 		return err == nil && st.Plans.Issued == 1
 	})
@@ -348,7 +349,7 @@ func TestPrepareIssuedBefore(t *testing.T) {
 		w.result(id, schema.StatusTimeout, "")
 	}
 	crashing := e.recoverer("a")
-	crashing.afterCreate = func(schema.Plan) error { return errCrash }
+	crashing.issuer.afterCreate = func(schema.Plan) error { return errCrash }
 	if _, err := crashing.Prepare(ctx, "s-ib", "c-1"); !errors.Is(err, errCrash) {
 		t.Fatalf("prepare with the crash hook: %v", err)
 	}
@@ -434,7 +435,7 @@ func TestCompletedReviewIsFinal(t *testing.T) {
 	if !checks[0].Accepted || !checks[0].Decides || checks[1].Accepted || checks[1].Code != string(schema.CodeReviewConflict) {
 		t.Fatalf("judgement %+v, want completed deciding and the later review a review_conflict", checks)
 	}
-	if _, err := r.acceptReview(ctx, "s-f", checks[1].Seq, mustJSON(t, checks[1].Review)); !errors.Is(err, schema.ErrReviewConflict) {
+	if _, err := r.reviews.accept(ctx, "s-f", checks[1].Seq, mustJSON(t, checks[1].Review)); !errors.Is(err, schema.ErrReviewConflict) {
 		t.Fatalf("acceptReview of the later review: %v, want review_conflict", err)
 	}
 

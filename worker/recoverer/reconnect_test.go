@@ -11,6 +11,7 @@ import (
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/streamtest"
 )
 
 // TestSurvivesServerRestart: the server goes away and comes back (same
@@ -40,7 +41,7 @@ func TestSurvivesServerRestart(t *testing.T) {
 	w := e.writer("s-1", "w1")
 	w.call("c-1", "orders.create", effect.Idempotent, "k-1")
 	w.result("c-1", schema.StatusOK, "")
-	eventually(t, 5*time.Second, "first call classified", func() bool { return r.Stats().EventsSeen >= 2 })
+	streamtest.Eventually(t, 5*time.Second, "first call classified", func() bool { return r.Stats().EventsSeen >= 2 })
 
 	srv.Shutdown()
 	srv2, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{Dir: dir, Listen: u.Host, Sync: stream.SyncInterval})
@@ -48,7 +49,7 @@ func TestSurvivesServerRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv2.Shutdown)
-	eventually(t, 10*time.Second, "client reconnected", nc.IsConnected)
+	streamtest.Eventually(t, 10*time.Second, "client reconnected", nc.IsConnected)
 
 	as := e.assessments()
 	w2 := e.writer("s-2", "w1")

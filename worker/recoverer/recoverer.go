@@ -2,43 +2,47 @@ package recoverer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
 
-	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/worker/service"
 )
 
-// Recoverer is the recovery worker. Build it with New and run it with Run;
-// its methods (Inspect, Prepare, Status) may be called concurrently, also
-// while Run runs.
+// Recoverer is the recovery worker: one type that composes the small
+// services it is made of (see the package documentation) and runs them.
+// Build it with New and run it with Run; its methods may be called
+// concurrently, also while Run runs.
 type Recoverer struct {
-	cfg   Config
-	t     *stream.Topology
-	log   zerolog.Logger
-	plans *stream.Plans
-	async jetstream.JetStream // own context, so flushes wait for our publishes only
-
-	track  *tracker
-	review *awaiting
-	auto   chan finding
+	*base
+	pub      *publisher     // assessments on jw.assessments.<session>
+	classify *classifier    // the event consumer and its open calls
+	leases   *takeovers     // lease expiry, takeovers, reconcile
+	reviews  *reviewChecker // the review consumer and the review checks
+	issuer   *issuer        // prepare, issue, repair, redelivery
+	awaiting *awaiting      // calls awaiting review, for status
 
 	ready     chan struct{} // closed once Run has started up
 	readyOnce sync.Once
+}
 
-	// afterCreate, when set (tests only), runs after a plan's KV create and
-	// before its publication; an error stops prepare there, as a crash
-	// would.
-	afterCreate func(schema.Plan) error
+// base is what every part of the recoverer shares: its configuration, the
+// topology and its log.
+type base struct {
+	cfg Config
+	t   *stream.Topology
+	log zerolog.Logger
+}
+
+// consumerName returns a durable consumer name of this recoverer.
+func (b *base) consumerName(kind string) string {
+	return b.t.Prefix + "-recoverer-" + b.cfg.Name + "-" + kind
 }
 
 // New returns a recoverer for cfg (after WithDefaults). It fails with
@@ -48,21 +52,27 @@ func New(cfg Config) (*Recoverer, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	async, err := jetstream.New(cfg.Topology.JS.Conn())
-	if err != nil {
-		return nil, fmt.Errorf("recoverer: jetstream: %w", err)
+	b := &base{cfg: cfg, t: cfg.Topology, log: cfg.Logger.With().Str("recoverer", cfg.Name).Logger()}
+	r := &Recoverer{base: b, awaiting: newAwaiting(maxAwaiting), ready: make(chan struct{})}
+	var err error
+	if r.pub, err = newPublisher(b, r.noted); err != nil {
+		return nil, err
 	}
-	return &Recoverer{
-		cfg:    cfg,
-		t:      cfg.Topology,
-		log:    cfg.Logger.With().Str("recoverer", cfg.Name).Logger(),
-		plans:  stream.NewPlans(cfg.Topology.Plans),
-		async:  async,
-		track:  newTracker(),
-		review: newAwaiting(maxAwaiting),
-		auto:   make(chan finding, 1024),
-		ready:  make(chan struct{}),
-	}, nil
+	r.leases = &takeovers{base: b, pub: r.pub}
+	r.reviews = &reviewChecker{base: b, settled: r.awaiting.forget}
+	r.issuer = newIssuer(b, r.pub, r.reviews, r.leases, r.awaiting.forget)
+	r.classify = &classifier{base: b, pub: r.pub, track: newTracker()}
+	return r, nil
+}
+
+// noted records a published assessment: awaiting review or not, and the
+// auto-plan queue.
+func (r *Recoverer) noted(a schema.Assessment) {
+	r.awaiting.note(a)
+	if r.cfg.AutoPlan && a.Decision == schema.DecisionRetryAllowed {
+		r.issuer.queue(a.Session, a.CallID)
+	}
+	r.log.Debug().Str("session", a.Session).Str("call_id", a.CallID).Str("outcome", string(a.Outcome)).Str("decision", string(a.Decision)).Msg("assessed")
 }
 
 // Ready returns a channel that is closed once Run has started up: plans a
@@ -71,28 +81,20 @@ func New(cfg Config) (*Recoverer, error) {
 // the service answers. It is never closed if Run fails to start.
 func (r *Recoverer) Ready() <-chan struct{} { return r.ready }
 
-// Stats are the recoverer's counters.
-type Stats struct {
-	// EventsSeen is how many session events the classifier has read since
-	// the process started.
-	EventsSeen uint64 `json:"events_seen"`
-	// OpenCalls is how many calls the classifier tracks as open: its memory
-	// is proportional to this, not to EventsSeen.
-	OpenCalls int `json:"open_calls"`
-}
-
-// Stats returns the classifier's counters.
-func (r *Recoverer) Stats() Stats {
-	seen, open := r.track.counts()
-	return Stats{EventsSeen: seen, OpenCalls: open}
+// Stats returns the classifier's counters, as jw.api.status shows them.
+func (r *Recoverer) Stats() service.Stats {
+	seen, open := r.classify.track.counts()
+	return service.Stats{EventsSeen: seen, OpenCalls: open}
 }
 
 // Run runs the recoverer until ctx is done and then returns nil, or returns
 // an error if it cannot start (the topology unreachable, the service not
 // registered). In order it: publishes issued plans a crash left
-// unpublished, starts watching lease expiry, reconciles sessions whose
-// lease expired while it was down, then consumes events and reviews, serves
-// the `jingwei` micro service and handles expiries.
+// unpublished (the issuer), starts watching lease expiry and reconciles
+// sessions whose lease expired while it was down (the takeovers), serves
+// the `jingwei` micro service, then runs the classifier, the review
+// checker, the auto-planner and the takeovers of expired leases, each
+// restarted with backoff when it fails.
 func (r *Recoverer) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -104,67 +106,39 @@ func (r *Recoverer) Run(ctx context.Context) error {
 }
 
 func (r *Recoverer) run(ctx context.Context) error {
-	if err := r.RepairPlans(ctx); err != nil {
+	if err := r.issuer.RepairPlans(ctx); err != nil {
 		return err
 	}
-	// Watch first, so that no expiry falls between reconcile and watch.
-	expired, err := r.t.WatchLeaseExpiry(ctx)
-	if err != nil {
+	if err := r.leases.start(ctx); err != nil {
 		return err
 	}
-	if err := r.Reconcile(ctx); err != nil {
-		return err
-	}
-	var svc micro.Service
 	if !r.cfg.DisableService {
-		if svc, err = r.serve(ctx); err != nil {
+		svc, err := r.serve(ctx)
+		if err != nil {
 			return err
 		}
 		defer func() { _ = svc.Stop() }()
 	}
 	r.readyOnce.Do(func() { close(r.ready) })
 	var wg sync.WaitGroup
-	goLoop := func(name string, f func(context.Context) error) {
+	for _, p := range []struct {
+		name string
+		run  func(context.Context) error
+	}{
+		{"events", r.classify.run},
+		{"reviews", r.reviews.run},
+		{"auto-plan", r.issuer.autoPlan},
+		{"leases", r.leases.run},
+	} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r.loop(ctx, name, f)
+			r.loop(ctx, p.name, p.run)
 		}()
 	}
-	goLoop("events", r.consumeEvents)
-	goLoop("reviews", r.consumeReviews)
-	goLoop("auto-plan", r.autoPlan)
-	goLoop("leases", func(ctx context.Context) error {
-		if expired == nil {
-			// The watcher stopped (a lost connection): watch again, and
-			// reconcile what expired in between.
-			var err error
-			if expired, err = r.t.WatchLeaseExpiry(ctx); err != nil {
-				return err
-			}
-			if err := r.Reconcile(ctx); err != nil {
-				expired = nil
-				return err
-			}
-		}
-		r.handleExpiries(ctx, expired)
-		expired = nil
-		return errors.New("lease watcher stopped")
-	})
 	<-ctx.Done()
 	wg.Wait()
 	return nil
-}
-
-// handleExpiries takes over the sessions the watcher reports, until the
-// channel closes.
-func (r *Recoverer) handleExpiries(ctx context.Context, expired <-chan string) {
-	for s := range expired {
-		r.log.Info().Str("session", s).Msg("lease expired")
-		if err := r.takeOverIfOpen(ctx, s, true); err != nil && ctx.Err() == nil {
-			r.log.Error().Err(err).Str("session", s).Msg("takeover after lease expiry failed")
-		}
-	}
 }
 
 // loop runs f until ctx is done, restarting it with backoff after an error
@@ -189,269 +163,131 @@ func (r *Recoverer) loop(ctx context.Context, name string, f func(context.Contex
 	}
 }
 
-// consumerName returns a durable consumer name of this recoverer.
-func (r *Recoverer) consumerName(kind string) string {
-	return r.t.Prefix + "-recoverer-" + r.cfg.Name + "-" + kind
-}
-
-// HeaderAssessmentID carries an assessment's identity,
-// "a.<session>.<call_id>.<evidence>": the same for the same assessment from
-// any recoverer, so consumers can drop repeats (a redelivery after a
-// crash, several recoverers). Only assessments published after a load
-// (takeover, retries) also use it as Nats-Msg-Id; the classifier's do not,
-// because server-side dedup costs a third of its throughput.
-const HeaderAssessmentID = "Jw-Assessment-Id"
-
-// ackBatch is how many events are classified before their assessments are
-// flushed and the events acknowledged (also whenever the consumer has
-// nothing pending).
-const ackBatch = 256
-
-// pullBatch is how many events one pull asks for.
-const pullBatch = 2 * ackBatch
-
-// maxAckPending is how many events the classifier may hold
-// unacknowledged: two batches in the pipeline plus a pull's worth.
-const maxAckPending = 4 * ackBatch
-
-// eventsConsumerConfig is the classifier's durable consumer: every event of
-// the stream (JW_EVENTS holds nothing else, so no filter: a filter makes
-// the server match every stored subject against it, about a sixth of the
-// server's CPU when a consumer drains the stream), acknowledged
-// cumulatively (AckAll) once per batch.
-func eventsConsumerConfig(name string) jetstream.ConsumerConfig {
-	return jetstream.ConsumerConfig{
-		Durable:       name,
-		AckPolicy:     jetstream.AckAllPolicy,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckWait:       time.Minute,
-		MaxAckPending: maxAckPending,
-	}
-}
-
-type pending struct {
-	msg *nats.Msg
-	id  string
-	f   jetstream.PubAckFuture
-}
-
-// consumeEvents classifies jw.events.> with the durable consumer until ctx
-// ends or the consumer fails.
-func (r *Recoverer) consumeEvents(ctx context.Context) error {
-	cfg := eventsConsumerConfig(r.consumerName("events"))
-	cfg.Description = "jingwei recovery worker " + r.cfg.Name + ": classifies every call"
-	cons, err := r.t.JS.CreateOrUpdateConsumer(ctx, r.t.StreamName("EVENTS"), cfg)
-	if err != nil {
-		return fmt.Errorf("events consumer: %w", err)
-	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(pullBatch))
-	if err != nil {
-		return fmt.Errorf("events consumer: %w", err)
-	}
-	defer it.Stop()
-	// Batches are pipelined: when a batch is full its publishes are left in
-	// flight and the previous batch (whose acks have normally arrived) is
-	// settled and its last event acknowledged (AckAll covers the earlier
-	// ones). When nothing is pending everything is settled.
-	type batch struct {
-		last jetstream.Msg
-		pubs []pending
-	}
-	var (
-		cur, prev batch
-		n         int
-		found     []finding
+// serve registers the `jingwei` micro service: inspect, prepare and
+// status (jw.api.call is the tool workers', see toolworker.Gateway).
+func (r *Recoverer) serve(ctx context.Context) (micro.Service, error) {
+	svc, err := service.Start(ctx, service.Config{
+		Conn:        r.t.JS.Conn(),
+		Name:        service.Name,
+		Prefix:      r.t.Prefix,
+		Description: "jingwei recovery worker: inspect calls, prepare retries, status",
+		Metadata:    map[string]string{"recoverer": r.cfg.Name},
+		Logger:      r.log,
+	},
+		service.Endpoint{Name: service.EndpointInspect, Handler: func(ctx context.Context, data []byte) (any, error) {
+			var t service.Target
+			if err := service.DecodeBody(data, &t, false); err != nil {
+				return nil, err
+			}
+			return r.Inspect(ctx, t.Session, t.CallID)
+		}},
+		service.Endpoint{Name: service.EndpointPrepare, Handler: func(ctx context.Context, data []byte) (any, error) {
+			var t service.Target
+			if err := service.DecodeBody(data, &t, false); err != nil {
+				return nil, err
+			}
+			return r.Prepare(ctx, t.Session, t.CallID)
+		}},
+		service.Endpoint{Name: service.EndpointStatus, Handler: func(ctx context.Context, data []byte) (any, error) {
+			var s service.StatusRequest
+			if err := service.DecodeBody(data, &s, true); err != nil {
+				return nil, err
+			}
+			st, err := r.Status(ctx, s.Session)
+			if err != nil || s.CallID == "" {
+				return st, err
+			}
+			if err := checkTarget(s.Session, s.CallID); err != nil {
+				return nil, err
+			}
+			st.Reviews, err = r.Reviews(ctx, s.Session, s.CallID)
+			return st, err
+		}},
 	)
-	settle := func(ctx context.Context, b *batch) error {
-		if err := r.awaitPublished(ctx, b.pubs); err != nil {
-			return err
-		}
-		if b.last != nil {
-			if err := b.last.Ack(); err != nil {
-				return fmt.Errorf("ack events: %w", err)
-			}
-		}
-		*b = batch{pubs: b.pubs[:0]}
-		return nil
-	}
-	for {
-		m, err := it.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			if ctx.Err() != nil {
-				// Settle what is in flight; anything left unacknowledged
-				// is redelivered to the next run.
-				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-				defer cancel()
-				if settle(sctx, &prev) == nil {
-					_ = settle(sctx, &cur)
-				}
-				return nil
-			}
-			return fmt.Errorf("events consumer: %w", err)
-		}
-		md, err := m.Metadata()
-		if err != nil {
-			return fmt.Errorf("events consumer: %w", err)
-		}
-		session := stream.SessionOf(m.Subject())
-		found, err = r.track.observe(session, md.Sequence.Stream, m.Data(), found[:0])
-		if err != nil {
-			r.log.Warn().Err(err).Str("session", session).Uint64("seq", md.Sequence.Stream).Msg("event does not decode; skipped")
-		}
-		for _, f := range found {
-			a := f.a
-			if a == nil {
-				if a = r.inspectLoaded(ctx, f.session, f.callID); a == nil {
-					continue
-				}
-			}
-			p, err := r.publishAsync(*a)
-			if err != nil {
-				return err
-			}
-			cur.pubs = append(cur.pubs, p)
-		}
-		cur.last = m
-		n++
-		switch {
-		case md.NumPending == 0:
-			if err := settle(ctx, &prev); err != nil {
-				return err
-			}
-			if err := settle(ctx, &cur); err != nil {
-				return err
-			}
-			n = 0
-		case n >= ackBatch:
-			if err := settle(ctx, &prev); err != nil {
-				return err
-			}
-			prev, cur = cur, batch{pubs: prev.pubs[:0]}
-			n = 0
-		}
-	}
-}
-
-// inspectLoaded loads the session and inspects callID; nil if the call
-// cannot be assessed (superseded by a later attempt, legacy, corrupt
-// history), which is logged.
-func (r *Recoverer) inspectLoaded(ctx context.Context, session, callID string) *schema.Assessment {
-	h, err := r.t.Load(ctx, session)
-	if err == nil {
-		var a schema.Assessment
-		if a, err = recovery.Inspect(schema.Events(h), callID); err == nil {
-			return &a
-		}
-	}
-	lvl := r.log.Warn()
-	if errors.Is(err, schema.ErrSupersededCall) || errors.Is(err, schema.ErrLegacyCall) {
-		lvl = r.log.Debug()
-	}
-	lvl.Err(err).Str("session", session).Str("call_id", callID).Msg("call not assessed")
-	return nil
-}
-
-// assessmentMsg builds the message of an assessment; its Msg-Id makes the
-// same assessment from several recoverers, or after a redelivery, one
-// message.
-func (r *Recoverer) assessmentMsg(a schema.Assessment) (msg *nats.Msg, id string) {
-	msg = nats.NewMsg(r.t.AssessmentsSubject(a.Session))
-	// The contract comes from a decoded event, so its effect is valid:
-	// the only error AppendAssessment has cannot happen.
-	msg.Data, _ = schema.AppendAssessment(make([]byte, 0, 256), &a)
-	return msg, "a." + a.Session + "." + a.CallID + "." + a.Evidence
-}
-
-// noted records a published assessment: awaiting review or not, and the
-// auto-plan queue.
-func (r *Recoverer) noted(a schema.Assessment) {
-	r.review.note(a)
-	if r.cfg.AutoPlan && a.Decision == schema.DecisionRetryAllowed {
-		select {
-		case r.auto <- finding{session: a.Session, callID: a.CallID}:
-		default:
-			r.log.Warn().Str("session", a.Session).Str("call_id", a.CallID).Msg("auto-plan queue full; plan not issued (prepare it explicitly)")
-		}
-	}
-	r.log.Debug().Str("session", a.Session).Str("call_id", a.CallID).Str("outcome", string(a.Outcome)).Str("decision", string(a.Decision)).Msg("assessed")
-}
-
-func (r *Recoverer) publishAsync(a schema.Assessment) (pending, error) {
-	msg, id := r.assessmentMsg(a)
-	msg.Header.Set(HeaderAssessmentID, id)
-	f, err := r.async.PublishMsgAsync(msg)
 	if err != nil {
-		return pending{}, fmt.Errorf("publish assessment: %w", err)
+		return nil, fmt.Errorf("recoverer: %w", err)
 	}
-	r.noted(a)
-	return pending{msg: msg, id: id, f: f}, nil
+	return svc, nil
 }
 
-// awaitPublished waits for the acks of async publishes and re-sends
-// (synchronously, same Msg-Id) those that failed.
-func (r *Recoverer) awaitPublished(ctx context.Context, ps []pending) error {
-	for _, p := range ps {
-		select {
-		case <-p.f.Ok():
-			continue
-		case err := <-p.f.Err():
-			r.log.Warn().Err(err).Str("subject", p.msg.Subject).Msg("assessment publish failed; re-sending")
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		if err := r.publishSync(ctx, p.msg, p.id); err != nil {
-			return err
-		}
+// Inspect loads the session's log and classifies callID (recovery.Inspect).
+// The history is read as it is now: for a call still open under a live
+// lease the assessment describes the moment, not a confirmed fact. Errors
+// are *schema.Error with the codes of a history, bad_request for an
+// invalid session or an empty call id.
+func (r *Recoverer) Inspect(ctx context.Context, session, callID string) (schema.Assessment, error) {
+	if err := checkTarget(session, callID); err != nil {
+		return schema.Assessment{}, err
+	}
+	h, err := r.t.Load(ctx, session)
+	if err != nil {
+		return schema.Assessment{}, err
+	}
+	return inspect(h, callID)
+}
+
+// Prepare plans a retry of callID in session from its confirmed history
+// and issues the plan exactly once (see the package documentation and the
+// issuer): the latest review accepted for the call is applied (signatures
+// required, against Config.TrustedReviewers), recovery.PrepareRetry
+// decides, the plan is created in jw_plans and published on
+// jw.plans.<session> with its plan id as Nats-Msg-Id. If the plan was
+// issued before (by this or another recoverer) the stored plan is returned
+// and its publication made sure of.
+//
+// Errors are *schema.Error: the codes of recovery.PrepareRetry (completed,
+// needs_review, invalid_review, unknown_call, superseded_call, …),
+// not_confirmed for a call still open under a live lease, bad_request. A
+// plan already consumed whose attempt is not on the log (the consumer was
+// stopped in between) is returned and delivered again, for the session's
+// next owner to complete once (see worker.TakeOperation).
+func (r *Recoverer) Prepare(ctx context.Context, session, callID string) (schema.Plan, error) {
+	if err := checkTarget(session, callID); err != nil {
+		return schema.Plan{}, err
+	}
+	return r.issuer.prepare(ctx, session, callID)
+}
+
+// TakeOver takes the session over and confirms its history: it acquires the
+// session's lease (a new, higher epoch), appends session.fenced (from then
+// on the old writer's appends fail with stream.ErrFenced), loads the log,
+// inspects every call that was open before the fence and publishes their
+// assessments, then releases the lease so a tool worker can own the session
+// again. It returns the assessments. It fails with an error matching
+// stream.ErrLeaseHeld if the lease is live.
+func (r *Recoverer) TakeOver(ctx context.Context, session string) ([]schema.Assessment, error) {
+	as, _, err := r.leases.takeOver(ctx, session)
+	return as, err
+}
+
+// Reconcile takes over every session that has open calls and no live lease:
+// what a recoverer that was down while leases expired missed. Run calls it
+// once at start, after it started watching lease expiry.
+func (r *Recoverer) Reconcile(ctx context.Context) error { return r.leases.reconcile(ctx) }
+
+// RepairPlans publishes every plan that jw_plans holds as issued but
+// JW_PLANS does not: what a crash between a plan's KV create and its
+// publication left behind. Run calls it at start.
+func (r *Recoverer) RepairPlans(ctx context.Context) error { return r.issuer.RepairPlans(ctx) }
+
+// Reviews returns every review published for callID in session, in stream
+// order, each with this recoverer's judgement of it (see
+// service.ReviewCheck). A message that does not even decode to a review of
+// callID is not listed.
+func (r *Recoverer) Reviews(ctx context.Context, session, callID string) ([]service.ReviewCheck, error) {
+	if err := checkTarget(session, callID); err != nil {
+		return nil, err
+	}
+	return r.reviews.list(ctx, session, callID)
+}
+
+// checkTarget checks the session and call id of a request.
+func checkTarget(session, callID string) error {
+	if !schema.ValidSession(session) {
+		return schema.Errorf(schema.CodeBadRequest, "session %q: want 1-128 bytes of [A-Za-z0-9_-]", session)
+	}
+	if callID == "" {
+		return schema.Errorf(schema.CodeBadRequest, "call_id is required")
 	}
 	return nil
-}
-
-// publishSync publishes msg with Msg-Id id, retrying transport errors with
-// backoff until ctx ends.
-func (r *Recoverer) publishSync(ctx context.Context, msg *nats.Msg, id string) error {
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 20*time.Millisecond, 2*time.Second, 30*time.Second
-	return backoff.Retry(func() error {
-		m := nats.NewMsg(msg.Subject)
-		m.Data = msg.Data
-		for k, v := range msg.Header {
-			if k != jetstream.MsgIDHeader {
-				m.Header[k] = v
-			}
-		}
-		_, err := r.t.JS.PublishMsg(ctx, m, jetstream.WithMsgID(id))
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && apiErr.Code != 503 {
-			return backoff.Permanent(err)
-		}
-		return err
-	}, backoff.WithContext(b, ctx))
-}
-
-// publishAssessment publishes one assessment synchronously.
-func (r *Recoverer) publishAssessment(ctx context.Context, a schema.Assessment) error {
-	msg, id := r.assessmentMsg(a)
-	msg.Header.Set(HeaderAssessmentID, id)
-	if err := r.publishSync(ctx, msg, id); err != nil {
-		return fmt.Errorf("publish assessment of %s/%s: %w", a.Session, a.CallID, err)
-	}
-	r.noted(a)
-	return nil
-}
-
-// autoPlan issues plans for queued retry_allowed assessments (AutoPlan).
-func (r *Recoverer) autoPlan(ctx context.Context) error {
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case f := <-r.auto:
-			p, err := r.Prepare(ctx, f.session, f.callID)
-			if err != nil {
-				r.log.Info().Err(err).Str("session", f.session).Str("call_id", f.callID).Msg("auto-plan: no plan")
-				continue
-			}
-			r.log.Info().Str("session", f.session).Str("call_id", f.callID).Str("plan_id", p.PlanID).Msg("auto-plan: plan issued")
-		}
-	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/streamtest"
 )
 
 func TestAssessesEveryFinishedCall(t *testing.T) {
@@ -78,7 +79,7 @@ func TestAssessesEveryFinishedCall(t *testing.T) {
 	}
 	// Acknowledged: a restarted recoverer with the same name sees nothing
 	// again, so it publishes nothing new.
-	eventually(t, 5*time.Second, "events acknowledged", func() bool {
+	streamtest.Eventually(t, 5*time.Second, "events acknowledged", func() bool {
 		ci, err := e.topo.JS.Consumer(context.Background(), e.topo.StreamName("EVENTS"), "jw-recoverer-a-events")
 		if err != nil {
 			return false
@@ -146,12 +147,12 @@ func TestTakeoverOnLeaseExpiry(t *testing.T) {
 	// the classifier seeing the session.fenced event, before the takeover
 	// has reconciled the counts: wait for them.
 	var u stream.Usage
-	eventually(t, 5*time.Second, "tool_calls reconciled", func() bool {
+	streamtest.Eventually(t, 5*time.Second, "tool_calls reconciled", func() bool {
 		u, err = stream.NewBudget(e.topo.Budget).Get(context.Background(), "s-x", "t-1")
 		return err == nil && u.ToolCalls == 2
 	})
 	// The recoverer released its lease: a tool worker can own it again.
-	eventually(t, 2*time.Second, "lease released", func() bool {
+	streamtest.Eventually(t, 2*time.Second, "lease released", func() bool {
 		_, live, err := e.topo.LeaseHolder(context.Background(), "s-x")
 		return err == nil && !live
 	})
@@ -178,7 +179,7 @@ func TestReconcileAfterRestart(t *testing.T) {
 	if err := w2.lease.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, ttl+3*time.Second, "lease expiry", func() bool {
+	streamtest.Eventually(t, ttl+3*time.Second, "lease expiry", func() bool {
 		_, live, err := e.topo.LeaseHolder(context.Background(), "s-r")
 		return err == nil && !live
 	})
@@ -217,7 +218,7 @@ func TestFinishesAnInterruptedTakeover(t *testing.T) {
 	w := e.writer("s-i", "w1")
 	w.call("c-1", "payments.charge", effect.NonIdempotent, "k-1")
 	w.started("c-1")
-	eventually(t, 5*time.Second, "events acknowledged", func() bool {
+	streamtest.Eventually(t, 5*time.Second, "events acknowledged", func() bool {
 		c, err := e.topo.JS.Consumer(ctx, e.topo.StreamName("EVENTS"), "jw-recoverer-a-events")
 		if err != nil {
 			return false

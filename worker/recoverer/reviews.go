@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -12,13 +11,14 @@ import (
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/worker/service"
 )
 
-// checkReview decodes a review published on jw.reviews.<subjectSession>
+// check decodes a review published on jw.reviews.<subjectSession>
 // and checks what can be checked without the history: well-formed, for the
 // session of its subject, signed by a trusted reviewer key. The error is an
 // invalid_review (or field_too_long) *schema.Error.
-func (r *Recoverer) checkReview(subjectSession string, data []byte) (schema.Review, error) {
+func (r *reviewChecker) check(subjectSession string, data []byte) (schema.Review, error) {
 	rv, err := recovery.DecodeReview(data)
 	if err != nil {
 		return rv, err
@@ -39,14 +39,23 @@ func (r *Recoverer) checkReview(subjectSession string, data []byte) (schema.Revi
 	return rv, nil
 }
 
-// consumeReviews checks every review on jw.reviews.> as it arrives and logs
+// reviewChecker is the recoverer's review service: it consumes
+// jw.reviews.> and logs each review accepted or rejected, and judges the
+// reviews of a call for prepare and status. settled is called for a call
+// an accepted completed review settles.
+type reviewChecker struct {
+	*base
+	settled func(session, callID string)
+}
+
+// run checks every review on jw.reviews.> as it arrives and logs
 // it accepted or rejected: signed by a trusted key, for its subject's
 // session, for a call of that session's log that is the latest attempt of
 // its chain, and not contradicting a completed review of the call already
 // on record (review_conflict: completed is final). Reviews stay in
 // JW_REVIEWS (the audit trail, which denies deletes), where prepare folds
 // them for a call; nothing else is stored.
-func (r *Recoverer) consumeReviews(ctx context.Context) error {
+func (r *reviewChecker) run(ctx context.Context) error {
 	cons, err := r.t.JS.CreateOrUpdateConsumer(ctx, r.t.StreamName("REVIEWS"), jetstream.ConsumerConfig{
 		Durable:       r.consumerName("reviews"),
 		Description:   "jingwei recovery worker " + r.cfg.Name + ": checks reviews",
@@ -76,7 +85,7 @@ func (r *Recoverer) consumeReviews(ctx context.Context) error {
 		if md, err := m.Metadata(); err == nil {
 			seq = md.Sequence.Stream
 		}
-		rv, err := r.acceptReview(ctx, session, seq, m.Data())
+		rv, err := r.accept(ctx, session, seq, m.Data())
 		lg := r.log.With().Str("session", session).Str("call_id", rv.CallID).Str("operator", rv.Operator).Str("signer", rv.Signer).Str("verdict", string(rv.Verdict)).Uint64("seq", seq).Logger()
 		switch {
 		case errors.Is(err, schema.ErrReviewConflict):
@@ -88,7 +97,7 @@ func (r *Recoverer) consumeReviews(ctx context.Context) error {
 			if rv.Verdict == schema.VerdictCompleted {
 				// Settled: no retry will ever be planned, so the call no
 				// longer awaits review.
-				r.review.forget(session, rv.CallID)
+				r.settled(session, rv.CallID)
 			}
 		}
 		if err := m.Ack(); err != nil {
@@ -97,12 +106,12 @@ func (r *Recoverer) consumeReviews(ctx context.Context) error {
 	}
 }
 
-// acceptReview checks a review fully: checkReview, then the call against
+// accept checks a review fully: check, then the call against
 // the session's log (it must exist and be the latest attempt), then the
 // review against the others of the call on record (FoldReviews: it must
 // not contradict a completed one). seq is the review's JW_REVIEWS sequence.
-func (r *Recoverer) acceptReview(ctx context.Context, session string, seq uint64, data []byte) (schema.Review, error) {
-	rv, err := r.checkReview(session, data)
+func (r *reviewChecker) accept(ctx context.Context, session string, seq uint64, data []byte) (schema.Review, error) {
+	rv, err := r.check(session, data)
 	if err != nil {
 		return rv, err
 	}
@@ -110,10 +119,10 @@ func (r *Recoverer) acceptReview(ctx context.Context, session string, seq uint64
 	if err != nil {
 		return rv, err
 	}
-	if _, err := recovery.Inspect(schema.Events(h), rv.CallID); err != nil {
+	if _, err := inspect(h, rv.CallID); err != nil {
 		return rv, fmt.Errorf("review of call %q: %w", rv.CallID, err)
 	}
-	checks, err := r.Reviews(ctx, session, rv.CallID)
+	checks, err := r.list(ctx, session, rv.CallID)
 	if err != nil {
 		return rv, err
 	}
@@ -125,12 +134,12 @@ func (r *Recoverer) acceptReview(ctx context.Context, session string, seq uint64
 	return rv, nil
 }
 
-// latestReview returns the review that decides callID (FoldReviews over
+// latest returns the review that decides callID (FoldReviews over
 // every review on jw.reviews.<session> for it; nil if none stands).
 // Rejected reviews are skipped: a forged, unsigned or conflicting review
 // changes nothing.
-func (r *Recoverer) latestReview(ctx context.Context, session, callID string) (*schema.Review, error) {
-	checks, err := r.Reviews(ctx, session, callID)
+func (r *reviewChecker) latest(ctx context.Context, session, callID string) (*schema.Review, error) {
+	checks, err := r.list(ctx, session, callID)
 	if err != nil {
 		return nil, err
 	}
@@ -143,33 +152,11 @@ func (r *Recoverer) latestReview(ctx context.Context, session, callID string) (*
 	return nil, nil
 }
 
-// ReviewCheck is one review of a call on jw.reviews.<session>, judged as
-// prepare judges it: Accepted when it is well formed, for its subject's
-// session, signed by a trusted reviewer key and not in conflict with a
-// completed review of the call before it (completed is final: a later
-// review with another verdict is rejected with review_conflict); otherwise
-// Code and Reason say why it is ignored. Decides marks the one review that
-// prepare applies: the latest accepted one.
-type ReviewCheck struct {
-	// Seq is the review's sequence in JW_REVIEWS.
-	Seq      uint64        `json:"seq"`
-	Review   schema.Review `json:"review"`
-	Accepted bool          `json:"accepted"`
-	Decides  bool          `json:"decides,omitempty"`
-	Code     string        `json:"code,omitempty"`
-	Reason   string        `json:"reason,omitempty"`
-}
-
-// Reviews returns every review published for callID in session, in stream
-// order, each with this recoverer's judgement of it (see ReviewCheck). A
-// message that does not even decode to a review of callID is not listed.
-func (r *Recoverer) Reviews(ctx context.Context, session, callID string) ([]ReviewCheck, error) {
-	if err := checkTarget(session, callID); err != nil {
-		return nil, err
-	}
+// list is Recoverer.Reviews for a checked target.
+func (r *reviewChecker) list(ctx context.Context, session, callID string) ([]service.ReviewCheck, error) {
 	var entries []recovery.ReviewEntry
 	err := r.t.ReadSubject(ctx, r.t.StreamName("REVIEWS"), r.t.ReviewsSubject(session), func(m *jetstream.RawStreamMsg) error {
-		rv, err := r.checkReview(session, m.Data)
+		rv, err := r.check(session, m.Data)
 		if rv.CallID == callID {
 			entries = append(entries, recovery.ReviewEntry{Review: rv, Err: err, Seq: m.Sequence})
 		}
@@ -179,15 +166,12 @@ func (r *Recoverer) Reviews(ctx context.Context, session, callID string) ([]Revi
 		return nil, fmt.Errorf("recoverer: read reviews of %s: %w", session, err)
 	}
 	fold := recovery.FoldReviews(session, callID, entries)
-	out := make([]ReviewCheck, len(entries))
+	out := make([]service.ReviewCheck, len(entries))
 	for i, e := range entries {
-		c := ReviewCheck{Seq: e.Seq, Review: e.Review, Accepted: fold.Rejected[i] == nil, Decides: i == fold.Decides}
+		c := service.ReviewCheck{Seq: e.Seq, Review: e.Review, Accepted: fold.Rejected[i] == nil, Decides: i == fold.Decides}
 		if err := fold.Rejected[i]; err != nil {
 			c.Code = string(schema.CodeOf(err))
-			c.Reason = err.Error()
-			if c.Code != "" {
-				c.Reason = strings.Replace(c.Reason, c.Code+": ", "", 1)
-			}
+			c.Reason = schema.TextOf(err)
 		}
 		out[i] = c
 	}

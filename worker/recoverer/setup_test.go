@@ -207,18 +207,6 @@ func (as *assessments) count(session, callID string) int {
 	return len(as.m[[2]string{session, callID}])
 }
 
-// eventually polls cond until it holds or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // review signs a review of session/callID with kp.
 func review(t *testing.T, kp nkeys.KeyPair, session, callID string, v schema.Verdict) schema.Review {
 	t.Helper()

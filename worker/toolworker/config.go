@@ -51,6 +51,15 @@ type Config struct {
 	// PlanRetryDelay is the delay of a negative acknowledgement of a plan
 	// for a session another process owns. Defaults to 250 ms.
 	PlanRetryDelay time.Duration
+	// CallTimeout bounds how long the worker's gateway (jw.api.call) waits
+	// for the tool.result of a request it published. Defaults to
+	// DefaultCallTimeout.
+	CallTimeout time.Duration
+	// DisableGateway skips serving jw.api.call (the gateway's micro
+	// service, service.GatewayName). Defaults to false: every worker
+	// serves it, load balanced. The topology's connection must carry no
+	// other micro service.
+	DisableGateway bool
 	// Runtime is the template of every session's runtime: admission hooks,
 	// BudgetLimit, DefaultTask, timeouts, output limit, clock. Its Session,
 	// Log, Registry, Plans, Budget and Logger are set by the worker. The
@@ -96,6 +105,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.PlanRetryDelay <= 0 {
 		c.PlanRetryDelay = DefaultPlanRetryDelay
+	}
+	if c.CallTimeout <= 0 {
+		c.CallTimeout = DefaultCallTimeout
 	}
 	return c
 }

@@ -2,14 +2,17 @@
 // requests that agents publish on jw.requests.<session>, owns sessions
 // through their leases, and runs every request through the canonical
 // runtime of package worker. It also executes the retry plans published on
-// jw.plans.<session>.
+// jw.plans.<session>, and serves jw.api.call (its [Gateway]).
 //
 // # Ownership and order
 //
 // A session is run by exactly one owner at a time: the worker that holds its
-// lease in jw_leases. Taking a session is DESIGN §5's takeover: acquire the
-// lease (a new, higher epoch), append session.fenced, load the confirmed
-// history. From then on every event the worker appends carries that epoch,
+// lease in jw_leases. Taking a session is DESIGN §5's takeover, done by
+// package stream: the lease is held with stream.Topology.HoldLease (which
+// guards appends by the local clock) when the session is taken, and the log
+// is fenced and the confirmed history loaded (stream.Topology.Confirm) only
+// when a first call must be recorded; a request that cannot become a call
+// is answered without touching the log. From then on every event the worker appends carries that epoch,
 // the lease is renewed every RenewInterval, and the session's requests are
 // read by a consumer filtered on jw.requests.<session> alone, with
 // MaxAckPending 1 and one request run at a time: requests of a session run
@@ -71,7 +74,7 @@
 // A plan that jw_plans already holds as consumed is acknowledged at once. A
 // plan for a session this worker
 // owns, or can take, is queued behind that session's current request and
-// run with Gateway.CallWithOptions{Retry: plan}; the runtime verifies it and
+// run with worker.Gateway.CallWithOptions (CallOptions{Retry: plan}); the runtime verifies it and
 // consumes it in jw_plans with a compare-and-set, so a plan delivered twice,
 // or to two workers, is attempted at most once. A plan for a session another
 // process owns is negatively acknowledged with PlanRetryDelay and comes
@@ -80,7 +83,21 @@
 //
 // # Requests that never become calls
 //
-// The runtime records nothing for an unknown tool or an invalid call, so
-// nothing appears on the session log for such a request: an agent waiting
-// for its tool.result (jw.api.call) times out. The worker logs it.
+// A request that can never become a call (malformed, an unknown tool, too
+// large to record, a full or corrupt session log) gets a durable answer on
+// jw.answers.<session> with its code, and is terminated: nothing is
+// written to the session log. jw.api.call answers with that code.
+//
+// # The gateway (jw.api.call)
+//
+// Every worker serves jw.api.call as the micro service "jingwei-gateway"
+// (service.GatewayName) unless Config.DisableGateway is set; [Gateway] is
+// usable on its own too. A call publishes the request on
+// jw.requests.<session> (Nats-Msg-Id = request_id) and polls the stored
+// session log for the tool.call carrying its request id and that call's
+// tool.result, which it answers with; never a message from the wire. A
+// request id already in the log is answered from the log without running
+// again; a request refused for good is answered with the code recorded on
+// jw.answers.<session>; no result within CallTimeout is result_pending
+// (the call may still run).
 package toolworker

@@ -11,13 +11,10 @@ var (
 	// has run before: a Worker runs once.
 	ErrRunning = errors.New("toolworker: Run called twice")
 
-	// ErrSessionLost is what appends of a session the worker no longer owns
-	// fail with (it also matches stream.ErrFenced, so the runtime stops
-	// writing for good): the lease was lost or could not be renewed within
-	// its TTL.
-	ErrSessionLost = errors.New("toolworker: session lease lost")
-
 	// ErrInvalidRequest describes a tool request that cannot become a call;
 	// such a request is terminated and logged.
 	ErrInvalidRequest = errors.New("toolworker: invalid request")
 )
+
+// errGivenBack ends the hold of a session the worker gives back itself.
+var errGivenBack = errors.New("session given back")

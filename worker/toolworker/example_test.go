@@ -4,13 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/jingwei/jingwei/schema"
-	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/tools"
 	"github.com/jingwei/jingwei/worker"
 	"github.com/jingwei/jingwei/worker/toolworker"
@@ -23,20 +20,13 @@ import (
 func Example() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	dir, _ := os.MkdirTemp("", "jingwei-toolworker-example")
-	defer os.RemoveAll(dir)
-	srv, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{Dir: dir, Listen: "127.0.0.1:-1", Sync: stream.SyncInterval})
+	srv, err := streamtest.New(streamtest.Config{})
 	if err != nil {
 		panic(err)
 	}
-	defer srv.Shutdown()
-	nc, _ := srv.Connect()
-	defer nc.Close()
-	js, _ := jetstream.New(nc)
-	topo, err := stream.EnsureTopology(ctx, js, stream.TopologyConfig{})
-	if err != nil {
-		panic(err)
-	}
+	defer srv.Close()
+	topo := srv.Topology
+	js := topo.JS
 	tl, err := tools.New(ctx, tools.Config{JS: js})
 	if err != nil {
 		panic(err)

@@ -154,18 +154,6 @@ func publishRaw(t *testing.T, topo *stream.Topology, session string, b []byte) {
 	}
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func history(t *testing.T, topo *stream.Topology, session string) []schema.Event {
 	t.Helper()
 	h, err := topo.Load(context.Background(), session)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,11 +23,9 @@ const fetchWait = 5 * time.Second
 // ackTimeout bounds the acknowledgement of a request or plan.
 const ackTimeout = 5 * time.Second
 
-// errGivenBack stops the log of a session the worker gives back itself.
-var errGivenBack = errors.New("session given back")
-
-// session is one session the worker owns: its lease, its fenced log behind
-// a guard, its runtime and its request consumer. One goroutine (run) runs
+// session is one session the worker owns: its lease hold, its fenced log
+// behind the hold's guard (stream.Takeover), its runtime and its request
+// consumer. One goroutine (run) runs
 // its requests and plans one at a time.
 type session struct {
 	w      *Worker
@@ -41,10 +38,9 @@ type session struct {
 	closing bool        // guarded by w.mu: no more work is routed here
 	ready   atomic.Bool // taken: lease, fence, history, consumer in place
 
-	lease *stream.Lease
-	glog  *guardedLog
-	rt    *worker.Runtime
-	cons  jetstream.Consumer
+	hold *stream.LeaseHold
+	rt   *worker.Runtime
+	cons jetstream.Consumer
 	// work is the context of calls and bodies: cancelled when the session
 	// is lost, or when the drain times out.
 	work       context.Context
@@ -68,30 +64,30 @@ type job struct {
 
 func (s *session) drain() { s.once.Do(func() { close(s.drainc) }) }
 
-// take acquires the session: its lease and its request consumer. The log
-// is fenced only when there is something to record (confirm): a request
-// that cannot become a call is answered without touching the log.
+// take acquires the session: its lease (held with the lease-clock guard,
+// stream.HoldLease) and its request consumer. The log is fenced only when
+// there is something to record (confirm): a request that cannot become a
+// call is answered without touching the log.
 func (s *session) take(ctx context.Context) error {
 	w := s.w
 	s.log = w.log.With().Str("session", s.id).Logger()
-	t0 := time.Now()
-	lease, err := w.topo.AcquireLease(ctx, s.id, w.cfg.Owner)
+	s.work, s.cancelWork = context.WithCancel(w.hardStop)
+	hold, err := w.topo.HoldLease(ctx, s.id, w.cfg.Owner, s.lost)
 	if err != nil {
+		s.cancelWork()
 		return err
 	}
-	s.lease = lease
-	s.work, s.cancelWork = context.WithCancel(w.hardStop)
-	s.glog = &guardedLog{until: t0.Add(w.ttl), onCall: s.recorded, onLost: s.lost}
+	s.hold = hold
 	s.seen = make(map[string]struct{})
 	if err := s.openConsumer(ctx); err != nil {
 		s.cancelWork()
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
 		defer cancel()
-		_ = lease.Release(rctx)
+		_ = hold.Release(rctx)
 		return err
 	}
 	s.ready.Store(true)
-	s.log.Info().Uint64("epoch", lease.Epoch).Msg("session taken")
+	s.log.Info().Uint64("epoch", hold.Epoch()).Msg("session taken")
 	return nil
 }
 
@@ -103,14 +99,11 @@ func (s *session) confirm(ctx context.Context) error {
 	if s.rt != nil {
 		return nil
 	}
-	if err := s.glog.lost(); err != nil {
-		return err
-	}
-	lg, h, err := s.w.topo.FenceLoad(ctx, s.id, s.w.cfg.Owner, s.lease.Epoch)
+	tk, err := s.w.topo.Confirm(ctx, s.hold)
 	if err != nil {
 		return fmt.Errorf("fence and load: %w", err)
 	}
-	s.glog.log = lg
+	h := tk.History
 	s.mu.Lock()
 	for i := range h {
 		if c := h[i].Call; c != nil && c.RequestID != "" {
@@ -119,12 +112,12 @@ func (s *session) confirm(ctx context.Context) error {
 	}
 	seen := len(s.seen)
 	s.mu.Unlock()
-	rt, err := s.w.newRuntime(s.id, s.glog, h)
+	rt, err := s.w.newRuntime(s.id, recordingLog{GuardedLog: tk.Log, onCall: s.recorded}, h)
 	if err != nil {
 		return err
 	}
 	s.rt = rt
-	s.log.Info().Uint64("epoch", s.lease.Epoch).Int("events", len(h)).Int("requests_seen", seen).Msg("session log fenced and loaded")
+	s.log.Info().Uint64("epoch", s.hold.Epoch()).Int("events", len(h)).Int("requests_seen", seen).Msg("session log fenced and loaded")
 	return nil
 }
 
@@ -154,7 +147,8 @@ func (s *session) openConsumer(ctx context.Context) error {
 	return nil
 }
 
-// lost is called once when the guarded log stops.
+// lost is called once when the session's hold ends (not when it is
+// released).
 func (s *session) lost(err error) {
 	s.cancelWork()
 	if !errors.Is(err, errGivenBack) {
@@ -260,7 +254,7 @@ loop:
 		case p := <-s.plans:
 			s.runPlan(p)
 		}
-		if s.glog.lost() != nil || s.failed.Load() {
+		if s.hold.Err() != nil || s.failed.Load() {
 			reason = "lost or failed"
 			break loop
 		}
@@ -287,16 +281,17 @@ loop:
 // session is still ours.
 func (s *session) giveBack(reason string) {
 	defer s.cancelWork()
-	if s.glog.lost() != nil {
+	if s.hold.Err() != nil {
 		s.log.Info().Str("reason", reason).Msg("session dropped (lost)")
 		return
 	}
-	s.glog.lose(errGivenBack)
+	s.hold.Lose(errGivenBack) // no more appends
+	lease := s.hold.Lease()
 	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 	defer cancel()
 	// Only a live lease entitles the worker to touch the consumer: a new
 	// owner has one of the same name.
-	if err := s.lease.Renew(ctx); err != nil {
+	if err := lease.Renew(ctx); err != nil {
 		s.log.Info().Err(err).Str("reason", reason).Msg("session dropped (lease gone)")
 		return
 	}
@@ -311,14 +306,15 @@ func (s *session) giveBack(reason string) {
 			s.log.Warn().Err(err).Msg("could not write deferred budget counts")
 		}
 	}
-	if err := s.lease.Release(ctx); err != nil {
+	if err := lease.Release(ctx); err != nil {
 		s.log.Warn().Err(err).Msg("could not release lease")
 	}
 	s.log.Info().Str("reason", reason).Msg("session given back")
 }
 
 // renew renews the lease every RenewInterval until ctx ends; a lost lease,
-// or one that could not be renewed within its TTL, loses the session.
+// or one that could not be renewed within its TTL, ends the hold
+// (LeaseHold.Renew), which loses the session.
 func (s *session) renew(ctx context.Context) {
 	t := time.NewTicker(s.w.cfg.RenewInterval)
 	defer t.Stop()
@@ -328,24 +324,15 @@ func (s *session) renew(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		t0 := time.Now()
 		rctx, cancel := context.WithTimeout(ctx, s.w.cfg.RenewInterval)
-		err := s.lease.Renew(rctx)
+		err := s.hold.Renew(rctx)
 		cancel()
 		switch {
 		case err == nil:
-			s.glog.extend(t0, s.w.ttl)
-		case ctx.Err() != nil:
-			return
-		case errors.Is(err, stream.ErrLeaseLost):
-			s.glog.lose(err)
+		case ctx.Err() != nil || s.hold.Err() != nil:
 			return
 		default:
 			s.log.Warn().Err(err).Msg("lease renewal failed")
-			if s.glog.expired(time.Now()) {
-				s.glog.lose(fmt.Errorf("lease not renewed within its TTL: %w", err))
-				return
-			}
 		}
 	}
 }
@@ -429,7 +416,7 @@ func (s *session) runRequest(m jetstream.Msg) {
 		_ = m.Ack()
 		return
 	}
-	if s.glog.lost() != nil {
+	if s.hold.Err() != nil {
 		_ = m.Nak()
 		return
 	}
@@ -456,10 +443,7 @@ func (s *session) refuse(m jetstream.Msg, r schema.Request, code schema.Code, wh
 	}
 	ctx, cancel := context.WithTimeout(s.work, ackTimeout)
 	defer cancel()
-	msg := why.Error()
-	if c := schema.CodeOf(why); c != "" {
-		msg = strings.Replace(msg, string(c)+": ", "", 1)
-	}
+	msg := schema.TextOf(why)
 	err := s.w.topo.PublishAnswer(ctx, schema.Answer{Session: s.id, RequestID: r.RequestID, Code: code, Message: msg, At: time.Now().UTC()})
 	if err != nil {
 		lg.Warn().Err(err).Msg("answer not recorded; request left for redelivery")
@@ -479,7 +463,7 @@ func (s *session) runPlan(p planJob) {
 		s.w.backOff(s.id)
 		return
 	}
-	if s.glog.lost() != nil {
+	if s.hold.Err() != nil {
 		_ = p.msg.NakWithDelay(s.w.cfg.PlanRetryDelay)
 		return
 	}
@@ -492,7 +476,7 @@ func (s *session) runPlan(p planJob) {
 	s.mu.Lock()
 	acked := j.acked
 	s.mu.Unlock()
-	if !acked && errors.Is(err, worker.ErrPlanRefused) {
+	if !acked && errors.Is(err, schema.ErrPlanRefused) {
 		lg.Info().Err(err).Msg("plan refused; not attempted")
 		_ = p.msg.Ack()
 		return
@@ -514,13 +498,13 @@ func (s *session) settle(lg zerolog.Logger, j *job, res worker.Result, err error
 			ev = ev.Str("stage", string(res.Stage))
 		}
 		ev.Msg("call done")
-		if c := worker.CodeOf(err); c == worker.CodeLog || c == worker.CodeFenced {
+		if c := schema.CodeOf(err); c == schema.CodeLog || c == schema.CodeFenced {
 			s.failed.Store(true)
 		}
 		return
 	}
-	switch code := worker.CodeOf(err); {
-	case code == worker.CodeUnknownTool || code == worker.CodeInvalidCall:
+	switch code := schema.CodeOf(err); {
+	case code == schema.CodeUnknownTool || code == schema.CodeInvalidCall:
 		lg.Warn().Err(err).Msg("terminated: cannot become a call")
 		_ = j.msg.TermWithReason(err.Error())
 		return
@@ -539,7 +523,7 @@ func (s *session) settle(lg zerolog.Logger, j *job, res worker.Result, err error
 	// found there and not run again).
 	lg.Warn().Err(err).Msg("call not recorded; left for redelivery")
 	_ = j.msg.Nak()
-	if s.glog.lost() == nil {
+	if s.hold.Err() == nil {
 		s.failed.Store(true)
 	}
 }
@@ -572,4 +556,20 @@ func unrecordable(err error) schema.Code {
 		return schema.CodeCorruptHistory
 	}
 	return ""
+}
+
+// recordingLog is a session's appender: the takeover's guarded log, with
+// every tool.call the log acknowledged reported to onCall.
+type recordingLog struct {
+	*stream.GuardedLog
+	onCall func(*schema.Call)
+}
+
+// Append appends ev and reports a recorded tool.call.
+func (l recordingLog) Append(ctx context.Context, ev schema.Event) (uint64, error) {
+	seq, err := l.GuardedLog.Append(ctx, ev)
+	if err == nil && ev.Type == schema.TypeCall && ev.Call != nil {
+		l.onCall(ev.Call)
+	}
+	return seq, err
 }

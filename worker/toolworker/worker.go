@@ -79,15 +79,15 @@ func (w *Worker) Owned() []string {
 	return out
 }
 
-
 // requestConsumerName is the per-session consumer on JW_REQUESTS.
 func (w *Worker) requestConsumerName(session string) string {
 	return w.topo.StreamName("req_" + session)
 }
 
 // Run runs the worker until ctx is cancelled, then drains (see the package
-// documentation) and returns nil. It returns an error if it cannot set up
-// its subscription or plan consumer. Run may be called once.
+// documentation) and returns nil. It serves jw.api.call (its Gateway)
+// unless Config.DisableGateway is set. It returns an error if it cannot set
+// up its subscription, plan consumer or gateway. Run may be called once.
 func (w *Worker) Run(ctx context.Context) error {
 	if !w.running.CompareAndSwap(false, true) {
 		return ErrRunning
@@ -96,7 +96,7 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	// Hints: every published request names its session.
 	hints := make(chan string, 1024)
-	sub, err := w.topo.JS.Conn().Subscribe(w.topo.Prefix+".requests.*", func(m *nats.Msg) {
+	sub, err := w.topo.JS.Conn().Subscribe(w.topo.RequestsSubject("*"), func(m *nats.Msg) {
 		select {
 		case hints <- stream.SessionOf(m.Subject):
 		default: // the poll finds it
@@ -110,13 +110,29 @@ func (w *Worker) Run(ctx context.Context) error {
 	pcons, err := w.topo.PlanLog.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable:       w.topo.PlanConsumerName(),
 		Description:   "jingwei tool workers: retry plans to execute",
-		FilterSubject: w.topo.Prefix + ".plans.*",
+		FilterSubject: w.topo.PlansSubject("*"),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       w.cfg.AckWait,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	})
 	if err != nil {
 		return fmt.Errorf("toolworker: plan consumer: %w", err)
+	}
+	stopGateway := func() {}
+	if !w.cfg.DisableGateway {
+		gw, err := NewGateway(GatewayConfig{Topology: w.topo, CallTimeout: w.cfg.CallTimeout, Owner: w.cfg.Owner, Logger: w.log})
+		if err != nil {
+			return err
+		}
+		// Calls in flight when the drain starts still wait for their
+		// result (CallTimeout bounds them); new ones go to other workers.
+		svc, err := gw.Serve(context.WithoutCancel(ctx))
+		if err != nil {
+			return fmt.Errorf("toolworker: gateway: %w", err)
+		}
+		var once sync.Once
+		stopGateway = func() { once.Do(func() { _ = svc.Stop() }) }
+		defer stopGateway()
 	}
 	w.log.Info().Int("max_sessions", w.cfg.MaxSessions).Dur("lease_ttl", w.ttl).Msg("tool worker running")
 
@@ -125,6 +141,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	go func() { defer loops.Done(); w.discover(ctx, hints) }()
 	go func() { defer loops.Done(); w.consumePlans(ctx, pcons) }()
 	<-ctx.Done()
+	stopGateway()
 	loops.Wait()
 
 	// Drain: no new work; running bodies finish, then leases are released.
@@ -167,7 +184,7 @@ func (w *Worker) discover(ctx context.Context, hints <-chan string) {
 
 // poll tries to take every session that has requests waiting.
 func (w *Worker) poll(ctx context.Context) {
-	info, err := w.topo.Requests.Info(ctx, jetstream.WithSubjectFilter(w.topo.Prefix+".requests.*"))
+	info, err := w.topo.Requests.Info(ctx, jetstream.WithSubjectFilter(w.topo.RequestsSubject("*")))
 	if err != nil {
 		if ctx.Err() == nil {
 			w.log.Warn().Err(err).Msg("poll of waiting requests failed")

@@ -14,6 +14,7 @@ import (
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/tools"
 	"github.com/jingwei/jingwei/worker"
 	"github.com/jingwei/jingwei/worker/toolworker"
@@ -69,8 +70,8 @@ func TestRequestsSpreadAndRunInOrder(t *testing.T) {
 	for range 2 {
 		ws = append(ws, start(t, toolworker.Config{Topology: topo, Registry: registry(t, p.tools()...), MaxSessions: 3, PollInterval: 50 * time.Millisecond}))
 	}
-	eventually(t, 30*time.Second, "all requests run", func() bool { return p.total() == sessions*perSession })
-	eventually(t, 10*time.Second, "all requests acknowledged", func() bool { return waiting(t, topo) == 0 })
+	streamtest.Eventually(t, 30*time.Second, "all requests run", func() bool { return p.total() == sessions*perSession })
+	streamtest.Eventually(t, 10*time.Second, "all requests acknowledged", func() bool { return waiting(t, topo) == 0 })
 
 	want := make([]int, perSession)
 	for n := range want {
@@ -139,11 +140,11 @@ func TestRequestIDRunsAtMostOnce(t *testing.T) {
 	publish(t, topo, s, "r-1", "echo", `{"n":1}`)
 
 	start(t, toolworker.Config{Topology: topo, Registry: registry(t, p.tools()...), PollInterval: 50 * time.Millisecond})
-	eventually(t, 10*time.Second, "r-1 recorded", func() bool { return results(t, topo, s) == 2 })
+	streamtest.Eventually(t, 10*time.Second, "r-1 recorded", func() bool { return results(t, topo, s) == 2 })
 	publish(t, topo, s, "r-1", "echo", `{"n":1}`)
 	publish(t, topo, s, "r-2", "echo", `{"n":2}`)
-	eventually(t, 10*time.Second, "r-2 recorded", func() bool { return results(t, topo, s) == 3 })
-	eventually(t, 10*time.Second, "requests acknowledged", func() bool { return waiting(t, topo) == 0 })
+	streamtest.Eventually(t, 10*time.Second, "r-2 recorded", func() bool { return results(t, topo, s) == 3 })
+	streamtest.Eventually(t, 10*time.Second, "requests acknowledged", func() bool { return waiting(t, topo) == 0 })
 
 	if got := p.ran(s); !slices.Equal(got, []int{100, 1, 2}) {
 		t.Fatalf("bodies ran %v, want [100 1 2] (r-old by the earlier owner only, r-1 once)", got)
@@ -199,8 +200,8 @@ func TestInvalidRequestsTerminated(t *testing.T) {
 	publish(t, topo, s, "r-unknown", "no.such.tool", `{}`)
 	publish(t, topo, s, "r-ok", "echo", `{"n":7}`)
 	start(t, toolworker.Config{Topology: topo, Registry: registry(t, p.tools()...), PollInterval: 50 * time.Millisecond})
-	eventually(t, 10*time.Second, "r-ok recorded", func() bool { return results(t, topo, s) == 1 })
-	eventually(t, 10*time.Second, "queue empty", func() bool { return waiting(t, topo) == 0 })
+	streamtest.Eventually(t, 10*time.Second, "r-ok recorded", func() bool { return results(t, topo, s) == 1 })
+	streamtest.Eventually(t, 10*time.Second, "queue empty", func() bool { return waiting(t, topo) == 0 })
 	cs := calls(t, topo, s)
 	if len(cs) != 1 || cs[0].RequestID != "r-ok" || !slices.Equal(p.ran(s), []int{7}) {
 		t.Fatalf("calls %+v, ran %v", cs, p.ran(s))
@@ -240,7 +241,7 @@ func TestLeaseLossStopsSession(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("body not cancelled after the lease was lost")
 	}
-	eventually(t, 10*time.Second, "session dropped", func() bool { return !slices.Contains(r.w.Owned(), s) })
+	streamtest.Eventually(t, 10*time.Second, "session dropped", func() bool { return !slices.Contains(r.w.Owned(), s) })
 	h := history(t, topo, s)
 	last := h[len(h)-1]
 	if last.Type != schema.TypeFenced || last.Fence.Owner != "thief" {
@@ -262,7 +263,7 @@ func TestFencedWorkerStopsAndRequestRunsOnce(t *testing.T) {
 	const s = "fenced"
 	publish(t, topo, s, "r-1", "echo", `{"n":1}`)
 	start(t, toolworker.Config{Topology: topo, Registry: registry(t, p.tools()...), PollInterval: 50 * time.Millisecond})
-	eventually(t, 10*time.Second, "r-1 recorded", func() bool { return results(t, topo, s) == 1 })
+	streamtest.Eventually(t, 10*time.Second, "r-1 recorded", func() bool { return results(t, topo, s) == 1 })
 	high, err := topo.HighestEpoch(ctx, s)
 	if err != nil {
 		t.Fatal(err)
@@ -271,7 +272,7 @@ func TestFencedWorkerStopsAndRequestRunsOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	publish(t, topo, s, "r-2", "echo", `{"n":2}`)
-	eventually(t, 15*time.Second, "r-2 recorded", func() bool { return results(t, topo, s) == 2 })
+	streamtest.Eventually(t, 15*time.Second, "r-2 recorded", func() bool { return results(t, topo, s) == 2 })
 	if got := p.ran(s); !slices.Equal(got, []int{1, 2}) {
 		t.Fatalf("ran %v, want [1 2]", got)
 	}
@@ -367,12 +368,12 @@ func TestPlanExecutedOnce(t *testing.T) {
 	tl.FailAfterWrite(1)
 	publish(t, topo, s, "r-1", tools.OrdersCreate, `{"sku":"A-1","qty":2}`)
 	start(t, toolworker.Config{Topology: topo, Registry: registry(t, tl.List()...), PollInterval: 50 * time.Millisecond, IdleTimeout: 200 * time.Millisecond})
-	eventually(t, 10*time.Second, "first attempt recorded", func() bool { return results(t, topo, s) == 1 })
+	streamtest.Eventually(t, 10*time.Second, "first attempt recorded", func() bool { return results(t, topo, s) == 1 })
 	first := calls(t, topo, s)[0]
 
 	// The host prepares a plan (the session is given back when idle, so
 	// the history is confirmed once the lease is free).
-	eventually(t, 10*time.Second, "session given back", func() bool {
+	streamtest.Eventually(t, 10*time.Second, "session given back", func() bool {
 		_, ok, err := topo.LeaseHolder(ctx, s)
 		return err == nil && !ok
 	})
@@ -388,7 +389,7 @@ func TestPlanExecutedOnce(t *testing.T) {
 	if _, err := topo.JS.Publish(ctx, topo.PlansSubject(s), pb); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "retry recorded", func() bool { return results(t, topo, s) == 2 })
+	streamtest.Eventually(t, 10*time.Second, "retry recorded", func() bool { return results(t, topo, s) == 2 })
 	// Published again: delivered, refused as consumed, nothing recorded.
 	if _, err := topo.JS.Publish(ctx, topo.PlansSubject(s), pb); err != nil {
 		t.Fatal(err)
@@ -397,7 +398,7 @@ func TestPlanExecutedOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "plans handled", func() bool {
+	streamtest.Eventually(t, 10*time.Second, "plans handled", func() bool {
 		ci, err := cons.Info(ctx)
 		return err == nil && ci.NumPending == 0 && ci.NumAckPending == 0 && ci.Delivered.Stream >= 2
 	})
@@ -463,7 +464,7 @@ func TestUnloadableSessionBacksOff(t *testing.T) {
 	// The log can never record a call: the request is answered so
 	// (corrupt_history on jw.answers.<session>), once, and nothing runs.
 	var a schema.Answer
-	eventually(t, 10*time.Second, "the request answered", func() bool {
+	streamtest.Eventually(t, 10*time.Second, "the request answered", func() bool {
 		var ok bool
 		a, ok, _ = topo.FindAnswer(ctx, s, "r-1")
 		return ok
@@ -494,7 +495,7 @@ func TestPlanRunsOnTheOwner(t *testing.T) {
 	tl.FailAfterWrite(1)
 	publish(t, topo, s, "r-1", tools.OrdersCreate, `{"sku":"B-2","qty":1}`)
 	a := start(t, toolworker.Config{Topology: topo, Registry: registry(t, tl.List()...), Owner: "tw-a", PollInterval: 50 * time.Millisecond, PlanRetryDelay: 20 * time.Millisecond})
-	eventually(t, 10*time.Second, "first attempt recorded", func() bool { return results(t, topo, s) == 1 })
+	streamtest.Eventually(t, 10*time.Second, "first attempt recorded", func() bool { return results(t, topo, s) == 1 })
 	if !slices.Contains(a.w.Owned(), s) {
 		t.Fatalf("worker A owns %v, want %s", a.w.Owned(), s)
 	}
@@ -513,7 +514,7 @@ func TestPlanRunsOnTheOwner(t *testing.T) {
 	if _, err := topo.JS.Publish(ctx, topo.PlansSubject(s), pb); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "retry recorded", func() bool { return results(t, topo, s) == 2 })
+	streamtest.Eventually(t, 10*time.Second, "retry recorded", func() bool { return results(t, topo, s) == 2 })
 	h := history(t, topo, s)
 	var retryEpoch, fenceEpochA uint64
 	for _, ev := range h {

@@ -1,0 +1,147 @@
+package recoverer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jingwei/jingwei/recovery"
+	"github.com/jingwei/jingwei/schema"
+)
+
+// HeaderAssessmentID carries an assessment's identity,
+// "a.<session>.<call_id>.<evidence>": the same for the same assessment from
+// any recoverer, so consumers can drop repeats (a redelivery after a
+// crash, several recoverers). Only assessments published after a load
+// (takeover, retries) also use it as Nats-Msg-Id; the classifier's do not,
+// because server-side dedup costs a third of its throughput.
+const HeaderAssessmentID = "Jw-Assessment-Id"
+
+// publisher publishes assessments on jw.assessments.<session> (async for
+// the classifier, sync after a load) and, for the issuer, any message with
+// a Msg-Id (publishSync). Every published assessment is passed to noted.
+type publisher struct {
+	*base
+	async jetstream.JetStream // own context, so flushes wait for our publishes only
+	noted func(schema.Assessment)
+}
+
+func newPublisher(b *base, noted func(schema.Assessment)) (*publisher, error) {
+	async, err := jetstream.New(b.t.JS.Conn())
+	if err != nil {
+		return nil, fmt.Errorf("recoverer: jetstream: %w", err)
+	}
+	return &publisher{base: b, async: async, noted: noted}, nil
+}
+
+// pending is an async publish in flight.
+type pending struct {
+	msg *nats.Msg
+	id  string
+	f   jetstream.PubAckFuture
+}
+
+// assessmentMsg builds the message of an assessment; its Msg-Id makes the
+// same assessment from several recoverers, or after a redelivery, one
+// message.
+func (p *publisher) assessmentMsg(a schema.Assessment) (msg *nats.Msg, id string) {
+	msg = nats.NewMsg(p.t.AssessmentsSubject(a.Session))
+	// The contract comes from a decoded event, so its effect is valid:
+	// the only error AppendAssessment has cannot happen.
+	msg.Data, _ = schema.AppendAssessment(make([]byte, 0, 256), &a)
+	id = "a." + a.Session + "." + a.CallID + "." + a.Evidence
+	msg.Header.Set(HeaderAssessmentID, id)
+	return msg, id
+}
+
+// publishAsync publishes an assessment without waiting for its ack
+// (awaitPublished waits).
+func (p *publisher) publishAsync(a schema.Assessment) (pending, error) {
+	msg, id := p.assessmentMsg(a)
+	f, err := p.async.PublishMsgAsync(msg)
+	if err != nil {
+		return pending{}, fmt.Errorf("publish assessment: %w", err)
+	}
+	p.noted(a)
+	return pending{msg: msg, id: id, f: f}, nil
+}
+
+// awaitPublished waits for the acks of async publishes and re-sends
+// (synchronously, same Msg-Id) those that failed.
+func (p *publisher) awaitPublished(ctx context.Context, ps []pending) error {
+	for _, q := range ps {
+		select {
+		case <-q.f.Ok():
+			continue
+		case err := <-q.f.Err():
+			p.log.Warn().Err(err).Str("subject", q.msg.Subject).Msg("assessment publish failed; re-sending")
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if err := p.publishSync(ctx, q.msg, q.id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// publishSync publishes msg with Msg-Id id, retrying transport errors with
+// backoff until ctx ends.
+func (p *publisher) publishSync(ctx context.Context, msg *nats.Msg, id string) error {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 20*time.Millisecond, 2*time.Second, 30*time.Second
+	return backoff.Retry(func() error {
+		m := nats.NewMsg(msg.Subject)
+		m.Data = msg.Data
+		for k, v := range msg.Header {
+			if k != jetstream.MsgIDHeader {
+				m.Header[k] = v
+			}
+		}
+		_, err := p.t.JS.PublishMsg(ctx, m, jetstream.WithMsgID(id))
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.Code != 503 {
+			return backoff.Permanent(err)
+		}
+		return err
+	}, backoff.WithContext(b, ctx))
+}
+
+// publishAssessment publishes one assessment synchronously.
+func (p *publisher) publishAssessment(ctx context.Context, a schema.Assessment) error {
+	msg, id := p.assessmentMsg(a)
+	if err := p.publishSync(ctx, msg, id); err != nil {
+		return fmt.Errorf("publish assessment of %s/%s: %w", a.Session, a.CallID, err)
+	}
+	p.noted(a)
+	return nil
+}
+
+// publishOpen inspects each of the calls of the confirmed history h and
+// publishes its assessment synchronously; it returns the assessments. A
+// call that cannot be assessed is logged and skipped.
+func (p *publisher) publishOpen(ctx context.Context, session string, h []schema.Event, calls []string) ([]schema.Assessment, error) {
+	var out []schema.Assessment
+	for _, id := range calls {
+		a, err := inspect(h, id)
+		if err != nil {
+			p.log.Warn().Err(err).Str("session", session).Str("call_id", id).Msg("call not assessed after takeover")
+			continue
+		}
+		if err := p.publishAssessment(ctx, a); err != nil {
+			return out, err
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// inspect classifies callID in the loaded history h.
+func inspect(h []schema.Event, callID string) (schema.Assessment, error) {
+	return recovery.Inspect(schema.Events(h), callID)
+}

@@ -1,0 +1,92 @@
+package service
+
+import (
+	"github.com/jingwei/jingwei/effect"
+	"github.com/jingwei/jingwei/schema"
+)
+
+// Target is the request body of jw.api.inspect and jw.api.prepare
+// (target.schema.json).
+type Target struct {
+	Session string `json:"session"`
+	CallID  string `json:"call_id"`
+}
+
+// StatusRequest is the request body of jw.api.status
+// (statusrequest.schema.json); an empty body asks about every session.
+type StatusRequest struct {
+	Session string `json:"session,omitempty"`
+	// CallID, with Session, asks for the call's reviews too (Status.Reviews):
+	// how the recovery worker judges each review on jw.reviews.<session>
+	// for it.
+	CallID string `json:"call_id,omitempty"`
+}
+
+// Status is the answer of jw.api.status (status.schema.json).
+type Status struct {
+	// Session is the session asked about, "" for all.
+	Session string `json:"session,omitempty"`
+	// OpenCalls are the calls without a result yet, as the recovery
+	// worker's classifier tracks them.
+	OpenCalls []OpenCall `json:"open_calls"`
+	// AwaitingReview are the calls whose latest assessment the recovery
+	// worker published is needs_review and for which no plan was issued
+	// since (at most the 10,000 most recent).
+	AwaitingReview []schema.Assessment `json:"awaiting_review"`
+	// Plans counts the plans in jw_plans by state.
+	Plans PlanCounts `json:"plans"`
+	// Stats are the classifier's counters.
+	Stats Stats `json:"stats"`
+	// Reviews are the reviews of one call (only when the request named a
+	// call), in stream order, each as prepare would judge it.
+	Reviews []ReviewCheck `json:"reviews,omitempty"`
+}
+
+// OpenCall describes a call that has no result yet, as jw.api.status
+// shows it.
+type OpenCall struct {
+	Session  string          `json:"session"`
+	CallID   string          `json:"call_id"`
+	Tool     string          `json:"tool"`
+	Task     string          `json:"task,omitempty"`
+	Key      string          `json:"key,omitempty"`
+	Contract effect.Contract `json:"contract"`
+	Epoch    uint64          `json:"epoch"`
+	Seq      uint64          `json:"seq"`
+	Started  bool            `json:"started"`
+}
+
+// PlanCounts counts plans by state.
+type PlanCounts struct {
+	Issued   int `json:"issued"`
+	Consumed int `json:"consumed"`
+	// IssuedIDs lists the plans still issued (for one session only).
+	IssuedIDs []string `json:"issued_ids,omitempty"`
+}
+
+// Stats are the recovery worker's classifier counters.
+type Stats struct {
+	// EventsSeen is how many session events the classifier has read since
+	// the process started.
+	EventsSeen uint64 `json:"events_seen"`
+	// OpenCalls is how many calls the classifier tracks as open: its memory
+	// is proportional to this, not to EventsSeen.
+	OpenCalls int `json:"open_calls"`
+}
+
+// ReviewCheck is one review of a call on jw.reviews.<session>, judged as
+// prepare judges it: Accepted when it is well formed, for its subject's
+// session, signed by a trusted reviewer key and not in conflict with a
+// completed review of the call before it (completed is final: a later
+// review with another verdict is rejected with review_conflict); otherwise
+// Code and Reason say why it is ignored. Decides marks the one review that
+// prepare applies: the latest accepted one.
+type ReviewCheck struct {
+	// Seq is the review's sequence in JW_REVIEWS.
+	Seq      uint64        `json:"seq"`
+	Review   schema.Review `json:"review"`
+	Accepted bool          `json:"accepted"`
+	Decides  bool          `json:"decides,omitempty"`
+	Code     string        `json:"code,omitempty"`
+	Reason   string        `json:"reason,omitempty"`
+}

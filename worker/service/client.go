@@ -1,0 +1,133 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream"
+)
+
+// DefaultTimeout bounds one Client request (ClientConfig.Timeout).
+const DefaultTimeout = 30 * time.Second
+
+// ClientConfig configures a Client. Every field has a default.
+type ClientConfig struct {
+	// Prefix is the topology's subject prefix. Defaults to
+	// stream.DefaultPrefix ("jw").
+	Prefix string
+	// Timeout bounds each request, on top of the deadline of its ctx.
+	// Defaults to DefaultTimeout. A call waits for its tool's result:
+	// give it more than the service's own call timeout.
+	Timeout time.Duration
+}
+
+// Client is a typed client of the `jingwei` services (jw.api.*): one
+// method per endpoint, ctx first. An error answer is returned as a
+// *schema.Error with the service's code (match it with the schema
+// sentinels); no service is ErrNoService; no answer within the timeout is
+// a no_answer *schema.Error. Safe for concurrent use; the zero value is
+// not usable, build it with NewClient.
+type Client struct {
+	nc      *nats.Conn
+	prefix  string
+	timeout time.Duration
+}
+
+// NewClient returns a client that sends its requests on nc. The caller
+// keeps nc and closes it.
+func NewClient(nc *nats.Conn, cfg ClientConfig) *Client {
+	if cfg.Prefix == "" {
+		cfg.Prefix = stream.DefaultPrefix
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	return &Client{nc: nc, prefix: cfg.Prefix, timeout: cfg.Timeout}
+}
+
+// Call sends the tool request q to jw.api.call and returns the tool.result
+// event it ended with, as the session log holds it. A request refused for
+// good comes back as the code the tool worker recorded (unknown_tool,
+// invalid_request, request_too_large, history_too_large); no result in
+// the service's time is result_pending (the call may still run: ask again
+// with the same request id). A result that is not ok is not an error here:
+// read its Status.
+func (c *Client) Call(ctx context.Context, q schema.Request) (schema.Event, error) {
+	var ev schema.Event
+	err := c.Request(ctx, EndpointCall, q, &ev)
+	return ev, err
+}
+
+// Inspect asks jw.api.inspect for the assessment of callID in session.
+func (c *Client) Inspect(ctx context.Context, session, callID string) (schema.Assessment, error) {
+	var a schema.Assessment
+	err := c.Request(ctx, EndpointInspect, Target{Session: session, CallID: callID}, &a)
+	return a, err
+}
+
+// Prepare asks jw.api.prepare for the retry plan of callID in session.
+func (c *Client) Prepare(ctx context.Context, session, callID string) (schema.Plan, error) {
+	var p schema.Plan
+	err := c.Request(ctx, EndpointPrepare, Target{Session: session, CallID: callID}, &p)
+	return p, err
+}
+
+// Status asks jw.api.status (the zero StatusRequest: every session).
+func (c *Client) Status(ctx context.Context, req StatusRequest) (Status, error) {
+	var st Status
+	err := c.Request(ctx, EndpointStatus, req, &st)
+	return st, err
+}
+
+// Request sends body as JSON to the endpoint and decodes the answer into
+// out: the generic form of the typed methods, for endpoints they do not
+// cover.
+func (c *Client) Request(ctx context.Context, endpoint string, body, out any) error {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return fmt.Errorf("service: encode %s request: %w", endpoint, err)
+	}
+	subj := stream.APISubject(c.prefix, endpoint)
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	msg, err := c.nc.RequestWithContext(ctx, subj, b)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return fmt.Errorf("%w on %s", ErrNoService, subj)
+	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil:
+		return &schema.Error{Code: schema.CodeNoAnswer, Message: fmt.Sprintf("no answer on %s within %s: the service is busy or the call is still running", subj, c.timeout), Err: err}
+	case err != nil:
+		return fmt.Errorf("service: request %s: %w", subj, err)
+	}
+	if e := AnswerError(msg); e != nil {
+		return e
+	}
+	if err := schema.Unmarshal(msg.Data, out); err != nil {
+		return fmt.Errorf("%w: the answer of %s is not what this client expects (%v): %.200s", ErrUnexpectedAnswer, subj, err, msg.Data)
+	}
+	return nil
+}
+
+// AnswerError returns the error an answer carries, or nil for an ordinary
+// answer: the error body (schema.DecodeErrorBody), else micro's error
+// headers (code internal when the code header is missing).
+func AnswerError(msg *nats.Msg) *schema.Error {
+	if e, ok := schema.DecodeErrorBody(msg.Data); ok {
+		return e
+	}
+	if desc := msg.Header.Get(micro.ErrorHeader); desc != "" {
+		code := schema.Code(msg.Header.Get(micro.ErrorCodeHeader))
+		if code == "" {
+			code = schema.CodeInternal
+		}
+		return &schema.Error{Code: code, Message: desc}
+	}
+	return nil
+}
