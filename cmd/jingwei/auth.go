@@ -28,7 +28,7 @@ const authHelp = `  jingwei auth init   --dir DIR [--prefix jw] [--tools-prefix 
                       [--account JINGWEI] [--json]
 
 Every jingwei client connects as one role: agent, reviewer, host, worker,
-recoverer or admin (DESIGN §4a). The trusted roles (worker, recoverer,
+recoverer or admin (docs/protocol.md §4). The trusted roles (worker, recoverer,
 admin) share one NATS account, JINGWEI (--account), which holds JetStream
 and the streams. Each other role has an account of its own (JINGWEI_AGENT,
 JINGWEI_REVIEWER, JINGWEI_HOST) that imports from JINGWEI only the services

@@ -28,7 +28,7 @@ func init() {
 
 const callHelp = `  jingwei call --session S --tool NAME [--task T] [--args JSON] [--request-id ID] [--json]
 
-Sends a tool request (DESIGN §3) to the jingwei service (jw.api.call), which
+Sends a tool request (docs/protocol.md §5) to the jingwei service (jw.api.call), which
 publishes it on jw.requests.<session> for a tool worker, waits for the call's
 tool.result on the session log and answers with it. A request id is made up
 when none is given; sending the same --request-id again never runs the tool a
@@ -50,7 +50,7 @@ Exit status:
      output_limit); with --json the tool.result is included as "event"`
 
 // clientFlags are the flags of every client command: the connection flags
-// of DESIGN §7 (natsFlags: --server, --creds, --nkey, --tlsca, --prefix),
+// of docs/protocol.md §13 (natsFlags: --server, --creds, --nkey, --tlsca, --prefix),
 // --timeout and the log flags.
 type clientFlags struct {
 	nats    natsFlags

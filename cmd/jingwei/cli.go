@@ -11,7 +11,7 @@ import (
 	"strings"
 )
 
-// Exit statuses (DESIGN §7).
+// Exit statuses (docs/protocol.md §13).
 const (
 	exitOK      = 0
 	exitFailure = 1 // an unexpected failure (I/O, server unreachable)

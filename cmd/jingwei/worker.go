@@ -55,8 +55,8 @@ Credentials: --creds FILE or --nkey FILE, else the worker role's key in the
 Exit status: 0 after a clean drain; 1 the server is unreachable or the
 topology conflicts; 2 usage.`
 
-// natsFlags are the connection flags of the long-running commands (DESIGN
-// §7): --server, --creds, --nkey, --tlsca and the subject --prefix.
+// natsFlags are the connection flags of the long-running commands (docs/protocol.md
+// §13): --server, --creds, --nkey, --tlsca and the subject --prefix.
 type natsFlags struct {
 	server, creds, nkey, tlsca, prefix, auth string
 }
