@@ -301,6 +301,8 @@ func Connect(ctx context.Context, cfg ConnectConfig) (*nats.Conn, error) {
 	opts := []nats.Option{
 		nats.Name(cfg.Name),
 		nats.MaxReconnects(-1),
+		// One dial may not outlast the whole first-connection budget.
+		nats.Timeout(min(cfg.ConnectTimeout, 2*time.Second)),
 		nats.CustomReconnectDelay(reconnectDelay()),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {

@@ -60,7 +60,7 @@ type clientFlags struct {
 
 func (c *clientFlags) register(fs *flag.FlagSet, timeout time.Duration) {
 	c.nats.register(fs)
-	fs.DurationVar(&c.timeout, "timeout", timeout, "how long to wait for the service's answer")
+	fs.DurationVar(&c.timeout, "timeout", timeout, "how long to wait for the server and the service's answer (connecting included)")
 	c.log.register(fs)
 }
 
@@ -71,6 +71,7 @@ func (c *clientFlags) connect(ctx context.Context, name string, stderr io.Writer
 	if err != nil {
 		return nil, err
 	}
+	c.nats.connectTimeout = c.timeout
 	nc, err := c.nats.connect(ctx, name, log)
 	if err != nil {
 		return nil, err

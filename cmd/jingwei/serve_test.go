@@ -300,3 +300,20 @@ func TestWorkerUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestCLIKeepsItsWord: help of an unknown command is a usage error like the
+// unknown command itself, and --timeout bounds connecting to a server that
+// is not there.
+func TestCLIKeepsItsWord(t *testing.T) {
+	if code, _, stderr := runCLI("help", "nosuch"); code != exitUsage || !strings.Contains(stderr, `unknown command "nosuch"`) {
+		t.Errorf("help nosuch: exit %d %q, want 2", code, stderr)
+	}
+	t0 := time.Now()
+	code, stdout, _ := runCLI("status", "--timeout", "1s", "--server", "nats://127.0.0.1:1")
+	if took := time.Since(t0); code != exitFailure || took > 2500*time.Millisecond {
+		t.Errorf("status --timeout 1s against no server: exit %d after %s (%s), want 1 within about a second", code, took, stdout)
+	}
+	if strings.Contains(stdout, "requires credentials") {
+		t.Errorf("a server that is not there is not an authorization problem: %s", stdout)
+	}
+}

@@ -59,6 +59,9 @@ topology conflicts; 2 usage.`
 // §13): --server, --creds, --nkey, --tlsca and the subject --prefix.
 type natsFlags struct {
 	server, creds, nkey, tlsca, prefix, auth string
+	// connectTimeout bounds the first connection (0: stream.Connect's
+	// default); client commands set it to their --timeout.
+	connectTimeout time.Duration
 }
 
 func (n *natsFlags) register(fs *flag.FlagSet) {
