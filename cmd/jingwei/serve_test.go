@@ -320,7 +320,13 @@ func TestCLIKeepsItsWord(t *testing.T) {
 	// A server that is there: a refused or missing credential is not
 	// answered with "is a server running?".
 	dir := filepath.Join(t.TempDir(), "data")
-	url, _, _ := startServe(t, dir)
+	url, serveErr, _ := startServe(t, dir, "--log-level", "info")
+	if strings.Contains(serveErr.String(), "Starting nats-server") {
+		t.Errorf("serve printed the embedded server's banner without --server-log: %s", serveErr)
+	}
+	if _, withLog, _ := startServe(t, filepath.Join(t.TempDir(), "data"), "--log-level", "info", "--server-log", "--no-worker"); !strings.Contains(withLog.String(), "Starting nats-server") {
+		t.Errorf("serve --server-log does not show the embedded server's log: %s", withLog)
+	}
 	stranger := filepath.Join(t.TempDir(), "stranger.nk") // a user key the server does not know
 	if code, _, stderr := runCLI("keys", "new", "--out", stranger); code != exitOK {
 		t.Fatalf("keys new: %d %s", code, stderr)
