@@ -149,6 +149,9 @@ type Config struct {
 	// SettleTimeout bounds each wait for the system to settle (after the
 	// faults, after the host phase). Defaults to 60 s + 10 lease TTLs.
 	SettleTimeout time.Duration
+	// Strict makes the crash → first assessment bound (its p99) decide
+	// the exit status too; by default latencies are reported only.
+	Strict bool
 	// HostRounds bounds the rounds of the host and reviewer phase (prepare,
 	// review, prepare again, let the plans run). Defaults to 6.
 	HostRounds int

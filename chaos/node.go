@@ -112,3 +112,20 @@ func splitHostPort(hp string) (string, int, error) {
 	}
 	return h, port, nil
 }
+
+// Args returns the command line (after the program name) of `jingwei chaos
+// node` that runs cfg; the command parses exactly these flags back.
+func (c NodeConfig) Args() []string {
+	args := []string{"chaos", "node", "--name", c.Name, "--dir", c.Dir, "--listen", c.Listen, "--auth", c.AuthDir}
+	if c.Sync != "" {
+		args = append(args, "--sync", string(c.Sync))
+	}
+	if c.ClusterName != "" {
+		args = append(args, "--cluster-name", c.ClusterName, "--cluster-listen", c.ClusterListen,
+			"--routes", strings.Join(c.Routes, ","))
+		if c.ClusterAdvertise != "" {
+			args = append(args, "--cluster-advertise", c.ClusterAdvertise)
+		}
+	}
+	return args
+}
