@@ -406,7 +406,11 @@ func (h *harness) workload(ctx context.Context) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				if !sleepCtx(fctx, time.Until(h.t0.Add(pf.At))) {
+				at := pf.At
+				if pf.Kind == "pause" {
+					at = max(0, at-pauseLead(cfg.LeaseTTL))
+				}
+				if !sleepCtx(fctx, time.Until(h.t0.Add(at))) {
 					return
 				}
 				if pf.Kind == "recoverer_kill" {
@@ -545,26 +549,24 @@ func errString(err error) string {
 // own charge, when it wakes, lands after a truthful review: the zombie of
 // issue 12. fctx ends the workload; the pause then still resumes.
 func (h *harness) pause(ctx, fctx context.Context, pf plannedFault) {
-	var cand *slot
-	for _, sl := range h.sup.live("worker") {
-		if _, p := h.sup.state(sl); p.Before > 0 {
-			cand = sl
-			break
+	// Lead time: the target is restarted early with bodies that wait
+	// before their side effect, and left alone by the killer, so that it
+	// owns sessions with payments when the pause comes.
+	cand := h.workers[pf.Target]
+	if !h.sup.running(cand) {
+		if live := h.sup.live("worker"); len(live) > 0 {
+			cand = live[0]
 		}
 	}
-	if cand == nil {
-		sl := h.workers[pf.Target]
-		if !h.sup.running(sl) {
-			h.note("pause at +%.0fs skipped: %s is not running", pf.At.Seconds(), sl.name)
-			return
-		}
-		h.sup.reserve(sl)
-		h.killWorker(ctx, sl, profile{Before: max(h.cfg.ToolDelay, 1500*time.Millisecond)}, ", restarted with a delay before its bodies for a pause")
-		cand = sl
-	} else {
-		h.sup.reserve(cand)
-	}
+	h.sup.reserve(cand)
 	defer h.sup.release(cand)
+	if _, p := h.sup.state(cand); p.Before <= 0 {
+		h.killWorker(ctx, cand, profile{Before: max(h.cfg.ToolDelay, 1500*time.Millisecond)}, ", restarted with a delay before its bodies for a pause")
+	}
+	if !sleepCtx(fctx, time.Until(h.t0.Add(pf.At))) {
+		h.note("pause planned at +%.0fs skipped: the workload ended first", pf.At.Seconds())
+		return
+	}
 	owner, _ := h.sup.state(cand)
 	what := "a payment before its charge"
 	for deadline := time.Now().Add(10 * time.Second); !h.live.startedPayment(owner); {
@@ -620,7 +622,7 @@ func (h *harness) pause(ctx, fctx context.Context, pf plannedFault) {
 						break
 					}
 				}
-				hctx, cancel := context.WithDeadline(ctx, at.Add(ttl+20*time.Second))
+				hctx, cancel := context.WithDeadline(ctx, at.Add(ttl+10*time.Second))
 				defer cancel()
 				planID, _ := h.handle(hctx, nil, c.Key, a.Decision, false)
 				h.mu.Lock()
@@ -638,6 +640,10 @@ func (h *harness) pause(ctx, fctx context.Context, pf plannedFault) {
 	}
 	sleepCtx(ctx, time.Until(at.Add(ttl+time.Second+time.Duration(rand.Int64N(int64(2*time.Second))))))
 }
+
+// pauseLead is how long before a pause its worker is restarted with the
+// bodies it needs (it must own sessions by then).
+func pauseLead(ttl time.Duration) time.Duration { return 2*ttl + 3*time.Second }
 
 // restoreAll brings every process back once the faults have stopped: the
 // routes heal, every node, tool worker and recovery worker that is down is

@@ -41,7 +41,7 @@ type workload struct {
 // newWorkload draws the actions: half orders, half payments, over the
 // sessions at random, published evenly over the first 85 % of d (the rest
 // leaves time for faults on the last calls); a fraction republish of them
-// published again 0.2 to 8 s after the first.
+// published again 0.2 to 8 s after the first (within 95 % of d).
 func newWorkload(rng *rand.Rand, runID string, actions, sessions int, republish float64, d time.Duration) *workload {
 	w := &workload{}
 	span := time.Duration(float64(d) * 0.85)
@@ -68,7 +68,7 @@ func newWorkload(rng *rand.Rand, runID string, actions, sessions int, republish 
 		at := span * time.Duration(i) / time.Duration(max(actions, 1))
 		w.pubs = append(w.pubs, publication{At: at, Action: i, MsgID: true})
 		if rng.Float64() < republish {
-			again := at + 200*time.Millisecond + time.Duration(rng.Int64N(int64(7800*time.Millisecond)))
+			again := min(at+200*time.Millisecond+time.Duration(rng.Int64N(int64(7800*time.Millisecond))), d*95/100)
 			w.pubs = append(w.pubs, publication{At: again, Action: i, Again: true, MsgID: rng.IntN(2) == 0})
 		}
 	}
