@@ -541,13 +541,16 @@ func errString(err error) string {
 }
 
 // pause freezes a tool worker in the middle of a payment, before its
-// charge when it can (an incarnation that waits before its bodies: one is
-// started for the purpose if none runs), and resumes it after more than a
-// lease TTL. Unless NoReviewDuringPause, the host and the reviewer handle
-// the calls it left open while it is frozen — the reviewer finds no charge
-// and signs not_executed, the retry charges — so that the frozen worker's
-// own charge, when it wakes, lands after a truthful review: the zombie of
-// issue 12. fctx ends the workload; the pause then still resumes.
+// charge: pauseLead ahead of the planned time its slot is restarted with
+// bodies that wait before their side effect (and the killer leaves it
+// alone), so that it owns sessions with payments; at the planned time it
+// waits (10 s at most) until one of its payments is started and SIGSTOPs
+// it. Unless NoReviewDuringPause, the host and the reviewer handle the
+// calls it left while it is frozen — the reviewer finds no charge and signs
+// not_executed, the retry charges — and SIGCONT comes after more than a
+// lease TTL, so the frozen worker's own charge lands after a truthful
+// review: the zombie of issue 12. fctx ends with the workload: a pause not
+// started by then is skipped; one started still resumes.
 func (h *harness) pause(ctx, fctx context.Context, pf plannedFault) {
 	// Lead time: the target is restarted early with bodies that wait
 	// before their side effect, and left alone by the killer, so that it

@@ -229,28 +229,9 @@ func parseRange(s string) ([2]time.Duration, bool, error) {
 // chaos run (chaos.NodeConfig.Args writes its command line), run until
 // SIGTERM or SIGINT.
 func runChaosNode(ctx context.Context, args []string, stderr io.Writer) int {
-	fs := newFlags("chaos node", "Run one NATS node of a chaos run (internal: jingwei chaos starts it).", "", stderr)
-	var (
-		lf  logFlags
-		cfg chaos.NodeConfig
-	)
-	lf.register(fs)
-	var syncMode, routes string
-	fs.StringVar(&cfg.Name, "name", "", "server name")
-	fs.StringVar(&cfg.Dir, "dir", "", "JetStream store directory")
-	fs.StringVar(&cfg.Listen, "listen", "", "client address host:port")
-	fs.StringVar(&cfg.AuthDir, "auth", "", "role-credentials directory")
-	fs.StringVar(&syncMode, "sync", "", "fsync mode: interval or always")
-	fs.StringVar(&cfg.ClusterName, "cluster-name", "", "cluster name (empty: a single node)")
-	fs.StringVar(&cfg.ClusterListen, "cluster-listen", "", "route listener host:port")
-	fs.StringVar(&routes, "routes", "", "route URLs to dial, comma separated")
-	fs.StringVar(&cfg.ClusterAdvertise, "cluster-advertise", "", "route address advertised to the other nodes")
-	if st, ok := parseFlags(fs, args); !ok {
+	cfg, lf, st, ok := parseChaosNode(args, stderr)
+	if !ok {
 		return st
-	}
-	cfg.Sync = stream.SyncMode(syncMode)
-	if routes != "" {
-		cfg.Routes = strings.Split(routes, ",")
 	}
 	log, err := lf.logger(stderr)
 	if err != nil {
@@ -268,4 +249,32 @@ func runChaosNode(ctx context.Context, args []string, stderr io.Writer) int {
 		return exitFailure
 	}
 	return exitOK
+}
+
+// parseChaosNode parses the flags chaos.NodeConfig.Args writes.
+func parseChaosNode(args []string, stderr io.Writer) (chaos.NodeConfig, logFlags, int, bool) {
+	fs := newFlags("chaos node", "Run one NATS node of a chaos run (internal: jingwei chaos starts it).", "", stderr)
+	var (
+		lf  logFlags
+		cfg chaos.NodeConfig
+	)
+	lf.register(fs)
+	var syncMode, routes string
+	fs.StringVar(&cfg.Name, "name", "", "server name")
+	fs.StringVar(&cfg.Dir, "dir", "", "JetStream store directory")
+	fs.StringVar(&cfg.Listen, "listen", "", "client address host:port")
+	fs.StringVar(&cfg.AuthDir, "auth", "", "role-credentials directory")
+	fs.StringVar(&syncMode, "sync", "", "fsync mode: interval or always")
+	fs.StringVar(&cfg.ClusterName, "cluster-name", "", "cluster name (empty: a single node)")
+	fs.StringVar(&cfg.ClusterListen, "cluster-listen", "", "route listener host:port")
+	fs.StringVar(&routes, "routes", "", "route URLs to dial, comma separated")
+	fs.StringVar(&cfg.ClusterAdvertise, "cluster-advertise", "", "route address advertised to the other nodes")
+	if st, ok := parseFlags(fs, args); !ok {
+		return cfg, lf, st, false
+	}
+	cfg.Sync = stream.SyncMode(syncMode)
+	if routes != "" {
+		cfg.Routes = strings.Split(routes, ",")
+	}
+	return cfg, lf, 0, true
 }
