@@ -42,8 +42,12 @@ func (h *harness) hostPhase(ctx context.Context) error {
 				continue
 			}
 			for _, hd := range x.heads(a.Session, a.RequestID) {
-				if !hd.Final() {
-					waiting++ // still running, or its lease not expired yet
+				if !hd.Final() && round == 1 {
+					// Still running, or its lease not expired yet. From
+					// the second round on it is prepared anyway: a prepare
+					// takes an open call with no live lease over (and
+					// answers not_confirmed under a live one).
+					waiting++
 					continue
 				}
 				t := hostTask{action: a, key: hd.Key, decision: latestDecision(x, hd.Key)}

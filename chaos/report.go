@@ -177,6 +177,10 @@ type ReportConfig struct {
 	Partitions     int     `json:"partitions"`
 	Republish      float64 `json:"republish"`
 	Sync           string  `json:"sync"`
+	// KillEvery is the range between two tool-worker kills (none: null).
+	KillEvery    []Seconds `json:"kill_every"`
+	SlowFraction float64   `json:"slow_fraction"`
+	ToolDelay    Seconds   `json:"tool_delay"`
 }
 
 // Failed returns the rows with Must set that were not met.

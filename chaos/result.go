@@ -18,8 +18,12 @@ func (h *harness) report() *Report {
 			Actions: cfg.Actions, Sessions: cfg.Sessions, Workers: cfg.Workers, Nodes: cfg.Nodes, Replicas: cfg.Replicas,
 			LeaseTTL: Seconds(cfg.LeaseTTL.Seconds()), Duration: Seconds(cfg.Duration.Seconds()),
 			RecovererKills: n(cfg.RecovererKills), Pauses: n(cfg.Pauses), Republish: fraction(cfg.Republish), Sync: cfg.Sync,
+			SlowFraction: fraction(cfg.SlowFraction), ToolDelay: Seconds(cfg.ToolDelay.Seconds()),
 		},
 		Latency: Latency{P50: Seconds(math.NaN()), P90: Seconds(math.NaN()), P99: Seconds(math.NaN()), Max: Seconds(math.NaN())},
+	}
+	if !cfg.NoWorkerKills {
+		rep.Config.KillEvery = []Seconds{Seconds(cfg.KillEvery[0].Seconds()), Seconds(cfg.KillEvery[1].Seconds())}
 	}
 	if cfg.Mode == ModeCluster {
 		rep.Config.NodeKills, rep.Config.Partitions = n(cfg.NodeKills), n(cfg.Partitions)

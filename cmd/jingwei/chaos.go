@@ -65,7 +65,7 @@ again, every plan runs; then everything is read back as admin and checked:
 --seed repeats a run's random choices (the workload, the schedule, the
 delays; printed in the report). --quick is the short schedule: 200 actions
 over 25 s, fewer faults (a few minutes in all). --json prints the report as
-JSON. A progress bar runs on stderr when it is a terminal (not with --json).
+JSON (--report FILE writes it to a file as well). A progress bar runs on stderr when it is a terminal (not with --json).
 
 Exit status: 0 every must-be-0 invariant is 0; 1 one is not (or, with
 --strict, the p99 latency misses its bound), or the run could not complete;
@@ -105,6 +105,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	auth := fs.String("auth", "", "the existing deployment's role-credentials directory (with --server)")
 	reviewerKey := fs.String("reviewer-key", "", "nkey seed of a reviewer the deployment's recovery workers trust (with --server; default: a fresh key only the harness's own recovery worker trusts)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
+	reportFile := fs.String("report", "", "also write the JSON report to this file")
 	seed := fs.Int64("seed", 0, "seed of every random choice (default: from the clock; printed)")
 	actions := fs.Int("actions", 0, "logical actions (default 1000, 200 with --quick)")
 	sessions := fs.Int("sessions", 40, "sessions the actions are spread over")
@@ -183,6 +184,14 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	rep, err := chaos.Run(ctx, cfg)
 	if errors.Is(err, chaos.ErrInvalidConfig) {
 		return usageError(stderr, "chaos", "%v", err)
+	}
+	if rep != nil && *reportFile != "" {
+		if f, ferr := os.Create(*reportFile); ferr != nil {
+			fmt.Fprintf(stderr, "jingwei chaos: --report: %v\n", ferr)
+		} else {
+			_ = rep.WriteJSON(f)
+			f.Close()
+		}
 	}
 	if rep != nil {
 		if *asJSON {
