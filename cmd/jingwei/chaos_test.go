@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -86,8 +85,8 @@ type chaosReport struct {
 	} `json:"latency"`
 }
 
-// TestChaosQuick runs `jingwei chaos --quick --single` as a user would
-// (the real binary, its own child processes) and checks the report's shape
+// TestChaosQuick runs `jingwei chaos --quick --single` (the command in this
+// process, its child processes the real binary) and checks the report's shape
 // and that the run really exercised its faults: workers and the recovery
 // worker were killed, a kill left a call open, a plan ran, a review was
 // signed, and the exit status agrees with the must-hold rows. It does not
@@ -119,26 +118,19 @@ func TestChaosQuick(t *testing.T) {
 			if mode != "" {
 				args = append(args, mode)
 			}
+			// The harness runs in the test process (so -race watches it);
+			// its child processes are the binary built above.
 			ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 			defer cancel()
-			var out, errb bytes.Buffer
-			cmd := exec.CommandContext(ctx, bin, args...)
-			cmd.Stdout, cmd.Stderr = &out, &errb
+			var out, errb lockedBuffer
 			start := time.Now()
-			err := cmd.Run()
-			code := 0
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				code = ee.ExitCode()
-			} else if err != nil {
-				t.Fatalf("jingwei chaos: %v\n%s", err, errb.String())
-			}
+			code := run(ctx, append(args, "--exe", bin), &out, &errb)
 			t.Logf("jingwei chaos --quick %s: exit %d in %s", name, code, time.Since(start).Round(time.Second))
 			if code != exitOK && code != exitFailure {
 				t.Fatalf("exit %d\nstderr:\n%s", code, errb.String())
 			}
 			var rep chaosReport
-			if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+			if err := json.Unmarshal([]byte(out.String()), &rep); err != nil {
 				t.Fatalf("stdout is not the JSON report: %v\n%s\nstderr:\n%s", err, out.String(), errb.String())
 			}
 			var raw struct {
@@ -151,7 +143,7 @@ func TestChaosQuick(t *testing.T) {
 					Examples  []string `json:"examples"`
 				} `json:"rows"`
 			}
-			_ = json.Unmarshal(out.Bytes(), &raw)
+			_ = json.Unmarshal([]byte(out.String()), &raw)
 			if rep.Error != "" {
 				t.Fatalf("the run did not complete: %s\nstderr:\n%s", rep.Error, errb.String())
 			}
