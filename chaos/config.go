@@ -101,9 +101,9 @@ type Config struct {
 
 	// Workers is the number of tool-worker processes. Defaults to 3.
 	Workers int
-	// KillEvery is the range between two SIGKILLs of a tool worker (a
-	// random live one, restarted at once). Defaults to [1.5 s, 4 s]. A
-	// zero Max turns worker kills off only when NoWorkerKills is set.
+	// KillEvery is the range [min, max] between two SIGKILLs of a tool
+	// worker (a random live one, restarted at once). Defaults to [1.5 s,
+	// 4 s].
 	KillEvery [2]time.Duration
 	// NoWorkerKills turns tool-worker kills off.
 	NoWorkerKills bool
@@ -120,11 +120,11 @@ type Config struct {
 	// middle of a call and resumed (SIGCONT) after more than the lease
 	// TTL. Defaults to 2 (quick: 1); negative means none.
 	Pauses int
-	// ReviewDuringPause has the host and the reviewer handle the calls a
-	// frozen worker left open while it is still frozen (review from the
-	// ledger, prepare, let the retry run), as an operator who cannot tell
-	// a frozen worker from a dead one would; the worker resumes after.
-	// Defaults to true; set NoReviewDuringPause to turn it off.
+	// NoReviewDuringPause leaves the calls of a frozen worker alone until
+	// the host phase. By default the host and the reviewer handle them
+	// while the worker is still frozen (review from the ledger, prepare,
+	// let the retry run), as an operator who cannot tell a frozen worker
+	// from a dead one would; the worker resumes after.
 	NoReviewDuringPause bool
 	// Partitions is how many times one node is cut from the others (all
 	// its route proxies closed) and healed (ModeCluster). Defaults to 1;

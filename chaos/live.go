@@ -210,10 +210,3 @@ func (l *live) unsettled() (int, time.Time) {
 	}
 	return n, l.last
 }
-
-// counts returns the events seen and the calls seen.
-func (l *live) counts() (events, calls int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.events, len(l.calls)
-}

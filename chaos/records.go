@@ -127,24 +127,6 @@ func lastSeqOf(ms []rawMsg) uint64 {
 	return ms[len(ms)-1].Seq
 }
 
-// streamMsgs returns the number of messages a stream holds now.
-func streamMsgs(ctx context.Context, js jetstream.JetStream, name string) (uint64, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	s, err := js.Stream(ctx, name)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return 0, err
-	}
-	return info.State.Msgs, nil
-}
-
 // readSnapshot reads every stream the invariants use, as admin. Only the
 // run's own sessions (those starting with sessionPrefix) and business
 // records (markers starting with markerPrefix) are kept, so that a run
