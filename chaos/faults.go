@@ -13,9 +13,12 @@ import (
 // plannedFault is one fault of the schedule, drawn from the seed before
 // the run starts.
 type plannedFault struct {
-	At     time.Duration
-	Kind   string // recoverer_kill, node_kill, partition, pause
-	Node   int    // node_kill, partition
+	At   time.Duration
+	Kind string // recoverer_kill, node_kill, partition, pause
+	Node int    // node_kill, partition
+	// For is how long the fault lasts: a node down, a partition, a
+	// recovery worker down before its restart (0.2 to 1.5 s), a pause at
+	// least (lease TTL + 1 to 3 s).
 	For    time.Duration
 	Target int // pause: the worker slot
 }
@@ -28,7 +31,8 @@ func schedule(rng *rand.Rand, cfg Config) []plannedFault {
 	d := cfg.Duration
 	var out []plannedFault
 	for range n(cfg.RecovererKills) {
-		out = append(out, plannedFault{At: d/10 + time.Duration(rng.Int64N(int64(d*8/10))), Kind: "recoverer_kill"})
+		out = append(out, plannedFault{At: d/10 + time.Duration(rng.Int64N(int64(d*8/10))), Kind: "recoverer_kill",
+			For: 200*time.Millisecond + time.Duration(rng.Int64N(int64(1300*time.Millisecond)))})
 	}
 	if cfg.Mode == ModeCluster {
 		// In turn: a node kill, a partition, the next node kill, …
@@ -49,7 +53,7 @@ func schedule(rng *rand.Rand, cfg Config) []plannedFault {
 	}
 	for i := range n(cfg.Pauses) {
 		out = append(out, plannedFault{At: d/5 + d*6/10*time.Duration(i)/time.Duration(max(n(cfg.Pauses), 1)) + time.Duration(rng.Int64N(int64(d/20)+1)),
-			Kind: "pause", Target: rng.IntN(cfg.Workers)})
+			Kind: "pause", Target: rng.IntN(cfg.Workers), For: cfg.LeaseTTL + time.Second + time.Duration(rng.Int64N(int64(2*time.Second)))})
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].At < out[j].At })
 	return out

@@ -414,7 +414,7 @@ func (h *harness) workload(ctx context.Context) {
 					return
 				}
 				if pf.Kind == "recoverer_kill" {
-					h.killRecoverer(fctx)
+					h.killRecoverer(fctx, pf.For)
 				} else {
 					h.pause(ctx, fctx, pf)
 				}
@@ -487,12 +487,11 @@ func (h *harness) killWorker(ctx context.Context, sl *slot, p profile, why strin
 	}
 }
 
-// killRecoverer SIGKILLs the recovery worker and restarts it after 0.2 to
-// 1.5 s.
-func (h *harness) killRecoverer(ctx context.Context) {
+// killRecoverer SIGKILLs the recovery worker and restarts it after down.
+func (h *harness) killRecoverer(ctx context.Context, down time.Duration) {
 	at, _ := h.sup.kill(h.recov)
-	h.faults.add(at, "recoverer_kill", "recoverer", "")
-	sleepCtx(ctx, 200*time.Millisecond+time.Duration(rand.Int64N(int64(1300*time.Millisecond))))
+	h.faults.add(at, "recoverer_kill", "recoverer", fmt.Sprintf("restarted after %s", down.Round(10*time.Millisecond)))
+	sleepCtx(ctx, down)
 	if err := h.sup.restart(h.recov, profile{}); err != nil {
 		h.note("restart the recovery worker: %v", err)
 	}
@@ -641,7 +640,7 @@ func (h *harness) pause(ctx, fctx context.Context, pf plannedFault) {
 		}
 		wg.Wait()
 	}
-	sleepCtx(ctx, time.Until(at.Add(ttl+time.Second+time.Duration(rand.Int64N(int64(2*time.Second))))))
+	sleepCtx(ctx, time.Until(at.Add(pf.For)))
 }
 
 // pauseLead is how long before a pause its worker is restarted with the

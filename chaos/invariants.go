@@ -222,7 +222,11 @@ func openUnassessed(x *index) Row {
 	var ex []string
 	for _, k := range x.order {
 		if ci := x.calls[k]; ci.Open() && len(x.assessed[k]) == 0 {
-			ex = append(ex, ref(k))
+			how := "never fenced"
+			if f := ci.FencedAt; f != nil {
+				how = fmt.Sprintf("fenced at epoch %d by %s", f.Event.Fence.Epoch, f.Event.Fence.Owner)
+			}
+			ex = append(ex, fmt.Sprintf("%s (written by %s; %s)", ref(k), ci.Owner, how))
 		}
 	}
 	return zeroRow(rowOpenUnassessed, len(ex), ex, "tool.call with no tool.result and no assessment")
