@@ -280,3 +280,21 @@ func TestReportTableAndJSON(t *testing.T) {
 		t.Errorf("only reported rows failed: %v", err)
 	}
 }
+
+func TestConcurrentPreparesAgree(t *testing.T) {
+	for _, tt := range []struct {
+		codes, ids [3]string
+		ok         bool
+	}{
+		{[3]string{"plan", "plan", "plan"}, [3]string{"p", "p", "p"}, true},
+		{[3]string{"plan", "superseded_call", "plan"}, [3]string{"p", "", "p"}, true},
+		{[3]string{"plan", "plan", "plan"}, [3]string{"p", "q", "p"}, false},
+		{[3]string{"internal", "plan", "plan"}, [3]string{"", "p", "p"}, false},
+		{[3]string{"superseded_call", "superseded_call", "superseded_call"}, [3]string{}, false},
+		{[3]string{"plan", "timeout", "plan"}, [3]string{"p", "", "p"}, false},
+	} {
+		if got := groupAgrees(tt.codes, tt.ids); got != tt.ok {
+			t.Errorf("%v %v: %v, want %v", tt.codes, tt.ids, got, tt.ok)
+		}
+	}
+}

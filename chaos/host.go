@@ -192,8 +192,8 @@ func (h *harness) handle(ctx context.Context, a *action, k callKey, decision sch
 	return "", code
 }
 
-// prepareConcurrently sends three prepares of one call at once; each must
-// come back with the same plan. A group that does not is counted.
+// prepareConcurrently sends three prepares of one call at once; they must
+// agree (groupAgrees). A group that does not is counted.
 func (h *harness) prepareConcurrently(ctx context.Context, k callKey) (schema.Plan, string, string) {
 	type answer struct {
 		plan      schema.Plan
@@ -215,12 +215,7 @@ func (h *harness) prepareConcurrently(ctx context.Context, k callKey) (schema.Pl
 	h.mu.Lock()
 	h.concurrent++
 	h.mu.Unlock()
-	ok := true
-	for _, a := range out {
-		if a.code != codePlan || a.plan.PlanID != out[0].plan.PlanID {
-			ok = false
-		}
-	}
+	ok := groupAgrees([3]string{out[0].code, out[1].code, out[2].code}, [3]string{out[0].plan.PlanID, out[1].plan.PlanID, out[2].plan.PlanID})
 	if !ok {
 		var codes []string
 		for _, a := range out {
@@ -236,6 +231,25 @@ func (h *harness) prepareConcurrently(ctx context.Context, k callKey) (schema.Pl
 		}
 	}
 	return out[0].plan, out[0].code, out[0].msg
+}
+
+// groupAgrees reports whether three concurrent prepares of one call agree:
+// every one answered with the same plan, except that one handled after the
+// plan's attempt was already recorded may answer superseded_call (the
+// retry is the latest call now) as long as another got the plan.
+func groupAgrees(codes, ids [3]string) bool {
+	plan := ""
+	for i, c := range codes {
+		switch {
+		case c == codePlan && (plan == "" || ids[i] == plan):
+			plan = ids[i]
+		case c == codePlan:
+			return false // two different plans for one call
+		case c != string(schema.CodeSupersededCall):
+			return false
+		}
+	}
+	return plan != ""
 }
 
 // waitPlans waits until every plan's attempt is on the log with a result,

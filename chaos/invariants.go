@@ -99,7 +99,7 @@ func check(f *facts, s *snapshot) ([]Row, Latency) {
 		stuckActions(f, x),
 		untruthfulReviews(x),
 		lateEffects(x),
-		infoRow(rowConcurrent, len(f.ConcurrentMismatch), f.ConcurrentMismatch, "groups of 3 concurrent prepares of one call not all answered with the same plan"),
+		infoRow(rowConcurrent, len(f.ConcurrentMismatch), f.ConcurrentMismatch, "groups of 3 concurrent prepares of one call that did not all get the same plan (superseded_call allowed once the plan ran)"),
 	}
 	lat, latRows := latency(f, x)
 	return append(rows, latRows...), lat
