@@ -260,7 +260,11 @@ func runAuthCheck(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		if errors.Is(err, stream.ErrInsecureFile) || errors.Is(err, stream.ErrBadKey) || errors.Is(err, iofs.ErrNotExist) {
 			return usageError(stderr, "auth", "%v", err)
 		}
-		fmt.Fprintf(stderr, "jingwei auth check: %v (is a server running at %s?)\n", err, *server)
+		if isAuthError(err) {
+			fmt.Fprintf(stderr, "jingwei auth check: %v\n", err)
+		} else {
+			fmt.Fprintf(stderr, "jingwei auth check: %v (is a server running at %s?)\n", err, *server)
+		}
 		return exitFailure
 	}
 	if *asJSON {

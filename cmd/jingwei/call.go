@@ -34,8 +34,10 @@ tool.result on the session log and answers with it. A request id is made up
 when none is given; sending the same --request-id again never runs the tool a
 second time.
 
-Output: the result (call id, status, output or error); --json prints the
-tool.result event as one JSON object.
+Output: the result (call id, status, output or error) as text; with --json
+one JSON object instead: the tool.result event when it is ok, the error body
+with the event otherwise. A refusal before any call (no event) is the error
+body, with or without --json. stdout never mixes text and JSON.
 
 Exit status:
   0  the tool ran and its result is ok
@@ -47,7 +49,8 @@ Exit status:
      tool worker saw no result in its time, no_answer when no answer came
      within --timeout: the call may still run, see 'jingwei status') or the
      result's status (rejected, failed, timeout, cancelled, budget_exhausted,
-     output_limit); with --json the tool.result is included as "event"`
+     output_limit); with --json the tool.result is included as "event";
+     without it a not-ok result is the text above`
 
 // clientFlags are the flags of every client command: the connection flags
 // of docs/protocol.md §13 (natsFlags: --server, --creds, --nkey, --tlsca, --prefix),
@@ -214,8 +217,10 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	tw.Flush()
 	if r.Status != schema.StatusOK {
+		// The table says it all: stdout holds human text or JSON, never
+		// both (the error body is what --json prints).
 		fmt.Fprintf(stdout, "\nthe call is recorded; see what recovery allows with: jingwei status --session %s\n", ev.Session)
-		return printErrorBody(stdout, resultError(&ev), nil) // the event is printed above
+		return exitRefused
 	}
 	return exitOK
 }
