@@ -1,0 +1,39 @@
+// jingwei review console: live updates without a reload. The console
+// sends "change" on /live (Server-Sent Events) when the recovery worker's
+// state, the session logs or the reviews change; this script then fetches
+// the page again and replaces its live parts (the elements with
+// data-live), leaving forms and what the reviewer typed alone.
+(function () {
+  "use strict";
+  var state = document.getElementById("live-state");
+  function show(text, cls) {
+    if (!state) return;
+    state.textContent = text;
+    state.className = "live-state " + cls;
+  }
+  var busy = false, again = false;
+  function refresh() {
+    if (busy) { again = true; return; }
+    busy = true;
+    fetch(window.location.href, { headers: { "Accept": "text/html" }, credentials: "same-origin", cache: "no-store" })
+      .then(function (r) { return r.ok ? r.text() : Promise.reject(r.status); })
+      .then(function (html) {
+        var doc = new DOMParser().parseFromString(html, "text/html");
+        document.querySelectorAll("[data-live]").forEach(function (el) {
+          var fresh = el.id && doc.getElementById(el.id);
+          if (fresh) el.replaceWith(document.importNode(fresh, true));
+        });
+        document.body.setAttribute("data-refreshed", String(Date.now()));
+      })
+      .catch(function () { show("update failed", "down"); })
+      .finally(function () {
+        busy = false;
+        if (again) { again = false; refresh(); }
+      });
+  }
+  if (!window.EventSource) { show("no live updates", "down"); return; }
+  var es = new EventSource("/live");
+  es.addEventListener("hello", function () { show("live", "up"); refresh(); });
+  es.addEventListener("change", function () { show("live", "up"); refresh(); });
+  es.onerror = function () { show("reconnecting…", "down"); };
+})();
