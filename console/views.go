@@ -28,6 +28,8 @@ type problem struct {
 	Code    string
 	Message string
 	Hint    string
+	// Latest is the latest attempt of the chain, for superseded_call.
+	Latest string
 }
 
 func newProblem(err error) *problem {
@@ -37,7 +39,7 @@ func newProblem(err error) *problem {
 	p := &problem{Message: err.Error()}
 	var e *schema.Error
 	if errors.As(err, &e) {
-		p.Code, p.Message = string(e.Code), e.Message
+		p.Code, p.Message, p.Latest = string(e.Code), e.Message, e.Latest
 		p.Hint = refusalHint(e.Code)
 	}
 	if errors.Is(err, service.ErrNoService) {
@@ -143,6 +145,9 @@ type callView struct {
 	// them.
 	Reviews    []service.ReviewCheck
 	ReviewsErr *problem
+	// Latest is the chain's latest attempt when the call is not it
+	// (superseded_call): the one to decide on.
+	Latest string
 	// Plans are the plan records of the call's chain.
 	Plans []stream.PlanRecord
 	// CanPrepare is set when the decision may allow a plan: retry_allowed,
@@ -168,6 +173,14 @@ func (c *Console) loadCall(ctx context.Context, session, callID string, a *schem
 		}
 	}
 	chain := []string{callID}
+	if p := v.AssessErr; p != nil && p.Code == string(schema.CodeSupersededCall) && p.Latest != "" {
+		// A retried call: show the whole chain, up to the latest attempt,
+		// whose assessment is the one that counts.
+		v.Latest = p.Latest
+		if la, err := c.reviewer.Inspect(ctx, session, p.Latest); err == nil && slices.Contains(la.Chain, callID) {
+			chain = la.Chain
+		}
+	}
 	if a != nil {
 		v.Assessment = a
 		v.Why = why(*a)
@@ -186,11 +199,19 @@ func (c *Console) loadCall(ctx context.Context, session, callID string, a *schem
 		if err != nil {
 			v.ChainErr = newProblem(err)
 		}
+		inChain := false
 		for _, ev := range h {
 			id := ev.CallID()
+			// The chain's events, and the fences after its first one (a
+			// takeover is why an open call can no longer get a result).
+			if ev.Fence != nil && inChain {
+				v.Chain = append(v.Chain, viewEvent(ev))
+				continue
+			}
 			if id == "" || !slices.Contains(chain, id) {
 				continue
 			}
+			inChain = true
 			v.Chain = append(v.Chain, viewEvent(ev))
 			if ev.Call != nil && id == callID {
 				v.Call = ev.Call

@@ -90,7 +90,7 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	switch {
 	case *keyFile == "":
-		return usageError(stderr, "console", "--key is required: the reviewer key the console signs with ('jingwei serve' keeps one in DATA/reviewer.nk; jingwei keys new makes one)")
+		return usageError(stderr, "console", "--key is required: the reviewer key the console signs with ('jingwei serve' keeps one in DATA/reviewer.nk, ./.jingwei/reviewer.nk by default; jingwei keys new makes one)")
 	case *timeout <= 0 || *poll <= 0:
 		return usageError(stderr, "console", "--timeout and --poll must be positive")
 	}

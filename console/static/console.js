@@ -11,6 +11,17 @@
     state.textContent = text;
     state.className = "live-state " + cls;
   }
+  // typing reports whether the reviewer has started to fill a form in el:
+  // such a part is not replaced under their hands.
+  function typing(el) {
+    var inputs = el.querySelectorAll("input, textarea, select");
+    for (var i = 0; i < inputs.length; i++) {
+      var x = inputs[i];
+      if (x.type === "hidden") continue;
+      if ((x.type === "radio" || x.type === "checkbox") ? x.checked : x.value !== "") return true;
+    }
+    return el.contains(document.activeElement) && document.activeElement !== el;
+  }
   var busy = false, again = false;
   function refresh() {
     if (busy) { again = true; return; }
@@ -20,8 +31,10 @@
       .then(function (html) {
         var doc = new DOMParser().parseFromString(html, "text/html");
         document.querySelectorAll("[data-live]").forEach(function (el) {
+          if (el.hasAttribute("data-keep-input") && typing(el)) return;
           var fresh = el.id && doc.getElementById(el.id);
-          if (fresh) el.replaceWith(document.importNode(fresh, true));
+          // Unchanged parts stay as they are (the nodes, the focus).
+          if (fresh && fresh.innerHTML !== el.innerHTML) el.replaceWith(document.importNode(fresh, true));
         });
         document.body.setAttribute("data-refreshed", String(Date.now()));
       })
