@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nkeys"
 	"github.com/rs/zerolog"
 
+	"github.com/jingwei/jingwei/metrics"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 )
@@ -68,6 +69,9 @@ type Config struct {
 	// Logger receives the console's log (failed polls, published
 	// decisions). The zero value logs nothing.
 	Logger zerolog.Logger
+	// Metrics counts the reviews the console signs and the plans it asks
+	// for (metrics.NewConsole). Nil counts nothing.
+	Metrics *metrics.Console
 	// Now is the clock reviews are stamped with. Defaults to time.Now.
 	Now func() time.Time
 }

@@ -220,6 +220,7 @@ func (c *Console) submitReview(ctx context.Context, session, call, verdict, oper
 			fl.Hint = "Review the latest attempt of a call in the session's log."
 		}
 		log.Str("code", p.Code).Msg("console: review refused")
+		c.cfg.Metrics.Reviewed(schema.Verdict(verdict), "refused")
 	case err != nil:
 		p := newProblem(err)
 		fl.Title, fl.Code, fl.Message = "Published but ignored by the recovery worker", p.Code, p.Message
@@ -229,13 +230,17 @@ func (c *Console) submitReview(ctx context.Context, session, call, verdict, oper
 			fl.Hint = "The review changes nothing: the recovery worker trusts only the keys of its --trust-reviewers; the console signs with " + rv.Signer + "."
 		}
 		log.Str("code", p.Code).Msg("console: review ignored")
+		c.cfg.Metrics.Reviewed(schema.Verdict(verdict), "ignored")
 	default:
 		fl.OK = true
 		fl.Title = fmt.Sprintf("Review %s published (%s seq %d) and accepted", verdict, rc.Stream, rc.Seq)
 		fl.Hint = reviewHint(schema.Verdict(verdict))
+		result := "accepted"
 		if rc.Check == nil {
 			fl.Title = fmt.Sprintf("Review %s published (%s seq %d); the recovery worker did not say how it judges it", verdict, rc.Stream, rc.Seq)
+			result = "unjudged"
 		}
+		c.cfg.Metrics.Reviewed(schema.Verdict(verdict), result)
 		log.Msg("console: review published")
 	}
 	return fl
@@ -261,11 +266,17 @@ func (c *Console) handlePrepare(w http.ResponseWriter, r *http.Request) {
 		p := newProblem(err)
 		fl.Title, fl.Code, fl.Message, fl.Hint = "Retry plan refused", p.Code, p.Message, p.Hint
 		c.cfg.Logger.Info().Str("session", session).Str("call_id", call).Str("code", p.Code).Msg("console: plan refused")
+		code := schema.Code(p.Code)
+		if code == "" {
+			code = schema.CodeInternal
+		}
+		c.cfg.Metrics.Prepared(code)
 	} else {
 		fl.OK, fl.Plan = true, &plan
 		fl.Title = "Retry plan " + plan.PlanID + " issued"
 		fl.Hint = fmt.Sprintf("The plan is single-use: a tool worker that owns session %s runs the retry once, with key %s.", plan.Session, plan.Key)
 		c.cfg.Logger.Info().Str("session", session).Str("call_id", call).Str("plan_id", plan.PlanID).Msg("console: plan issued")
+		c.cfg.Metrics.Prepared("")
 	}
 	c.redirect(w, r, browser, session, call, fl)
 }

@@ -80,6 +80,8 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	hostNames := fs.String("host-names", "", "comma-separated Host names the console answers to (default: loopback names; with --allow-remote: any)")
 	keyFile := fs.String("key", envOr("JINGWEI_REVIEWER_KEY", ""), "reviewer nkey seed file the console signs reviews with (required; env JINGWEI_REVIEWER_KEY)")
 	timeout := fs.Duration("timeout", console.DefaultTimeout, "how long to wait for the server and each answer (connecting included)")
+	var mf metricsFlag
+	mf.register(fs)
 	poll := fs.Duration("poll", console.DefaultPollInterval, "how often the console looks for changes to push to the open pages")
 	if st, ok := parseFlags(fs, args); !ok {
 		return st
@@ -119,6 +121,11 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	pub, _ := kp.PublicKey()
 
+	ms, err := mf.listen()
+	if err != nil {
+		return consoleFailure(stderr, err)
+	}
+	defer ms.close()
 	n.connectTimeout = *timeout
 	rc, err := n.connectConsole(ctx, reviewer, lg)
 	if err != nil {
@@ -133,7 +140,7 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) in
 
 	c, err := console.New(console.Config{
 		Reviewer: rc, Host: hc, Key: kp, Prefix: n.prefix, Timeout: *timeout,
-		PollInterval: *poll, AllowedHosts: allowed, Logger: lg,
+		PollInterval: *poll, AllowedHosts: allowed, Logger: lg, Metrics: ms.console(),
 	})
 	if err != nil {
 		return usageError(stderr, "console", "%v", err)
@@ -142,6 +149,7 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if err != nil {
 		return consoleFailure(stderr, fmt.Errorf("listen on %s: %w (is another console running? pick another --listen)", *listen, err))
 	}
+	ms.serve(ctx, "console", stderr)
 	fmt.Fprintf(stdout, "jingwei console on http://%s/ (signing as %s; Ctrl-C to stop)\n", ln.Addr(), pub)
 	if err := c.Serve(ctx, ln); err != nil {
 		return consoleFailure(stderr, err)
