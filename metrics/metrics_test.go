@@ -271,6 +271,7 @@ func TestRecoveryGauges(t *testing.T) {
 	m := metrics.NewRecovery(reg)
 	a := schema.Assessment{Session: "s", CallID: "c-1", Outcome: schema.OutcomeUncertain, Decision: schema.DecisionNeedsReview}
 	m.Assessed(a)
+	m.Assessed(a) // published again (classifier and takeover): counted once
 	src := &fakeRecoverer{st: service.Status{AwaitingReview: []schema.Assessment{a}, Plans: service.PlanCounts{Issued: 1, Consumed: 3}, Stats: service.Stats{OpenCalls: 2, EventsSeen: 9}}}
 	m.Source(src)
 	m.TookOver("s", []schema.Event{{Type: schema.TypeCall, At: time.Now().Add(-3 * time.Second), Call: &schema.Call{CallID: "c-1"}}}, []schema.Assessment{a})

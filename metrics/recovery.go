@@ -12,6 +12,10 @@ import (
 	"github.com/jingwei/jingwei/worker/service"
 )
 
+// maxSeen is how many recent assessment ids Recovery remembers to count
+// an assessment published twice once.
+const maxSeen = 10_000
+
 // RecoverySource is what Recovery reads at each scrape; *recoverer.Recoverer
 // implements it.
 type RecoverySource interface {
@@ -36,7 +40,10 @@ type Recovery struct {
 	// waiting holds when each call awaiting review was first seen
 	// needs_review by this process (published, or listed at a scrape).
 	waiting map[string]time.Time
-	now     func() time.Time
+	// seen and seenOrder are the latest maxSeen assessment ids counted.
+	seen      map[string]struct{}
+	seenOrder []string
+	now       func() time.Time
 
 	awaitingDesc, oldestDesc, openDesc, plansDesc, seenDesc, pendingDesc, ackPendingDesc, upDesc *prometheus.Desc
 }
@@ -52,7 +59,7 @@ func NewRecovery(reg prometheus.Registerer) *Recovery {
 	m := &Recovery{
 		assessments: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "assessments_total",
-			Help: "Assessments the recovery worker published, by outcome (completed, not_started, uncertain) and decision (refuse, retry_allowed, needs_review).",
+			Help: "Distinct assessments the recovery worker published (one published again counts once), by outcome (completed, not_started, uncertain) and decision (refuse, retry_allowed, needs_review).",
 		}, []string{"outcome", "decision"}),
 		takeovers: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "takeovers_total",
@@ -64,6 +71,7 @@ func NewRecovery(reg prometheus.Registerer) *Recovery {
 			Buckets: []float64{0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800},
 		}),
 		waiting:        map[string]time.Time{},
+		seen:           map[string]struct{}{},
 		now:            time.Now,
 		awaitingDesc:   d("calls_awaiting_review", "Calls whose latest assessment is needs_review and for which no plan was issued since."),
 		oldestDesc:     d("review_wait_oldest_seconds", "How long the oldest call awaiting review has waited, since this process first saw it needs_review (0 when none waits)."),
@@ -89,6 +97,22 @@ func (m *Recovery) Source(src RecoverySource) {
 // Assessed is recoverer.Observer's: it counts the assessment and notes
 // when a needs_review call started to wait.
 func (m *Recovery) Assessed(a schema.Assessment) {
+	// The same assessment is published more than once (the classifier
+	// when it reads a fence, the takeover that wrote it; a redelivery):
+	// count it once, as its Jw-Assessment-Id identifies it.
+	id := a.Session + "/" + a.CallID + "/" + a.Evidence
+	m.mu.Lock()
+	if _, dup := m.seen[id]; dup {
+		m.mu.Unlock()
+		return
+	}
+	m.seen[id] = struct{}{}
+	m.seenOrder = append(m.seenOrder, id)
+	if len(m.seenOrder) > maxSeen {
+		delete(m.seen, m.seenOrder[0])
+		m.seenOrder = m.seenOrder[1:]
+	}
+	m.mu.Unlock()
 	m.assessments.WithLabelValues(string(a.Outcome), string(a.Decision)).Inc()
 	if a.Decision == schema.DecisionNeedsReview {
 		k := a.Session + "/" + a.CallID

@@ -31,6 +31,13 @@ var consoleURLRE = regexp.MustCompile(`jingwei console on (http://\S+)/ `)
 // given) until the test ends; it returns the console's base URL.
 func startConsole(t *testing.T, url, data, key string, extra ...string) string {
 	t.Helper()
+	base, _ := startConsoleLog(t, url, data, key, extra...)
+	return base
+}
+
+// startConsoleLog is startConsole that also returns the console's stderr.
+func startConsoleLog(t *testing.T, url, data, key string, extra ...string) (string, *lockedBuffer) {
+	t.Helper()
 	if key == "" {
 		key = filepath.Join(data, reviewerKeyFile)
 	}
@@ -64,7 +71,7 @@ func startConsole(t *testing.T, url, data, key string, extra ...string) string {
 		}
 		return false
 	})
-	return base
+	return base, &errb
 }
 
 // openPayment records, as a tool worker that then died would have, a
