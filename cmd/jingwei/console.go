@@ -78,7 +78,7 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	listen := fs.String("listen", console.DefaultListen, "address the console listens on (loopback unless --allow-remote)")
 	allowRemote := fs.Bool("allow-remote", false, "allow a non-loopback --listen address (anyone who reaches it can sign with --key)")
 	hostNames := fs.String("host-names", "", "comma-separated Host names the console answers to (default: loopback names; with --allow-remote: any)")
-	keyFile := fs.String("key", envOr("JINGWEI_REVIEWER_KEY", ""), "reviewer nkey seed file the console signs reviews with (required; env JINGWEI_REVIEWER_KEY)")
+	keyFile := fs.String("key", "", "reviewer nkey seed file the console signs reviews with (required)")
 	timeout := fs.Duration("timeout", console.DefaultTimeout, "how long to wait for the server and each answer (connecting included)")
 	var mf metricsFlag
 	mf.register(fs)
