@@ -43,8 +43,8 @@ type Console struct {
 	live    *hub
 	flashes *flashes
 
-	// ready is closed once the console reached the server (Open).
-	onceTopo sync.Mutex
+	// topoMu guards topo, looked up on first use (topology).
+	topoMu sync.Mutex
 }
 
 // New checks cfg and returns a Console. It does not talk to NATS: the
@@ -83,8 +83,8 @@ func New(cfg Config) (*Console, error) {
 
 // topology returns the topology, looked up on the host connection once.
 func (c *Console) topology(ctx context.Context) (*stream.Topology, error) {
-	c.onceTopo.Lock()
-	defer c.onceTopo.Unlock()
+	c.topoMu.Lock()
+	defer c.topoMu.Unlock()
 	if c.topo != nil {
 		return c.topo, nil
 	}

@@ -200,6 +200,19 @@ func TestConsoleBrowser(t *testing.T) {
 	screenshot(t, ctx, "console-plans")
 	do(t, ctx, "the session page", chromedp.Navigate(base+"/session?session=pay-2"), chromedp.WaitVisible(chromedp.CSS(`tr.ev.ok`)))
 	screenshot(t, ctx, "console-session")
+	// Arguments are the agent's: markup in them is shown, never run.
+	do(t, ctx, "back to the list", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS("#live-state.up")))
+	openPayment(t, natsURL, dir, "pay-x", "c-pay-x", `{"account":"<img src=x onerror=\"window.jwPwned=1\"><script>window.jwPwned=2</script>","amount_cents":1}`)
+	do(t, ctx, "wait for the hostile payment", chromedp.WaitVisible(chromedp.CSS(`article[data-call="c-pay-x"]`)))
+	if v, err := chromedp.Run(ctx, chromedp.Evaluate[int](`window.jwPwned || 0`)); err != nil || v != 0 {
+		t.Fatalf("markup in the arguments ran in the page (jwPwned %d, %v)", v, err)
+	}
+	if n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll('article[data-call="c-pay-x"] img, main script').length`)); err != nil || n != 0 {
+		t.Fatalf("markup in the arguments became %d elements (%v)", n, err)
+	}
+	if s := textOf(t, ctx, `article[data-call="c-pay-x"] pre.args`); !strings.Contains(s, "<img src=x") || !strings.Contains(s, "<script>") {
+		t.Fatalf("the hostile arguments are not shown as text: %q", s)
+	}
 	if n := charges(); n["pay-2"] != 1 || n["pay-1"] != 0 {
 		t.Fatalf("ledger charges by session %v, want pay-2:1 and none for pay-1 (completed)", n)
 	}
