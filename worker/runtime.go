@@ -460,9 +460,11 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 	if limit <= 0 {
 		limit = r.cfg.DefaultOutputLimit
 	}
-	r.run(ctx, t, BodyRequest{
+	fence := Fence{Session: r.cfg.Session, Epoch: r.epoch(), CallID: callID, Task: op.Task, Key: op.Key}
+	r.run(WithFence(ctx, fence), t, BodyRequest{
 		Session: r.cfg.Session, CallID: callID, Tool: tool, Arguments: args,
 		Operation: Operation{Task: op.Task, Key: op.Key, Contract: op.Contract},
+		Fence:     fence,
 	}, timeout, limit, &res)
 
 	// Step 6: tool.result.

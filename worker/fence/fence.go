@@ -1,0 +1,249 @@
+package fence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jingwei/jingwei/worker"
+)
+
+// Headers a Store puts on every message it writes.
+const (
+	// HeaderSession is the session of the writer.
+	HeaderSession = "Jw-Fence-Session"
+	// HeaderEpoch is the writer's epoch (decimal).
+	HeaderEpoch = "Jw-Fence-Epoch"
+	// HeaderCall is the writer's call id ("" for a Raise).
+	HeaderCall = "Jw-Fence-Call"
+	// HeaderMarker is set ("raise") on a message Raise appended to a
+	// stream that is not a KV bucket: it carries no business record and
+	// readers of the stream skip it.
+	HeaderMarker = "Jw-Fence-Marker"
+)
+
+const kvOperation = "KV-Operation"
+
+// Config configures a Store.
+type Config struct {
+	// JS is the JetStream context the writes go through. Required.
+	JS jetstream.JetStream
+	// Stream is the stream the resources live in (for a KV bucket
+	// "KV_<bucket>", see ForKV). Required.
+	Stream string
+	// KV says the stream is a KV bucket: Raise then keeps the key's value
+	// (it writes the last value again, or a delete marker for a key without
+	// one) instead of appending a marker message. ForKV sets it.
+	KV bool
+	// MaxAttempts bounds the reads of one write whose expected sequence
+	// the server refused (the resource changed, or the read was served by a
+	// lagging replica). Defaults to 20.
+	MaxAttempts int
+}
+
+// Store makes writes to the subjects of one stream conditional on fencing
+// tokens. Safe for concurrent use.
+type Store struct {
+	cfg    Config
+	stream jetstream.Stream
+}
+
+// New returns a Store on cfg.Stream, which must exist.
+func New(ctx context.Context, cfg Config) (*Store, error) {
+	if cfg.JS == nil || cfg.Stream == "" {
+		return nil, fmt.Errorf("%w: JS and Stream are required", ErrInvalid)
+	}
+	if cfg.MaxAttempts <= 0 {
+		cfg.MaxAttempts = 20
+	}
+	s, err := cfg.JS.Stream(ctx, cfg.Stream)
+	if err != nil {
+		return nil, fmt.Errorf("fence: stream %s: %w", cfg.Stream, err)
+	}
+	return &Store{cfg: cfg, stream: s}, nil
+}
+
+// ForKV returns a Store on the KV bucket's stream; use KeySubject for the
+// subject of a key.
+func ForKV(ctx context.Context, js jetstream.JetStream, bucket string) (*Store, error) {
+	return New(ctx, Config{JS: js, Stream: "KV_" + bucket, KV: true})
+}
+
+// KeySubject is the subject of key in bucket ($KV.<bucket>.<key>).
+func KeySubject(bucket, key string) string { return "$KV." + bucket + "." + key }
+
+// Record is what a resource's last message says about its writer.
+type Record struct {
+	// Seq is the message's stream sequence (the KV revision); zero when
+	// the subject holds nothing.
+	Seq uint64
+	// Session and Epoch are the writer's; empty and zero for a message not
+	// written through a Store.
+	Session string
+	Epoch   uint64
+	// CallID is the writer's call ("" for a Raise).
+	CallID string
+	// Value says the last message holds a business value: not a KV delete
+	// or purge, not a Raise marker.
+	Value bool
+	// Data is the last message's payload.
+	Data []byte
+
+	hdr nats.Header
+}
+
+// Last reads the last message of subject. A subject that holds nothing
+// returns a zero Record and no error.
+func (s *Store) Last(ctx context.Context, subject string) (Record, error) {
+	m, err := s.stream.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return Record{}, nil
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("fence: read %s: %w", subject, err)
+	}
+	r := Record{Seq: m.Sequence, Data: m.Data, hdr: m.Header, Value: true}
+	if m.Header != nil {
+		r.Session, r.CallID = m.Header.Get(HeaderSession), m.Header.Get(HeaderCall)
+		r.Epoch, _ = strconv.ParseUint(m.Header.Get(HeaderEpoch), 10, 64)
+		switch {
+		case m.Header.Get(HeaderMarker) != "":
+			r.Value = false
+		case m.Header.Get(kvOperation) == "DEL" || m.Header.Get(kvOperation) == "PURGE":
+			r.Value = false
+		}
+	}
+	return r, nil
+}
+
+// fences reports whether r refuses a writer of session at epoch.
+func (r Record) fences(session string, epoch uint64) bool {
+	return r.Seq > 0 && r.Session == session && r.Epoch > epoch
+}
+
+// Write publishes data on subject for the call of tok, unless the
+// subject's last message was written by a newer writer of tok.Session
+// (ErrStale, nothing written). It returns the stream sequence written.
+func (s *Store) Write(ctx context.Context, subject string, tok worker.Fence, data []byte) (uint64, error) {
+	return s.write(ctx, subject, tok, data, false)
+}
+
+// Create is Write for a resource written once: it refuses with ErrExists
+// when the subject already holds a value (a KV key that is set), and with
+// ErrStale as Write does. A KV key that was deleted may be created again.
+func (s *Store) Create(ctx context.Context, subject string, tok worker.Fence, data []byte) (uint64, error) {
+	return s.write(ctx, subject, tok, data, true)
+}
+
+func (s *Store) write(ctx context.Context, subject string, tok worker.Fence, data []byte, create bool) (uint64, error) {
+	if subject == "" || tok.Session == "" {
+		return 0, fmt.Errorf("%w: subject %q, session %q", ErrInvalid, subject, tok.Session)
+	}
+	return s.cas(ctx, subject, func(last Record) (*nats.Msg, error) {
+		if last.fences(tok.Session, tok.Epoch) {
+			return nil, fmt.Errorf("%w: %s was written at epoch %d of session %s (call %s); call %s holds epoch %d",
+				ErrStale, subject, last.Epoch, last.Session, orDash(last.CallID), tok.CallID, tok.Epoch)
+		}
+		if create && last.Value {
+			return nil, fmt.Errorf("%w: %s (seq %d)", ErrExists, subject, last.Seq)
+		}
+		m := nats.NewMsg(subject)
+		m.Data = data
+		m.Header.Set(HeaderSession, tok.Session)
+		m.Header.Set(HeaderEpoch, strconv.FormatUint(tok.Epoch, 10))
+		m.Header.Set(HeaderCall, tok.CallID)
+		return m, nil
+	})
+}
+
+// Raise records epoch of session as subject's fence without a business
+// write, so that every later write of an older writer of session is
+// refused. On a KV bucket the key keeps its value (written again, or a
+// delete marker for a key without one); on another stream a marker
+// message (HeaderMarker, no payload) is appended. A subject already fenced
+// at epoch or higher is left as it is. ErrStale: a newer writer of the
+// session wrote the subject (it is fenced higher already; not an error for
+// a reviewer, who may treat it as done).
+func (s *Store) Raise(ctx context.Context, subject, session string, epoch uint64) (uint64, error) {
+	if subject == "" || session == "" {
+		return 0, fmt.Errorf("%w: subject %q, session %q", ErrInvalid, subject, session)
+	}
+	done := errors.New("already fenced")
+	seq, err := s.cas(ctx, subject, func(last Record) (*nats.Msg, error) {
+		if last.Seq > 0 && last.Session == session && last.Epoch >= epoch {
+			return nil, done
+		}
+		m := nats.NewMsg(subject)
+		switch {
+		case !s.cfg.KV:
+			m.Header.Set(HeaderMarker, "raise")
+		case last.Value:
+			m.Data = last.Data
+		default:
+			m.Header.Set(kvOperation, "DEL")
+		}
+		m.Header.Set(HeaderSession, session)
+		m.Header.Set(HeaderEpoch, strconv.FormatUint(epoch, 10))
+		return m, nil
+	})
+	if errors.Is(err, done) {
+		return 0, nil
+	}
+	return seq, err
+}
+
+// cas reads subject's last message, asks build for the message to write
+// (or an error that ends the write), and publishes it expecting that last
+// sequence; a refused expectation reads again, up to MaxAttempts times.
+func (s *Store) cas(ctx context.Context, subject string, build func(Record) (*nats.Msg, error)) (uint64, error) {
+	wait := 5 * time.Millisecond
+	for attempt := 0; attempt < s.cfg.MaxAttempts; attempt++ {
+		last, err := s.Last(ctx, subject)
+		if err != nil {
+			return 0, err
+		}
+		m, err := build(last)
+		if err != nil {
+			return 0, err
+		}
+		ack, err := s.cfg.JS.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(last.Seq))
+		if err == nil {
+			return ack.Sequence, nil
+		}
+		if !wrongLast(err) {
+			return 0, fmt.Errorf("fence: write %s: %w", subject, err)
+		}
+		// The subject changed since the read, or the read was served by a
+		// replica behind the leader: read again.
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 200*time.Millisecond)
+	}
+	return 0, fmt.Errorf("%w: %s after %d attempts", ErrContended, subject, s.cfg.MaxAttempts)
+}
+
+// wrongLast reports a refused Nats-Expected-Last-Subject-Sequence (10071;
+// 10164 on a replicated stream with a write to the subject in flight).
+func wrongLast(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+	}
+	return false
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
