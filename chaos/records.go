@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/worker/fence"
 )
 
 // The names the harness reads, as the protocol document gives them
@@ -31,6 +32,9 @@ const (
 	headerKVOperation  = "KV-Operation"
 
 	subjectPrefix = "jw"
+	// ledgerSubject is the stem of payments.charge's per-session ledger
+	// subjects (tools.ledger.<session>).
+	ledgerSubject = "tools.ledger"
 )
 
 // rawMsg is one stored message.
@@ -219,6 +223,9 @@ func readSnapshot(ctx context.Context, js jetstream.JetStream, sessionPrefix, ma
 	}
 	for _, m := range msgs {
 		var c chargeRecord
+		if m.Header.Get(fence.HeaderMarker) != "" {
+			continue // a reviewer's raised fence (package worker/fence), not a charge
+		}
 		if !decodeJSON(m.Data, &c) {
 			s.Undecodable[streamLedger]++
 			continue
