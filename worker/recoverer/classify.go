@@ -48,6 +48,9 @@ type classifier struct {
 	*base
 	pub   *publisher
 	track *tracker
+	// seeded says the tracker holds the open calls of every event below
+	// the consumer's ack floor (seed); only the run goroutine uses it.
+	seeded bool
 }
 
 // ackBatch is how many events are classified before their assessments are
@@ -80,11 +83,9 @@ func eventsConsumerConfig(name string) jetstream.ConsumerConfig {
 // run classifies jw.events.> with the durable consumer until ctx
 // ends or the consumer fails.
 func (c *classifier) run(ctx context.Context) error {
-	cfg := eventsConsumerConfig(c.consumerName("events"))
-	cfg.Description = "jingwei recovery worker " + c.cfg.Name + ": classifies every call"
-	cons, err := c.t.JS.CreateOrUpdateConsumer(ctx, c.t.StreamName("EVENTS"), cfg)
+	cons, err := c.start(ctx)
 	if err != nil {
-		return fmt.Errorf("events consumer: %w", err)
+		return err
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(pullBatch))
 	if err != nil {
@@ -147,7 +148,7 @@ func (c *classifier) run(ctx context.Context) error {
 					continue
 				}
 			}
-			p, err := c.pub.publishAsync(*a)
+			p, err := c.pub.publishAsync(*a, f.fenced)
 			if err != nil {
 				return err
 			}
@@ -172,6 +173,75 @@ func (c *classifier) run(ctx context.Context) error {
 			n = 0
 		}
 	}
+}
+
+// start creates (or finds) the durable consumer and seeds the tracker the
+// first time it runs. Recoverer.run calls it before it serves status, so
+// that status never answers from a tracker that is not whole yet.
+func (c *classifier) start(ctx context.Context) (jetstream.Consumer, error) {
+	cfg := eventsConsumerConfig(c.consumerName("events"))
+	cfg.Description = "jingwei recovery worker " + c.cfg.Name + ": classifies every call"
+	cons, err := c.t.JS.CreateOrUpdateConsumer(ctx, c.t.StreamName("EVENTS"), cfg)
+	if err != nil {
+		return nil, fmt.Errorf("events consumer: %w", err)
+	}
+	if err := c.seed(ctx, cons); err != nil {
+		return nil, err
+	}
+	return cons, nil
+}
+
+// seed makes the tracker whole before the consumer delivers anything, the
+// first time run runs in this process. A durable consumer resumes after
+// its ack floor: every event up to it was classified and its assessments
+// published by an earlier process, but the calls that were still open then
+// live only in that process's memory. Without them a call opened before a
+// restart and closed by a session.fenced after it would never be assessed
+// (the fence closes only tracked calls), and status would not list it as
+// open. So the events of every session up to the ack floor are read from
+// JW_EVENTS and observed again, their findings dropped (they were
+// published). Events delivered to the earlier process and not yet
+// acknowledged are redelivered at once (a consumer reset to its ack floor)
+// instead of after AckWait.
+func (c *classifier) seed(ctx context.Context, cons jetstream.Consumer) error {
+	if c.seeded {
+		return nil
+	}
+	info := cons.CachedInfo()
+	floor := info.AckFloor.Stream
+	if info.NumAckPending > 0 {
+		if _, err := c.t.JS.ResetConsumer(ctx, info.Stream, info.Name); err != nil {
+			c.log.Warn().Err(err).Int("ack_pending", info.NumAckPending).Msg("events consumer not reset to its ack floor; unacknowledged events come back after AckWait")
+		}
+	}
+	if floor == 0 {
+		c.seeded = true
+		return nil
+	}
+	sessions, err := sessionsOf(ctx, c.t, info.Stream, c.t.EventsSubject(""))
+	if err != nil {
+		return fmt.Errorf("events consumer: seed: list sessions: %w", err)
+	}
+	errDone := errors.New("past the ack floor")
+	var found []finding
+	events := 0
+	for _, s := range sessions {
+		err := c.t.ReadSubject(ctx, info.Stream, c.t.EventsSubject(s), func(m *jetstream.RawStreamMsg) error {
+			if m.Sequence > floor {
+				return errDone
+			}
+			events++
+			found, _ = c.track.observe(s, m.Sequence, m.Data, found[:0])
+			return nil
+		})
+		if err != nil && !errors.Is(err, errDone) {
+			return fmt.Errorf("events consumer: seed %s: %w", s, err)
+		}
+	}
+	_, open := c.track.counts()
+	c.log.Info().Uint64("ack_floor", floor).Int("sessions", len(sessions)).Int("events", events).Int("open_calls", open).Msg("open calls rebuilt from JW_EVENTS up to the consumer's ack floor")
+	c.seeded = true
+	return nil
 }
 
 // inspectLoaded loads the session and inspects callID; nil if the call
@@ -199,6 +269,11 @@ type finding struct {
 	session string
 	callID  string
 	a       *schema.Assessment // nil: load the history and Inspect callID
+	// fenced says a session.fenced closed the call: its assessment is
+	// published with its assessment id as Nats-Msg-Id, as the takeover
+	// that wrote the fence publishes it, so that the two (or a dead
+	// takeover's repair) store it once.
+	fenced bool
 }
 
 // tracker is the classifier's state: the open calls per session. Safe for
@@ -320,11 +395,11 @@ func (t *tracker) observe(session string, seq uint64, data []byte, out []finding
 				t.closed(session, calls)
 				switch {
 				case c.retry:
-					out = append(out, finding{session: session, callID: id})
+					out = append(out, finding{session: session, callID: id, fenced: true})
 				case c.legacy:
 				default:
 					a := c.assess(session, "", "")
-					out = append(out, finding{session: session, callID: id, a: &a})
+					out = append(out, finding{session: session, callID: id, a: &a, fenced: true})
 				}
 			})
 		}
