@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jingwei/jingwei/effect"
@@ -51,6 +52,9 @@ type classifier struct {
 	// seeded says the tracker holds the open calls of every event below
 	// the consumer's ack floor (seed); only the run goroutine uses it.
 	seeded bool
+	// load reads a session's history through at least a sequence
+	// (Topology.LoadThrough); tests replace it with a lagging replica.
+	load func(ctx context.Context, session string, atLeast uint64) ([]schema.Event, error)
 }
 
 // ackBatch is how many events are classified before their assessments are
@@ -144,7 +148,12 @@ func (c *classifier) run(ctx context.Context) error {
 		for _, f := range found {
 			a := f.a
 			if a == nil {
-				if a = c.inspectLoaded(ctx, f.session, f.callID); a == nil {
+				if a, err = c.inspectLoaded(ctx, f.session, f.callID, md.Sequence.Stream); err != nil {
+					// Not classified and not acknowledged: the event is
+					// delivered again once the consumer restarts.
+					return err
+				}
+				if a == nil {
 					continue
 				}
 			}
@@ -185,6 +194,13 @@ func (c *classifier) start(ctx context.Context) (jetstream.Consumer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("events consumer: %w", err)
 	}
+	// Events delivered to an earlier run (or process) and not acknowledged
+	// come again at once, not after AckWait.
+	if info := cons.CachedInfo(); info.NumAckPending > 0 {
+		if _, err := c.t.JS.ResetConsumer(ctx, info.Stream, info.Name); err != nil {
+			c.log.Warn().Err(err).Int("ack_pending", info.NumAckPending).Msg("events consumer not reset to its ack floor; unacknowledged events come back after AckWait")
+		}
+	}
 	if err := c.seed(ctx, cons); err != nil {
 		return nil, err
 	}
@@ -209,11 +225,6 @@ func (c *classifier) seed(ctx context.Context, cons jetstream.Consumer) error {
 	}
 	info := cons.CachedInfo()
 	floor := info.AckFloor.Stream
-	if info.NumAckPending > 0 {
-		if _, err := c.t.JS.ResetConsumer(ctx, info.Stream, info.Name); err != nil {
-			c.log.Warn().Err(err).Int("ack_pending", info.NumAckPending).Msg("events consumer not reset to its ack floor; unacknowledged events come back after AckWait")
-		}
-	}
 	if floor == 0 {
 		c.seeded = true
 		return nil
@@ -244,15 +255,46 @@ func (c *classifier) seed(ctx context.Context, cons jetstream.Consumer) error {
 	return nil
 }
 
-// inspectLoaded loads the session and inspects callID; nil if the call
-// cannot be assessed (superseded by a later attempt, legacy, corrupt
-// history), which is logged.
-func (c *classifier) inspectLoaded(ctx context.Context, session, callID string) *schema.Assessment {
-	h, err := c.t.Load(ctx, session)
+// inspectLoaded loads the session through at least seq (the event that
+// needs the history: its read must reach it) and inspects callID. It
+// returns nil and no error if the call cannot be assessed (superseded by a
+// later attempt, legacy, corrupt history), which is logged. A history that
+// comes back short of seq — a replica or a deposed leader behind the
+// consumer, whose answer would make a finished call look open — is never
+// classified: the read is retried with backoff for up to shortReadFor, and
+// then the error is returned.
+func (c *classifier) inspectLoaded(ctx context.Context, session, callID string, seq uint64) (*schema.Assessment, error) {
+	load := c.load
+	if load == nil {
+		load = c.t.LoadThrough
+	}
+	b := newBackoff(10*time.Millisecond, 500*time.Millisecond, shortReadFor)
+	var h []schema.Event
+	var err error
+	for {
+		h, err = load(ctx, session, seq)
+		if err == nil && (len(h) == 0 || h[len(h)-1].Seq < seq) {
+			err = fmt.Errorf("%w: history of %s read through seq %d, want at least %d", errShortHistory, session, lastSeq(h), seq)
+		}
+		var se *schema.Error
+		if err == nil || errors.As(err, &se) {
+			break // complete, or refused for good (corrupt, too large)
+		}
+		d := b.NextBackOff()
+		if d == backoff.Stop || ctx.Err() != nil {
+			c.log.Error().Err(err).Str("session", session).Str("call_id", callID).Msg("history short of the event that needs it; not classified, the event comes again")
+			return nil, fmt.Errorf("events consumer: %w", err)
+		}
+		c.log.Warn().Err(err).Str("session", session).Str("call_id", callID).Dur("retry_in", d).Msg("history short of the event that needs it (a lagging replica?); reading again")
+		select {
+		case <-ctx.Done():
+		case <-time.After(d):
+		}
+	}
 	if err == nil {
 		var a schema.Assessment
 		if a, err = inspect(h, callID); err == nil {
-			return &a
+			return &a, nil
 		}
 	}
 	lvl := c.log.Warn()
@@ -260,7 +302,26 @@ func (c *classifier) inspectLoaded(ctx context.Context, session, callID string) 
 		lvl = c.log.Debug()
 	}
 	lvl.Err(err).Str("session", session).Str("call_id", callID).Msg("call not assessed")
-	return nil
+	return nil, nil
+}
+
+// shortReadFor bounds how long a history read that comes back short of
+// the event needing it is retried before the classifier gives up on the
+// event (it is delivered again).
+const shortReadFor = 15 * time.Second
+
+func lastSeq(h []schema.Event) uint64 {
+	if len(h) == 0 {
+		return 0
+	}
+	return h[len(h)-1].Seq
+}
+
+func newBackoff(initial, maxInterval, maxElapsed time.Duration) *backoff.ExponentialBackOff {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = initial, maxInterval, maxElapsed
+	b.Reset()
+	return b
 }
 
 // finding is what the classifier concluded from one event: an assessment
