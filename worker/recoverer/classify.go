@@ -121,8 +121,32 @@ func (c *classifier) run(ctx context.Context) error {
 		*b = batch{pubs: b.pubs[:0]}
 		return nil
 	}
+	stalls := 0
 	for {
-		m, err := it.Next(jetstream.NextContext(ctx))
+		nctx, ncancel := context.WithTimeout(ctx, stallCheck)
+		m, err := it.Next(jetstream.NextContext(nctx))
+		ncancel()
+		if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			// Nothing for stallCheck: idle, or a pull that a cluster's
+			// leader change left parked where nothing answers it. The
+			// consumer's own count tells which; twice stalled in a row, the
+			// consumer is started again (from its ack floor).
+			info, ierr := cons.Info(ctx)
+			switch {
+			case ierr != nil:
+				c.log.Warn().Err(ierr).Msg("events consumer idle and its info unavailable")
+			case info.NumPending == 0:
+				stalls = 0
+			default:
+				stalls++
+				c.log.Warn().Uint64("pending", info.NumPending).Int("checks", stalls).Dur("idle", stallCheck).Msg("events consumer has events pending and delivers none")
+				if stalls >= 2 {
+					return fmt.Errorf("events consumer stalled with %d events pending", info.NumPending)
+				}
+			}
+			continue
+		}
+		stalls = 0
 		if err != nil {
 			if ctx.Err() != nil {
 				// Settle what is in flight; anything left unacknowledged
@@ -304,6 +328,10 @@ func (c *classifier) inspectLoaded(ctx context.Context, session, callID string, 
 	lvl.Err(err).Str("session", session).Str("call_id", callID).Msg("call not assessed")
 	return nil, nil
 }
+
+// stallCheck is how long the classifier waits for an event before it asks
+// whether its consumer is idle or stalled.
+const stallCheck = 5 * time.Second
 
 // shortReadFor bounds how long a history read that comes back short of
 // the event needing it is retried before the classifier gives up on the
