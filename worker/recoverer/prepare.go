@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
