@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -221,8 +222,13 @@ func readSnapshot(ctx context.Context, js jetstream.JetStream, sessionPrefix, ma
 	if msgs, err = read(streamLedger); err != nil {
 		return nil, err
 	}
+	fences := map[string]uint64{} // ledger subject + session → highest epoch written so far
 	for _, m := range msgs {
 		var c chargeRecord
+		fk := m.Subject + " " + m.Header.Get(fence.HeaderSession)
+		epoch, _ := strconv.ParseUint(m.Header.Get(fence.HeaderEpoch), 10, 64)
+		c.Epoch, c.Fence = epoch, fences[fk]
+		fences[fk] = max(fences[fk], epoch)
 		if m.Header.Get(fence.HeaderMarker) != "" {
 			continue // a reviewer's raised fence (package worker/fence), not a charge
 		}

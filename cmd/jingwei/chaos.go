@@ -59,7 +59,8 @@ again, every plan runs; then everything is read back as admin and checked:
   duplicate orders, double charges, plans used twice, re-published requests
   run twice, acknowledged requests lost, calls left open and unassessed,
   closed calls never assessed, wrong assessments, needs_review missing from
-  status, stuck actions, reviews contradicting the ledger (must all be 0);
+  status, stuck actions, reviews contradicting the ledger, charges that got
+  past the ledger's fence (must all be 0);
   assessments repeated, side effects after their call was fenced,
   concurrent prepares not answered with the plan (reported); crash -> first
   assessment p50/p90/p99/max against TTL+1s (one node) or TTL+5s (replicas).
