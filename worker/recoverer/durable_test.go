@@ -199,11 +199,18 @@ func TestCallOpenedBeforeRestartFencedAfter(t *testing.T) {
 	}
 }
 
-// TestRecovererKilledBetweenTakeoverAndAssessment: a recoverer fenced a
-// session (its takeover) and died before publishing the assessment; the
-// fence reached its classifier's log but was never acknowledged. The
-// restarted recoverer (same name) assesses the call exactly once.
-func TestRecovererKilledBetweenTakeoverAndAssessment(t *testing.T) {
+// TestRecovererKilledDuringTakeover: a recoverer dies at each step of a
+// takeover — lease acquired, fence written, assessment published (lease
+// not released) — after its classifier had acknowledged the call's
+// events. The restarted recoverer (same name) leaves the call assessed
+// exactly once on JW_ASSESSMENTS.
+func TestRecovererKilledDuringTakeover(t *testing.T) {
+	for _, step := range []string{"leased", "fenced", "published"} {
+		t.Run(step, func(t *testing.T) { killedDuringTakeover(t, step) })
+	}
+}
+
+func killedDuringTakeover(t *testing.T, step string) {
 	ctx := context.Background()
 	e := setup(t, time.Second)
 	as := e.assessments()
@@ -217,7 +224,7 @@ func TestRecovererKilledBetweenTakeoverAndAssessment(t *testing.T) {
 	waitAcked(t, e, "a", 2)
 	stop() // killed: nothing published after this
 
-	// What the dead recoverer did before it died: its half takeover.
+	// What the dead recoverer did before it died.
 	if err := w.lease.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -225,11 +232,23 @@ func TestRecovererKilledBetweenTakeoverAndAssessment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.topo.Fence(ctx, "s-k", "recoverer-a", lease.Epoch); err != nil {
-		t.Fatal(err)
+	if step != "leased" {
+		if _, err := e.topo.Fence(ctx, "s-k", "recoverer-a", lease.Epoch); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if n := as.count("s-k", "c-1"); n != 0 {
-		t.Fatalf("assessed %d times before the restart", n)
+	if step == "published" {
+		h, err := e.topo.Load(ctx, "s-k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := inspect(h, "c-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := first.pub.publishAssessment(ctx, a); err != nil {
+			t.Fatal(err)
+		}
 	}
 	next := e.recoverer("a")
 	e.run(next)
@@ -238,15 +257,27 @@ func TestRecovererKilledBetweenTakeoverAndAssessment(t *testing.T) {
 	if a.Decision != schema.DecisionNeedsReview || a.Evidence != recovery.EvidenceNoResult {
 		t.Fatalf("assessment %+v", a)
 	}
-	// The dead recoverer's lease expires: the repair (finishTakeover) may
-	// publish again with the same Msg-Id, which the stream drops.
+	// The dead recoverer's lease expires: the takeover of an expired lease
+	// (leased) or its repair (fenced, published) may publish again, with
+	// the same Msg-Id, which the stream drops.
 	streamtest.Eventually(t, 5*time.Second, "lease expired", func() bool {
 		_, live, err := e.topo.LeaseHolder(ctx, "s-k")
 		return err == nil && !live
 	})
-	waitAcked(t, e, "a", 3)
+	streamtest.Eventually(t, 10*time.Second, "events acknowledged, lease free", func() bool {
+		c, err := e.topo.JS.Consumer(ctx, e.topo.StreamName("EVENTS"), "jw-recoverer-a-events")
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(ctx)
+		_, live, lerr := e.topo.LeaseHolder(ctx, "s-k")
+		return err == nil && lerr == nil && !live && info.NumAckPending == 0 && info.NumPending == 0
+	})
 	if n := countOnStream(t, e, "s-k", "c-1"); n != 1 {
 		t.Fatalf("c-1 has %d assessments on JW_ASSESSMENTS, want exactly 1", n)
+	}
+	if got := keysOf(statusView(t, next).AwaitingReview); !reflect.DeepEqual(got, []string{"s-k/c-1"}) {
+		t.Fatalf("awaiting review %v", got)
 	}
 }
 
