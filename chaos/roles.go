@@ -211,9 +211,6 @@ func (c *clients) fenceLedger(ctx context.Context, session string) error {
 		return err
 	}
 	_, err = fs.Raise(ctx, ledgerSubject+"."+session, session, last.Epoch)
-	if errors.Is(err, fence.ErrStale) {
-		return nil // a newer writer charged there: fenced higher already
-	}
 	return err
 }
 

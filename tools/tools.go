@@ -152,9 +152,6 @@ func (t *Tools) FenceLedger(ctx context.Context, session string, epoch uint64) e
 		return ErrUnfenced
 	}
 	_, err := t.ledgerFence.Raise(ctx, t.LedgerSubject(session), session, epoch)
-	if errors.Is(err, fence.ErrStale) {
-		return nil // a newer writer charged there already: fenced higher
-	}
 	return err
 }
 

@@ -3,7 +3,7 @@ package fence
 import "errors"
 
 var (
-	// ErrStale is returned by Write, Create and Raise when the resource was
+	// ErrStale is returned by Write and Create when the resource was
 	// written by a newer writer of the same session: the token's writer has
 	// been fenced and must not land its side effect. The error names both
 	// epochs.

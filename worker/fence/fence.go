@@ -93,8 +93,6 @@ type Record struct {
 	Value bool
 	// Data is the last message's payload.
 	Data []byte
-
-	hdr nats.Header
 }
 
 // Last reads the last message of subject. A subject that holds nothing
@@ -107,7 +105,7 @@ func (s *Store) Last(ctx context.Context, subject string) (Record, error) {
 	if err != nil {
 		return Record{}, fmt.Errorf("fence: read %s: %w", subject, err)
 	}
-	r := Record{Seq: m.Sequence, Data: m.Data, hdr: m.Header, Value: true}
+	r := Record{Seq: m.Sequence, Data: m.Data, Value: true}
 	if m.Header != nil {
 		r.Session, r.CallID = m.Header.Get(HeaderSession), m.Header.Get(HeaderCall)
 		r.Epoch, _ = strconv.ParseUint(m.Header.Get(HeaderEpoch), 10, 64)
@@ -165,10 +163,9 @@ func (s *Store) write(ctx context.Context, subject string, tok worker.Fence, dat
 // write, so that every later write of an older writer of session is
 // refused. On a KV bucket the key keeps its value (written again, or a
 // delete marker for a key without one); on another stream a marker
-// message (HeaderMarker, no payload) is appended. A subject already fenced
-// at epoch or higher is left as it is. ErrStale: a newer writer of the
-// session wrote the subject (it is fenced higher already; not an error for
-// a reviewer, who may treat it as done).
+// message (HeaderMarker, no payload) is appended. It returns the sequence
+// written, or 0 and no error when the subject is already fenced at epoch or
+// higher for session (a newer writer wrote it, or an earlier raise).
 func (s *Store) Raise(ctx context.Context, subject, session string, epoch uint64) (uint64, error) {
 	if subject == "" || session == "" {
 		return 0, fmt.Errorf("%w: subject %q, session %q", ErrInvalid, subject, session)
