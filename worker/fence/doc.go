@@ -18,6 +18,11 @@
 // read a stale last message (a lagging replica, a writer frozen between
 // the read and the write) is refused by the server and read again.
 //
+// A transient failure (a 503 while the stream elects a leader, a timeout)
+// is retried; every publish of one write carries the same Nats-Msg-Id, so a
+// write whose acknowledgement was lost is found on the subject and not
+// made twice.
+//
 // A newer writer raises a resource's fence by writing it; a reviewer who
 // is about to sign not_executed for a call whose writer was fenced raises
 // it without a business write ([Store.Raise], at the fence's epoch) before

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/jingwei/jingwei/worker"
 )
@@ -40,9 +41,10 @@ type Config struct {
 	// (it writes the last value again, or a delete marker for a key without
 	// one) instead of appending a marker message. ForKV sets it.
 	KV bool
-	// MaxAttempts bounds the reads of one write whose expected sequence
-	// the server refused (the resource changed, or the read was served by a
-	// lagging replica). Defaults to 20.
+	// MaxAttempts bounds the tries of one write: reads again after the
+	// server refused its expected sequence (the resource changed, or the
+	// read was served by a lagging replica), and retries after a transient
+	// failure (backoff from 5 ms to 500 ms). Defaults to 30.
 	MaxAttempts int
 }
 
@@ -59,7 +61,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("%w: JS and Stream are required", ErrInvalid)
 	}
 	if cfg.MaxAttempts <= 0 {
-		cfg.MaxAttempts = 20
+		cfg.MaxAttempts = 30
 	}
 	s, err := cfg.JS.Stream(ctx, cfg.Stream)
 	if err != nil {
@@ -93,6 +95,8 @@ type Record struct {
 	Value bool
 	// Data is the last message's payload.
 	Data []byte
+
+	msgID string // Nats-Msg-Id: the write that stored it
 }
 
 // Last reads the last message of subject. A subject that holds nothing
@@ -107,6 +111,7 @@ func (s *Store) Last(ctx context.Context, subject string) (Record, error) {
 	}
 	r := Record{Seq: m.Sequence, Data: m.Data, Value: true}
 	if m.Header != nil {
+		r.msgID = m.Header.Get(jetstream.MsgIDHeader)
 		r.Session, r.CallID = m.Header.Get(HeaderSession), m.Header.Get(HeaderCall)
 		r.Epoch, _ = strconv.ParseUint(m.Header.Get(HeaderEpoch), 10, 64)
 		switch {
@@ -197,34 +202,59 @@ func (s *Store) Raise(ctx context.Context, subject, session string, epoch uint64
 // cas reads subject's last message, asks build for the message to write
 // (or an error that ends the write), and publishes it expecting that last
 // sequence; a refused expectation reads again, up to MaxAttempts times.
+// A transient failure (worker.Transient: a 503 while the stream elects a
+// leader, a timeout, no responders) is retried too, with backoff: every
+// publish of one write carries the same Nats-Msg-Id, and a read that finds
+// that id on the subject's last message knows an earlier publish whose
+// acknowledgement was lost stored it (the expected-sequence check runs
+// before the server's dedup, so the retry itself is refused).
 func (s *Store) cas(ctx context.Context, subject string, build func(Record) (*nats.Msg, error)) (uint64, error) {
+	id := nuid.Next()
 	wait := 5 * time.Millisecond
+	var lastErr error
 	for attempt := 0; attempt < s.cfg.MaxAttempts; attempt++ {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return 0, fmt.Errorf("fence: write %s: %w (last: %v)", subject, ctx.Err(), lastErr)
+			case <-time.After(wait):
+			}
+			wait = min(2*wait, 500*time.Millisecond)
+		}
 		last, err := s.Last(ctx, subject)
 		if err != nil {
+			if worker.Transient(err) && ctx.Err() == nil {
+				lastErr = err
+				continue
+			}
 			return 0, err
+		}
+		if last.msgID == id {
+			return last.Seq, nil // an earlier publish of this write landed
 		}
 		m, err := build(last)
 		if err != nil {
 			return 0, err
 		}
-		ack, err := s.cfg.JS.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(last.Seq))
-		if err == nil {
+		ack, err := s.cfg.JS.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(last.Seq), jetstream.WithMsgID(id))
+		switch {
+		case err == nil:
 			return ack.Sequence, nil
-		}
-		if !wrongLast(err) {
+		case wrongLast(err):
+			// The subject changed since the read (perhaps by this very
+			// write, whose acknowledgement was lost), or the read was served
+			// by a replica behind the leader: read again.
+			lastErr = err
+		case worker.Transient(err) && ctx.Err() == nil:
+			lastErr = err
+		default:
 			return 0, fmt.Errorf("fence: write %s: %w", subject, err)
 		}
-		// The subject changed since the read, or the read was served by a
-		// replica behind the leader: read again.
-		select {
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 200*time.Millisecond)
 	}
-	return 0, fmt.Errorf("%w: %s after %d attempts", ErrContended, subject, s.cfg.MaxAttempts)
+	if wrongLast(lastErr) {
+		return 0, fmt.Errorf("%w: %s after %d attempts", ErrContended, subject, s.cfg.MaxAttempts)
+	}
+	return 0, fmt.Errorf("fence: write %s: %w (after %d attempts)", subject, lastErr, s.cfg.MaxAttempts)
 }
 
 // wrongLast reports a refused Nats-Expected-Last-Subject-Sequence (10071;

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jingwei/jingwei/stream/streamtest"
@@ -136,5 +137,53 @@ func TestKVCreateAndRaiseKeepValue(t *testing.T) {
 	}
 	if _, err := s.Write(ctx, subj, tok(4, "c-4"), []byte(`{"v":9}`)); !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("write below the raised fence: %v", err)
+	}
+}
+
+// lostAcks is a JetStream whose first lose publishes are stored but
+// answered with a timeout, as when an acknowledgement is lost in a leader
+// change; the next fail publishes answer 503 without storing anything.
+type lostAcks struct {
+	jetstream.JetStream
+	lose, fail atomic.Int32
+}
+
+func (j *lostAcks) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	if j.fail.Add(-1) >= 0 {
+		return nil, &jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}
+	}
+	ack, err := j.JetStream.PublishMsg(ctx, m, opts...)
+	if err == nil && j.lose.Add(-1) >= 0 {
+		return nil, context.DeadlineExceeded
+	}
+	return ack, err
+}
+
+// TestTransientFailuresWriteOnce: 503s and a lost acknowledgement are
+// retried, and the write is stored exactly once.
+func TestTransientFailuresWriteOnce(t *testing.T) {
+	ctx := context.Background()
+	_, _, topo := streamtest.Start(t)
+	if _, err := topo.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "LEDGER", Subjects: []string{"ledger.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	js := &lostAcks{JetStream: topo.JS}
+	js.fail.Store(2)
+	js.lose.Store(1)
+	s, err := fence.New(ctx, fence.Config{JS: js, Stream: "LEDGER"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq, err := s.Write(ctx, "ledger.s-1", tok(1, "c-1"), []byte("charge"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := topo.JS.Stream(ctx, "LEDGER")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil || info.State.Msgs != 1 || info.State.LastSeq != seq {
+		t.Fatalf("stream %+v %v: want exactly the one write at seq %d", info.State, err, seq)
 	}
 }

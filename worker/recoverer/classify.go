@@ -331,7 +331,7 @@ func (c *classifier) inspectLoaded(ctx context.Context, session, callID string, 
 
 // stallCheck is how long the classifier waits for an event before it asks
 // whether its consumer is idle or stalled.
-const stallCheck = 5 * time.Second
+const stallCheck = 2 * time.Second
 
 // shortReadFor bounds how long a history read that comes back short of
 // the event needing it is retried before the classifier gives up on the
