@@ -141,6 +141,15 @@ func (c *classifier) run(ctx context.Context) error {
 				stalls++
 				c.log.Warn().Uint64("pending", info.NumPending).Int("checks", stalls).Dur("idle", stallCheck).Msg("events consumer has events pending and delivers none")
 				if stalls >= 2 {
+					// Settle what was classified (its events are not
+					// delivered again, so not assessed twice), then start
+					// over.
+					if err := settle(ctx, &prev); err != nil {
+						return err
+					}
+					if err := settle(ctx, &cur); err != nil {
+						return err
+					}
 					return fmt.Errorf("events consumer stalled with %d events pending", info.NumPending)
 				}
 			}
