@@ -61,10 +61,11 @@
 // Config.Pauses times a tool worker, restarted ahead of time with bodies
 // that wait before their side effect, is frozen with SIGSTOP while a
 // payment of its is started and not yet charged; while it is frozen the
-// host and the reviewer handle the calls it left (the reviewer truthfully
-// finds no charge, signs not_executed, the retry charges), then SIGCONT
-// lets it run: the zombie of issue 12, whose late charge the business store
-// accepts.
+// host and the reviewer handle the calls it left (the reviewer raises the
+// ledger's fence, truthfully finds no charge, signs not_executed, the
+// retry charges), then SIGCONT lets it run: the zombie of issue 12, whose
+// late charge the ledger refuses because its fencing token is older than
+// the fence (package worker/fence).
 //
 // # Host and reviewer phase
 //
@@ -74,8 +75,9 @@
 // which calls await review), then in rounds prepares the latest attempt of
 // every unfinished action — a third of the retry_allowed ones by three
 // concurrent prepares, which must all return the same plan — reviews every
-// needs_review payment from the ledger first (a charge by that call id:
-// completed; none: not_executed; signed with a trusted reviewer key), and
+// needs_review payment from the ledger first (the ledger's fence raised to
+// the session's latest epoch, then: a charge by that call id: completed;
+// none: not_executed; signed with a trusted reviewer key), and
 // lets the plans run, until nothing is left or Config.HostRounds rounds
 // are done.
 //

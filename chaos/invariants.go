@@ -77,6 +77,7 @@ const (
 	rowStuck            = "stuck actions"
 	rowUntruthful       = "reviews contradicting the ledger"
 	rowLateEffects      = "side effects after their call was fenced"
+	rowBelowFence       = "charges that got past the ledger's fence"
 	rowConcurrent       = "concurrent prepares not answered with the plan"
 	rowLatency          = "crash -> first assessment"
 )
@@ -98,6 +99,7 @@ func check(f *facts, s *snapshot) ([]Row, Latency) {
 		reviewMissing(f),
 		stuckActions(f, x),
 		untruthfulReviews(x),
+		belowFence(x),
 		lateEffects(x),
 		infoRow(rowConcurrent, len(f.ConcurrentMismatch), f.ConcurrentMismatch, "groups of 3 concurrent prepares of one call that did not all get the same plan (superseded_call allowed once the plan ran)"),
 	}
@@ -381,6 +383,20 @@ func untruthfulReviews(x *index) Row {
 	}
 	sort.Strings(ex)
 	return zeroRow(rowUntruthful, len(ex), ex, "not_executed reviews signed while the ledger held the call's charge (a stale ledger read)")
+}
+
+// belowFence: ledger charges written by a writer whose fencing epoch is
+// below one that the same session had already written on the charge's
+// ledger subject (a newer writer's charge, a reviewer's raised fence): the
+// fence of package worker/fence must refuse every one of them.
+func belowFence(x *index) Row {
+	var ex []string
+	for _, c := range x.snap.Charges {
+		if c.Epoch < c.Fence {
+			ex = append(ex, fmt.Sprintf("%s/%s (epoch %d below the fence %d)", c.Session, c.CallID, c.Epoch, c.Fence))
+		}
+	}
+	return zeroRow(rowBelowFence, len(ex), ex, "ledger charges of a writer below the session's fence already on that ledger subject (the fencing token not enforced)")
 }
 
 // lateEffects: ledger charges stored after a newer writer fenced their

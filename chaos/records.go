@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/worker/fence"
 )
 
 // The names the harness reads, as the protocol document gives them
@@ -31,6 +33,9 @@ const (
 	headerKVOperation  = "KV-Operation"
 
 	subjectPrefix = "jw"
+	// ledgerSubject is the stem of payments.charge's per-session ledger
+	// subjects (tools.ledger.<session>).
+	ledgerSubject = "tools.ledger"
 )
 
 // rawMsg is one stored message.
@@ -217,8 +222,16 @@ func readSnapshot(ctx context.Context, js jetstream.JetStream, sessionPrefix, ma
 	if msgs, err = read(streamLedger); err != nil {
 		return nil, err
 	}
+	fences := map[string]uint64{} // ledger subject + session → highest epoch written so far
 	for _, m := range msgs {
 		var c chargeRecord
+		fk := m.Subject + " " + m.Header.Get(fence.HeaderSession)
+		epoch, _ := strconv.ParseUint(m.Header.Get(fence.HeaderEpoch), 10, 64)
+		c.Epoch, c.Fence = epoch, fences[fk]
+		fences[fk] = max(fences[fk], epoch)
+		if m.Header.Get(fence.HeaderMarker) != "" {
+			continue // a reviewer's raised fence (package worker/fence), not a charge
+		}
 		if !decodeJSON(m.Data, &c) {
 			s.Undecodable[streamLedger]++
 			continue

@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +13,8 @@ import (
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/tools"
+	"github.com/jingwei/jingwei/worker"
+	"github.com/jingwei/jingwei/worker/fence"
 )
 
 // TestReadSnapshot writes what a deployment writes — a fenced session log,
@@ -100,5 +103,53 @@ func TestReadSnapshot(t *testing.T) {
 	x := newIndex(s)
 	if ci := x.calls[callKey{"cxA-s1", "c-cxA-s1"}]; ci == nil || ci.Final() {
 		t.Errorf("call %+v: want open, not final", ci)
+	}
+}
+
+// TestLedgerFenceRead: the ledger as the fenced example tools write it —
+// charges on tools.ledger.<session> with their writer's epoch, a
+// reviewer's raised fence (a marker, not a charge) — and one charge a
+// broken tool wrote past the fence: the reader counts two charges, no
+// undecodable message, and the fence row finds the one below the fence.
+func TestLedgerFenceRead(t *testing.T) {
+	_, _, topo := streamtest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js := topo.JS
+	tl, err := tools.New(ctx, tools.Config{JS: js})
+	if err != nil {
+		t.Fatal(err)
+	}
+	charge := tl.PaymentsChargeTool().Body
+	req := func(call string, epoch uint64) worker.BodyRequest {
+		return worker.BodyRequest{Session: "cxA-s1", CallID: call, Arguments: json.RawMessage(`{"account":"cxA-a1","amount_cents":5}`),
+			Fence: worker.Fence{Session: "cxA-s1", Epoch: epoch, CallID: call}}
+	}
+	if _, err := charge(ctx, req("c-3", 3)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tl.FenceLedger(ctx, "cxA-s1", 5); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := charge(ctx, req("c-zombie", 4)); err == nil {
+		t.Fatal("a charge below the raised fence was accepted")
+	}
+	// A tool that ignores the fence writes anyway.
+	b, _ := json.Marshal(chargeRecord{Session: "cxA-s1", CallID: "c-broken", Account: "cxA-a1", AmountCents: 5})
+	m := nats.NewMsg(tl.LedgerSubject("cxA-s1"))
+	m.Data, m.Header = b, nats.Header{fence.HeaderSession: {"cxA-s1"}, fence.HeaderEpoch: {"2"}}
+	if _, err := js.PublishMsg(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	s, err := readSnapshot(ctx, js, "cxA", "cxA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Charges) != 2 || s.Undecodable[streamLedger] != 0 {
+		t.Fatalf("charges %+v, undecodable %v: want c-3 and c-broken, no undecodable marker", s.Charges, s.Undecodable)
+	}
+	r := belowFence(newIndex(s))
+	if r.Value != 1 || r.Met || !r.Must || len(r.Examples) != 1 || !strings.Contains(r.Examples[0], "c-broken") {
+		t.Fatalf("below-fence row %+v, want c-broken", r)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/worker/fence"
 )
 
 // clients are the harness's connections, one per role it plays: the agent
@@ -141,6 +142,9 @@ func (c *clients) charged(ctx context.Context, k callKey) (*chargeRecord, error)
 	}
 	for _, m := range msgs {
 		var ch chargeRecord
+		if m.Header.Get(fence.HeaderMarker) != "" {
+			continue // a raised fence, not a charge
+		}
 		if decodeJSON(m.Data, &ch) && ch.Session == k.Session && ch.CallID == k.CallID {
 			ch.Seq, ch.Time = m.Seq, m.Time
 			return &ch, nil
@@ -152,7 +156,17 @@ func (c *clients) charged(ctx context.Context, k callKey) (*chargeRecord, error)
 // review checks the ledger for a call's charge and publishes the verdict
 // it supports, signed by the reviewer's key: completed with the entry as
 // evidence, or not_executed.
+//
+// Before it reads the ledger it raises the ledger's fence for the session
+// to the epoch of the session log's last event (at least the fence that
+// closed the call, docs/protocol.md §9 "Before signing not_executed"): the
+// call's writer, fenced but perhaps frozen and not dead, can no longer
+// charge after the check, so a not_executed read from the ledger stays
+// true.
 func (c *clients) review(ctx context.Context, k callKey) (schema.Verdict, error) {
+	if err := retry(ctx, 30*time.Second, func(ctx context.Context) error { return c.fenceLedger(ctx, k.Session) }); err != nil {
+		return "", fmt.Errorf("raise the ledger's fence for %s: %w", k.Session, err)
+	}
 	ch, err := c.charged(ctx, k)
 	if err != nil {
 		return "", err
@@ -172,6 +186,32 @@ func (c *clients) review(ctx context.Context, k callKey) (schema.Verdict, error)
 		return err
 	})
 	return verdict, err
+}
+
+// fenceLedger raises the ledger fence of session (tools.ledger.<session>,
+// package worker/fence) to the epoch of the last event on the session's
+// log.
+func (c *clients) fenceLedger(ctx context.Context, session string) error {
+	ev, err := c.adminJS.Stream(ctx, streamEvents)
+	if err != nil {
+		return err
+	}
+	m, err := ev.GetLastMsgForSubject(ctx, subjectPrefix+".events."+session)
+	if err != nil {
+		return err
+	}
+	var last struct {
+		Epoch uint64 `json:"epoch"`
+	}
+	if err := json.Unmarshal(m.Data, &last); err != nil {
+		return fmt.Errorf("last event of %s: %w", session, err)
+	}
+	fs, err := fence.New(ctx, fence.Config{JS: c.adminJS, Stream: streamLedger})
+	if err != nil {
+		return err
+	}
+	_, err = fs.Raise(ctx, ledgerSubject+"."+session, session, last.Epoch)
+	return err
 }
 
 // retry runs op until it succeeds or d has passed (backoff 100 ms to 2 s),

@@ -69,6 +69,12 @@ type chargeRecord struct {
 	CallID      string    `json:"call_id"`
 	Account     string    `json:"account"`
 	AmountCents int64     `json:"amount_cents"`
+	// Epoch is the charging writer's fencing epoch (header Jw-Fence-Epoch),
+	// and Fence the highest epoch of the same session that wrote the
+	// charge's ledger subject before it (a charge or a raised fence): a
+	// charge below it got past the fence (package worker/fence).
+	Epoch uint64 `json:"-"`
+	Fence uint64 `json:"-"`
 }
 
 // snapshot is everything read back at one moment.

@@ -12,6 +12,11 @@ var (
 	// ErrUnknownSKU is returned by catalog.lookup for an SKU not in the
 	// catalog.
 	ErrUnknownSKU = errors.New("tools: unknown sku")
+	// ErrUnfenced is returned by FenceLedger when the ledger stream predates
+	// fencing (it has no <prefix>.ledger.> subject): its charges cannot be
+	// fenced, and a reviewer must make sure the old writer is gone before
+	// signing not_executed.
+	ErrUnfenced = errors.New("tools: the ledger stream predates fencing")
 	// ErrInvalidConfig is returned by New for a Config without JS.
 	ErrInvalidConfig = errors.New("tools: invalid config")
 )

@@ -27,6 +27,7 @@ func Example() {
 	}
 	create := tl.OrdersCreateTool()
 	req := worker.BodyRequest{
+		Session:   "s-1",
 		Arguments: json.RawMessage(`{"sku":"A-1","qty":2}`),
 		Operation: worker.Operation{Task: "t-1", Key: "op-7", Contract: create.Metadata.Contract},
 	}

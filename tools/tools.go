@@ -9,6 +9,16 @@
 // arguments, and a business record written exactly once (a KV create under an
 // order id derived from the key), so a retry after an uncertain failure
 // finds the order instead of placing a second one.
+//
+// Both tools fence their side effect with the call's fencing token
+// (worker.Fence, package worker/fence): payments.charge appends its ledger
+// entry on <prefix>.ledger.<session> only if no newer writer of the
+// session wrote there, and orders.create creates its order only if no newer
+// writer touched the order's key. A tool worker frozen (SIGSTOP) in the
+// middle of a call, whose session was then taken over, resumes to find its
+// late write refused. A reviewer about to sign not_executed for a fenced
+// payment raises the ledger's fence first (Tools.FenceLedger, at the
+// fence's epoch) and only then checks the ledger: no entry then stays true.
 package tools
 
 import (
@@ -18,6 +28,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -28,6 +39,7 @@ import (
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/worker"
+	"github.com/jingwei/jingwei/worker/fence"
 )
 
 // Tool names and contract revisions.
@@ -46,7 +58,8 @@ type Config struct {
 	// JS is where the tools keep their state. Required.
 	JS jetstream.JetStream
 	// Prefix is the stem of the tools' buckets and stream: <prefix>_orders,
-	// <prefix>_order_keys and stream <PREFIX>_LEDGER on <prefix>.ledger.
+	// <prefix>_order_keys and stream <PREFIX>_LEDGER on <prefix>.ledger and
+	// <prefix>.ledger.> (charges go to <prefix>.ledger.<session>).
 	// Defaults to "tools".
 	Prefix string
 	// Replicas of the buckets and stream. Defaults to 1.
@@ -75,6 +88,10 @@ type Tools struct {
 	ledger    jetstream.Stream
 	ledgerSub string
 
+	// fenced writes: the ledger per session, the orders per order id.
+	ledgerFence *fence.Store // nil: the ledger stream predates fencing (no <prefix>.ledger.>)
+	orderFence  *fence.Store
+
 	failAfterWrite atomic.Int64
 }
 
@@ -95,7 +112,7 @@ func New(ctx context.Context, cfg Config) (*Tools, error) {
 		return nil, err
 	}
 	scfg := jetstream.StreamConfig{
-		Name: strings.ToUpper(cfg.Prefix) + "_LEDGER", Subjects: []string{t.ledgerSub},
+		Name: strings.ToUpper(cfg.Prefix) + "_LEDGER", Subjects: []string{t.ledgerSub, t.ledgerSub + ".>"},
 		Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
 	}
 	t.ledger, err = cfg.JS.CreateStream(ctx, scfg)
@@ -105,7 +122,37 @@ func New(ctx context.Context, cfg Config) (*Tools, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tools: ledger stream %s: %w", scfg.Name, err)
 	}
+	if slices.Contains(t.ledger.CachedInfo().Config.Subjects, t.ledgerSub+".>") {
+		if t.ledgerFence, err = fence.New(ctx, fence.Config{JS: cfg.JS, Stream: scfg.Name}); err != nil {
+			return nil, fmt.Errorf("tools: %w", err)
+		}
+	} else {
+		cfg.Logger.Warn().Str("stream", scfg.Name).Msg("the ledger stream predates fencing (no " + t.ledgerSub + ".> subject): payments.charge writes unfenced on " + t.ledgerSub)
+	}
+	if t.orderFence, err = fence.ForKV(ctx, cfg.JS, cfg.Prefix+"_orders"); err != nil {
+		return nil, fmt.Errorf("tools: %w", err)
+	}
 	return t, nil
+}
+
+// LedgerSubject is the subject payments.charge appends the charges of
+// session to, and whose fence FenceLedger raises.
+func (t *Tools) LedgerSubject(session string) string { return t.ledgerSub + "." + session }
+
+// FenceLedger raises the ledger's fence for session to epoch: every later
+// charge of a writer of that session below epoch is refused. A reviewer
+// who is about to sign not_executed for a payment whose writer was fenced
+// at epoch E (the session.fenced event's epoch) calls it with E first and
+// then checks the ledger: a frozen writer's late charge can no longer land
+// after the check. Raising an epoch at or below the current fence does
+// nothing. On a ledger stream that predates fencing it fails with
+// ErrUnfenced.
+func (t *Tools) FenceLedger(ctx context.Context, session string, epoch uint64) error {
+	if t.ledgerFence == nil {
+		return ErrUnfenced
+	}
+	_, err := t.ledgerFence.Raise(ctx, t.LedgerSubject(session), session, epoch)
+	return err
 }
 
 func ensureKV(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
@@ -253,9 +300,15 @@ func (t *Tools) createOrder(ctx context.Context, req worker.BodyRequest) (json.R
 
 	// 2. The business record, exactly once: a create under the order id
 	// derived from the key; finding it means an earlier attempt wrote it.
+	// The create is fenced: a writer fenced while it ran (the order's key
+	// touched by a newer writer of the session) is refused.
 	order := Order{OrderID: rec.OrderID, Task: req.Operation.Task, Key: req.Operation.Key, SKU: a.SKU, Qty: a.Qty, Customer: a.Customer, CreatedAt: time.Now().UTC()}
 	ob, _ := json.Marshal(order)
-	if _, err := t.orders.Create(ctx, rec.OrderID, ob); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+	_, err = t.orderFence.Create(ctx, fence.KeySubject(t.cfg.Prefix+"_orders", rec.OrderID), fenceOf(req), ob)
+	switch {
+	case errors.Is(err, fence.ErrStale):
+		return nil, fmt.Errorf("orders.create: %w", err)
+	case err != nil && !errors.Is(err, fence.ErrExists):
 		return nil, worker.Retryable(fmt.Errorf("orders.create: write order: %w", err))
 	}
 	if t.takeFailure() {
@@ -323,6 +376,15 @@ func hash(task, key string) string {
 	return hex.EncodeToString(s[:])
 }
 
+// fenceOf is the call's fencing token: the one the runtime put in req, or
+// (a body called directly, as tests do) the session alone at epoch 0.
+func fenceOf(req worker.BodyRequest) worker.Fence {
+	if req.Fence.Session != "" {
+		return req.Fence
+	}
+	return worker.Fence{Session: req.Session, CallID: req.CallID, Task: req.Operation.Task, Key: req.Operation.Key}
+}
+
 // ---- payments.charge --------------------------------------------------
 
 // ChargeArgs are the arguments of payments.charge.
@@ -333,9 +395,11 @@ type ChargeArgs struct {
 
 // Charge is one ledger entry of payments.charge.
 type Charge struct {
-	Seq         uint64 `json:"seq"`
-	Session     string `json:"session"`
-	CallID      string `json:"call_id"`
+	Seq     uint64 `json:"seq"`
+	Session string `json:"session"`
+	CallID  string `json:"call_id"`
+	// Epoch is the epoch of the writer that charged (its fencing token).
+	Epoch       uint64 `json:"epoch,omitempty"`
 	Account     string `json:"account"`
 	AmountCents int64  `json:"amount_cents"`
 }
@@ -356,12 +420,28 @@ func (t *Tools) PaymentsChargeTool() worker.Tool {
 			if err := json.Unmarshal(req.Arguments, &a); err != nil {
 				return nil, fmt.Errorf("payments.charge: %w", err)
 			}
-			b, _ := json.Marshal(Charge{Session: req.Session, CallID: req.CallID, Account: a.Account, AmountCents: a.AmountCents})
-			ack, err := t.cfg.JS.Publish(ctx, t.ledgerSub, b)
-			if err != nil {
-				return nil, fmt.Errorf("payments.charge: ledger: %w", err)
+			tok := fenceOf(req)
+			b, _ := json.Marshal(Charge{Session: req.Session, CallID: req.CallID, Epoch: tok.Epoch, Account: a.Account, AmountCents: a.AmountCents})
+			var seq uint64
+			if t.ledgerFence == nil {
+				ack, err := t.cfg.JS.Publish(ctx, t.ledgerSub, b)
+				if err != nil {
+					return nil, fmt.Errorf("payments.charge: ledger: %w", err)
+				}
+				seq = ack.Sequence
+			} else {
+				// One compare-and-set on the session's ledger subject: refused
+				// (nothing charged) once a newer writer of the session charged
+				// or a reviewer raised the fence.
+				var err error
+				if seq, err = t.ledgerFence.Write(ctx, t.LedgerSubject(req.Session), tok, b); err != nil {
+					if errors.Is(err, fence.ErrStale) {
+						t.cfg.Logger.Warn().Err(err).Str("call_id", req.CallID).Msg("payments.charge refused: this writer was fenced")
+					}
+					return nil, fmt.Errorf("payments.charge: ledger: %w", err)
+				}
 			}
-			return json.Marshal(map[string]any{"charge_seq": ack.Sequence, "account": a.Account, "amount_cents": a.AmountCents})
+			return json.Marshal(map[string]any{"charge_seq": seq, "account": a.Account, "amount_cents": a.AmountCents})
 		},
 	}
 }
@@ -380,6 +460,9 @@ func (t *Tools) Ledger(ctx context.Context) ([]Charge, error) {
 		}
 		if err != nil {
 			return nil, err
+		}
+		if m.Header.Get(fence.HeaderMarker) != "" {
+			continue // a raised fence, not a charge
 		}
 		var c Charge
 		if err := json.Unmarshal(m.Data, &c); err != nil {

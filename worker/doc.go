@@ -62,6 +62,18 @@
 //     for it, and the prior call's successor plan id (derived from session
 //     and prior call) is taken: the runtime logs plan_id and call_id at
 //     error level, and an operator has to decide by hand.
+//   - A transient failure of jw_budget (a 503 while its stream elects a
+//     leader, a request timeout, a reconnect; see Transient) is retried
+//     with backoff for the call's WriteTimeout, counting the attempt once,
+//     and never refuses the call. If it lasts longer, nothing more is
+//     written: the call stays open with its start marker and no
+//     tool.started (the body never ran), Call returns a log error, and the
+//     session's next owner fences it: assessed not_started, retry_allowed.
+//   - The body receives the call's fencing token (BodyRequest.Fence,
+//     FencingToken): a tool whose store can make a write conditional on
+//     it should (package worker/fence), so that a writer fenced while its
+//     body ran — a process frozen past its lease — cannot land its side
+//     effect after a newer writer's.
 //   - A body that ignores its context keeps running after its timeout
 //     result is recorded; that is why timeout is an uncertain outcome.
 //

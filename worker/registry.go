@@ -44,6 +44,12 @@ type BodyRequest struct {
 	Arguments json.RawMessage
 	// Operation is {task, key, contract}: stable across retries.
 	Operation Operation
+	// Fence is the call's fencing token (session, epoch, call id, operation
+	// key); the body's context carries it too (FencingToken). A body whose
+	// store can make a write conditional on it should (package
+	// worker/fence), so that a writer fenced while its body ran cannot land
+	// its side effect after a newer writer's.
+	Fence Fence
 }
 
 // Tool is a tool as registered with the runtime.

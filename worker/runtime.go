@@ -444,7 +444,17 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 		Session: r.cfg.Session, CallID: callID, Tool: tool, Arguments: args,
 		RequestID: opts.RequestID, ProviderCallID: opts.ProviderCallID, Operation: op,
 	}
-	if stage, why := r.admit(ctx, t, adm, budgetStage); stage != "" {
+	stage, why, infraErr := r.admit(ctx, t, adm, budgetStage)
+	if infraErr != nil {
+		// jw_budget stayed unavailable for the whole WriteTimeout: not a
+		// refusal of the call. Nothing more is written (the body has not
+		// started, tool.started is not on the log), so the call stays open
+		// with its start marker: the session's next owner fences it and it
+		// is assessed not_started, retry_allowed.
+		lg().Error().Err(infraErr).Msg("budget unavailable; call left open (not started), not rejected")
+		return res, &schema.Error{Code: schema.CodeLog, CallID: callID, Message: "budget unavailable, call not started: " + infraErr.Error(), Err: infraErr}
+	}
+	if stage != "" {
 		res.Status, res.Stage, res.Error = schema.StatusRejected, stage, why
 		lg().Info().Str("stage", string(stage)).Str("reason", why).Msg("call rejected")
 		return r.finish(ctx, res, &schema.Error{Code: schema.CodeRejected, Stage: stage, CallID: callID, Message: why})
@@ -463,9 +473,11 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 	if limit <= 0 {
 		limit = r.cfg.DefaultOutputLimit
 	}
-	r.run(ctx, t, BodyRequest{
+	fence := Fence{Session: r.cfg.Session, Epoch: r.epoch(), CallID: callID, Task: op.Task, Key: op.Key}
+	r.run(WithFence(ctx, fence), t, BodyRequest{
 		Session: r.cfg.Session, CallID: callID, Tool: tool, Arguments: args,
 		Operation: Operation{Task: op.Task, Key: op.Key, Contract: op.Contract},
+		Fence:     fence,
 	}, timeout, limit, &res)
 
 	// Step 6: tool.result.
@@ -503,8 +515,35 @@ func (r *Runtime) count(ctx context.Context, task string) func() (stream.Usage, 
 }
 
 // countNow writes one count of task, reconciling the task first if it
-// was not yet.
+// was not yet. A transient failure of jw_budget (a 503 while a stream
+// leader is elected, a request timeout, a reconnect) is retried with
+// backoff until ctx ends (the call's WriteTimeout): the budget stage never
+// refuses a call because its store was briefly unavailable. The attempt is
+// counted once however often the write is retried: a failed count stays
+// pending in the counter, and a retry only flushes it (a Counter with a
+// Get that flushes, as *stream.Budget has; another Counter is asked to
+// Add again, which may count the attempt twice: high, never low).
 func (r *Runtime) countNow(ctx context.Context, task string) (stream.Usage, error) {
+	wait := 20 * time.Millisecond
+	counted := false
+	for {
+		u, err := r.countOnce(ctx, task, &counted)
+		if err == nil || !Transient(err) || ctx.Err() != nil {
+			return u, err
+		}
+		r.log.Warn().Err(err).Str("task", task).Dur("retry_in", wait).Msg("jw_budget unavailable; counting again")
+		select {
+		case <-ctx.Done():
+			return u, err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// countOnce is one try of countNow; counted says the attempt's count was
+// already handed to the counter (it is pending there if its write failed).
+func (r *Runtime) countOnce(ctx context.Context, task string, counted *bool) (stream.Usage, error) {
 	if r.dc != nil && !r.isReconciled(task) {
 		r.bmu.Lock()
 		recorded := r.recorded[task]
@@ -512,13 +551,22 @@ func (r *Runtime) countNow(ctx context.Context, task string) (stream.Usage, erro
 		if _, err := r.dc.Reconcile(ctx, r.cfg.Session, task, recorded, r.cfg.BudgetLimit); err != nil {
 			// Still count this attempt (a failed write stays pending in the
 			// counter), but refuse: the count may not cover the history.
-			_, _ = r.cfg.Budget.Add(ctx, r.cfg.Session, task, r.cfg.BudgetLimit)
+			if !*counted {
+				_, _ = r.cfg.Budget.Add(ctx, r.cfg.Session, task, r.cfg.BudgetLimit)
+				*counted = true
+			}
 			return stream.Usage{}, err
 		}
 		r.bmu.Lock()
 		r.reconciled[task] = true
 		r.bmu.Unlock()
 	}
+	if g, ok := r.cfg.Budget.(interface {
+		Get(ctx context.Context, session, task string) (stream.Usage, error)
+	}); ok && *counted {
+		return g.Get(ctx, r.cfg.Session, task)
+	}
+	*counted = true
 	return r.cfg.Budget.Add(ctx, r.cfg.Session, task, r.cfg.BudgetLimit)
 }
 
@@ -530,7 +578,10 @@ func (r *Runtime) isReconciled(task string) bool {
 
 // admit runs the admission stages in order and returns the refusing stage
 // and why, or "" when the call is admitted.
-func (r *Runtime) admit(ctx context.Context, t *registered, a Admission, usage func() (stream.Usage, error)) (schema.Stage, string) {
+//
+// A count that failed for a transient reason (Transient) even after
+// countNow's retries is returned as the error: it refuses nothing.
+func (r *Runtime) admit(ctx context.Context, t *registered, a Admission, usage func() (stream.Usage, error)) (schema.Stage, string, error) {
 	hook := func(stage schema.Stage, h Hook) (schema.Stage, string) {
 		if err := ctx.Err(); err != nil {
 			return stage, "caller gone before " + string(stage) + ": " + err.Error()
@@ -544,27 +595,29 @@ func (r *Runtime) admit(ctx context.Context, t *registered, a Admission, usage f
 		return "", ""
 	}
 	if s, why := hook(schema.StagePermission, r.cfg.Permission); s != "" {
-		return s, why
+		return s, why, nil
 	}
 	if err := t.validate(a.Arguments); err != nil {
-		return schema.StageArguments, "arguments do not match the input schema of " + t.Metadata.Name + ": " + err.Error()
+		return schema.StageArguments, "arguments do not match the input schema of " + t.Metadata.Name + ": " + err.Error(), nil
 	}
 	if s, why := hook(schema.StageGuard, r.cfg.Guard); s != "" {
-		return s, why
+		return s, why, nil
 	}
 	if s, why := hook(schema.StageApproval, r.cfg.Approval); s != "" {
-		return s, why
+		return s, why, nil
 	}
 	u, countErr := usage() // the count was taken before or alongside the tool.call append
 	switch {
+	case countErr != nil && Transient(countErr):
+		return "", "", countErr
 	case countErr != nil:
-		return schema.StageBudget, "budget unavailable: " + countErr.Error()
+		return schema.StageBudget, "budget unavailable: " + countErr.Error(), nil
 	case u.Over():
-		return schema.StageBudget, fmt.Sprintf("tool_calls %d over the limit %d for task %s", u.ToolCalls, u.Limit, a.Operation.Task)
+		return schema.StageBudget, fmt.Sprintf("tool_calls %d over the limit %d for task %s", u.ToolCalls, u.Limit, a.Operation.Task), nil
 	case ctx.Err() != nil:
-		return schema.StageBudget, "caller gone before the body started: " + ctx.Err().Error()
+		return schema.StageBudget, "caller gone before the body started: " + ctx.Err().Error(), nil
 	}
-	return "", ""
+	return "", "", nil
 }
 
 // run executes the body and fills res.Status, Output, Error and Retryable.

@@ -45,19 +45,22 @@ a cluster --node-kills nodes are killed in turn (down for --node-down) and
 --pauses times a tool worker is frozen with SIGSTOP in the middle of a
 payment and resumed with SIGCONT after more than a lease TTL — while it is
 frozen the host and reviewer handle the calls it left (unless
---no-review-during-pause), so its late charge lands after a truthful
-not_executed review. Part of the tool-worker incarnations (--slow) wait in
+--no-review-during-pause): the reviewer raises the ledger's fence first, so
+its late charge, after a truthful not_executed review, is refused by the
+ledger (its fencing token is older than the fence). Part of the tool-worker incarnations (--slow) wait in
 their bodies (--tool-delay-after, some --tool-delay) so kills land mid-call.
 
 Then, once nothing moves: every retry_allowed call is prepared (a third by
 3 concurrent prepares), every needs_review payment is reviewed from the
-ledger (a charge by that call: completed; none: not_executed) and prepared
+ledger (fence raised to the session's latest epoch, then: a charge by that
+call: completed; none: not_executed) and prepared
 again, every plan runs; then everything is read back as admin and checked:
 
   duplicate orders, double charges, plans used twice, re-published requests
   run twice, acknowledged requests lost, calls left open and unassessed,
   closed calls never assessed, wrong assessments, needs_review missing from
-  status, stuck actions, reviews contradicting the ledger (must all be 0);
+  status, stuck actions, reviews contradicting the ledger, charges that got
+  past the ledger's fence (must all be 0);
   assessments repeated, side effects after their call was fenced,
   concurrent prepares not answered with the plan (reported); crash -> first
   assessment p50/p90/p99/max against TTL+1s (one node) or TTL+5s (replicas).

@@ -153,7 +153,7 @@ func TestChaosQuick(t *testing.T) {
 			want := []string{"duplicate orders", "double charges", "plans used twice", "re-published requests run twice",
 				"acknowledged requests lost", "calls left open and unassessed", "closed calls never assessed", "assessments repeated",
 				"wrong assessments", "needs_review missing from status", "stuck actions", "reviews contradicting the ledger",
-				"side effects after their call was fenced", "concurrent prepares not answered with the plan",
+				"charges that got past the ledger's fence", "side effects after their call was fenced", "concurrent prepares not answered with the plan",
 				"crash -> first assessment p50", "crash -> first assessment p90", "crash -> first assessment p99", "crash -> first assessment max"}
 			if len(raw.Rows) != len(want) {
 				t.Fatalf("%d rows, want %d: %+v", len(raw.Rows), len(want), raw.Rows)

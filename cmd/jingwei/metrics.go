@@ -12,7 +12,6 @@ import (
 	"github.com/jingwei/jingwei/metrics"
 	"github.com/jingwei/jingwei/worker"
 	"github.com/jingwei/jingwei/worker/recoverer"
-	"github.com/jingwei/jingwei/worker/toolworker"
 )
 
 // metricsFlag is --metrics ADDR of serve, worker, recover and console: the
@@ -73,10 +72,10 @@ func (s *metricsServer) runtime() worker.Observer {
 	return metrics.NewRuntime(s.reg)
 }
 
-// leases exposes the sessions tw owns.
-func (s *metricsServer) leases(tw *toolworker.Worker) {
+// leases exposes the sessions owned (a tool worker's Owned).
+func (s *metricsServer) leases(owned func() []string) {
 	if s != nil {
-		metrics.NewLeases(s.reg, tw.Owned)
+		metrics.NewLeases(s.reg, owned)
 	}
 }
 

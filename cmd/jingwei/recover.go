@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"time"
+
+	"github.com/nats-io/nuid"
 
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/stream"
@@ -17,6 +20,7 @@ func init() {
 }
 
 const recoverHelp = `  jingwei recover [--server URL] --trust-reviewers FILE [--auto-plan] [--lease-ttl 10s] [--name main]
+                  [--health ADDR]
 
 Runs the recovery worker and the 'jingwei' NATS micro service (jw.api.inspect,
 jw.api.prepare, jw.api.status; 'nats micro ls' lists it; jw.api.call is served
@@ -45,9 +49,19 @@ the --auth directory (default ./.jingwei/auth when it exists).
 
 --lease-ttl must be the same for every process of a deployment. Run several
 recovery workers for availability, each with its own --name (its durable
-consumers are named after it; a restart with the same name resumes).
+consumers are named after it; a restart with the same name resumes, and
+rebuilds its open calls and calls awaiting review from the streams before it
+answers status).
 
-Exit status: 0 after SIGTERM/SIGINT; 1 the server is unreachable or the
+Infrastructure is waited for, never a reason to exit: a server not there
+yet, JetStream not ready or without quorum (a cluster starting, a node
+down), a missing topology (until 'jingwei setup' creates it) or the loss of
+the connection while running are retried with backoff (250 ms to 5 s), each
+try logged at warn with why. Readiness is logged ("ready", or "not ready"
+with waiting_for) and, with --health ADDR, served as GET /healthz: 200
+"ready", or 503 "not ready: <why>".
+
+Exit status: 0 after SIGTERM/SIGINT; 1 the credentials are refused or the
 topology conflicts; 2 usage (a bad flag, an unreadable or invalid
 --trust-reviewers file).`
 
@@ -70,6 +84,7 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	var mf metricsFlag
 	mf.register(fs)
 	replicas := fs.Int("replicas", 1, "replicas of every stream and bucket: 1 on a single server, 3 in a cluster (the same for every process)")
+	healthAddr := fs.String("health", "", "serve GET /healthz on this address (e.g. :8082): 200 once the recovery worker is ready (reconciled, serving), 503 while it waits for the server or JetStream")
 	if st, ok := parseFlags(fs, args); !ok {
 		return st
 	}
@@ -113,6 +128,10 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		planners[pub] = struct{}{}
 	}
+	if *owner == "" {
+		// One owner id for every attempt below, as one process.
+		*owner = "recoverer-" + *name + "-" + nuid.Next()
+	}
 	ms, err := mf.listen()
 	if err != nil {
 		fmt.Fprintf(stderr, "jingwei recover: %v\n", err)
@@ -120,24 +139,44 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	defer ms.close()
 	observer, observed := ms.recovery()
-	nc, topo, err := nf.ensureTopology(ctx, "recover", log, stream.TopologyConfig{LeaseTTL: *ttl, Replicas: *replicas, Logger: log})
-	if err != nil {
-		fmt.Fprintf(stderr, "jingwei recover: %v\n", err)
-		return exitFailure
-	}
-	defer nc.Close()
-	rec, err := recoverer.New(recoverer.Config{
-		Topology: topo, Logger: log, TrustedReviewers: trusted, AutoPlan: *autoPlan,
-		Name: *name, Owner: *owner,
-		PlannerKey: planner, TrustedPlanners: planners, Observer: observer,
-	})
-	if err != nil {
+	ms.serve(ctx, "recover", stderr)
+	h := newHealth(log)
+	if err := h.serve(ctx, *healthAddr); err != nil {
 		return usageError(stderr, "recover", "%v", err)
 	}
-	observed(rec)
-	ms.serve(ctx, "recover", stderr)
-	log.Info().Str("server", nc.ConnectedUrlRedacted()).Int("trusted_reviewers", len(trusted)).Bool("auto_plan", *autoPlan).Msg("recovery worker started")
-	if err := rec.Run(ctx); err != nil {
+	// The server, JetStream and the topology are waited for (a cluster
+	// starting, a node down), never a reason to exit: see keepUp.
+	err = keepUp(ctx, h, "recovery worker", func(ctx context.Context, ready func()) error {
+		nc, topo, err := nf.ensureTopology(ctx, "recover", log, stream.TopologyConfig{LeaseTTL: *ttl, Replicas: *replicas, Logger: log})
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		rec, err := recoverer.New(recoverer.Config{
+			Topology: topo, Logger: log, TrustedReviewers: trusted, AutoPlan: *autoPlan,
+			Name: *name, Owner: *owner,
+			PlannerKey: planner, TrustedPlanners: planners, Observer: observer,
+		})
+		if err != nil {
+			return err
+		}
+		observed(rec)
+		log.Info().Str("server", nc.ConnectedUrlRedacted()).Int("trusted_reviewers", len(trusted)).Bool("auto_plan", *autoPlan).Msg("recovery worker started")
+		rctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-rec.Ready():
+				ready()
+			case <-rctx.Done():
+			}
+		}()
+		return rec.Run(rctx)
+	})
+	if errors.Is(err, recoverer.ErrInvalidConfig) {
+		return usageError(stderr, "recover", "%v", err)
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "jingwei recover: %v\n", err)
 		return exitFailure
 	}

@@ -30,6 +30,20 @@ and prints it.
 
 Check the business system before you sign: a review is a trusted statement,
 never a guess.
+
+Before you sign not_executed: a call assessed after a fence (no_result, a
+takeover) was written by a tool worker that can no longer append to the
+log, but whose body MAY STILL BE RUNNING (a frozen or paused process resumes
+and carries on). "No effect yet" is not "no effect", so, in this order:
+  1. stop the old writer from landing the effect: raise the fence of what the
+     call writes to the session's latest epoch (the example tools:
+     tools.Tools.FenceLedger; see docs/tool-authors.md), or confirm that the
+     process that ran the call is gone (killed, not just unreachable), or that
+     the external system deduplicates on the call's operation key;
+  2. only then look for the effect, by call id and by operation key;
+  3. sign completed if you found it, not_executed if not, uncertain if you
+     could not do step 1 (docs/protocol.md §10).
+
   not_executed  the call had no effect: a retry may be prepared ('jingwei retry')
   completed     the call took effect: no retry will ever be prepared for it, and
                 no result is invented
@@ -161,6 +175,9 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	if out.Assessment != nil {
 		fmt.Fprintf(tw, "call\t%s %s, %s (evidence %s, %d attempt(s))\n", a.Tool, a.Outcome, a.Decision, a.Evidence, a.Attempts)
+		if writerMayRun(a.Evidence) {
+			fmt.Fprintf(tw, "writer\tmay still be running its body (evidence %s): a not_executed verdict holds only if its store was fenced, or the process is gone, before you checked (jingwei help review)\n", a.Evidence)
+		}
 	}
 	tw.Flush()
 	if aerr != nil {

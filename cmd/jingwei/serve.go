@@ -273,7 +273,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			return fail(err)
 		}
 		parts["tool worker"] = tw
-		ms.leases(tw)
+		ms.leases(tw.Owned)
 	}
 	ms.serve(ctx, "serve", stderr)
 

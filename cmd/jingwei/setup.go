@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jingwei/jingwei/stream"
@@ -17,14 +19,18 @@ func init() {
 }
 
 const setupHelp = `  jingwei setup [--server URL] [--auth DIR | --nkey FILE | --creds FILE]
-                [--replicas 1] [--lease-ttl 10s] [--repair] [--json]
+                [--replicas 1] [--lease-ttl 10s] [--repair] [--json] [--wait 2m]
 
 Creates jingwei's streams and buckets on a server where they do not exist
 yet, and checks those that do: the set-up an external deployment runs once
 with the admin role's credentials before its workers start ('jingwei serve'
 does it by itself). With authorization on, only admin may create, update or
 delete a stream; tool workers and recovery workers only look the topology
-up and refuse to start on a missing or weakened one.
+up: they wait for a missing one and refuse to start on a weakened one.
+
+A server that is not reachable yet, JetStream not ready or without a meta
+leader (a cluster starting, a node down) is waited for with backoff, each
+try logged, for up to --wait (default 2m; 0 tries once).
 
 A stream or bucket that lacks a protection jingwei relies on (it allows
 deleting or purging messages, has a shorter dedup window, no direct gets)
@@ -36,8 +42,9 @@ Output: each stream (name, subjects, replicas) and bucket, then the line
 saying the topology is in place; --json prints one object instead:
 {"prefix":…,"server":…,"streams":[{"name","subjects","replicas"}],"buckets":[…]}.
 
-Exit status: 0 the topology is in place; 1 the server is unreachable, the
-connection may not create streams, or an existing stream conflicts; 2 usage.`
+Exit status: 0 the topology is in place; 1 the server stayed unreachable
+for --wait, the connection may not create streams, or an existing stream
+conflicts; 2 usage.`
 
 func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("setup", "Create or check jingwei's streams and buckets (admin).", setupHelp, stderr)
@@ -51,6 +58,7 @@ func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	ttl := fs.Duration("lease-ttl", 10*time.Second, "session lease TTL of the deployment (at least 1s)")
 	repair := fs.Bool("repair", false, "mend streams and buckets that lack a protection, in place")
 	asJSON := fs.Bool("json", false, "print the topology as one JSON object")
+	wait := fs.Duration("wait", 2*time.Minute, "how long to wait, with backoff, for the server and JetStream (a cluster starting, no meta leader yet, a node down); 0 tries once")
 	if st, ok := parseFlags(fs, args); !ok {
 		return st
 	}
@@ -64,7 +72,28 @@ func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if err != nil {
 		return usageError(stderr, "setup", "%v", err)
 	}
-	nc, topo, err := nf.ensureTopology(ctx, "setup", log, stream.TopologyConfig{Replicas: *replicas, LeaseTTL: *ttl, Repair: *repair, Logger: log})
+	var nc *nats.Conn
+	var topo *stream.Topology
+	err = waitFor(ctx, log, "jingwei setup", *wait, func(ctx context.Context) error {
+		c, err := nf.connect(ctx, "setup", log)
+		if err != nil {
+			return err
+		}
+		js, err := jetstream.New(c)
+		if err == nil {
+			topo, err = stream.EnsureTopology(ctx, js, stream.TopologyConfig{Prefix: nf.prefix, Replicas: *replicas, LeaseTTL: *ttl, Repair: *repair, Logger: log})
+		}
+		if err != nil {
+			if errors.Is(c.LastError(), nats.ErrPermissionViolation) {
+				// Not allowed to create streams: waiting will not help.
+				err = permanentError{err}
+			}
+			c.Close()
+			return err
+		}
+		nc = c
+		return nil
+	})
 	if err != nil {
 		fmt.Fprintf(stderr, "jingwei setup: %v\n", err)
 		return exitFailure

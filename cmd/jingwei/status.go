@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jingwei/jingwei/recovery"
+	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/worker/service"
 )
@@ -26,6 +28,13 @@ tool.call without its tool.result yet) and the calls awaiting a review
 (needs_review, no plan issued since), and reads the retry plans in jw_plans
 (issued: waiting for a tool worker to run them; consumed: used by an
 attempt). --session limits everything to one session.
+
+A call awaiting review whose evidence is no_result, timeout or cancelled was
+closed without its body's own answer: the tool worker that ran it may STILL
+BE RUNNING its body (a frozen process resumes after a takeover), and the
+table says so (WRITER: may run). Before signing not_executed for it, fence
+what the call writes (or confirm the process is gone) and only then check
+the business system: see 'jingwei help review' and docs/protocol.md §10.
 
 Output: three aligned tables; --json prints one JSON object
 {"status":{…jw.api.status…},"plans":[…]}. --watch refreshes every --interval
@@ -152,9 +161,17 @@ func printStatus(w io.Writer, v statusView) {
 	fmt.Fprintln(tw)
 	fmt.Fprintf(tw, "AWAITING REVIEW (%d)\n", len(st.AwaitingReview))
 	if len(st.AwaitingReview) > 0 {
-		fmt.Fprintln(tw, "SESSION\tCALL\tTOOL\tEFFECT\tOUTCOME\tEVIDENCE\tATTEMPTS")
+		fmt.Fprintln(tw, "SESSION\tCALL\tTOOL\tEFFECT\tOUTCOME\tEVIDENCE\tATTEMPTS\tWRITER")
+		mayRun := 0
 		for _, a := range st.AwaitingReview {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", a.Session, a.CallID, a.Tool, orDash(a.Contract.Effect.String()), a.Outcome, a.Evidence, a.Attempts)
+			writer := "done"
+			if writerMayRun(a.Evidence) {
+				writer, mayRun = "may run", mayRun+1
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", a.Session, a.CallID, a.Tool, orDash(a.Contract.Effect.String()), a.Outcome, a.Evidence, a.Attempts, writer)
+		}
+		if mayRun > 0 {
+			fmt.Fprintf(tw, "(%d with WRITER \"may run\": the body may still be running; fence its store before checking it, see 'jingwei help review')\n", mayRun)
 		}
 	}
 	fmt.Fprintln(tw)
@@ -169,6 +186,18 @@ func printStatus(w io.Writer, v statusView) {
 	if st.Stats.EventsSeen > 0 || st.Stats.OpenCalls > 0 {
 		fmt.Fprintf(w, "\nrecovery worker: %d events classified, %d calls open\n", st.Stats.EventsSeen, st.Stats.OpenCalls)
 	}
+}
+
+// writerMayRun reports whether a call closed with this evidence may still
+// have its body running: it has no result of its own (no_result: fenced or
+// crashed), or the runtime recorded a timeout or cancellation while the
+// body, which may ignore its context, went on.
+func writerMayRun(evidence string) bool {
+	switch evidence {
+	case recovery.EvidenceNoResult, string(schema.StatusTimeout), string(schema.StatusCancelled):
+		return true
+	}
+	return false
 }
 
 func orDash(s string) string {

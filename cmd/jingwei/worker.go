@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -22,6 +23,7 @@ func init() {
 }
 
 const workerHelp = `  jingwei worker [--server URL] [--owner NAME] [--lease-ttl 10s] [--tool-delay 0] [--tool-delay-after 0]
+                 [--health ADDR]
 
 Runs a tool worker with the example tools (orders.create, payments.charge,
 catalog.lookup). It takes tool requests from jw.requests.<session>, owns each
@@ -52,7 +54,19 @@ Credentials: --creds FILE or --nkey FILE, else the worker role's key in the
 
 --lease-ttl must be the same for every process of a deployment.
 
-Exit status: 0 after a clean drain; 1 the server is unreachable or the
+Infrastructure is waited for, never a reason to exit: a server not there
+yet, JetStream not ready or without quorum (a cluster starting, a node
+down), a missing topology (until 'jingwei setup' creates it) or the loss of
+the connection while running are retried with backoff (250 ms to 5 s), each
+try logged at warn with why. Readiness is logged ("ready", or "not ready"
+with waiting_for) and, with --health ADDR, served as GET /healthz: 200
+"ready", or 503 "not ready: <why>".
+
+Each body gets its call's fencing token (session, epoch, call id, operation
+key); the example tools make their writes conditional on it, so a worker
+frozen past its lease cannot charge after a takeover (docs/tool-authors.md).
+
+Exit status: 0 after a clean drain; 1 the credentials are refused or the
 topology conflicts; 2 usage.`
 
 // natsFlags are the connection flags of the long-running commands (docs/protocol.md
@@ -146,6 +160,8 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	mf.register(fs)
 	fs.DurationVar(&ttl, "lease-ttl", 10*time.Second, "session lease TTL (at least 1s; the same for every process)")
 	fs.IntVar(&replicas, "replicas", 1, "replicas of every stream and bucket: 1 on a single server, 3 in a cluster (the same for every process)")
+	var healthAddr string
+	fs.StringVar(&healthAddr, "health", "", "serve GET /healthz on this address (e.g. :8081): 200 once the worker runs, 503 while it waits for the server or JetStream")
 	if st, ok := parseFlags(fs, args); !ok {
 		return st
 	}
@@ -173,22 +189,58 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	defer ms.close()
 	tf.observer = ms.runtime()
-	nc, topo, err := nf.ensureTopology(ctx, "worker", log, stream.TopologyConfig{LeaseTTL: ttl, Replicas: replicas, Logger: log})
-	if err != nil {
-		fmt.Fprintf(stderr, "jingwei worker: %v\n", err)
-		return exitFailure
-	}
-	defer nc.Close()
-	w, err := tf.newToolWorker(ctx, topo.JS, topo, planners, log)
-	if err != nil {
-		fmt.Fprintf(stderr, "jingwei worker: %v\n", err)
-		return exitFailure
-	}
-	ms.leases(w)
+	// The worker of the current attempt (keepUp builds a new one after a
+	// transient failure): its leases are what the metric reads.
+	var current atomic.Pointer[toolworker.Worker]
+	ms.leases(func() []string {
+		if w := current.Load(); w != nil {
+			return w.Owned()
+		}
+		return nil
+	})
 	ms.serve(ctx, "worker", stderr)
-	if err := w.Run(ctx); err != nil {
+	h := newHealth(log)
+	if err := h.serve(ctx, healthAddr); err != nil {
+		return usageError(stderr, "worker", "%v", err)
+	}
+	// The server, JetStream, the topology and the example tools' streams
+	// are waited for (a cluster starting, a node down), never a reason to
+	// exit: see keepUp.
+	err = keepUp(ctx, h, "tool worker", func(ctx context.Context, ready func()) error {
+		nc, topo, err := nf.ensureTopology(ctx, "worker", log, stream.TopologyConfig{LeaseTTL: ttl, Replicas: replicas, Logger: log})
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		w, err := tf.newToolWorker(ctx, topo.JS, topo, planners, log)
+		if err != nil {
+			return err
+		}
+		current.Store(w)
+		return runUntilUp(ctx, w.Run, ready)
+	})
+	if err != nil {
 		fmt.Fprintf(stderr, "jingwei worker: %v\n", err)
 		return exitFailure
 	}
 	return exitOK
+}
+
+// workerStartup is how long a tool worker's Run must run without an error
+// to count as up: Run fails only while it sets up its subscription, plan
+// consumer and gateway.
+const workerStartup = 500 * time.Millisecond
+
+// runUntilUp runs run and calls ready once it has run workerStartup
+// without returning; it returns what run returns.
+func runUntilUp(ctx context.Context, run func(context.Context) error, ready func()) error {
+	done := make(chan error, 1)
+	go func() { done <- run(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(workerStartup):
+		ready()
+	}
+	return <-done
 }

@@ -19,6 +19,12 @@ type awaiting struct {
 	max   int
 	n     uint64
 	calls map[[2]string]awaitingCall
+	// settled are the calls forgotten because a plan was issued or a
+	// completed review settled them (the latest max, oldest dropped
+	// first): the same needs_review assessment published again (a fresh
+	// recoverer reclassifying, a redelivery) does not bring them back.
+	settled map[[2]string]struct{}
+	order   [][2]string
 }
 
 type awaitingCall struct {
@@ -27,7 +33,7 @@ type awaitingCall struct {
 }
 
 func newAwaiting(max int) *awaiting {
-	return &awaiting{max: max, calls: make(map[[2]string]awaitingCall)}
+	return &awaiting{max: max, calls: make(map[[2]string]awaitingCall), settled: make(map[[2]string]struct{})}
 }
 
 // note records an assessment: needs_review adds the call, anything else
@@ -38,6 +44,9 @@ func (w *awaiting) note(a schema.Assessment) {
 	k := [2]string{a.Session, a.CallID}
 	if a.Decision != schema.DecisionNeedsReview {
 		delete(w.calls, k)
+		return
+	}
+	if _, done := w.settled[k]; done {
 		return
 	}
 	w.n++
@@ -54,11 +63,39 @@ func (w *awaiting) note(a schema.Assessment) {
 	}
 }
 
+// replace takes over the calls of o (the set rebuilt at start); calls
+// noted in w meanwhile are kept, after them.
+func (w *awaiting) replace(o *awaiting) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for k, c := range w.calls {
+		o.calls[k] = awaitingCall{a: c.a, n: o.n + c.n}
+	}
+	w.calls, w.n = o.calls, o.n+w.n
+	for _, k := range w.order {
+		if _, done := o.settled[k]; !done {
+			o.settled[k] = struct{}{}
+			o.order = append(o.order, k)
+		}
+	}
+	w.settled, w.order = o.settled, o.order
+}
+
 // forget removes a call (a plan was issued for it).
 func (w *awaiting) forget(session, callID string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	delete(w.calls, [2]string{session, callID})
+	k := [2]string{session, callID}
+	delete(w.calls, k)
+	if _, done := w.settled[k]; done {
+		return
+	}
+	w.settled[k] = struct{}{}
+	w.order = append(w.order, k)
+	if len(w.order) > w.max {
+		delete(w.settled, w.order[0])
+		w.order = w.order[1:]
+	}
 }
 
 func (w *awaiting) list(session string) []schema.Assessment {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jingwei/jingwei/effect"
@@ -48,6 +49,12 @@ type classifier struct {
 	*base
 	pub   *publisher
 	track *tracker
+	// seeded says the tracker holds the open calls of every event below
+	// the consumer's ack floor (seed); only the run goroutine uses it.
+	seeded bool
+	// load reads a session's history through at least a sequence
+	// (Topology.LoadThrough); tests replace it with a lagging replica.
+	load func(ctx context.Context, session string, atLeast uint64) ([]schema.Event, error)
 }
 
 // ackBatch is how many events are classified before their assessments are
@@ -80,11 +87,9 @@ func eventsConsumerConfig(name string) jetstream.ConsumerConfig {
 // run classifies jw.events.> with the durable consumer until ctx
 // ends or the consumer fails.
 func (c *classifier) run(ctx context.Context) error {
-	cfg := eventsConsumerConfig(c.consumerName("events"))
-	cfg.Description = "jingwei recovery worker " + c.cfg.Name + ": classifies every call"
-	cons, err := c.t.JS.CreateOrUpdateConsumer(ctx, c.t.StreamName("EVENTS"), cfg)
+	cons, err := c.start(ctx)
 	if err != nil {
-		return fmt.Errorf("events consumer: %w", err)
+		return err
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(pullBatch))
 	if err != nil {
@@ -116,8 +121,41 @@ func (c *classifier) run(ctx context.Context) error {
 		*b = batch{pubs: b.pubs[:0]}
 		return nil
 	}
+	stalls := 0
 	for {
-		m, err := it.Next(jetstream.NextContext(ctx))
+		nctx, ncancel := context.WithTimeout(ctx, stallCheck)
+		m, err := it.Next(jetstream.NextContext(nctx))
+		ncancel()
+		if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			// Nothing for stallCheck: idle, or a pull that a cluster's
+			// leader change left parked where nothing answers it. The
+			// consumer's own count tells which; twice stalled in a row, the
+			// consumer is started again (from its ack floor).
+			info, ierr := cons.Info(ctx)
+			switch {
+			case ierr != nil:
+				c.log.Warn().Err(ierr).Msg("events consumer idle and its info unavailable")
+			case info.NumPending == 0:
+				stalls = 0
+			default:
+				stalls++
+				c.log.Warn().Uint64("pending", info.NumPending).Int("checks", stalls).Dur("idle", stallCheck).Msg("events consumer has events pending and delivers none")
+				if stalls >= 2 {
+					// Settle what was classified (its events are not
+					// delivered again, so not assessed twice), then start
+					// over.
+					if err := settle(ctx, &prev); err != nil {
+						return err
+					}
+					if err := settle(ctx, &cur); err != nil {
+						return err
+					}
+					return fmt.Errorf("events consumer stalled with %d events pending", info.NumPending)
+				}
+			}
+			continue
+		}
+		stalls = 0
 		if err != nil {
 			if ctx.Err() != nil {
 				// Settle what is in flight; anything left unacknowledged
@@ -143,11 +181,16 @@ func (c *classifier) run(ctx context.Context) error {
 		for _, f := range found {
 			a := f.a
 			if a == nil {
-				if a = c.inspectLoaded(ctx, f.session, f.callID); a == nil {
+				if a, err = c.inspectLoaded(ctx, f.session, f.callID, md.Sequence.Stream); err != nil {
+					// Not classified and not acknowledged: the event is
+					// delivered again once the consumer restarts.
+					return err
+				}
+				if a == nil {
 					continue
 				}
 			}
-			p, err := c.pub.publishAsync(*a)
+			p, err := c.pub.publishAsync(*a, f.fenced)
 			if err != nil {
 				return err
 			}
@@ -174,15 +217,117 @@ func (c *classifier) run(ctx context.Context) error {
 	}
 }
 
-// inspectLoaded loads the session and inspects callID; nil if the call
-// cannot be assessed (superseded by a later attempt, legacy, corrupt
-// history), which is logged.
-func (c *classifier) inspectLoaded(ctx context.Context, session, callID string) *schema.Assessment {
-	h, err := c.t.Load(ctx, session)
+// start creates (or finds) the durable consumer and seeds the tracker the
+// first time it runs. Recoverer.run calls it before it serves status, so
+// that status never answers from a tracker that is not whole yet.
+func (c *classifier) start(ctx context.Context) (jetstream.Consumer, error) {
+	cfg := eventsConsumerConfig(c.consumerName("events"))
+	cfg.Description = "jingwei recovery worker " + c.cfg.Name + ": classifies every call"
+	cons, err := c.t.JS.CreateOrUpdateConsumer(ctx, c.t.StreamName("EVENTS"), cfg)
+	if err != nil {
+		return nil, fmt.Errorf("events consumer: %w", err)
+	}
+	// Events delivered to an earlier run (or process) and not acknowledged
+	// come again at once, not after AckWait.
+	if info := cons.CachedInfo(); info.NumAckPending > 0 {
+		if _, err := c.t.JS.ResetConsumer(ctx, info.Stream, info.Name); err != nil {
+			c.log.Warn().Err(err).Int("ack_pending", info.NumAckPending).Msg("events consumer not reset to its ack floor; unacknowledged events come back after AckWait")
+		}
+	}
+	if err := c.seed(ctx, cons); err != nil {
+		return nil, err
+	}
+	return cons, nil
+}
+
+// seed makes the tracker whole before the consumer delivers anything, the
+// first time run runs in this process. A durable consumer resumes after
+// its ack floor: every event up to it was classified and its assessments
+// published by an earlier process, but the calls that were still open then
+// live only in that process's memory. Without them a call opened before a
+// restart and closed by a session.fenced after it would never be assessed
+// (the fence closes only tracked calls), and status would not list it as
+// open. So the events of every session up to the ack floor are read from
+// JW_EVENTS and observed again, their findings dropped (they were
+// published). Events delivered to the earlier process and not yet
+// acknowledged are redelivered at once (a consumer reset to its ack floor)
+// instead of after AckWait.
+func (c *classifier) seed(ctx context.Context, cons jetstream.Consumer) error {
+	if c.seeded {
+		return nil
+	}
+	info := cons.CachedInfo()
+	floor := info.AckFloor.Stream
+	if floor == 0 {
+		c.seeded = true
+		return nil
+	}
+	sessions, err := sessionsOf(ctx, c.t, info.Stream, c.t.EventsSubject(""))
+	if err != nil {
+		return fmt.Errorf("events consumer: seed: list sessions: %w", err)
+	}
+	errDone := errors.New("past the ack floor")
+	var found []finding
+	events := 0
+	for _, s := range sessions {
+		err := c.t.ReadSubject(ctx, info.Stream, c.t.EventsSubject(s), func(m *jetstream.RawStreamMsg) error {
+			if m.Sequence > floor {
+				return errDone
+			}
+			events++
+			found, _ = c.track.observe(s, m.Sequence, m.Data, found[:0])
+			return nil
+		})
+		if err != nil && !errors.Is(err, errDone) {
+			return fmt.Errorf("events consumer: seed %s: %w", s, err)
+		}
+	}
+	_, open := c.track.counts()
+	c.log.Info().Uint64("ack_floor", floor).Int("sessions", len(sessions)).Int("events", events).Int("open_calls", open).Msg("open calls rebuilt from JW_EVENTS up to the consumer's ack floor")
+	c.seeded = true
+	return nil
+}
+
+// inspectLoaded loads the session through at least seq (the event that
+// needs the history: its read must reach it) and inspects callID. It
+// returns nil and no error if the call cannot be assessed (superseded by a
+// later attempt, legacy, corrupt history), which is logged. A history that
+// comes back short of seq — a replica or a deposed leader behind the
+// consumer, whose answer would make a finished call look open — is never
+// classified: the read is retried with backoff for up to shortReadFor, and
+// then the error is returned.
+func (c *classifier) inspectLoaded(ctx context.Context, session, callID string, seq uint64) (*schema.Assessment, error) {
+	load := c.load
+	if load == nil {
+		load = c.t.LoadThrough
+	}
+	b := newBackoff(10*time.Millisecond, 500*time.Millisecond, shortReadFor)
+	var h []schema.Event
+	var err error
+	for {
+		h, err = load(ctx, session, seq)
+		if err == nil && (len(h) == 0 || h[len(h)-1].Seq < seq) {
+			err = fmt.Errorf("%w: history of %s read through seq %d, want at least %d", errShortHistory, session, lastSeq(h), seq)
+		}
+		var se *schema.Error
+		if err == nil || errors.As(err, &se) {
+			break // complete, or refused for good (corrupt, too large)
+		}
+		d := b.NextBackOff()
+		if d == backoff.Stop || ctx.Err() != nil {
+			c.log.Error().Err(err).Str("session", session).Str("call_id", callID).Msg("history short of the event that needs it; not classified, the event comes again")
+			return nil, fmt.Errorf("events consumer: %w", err)
+		}
+		c.log.Warn().Err(err).Str("session", session).Str("call_id", callID).Dur("retry_in", d).Msg("history short of the event that needs it (a lagging replica?); reading again")
+		select {
+		case <-ctx.Done():
+		case <-time.After(d):
+		}
+	}
 	if err == nil {
 		var a schema.Assessment
 		if a, err = inspect(h, callID); err == nil {
-			return &a
+			return &a, nil
 		}
 	}
 	lvl := c.log.Warn()
@@ -190,7 +335,30 @@ func (c *classifier) inspectLoaded(ctx context.Context, session, callID string) 
 		lvl = c.log.Debug()
 	}
 	lvl.Err(err).Str("session", session).Str("call_id", callID).Msg("call not assessed")
-	return nil
+	return nil, nil
+}
+
+// stallCheck is how long the classifier waits for an event before it asks
+// whether its consumer is idle or stalled.
+const stallCheck = 2 * time.Second
+
+// shortReadFor bounds how long a history read that comes back short of
+// the event needing it is retried before the classifier gives up on the
+// event (it is delivered again).
+const shortReadFor = 15 * time.Second
+
+func lastSeq(h []schema.Event) uint64 {
+	if len(h) == 0 {
+		return 0
+	}
+	return h[len(h)-1].Seq
+}
+
+func newBackoff(initial, maxInterval, maxElapsed time.Duration) *backoff.ExponentialBackOff {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = initial, maxInterval, maxElapsed
+	b.Reset()
+	return b
 }
 
 // finding is what the classifier concluded from one event: an assessment
@@ -199,6 +367,11 @@ type finding struct {
 	session string
 	callID  string
 	a       *schema.Assessment // nil: load the history and Inspect callID
+	// fenced says a session.fenced closed the call: its assessment is
+	// published with its assessment id as Nats-Msg-Id, as the takeover
+	// that wrote the fence publishes it, so that the two (or a dead
+	// takeover's repair) store it once.
+	fenced bool
 }
 
 // tracker is the classifier's state: the open calls per session. Safe for
@@ -320,11 +493,11 @@ func (t *tracker) observe(session string, seq uint64, data []byte, out []finding
 				t.closed(session, calls)
 				switch {
 				case c.retry:
-					out = append(out, finding{session: session, callID: id})
+					out = append(out, finding{session: session, callID: id, fenced: true})
 				case c.legacy:
 				default:
 					a := c.assess(session, "", "")
-					out = append(out, finding{session: session, callID: id, a: &a})
+					out = append(out, finding{session: session, callID: id, a: &a, fenced: true})
 				}
 			})
 		}

@@ -65,6 +65,34 @@
 // reported by inspect and by a prepare that plans, which load and verify
 // it).
 //
+// # Restarts forget nothing
+//
+// Everything status and the assessments depend on is rebuilt from durable
+// state before the service answers: the calls awaiting review from every
+// assessment on JW_ASSESSMENTS (the latest of a call decides), less those
+// a trusted completed review on JW_REVIEWS settled or a plan in jw_plans
+// was issued for (a settled call stays settled when it is assessed again);
+// the open calls from JW_EVENTS, every session read up to the events
+// consumer's ack floor (everything after it is delivered again). Events
+// delivered to a process that died and not acknowledged are delivered
+// again at once (the consumer is reset to its ack floor), not after
+// AckWait. So a call opened before a restart and fenced after it is
+// assessed at the fence, and status says after a restart what it said
+// before. An assessment a session.fenced closed is published with its
+// assessment id as Nats-Msg-Id (as a takeover and its repair publish it),
+// so a takeover that died before its assessment and the restarted
+// classifier store it once.
+//
+// # Complete histories only
+//
+// A history the classifier loads for an event (a retry's result, a call
+// it never saw opened) must reach that event's sequence: a read that comes
+// back short — a replica or a deposed leader behind the consumer — would
+// make a finished call look open. It is read again with backoff for up to
+// 15 s, and then the event is left unacknowledged (delivered again after
+// the consumer restarts); it is never classified from a short history. A
+// takeover's history reaches its own fence (stream.Topology.TakeOver).
+//
 // # Confirmed histories, prepare and takeover
 //
 // A takeover acquires the lease (a new epoch), appends session.fenced,

@@ -16,3 +16,7 @@ var ErrInvalidConfig = errors.New("recoverer: invalid config")
 // errCrash is what the test-only fault hook returns to simulate a crash
 // between the plan's KV create and its publication.
 var errCrash = errors.New("recoverer: simulated crash")
+
+// errShortHistory is a history read that did not reach the event that
+// needed it (a lagging replica): never classified.
+var errShortHistory = errors.New("recoverer: history short of the event that needs it")

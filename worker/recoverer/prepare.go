@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -117,14 +118,33 @@ func (r *issuer) prepare(ctx context.Context, session, callID string) (schema.Pl
 	return r.issue(ctx, plan)
 }
 
+// planReadFor bounds how long issue reads again a plan a racing create
+// stored that this replica does not show yet.
+const planReadFor = 10 * time.Second
+
 // retryRoom is how many events a retry records: tool.call, tool.started,
 // tool.result.
 const retryRoom = 3
 
 // issue stores the plan (KV create; an existing plan under the id wins) and
 // makes sure it is published.
+//
+// On a cluster a create that lost to a racing prepare reads the stored
+// plan with a direct get, which a replica that has not applied the winning
+// create yet answers with "not found": the plan exists (the create said
+// so), so the issue is tried again, with backoff, for up to planReadFor,
+// and the stored plan returned — never "plan not issued".
 func (r *issuer) issue(ctx context.Context, plan schema.Plan) (schema.Plan, error) {
 	rec, err := r.plans.Issue(ctx, plan)
+	for wait, deadline := 10*time.Millisecond, time.Now().Add(planReadFor); errors.Is(err, stream.ErrPlanNotIssued) && time.Now().Before(deadline); wait = min(2*wait, 500*time.Millisecond) {
+		r.log.Debug().Err(err).Str("plan_id", plan.PlanID).Msg("plan created by a racing prepare not yet readable here; reading again")
+		select {
+		case <-ctx.Done():
+			return schema.Plan{}, ctx.Err()
+		case <-time.After(wait):
+		}
+		rec, err = r.plans.Issue(ctx, plan)
+	}
 	if err != nil && !errors.Is(err, stream.ErrPlanConflict) {
 		return schema.Plan{}, err
 	}

@@ -60,10 +60,14 @@ func (p *publisher) assessmentMsg(a schema.Assessment) (msg *nats.Msg, id string
 }
 
 // publishAsync publishes an assessment without waiting for its ack
-// (awaitPublished waits).
-func (p *publisher) publishAsync(a schema.Assessment) (pending, error) {
+// (awaitPublished waits); dedup sets its assessment id as Nats-Msg-Id.
+func (p *publisher) publishAsync(a schema.Assessment, dedup bool) (pending, error) {
 	msg, id := p.assessmentMsg(a)
-	f, err := p.async.PublishMsgAsync(msg)
+	var opts []jetstream.PublishOpt
+	if dedup {
+		opts = append(opts, jetstream.WithMsgID(id))
+	}
+	f, err := p.async.PublishMsgAsync(msg, opts...)
 	if err != nil {
 		return pending{}, fmt.Errorf("publish assessment: %w", err)
 	}

@@ -109,10 +109,16 @@ func (r *Recoverer) Run(ctx context.Context) error {
 }
 
 func (r *Recoverer) run(ctx context.Context) error {
+	if err := r.rebuildAwaiting(ctx); err != nil {
+		return err
+	}
 	if err := r.issuer.RepairPlans(ctx); err != nil {
 		return err
 	}
 	if err := r.leases.start(ctx); err != nil {
+		return err
+	}
+	if _, err := r.classify.start(ctx); err != nil {
 		return err
 	}
 	if !r.cfg.DisableService {

@@ -1,0 +1,121 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/streamtest"
+)
+
+// syncBuffer is a bytes.Buffer safe for the writer goroutine and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func healthz(addr string) (int, string) {
+	resp, err := http.Get("http://" + addr + "/healthz")
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// TestStartedBeforeJetStream: a tool worker and a recovery worker started
+// before any server listens wait (not ready on /healthz, the reason
+// logged), and come up, ready, once the server with JetStream starts; a
+// SIGTERM then ends them with status 0.
+func TestStartedBeforeJetStream(t *testing.T) {
+	natsAddr := freeAddr(t)
+	url := "nats://" + natsAddr
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type proc struct {
+		name   string
+		health string
+		stderr *syncBuffer
+		done   chan int
+	}
+	keyFile := filepath.Join(t.TempDir(), "planner.nk")
+	if code, _, stderr := runCLI("keys", "new", "--out", keyFile); code != exitOK {
+		t.Fatalf("keys new: %d %s", code, stderr)
+	}
+	var procs []*proc
+	for _, name := range []string{"worker", "recover"} {
+		p := &proc{name: name, health: freeAddr(t), stderr: &syncBuffer{}, done: make(chan int, 1)}
+		args := []string{name, "--server", url, "--health", p.health, "--lease-ttl", "2s"}
+		if name == "recover" {
+			args = append(args, "--planner-key", keyFile)
+		}
+		go func() { p.done <- run(ctx, args, io.Discard, p.stderr) }()
+		procs = append(procs, p)
+	}
+	for _, p := range procs {
+		streamtest.Eventually(t, 10*time.Second, p.name+" waits, not ready", func() bool {
+			code, body := healthz(p.health)
+			return code == http.StatusServiceUnavailable && strings.Contains(body, "not ready") &&
+				strings.Contains(p.stderr.String(), "waiting for the server and JetStream")
+		})
+		select {
+		case st := <-p.done:
+			t.Fatalf("%s exited (%d) without a server:\n%s", p.name, st, p.stderr.String())
+		default:
+		}
+	}
+
+	srv, err := stream.StartEmbedded(context.Background(), stream.EmbeddedConfig{Dir: filepath.Join(t.TempDir(), "data"), Listen: natsAddr, Sync: stream.SyncInterval})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Shutdown()
+	for _, p := range procs {
+		streamtest.Eventually(t, 30*time.Second, p.name+" ready once JetStream is", func() bool {
+			code, _ := healthz(p.health)
+			return code == http.StatusOK
+		})
+	}
+	cancel()
+	for _, p := range procs {
+		select {
+		case st := <-p.done:
+			if st != exitOK {
+				t.Fatalf("%s: exit %d\n%s", p.name, st, p.stderr.String())
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s did not stop", p.name)
+		}
+	}
+}
