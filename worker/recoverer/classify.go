@@ -311,6 +311,11 @@ func (t *tracker) observe(session string, seq uint64, data []byte, out []finding
 			a := c.assess(session, ev.Result.Status, ev.Result.Stage)
 			out = append(out, finding{session: session, callID: c.id, a: &a})
 		}
+	case schema.TypeApprovalRequested, schema.TypeApprovalGranted:
+		// A call waiting for approval survives fences (recovery.OpenCalls).
+		if calls := t.sessions[session]; calls != nil {
+			calls.Observe(ev, nil, nil)
+		}
 	case schema.TypeFenced:
 		t.fences[session] = max(fence, ev.Fence.Epoch)
 		// Calls of older epochs can never get their result now: their
