@@ -37,7 +37,9 @@ func (c TopologyConfig) approvalsSpec() jetstream.StreamConfig {
 
 // ApprovalsSubject returns jw.approvals.<session>, where the signed
 // answers to the session's approval requests are published.
-func (t *Topology) ApprovalsSubject(session string) string { return ApprovalsSubject(t.Prefix, session) }
+func (t *Topology) ApprovalsSubject(session string) string {
+	return ApprovalsSubject(t.Prefix, session)
+}
 
 // ApprovalsSubject returns <prefix>.approvals.<session>, for an approver
 // with a connection and a prefix but no topology (DefaultPrefix when
