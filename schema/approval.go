@@ -2,6 +2,7 @@ package schema
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"strings"
 	"time"
 
@@ -65,15 +66,15 @@ type Approval struct {
 // jw.approvals.<session>.request when a call starts waiting for approval:
 // enough for an approver to decide without reading the session log.
 type AskedApproval struct {
-	V          int            `json:"v"`
-	Session    string         `json:"session"`
-	CallID     string         `json:"call_id"`
-	Task       string         `json:"task"`
-	Tool       string         `json:"tool"`
-	Arguments  jsontext.Value `json:"arguments"`
-	ArgsDigest string         `json:"args_digest"`
-	Deadline   time.Time      `json:"deadline"`
-	At         time.Time      `json:"at"`
+	V          int             `json:"v"`
+	Session    string          `json:"session"`
+	CallID     string          `json:"call_id"`
+	Task       string          `json:"task"`
+	Tool       string          `json:"tool"`
+	Arguments  json.RawMessage `json:"arguments"`
+	ArgsDigest string          `json:"args_digest"`
+	Deadline   time.Time       `json:"deadline"`
+	At         time.Time       `json:"at"`
 }
 
 // Stop is the body of a task.stopped event. By says who stopped it:
