@@ -279,3 +279,29 @@ func DecodeApproval(b []byte) (Approval, error) {
 	}
 	return *a, nil
 }
+
+// StopRequest is a host's request to stop a task
+// (jw.approvals.<session>.stop): the session's owner records it as
+// task.stopped (by "host").
+type StopRequest struct {
+	V       int    `json:"v"`
+	Session string `json:"session"`
+	Task    string `json:"task"`
+	Reason  string `json:"reason,omitempty"`
+	At      string `json:"at,omitempty"`
+}
+
+// Validate checks a stop request: version 1, valid session and task ids,
+// a reason of at most MaxFieldBytes. Errors are bad_request (field_too_long
+// for the reason).
+func (s *StopRequest) Validate() error {
+	switch {
+	case s.V != Version:
+		return Errorf(CodeBadRequest, "stop request has schema version %d, want %d", s.V, Version)
+	case !ValidSession(s.Session):
+		return Errorf(CodeBadRequest, "stop request session %s is not a valid session id", quoteShort([]byte(s.Session)))
+	case !ValidSession(s.Task):
+		return Errorf(CodeBadRequest, "stop request task %s must be 1-128 bytes of [A-Za-z0-9_-]", quoteShort([]byte(s.Task)))
+	}
+	return checkLen("reason", s.Reason)
+}

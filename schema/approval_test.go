@@ -61,6 +61,19 @@ func TestApprovalEventsRoundTrip(t *testing.T) {
 	if err := validate(t, "approvalrequest", req); err != nil {
 		t.Errorf("approval request %s: %v", req, err)
 	}
+	stop := schema.StopRequest{V: 1, Session: "s-1", Task: "t-1", Reason: "runaway agent", At: "2026-11-29T10:05:00Z"}
+	if err := stop.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	sb, _ := json.Marshal(stop)
+	if err := validate(t, "taskstop", sb); err != nil {
+		t.Errorf("task stop %s: %v", sb, err)
+	}
+	for _, bad := range []schema.StopRequest{{V: 1, Session: "s-1"}, {V: 1, Session: "s.1", Task: "t"}, {V: 2, Session: "s", Task: "t"}} {
+		if bad.Validate() == nil {
+			t.Errorf("stop %+v accepted", bad)
+		}
+	}
 }
 
 // TestApprovalEventsRefused: malformed approval and stop events are

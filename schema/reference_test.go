@@ -20,16 +20,16 @@ import (
 // decoder (eventcodec.go) is fuzzed against (FuzzEventReference).
 
 type wireEvent struct {
-	V       int            `json:"v"`
-	Seq     uint64         `json:"seq"`
-	Session string         `json:"session"`
-	Epoch   *uint64        `json:"epoch"`
-	At      time.Time      `json:"at"`
-	Type    string         `json:"type"`
-	Call    *wireCall      `json:"call"`
-	Started *wireStarted   `json:"started"`
-	Result  *wireResult    `json:"result"`
-	Fence   *wireFence     `json:"fence"`
+	V       int          `json:"v"`
+	Seq     uint64       `json:"seq"`
+	Session string       `json:"session"`
+	Epoch   *uint64      `json:"epoch"`
+	At      time.Time    `json:"at"`
+	Type    string       `json:"type"`
+	Call    *wireCall    `json:"call"`
+	Started *wireStarted `json:"started"`
+	Result  *wireResult  `json:"result"`
+	Fence   *wireFence   `json:"fence"`
 
 	ApprovalRequest *wireApprovalRequest `json:"approval_request"`
 	Approval        *wireApproval        `json:"approval"`

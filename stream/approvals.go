@@ -16,8 +16,9 @@ import (
 // signed approvals and denials that answer them, as an audit trail: like
 // JW_REVIEWS it denies deletes and purges. Its subjects are
 // jw.approvals.<session> (answers, published by approvers: the reviewer
-// role) and jw.approvals.<session>.request (requests, published by tool
-// workers).
+// role), jw.approvals.<session>.request (requests, published by tool
+// workers) and jw.approvals.<session>.stop (task stops, published by
+// hosts; the owner of the session records them as task.stopped).
 
 // approvalsSpec is the stream spec of JW_APPROVALS (a hook of
 // streamSpecs).
@@ -26,7 +27,7 @@ func (c TopologyConfig) approvalsSpec() jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:        streamName(p, "APPROVALS"),
 		Description: "jingwei approval requests, approvals and denials (audit trail)",
-		Subjects:    []string{p + ".approvals.*", p + ".approvals.*.request"},
+		Subjects:    []string{p + ".approvals.*", p + ".approvals.*.request", p + ".approvals.*.stop"},
 		Retention:   jetstream.LimitsPolicy,
 		Storage:     jetstream.FileStorage,
 		Replicas:    c.Replicas,
@@ -125,4 +126,36 @@ func (t *Topology) PublishApprovalRequest(ctx context.Context, a schema.AskedApp
 		return fmt.Errorf("stream: approval request of %s/%s: %w: from stream %q", a.Session, a.CallID, errForeignAck, ack.Stream)
 	}
 	return nil
+}
+
+// StopSubject returns <prefix>.approvals.<session>.stop, where a host
+// publishes a task stop (DefaultPrefix when prefix is "").
+func StopSubject(prefix, session string) string { return ApprovalsSubject(prefix, session) + ".stop" }
+
+// PublishStop publishes a task stop on jw.approvals.<session>.stop with js
+// (a host's connection) and waits for JetStream's acknowledgement. The
+// tool worker that owns (or takes) the session records it as task.stopped
+// on the session log.
+func PublishStop(ctx context.Context, js jetstream.JetStream, prefix string, s schema.StopRequest) (*jetstream.PubAck, error) {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if err := ValidateSession(s.Session); err != nil {
+		return nil, err
+	}
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		return nil, err
+	}
+	ack, err := js.Publish(ctx, StopSubject(prefix, s.Session), b, jetstream.WithMsgID("stop."+s.Session+"."+s.Task))
+	if err != nil {
+		return nil, fmt.Errorf("stream: publish stop of %s/%s: %w", s.Session, s.Task, err)
+	}
+	if ack.Stream != streamName(prefix, "APPROVALS") {
+		return nil, fmt.Errorf("stream: publish stop of %s/%s: %w: from stream %q", s.Session, s.Task, errForeignAck, ack.Stream)
+	}
+	return ack, nil
 }

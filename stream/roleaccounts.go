@@ -185,6 +185,7 @@ func (n names) importGroups(r Role, c RoleConfig) []importGroup {
 	case RoleHost:
 		return append(base,
 			importGroup{"service: prepare a retry, status, inspect", api("prepare", "status", "inspect")},
+			importGroup{"task stops (jw.approvals.<session>.stop), published with JetStream: the session's owner records task.stopped", single(n.subj("approvals") + ".stop")},
 			importGroup{"`nats micro ls/info/stats` ($SRV.PING|INFO|STATS[.name[.id]]): every instance answers", []ServiceImport{
 				{Subject: "$SRV.>", Response: ResponseStream, Threshold: StreamedResponseWindow},
 			}},

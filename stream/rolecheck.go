@@ -970,6 +970,7 @@ func catalog(n names, session string) []probe {
 	add("publish "+subj("reviews")+" (JetStream)", []Role{rv}, storeProbe(subj("reviews")))
 	add("publish "+subj("approvals")+" (JetStream)", []Role{rv}, storeProbe(subj("approvals")))
 	add("publish "+subj("approvals")+".request (JetStream)", []Role{wk}, storeProbe(subj("approvals")+".request"))
+	add("publish "+subj("approvals")+".stop (JetStream)", []Role{ho}, storeProbe(subj("approvals")+".stop"))
 	for _, b := range []string{n.leases, n.planState, n.budget} {
 		add("KV write "+b, writers, storeProbe(kvKey(b, session)))
 	}

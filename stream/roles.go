@@ -349,6 +349,7 @@ func (n names) guards() []guard {
 		g(OpPublish, "reviews come from reviewers only", []string{n.p + ".reviews.>"}, RoleReviewer),
 		g(OpPublish, "approvals and denials come from approvers (the reviewer role) only (the worker's allows name only the request subject)", []string{n.p + ".approvals.*"}, RoleReviewer, RoleWorker),
 		g(OpPublish, "approval requests come from tool workers only", []string{n.p + ".approvals.*.request"}, RoleWorker),
+		g(OpPublish, "task stops come from hosts only", []string{n.p + ".approvals.*.stop"}),
 		g(OpPublish, "leases, budgets and plan state are written by workers and the recoverer only",
 			[]string{"$KV." + n.leases + ".>", "$KV." + n.budget + ".>", "$KV." + n.planState + ".>"}, RoleWorker, RoleRecoverer),
 		g(OpPublish, "nobody publishes on reply inboxes or the reply subjects of the imports (_R_.…): a forged PubAck or service answer (the services answer through their response permission, which this deny does not block)",

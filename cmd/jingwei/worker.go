@@ -83,6 +83,11 @@ type toolFlags struct {
 	delay         time.Duration
 	delayAfter    time.Duration
 	callTimeout   time.Duration
+	// approvals are the approval settings (approve.go); approvers and
+	// rules are what check filled in from them.
+	approvals approvalFlags
+	approvers recovery.TrustedKeys
+	rules     map[string]*worker.ApprovalRule
 }
 
 func (t *toolFlags) register(fs *flag.FlagSet) {
@@ -94,6 +99,7 @@ func (t *toolFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&t.delay, "tool-delay", 0, "wait this long before every tool body (demos, crash tests)")
 	fs.DurationVar(&t.delayAfter, "tool-delay-after", 0, "wait this long after every tool body's side effect, before its answer (demos, crash tests)")
 	fs.DurationVar(&t.callTimeout, "call-timeout", toolworker.DefaultCallTimeout, "how long jw.api.call (served by this worker) waits for a tool result")
+	t.approvals.register(fs)
 }
 
 func (t *toolFlags) check() string {
@@ -103,6 +109,11 @@ func (t *toolFlags) check() string {
 	case t.delay < 0 || t.delayAfter < 0 || t.idle < 0 || t.drainTimeout < 0 || t.callTimeout < 0:
 		return "durations must not be negative"
 	}
+	rules, err := t.approvals.rules()
+	if err != nil {
+		return err.Error()
+	}
+	t.rules = rules
 	return ""
 }
 
@@ -113,9 +124,17 @@ func (t *toolFlags) newToolWorker(ctx context.Context, js jetstream.JetStream, t
 	if err != nil {
 		return nil, err
 	}
-	reg, err := worker.NewRegistry(toolworker.Delay{Before: t.delay, After: t.delayAfter}.Wrap(tl.List()...)...)
+	tl.FailAfterWrite(t.approvals.failAfterWrite)
+	list, err := applyApprovalRules(toolworker.Delay{Before: t.delay, After: t.delayAfter}.Wrap(tl.List()...), t.rules)
 	if err != nil {
 		return nil, err
+	}
+	reg, err := worker.NewRegistry(list...)
+	if err != nil {
+		return nil, err
+	}
+	if len(t.rules) > 0 && len(t.approvers) == 0 {
+		log.Warn().Msg("tools require approval but no approver is trusted (--trust-approvers): their calls will time out")
 	}
 	if len(planners) == 0 {
 		log.Warn().Msg("no trusted plan signers (--trust-planners, or planners in the --auth directory): every retry plan will be refused")
@@ -123,7 +142,7 @@ func (t *toolFlags) newToolWorker(ctx context.Context, js jetstream.JetStream, t
 	return toolworker.New(toolworker.Config{
 		Topology: topo, Registry: reg, Owner: t.owner, MaxSessions: t.maxSessions,
 		IdleTimeout: t.idle, DrainTimeout: t.drainTimeout, CallTimeout: t.callTimeout, Logger: log,
-		Runtime: worker.Config{TrustedPlanners: planners},
+		Runtime: worker.Config{TrustedPlanners: planners, TrustedApprovers: t.approvers, StopExhaustedTasks: t.approvals.stopExhausted},
 	})
 }
 
@@ -160,6 +179,9 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	planners, file, err := nf.trustedPlanners(tf.trustPlanners)
 	if err != nil {
 		return usageError(stderr, "worker", "trusted planners %s: %v", file, err)
+	}
+	if tf.approvers, file, err = tf.approvals.approvers(&nf); err != nil {
+		return usageError(stderr, "worker", "trusted approvers %s: %v", file, err)
 	}
 	nc, topo, err := nf.ensureTopology(ctx, "worker", log, stream.TopologyConfig{LeaseTTL: ttl, Replicas: replicas, Logger: log})
 	if err != nil {

@@ -3,6 +3,7 @@ package toolworker
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -33,12 +34,12 @@ import (
 // the answers (not the requests) on JW_APPROVALS.
 func (w *Worker) approvalConsumer(ctx context.Context) (jetstream.Consumer, error) {
 	return w.topo.Approvals.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable:       w.topo.ApprovalConsumerName(),
-		Description:   "jingwei tool workers: approvals and denials of waiting calls",
-		FilterSubject: w.topo.ApprovalsSubject("*"),
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       w.cfg.AckWait,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
+		Durable:        w.topo.ApprovalConsumerName(),
+		Description:    "jingwei tool workers: approvals and denials of waiting calls",
+		FilterSubjects: []string{w.topo.ApprovalsSubject("*"), stream.StopSubject(w.topo.Prefix, "*")},
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        w.cfg.AckWait,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
 	})
 }
 
@@ -64,6 +65,10 @@ func (w *Worker) consumeApprovals(ctx context.Context, cons jetstream.Consumer) 
 }
 
 func (w *Worker) routeApproval(ctx context.Context, m jetstream.Msg) {
+	if strings.HasSuffix(m.Subject(), ".stop") {
+		w.routeStop(ctx, m)
+		return
+	}
 	id := stream.SessionOf(m.Subject())
 	a, err := schema.DecodeApproval(m.Data())
 	if err == nil && a.Session != id {
@@ -201,4 +206,53 @@ func (s *session) waiting() bool {
 	}
 	_, ok := s.rt.NextDeadline()
 	return ok
+}
+
+// routeStop routes a host's task stop to the session's owner in this
+// process (taking the session if nobody owns it), which records
+// task.stopped.
+func (w *Worker) routeStop(ctx context.Context, m jetstream.Msg) {
+	parts := strings.Split(m.Subject(), ".")
+	id := ""
+	if len(parts) == 4 {
+		id = parts[2]
+	}
+	var st schema.StopRequest
+	err := schema.Unmarshal(m.Data(), &st)
+	if err == nil {
+		err = st.Validate()
+	}
+	if err == nil && st.Session != id {
+		err = schema.Errorf(schema.CodeBadRequest, "stop for session %q published on %q's subject", st.Session, id)
+	}
+	if err != nil {
+		w.log.Warn().Err(err).Str("session", id).Msg("task stop refused (kept in JW_APPROVALS)")
+		_ = m.TermWithReason(schema.TextOf(err))
+		return
+	}
+	s := w.owned(id)
+	if s == nil {
+		s = w.tryTake(ctx, id)
+	}
+	if s == nil || !s.post(func() { s.runStop(st, m) }) {
+		_ = m.NakWithDelay(w.cfg.PlanRetryDelay)
+	}
+}
+
+// runStop records a task stop (in the session goroutine).
+func (s *session) runStop(st schema.StopRequest, m jetstream.Msg) {
+	if err := s.confirm(s.work); err != nil {
+		s.log.Warn().Err(err).Str("task", st.Task).Msg("session log not confirmed; stop left for redelivery")
+		_ = m.NakWithDelay(s.w.cfg.PlanRetryDelay)
+		s.failed.Store(true)
+		s.w.backOff(s.id)
+		return
+	}
+	if err := s.rt.StopTask(s.work, st.Task, schema.StoppedByHost, st.Reason); err != nil {
+		s.log.Warn().Err(err).Str("task", st.Task).Msg("task.stopped not recorded; left for redelivery")
+		_ = m.Nak()
+		s.failed.Store(true)
+		return
+	}
+	_ = m.Ack()
 }
