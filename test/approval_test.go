@@ -349,3 +349,75 @@ func TestReferenceApprovalScenario(t *testing.T) {
 		t.Fatalf("assessment %+v, %v", a, err)
 	}
 }
+
+// TestTaskStopThroughPipeline: `jingwei status` lists a call waiting for
+// approval; `jingwei task stop` (host role) makes the session's tool
+// worker record task.stopped; the waiting call ends rejected at approval;
+// a new request of the task is answered task_stopped without a call;
+// prepare refuses the task's failed call with task_stopped; tool_calls is
+// never lowered; status lists the stopped task.
+func TestTaskStopThroughPipeline(t *testing.T) {
+	s := newApprovalStack(t)
+	s.worker("tw-a", "--require-approval", "payments.charge:amount_cents>1000", "--fail-after-write", "1")
+	ctx := context.Background()
+	const sess = "stop-1"
+	publishRequest(t, s.agentJS, s.topo, sess, "r-1", tools.OrdersCreate, `{"sku":"A-1","qty":1,"customer":"c-1"}`)
+	streamtest.Eventually(t, waitLimit, "the order call failed", func() bool {
+		c := callsWithRequest(t, s.topo, sess, "r-1")
+		return len(c) == 1 && resultFor(t, s.topo, sess, c[0].CallID)
+	})
+	failed := callsWithRequest(t, s.topo, sess, "r-1")[0].CallID
+	publishRequest(t, s.agentJS, s.topo, sess, "r-2", tools.PaymentsCharge, `{"account":"acct-1","amount_cents":900000}`)
+	pay := s.waiting(sess)
+
+	out, err := exec.Command(s.bin, "status", "--server", s.url, "--auth", s.auth, "--session", sess, "--json").Output()
+	if err != nil {
+		t.Fatalf("status: %v", err)
+	}
+	var st struct {
+		service.Status `json:"status"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil || len(st.AwaitingApproval) != 1 || st.AwaitingApproval[0].CallID != pay {
+		t.Fatalf("status: %s (%v)", out, err)
+	}
+	text, _ := exec.Command(s.bin, "status", "--server", s.url, "--auth", s.auth, "--session", sess).Output()
+	if !strings.Contains(string(text), "AWAITING APPROVAL (1)") || !strings.Contains(string(text), pay) {
+		t.Fatalf("status text:\n%s", text)
+	}
+
+	var before stream.Usage
+	streamtest.Eventually(t, 10*time.Second, "tool_calls = 2", func() bool {
+		before, err = stream.NewBudget(s.topo.Budget).Get(ctx, sess, "default")
+		return err == nil && before.ToolCalls == 2
+	})
+	if out, err := exec.Command(s.bin, "task", "stop", "--server", s.url, "--auth", s.auth, "--session", sess, "--task", "default", "--reason", "runaway agent").CombinedOutput(); err != nil {
+		t.Fatalf("task stop: %v\n%s", err, out)
+	}
+	if r := s.waitResult(sess, pay); r.Status != schema.StatusRejected || r.Stage != schema.StageApproval {
+		t.Fatalf("waiting payment after the stop: %+v", r)
+	}
+	if n := s.count(sess, schema.TypeTaskStopped, ""); n != 1 {
+		t.Fatalf("%d task.stopped events", n)
+	}
+	publishRequest(t, s.agentJS, s.topo, sess, "r-3", tools.CatalogLookup, `{"sku":"A-1"}`)
+	var ans schema.Answer
+	streamtest.Eventually(t, waitLimit, "the request after the stop is answered", func() bool {
+		a, ok, err := s.topo.FindAnswer(ctx, sess, "r-3")
+		ans = a
+		return err == nil && ok
+	})
+	if ans.Code != schema.CodeTaskStopped || len(callsWithRequest(t, s.topo, sess, "r-3")) != 0 {
+		t.Fatalf("answer %+v", ans)
+	}
+	if _, err := s.host.Prepare(ctx, sess, failed); schema.CodeOf(err) != schema.CodeTaskStopped {
+		t.Fatalf("prepare of the stopped task's call: %v", err)
+	}
+	after, err := stream.NewBudget(s.topo.Budget).Get(ctx, sess, "default")
+	if err != nil || after.ToolCalls != before.ToolCalls {
+		t.Fatalf("tool_calls %d before the stop, %d after (%v): never restored, nothing more counted", before.ToolCalls, after.ToolCalls, err)
+	}
+	hst, err := s.host.Status(ctx, service.StatusRequest{Session: sess})
+	if err != nil || len(hst.StoppedTasks) != 1 || hst.StoppedTasks[0].Task != "default" || hst.StoppedTasks[0].By != schema.StoppedByHost || len(hst.AwaitingApproval) != 0 {
+		t.Fatalf("status after the stop: %+v, %v", hst, err)
+	}
+}

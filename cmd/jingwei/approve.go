@@ -19,6 +19,7 @@ import (
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/worker"
+	"github.com/jingwei/jingwei/worker/service"
 )
 
 func init() {
@@ -326,4 +327,25 @@ func serveApprovers(data, authDir string, tf *toolFlags) (string, string, error)
 		}
 	}
 	return keyPath, pub, nil
+}
+
+// printApprovalStatus prints the calls waiting for approval and the
+// stopped tasks of a status (jingwei status).
+func printApprovalStatus(tw io.Writer, st service.Status) {
+	fmt.Fprintln(tw)
+	fmt.Fprintf(tw, "AWAITING APPROVAL (%d)\n", len(st.AwaitingApproval))
+	if len(st.AwaitingApproval) > 0 {
+		fmt.Fprintln(tw, "SESSION\tCALL\tTOOL\tTASK\tDEADLINE\tSEQ")
+		for _, a := range st.AwaitingApproval {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", a.Session, a.CallID, a.Tool, orDash(a.Task), a.Deadline.Format(time.RFC3339), a.Seq)
+		}
+	}
+	if len(st.StoppedTasks) > 0 {
+		fmt.Fprintln(tw)
+		fmt.Fprintf(tw, "STOPPED TASKS (%d)\n", len(st.StoppedTasks))
+		fmt.Fprintln(tw, "SESSION\tTASK\tBY\tREASON\tAT")
+		for _, s := range st.StoppedTasks {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Session, s.Task, s.By, orDash(s.Reason), s.At.Format(time.RFC3339))
+		}
+	}
 }

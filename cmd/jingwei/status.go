@@ -157,6 +157,7 @@ func printStatus(w io.Writer, v statusView) {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", a.Session, a.CallID, a.Tool, orDash(a.Contract.Effect.String()), a.Outcome, a.Evidence, a.Attempts)
 		}
 	}
+	printApprovalStatus(tw, st)
 	fmt.Fprintln(tw)
 	fmt.Fprintf(tw, "PLANS (issued %d, consumed %d)\n", st.Plans.Issued, st.Plans.Consumed)
 	if len(v.Plans) > 0 {
