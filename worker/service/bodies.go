@@ -46,9 +46,9 @@ type Status struct {
 	// approval.requested has no answer on the log yet), in log order; for
 	// one session read from its log, for all as the classifier tracks
 	// them.
-	AwaitingApproval []WaitingApproval `json:"awaiting_approval"`
+	AwaitingApproval []WaitingApproval `json:"awaiting_approval,omitempty"`
 	// StoppedTasks are the stopped tasks (task.stopped on the log).
-	StoppedTasks []StoppedTask `json:"stopped_tasks"`
+	StoppedTasks []StoppedTask `json:"stopped_tasks,omitempty"`
 }
 
 // WaitingApproval is a call waiting for approval, as jw.api.status shows
