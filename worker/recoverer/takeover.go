@@ -130,6 +130,9 @@ func (r *takeovers) takeOver(ctx context.Context, session string, opts ...stream
 	r.log.Info().Str("session", session).Uint64("epoch", epoch).Uint64("fence_seq", fenceSeq).Msg("session taken over")
 	r.reconcileBudget(ctx, session, h)
 	out, err := r.pub.publishOpen(ctx, session, h, recovery.OpenIn(h, fenceSeq))
+	if o := r.cfg.Observer; o != nil {
+		o.TookOver(session, h, out)
+	}
 	return out, h, err
 }
 
