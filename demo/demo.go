@@ -14,7 +14,10 @@
 // finds its order instead of placing a second one. The payment's retry is
 // refused until a reviewer, who checks the ledger, signs the truthful
 // verdict: completed if the ledger has the charge (every retry is then
-// refused), not_executed if it does not (the retry then runs once).
+// refused), not_executed if it does not (the retry then runs once). Then a
+// payment above ApprovalAbove waits for a signed approval; its tool worker
+// is killed while it waits, the approver approves while no worker runs,
+// and a fresh worker takes the session over and charges exactly once.
 //
 // Run prints the story step by step and a final table of calls, outcomes,
 // decisions, attempts and business records, and returns the same facts as a
@@ -121,6 +124,8 @@ type Report struct {
 	// Children are the process ids of every child process; all have exited
 	// when Run returns.
 	Children []int `json:"children"`
+	// Approval is what became of the approval part of the story.
+	Approval *ApprovalReport `json:"approval,omitempty"`
 }
 
 // CallRow is one attempt in the final table.

@@ -235,12 +235,18 @@ func (s *story) run(ctx context.Context) (Report, error) {
 			sessionOf(c, order), time.Since(tc).Seconds(), fence.Epoch, c.CallID, c.Tool, a.Outcome, a.Evidence, a.Decision)
 	}
 
-	// 8. A fresh tool worker to run retry plans.
-	w2, err := s.start("worker-2", "worker", "--server", url, "--auth", auth, "--log-format", "json")
+	// 8. A fresh tool worker to run retry plans (payments above
+	// ApprovalAbove wait for approval there: approval.go).
+	approver, apFlags, err := s.approverKey()
 	if err != nil {
 		return s.rep, err
 	}
-	s.say("start", "tool worker      pid %-6d jingwei worker (a fresh process, nothing held)", w2.PID())
+	w2Args := append([]string{"worker", "--server", url, "--auth", auth, "--lease-ttl", ttl, "--log-format", "json"}, apFlags...)
+	w2, err := s.start("worker-2", w2Args...)
+	if err != nil {
+		return s.rep, err
+	}
+	s.say("start", "tool worker      pid %-6d jingwei worker --require-approval %s (a fresh process, nothing held)", w2.PID(), apFlags[1])
 
 	// 9. The order: idempotent, so an explicit prepare gives a plan, and
 	// the retry with the same key finds the order.
@@ -314,8 +320,13 @@ func (s *story) run(ctx context.Context) (Report, error) {
 		s.say("worker", "call %s payments.charge (retry, attempt 2): %s %s", pr.CallID, pres.Status, pres.Output)
 	}
 
-	// 13. The table, then stop everything.
+	// 13. The table.
 	if err := s.table(ctx); err != nil {
+		return s.rep, err
+	}
+	// 14. An approval that survives a crash (approval.go), then stop
+	// everything.
+	if err := s.approvals(ctx, approver, w2, w2Args); err != nil {
 		return s.rep, err
 	}
 	s.procs.stopAll(5 * time.Second)

@@ -62,6 +62,21 @@ func FuzzInspect(f *testing.F) {
 			a.Decision == schema.DecisionNeedsReview && (a.Outcome != schema.OutcomeUncertain || a.Contract.Effect.Safe()):
 			t.Fatalf("assessment breaks the decision table: %+v", a)
 		}
+		// A stopped task's calls are classified but never planned (§17).
+		var evs []schema.Event
+		for ev, err := range reader(data) {
+			if err == nil {
+				evs = append(evs, ev)
+			}
+		}
+		if _, stopped := recovery.ApprovalsOf(evs).Stopped[a.Task]; stopped {
+			rev := &schema.Review{V: 1, Session: a.Session, CallID: callID, Operator: "fuzz", Verdict: schema.VerdictNotExecuted}
+			_, errR := recovery.PrepareRetry(reader(data), callID, rev)
+			if schema.CodeOf(errP) != schema.CodeTaskStopped || schema.CodeOf(errR) != schema.CodeTaskStopped {
+				t.Fatalf("call of a stopped task: PrepareRetry %v, with a review %v", errP, errR)
+			}
+			return
+		}
 		want := map[schema.Decision]schema.Code{schema.DecisionRefuse: schema.CodeCompleted, schema.DecisionNeedsReview: schema.CodeNeedsReview}[a.Decision]
 		if schema.CodeOf(errP) != want || (want == "" && errP != nil) {
 			t.Fatalf("decision %s, PrepareRetry: %v", a.Decision, errP)

@@ -76,6 +76,8 @@ type call struct {
 	started  bool
 	marker   bool
 	legacy   bool
+	asked    bool // approval.requested recorded (approval.go)
+	granted  bool // approval.granted recorded
 }
 
 type opKey struct{ task, key string }
@@ -99,6 +101,9 @@ type scan struct {
 	// links holds a copy of every retry's link by the retry's index, kept
 	// only for RequireSignedPlans (nil otherwise)
 	links map[int32]schema.RetryLink
+	// stopped maps every task stopped so far to the seq of its
+	// task.stopped (approval.go); nil before the first.
+	stopped map[string]uint64
 }
 
 // argPair is a retry whose argument bytes differ from its prior call's:
@@ -142,6 +147,9 @@ func scanFor(h schema.History, callID string, keepLinks bool) (*scan, error) {
 	}
 	if c.legacy {
 		return nil, schema.Errorf(schema.CodeLegacyCall, "call %q (seq %d) has no operation (legacy format): no stable key to retry with", callID, c.seq)
+	}
+	if err := c.pendingApproval(); err != nil {
+		return nil, err
 	}
 	s.idx = i
 	return s, nil
@@ -270,6 +278,8 @@ func (s *scan) event(ev *schema.Event) error {
 		return s.onResult(ev)
 	case schema.TypeFenced:
 		return s.onFenced(ev)
+	case schema.TypeApprovalRequested, schema.TypeApprovalGranted, schema.TypeTaskStopped:
+		return s.onMark(ev)
 	}
 	return nil // unknown types do not affect calls
 }
@@ -301,6 +311,11 @@ func (s *scan) onCall(ev *schema.Event) error {
 	}
 	nc := call{id: c.CallID, seq: ev.Seq, tool: c.Tool, prior: -1, next: -1, marker: c.StartMarker}
 	op := c.Operation
+	if op != nil {
+		if at, ok := s.stopped[op.Task]; ok {
+			return s.corrupt(ev, "call %q of task %q after the task.stopped at seq %d", c.CallID, op.Task, at)
+		}
+	}
 	if op == nil {
 		nc.legacy = true
 	} else {
@@ -433,6 +448,9 @@ func (s *scan) onStarted(ev *schema.Event) error {
 	if c.resSeq != 0 {
 		return s.corrupt(ev, "tool.started for call %q after its result (seq %d)", c.id, c.resSeq)
 	}
+	if c.asked && !c.granted {
+		return s.corrupt(ev, "tool.started for call %q, which waits for approval (no approval.granted)", c.id)
+	}
 	c.started = true
 	return nil
 }
@@ -455,6 +473,8 @@ func (s *scan) onResult(ev *schema.Event) error {
 		}
 	} else if r.Stage != "" {
 		return s.corrupt(ev, "call %q has stage %q with status %s (stage only goes with rejected)", c.id, r.Stage, r.Status)
+	} else if c.asked && !c.granted {
+		return s.corrupt(ev, "call %q ends %s while it waits for approval (only rejected may end it before approval.granted)", c.id, r.Status)
 	}
 	c.status, c.stage, c.resSeq = intern(r.Status), r.Stage, ev.Seq
 	if c.status == schema.StatusOK && c.id != s.target {

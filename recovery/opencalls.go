@@ -22,6 +22,11 @@ type openEntry[V any] struct {
 	epoch uint64
 	n     uint64
 	v     V
+	// parked: the call waits for approval (approval.requested, no
+	// approval.granted yet). A pending-answer boundary belongs to no
+	// writer: a fence does not close it, and whichever owner records its
+	// answer adopts it at its own epoch.
+	parked bool
 }
 
 // Open records the tool.call callID, written at epoch, with its value. A
@@ -57,7 +62,7 @@ func (o *OpenCalls[V]) Close(callID string) (V, bool) {
 func (o *OpenCalls[V]) Fence(epoch uint64, closed func(callID string, v V)) {
 	var ids []string
 	for id, e := range o.calls {
-		if e.epoch < epoch {
+		if e.epoch < epoch && !e.parked {
 			ids = append(ids, id)
 		}
 	}
@@ -86,8 +91,30 @@ func (o *OpenCalls[V]) Observe(ev schema.Event, v func() V, closed func(callID s
 		o.Close(ev.Result.CallID)
 	case ev.Type == schema.TypeFenced && ev.Fence != nil:
 		o.Fence(ev.Fence.Epoch, closed)
+	case ev.Type == schema.TypeApprovalRequested && ev.ApprovalRequest != nil:
+		o.park(ev.ApprovalRequest.CallID, 0, true)
+	case ev.Type == schema.TypeApprovalGranted && ev.Approval != nil:
+		o.park(ev.Approval.CallID, ev.Epoch, false)
 	}
 }
+
+// park marks an open call as waiting for approval (a fence does not close
+// it), or, with parked false, as approved at epoch: from then on it is the
+// call of the writer of that epoch, which a newer fence closes.
+func (o *OpenCalls[V]) park(callID string, epoch uint64, parked bool) {
+	e, ok := o.calls[callID]
+	if !ok {
+		return
+	}
+	e.parked = parked
+	if !parked {
+		e.epoch = epoch
+	}
+	o.calls[callID] = e
+}
+
+// Parked reports whether an open call waits for approval.
+func (o *OpenCalls[V]) Parked(callID string) bool { return o.calls[callID].parked }
 
 // Len returns how many calls are open.
 func (o *OpenCalls[V]) Len() int { return len(o.calls) }

@@ -120,6 +120,9 @@ func PrepareRetry(h schema.History, callID string, review *schema.Review, opts .
 		}
 	}
 	a := s.assess()
+	if err := s.taskStopped(a); err != nil {
+		return schema.Plan{}, err
+	}
 	if review != nil {
 		if err := checkReview(review, s.session, callID, &o); err != nil {
 			return schema.Plan{}, err

@@ -111,6 +111,19 @@ const (
 	// timeout (the service is busy, or the call it asked for still runs).
 	// Made by clients, never sent by the service.
 	CodeNoAnswer Code = "no_answer"
+	// CodeInvalidApproval: an approval that is malformed, unsigned, not
+	// signed by a trusted approver, for another session, or for a call
+	// that does not wait for approval (answered already, a replay, or
+	// another call): refused, and nothing recorded.
+	CodeInvalidApproval Code = "invalid_approval"
+	// CodeApprovalPending: the call waits for approval (its
+	// approval.requested has no answer on the log yet): inspect and prepare
+	// refuse it until it is approved, denied or timed out.
+	CodeApprovalPending Code = "approval_pending"
+	// CodeTaskStopped: the call's task was stopped (task.stopped on the
+	// log): no new call of the task is recorded and no plan is issued for
+	// its calls.
+	CodeTaskStopped Code = "task_stopped"
 	// CodeInternal: anything else (the server unreachable, a failed write);
 	// an error that is not an *Error travels with this code.
 	CodeInternal Code = "internal"
@@ -256,6 +269,10 @@ var (
 	ErrResultPending = &Error{Code: CodeResultPending}
 	ErrNoAnswer      = &Error{Code: CodeNoAnswer}
 	ErrInternal      = &Error{Code: CodeInternal}
+
+	ErrInvalidApproval = &Error{Code: CodeInvalidApproval}
+	ErrApprovalPending = &Error{Code: CodeApprovalPending}
+	ErrTaskStopped     = &Error{Code: CodeTaskStopped}
 
 	// ErrPlanRefused is a group: it matches plan_not_issued,
 	// plan_consumed, plan_mismatch and plan_untrusted (a plan that was not

@@ -383,7 +383,7 @@ func (d *eventReader) member(err *error) bool {
 
 // pending holds the bodies read before the event's type: decoded once the
 // type is known.
-type pending struct{ call, started, result, fence []byte }
+type pending struct{ call, started, result, fence, approvalRequest, approval, stop []byte }
 
 // event decodes the event at the decoder.
 func (d *eventReader) event() (Event, error) {
@@ -455,6 +455,12 @@ func (d *eventReader) event() (Event, error) {
 			} else {
 				err = body(&pend.fence)
 			}
+		case "approval_request":
+			err = d.markBody(&ev, typeSet, "approval_request", &pend.approvalRequest)
+		case "approval":
+			err = d.markBody(&ev, typeSet, "approval", &pend.approval)
+		case "stop":
+			err = d.markBody(&ev, typeSet, "stop", &pend.stop)
 		default:
 			err = d.unknown("", envelopeFields)
 		}
@@ -485,7 +491,38 @@ func (d *eventReader) event() (Event, error) {
 	return ev, nil
 }
 
+// markBody reads the body of an approval or stop event: decoded when the
+// type is known, skipped for another type, kept raw until the type is
+// known otherwise.
+func (d *eventReader) markBody(ev *Event, typeSet bool, name string, into *[]byte) error {
+	if typeSet && !knownType(ev.Type) {
+		return d.skip()
+	}
+	v, err := d.dec.ReadValue()
+	if err != nil {
+		return err
+	}
+	if err := d.numbers(v); err != nil {
+		return err
+	}
+	if !typeSet {
+		*into = bytes.Clone(v)
+		return nil
+	}
+	return decodeMarkBody(name, v, ev)
+}
+
 func (d *eventReader) pendingBodies(ev *Event, p *pending) error {
+	for _, b := range []struct {
+		raw  []byte
+		name string
+	}{{p.approvalRequest, "approval_request"}, {p.approval, "approval"}, {p.stop, "stop"}} {
+		if b.raw != nil {
+			if err := decodeMarkBody(b.name, b.raw, ev); err != nil {
+				return err
+			}
+		}
+	}
 	for _, b := range []struct {
 		raw  []byte
 		name string

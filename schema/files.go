@@ -10,7 +10,7 @@ var files embed.FS
 
 // SchemaFiles names the JSON Schema files (draft 2020-12) Files holds: one
 // per message on the wire (events, reviews, plans, assessments, tool
-// requests), one per body of the `jingwei` services (target, status
+// requests, approvals, approval requests and task stops), one per body of the `jingwei` services (target, status
 // request, status answer; call answers with an event, inspect with an
 // assessment, prepare with a plan), the error body, and the jw_plans
 // record. Their $id is SchemaBaseURL + name, and they
@@ -27,6 +27,9 @@ var SchemaFiles = []string{
 	"status.schema.json",
 	"errorbody.schema.json",
 	"planrecord.schema.json",
+	"approval.schema.json",
+	"approvalrequest.schema.json",
+	"taskstop.schema.json",
 }
 
 // SchemaBaseURL is the base of the schema files' $id.

@@ -185,7 +185,7 @@ func trimJSONSpace(b []byte) []byte {
 
 func knownType(t string) bool {
 	switch t {
-	case TypeCall, TypeStarted, TypeResult, TypeFenced:
+	case TypeCall, TypeStarted, TypeResult, TypeFenced, TypeApprovalRequested, TypeApprovalGranted, TypeTaskStopped:
 		return true
 	}
 	return false
@@ -223,7 +223,7 @@ func (e *Event) Validate() error {
 		return Errorf(CodeCorruptHistory, "event lacks type")
 	}
 	bodies := 0
-	for _, set := range []bool{e.Call != nil, e.Started != nil, e.Result != nil, e.Fence != nil} {
+	for _, set := range []bool{e.Call != nil, e.Started != nil, e.Result != nil, e.Fence != nil, e.ApprovalRequest != nil, e.Approval != nil, e.Stop != nil} {
 		if set {
 			bodies++
 		}
@@ -253,6 +253,8 @@ func (e *Event) Validate() error {
 		if e.Fence.Epoch > MaxEpoch {
 			return Errorf(CodeCorruptHistory, "fence.epoch %d is above %d (2^53-1, schema.MaxEpoch)", e.Fence.Epoch, uint64(MaxEpoch))
 		}
+	case TypeApprovalRequested, TypeApprovalGranted, TypeTaskStopped:
+		return e.validateMark(bodies)
 	default:
 		if bodies != 0 {
 			return Errorf(CodeCorruptHistory, "event of type %s carries a body of a known type", quoteShort([]byte(e.Type)))

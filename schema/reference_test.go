@@ -20,16 +20,21 @@ import (
 // decoder (eventcodec.go) is fuzzed against (FuzzEventReference).
 
 type wireEvent struct {
-	V       int            `json:"v"`
-	Seq     uint64         `json:"seq"`
-	Session string         `json:"session"`
-	Epoch   *uint64        `json:"epoch"`
-	At      time.Time      `json:"at"`
-	Type    string         `json:"type"`
-	Call    *wireCall      `json:"call"`
-	Started *wireStarted   `json:"started"`
-	Result  *wireResult    `json:"result"`
-	Fence   *wireFence     `json:"fence"`
+	V       int          `json:"v"`
+	Seq     uint64       `json:"seq"`
+	Session string       `json:"session"`
+	Epoch   *uint64      `json:"epoch"`
+	At      time.Time    `json:"at"`
+	Type    string       `json:"type"`
+	Call    *wireCall    `json:"call"`
+	Started *wireStarted `json:"started"`
+	Result  *wireResult  `json:"result"`
+	Fence   *wireFence   `json:"fence"`
+
+	ApprovalRequest *wireApprovalRequest `json:"approval_request"`
+	Approval        *wireApproval        `json:"approval"`
+	Stop            *wireStop            `json:"stop"`
+
 	Unknown jsontext.Value `json:",embed"`
 }
 
@@ -139,6 +144,7 @@ func (w *wireEvent) event() (Event, error) {
 		// Members named like the bodies of known types mean nothing in
 		// an unknown type: ignore them like any unknown member.
 		w.Call, w.Started, w.Result, w.Fence = nil, nil, nil, nil
+		w.ApprovalRequest, w.Approval, w.Stop = nil, nil, nil
 	}
 	if err := w.checkCase(); err != nil {
 		return Event{}, corruptEvent(err)
@@ -180,6 +186,15 @@ func (w *wireEvent) event() (Event, error) {
 			return Event{}, Errorf(CodeCorruptHistory, "session.fenced lacks fence.epoch")
 		}
 		ev.Fence = &Fence{Epoch: *f.Epoch, Owner: f.Owner}
+	}
+	if a := w.ApprovalRequest; a != nil {
+		ev.ApprovalRequest = &ApprovalRequest{CallID: a.CallID, Deadline: a.Deadline}
+	}
+	if a := w.Approval; a != nil {
+		ev.Approval = a.approval()
+	}
+	if s := w.Stop; s != nil {
+		ev.Stop = &Stop{Task: s.Task, By: s.By, Reason: s.Reason}
 	}
 	return ev, nil
 }
@@ -223,6 +238,21 @@ func (w *wireEvent) checkCase() error {
 	}
 	if f := w.Fence; f != nil {
 		if err := checkCase("fence: ", f.Unknown, fenceFields); err != nil {
+			return err
+		}
+	}
+	if a := w.ApprovalRequest; a != nil {
+		if err := a.checkCase("approval_request"); err != nil {
+			return err
+		}
+	}
+	if a := w.Approval; a != nil {
+		if err := a.checkCase("approval"); err != nil {
+			return err
+		}
+	}
+	if s := w.Stop; s != nil {
+		if err := s.checkCase("stop"); err != nil {
 			return err
 		}
 	}

@@ -36,6 +36,12 @@ type Event struct {
 	Started *Started `json:"started,omitempty"`
 	Result  *Result  `json:"result,omitempty"`
 	Fence   *Fence   `json:"fence,omitempty"`
+
+	// ApprovalRequest, Approval and Stop are the bodies of
+	// approval.requested, approval.granted and task.stopped (approval.go).
+	ApprovalRequest *ApprovalRequest `json:"approval_request,omitempty"`
+	Approval        *Approval        `json:"approval,omitempty"`
+	Stop            *Stop            `json:"stop,omitempty"`
 }
 
 // CallID returns the call id the event refers to, or "" for events that refer
@@ -48,6 +54,10 @@ func (e *Event) CallID() string {
 		return e.Started.CallID
 	case e.Result != nil:
 		return e.Result.CallID
+	case e.ApprovalRequest != nil:
+		return e.ApprovalRequest.CallID
+	case e.Approval != nil:
+		return e.Approval.CallID
 	}
 	return ""
 }

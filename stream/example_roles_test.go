@@ -28,6 +28,7 @@ func ExampleRoleConfig_Imports() {
 	// singleton $JS.API.STREAM.INFO.JW_PLANS
 	// singleton $JS.API.STREAM.INFO.JW_ASSESSMENTS
 	// singleton $JS.API.STREAM.INFO.JW_ANSWERS
+	// singleton $JS.API.STREAM.INFO.JW_APPROVALS
 	// singleton $JS.API.STREAM.INFO.KV_jw_leases
 	// singleton $JS.API.STREAM.INFO.KV_jw_plans
 	// singleton $JS.API.STREAM.INFO.KV_jw_budget

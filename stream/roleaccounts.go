@@ -177,13 +177,15 @@ func (n names) importGroups(r Role, c RoleConfig) []importGroup {
 		)
 	case RoleReviewer:
 		return append(base,
-			importGroup{"reviews (approvals), published with JetStream: the PubAck comes back through the import", single(n.subj("reviews"))},
+			importGroup{"reviews, published with JetStream: the PubAck comes back through the import", single(n.subj("reviews"))},
+			importGroup{"approvals and denials of calls waiting for approval, published with JetStream", single(n.subj("approvals"))},
 			importGroup{"service: status, inspect", api("status", "inspect")},
-			importGroup{"read session events and reviews: message gets and direct gets", reads(n.events, n.reviews)},
+			importGroup{"read session events, reviews, approval requests and approvals: message gets and direct gets", reads(n.events, n.reviews, n.approvals)},
 		)
 	case RoleHost:
 		return append(base,
 			importGroup{"service: prepare a retry, status, inspect", api("prepare", "status", "inspect")},
+			importGroup{"task stops (jw.approvals.<session>.stop), published with JetStream: the session's owner records task.stopped", single(n.subj("approvals") + ".stop")},
 			importGroup{"`nats micro ls/info/stats` ($SRV.PING|INFO|STATS[.name[.id]]): every instance answers", []ServiceImport{
 				{Subject: "$SRV.>", Response: ResponseStream, Threshold: StreamedResponseWindow},
 			}},

@@ -968,6 +968,9 @@ func catalog(n names, session string) []probe {
 	add("publish "+subj("plans")+" (JetStream)", []Role{rc}, storeProbe(subj("plans")))
 	add("publish "+subj("assessments")+" (JetStream)", []Role{rc}, storeProbe(subj("assessments")))
 	add("publish "+subj("reviews")+" (JetStream)", []Role{rv}, storeProbe(subj("reviews")))
+	add("publish "+subj("approvals")+" (JetStream)", []Role{rv}, storeProbe(subj("approvals")))
+	add("publish "+subj("approvals")+".request (JetStream)", []Role{wk}, storeProbe(subj("approvals")+".request"))
+	add("publish "+subj("approvals")+".stop (JetStream)", []Role{ho}, storeProbe(subj("approvals")+".stop"))
 	for _, b := range []string{n.leases, n.planState, n.budget} {
 		add("KV write "+b, writers, storeProbe(kvKey(b, session)))
 	}
@@ -1003,13 +1006,17 @@ func catalog(n names, session string) []probe {
 		}
 	}
 	add("stream create "+n.events, nil, ask(func() *nats.Msg { return guardedAPI("$JS.API.STREAM.CREATE." + n.events) }))
-	for _, s := range []string{n.reviews, n.events} {
+	for _, op := range []string{"DELETE", "PURGE"} {
+		add("stream "+strings.ToLower(op)+" "+n.approvals, nil, ask(func() *nats.Msg { return guardedAPI("$JS.API.STREAM." + op + "." + n.approvals) }))
+	}
+	for _, s := range []string{n.reviews, n.events, n.approvals} {
 		add("message delete "+s, nil, ask(func() *nats.Msg { return guardedAPI("$JS.API.STREAM.MSG.DELETE." + s) }))
 	}
 
 	// Consumers.
 	add("consumer on "+n.requests, []Role{wk}, consumerProbe(n.requests, subj("requests")))
 	add("consumer on "+n.plans, []Role{wk}, consumerProbe(n.plans, subj("plans")))
+	add("consumer on "+n.approvals, []Role{wk}, consumerProbe(n.approvals, subj("approvals")))
 	add("consumer on "+n.events, []Role{rc}, consumerProbe(n.events, subj("events")))
 	add("consumer on "+n.reviews, []Role{rc}, consumerProbe(n.reviews, subj("reviews")))
 	add("consumer on "+n.leasesKV+" (lease watcher)", []Role{rc}, consumerProbe(n.leasesKV, kvKey(n.leases, session)))

@@ -165,6 +165,7 @@ type names struct {
 	p, tp string
 	// jingwei's streams and its buckets' streams.
 	events, requests, reviews, plans, assessments, answers string
+	approvals                                              string
 	leasesKV, plansKV, budgetKV                            string // KV_<bucket>
 	leases, planState, budget                              string // bucket names
 	// the example tools' stream and buckets' streams.
@@ -178,6 +179,7 @@ func (c RoleConfig) names() names {
 	n.events, n.requests = streamName(n.p, "EVENTS"), streamName(n.p, "REQUESTS")
 	n.reviews, n.plans = streamName(n.p, "REVIEWS"), streamName(n.p, "PLANS")
 	n.assessments, n.answers = streamName(n.p, "ASSESSMENTS"), streamName(n.p, "ANSWERS")
+	n.approvals = streamName(n.p, "APPROVALS")
 	n.leases, n.planState, n.budget = n.p+"_leases", n.p+"_plans", n.p+"_budget"
 	n.leasesKV, n.plansKV, n.budgetKV = "KV_"+n.leases, "KV_"+n.planState, "KV_"+n.budget
 	// tools.New names its stream strings.ToUpper(prefix)+"_LEDGER".
@@ -192,7 +194,7 @@ func (n names) api(endpoint string) string {
 	return APISubject(n.p, endpoint)
 }
 func (n names) jingweiStreams() []string {
-	return []string{n.events, n.requests, n.reviews, n.plans, n.assessments, n.answers}
+	return []string{n.events, n.requests, n.reviews, n.plans, n.assessments, n.answers, n.approvals}
 }
 func (n names) jingweiBuckets() []string { return []string{n.leasesKV, n.plansKV, n.budgetKV} }
 
@@ -289,8 +291,8 @@ func (n names) allows(r Role, c RoleConfig) []Grant {
 		return append(base,
 			pub("append to session logs (fenced appends, JetStream)", n.subj("events")),
 			pub("leases, budgets and plan state: KV create, update, delete, renew", "$KV."+n.leases+".>", "$KV."+n.budget+".>", "$KV."+n.planState+".>"),
-			pub("read every jingwei stream and bucket: direct and message gets (kv.Get uses direct gets)",
-				append(each(n.jingweiStreams(), get), each(n.jingweiBuckets(), getKV)...)...),
+			pub("read every jingwei stream but the approvals (the worker takes those from its consumer) and every bucket: direct and message gets (kv.Get uses direct gets)",
+				append(each([]string{n.events, n.requests, n.reviews, n.plans, n.assessments, n.answers}, get), each(n.jingweiBuckets(), getKV)...)...),
 			pub("durable pull consumers on the request queue and the plan log", append(consume(n.requests), consume(n.plans)...)...),
 			pub("example tools: create their buckets and stream if missing (never update, delete or purge)",
 				"$JS.API.STREAM.CREATE."+n.ledger, "$JS.API.STREAM.CREATE."+n.ordersKV, "$JS.API.STREAM.CREATE."+n.orderKeysKV),
@@ -300,6 +302,7 @@ func (n names) allows(r Role, c RoleConfig) []Grant {
 			pub("answers to requests that cannot become calls (JetStream)", n.subj("answers")),
 			pub("forward jw.api.call requests to the work queue (JetStream)", n.subj("requests")),
 			sub("serve jw.api.call (the gateway) and micro's $SRV discovery", n.api("call"), "$SRV.>"),
+			pub("approval requests of calls waiting for approval (JetStream), and the durable consumer of the answers", append([]string{n.p + ".approvals.*.request"}, consume(n.approvals)...)...),
 		)
 	case RoleRecoverer:
 		return append(base,
@@ -344,12 +347,15 @@ func (n names) guards() []guard {
 		g(OpPublish, "plans and assessments come from the recoverer only", []string{n.p + ".plans.>", n.p + ".assessments.>"}, RoleRecoverer),
 		g(OpPublish, "answers to refused requests come from tool workers only", []string{n.p + ".answers.>"}, RoleWorker),
 		g(OpPublish, "reviews come from reviewers only", []string{n.p + ".reviews.>"}, RoleReviewer),
+		g(OpPublish, "approvals and denials come from approvers (the reviewer role) only (the worker's allows name only the request subject)", []string{n.p + ".approvals.*"}, RoleReviewer, RoleWorker),
+		g(OpPublish, "approval requests come from tool workers only", []string{n.p + ".approvals.*.request"}, RoleWorker),
+		g(OpPublish, "task stops come from hosts only", []string{n.p + ".approvals.*.stop"}),
 		g(OpPublish, "leases, budgets and plan state are written by workers and the recoverer only",
 			[]string{"$KV." + n.leases + ".>", "$KV." + n.budget + ".>", "$KV." + n.planState + ".>"}, RoleWorker, RoleRecoverer),
 		g(OpPublish, "nobody publishes on reply inboxes or the reply subjects of the imports (_R_.…): a forged PubAck or service answer (the services answer through their response permission, which this deny does not block)",
 			[]string{"_INBOX.>", "_R_.>"}),
 		g(OpPublish, "consumers of the work queue and the plan log belong to workers (an ack deletes a request, a term strands a plan, an update redirects them)",
-			append(anyConsumer(n.requests), anyConsumer(n.plans)...), RoleWorker),
+			append(append(anyConsumer(n.requests), anyConsumer(n.plans)...), anyConsumer(n.approvals)...), RoleWorker),
 		g(OpPublish, "consumers of the session logs and the reviews belong to the recoverer",
 			append(anyConsumer(n.events), anyConsumer(n.reviews)...), RoleRecoverer),
 		g(OpSubscribe, "only the tool workers receive jw.api.call (anyone else could answer someone else's call)",

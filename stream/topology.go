@@ -115,6 +115,9 @@ type Topology struct {
 	// call (JW_ANSWERS, jw.answers.<session>): the refusal an agent finds
 	// for its request id when no tool.call carries it.
 	Answers jetstream.Stream
+	// Approvals keeps approval requests and the signed approvals and
+	// denials (JW_APPROVALS, approvals.go).
+	Approvals jetstream.Stream
 
 	// Leases is the jw_leases bucket: key <session> is the lease, key
 	// epoch.<session> the session's epoch counter.
@@ -250,6 +253,7 @@ func (c TopologyConfig) streamSpecs() []jetstream.StreamConfig {
 		mk("PLANS", "plans", "jingwei issued retry plans", jetstream.LimitsPolicy),
 		mk("ASSESSMENTS", "assessments", "jingwei call assessments", jetstream.LimitsPolicy),
 		mk("ANSWERS", "answers", "jingwei answers to tool requests that could not become calls", jetstream.LimitsPolicy),
+		c.approvalsSpec(),
 	}
 	for i := range specs {
 		specs[i].DenyDelete, specs[i].DenyPurge, specs[i].AllowDirect = true, true, true
@@ -299,6 +303,7 @@ func topology(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig, c
 		streams = append(streams, s)
 	}
 	t.Events, t.Requests, t.Reviews, t.PlanLog, t.Assessments, t.Answers = streams[0], streams[1], streams[2], streams[3], streams[4], streams[5]
+	t.Approvals = streams[6]
 	kvs := make([]jetstream.KeyValue, 0, 3)
 	for _, want := range cfg.bucketSpecs() {
 		kv, err := ensureBucket(ctx, js, want, create, create && cfg.Repair)

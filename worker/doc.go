@@ -121,6 +121,21 @@
 // whose deferred counts land after the new owner reconciled counts those
 // attempts twice: high, never low.
 //
+// # Approvals and stopped tasks
+//
+// A tool with an [ApprovalRule] (all its calls, or those its When
+// selects) parks a call at the approval stage (docs/protocol.md §17): the
+// runtime appends approval.requested with the deadline, publishes the
+// request (Config.Approvals), and returns the call's Result with an
+// approval_pending error; no goroutine waits for it. [Runtime.Resume]
+// answers it with a signed approval or denial (checked against
+// Config.TrustedApprovers, honoured once), [Runtime.Expire] ends the calls
+// past their deadline, and [Runtime.NextDeadline] is the one timer a host
+// needs. A runtime opened on a history (Config.History) waits again for
+// the calls the history leaves waiting. [Runtime.StopTask] appends
+// task.stopped: the task's new calls and plans are refused with
+// task_stopped before anything is recorded or counted.
+//
 // The body of a tool receives [BodyRequest.Operation] ({task, key,
 // contract}); an idempotent tool deduplicates on task + key and must keep
 // that record durably (see package tools for examples).

@@ -78,6 +78,10 @@ type Tool struct {
 	// than failing inside the body (an uncertain call that needs a review
 	// for nothing). Nil checks nothing more.
 	CheckArguments func(args json.RawMessage) error
+	// Approval, when set, makes the tool's calls (all, or those its When
+	// selects) wait for a signed approval at admission stage approval
+	// (approval.go). Nil: no approval beyond Config.Approval's hook.
+	Approval *ApprovalRule
 	// Body runs the tool. Required.
 	Body Body
 }

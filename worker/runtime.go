@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -137,6 +138,19 @@ type Config struct {
 	// Permission, Guard and Approval are the admission hooks of those
 	// stages. Nil admits every call.
 	Permission, Guard, Approval Hook
+	// TrustedApprovers are the public keys whose signed approvals and
+	// denials answer the calls of tools with an ApprovalRule (Resume). Nil
+	// or empty trusts no one: such calls wait until their deadline and end
+	// rejected at stage approval.
+	TrustedApprovers recovery.TrustedKeys
+	// Approvals publishes the approval request of every call that starts
+	// waiting (normally the *stream.Topology). Nil publishes nothing: the
+	// approval.requested on the log is the only request.
+	Approvals ApprovalAsker
+	// StopExhaustedTasks makes a call refused at stage budget because its
+	// task's tool_calls limit is exhausted also stop the task
+	// (task.stopped by "budget"). Defaults to false.
+	StopExhaustedTasks bool
 	// DefaultTimeout bounds a body whose tool sets no Timeout. Defaults to
 	// 30 s.
 	DefaultTimeout time.Duration
@@ -228,6 +242,15 @@ type Runtime struct {
 	// reset to issued cannot run an action twice.
 	rmu     sync.Mutex
 	retried map[string]string
+
+	// pending holds the calls waiting for approval and stopped the
+	// stopped tasks (approval.go), under amu; smu orders the recording of
+	// a call (read-locked from the stopped check to its tool.call) against
+	// a task.stopped (locked).
+	amu     sync.Mutex
+	pending map[string]*parked
+	stopped map[string]schema.Stop
+	smu     sync.RWMutex
 }
 
 var _ Gateway = (*Runtime)(nil)
@@ -252,6 +275,7 @@ func New(cfg Config) (*Runtime, error) {
 			}
 		}
 	}
+	r.loadApprovals()
 	return r, nil
 }
 
@@ -371,6 +395,15 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
 	}
+	// A stopped task records nothing more (a plan for it is not consumed
+	// either); the read lock keeps a task.stopped from coming between this
+	// check and the tool.call.
+	r.smu.RLock()
+	unlockStop := sync.OnceFunc(r.smu.RUnlock)
+	defer unlockStop()
+	if err := r.refuseStopped(task); err != nil {
+		return Result{}, err
+	}
 
 	// Steps 1-2: a fresh call id; the plan's key for a retry, else a new one.
 	callID := "c-" + randomID()
@@ -435,6 +468,7 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 		return Result{}, err
 	}
 	res.CallSeq = seq
+	unlockStop()
 	if op.Retry != nil {
 		r.noteRetry(op.Retry.PriorCallID, callID)
 	}
@@ -454,12 +488,31 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 		lg().Error().Err(infraErr).Msg("budget unavailable; call left open (not started), not rejected")
 		return res, &schema.Error{Code: schema.CodeLog, CallID: callID, Message: "budget unavailable, call not started: " + infraErr.Error(), Err: infraErr}
 	}
+	if stage == stageAwaiting {
+		return r.park(ctx, t, adm, budgetStage, res)
+	}
 	if stage != "" {
 		res.Status, res.Stage, res.Error = schema.StatusRejected, stage, why
 		lg().Info().Str("stage", string(stage)).Str("reason", why).Msg("call rejected")
-		return r.finish(ctx, res, &schema.Error{Code: schema.CodeRejected, Stage: stage, CallID: callID, Message: why})
+		out, err := r.finish(ctx, res, &schema.Error{Code: schema.CodeRejected, Stage: stage, CallID: callID, Message: why})
+		if stage == schema.StageBudget && r.cfg.StopExhaustedTasks && strings.HasPrefix(why, "tool_calls ") {
+			if serr := r.StopTask(ctx, task, schema.StoppedByBudget, why); serr != nil {
+				lg().Warn().Err(serr).Msg("task.stopped not recorded")
+			}
+		}
+		return out, err
 	}
+	return r.startAndRun(ctx, t, args, res)
+}
 
+// startAndRun is steps 5 and 6 of an admitted call: tool.started, the body
+// only after its ack, then tool.result.
+func (r *Runtime) startAndRun(ctx context.Context, t *registered, args json.RawMessage, res Result) (Result, error) {
+	callID, op, tool := res.CallID, res.Operation, t.Metadata.Name
+	lg := func() *zerolog.Logger {
+		l := r.log.With().Str("call_id", callID).Str("tool", tool).Str("task", op.Task).Str("op_key", op.Key).Logger()
+		return &l
+	}
 	// Step 5: tool.started, and only after its ack the body.
 	if _, err := r.append(ctx, schema.Event{Type: schema.TypeStarted, Started: &schema.Started{CallID: callID}}); err != nil {
 		lg().Error().Err(err).Msg("tool.started not recorded; body not run")
@@ -605,6 +658,9 @@ func (r *Runtime) admit(ctx context.Context, t *registered, a Admission, usage f
 	}
 	if s, why := hook(schema.StageApproval, r.cfg.Approval); s != "" {
 		return s, why, nil
+	}
+	if wantsApproval(t, a.Arguments) {
+		return stageAwaiting, "", nil // the budget stage runs once it is approved
 	}
 	u, countErr := usage() // the count was taken before or alongside the tool.call append
 	switch {

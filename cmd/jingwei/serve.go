@@ -170,6 +170,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fmt.Fprintf(stderr, "jingwei serve: %s reviewer key %s (public key %s, trusted); sign reviews with: jingwei review --key %s\n", verb, keyPath, pub, keyPath)
 
 	kd := stream.KeyDir(filepath.Join(*data, authSubdir))
+	apKey, apPub, err := serveApprovers(*data, string(kd), &tf)
+	if err != nil {
+		return usageError(stderr, "serve", "%v", err)
+	}
+	fmt.Fprintf(stderr, "jingwei serve: approver key %s (public key %s, trusted by the tool workers); answer waiting calls with: jingwei approve --key %s\n", apKey, apPub, apKey)
 	var (
 		users    map[stream.Role]string
 		planner  nkeys.KeyPair

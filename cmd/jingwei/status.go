@@ -174,6 +174,7 @@ func printStatus(w io.Writer, v statusView) {
 			fmt.Fprintf(tw, "(%d with WRITER \"may run\": the body may still be running; fence its store before checking it, see 'jingwei help review')\n", mayRun)
 		}
 	}
+	printApprovalStatus(tw, st)
 	fmt.Fprintln(tw)
 	fmt.Fprintf(tw, "PLANS (issued %d, consumed %d)\n", st.Plans.Issued, st.Plans.Consumed)
 	if len(v.Plans) > 0 {

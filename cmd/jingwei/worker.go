@@ -97,6 +97,11 @@ type toolFlags struct {
 	delay         time.Duration
 	delayAfter    time.Duration
 	callTimeout   time.Duration
+	// approvals are the approval settings (approve.go); approvers and
+	// rules are what check filled in from them.
+	approvals approvalFlags
+	approvers recovery.TrustedKeys
+	rules     map[string]*worker.ApprovalRule
 	// observer is told of every append of the worker's runtimes
 	// (--metrics); nil: none. Not a flag.
 	observer worker.Observer
@@ -111,6 +116,7 @@ func (t *toolFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&t.delay, "tool-delay", 0, "wait this long before every tool body (demos, crash tests)")
 	fs.DurationVar(&t.delayAfter, "tool-delay-after", 0, "wait this long after every tool body's side effect, before its answer (demos, crash tests)")
 	fs.DurationVar(&t.callTimeout, "call-timeout", toolworker.DefaultCallTimeout, "how long jw.api.call (served by this worker) waits for a tool result")
+	t.approvals.register(fs)
 }
 
 func (t *toolFlags) check() string {
@@ -120,6 +126,11 @@ func (t *toolFlags) check() string {
 	case t.delay < 0 || t.delayAfter < 0 || t.idle < 0 || t.drainTimeout < 0 || t.callTimeout < 0:
 		return "durations must not be negative"
 	}
+	rules, err := t.approvals.rules()
+	if err != nil {
+		return err.Error()
+	}
+	t.rules = rules
 	return ""
 }
 
@@ -130,9 +141,17 @@ func (t *toolFlags) newToolWorker(ctx context.Context, js jetstream.JetStream, t
 	if err != nil {
 		return nil, err
 	}
-	reg, err := worker.NewRegistry(toolworker.Delay{Before: t.delay, After: t.delayAfter}.Wrap(tl.List()...)...)
+	tl.FailAfterWrite(t.approvals.failAfterWrite)
+	list, err := applyApprovalRules(toolworker.Delay{Before: t.delay, After: t.delayAfter}.Wrap(tl.List()...), t.rules)
 	if err != nil {
 		return nil, err
+	}
+	reg, err := worker.NewRegistry(list...)
+	if err != nil {
+		return nil, err
+	}
+	if len(t.rules) > 0 && len(t.approvers) == 0 {
+		log.Warn().Msg("tools require approval but no approver is trusted (--trust-approvers): their calls will time out")
 	}
 	if len(planners) == 0 {
 		log.Warn().Msg("no trusted plan signers (--trust-planners, or planners in the --auth directory): every retry plan will be refused")
@@ -140,7 +159,7 @@ func (t *toolFlags) newToolWorker(ctx context.Context, js jetstream.JetStream, t
 	return toolworker.New(toolworker.Config{
 		Topology: topo, Registry: reg, Owner: t.owner, MaxSessions: t.maxSessions,
 		IdleTimeout: t.idle, DrainTimeout: t.drainTimeout, CallTimeout: t.callTimeout, Logger: log,
-		Runtime: worker.Config{TrustedPlanners: planners, Observer: t.observer},
+		Runtime: worker.Config{TrustedPlanners: planners, Observer: t.observer, TrustedApprovers: t.approvers, StopExhaustedTasks: t.approvals.stopExhausted},
 	})
 }
 
@@ -181,6 +200,9 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	planners, file, err := nf.trustedPlanners(tf.trustPlanners)
 	if err != nil {
 		return usageError(stderr, "worker", "trusted planners %s: %v", file, err)
+	}
+	if tf.approvers, file, err = tf.approvals.approvers(&nf); err != nil {
+		return usageError(stderr, "worker", "trusted approvers %s: %v", file, err)
 	}
 	ms, err := mf.listen()
 	if err != nil {

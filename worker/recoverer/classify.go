@@ -389,10 +389,13 @@ type tracker struct {
 	fences map[string]uint64
 	open   int
 	seen   uint64
+	// approvals tracks waiting calls and stopped tasks for status
+	// (approvals.go).
+	approvals *approvalTrack
 }
 
 func newTracker() *tracker {
-	return &tracker{sessions: make(map[string]*recovery.OpenCalls[*openCall]), corrupt: make(map[string]struct{}), fences: make(map[string]uint64)}
+	return &tracker{sessions: make(map[string]*recovery.OpenCalls[*openCall]), corrupt: make(map[string]struct{}), fences: make(map[string]uint64), approvals: newApprovalTrack()}
 }
 
 // markCorrupt drops the session's open calls and assesses nothing more of
@@ -448,6 +451,7 @@ func (t *tracker) observe(session string, seq uint64, data []byte, out []finding
 		return out, schema.Errorf(schema.CodeCorruptHistory, "session.fenced at seq %d has epoch %d, below the earlier fence's %d", seq, ev.Fence.Epoch, fence)
 	}
 	// DecodeEvent guarantees the body of a known type.
+	t.approvals.observe(session, seq, &ev)
 	switch ev.Type {
 	case schema.TypeCall:
 		call := ev.Call
@@ -483,6 +487,11 @@ func (t *tracker) observe(session string, seq uint64, data []byte, out []finding
 		default:
 			a := c.assess(session, ev.Result.Status, ev.Result.Stage)
 			out = append(out, finding{session: session, callID: c.id, a: &a})
+		}
+	case schema.TypeApprovalRequested, schema.TypeApprovalGranted:
+		// A call waiting for approval survives fences (recovery.OpenCalls).
+		if calls := t.sessions[session]; calls != nil {
+			calls.Observe(ev, nil, nil)
 		}
 	case schema.TypeFenced:
 		t.fences[session] = max(fence, ev.Fence.Epoch)

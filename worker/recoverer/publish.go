@@ -133,6 +133,9 @@ func (p *publisher) publishOpen(ctx context.Context, session string, h []schema.
 	var out []schema.Assessment
 	for _, id := range calls {
 		a, err := inspect(h, id)
+		if errors.Is(err, schema.ErrApprovalPending) {
+			continue // waits for approval: no fence closed it (docs/protocol.md §17)
+		}
 		if err != nil {
 			p.log.Warn().Err(err).Str("session", session).Str("call_id", id).Msg("call not assessed after takeover")
 			continue

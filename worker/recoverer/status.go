@@ -43,5 +43,8 @@ func (r *Recoverer) Status(ctx context.Context, session string) (service.Status,
 			st.Plans.Consumed++
 		}
 	}
+	if err := r.approvalStatus(ctx, session, &st); err != nil {
+		return service.Status{}, err
+	}
 	return st, nil
 }

@@ -1,6 +1,8 @@
 package service
 
 import (
+	"time"
+
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/schema"
 )
@@ -40,6 +42,36 @@ type Status struct {
 	// Reviews are the reviews of one call (only when the request named a
 	// call), in stream order, each as prepare would judge it.
 	Reviews []ReviewCheck `json:"reviews,omitempty"`
+	// AwaitingApproval are the calls waiting for approval (their
+	// approval.requested has no answer on the log yet), in log order; for
+	// one session read from its log, for all as the classifier tracks
+	// them.
+	AwaitingApproval []WaitingApproval `json:"awaiting_approval,omitempty"`
+	// StoppedTasks are the stopped tasks (task.stopped on the log).
+	StoppedTasks []StoppedTask `json:"stopped_tasks,omitempty"`
+}
+
+// WaitingApproval is a call waiting for approval, as jw.api.status shows
+// it.
+type WaitingApproval struct {
+	Session  string    `json:"session"`
+	CallID   string    `json:"call_id"`
+	Tool     string    `json:"tool"`
+	Task     string    `json:"task"`
+	Deadline time.Time `json:"deadline"`
+	// Seq is the stream sequence of the approval.requested.
+	Seq uint64 `json:"seq"`
+}
+
+// StoppedTask is a stopped task, as jw.api.status shows it.
+type StoppedTask struct {
+	Session string    `json:"session"`
+	Task    string    `json:"task"`
+	By      string    `json:"by"`
+	Reason  string    `json:"reason,omitempty"`
+	At      time.Time `json:"at"`
+	// Seq is the stream sequence of the task.stopped.
+	Seq uint64 `json:"seq"`
 }
 
 // OpenCall describes a call that has no result yet, as jw.api.status

@@ -52,6 +52,12 @@ type session struct {
 	mu   sync.Mutex
 	seen map[string]struct{} // request ids recorded in the log
 	cur  *job                // the call in progress
+
+	// ctl runs work in the session goroutine (approvals, their timer;
+	// approval.go); deadline is the session's one approval timer.
+	ctl      chan func()
+	tmu      sync.Mutex
+	deadline *time.Timer
 }
 
 // job is a request or plan whose tool.call is not yet known to be recorded.
@@ -118,6 +124,7 @@ func (s *session) confirm(ctx context.Context) error {
 	}
 	s.rt = rt
 	s.log.Info().Uint64("epoch", s.hold.Epoch()).Int("events", len(h)).Int("requests_seen", seen).Msg("session log fenced and loaded")
+	s.confirmed()
 	return nil
 }
 
@@ -243,8 +250,14 @@ loop:
 			reason = "stopped"
 			break loop
 		case <-idle.C:
+			if s.waiting() {
+				idle.Reset(s.w.cfg.IdleTimeout)
+				continue
+			}
 			reason = "idle"
 			break loop
+		case f := <-s.ctl:
+			f()
 		case err := <-fetchErr:
 			reason = "request consumer gone: " + err.Error()
 			break loop
@@ -258,6 +271,7 @@ loop:
 			reason = "lost or failed"
 			break loop
 		}
+		s.armDeadline()
 		idle.Reset(s.w.cfg.IdleTimeout)
 	}
 	stopFetch()
@@ -476,7 +490,7 @@ func (s *session) runPlan(p planJob) {
 	s.mu.Lock()
 	acked := j.acked
 	s.mu.Unlock()
-	if !acked && errors.Is(err, schema.ErrPlanRefused) {
+	if !acked && (errors.Is(err, schema.ErrPlanRefused) || errors.Is(err, schema.ErrTaskStopped)) {
 		lg.Info().Err(err).Msg("plan refused; not attempted")
 		_ = p.msg.Ack()
 		return
@@ -540,6 +554,8 @@ func permanent(err error) schema.Code {
 		return schema.CodeHistoryTooLarge
 	case errors.Is(err, schema.ErrFieldTooLong), errors.Is(err, schema.ErrCorruptHistory):
 		return schema.CodeRequestTooLarge
+	case errors.Is(err, schema.ErrTaskStopped):
+		return schema.CodeTaskStopped
 	}
 	return ""
 }

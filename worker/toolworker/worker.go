@@ -136,8 +136,13 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	w.log.Info().Int("max_sessions", w.cfg.MaxSessions).Dur("lease_ttl", w.ttl).Msg("tool worker running")
 
+	acons, err := w.approvalConsumer(ctx)
+	if err != nil {
+		return fmt.Errorf("toolworker: approval consumer: %w", err)
+	}
 	var loops sync.WaitGroup
-	loops.Add(2)
+	loops.Add(3)
+	go func() { defer loops.Done(); w.consumeApprovals(ctx, acons) }()
 	go func() { defer loops.Done(); w.discover(ctx, hints) }()
 	go func() { defer loops.Done(); w.consumePlans(ctx, pcons) }()
 	<-ctx.Done()
@@ -240,7 +245,7 @@ func (w *Worker) tryTake(ctx context.Context, id string) *session {
 		w.mu.Unlock()
 		return nil
 	}
-	s := &session{w: w, id: id, plans: make(chan planJob, 64), drainc: make(chan struct{})}
+	s := &session{w: w, id: id, plans: make(chan planJob, 64), drainc: make(chan struct{}), ctl: make(chan func(), 64)}
 	w.sessions[id] = s
 	w.wg.Add(1)
 	w.mu.Unlock()
@@ -372,6 +377,9 @@ func (w *Worker) newRuntime(id string, lg worker.Appender, h []schema.Event) (*w
 	rc := w.cfg.Runtime
 	rc.Session, rc.Log, rc.Registry, rc.Plans, rc.Budget, rc.History = id, lg, w.cfg.Registry, w.plans, w.budget, h
 	rc.Logger = w.log
+	if rc.Approvals == nil {
+		rc.Approvals = w.topo
+	}
 	return worker.New(rc)
 }
 

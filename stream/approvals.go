@@ -1,0 +1,161 @@
+package stream
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jingwei/jingwei/schema"
+)
+
+// JW_APPROVALS (docs/protocol.md §3, §17) keeps approval requests and the
+// signed approvals and denials that answer them, as an audit trail: like
+// JW_REVIEWS it denies deletes and purges. Its subjects are
+// jw.approvals.<session> (answers, published by approvers: the reviewer
+// role), jw.approvals.<session>.request (requests, published by tool
+// workers) and jw.approvals.<session>.stop (task stops, published by
+// hosts; the owner of the session records them as task.stopped).
+
+// approvalsSpec is the stream spec of JW_APPROVALS (a hook of
+// streamSpecs).
+func (c TopologyConfig) approvalsSpec() jetstream.StreamConfig {
+	p := c.Prefix
+	return jetstream.StreamConfig{
+		Name:        streamName(p, "APPROVALS"),
+		Description: "jingwei approval requests, approvals and denials (audit trail)",
+		Subjects:    []string{p + ".approvals.*", p + ".approvals.*.request", p + ".approvals.*.stop"},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    c.Replicas,
+		Duplicates:  c.Duplicates,
+		Discard:     jetstream.DiscardOld,
+	}
+}
+
+// ApprovalsSubject returns jw.approvals.<session>, where the signed
+// answers to the session's approval requests are published.
+func (t *Topology) ApprovalsSubject(session string) string {
+	return ApprovalsSubject(t.Prefix, session)
+}
+
+// ApprovalsSubject returns <prefix>.approvals.<session>, for an approver
+// with a connection and a prefix but no topology (DefaultPrefix when
+// prefix is "").
+func ApprovalsSubject(prefix, session string) string {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	return prefix + ".approvals." + session
+}
+
+// ApprovalRequestsSubject returns jw.approvals.<session>.request, where
+// tool workers publish the approval requests of the session's calls.
+func (t *Topology) ApprovalRequestsSubject(session string) string {
+	return t.ApprovalsSubject(session) + ".request"
+}
+
+// ApprovalConsumerName is the durable consumer on JW_APPROVALS that the
+// tool workers share (<PREFIX>_toolworker_approvals): it delivers every
+// answer to a worker that owns, or can take, the answer's session.
+func (t *Topology) ApprovalConsumerName() string { return t.StreamName("toolworker_approvals") }
+
+// ApprovalMsgID is the Nats-Msg-Id of an approval: one per call, decision
+// and signature, so an approval published twice is stored once per dedup
+// window (a replay after it is refused by the worker all the same).
+func ApprovalMsgID(a schema.Approval) string {
+	sig := a.Sig
+	if len(sig) > 43 {
+		sig = sig[:43]
+	}
+	return "approval." + a.Session + "." + a.CallID + "." + string(a.Decision) + "." + sig
+}
+
+// PublishApproval publishes a signed approval on jw.approvals.<session>
+// with js (an approver's connection: no topology needed) and waits for
+// JetStream's acknowledgement; the ack must come from the approvals
+// stream of prefix.
+func PublishApproval(ctx context.Context, js jetstream.JetStream, prefix string, a schema.Approval) error {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if err := ValidateSession(a.Session); err != nil {
+		return err
+	}
+	b, err := json.Marshal(a)
+	if err != nil {
+		return err
+	}
+	msg := nats.NewMsg(ApprovalsSubject(prefix, a.Session))
+	msg.Data = b
+	ack, err := js.PublishMsg(ctx, msg, jetstream.WithMsgID(ApprovalMsgID(a)))
+	if err != nil {
+		return fmt.Errorf("stream: publish approval of %s/%s: %w", a.Session, a.CallID, err)
+	}
+	if ack.Stream != streamName(prefix, "APPROVALS") {
+		return fmt.Errorf("stream: publish approval of %s/%s: %w: from stream %q", a.Session, a.CallID, errForeignAck, ack.Stream)
+	}
+	return nil
+}
+
+// PublishApprovalRequest records that a call waits for approval on
+// jw.approvals.<session>.request (Msg-Id ask.<session>.<call_id>: once
+// per call, however often a new owner re-publishes it).
+func (t *Topology) PublishApprovalRequest(ctx context.Context, a schema.AskedApproval) error {
+	if err := ValidateSession(a.Session); err != nil {
+		return err
+	}
+	a.V = schema.Version
+	if a.At.IsZero() {
+		a.At = time.Now().UTC()
+	}
+	b, err := json.Marshal(a)
+	if err != nil {
+		return err
+	}
+	msg := nats.NewMsg(t.ApprovalRequestsSubject(a.Session))
+	msg.Data = b
+	ack, err := t.JS.PublishMsg(ctx, msg, jetstream.WithMsgID("ask."+a.Session+"."+a.CallID))
+	if err != nil {
+		return fmt.Errorf("stream: approval request of %s/%s: %w", a.Session, a.CallID, err)
+	}
+	if ack.Stream != t.Approvals.CachedInfo().Config.Name {
+		return fmt.Errorf("stream: approval request of %s/%s: %w: from stream %q", a.Session, a.CallID, errForeignAck, ack.Stream)
+	}
+	return nil
+}
+
+// StopSubject returns <prefix>.approvals.<session>.stop, where a host
+// publishes a task stop (DefaultPrefix when prefix is "").
+func StopSubject(prefix, session string) string { return ApprovalsSubject(prefix, session) + ".stop" }
+
+// PublishStop publishes a task stop on jw.approvals.<session>.stop with js
+// (a host's connection) and waits for JetStream's acknowledgement. The
+// tool worker that owns (or takes) the session records it as task.stopped
+// on the session log.
+func PublishStop(ctx context.Context, js jetstream.JetStream, prefix string, s schema.StopRequest) (*jetstream.PubAck, error) {
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if err := ValidateSession(s.Session); err != nil {
+		return nil, err
+	}
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		return nil, err
+	}
+	ack, err := js.Publish(ctx, StopSubject(prefix, s.Session), b, jetstream.WithMsgID("stop."+s.Session+"."+s.Task))
+	if err != nil {
+		return nil, fmt.Errorf("stream: publish stop of %s/%s: %w", s.Session, s.Task, err)
+	}
+	if ack.Stream != streamName(prefix, "APPROVALS") {
+		return nil, fmt.Errorf("stream: publish stop of %s/%s: %w: from stream %q", s.Session, s.Task, errForeignAck, ack.Stream)
+	}
+	return ack, nil
+}

@@ -1,0 +1,258 @@
+package toolworker
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jingwei/jingwei/recovery"
+	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream"
+)
+
+// Approvals in the tool worker (docs/protocol.md §17).
+//
+// A call whose tool asks for approval is parked by the runtime: its
+// tool.call and approval.requested are on the log, its request is
+// acknowledged, and nothing waits for it but one timer per session (its
+// earliest deadline). The answers (jw.approvals.<session>) come through
+// one durable consumer shared by all tool workers, one at a time, like
+// plans: an answer for a session this worker owns, or can take, runs in
+// that session's goroutine; one for a session another process owns is
+// negatively acknowledged with PlanRetryDelay and comes back, possibly to
+// the owner. A worker that takes a session confirms it (fence, load): the
+// runtime it builds waits again for every call the history leaves waiting,
+// so an answer given while no worker owned the session is honoured by the
+// next owner, once (the log holds at most one approval.granted per call,
+// and a call that is no longer waiting refuses every answer).
+
+// approvalConsumer creates or updates the tool workers' shared consumer of
+// the answers (not the requests) on JW_APPROVALS.
+func (w *Worker) approvalConsumer(ctx context.Context) (jetstream.Consumer, error) {
+	return w.topo.Approvals.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable:        w.topo.ApprovalConsumerName(),
+		Description:    "jingwei tool workers: approvals and denials of waiting calls",
+		FilterSubjects: []string{w.topo.ApprovalsSubject("*"), stream.StopSubject(w.topo.Prefix, "*")},
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        w.cfg.AckWait,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	})
+}
+
+// consumeApprovals routes every answer to its session's owner in this
+// process, taking the session if nobody owns it.
+func (w *Worker) consumeApprovals(ctx context.Context, cons jetstream.Consumer) {
+	for ctx.Err() == nil {
+		fctx, cancel := context.WithTimeout(ctx, fetchWait)
+		m, err := cons.Next(jetstream.FetchContext(fctx))
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
+				w.log.Warn().Err(err).Msg("fetch of next approval failed")
+				select {
+				case <-ctx.Done():
+				case <-time.After(w.cfg.PlanRetryDelay):
+				}
+			}
+			continue
+		}
+		w.routeApproval(ctx, m)
+	}
+}
+
+func (w *Worker) routeApproval(ctx context.Context, m jetstream.Msg) {
+	if strings.HasSuffix(m.Subject(), ".stop") {
+		w.routeStop(ctx, m)
+		return
+	}
+	id := stream.SessionOf(m.Subject())
+	a, err := schema.DecodeApproval(m.Data())
+	if err == nil && a.Session != id {
+		err = schema.Errorf(schema.CodeInvalidApproval, "approval for session %q published on %q's subject", a.Session, id)
+	}
+	if err == nil {
+		// The signature is checked before any session is touched: a
+		// forged answer never fences anything.
+		err = recovery.VerifyApproval(a, id, a.CallID, w.cfg.Runtime.TrustedApprovers)
+	}
+	if err != nil {
+		w.log.Warn().Err(err).Str("session", id).Str("call_id", a.CallID).Msg("approval refused (kept in JW_APPROVALS)")
+		_ = m.TermWithReason(schema.TextOf(err))
+		return
+	}
+	s := w.owned(id)
+	if s == nil {
+		s = w.tryTake(ctx, id)
+	}
+	if s == nil || !s.post(func() { s.runApproval(a, m) }) {
+		_ = m.NakWithDelay(w.cfg.PlanRetryDelay)
+	}
+}
+
+// post runs f in the session's goroutine, behind its current work; false
+// if the session is going away or its queue is full.
+func (s *session) post(f func()) bool {
+	s.w.mu.Lock()
+	defer s.w.mu.Unlock()
+	if s.closing || !s.ready.Load() {
+		return false
+	}
+	select {
+	case s.ctl <- f:
+		return true
+	default:
+		return false
+	}
+}
+
+// runApproval answers a waiting call (in the session goroutine).
+func (s *session) runApproval(a schema.Approval, m jetstream.Msg) {
+	lg := s.log.With().Str("call_id", a.CallID).Str("decision", string(a.Decision)).Str("approver", a.Approver).Logger()
+	if s.rt == nil {
+		// Before fencing anything: is the call still waiting at all? (An
+		// answer redelivered after it was honoured, or one for a call that
+		// timed out, needs no session.)
+		h, err := s.w.topo.Load(s.work, s.id)
+		if err == nil && !waitsIn(h, a.CallID) {
+			lg.Info().Msg("answer for a call that does not wait (any more); acknowledged, nothing done")
+			_ = m.Ack()
+			return
+		}
+	}
+	if err := s.confirm(s.work); err != nil {
+		lg.Warn().Err(err).Msg("session log not confirmed; answer left for redelivery")
+		_ = m.NakWithDelay(s.w.cfg.PlanRetryDelay)
+		s.failed.Store(true)
+		s.w.backOff(s.id)
+		return
+	}
+	if s.hold.Err() != nil {
+		_ = m.NakWithDelay(s.w.cfg.PlanRetryDelay)
+		return
+	}
+	var received time.Time
+	if md, err := m.Metadata(); err == nil {
+		received = md.Timestamp
+	}
+	res, err := s.rt.Resume(s.work, a, received)
+	switch code := schema.CodeOf(err); {
+	case code == schema.CodeInvalidApproval:
+		lg.Info().Err(err).Msg("answer refused")
+		_ = m.Ack()
+	case code == schema.CodeLog || code == schema.CodeFenced:
+		// The next owner finds the call still waiting (answer left for it)
+		// or approved and not started (not_started: the answer is spent).
+		lg.Warn().Err(err).Msg("answer not recorded; left for redelivery")
+		_ = m.Nak()
+		s.failed.Store(true)
+	default:
+		lg.Info().Str("status", string(res.Status)).Str("stage", string(res.Stage)).Msg("answered call done")
+		_ = m.Ack()
+	}
+}
+
+// waitsIn reports whether callID waits for approval at the end of h.
+func waitsIn(h []schema.Event, callID string) bool {
+	for _, p := range recovery.ApprovalsOf(h).Pending {
+		if p.CallID == callID {
+			return true
+		}
+	}
+	return false
+}
+
+// confirmed runs once the session's runtime exists: calls a crashed owner
+// left waiting past their deadline end now, the others are asked again
+// (their request may never have been published) and the timer is armed.
+func (s *session) confirmed() {
+	s.rt.Expire(s.work, time.Now())
+	s.rt.AskAgain(s.work)
+	s.armDeadline()
+}
+
+// armDeadline sets the session's one approval timer to the earliest
+// deadline of its waiting calls (a timer, not a goroutine per call).
+func (s *session) armDeadline() {
+	if s.rt == nil {
+		return
+	}
+	s.tmu.Lock()
+	defer s.tmu.Unlock()
+	if s.deadline != nil {
+		s.deadline.Stop()
+		s.deadline = nil
+	}
+	next, ok := s.rt.NextDeadline()
+	if !ok {
+		return
+	}
+	s.deadline = time.AfterFunc(time.Until(next)+10*time.Millisecond, func() {
+		s.post(func() {
+			s.rt.Expire(s.work, time.Now())
+			s.armDeadline()
+		})
+	})
+}
+
+// waiting reports whether calls of the session wait for approval: such a
+// session is not given back for being idle (its timer must fire).
+func (s *session) waiting() bool {
+	if s.rt == nil {
+		return false
+	}
+	_, ok := s.rt.NextDeadline()
+	return ok
+}
+
+// routeStop routes a host's task stop to the session's owner in this
+// process (taking the session if nobody owns it), which records
+// task.stopped.
+func (w *Worker) routeStop(ctx context.Context, m jetstream.Msg) {
+	parts := strings.Split(m.Subject(), ".")
+	id := ""
+	if len(parts) == 4 {
+		id = parts[2]
+	}
+	var st schema.StopRequest
+	err := schema.Unmarshal(m.Data(), &st)
+	if err == nil {
+		err = st.Validate()
+	}
+	if err == nil && st.Session != id {
+		err = schema.Errorf(schema.CodeBadRequest, "stop for session %q published on %q's subject", st.Session, id)
+	}
+	if err != nil {
+		w.log.Warn().Err(err).Str("session", id).Msg("task stop refused (kept in JW_APPROVALS)")
+		_ = m.TermWithReason(schema.TextOf(err))
+		return
+	}
+	s := w.owned(id)
+	if s == nil {
+		s = w.tryTake(ctx, id)
+	}
+	if s == nil || !s.post(func() { s.runStop(st, m) }) {
+		_ = m.NakWithDelay(w.cfg.PlanRetryDelay)
+	}
+}
+
+// runStop records a task stop (in the session goroutine).
+func (s *session) runStop(st schema.StopRequest, m jetstream.Msg) {
+	if err := s.confirm(s.work); err != nil {
+		s.log.Warn().Err(err).Str("task", st.Task).Msg("session log not confirmed; stop left for redelivery")
+		_ = m.NakWithDelay(s.w.cfg.PlanRetryDelay)
+		s.failed.Store(true)
+		s.w.backOff(s.id)
+		return
+	}
+	if err := s.rt.StopTask(s.work, st.Task, schema.StoppedByHost, st.Reason); err != nil {
+		s.log.Warn().Err(err).Str("task", st.Task).Msg("task.stopped not recorded; left for redelivery")
+		_ = m.Nak()
+		s.failed.Store(true)
+		return
+	}
+	_ = m.Ack()
+}
