@@ -12,6 +12,7 @@ import (
 type Console struct {
 	reviews *prometheus.CounterVec
 	plans   *prometheus.CounterVec
+	answers *prometheus.CounterVec
 }
 
 // NewConsole registers the console's metrics on reg.
@@ -26,7 +27,11 @@ func NewConsole(reg prometheus.Registerer) *Console {
 			Help: "Retry plans the console asked for, by result: issued, or the refusal's code (completed, needs_review, ...).",
 		}, []string{"result"}),
 	}
-	reg.MustRegister(c.reviews, c.plans)
+	c.answers = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: Namespace, Name: "console_approvals_total",
+		Help: "Answers (approved, denied) the console signed for calls waiting for approval, by result: honoured (the session log shows it), unanswered (published, the log shows no outcome in time: an untrusted key, or no tool worker), refused (nothing published), late (the call no longer waited).",
+	}, []string{"decision", "result"})
+	reg.MustRegister(c.reviews, c.plans, c.answers)
 	return c
 }
 
@@ -56,4 +61,16 @@ func (c *Console) Prepared(code schema.Code) {
 		}
 	}
 	c.plans.WithLabelValues(result).Inc()
+}
+
+// Answered counts an answer to a call waiting for approval, with its
+// result ("honoured", "unanswered", "refused", "late").
+func (c *Console) Answered(d schema.ApprovalDecision, result string) {
+	if c == nil {
+		return
+	}
+	if d != schema.Approved && d != schema.Denied {
+		d = "other"
+	}
+	c.answers.WithLabelValues(string(d), result).Inc()
 }

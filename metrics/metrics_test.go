@@ -272,7 +272,9 @@ func TestRecoveryGauges(t *testing.T) {
 	a := schema.Assessment{Session: "s", CallID: "c-1", Outcome: schema.OutcomeUncertain, Decision: schema.DecisionNeedsReview}
 	m.Assessed(a)
 	m.Assessed(a) // published again (classifier and takeover): counted once
-	src := &fakeRecoverer{st: service.Status{AwaitingReview: []schema.Assessment{a}, Plans: service.PlanCounts{Issued: 1, Consumed: 3}, Stats: service.Stats{OpenCalls: 2, EventsSeen: 9}}}
+	src := &fakeRecoverer{st: service.Status{AwaitingReview: []schema.Assessment{a}, Plans: service.PlanCounts{Issued: 1, Consumed: 3}, Stats: service.Stats{OpenCalls: 2, EventsSeen: 9},
+		AwaitingApproval: []service.WaitingApproval{{Session: "s", CallID: "c-2"}, {Session: "s", CallID: "c-3"}},
+		StoppedTasks:     []service.StoppedTask{{Session: "s", Task: "t-9", By: "budget"}}}}
 	m.Source(src)
 	m.TookOver("s", []schema.Event{{Type: schema.TypeCall, At: time.Now().Add(-3 * time.Second), Call: &schema.Call{CallID: "c-1"}}}, []schema.Assessment{a})
 
@@ -286,6 +288,7 @@ func TestRecoveryGauges(t *testing.T) {
 		"jingwei_calls_awaiting_review": 1, `jingwei_plans{state="issued"}`: 1, `jingwei_plans{state="consumed"}`: 3,
 		"jingwei_open_calls": 2, "jingwei_recoverer_events_seen_total": 9, "jingwei_recoverer_consumer_pending_events": 7,
 		"jingwei_recoverer_consumer_ack_pending_events": 2, "jingwei_recoverer_up": 1, "jingwei_takeovers_total": 1,
+		"jingwei_approvals_pending": 2, "jingwei_tasks_stopped": 1,
 		`jingwei_assessments_total{decision="needs_review",outcome="uncertain"}`: 1, "jingwei_crash_to_assessment_seconds_count": 1,
 	} {
 		if got[k] != v {
@@ -300,8 +303,10 @@ func TestRecoveryGauges(t *testing.T) {
 	}
 	// Reviewed and planned: no call waits any more.
 	src.st.AwaitingReview = nil
-	if got := scrape(t, url); got["jingwei_calls_awaiting_review"] != 0 || got["jingwei_review_wait_oldest_seconds"] != 0 {
-		t.Errorf("after the review: awaiting %v, oldest %v; want 0, 0", got["jingwei_calls_awaiting_review"], got["jingwei_review_wait_oldest_seconds"])
+	src.st.AwaitingApproval = src.st.AwaitingApproval[1:] // one answered
+	if got := scrape(t, url); got["jingwei_calls_awaiting_review"] != 0 || got["jingwei_review_wait_oldest_seconds"] != 0 || got["jingwei_approvals_pending"] != 1 {
+		t.Errorf("after the review and one answer: awaiting %v, oldest %v, approvals pending %v; want 0, 0, 1",
+			got["jingwei_calls_awaiting_review"], got["jingwei_review_wait_oldest_seconds"], got["jingwei_approvals_pending"])
 	}
 	src.err = errors.New("down")
 	if got := scrape(t, url); got["jingwei_recoverer_up"] != 0 {

@@ -46,6 +46,7 @@ type Recovery struct {
 	now       func() time.Time
 
 	awaitingDesc, oldestDesc, openDesc, plansDesc, seenDesc, pendingDesc, ackPendingDesc, upDesc *prometheus.Desc
+	approvalsDesc, stoppedDesc                                                                   *prometheus.Desc
 }
 
 var _ recoverer.Observer = (*Recovery)(nil)
@@ -81,6 +82,8 @@ func NewRecovery(reg prometheus.Registerer) *Recovery {
 		pendingDesc:    d("recoverer_consumer_pending_events", "Session events not yet delivered to the recovery worker's classifier (its consumer's lag)."),
 		ackPendingDesc: d("recoverer_consumer_ack_pending_events", "Session events delivered to the classifier and not yet acknowledged."),
 		upDesc:         d("recoverer_up", "1 when the last scrape read the recovery worker's state and consumer, 0 when it could not."),
+		approvalsDesc:  d("approvals_pending", "Calls waiting for approval: approval.requested on the log, no approval.granted and no result yet (docs/protocol.md §17)."),
+		stoppedDesc:    d("tasks_stopped", "Stopped tasks (task.stopped on their session log, by a host or the budget); a stopped task never reopens, so this only grows while the logs are kept."),
 	}
 	reg.MustRegister(m.assessments, m.takeovers, m.crashToAsmt, m)
 	return m
@@ -147,7 +150,7 @@ func (m *Recovery) TookOver(_ string, h []schema.Event, assessed []schema.Assess
 
 // Describe is prometheus.Collector's.
 func (m *Recovery) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.awaitingDesc, m.oldestDesc, m.openDesc, m.plansDesc, m.seenDesc, m.pendingDesc, m.ackPendingDesc, m.upDesc} {
+	for _, d := range []*prometheus.Desc{m.awaitingDesc, m.oldestDesc, m.openDesc, m.plansDesc, m.seenDesc, m.pendingDesc, m.ackPendingDesc, m.upDesc, m.approvalsDesc, m.stoppedDesc} {
 		ch <- d
 	}
 }
@@ -173,6 +176,8 @@ func (m *Recovery) Collect(ch chan<- prometheus.Metric) {
 		gauge(m.awaitingDesc, float64(len(st.AwaitingReview)))
 		gauge(m.oldestDesc, m.oldestWait(st.AwaitingReview).Seconds())
 		gauge(m.openDesc, float64(st.Stats.OpenCalls))
+		gauge(m.approvalsDesc, float64(len(st.AwaitingApproval)))
+		gauge(m.stoppedDesc, float64(len(st.StoppedTasks)))
 		gauge(m.plansDesc, float64(st.Plans.Issued), "issued")
 		gauge(m.plansDesc, float64(st.Plans.Consumed), "consumed")
 		ch <- prometheus.MustNewConstMetric(m.seenDesc, prometheus.CounterValue, float64(st.Stats.EventsSeen))

@@ -94,20 +94,16 @@ func runAnswer(ctx context.Context, name string, d schema.ApprovalDecision, args
 		return printError(stdout, err)
 	}
 	defer api.Close()
-	js, err := jetstream.New(api.nc)
+	// The console publishes its answers through the same function.
+	rc, err := api.SubmitApproval(ctx, a)
 	if err != nil {
 		return printError(stdout, err)
-	}
-	pctx, cancel := context.WithTimeout(ctx, api.timeout)
-	defer cancel()
-	if err := stream.PublishApproval(pctx, js, api.prefix, a); err != nil {
-		return printError(stdout, fmt.Errorf("%w (does the topology exist? start 'jingwei serve')", err))
 	}
 	if *asJSON {
 		_ = writeJSON(stdout, a)
 		return exitOK
 	}
-	fmt.Fprintf(stdout, "%s call %s in session %s (signer %s), published on %s\n", d, a.CallID, a.Session, a.Signer, stream.ApprovalsSubject(api.prefix, a.Session))
+	fmt.Fprintf(stdout, "%s call %s in session %s (signer %s), published on %s\n", d, a.CallID, a.Session, a.Signer, rc.Subject)
 	return exitOK
 }
 
