@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/jingwei/jingwei/metrics"
+	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 )
@@ -51,6 +52,27 @@ type Config struct {
 	// key pair, as `jingwei review --key` reads it). The recovery worker
 	// accepts only reviews by the keys it trusts. Required.
 	Key nkeys.KeyPair
+	// Approver is the approver key the console signs its answers to calls
+	// waiting for approval with (approved, denied; an nkey user key pair,
+	// as `jingwei approve --key` reads it), published on
+	// <prefix>.approvals.<session> on the Reviewer connection. The tool
+	// workers honour only answers by the keys they trust as approvers
+	// (worker --trust-approvers; `jingwei serve` trusts DATA/approver.nk).
+	// Nil means the console shows the calls waiting for approval but
+	// offers no form to answer them. It may be the same key as Key.
+	Approver nkeys.KeyPair
+	// TrustedApprovers are the approver keys the tool workers trust, when
+	// the console knows them (`jingwei console` reads <auth dir>/approvers
+	// or --trust-approvers): an answer signed by another key is then
+	// reported refused (invalid_approval) at once. Nil means unknown: the
+	// console judges an answer by what the session log shows within
+	// ApprovalWait only.
+	TrustedApprovers recovery.TrustedKeys
+	// ApprovalWait is how long the console waits after publishing an
+	// answer for the session log to show its outcome (approval.granted,
+	// or the call rejected at stage approval). Defaults to
+	// DefaultApprovalWait.
+	ApprovalWait time.Duration
 	// Prefix is the topology's subject prefix. Defaults to
 	// stream.DefaultPrefix ("jw").
 	Prefix string
@@ -90,6 +112,9 @@ func (c Config) WithDefaults() Config {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.ApprovalWait <= 0 {
+		c.ApprovalWait = DefaultApprovalWait
+	}
 	return c
 }
 
@@ -106,6 +131,11 @@ func (c Config) validate() error {
 	}
 	if pub, err := c.Key.PublicKey(); err != nil || !nkeys.IsValidPublicUserKey(pub) {
 		return fmt.Errorf("%w: Key must be an nkey user key pair (a seed starting SU)", ErrInvalidConfig)
+	}
+	if c.Approver != nil {
+		if pub, err := c.Approver.PublicKey(); err != nil || !nkeys.IsValidPublicUserKey(pub) {
+			return fmt.Errorf("%w: Approver must be an nkey user key pair (a seed starting SU)", ErrInvalidConfig)
+		}
 	}
 	for _, h := range c.AllowedHosts {
 		if strings.TrimSpace(h) == "" {

@@ -105,6 +105,7 @@ func (c *Console) routes() {
 	m.HandleFunc("GET /sessions", c.handleSessions)
 	m.HandleFunc("GET /session", c.handleSession)
 	m.HandleFunc("GET /plans", c.handlePlans)
+	m.HandleFunc("GET /stopped", c.handleStopped)
 	m.HandleFunc("GET /live", c.handleLive)
 	m.HandleFunc("POST /decide", c.handleDecide)
 	m.HandleFunc("POST /prepare", c.handlePrepare)

@@ -38,21 +38,23 @@ var funcs = template.FuncMap{
 // page is what every template gets.
 type page struct {
 	Title string
-	// Nav is the active tab: "awaiting", "sessions", "plans".
+	// Nav is the active tab: "awaiting", "sessions", "plans", "stopped".
 	Nav  string
 	CSRF string
 	// Key is the console's reviewer public key.
 	Key string
-	// Kinds are the decisions a call's form offers.
-	Kinds []decisionKind
-	Data  any
+	// Approver is the console's approver public key ("" without one).
+	Approver string
+	Data     any
 	Flash *flash
 }
 
 func (c *Console) render(w http.ResponseWriter, r *http.Request, name string, p page) {
 	p.CSRF = c.csrfToken(c.browserID(w, r))
 	p.Key, _ = c.cfg.Key.PublicKey()
-	p.Kinds = decisionKinds
+	if c.cfg.Approver != nil {
+		p.Approver, _ = c.cfg.Approver.PublicKey()
+	}
 	var b bytes.Buffer
 	if err := c.tmpl.ExecuteTemplate(&b, name, p); err != nil {
 		c.cfg.Logger.Error().Err(err).Str("template", name).Msg("console: render")
@@ -122,28 +124,56 @@ func (c *Console) handlePlans(w http.ResponseWriter, r *http.Request) {
 
 // decisionKind is one kind of signed decision on a call the console's form
 // can make: its name (the form's "kind"), the choices it offers and how a
-// choice is signed and submitted.
+// choice is signed and submitted. The form's "operator" and "evidence" are
+// the review's operator and evidence, or the approval's approver and
+// reason.
 type decisionKind struct {
 	Name    string
 	Label   string
+	Hint    string
+	Legend  string
 	Choices []choice
-	submit  func(c *Console, ctx context.Context, session, call, choice, operator, evidence string) flash
+	// Operator and Evidence label the form's two text fields.
+	Operator, Evidence string
+	submit             func(c *Console, ctx context.Context, session, call, choice, operator, evidence string) flash
 }
 
 // choice is one value of a decision, with what it means.
 type choice struct{ Value, Meaning string }
 
-// decisionKinds are the decisions the console signs. Today: the review.
-var decisionKinds = []decisionKind{{
-	Name:  "review",
-	Label: "Sign a review",
-	Choices: []choice{
-		{string(schema.VerdictNotExecuted), "the call had no effect: one retry may be prepared"},
-		{string(schema.VerdictCompleted), "the call took effect: no retry, ever (final)"},
-		{string(schema.VerdictUncertain), "you cannot tell: the call stays needs_review"},
-	},
-	submit: (*Console).submitReview,
-}}
+// reviewKind and approvalKind are the decisions the console signs: a
+// review of a call awaiting review (with Config.Key), an answer to a call
+// waiting for approval (with Config.Approver).
+var (
+	reviewKind = decisionKind{
+		Name:   "review",
+		Label:  "Sign a review",
+		Hint:   "Check the business system first: a review is a trusted statement, never a guess. It is signed with the console's reviewer key.",
+		Legend: "verdict",
+		Choices: []choice{
+			{string(schema.VerdictNotExecuted), "the call had no effect: one retry may be prepared"},
+			{string(schema.VerdictCompleted), "the call took effect: no retry, ever (final)"},
+			{string(schema.VerdictUncertain), "you cannot tell: the call stays needs_review"},
+		},
+		Operator: "operator", Evidence: "evidence",
+		submit: (*Console).submitReview,
+	}
+	approvalKind = decisionKind{
+		Name:   "approval",
+		Label:  "Approve or deny",
+		Hint:   "The call's body has not started: it waits for this answer until its deadline. The answer is signed with the console's approver key and is bound to this call only.",
+		Legend: "answer",
+		Choices: []choice{
+			{string(schema.Approved), "the body may start, once"},
+			{string(schema.Denied), "the call ends rejected at stage approval; the body never runs"},
+		},
+		Operator: "approver", Evidence: "reason",
+		submit: (*Console).submitApproval,
+	}
+)
+
+// decisionKinds are every decision the console signs.
+var decisionKinds = []decisionKind{reviewKind, approvalKind}
 
 func findKind(name string) (decisionKind, bool) {
 	for _, k := range decisionKinds {

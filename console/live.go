@@ -72,8 +72,9 @@ func (h *hub) close() {
 }
 
 // fingerprint is a digest of what the pages show that can change: the
-// recovery worker's status (open calls, calls awaiting review, plan
-// counts) and the last sequences of the session logs and the reviews.
+// recovery worker's status (open calls, calls awaiting review or
+// approval, stopped tasks, plan counts) and the last sequences of the
+// session logs, the reviews and the approvals.
 func (c *Console) fingerprint(ctx context.Context) (string, error) {
 	st, err := c.reviewer.Status(ctx, service.StatusRequest{})
 	if err != nil {
@@ -85,7 +86,7 @@ func (c *Console) fingerprint(ctx context.Context) (string, error) {
 		return "", err
 	}
 	seqs := map[string]uint64{}
-	for _, kind := range []string{"EVENTS", "REVIEWS"} {
+	for _, kind := range []string{"EVENTS", "REVIEWS", "APPROVALS"} {
 		ictx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 		s, err := c.hostJS.Stream(ictx, topo.StreamName(kind))
 		if err == nil {

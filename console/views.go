@@ -100,6 +100,15 @@ func viewEvent(ev schema.Event) eventView {
 		}
 	case ev.Fence != nil:
 		v.What = fmt.Sprintf("fenced: epoch %d, owner %s", ev.Fence.Epoch, ev.Fence.Owner)
+	case ev.ApprovalRequest != nil:
+		v.What = "waits for approval until " + ev.ApprovalRequest.Deadline.UTC().Format(time.RFC3339)
+	case ev.Approval != nil:
+		a := ev.Approval
+		v.What = fmt.Sprintf("%s by %s (signer %s)", a.Decision, a.Approver, short(a.Signer))
+		v.Detail = a.Reason
+	case ev.Stop != nil:
+		v.What = fmt.Sprintf("task %s stopped by %s", ev.Stop.Task, ev.Stop.By)
+		v.Detail = ev.Stop.Reason
 	}
 	return v
 }
@@ -156,6 +165,20 @@ type callView struct {
 	// CanDecide is set when a review can change the outcome: the latest
 	// attempt of a call that did not complete by its log.
 	CanDecide bool
+	// WriterMayRun is set when the call's body may still be running (its
+	// evidence is no_result, timeout or cancelled), as `jingwei status`
+	// says in its WRITER column: before signing not_executed the
+	// reviewer must fence what it writes.
+	WriterMayRun bool
+	// Approval is what the session log says about the call's approval.
+	Approval approvalState
+	// Decide are the decisions the call's page offers a form for: a
+	// review while it needs review, an answer while it waits for
+	// approval (when the console has an approver key).
+	Decide []decisionKind
+	// NoApprover is set when the call waits for approval and the console
+	// has no approver key to answer with.
+	NoApprover bool
 }
 
 // loadCall gathers a call's view: its assessment (jw.api.inspect), the
@@ -189,6 +212,7 @@ func (c *Console) loadCall(ctx context.Context, session, callID string, a *schem
 		}
 		v.CanPrepare = a.Decision == schema.DecisionRetryAllowed || a.Decision == schema.DecisionNeedsReview
 		v.CanDecide = a.Decision == schema.DecisionNeedsReview
+		v.WriterMayRun = v.CanDecide && writerMayRun(a.Evidence)
 	}
 	if topo, err := c.topology(ctx); err != nil {
 		v.ChainErr = newProblem(err)
@@ -199,6 +223,7 @@ func (c *Console) loadCall(ctx context.Context, session, callID string, a *schem
 		if err != nil {
 			v.ChainErr = newProblem(err)
 		}
+		v.Approval = approvalOf(h, callID)
 		inChain := false
 		for _, ev := range h {
 			id := ev.CallID()
@@ -235,12 +260,26 @@ func (c *Console) loadCall(ctx context.Context, session, callID string, a *schem
 	} else {
 		v.Reviews = st.Reviews
 	}
+	if v.CanDecide {
+		v.Decide = append(v.Decide, reviewKind)
+	}
+	if v.Approval.Waiting {
+		if c.cfg.Approver != nil {
+			v.Decide = append(v.Decide, approvalKind)
+		} else {
+			v.NoApprover = true
+		}
+	}
 	return v
 }
 
 // awaitingView is the front page.
 type awaitingView struct {
-	Detailed  []callView
+	// Pending are the calls waiting for approval (at most MaxDetailed);
+	// PendingAll counts them all.
+	Pending    []pendingView
+	PendingAll int
+	Detailed   []callView
 	More      []schema.Assessment
 	OpenCalls []service.OpenCall
 	Plans     service.PlanCounts
@@ -254,6 +293,7 @@ func (c *Console) loadAwaiting(ctx context.Context) awaitingView {
 		v.Err = newProblem(err)
 		return v
 	}
+	v.Pending, v.PendingAll = c.loadPending(ctx, st.AwaitingApproval), len(st.AwaitingApproval)
 	aw := st.AwaitingReview
 	sort.SliceStable(aw, func(i, j int) bool {
 		if aw[i].Session != aw[j].Session {
