@@ -46,7 +46,7 @@ type page struct {
 	// Approver is the console's approver public key ("" without one).
 	Approver string
 	Data     any
-	Flash *flash
+	Flash    *flash
 }
 
 func (c *Console) render(w http.ResponseWriter, r *http.Request, name string, p page) {

@@ -280,10 +280,10 @@ type awaitingView struct {
 	Pending    []pendingView
 	PendingAll int
 	Detailed   []callView
-	More      []schema.Assessment
-	OpenCalls []service.OpenCall
-	Plans     service.PlanCounts
-	Err       *problem
+	More       []schema.Assessment
+	OpenCalls  []service.OpenCall
+	Plans      service.PlanCounts
+	Err        *problem
 }
 
 func (c *Console) loadAwaiting(ctx context.Context) awaitingView {

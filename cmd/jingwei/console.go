@@ -7,12 +7,16 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 	"github.com/rs/zerolog"
 
 	"github.com/jingwei/jingwei/console"
+	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/stream"
 )
 
@@ -20,16 +24,24 @@ func init() {
 	register(command{name: "console", summary: "serve the review console: calls awaiting review, verdicts, retry plans in a browser", run: runConsole})
 }
 
-const consoleHelp = `  jingwei console --key FILE [--listen 127.0.0.1:8470] [--auth DIR]
+const consoleHelp = `  jingwei console --key FILE [--approver-key FILE] [--listen 127.0.0.1:8470] [--auth DIR]
 
-Serves the review console, a small web server for reviewers: the calls
-awaiting review, live (no reload), each with its tool, arguments, contract,
-attempts, the chain of its events from the session log, the assessment and
-why, and the reviews on record (accepted or ignored, and why); a form that
-signs a verdict (not_executed, completed, uncertain) with --key and publishes
-it as 'jingwei review' does; a button that asks for the retry plan
-('jingwei retry') and shows the plan or the refusal; sessions, their logs and
-the retry plans.
+Serves the review console, a small web server for reviewers and approvers:
+the calls waiting for approval and the calls awaiting review, live (no
+reload), each with its tool, arguments, contract, attempts, the chain of its
+events from the session log, the assessment and why, and the reviews and
+approvals on record; a form that signs a verdict (not_executed, completed,
+uncertain) with --key and publishes it as 'jingwei review' does; a form that
+signs an approval or a denial with --approver-key and publishes it as
+'jingwei approve'/'jingwei deny' do, then shows what the tool worker made of
+it (approval.granted, rejected at stage approval, or the refusal); a button
+that asks for the retry plan ('jingwei retry') and shows the plan or the
+refusal; sessions, their logs, the retry plans and the stopped tasks.
+
+A call whose body may still be running (evidence no_result, timeout or
+cancelled: WRITER "may run" in 'jingwei status') says so on its page, with
+what to do before signing not_executed: fence its store, then check, then
+sign.
 
 It prints its URL and serves until interrupted (Ctrl-C). Open the URL in a
 browser on the same machine.
@@ -45,6 +57,18 @@ DATA/auth), or the files --reviewer-nkey/--reviewer-creds and
 --key' reads it; 'jingwei serve' makes DATA/reviewer.nk and trusts it). The
 recovery worker ignores reviews by keys it does not trust; the console
 shows that refusal and its code.
+
+--approver-key is the approver signing key (as 'jingwei approve --key' reads
+it; 'jingwei serve' makes DATA/approver.nk and lists it in
+DATA/auth/approvers, which tool workers started with --auth trust). An
+approval counts only when signed by a key the tool workers trust as an
+approver: a reviewer key is not one unless it is listed there too. Without
+--approver-key the console shows the calls waiting for approval but cannot
+answer them. --trust-approvers (default <auth dir>/approvers when it
+exists) is the list the console checks its key against: an answer by a key
+outside it is shown refused (invalid_approval) at once; without a list the
+console judges an answer by the session log only (it waits up to
+--approval-wait for approval.granted or the call's rejection).
 
 The console listens on loopback only unless --allow-remote is given: it has
 no login of its own, so whoever reaches it can sign with its key. Pages carry
@@ -79,6 +103,9 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	allowRemote := fs.Bool("allow-remote", false, "allow a non-loopback --listen address (anyone who reaches it can sign with --key)")
 	hostNames := fs.String("host-names", "", "comma-separated Host names the console answers to (default: loopback names; with --allow-remote: any)")
 	keyFile := fs.String("key", "", "reviewer nkey seed file the console signs reviews with (required)")
+	approverFile := fs.String("approver-key", "", "approver nkey seed file the console signs approvals and denials with (default: none, calls waiting for approval are shown, not answered; 'jingwei serve' keeps one in DATA/approver.nk)")
+	trustApprovers := fs.String("trust-approvers", envOr("JINGWEI_TRUST_APPROVERS", ""), "file of the approver public keys the tool workers trust, to refuse an answer by another key at once (default <auth dir>/approvers when it exists; env JINGWEI_TRUST_APPROVERS)")
+	approvalWait := fs.Duration("approval-wait", console.DefaultApprovalWait, "how long to wait for the session log to show what the tool worker made of an answer")
 	timeout := fs.Duration("timeout", console.DefaultTimeout, "how long to wait for the server and each answer (connecting included)")
 	var mf metricsFlag
 	mf.register(fs)
@@ -93,8 +120,8 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	switch {
 	case *keyFile == "":
 		return usageError(stderr, "console", "--key is required: the reviewer key the console signs with ('jingwei serve' keeps one in DATA/reviewer.nk, ./.jingwei/reviewer.nk by default; jingwei keys new makes one)")
-	case *timeout <= 0 || *poll <= 0:
-		return usageError(stderr, "console", "--timeout and --poll must be positive")
+	case *timeout <= 0 || *poll <= 0 || *approvalWait <= 0:
+		return usageError(stderr, "console", "--timeout, --poll and --approval-wait must be positive")
 	}
 	lhost, _, err := net.SplitHostPort(*listen)
 	if err != nil {
@@ -120,6 +147,19 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return usageError(stderr, "console", "%v", err)
 	}
 	pub, _ := kp.PublicKey()
+	var approver nkeys.KeyPair
+	signing := "signing as " + pub
+	if *approverFile != "" {
+		if approver, err = loadUserKey(*approverFile); err != nil {
+			return usageError(stderr, "console", "--approver-key: %v", err)
+		}
+		apub, _ := approver.PublicKey()
+		signing += ", approving as " + apub
+	}
+	trusted, err := consoleApprovers(*trustApprovers, n.authDir())
+	if err != nil {
+		return usageError(stderr, "console", "--trust-approvers: %v", err)
+	}
 
 	ms, err := mf.listen()
 	if err != nil {
@@ -139,7 +179,8 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	defer hc.Close()
 
 	c, err := console.New(console.Config{
-		Reviewer: rc, Host: hc, Key: kp, Prefix: n.prefix, Timeout: *timeout,
+		Reviewer: rc, Host: hc, Key: kp, Approver: approver, TrustedApprovers: trusted, ApprovalWait: *approvalWait,
+		Prefix: n.prefix, Timeout: *timeout,
 		PollInterval: *poll, AllowedHosts: allowed, Logger: lg, Metrics: ms.console(),
 	})
 	if err != nil {
@@ -150,7 +191,7 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return consoleFailure(stderr, fmt.Errorf("listen on %s: %w (is another console running? pick another --listen)", *listen, err))
 	}
 	ms.serve(ctx, "console", stderr)
-	fmt.Fprintf(stdout, "jingwei console on http://%s/ (signing as %s; Ctrl-C to stop)\n", ln.Addr(), pub)
+	fmt.Fprintf(stdout, "jingwei console on http://%s/ (%s; Ctrl-C to stop)\n", ln.Addr(), signing)
 	if err := c.Serve(ctx, ln); err != nil {
 		return consoleFailure(stderr, err)
 	}
@@ -192,6 +233,25 @@ func (n *natsFlags) connectConsole(ctx context.Context, cc consoleConn, log zero
 		return nil, fmt.Errorf("role %s: %w (is a server running? start one with 'jingwei serve', or point --server/$NATS_URL at yours)", cc.role, err)
 	}
 	return nc, nil
+}
+
+// consoleApprovers reads the approver keys the tool workers trust: file,
+// else <authDir>/approvers when it exists, else none known (nil).
+func consoleApprovers(file, authDir string) (recovery.TrustedKeys, error) {
+	if file == "" {
+		if authDir == "" {
+			return nil, nil
+		}
+		file = filepath.Join(authDir, "approvers")
+		if _, err := os.Stat(file); err != nil {
+			return nil, nil
+		}
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	return recovery.ParseTrustedKeys(b)
 }
 
 func consoleFailure(stderr io.Writer, err error) int {
