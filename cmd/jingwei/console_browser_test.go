@@ -11,6 +11,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/tools"
@@ -157,6 +158,11 @@ func TestConsoleBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`article[data-call="c-pay-2"]`)),
 		chromedp.Click(chromedp.CSS(`article[data-call="c-pay-2"] a.button`)),
 		chromedp.WaitVisible(chromedp.CSS("form.decide")))
+	// The call has no result of its own (no_result): its writer may still
+	// run, and the page says what to do before signing not_executed.
+	if s := textOf(t, ctx, "#writer-may-run"); !strings.Contains(s, "MAY STILL BE RUNNING") || !strings.Contains(s, "FenceLedger") || !strings.Contains(s, "Then check") {
+		t.Fatalf("the call page does not say the writer may run and to fence first: %q", s)
+	}
 	screenshot(t, ctx, "console-call")
 	do(t, ctx, "sign not_executed",
 		chromedp.Click(chromedp.CSS(`input[name=choice][value=not_executed]`)),
@@ -215,5 +221,96 @@ func TestConsoleBrowser(t *testing.T) {
 	}
 	if n := charges(); n["pay-2"] != 1 || n["pay-1"] != 0 {
 		t.Fatalf("ledger charges by session %v, want pay-2:1 and none for pay-1 (completed)", n)
+	}
+}
+
+// TestConsoleBrowserApproval drives the approvals part of the console in
+// headless Chromium against `jingwei serve --require-approval`: a payment
+// that requires approval appears in the pending list without a reload; an
+// approver approves it in the form (signed with the console's approver
+// key, which serve's tool worker trusts) and the page shows
+// approval.granted, then the body's result, live; the ledger holds exactly
+// one charge. A second payment is denied: it ends rejected at stage
+// approval, never charged. A stopped task shows on the stopped-tasks page.
+func TestConsoleBrowserApproval(t *testing.T) {
+	ctx := browser(t)
+	dir := filepath.Join(t.TempDir(), "data")
+	natsURL, _, _ := startServe(t, dir, "--require-approval", "payments.charge:amount_cents>1000")
+	base := startConsole(t, natsURL, dir, "", "--approver-key", filepath.Join(dir, approverKeyFile))
+
+	do(t, ctx, "open the console",
+		chromedp.Navigate(base+"/"),
+		chromedp.WaitVisible(chromedp.CSS("#live-state.up")),
+		chromedp.Evaluate[chromedp.Void](`window.jwNoReload = 42`))
+	requestCall(t, natsURL, dir, "buy-1", "r-1", tools.PaymentsCharge, `{"account":"acct-42","amount_cents":480000}`)
+	call := waitingCall(t, natsURL, dir, "buy-1")
+	sel := `article[data-approval="` + call + `"]`
+	do(t, ctx, "wait for the payment in the pending list", chromedp.WaitVisible(chromedp.CSS(sel)))
+	if v, err := chromedp.Run(ctx, chromedp.Evaluate[int](`window.jwNoReload || 0`)); err != nil || v != 42 {
+		t.Fatalf("the page was reloaded to show the pending approval (marker %d, %v)", v, err)
+	}
+	if s := textOf(t, ctx, sel); !strings.Contains(s, "payments.charge") || !strings.Contains(s, "acct-42") || !strings.Contains(s, "approval.requested") || !strings.Contains(s, "deadline") {
+		t.Fatalf("the pending approval lacks its tool, arguments, deadline or events: %s", s)
+	}
+	screenshot(t, ctx, "console-approvals")
+
+	do(t, ctx, "approve",
+		chromedp.Click(chromedp.CSS(sel+" a.button")),
+		chromedp.WaitVisible(chromedp.CSS("form.decide.approval")),
+		chromedp.Click(chromedp.CSS(`input[name=choice][value=approved]`)),
+		chromedp.SendKeys(chromedp.CSS(`input[name=operator]`), "carol@finance"),
+		chromedp.SendKeys(chromedp.CSS(`input[name=evidence]`), "invoice INV-42 checked"),
+		chromedp.Click(chromedp.CSS("#sign-approval")),
+		chromedp.WaitVisible(chromedp.CSS("#outcome.ok")))
+	if s := textOf(t, ctx, "#outcome"); !strings.Contains(s, "approval.granted") {
+		t.Fatalf("approving: outcome %q, want approval.granted", s)
+	}
+	streamtest.Eventually(t, 30*time.Second, "the approved payment charges once", func() bool { return ledgerCharges(t, natsURL, dir)["buy-1"] == 1 })
+	do(t, ctx, "the body's result on the call page, live", chromedp.WaitVisible(chromedp.CSS(`#call-detail tr.ev.ok`)))
+	if s := textOf(t, ctx, "#call-detail table.approvals"); !strings.Contains(s, "carol@finance") || !strings.Contains(s, "invoice INV-42 checked") {
+		t.Fatalf("the approval on record: %q", s)
+	}
+	screenshot(t, ctx, "console-approved")
+
+	// A denial: rejected at stage approval, the body never runs.
+	do(t, ctx, "back to the list", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS("#live-state.up")))
+	requestCall(t, natsURL, dir, "buy-2", "r-1", tools.PaymentsCharge, `{"account":"acct-13","amount_cents":990000}`)
+	call2 := waitingCall(t, natsURL, dir, "buy-2")
+	sel2 := `article[data-approval="` + call2 + `"]`
+	do(t, ctx, "deny",
+		chromedp.WaitVisible(chromedp.CSS(sel2)),
+		chromedp.Click(chromedp.CSS(sel2+" a.button")),
+		chromedp.WaitVisible(chromedp.CSS("form.decide.approval")),
+		chromedp.Click(chromedp.CSS(`input[name=choice][value=denied]`)),
+		chromedp.SendKeys(chromedp.CSS(`input[name=operator]`), "carol@finance"),
+		chromedp.SendKeys(chromedp.CSS(`input[name=evidence]`), "no invoice for acct-13"),
+		chromedp.Click(chromedp.CSS("#sign-approval")),
+		chromedp.WaitVisible(chromedp.CSS("#outcome.ok")),
+		chromedp.WaitVisible(chromedp.CSS(`#call-detail tr.ev.rejected`)))
+	if s := textOf(t, ctx, "#outcome"); !strings.Contains(s, "rejected at stage approval") {
+		t.Fatalf("denying: outcome %q, want rejected at stage approval", s)
+	}
+	if s := textOf(t, ctx, `#call-detail tr.ev.rejected`); !strings.Contains(s, "rejected at approval") || !strings.Contains(s, "denied by carol@finance") {
+		t.Fatalf("the denied call's result: %q", s)
+	}
+	screenshot(t, ctx, "console-denied")
+
+	// The task stops; the stopped-tasks page shows it.
+	hc := connectRole(t, natsURL, dir, stream.RoleHost)
+	defer hc.Close()
+	hjs, err := jetstream.New(hc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.PublishStop(context.Background(), hjs, "jw", schema.StopRequest{V: 1, Session: "buy-2", Task: "t-1", Reason: "card reported stolen", At: time.Now().UTC().Format(time.RFC3339)}); err != nil {
+		t.Fatal(err)
+	}
+	do(t, ctx, "the stopped-tasks page", chromedp.Navigate(base+"/stopped"), chromedp.WaitVisible(chromedp.CSS("table.stopped")))
+	if s := textOf(t, ctx, "table.stopped"); !strings.Contains(s, "buy-2") || !strings.Contains(s, "host") || !strings.Contains(s, "card reported stolen") {
+		t.Fatalf("the stopped task: %q", s)
+	}
+	screenshot(t, ctx, "console-stopped")
+	if n := ledgerCharges(t, natsURL, dir); n["buy-1"] != 1 || n["buy-2"] != 0 {
+		t.Fatalf("ledger charges by session %v, want buy-1:1 (approved, once) and buy-2:0 (denied)", n)
 	}
 }
