@@ -121,7 +121,8 @@ func TestConsoleApprovals(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
 	natsURL, serveErr, _ := startServe(t, dir, "--require-approval", "payments.charge:amount_cents>1000", "--metrics", "127.0.0.1:0")
 	serveMetrics := metricsURL(t, serveErr)
-	base := startConsole(t, natsURL, dir, "", "--approver-key", filepath.Join(dir, approverKeyFile))
+	base, consoleErr := startConsoleLog(t, natsURL, dir, "", "--approver-key", filepath.Join(dir, approverKeyFile), "--metrics", "127.0.0.1:0")
+	consoleMetrics := metricsURL(t, consoleErr)
 	rogue := startConsole(t, natsURL, dir, "", "--approver-key", writeFile(t, "rogue.nk", newSeed(t)))
 	w, rw := newWebClient(t, base), newWebClient(t, rogue)
 
@@ -233,6 +234,17 @@ func TestConsoleApprovals(t *testing.T) {
 	})
 	if n := ledgerCharges(t, natsURL, dir); n["ap-1"] != 1 || n["ap-2"] != 0 {
 		t.Fatalf("ledger charges %v, want ap-1:1 (approved, once) and ap-2:0 (denied)", n)
+	}
+
+	cm := scrapeMetrics(t, consoleMetrics)
+	for k, v := range map[string]float64{
+		`jingwei_console_approvals_total{decision="approved",result="honoured"}`: 1,
+		`jingwei_console_approvals_total{decision="approved",result="late"}`:     1,
+		`jingwei_console_approvals_total{decision="denied",result="honoured"}`:   1,
+	} {
+		if cm[k] != v {
+			t.Errorf("console: %s = %v, want %v", k, cm[k], v)
+		}
 	}
 
 	// A stopped task is browsable and counted.
