@@ -30,12 +30,13 @@ func TestNewValidates(t *testing.T) {
 	_, nc, _ := streamtest.Start(t)
 	acct, _ := nkeys.CreateAccount()
 	for name, cfg := range map[string]Config{
-		"no reviewer":  {Host: nc, Key: testKey(t)},
-		"no host":      {Reviewer: nc, Key: testKey(t)},
-		"no key":       {Reviewer: nc, Host: nc},
-		"account key":  {Reviewer: nc, Host: nc, Key: acct},
-		"bad prefix":   {Reviewer: nc, Host: nc, Key: testKey(t), Prefix: "a.b"},
-		"empty host 2": {Reviewer: nc, Host: nc, Key: testKey(t), AllowedHosts: []string{" "}},
+		"no reviewer":      {Host: nc, Key: testKey(t)},
+		"no host":          {Reviewer: nc, Key: testKey(t)},
+		"no key":           {Reviewer: nc, Host: nc},
+		"account key":      {Reviewer: nc, Host: nc, Key: acct},
+		"bad prefix":       {Reviewer: nc, Host: nc, Key: testKey(t), Prefix: "a.b"},
+		"empty host 2":     {Reviewer: nc, Host: nc, Key: testKey(t), AllowedHosts: []string{" "}},
+		"account approver": {Reviewer: nc, Host: nc, Key: testKey(t), Approver: acct},
 	} {
 		if _, err := New(cfg); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%s: New = %v, want ErrInvalidConfig", name, err)

@@ -2,21 +2,27 @@
 // loopback address by default, where a reviewer sees the calls awaiting
 // review as they arrive, reads everything the session log and the recovery
 // worker know about each, signs a verdict with the console's reviewer key,
-// and asks for a retry plan (`jingwei console`).
+// and asks for a retry plan; and where an approver sees the calls waiting
+// for approval and approves or denies them with the console's approver
+// key (`jingwei console`).
 //
 // # What it shows
 //
-//   - / : the calls awaiting review (jw.api.status), live: a small script
+//   - / : the calls waiting for approval and the calls awaiting review
+//     (jw.api.status), live: a small script
 //     listens to /live (Server-Sent Events) and refreshes the list when
 //     the recovery worker's state, the session logs or the reviews change,
 //     without a reload. Each call shows its tool, arguments, contract,
 //     attempts, the chain of its events from the session log, the
-//     assessment and why, and the reviews on record. The open calls (no
-//     result yet) are listed under it.
+//     assessment and why, and the reviews on record. A call waiting for
+//     approval shows its tool, arguments, task, deadline and events. The
+//     open calls (no result yet) are listed under them.
 //   - /call?session=S&call=C : one call, with the same details, the form to
 //     sign a decision on it and the button that asks for a retry plan.
 //   - /sessions, /session?session=S : the sessions and one session's log.
 //   - /plans : every retry plan in jw_plans, issued or consumed.
+//   - /stopped : the stopped tasks (task, session, by host or budget,
+//     reason, when).
 //
 // # Roles
 //
@@ -29,12 +35,27 @@
 //
 // # Decisions
 //
-// A decision is a signed statement about one call. The one kind there is
-// is the review (verdict not_executed, completed or uncertain, with the
-// operator and the evidence): the console signs it with [Config.Key] and
-// submits it as `jingwei review` does (service.Client.SubmitReview), then
-// shows whether the recovery worker accepted it or ignores it, and why
-// (the refusal code). Asking for a plan goes through jw.api.prepare; the
+// A decision is a signed statement about one call, made in one generic
+// form (a choice, an operator, an evidence). Two kinds exist:
+//
+//   - the review of a call awaiting review (verdict not_executed,
+//     completed or uncertain, with the operator and the evidence): the
+//     console signs it with [Config.Key] and submits it as `jingwei
+//     review` does (service.Client.SubmitReview), then shows whether the
+//     recovery worker accepted it or ignores it, and why (the refusal
+//     code). When the call's body may still be running (evidence
+//     no_result, timeout, cancelled) the page says what to do first:
+//     fence its store, then check, then sign.
+//   - the answer to a call waiting for approval (approved or denied, with
+//     the approver and the reason): the console signs it with
+//     [Config.Approver] and publishes it as `jingwei approve`/`deny` do
+//     (service.Client.SubmitApproval), after checking on the session log
+//     that the call still waits (else nothing is published). The tool
+//     worker judges it; the console reads the session log for up to
+//     [Config.ApprovalWait] and shows approval.granted, the call rejected
+//     at stage approval, or the refusal (invalid_approval for a signer
+//     outside [Config.TrustedApprovers], approval_pending when no outcome
+//     showed in time). Asking for a plan goes through jw.api.prepare; the
 // page shows the plan, or the refusal code and its reason. The recovery
 // worker decides both; the console only asks.
 //
