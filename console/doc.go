@@ -56,6 +56,7 @@
 //     at stage approval, or the refusal (invalid_approval for a signer
 //     outside [Config.TrustedApprovers], approval_pending when no outcome
 //     showed in time). Asking for a plan goes through jw.api.prepare; the
+//
 // page shows the plan, or the refusal code and its reason. The recovery
 // worker decides both; the console only asks.
 //
