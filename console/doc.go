@@ -55,10 +55,11 @@
 //     [Config.ApprovalWait] and shows approval.granted, the call rejected
 //     at stage approval, or the refusal (invalid_approval for a signer
 //     outside [Config.TrustedApprovers], approval_pending when no outcome
-//     showed in time). Asking for a plan goes through jw.api.prepare; the
+//     showed in time).
 //
-// page shows the plan, or the refusal code and its reason. The recovery
-// worker decides both; the console only asks.
+// Asking for a plan goes through jw.api.prepare; the page shows the plan,
+// or the refusal code and its reason. The recovery worker and the tool
+// workers decide; the console only asks.
 //
 // # Safety of the pages
 //
