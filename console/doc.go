@@ -28,7 +28,8 @@
 //
 // The console acts through two NATS connections, given to it in
 // [Config]: one as the reviewer role (it publishes the signed reviews on
-// jw.reviews.<session> and asks jw.api.status and jw.api.inspect) and one
+// jw.reviews.<session> and the signed answers on jw.approvals.<session>,
+// and asks jw.api.status and jw.api.inspect) and one
 // as the host role (it reads the streams and jw_plans and asks
 // jw.api.prepare). It holds no other credentials, so it can do nothing
 // those roles cannot: the NATS server enforces it, not the console.
