@@ -313,3 +313,42 @@ func TestRecoveryGauges(t *testing.T) {
 		t.Errorf("recoverer_up %v with a recoverer that does not answer, want 0", got["jingwei_recoverer_up"])
 	}
 }
+
+// TestConsoleCounters: the console's counters count what it signed and
+// asked for, with bounded labels (an unknown verdict or decision is
+// "other"), and a nil *Console counts nothing.
+func TestConsoleCounters(t *testing.T) {
+	reg := metrics.NewRegistry()
+	c := metrics.NewConsole(reg)
+	c.Reviewed(schema.VerdictCompleted, "accepted")
+	c.Reviewed("bogus", "refused")
+	c.Prepared("")
+	c.Prepared(schema.CodeNeedsReview)
+	c.Answered(schema.Approved, "honoured")
+	c.Answered(schema.Denied, "honoured")
+	c.Answered(schema.Approved, "unanswered")
+	c.Answered("<script>", "refused")
+	var none *metrics.Console
+	none.Reviewed(schema.VerdictCompleted, "accepted")
+	none.Answered(schema.Approved, "honoured")
+
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = metrics.Serve(ctx, ln, reg) }()
+	got := scrape(t, "http://"+ln.Addr().String()+"/metrics")
+	for k, v := range map[string]float64{
+		`jingwei_console_reviews_total{result="accepted",verdict="completed"}`:     1,
+		`jingwei_console_reviews_total{result="refused",verdict="other"}`:          1,
+		`jingwei_console_plan_requests_total{result="issued"}`:                     1,
+		`jingwei_console_plan_requests_total{result="needs_review"}`:               1,
+		`jingwei_console_approvals_total{decision="approved",result="honoured"}`:   1,
+		`jingwei_console_approvals_total{decision="denied",result="honoured"}`:     1,
+		`jingwei_console_approvals_total{decision="approved",result="unanswered"}`: 1,
+		`jingwei_console_approvals_total{decision="other",result="refused"}`:       1,
+	} {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+}
