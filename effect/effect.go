@@ -28,7 +28,7 @@ const (
 	NonIdempotent
 )
 
-// MaxRevisionBytes is the longest contract revision accepted (DESIGN §8).
+// MaxRevisionBytes is the longest contract revision accepted (docs/protocol.md §14).
 const MaxRevisionBytes = 1024
 
 var wire = [...]string{

@@ -8,7 +8,7 @@ import (
 	"github.com/jingwei/jingwei/schema"
 )
 
-// TestClassify is the decision table of DESIGN §2 as Classify applies it
+// TestClassify is the decision table of docs/protocol.md §9 as Classify applies it
 // (Inspect and the recovery worker's incremental classifier both use it).
 func TestClassify(t *testing.T) {
 	idem := effect.Contract{Effect: effect.Idempotent, Revision: "v"}

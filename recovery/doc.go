@@ -1,5 +1,5 @@
 // Package recovery classifies the calls of a confirmed session history and
-// prepares retry plans (DESIGN §2).
+// prepares retry plans (docs/protocol.md §9).
 //
 // Inspect reads a history once, verifies it (physical order, one session,
 // call/started/result pairing, retry chains, fence epochs, field limits)
@@ -7,7 +7,7 @@
 // uncertain, with the decision refuse, retry_allowed or needs_review.
 // PrepareRetry applies a review on top of that and returns a single-use
 // plan that reuses the call's operation key. Errors are *schema.Error
-// values with the stable codes of DESIGN §2 (corrupt_history, unknown_call,
+// values with the stable codes of docs/protocol.md §9 (corrupt_history, unknown_call,
 // …); match them with errors.Is against the schema sentinels or read
 // schema.CodeOf.
 //

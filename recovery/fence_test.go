@@ -20,7 +20,7 @@ func fence(n uint64) schema.Event {
 	return e
 }
 
-// TestFenceEpochs: the log proves its fences (DESIGN §2). An event below
+// TestFenceEpochs: the log proves its fences (docs/protocol.md §9). An event below
 // the epoch of an earlier session.fenced was written by a fenced writer, a
 // fence below an earlier fence takes ownership back, and an epoch above
 // 2^53-1 is not exact in every reader: all corrupt_history, for every call

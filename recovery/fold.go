@@ -39,7 +39,7 @@ type ReviewFold struct {
 	Rejected []error
 }
 
-// FoldReviews applies the rule of DESIGN §2 to the reviews of callID in
+// FoldReviews applies the rule of docs/protocol.md §10 to the reviews of callID in
 // session, given in stream order, each already judged acceptable or not by
 // the caller (ReviewEntry.Err):
 //

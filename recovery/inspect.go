@@ -12,10 +12,10 @@ import (
 )
 
 // Inspect reads the history h once, verifies it and classifies the latest
-// attempt of callID by the decision table of DESIGN §2. h must be one
+// attempt of callID by the decision table of docs/protocol.md §9. h must be one
 // session's confirmed log, in log order, every event with its seq.
 //
-// Errors are *schema.Error with the codes of DESIGN §2: field_too_long (for
+// Errors are *schema.Error with the codes of docs/protocol.md §9: field_too_long (for
 // callID itself or any key, call id or contract revision in the history),
 // corrupt_history and history_too_large (anywhere in the history, also when
 // callID is fine), then unknown_call, superseded_call (Error.Latest names
@@ -23,7 +23,7 @@ import (
 // is not a *schema.Error (an I/O failure of the source) is returned wrapped,
 // uncoded. The whole history is read even when callID is not in it.
 //
-// corrupt_history covers every check of DESIGN §2 and, beyond its list: a
+// corrupt_history covers every check of docs/protocol.md §9 and, beyond its list: a
 // history holding events of more than one session (a session log holds
 // exactly one), an event without seq, a rejected result without a valid
 // stage or after tool.started, a stage on another status, an operation
@@ -463,7 +463,7 @@ func (s *scan) onResult(ev *schema.Event) error {
 	return nil
 }
 
-// assess classifies the target call (DESIGN §2).
+// assess classifies the target call (docs/protocol.md §9).
 func (s *scan) assess() schema.Assessment {
 	c := s.at(s.idx)
 	n := 0
@@ -488,7 +488,7 @@ func (s *scan) assess() schema.Assessment {
 	return a
 }
 
-// Classify is the decision table of DESIGN §2 for one call's latest
+// Classify is the decision table of docs/protocol.md §9 for one call's latest
 // attempt, from what its history says about it: the result's status (""
 // for none) and stage, whether the call follows the start-marker protocol,
 // whether tool.started was recorded, and the call's contract. It returns

@@ -37,7 +37,7 @@ func planPayload(p schema.Plan) ([]byte, error) {
 // zero, trailing zeros cut. PrepareRetry issues plans at whole seconds in
 // UTC, so a signer or verifier in another language needs no fraction rule:
 // the text is "YYYY-MM-DDTHH:MM:SSZ". arguments are compared and signed by
-// their canonical form, numbers exact (DESIGN §3).
+// their canonical form, numbers exact (docs/protocol.md §5).
 //
 // SignPlan signs what it is given; it does not check the plan's content.
 // A key pair that is not a user key is an error wrapping ErrNotUserKey.

@@ -143,7 +143,7 @@ func TestPlanID(t *testing.T) {
 }
 
 // TestArgumentsExactNumbers: a retry whose 64-bit id differs beyond 2^53
-// has other arguments (DESIGN §3).
+// has other arguments (docs/protocol.md §5).
 func TestArgumentsExactNumbers(t *testing.T) {
 	evs := append(failed(), with(retryEv("c-2", effect.Idempotent, "c-1", 1), func(c *schema.Call) {
 		c.Arguments = json.RawMessage(`{"id":1234567890123456790}`)

@@ -31,7 +31,7 @@ const (
 // members sorted by their names' UTF-16 code units, strings escaped as RFC
 // 8785 says (only '"', '\\' and control characters, with the short forms
 // \b \f \n \r \t), no insignificant whitespace — with one strictness on
-// top (DESIGN §3): a number is never rounded. It reads and checks the input
+// top (docs/protocol.md §6): a number is never rounded. It reads and checks the input
 // with the package's strict JSON reader (github.com/go-json-experiment/json's
 // jsontext).
 //

@@ -1,5 +1,5 @@
-// Package schema holds jingwei's wire types (DESIGN §3), their codec, the
-// limits of DESIGN §8, canonical JSON for argument comparison, and the JSON
+// Package schema holds jingwei's wire types (docs/protocol.md §5), their codec, the
+// limits of docs/protocol.md §14, canonical JSON for argument comparison, and the JSON
 // Schema files agents in other languages build against (schema/*.json).
 //
 // It is the leaf package every layer shares: it imports nothing internal but

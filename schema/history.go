@@ -191,7 +191,7 @@ func knownType(t string) bool {
 	return false
 }
 
-// Validate checks an event's values against DESIGN §3 and §8 (presence of
+// Validate checks an event's values against docs/protocol.md §5 and §14 (presence of
 // members that have a valid zero value, such as epoch, is checked by
 // DecodeEvent, which sees the JSON). It returns a corrupt_history *Error
 // for a wrong version, an invalid session id, a missing at or type, a body

@@ -1,6 +1,6 @@
 package schema
 
-// Limits of DESIGN §8.
+// Limits of docs/protocol.md §14.
 const (
 	// MaxHistoryEvents is the most events a session history may hold.
 	MaxHistoryEvents = 100_000
@@ -20,7 +20,7 @@ const (
 )
 
 // Limits bounds what a history reader accepts. The zero value means the
-// defaults of DESIGN §8 (see DefaultLimits).
+// defaults of docs/protocol.md §14 (see DefaultLimits).
 type Limits struct {
 	// MaxEvents defaults to MaxHistoryEvents.
 	MaxEvents int
@@ -28,7 +28,7 @@ type Limits struct {
 	MaxBytes int64
 }
 
-// DefaultLimits are the limits of DESIGN §8.
+// DefaultLimits are the limits of docs/protocol.md §14.
 var DefaultLimits = Limits{MaxEvents: MaxHistoryEvents, MaxBytes: MaxHistoryBytes}
 
 // WithDefaults returns l with zero fields replaced by the defaults.

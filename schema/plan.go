@@ -200,7 +200,7 @@ func DecodeAssessment(b []byte) (Assessment, error) {
 
 // Validate checks an assessment's fields as assessment.schema.json does: a
 // valid session id, a call id, a tool, a task, a key, a valid contract, an
-// outcome and a decision of DESIGN §2, a non-empty evidence, attempts of at
+// outcome and a decision of docs/protocol.md §9, a non-empty evidence, attempts of at
 // least 1 and a chain of at least one call id. Errors wrap
 // ErrInvalidAssessment (and ErrFieldTooLong for an over-long call id, key
 // or revision).

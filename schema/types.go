@@ -84,7 +84,7 @@ type Operation struct {
 // Basis says why a retry plan was allowed.
 type Basis string
 
-// Plan bases (DESIGN §2).
+// Plan bases (docs/protocol.md §9).
 const (
 	BasisNotStarted          Basis = "not_started"
 	BasisUncertainSafe       Basis = "uncertain_safe"
@@ -119,7 +119,7 @@ type Started struct {
 // Status is a tool.result status.
 type Status string
 
-// Result statuses (DESIGN §3).
+// Result statuses (docs/protocol.md §5).
 const (
 	StatusOK              Status = "ok"
 	StatusRejected        Status = "rejected"
@@ -142,7 +142,7 @@ func (s Status) Valid() bool {
 // Stage is the admission stage that refused a call (only with StatusRejected).
 type Stage string
 
-// Admission stages, in the order the runtime runs them (DESIGN §6).
+// Admission stages, in the order the runtime runs them (docs/protocol.md §8).
 const (
 	StagePermission Stage = "permission"
 	StageArguments  Stage = "arguments"
@@ -182,7 +182,7 @@ type Fence struct {
 // Verdict is a reviewer's statement about an uncertain call.
 type Verdict string
 
-// Review verdicts (DESIGN §2).
+// Review verdicts (docs/protocol.md §10).
 const (
 	VerdictNotExecuted Verdict = "not_executed"
 	VerdictCompleted   Verdict = "completed"
@@ -238,7 +238,7 @@ type Plan struct {
 // Outcome classifies what happened to a call's latest attempt.
 type Outcome string
 
-// Outcomes (DESIGN §2).
+// Outcomes (docs/protocol.md §9).
 const (
 	OutcomeCompleted  Outcome = "completed"
 	OutcomeNotStarted Outcome = "not_started"
@@ -248,7 +248,7 @@ const (
 // Decision is what recovery allows for a call.
 type Decision string
 
-// Decisions (DESIGN §2).
+// Decisions (docs/protocol.md §9).
 const (
 	DecisionRefuse       Decision = "refuse"
 	DecisionRetryAllowed Decision = "retry_allowed"

@@ -39,8 +39,8 @@ type wireContract struct {
 	Unknown  jsontext.Value `json:",embed"`
 }
 
-// wireEffect is a contract's effect: absent means effect.Unknown (DESIGN
-// §2), null is refused (no schema allows it), a string must be one of the
+// wireEffect is a contract's effect: absent means effect.Unknown (docs/protocol.md
+// §5.1), null is refused (no schema allows it), a string must be one of the
 // four wire values.
 type wireEffect struct{ e effect.Effect }
 

@@ -1,5 +1,5 @@
 // Package stream is everything jingwei keeps in NATS JetStream: an embedded
-// server, the connection to an external one, the topology of DESIGN §4
+// server, the connection to an external one, the topology of docs/protocol.md §3
 // (streams and KV buckets, created idempotently), fenced session logs, and
 // session leases with server-side expiry.
 //
@@ -45,7 +45,7 @@
 //
 // The embedded server defaults to [SyncAlways]: the file store fsyncs every
 // write before it acknowledges it, so an acknowledged event survives a crash
-// of the process or the machine. DESIGN §2's start-marker rule depends on
+// of the process or the machine. docs/protocol.md §9's start-marker rule depends on
 // that: a body runs only after its tool.started event is acknowledged, and
 // recovery trusts that an absent tool.started means the body never ran.
 // [SyncInterval] flushes on the server's interval instead (2 minutes by
@@ -59,7 +59,7 @@
 // # Limits
 //
 // A session history holds at most 100,000 events and 16 MiB serialized as
-// JSON Lines (DESIGN §8). Load refuses a log that is over. Append stops
+// JSON Lines (docs/protocol.md §14). Load refuses a log that is over. Append stops
 // earlier: the last thousandth of the events (100) and 256th of the bytes
 // (64 KiB) are a reserve that only session.fenced events may use, so a
 // session whose writers filled it can still be taken over, loaded,
@@ -74,7 +74,7 @@
 // # Roles
 //
 // Every client connects as one [Role] (agent, reviewer, host, worker,
-// recoverer, admin; DESIGN §4a), and the server keeps it to its subjects
+// recoverer, admin; docs/protocol.md §4), and the server keeps it to its subjects
 // on two levels.
 //
 // Accounts: the trusted roles (worker, recoverer, admin) share one NATS

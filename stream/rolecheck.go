@@ -900,8 +900,8 @@ func injectProbe(n names) runFn {
 	}
 }
 
-// catalog is every probe, with the roles that need each action (DESIGN
-// §4a and the permission tables in roles.go, written down independently of
+// catalog is every probe, with the roles that need each action (docs/protocol.md
+// §4 and the permission tables in roles.go, written down independently of
 // them so the check can catch a table that is wrong).
 func catalog(n names, session string) []probe {
 	const (

@@ -12,7 +12,7 @@ import (
 	"github.com/jingwei/jingwei/schema"
 )
 
-// Role is one kind of jingwei client (DESIGN §4a). Every client connects as
+// Role is one kind of jingwei client (docs/protocol.md §4). Every client connects as
 // exactly one role, and the NATS server's permissions, not the client's
 // manners, keep it to that role's subjects.
 type Role string

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -115,6 +116,29 @@ func (c EmbeddedConfig) validate() (host string, port int, err error) {
 	return h, port, nil
 }
 
+// CheckListen reports ErrAddressInUse when the TCP address addr
+// (host:port) cannot be listened on because something already does, and
+// nil when it is free or names no fixed port (port 0 or -1). nats-server
+// itself only logs a failed listen and never becomes ready, so without this
+// check a second server on a taken port would wait out its ReadyTimeout.
+func CheckListen(addr string) error {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("stream: listen address %q: %w", addr, err)
+	}
+	if port, err := strconv.Atoi(p); err != nil || port <= 0 {
+		return nil
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(host, p))
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("%w: %s (is another jingwei serve or nats-server running? stop it, or pick another --listen)", ErrAddressInUse, addr)
+		}
+		return fmt.Errorf("stream: listen on %s: %w", addr, err)
+	}
+	return l.Close()
+}
+
 // Embedded is an in-process nats-server with JetStream and a file store.
 // Safe for concurrent use.
 type Embedded struct {
@@ -129,6 +153,9 @@ func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 	cfg = cfg.WithDefaults()
 	host, port, err := cfg.validate()
 	if err != nil {
+		return nil, err
+	}
+	if err := CheckListen(cfg.Listen); err != nil {
 		return nil, err
 	}
 	dir, err := filepath.Abs(cfg.Dir)
@@ -301,6 +328,8 @@ func Connect(ctx context.Context, cfg ConnectConfig) (*nats.Conn, error) {
 	opts := []nats.Option{
 		nats.Name(cfg.Name),
 		nats.MaxReconnects(-1),
+		// One dial may not outlast the whole first-connection budget.
+		nats.Timeout(min(cfg.ConnectTimeout, 2*time.Second)),
 		nats.CustomReconnectDelay(reconnectDelay()),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {

@@ -52,7 +52,7 @@ type TopologyConfig struct {
 	// 3 s.
 	RequestTimeout time.Duration
 	// Limits bounds a session history at append and at load. Zero fields
-	// mean DESIGN §8's limits (100,000 events, 16 MiB); set smaller ones in
+	// mean docs/protocol.md §14's limits (100,000 events, 16 MiB); set smaller ones in
 	// tests only.
 	Limits schema.Limits
 	// Repair, with EnsureTopology, mends an existing stream that lacks a

@@ -270,7 +270,10 @@ func TestCLI(t *testing.T) {
 	if !strings.Contains(r.stdout, orderCall) {
 		t.Fatalf("the same request id ran again: %s (want call %s)", r.stdout, orderCall)
 	}
-	cli("call", "--session", "cli-1", "--tool", tools.OrdersCreate, "--args", `{"sku":"A-1","qty":0}`).want(t, "call with arguments the schema refuses", 3, "rejected")
+	cli("call", "--session", "cli-1", "--tool", tools.OrdersCreate, "--args", `{"sku":"A-1","qty":0}`, "--json").want(t, "call --json with arguments the schema refuses", 3, "rejected")
+	if r := cli("call", "--session", "cli-1", "--tool", tools.OrdersCreate, "--args", `{"sku":"A-1","qty":0}`); r.code != 3 || !strings.Contains(r.stdout, "rejected at arguments") {
+		t.Fatalf("call with arguments the schema refuses (text): exit %d, stdout %q; want exit 3 naming the stage", r.code, r.stdout)
+	}
 	cli("call", "--session", "cli-1", "--tool", tools.OrdersCreate, "--args", `{"sku":`).want(t, "call with --args not JSON", 2, "")
 	cli("call", "--session", "bad session", "--tool", tools.OrdersCreate).want(t, "call with an invalid session", 2, "")
 	cli("call", "--session", "cli-1").want(t, "call without --tool", 2, "")

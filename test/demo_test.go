@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"regexp"
@@ -46,7 +47,9 @@ func TestDemo(t *testing.T) {
 				t.Fatalf("jingwei demo: %v\nstdout:\n%s\nstderr:\n%s", err, out.String(), errb.String())
 			}
 			t.Logf("jingwei demo took %s", time.Since(start).Round(time.Millisecond))
-			text := out.String()
+			// With --json the story goes to stderr and stdout holds the
+			// report alone, so `jingwei demo --json | jq` works.
+			text := errb.String()
 
 			// The final table, as a reader sees it.
 			for _, want := range []string{
@@ -63,11 +66,15 @@ func TestDemo(t *testing.T) {
 				}
 			}
 
-			// The report (--json, the last line).
-			lines := strings.Split(strings.TrimSpace(text), "\n")
+			// The report: stdout is exactly one JSON document.
 			var rep demo.Report
-			if err := json.Unmarshal([]byte(lines[len(lines)-1]), &rep); err != nil {
-				t.Fatalf("last line is not the JSON report: %v\n%s", err, lines[len(lines)-1])
+			dec := json.NewDecoder(bytes.NewReader(out.Bytes()))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&rep); err != nil {
+				t.Fatalf("stdout is not the JSON report: %v\n%s", err, out.String())
+			}
+			if rest, _ := io.ReadAll(dec.Buffered()); len(bytes.TrimSpace(rest)) != 0 || dec.More() {
+				t.Fatalf("stdout holds more than the JSON report: %q", rest)
 			}
 			if rep.Orders != 1 || rep.Charges != 1 || rep.PaymentVerdict != tt.verdict || rep.PaymentRetry != tt.retry {
 				t.Errorf("report: orders %d, charges %d, verdict %s, payment retry %q; want 1, 1, %s, %q", rep.Orders, rep.Charges, rep.PaymentVerdict, rep.PaymentRetry, tt.verdict, tt.retry)

@@ -1,4 +1,4 @@
-// Package worker runs tool calls the canonical way (DESIGN §6). Its
+// Package worker runs tool calls the canonical way (docs/protocol.md §8). Its
 // subpackages are the processes built on it: worker/toolworker (the tool
 // worker, which also serves jw.api.call), worker/recoverer (the recovery
 // worker) and worker/service (the jw.api.* bodies, client and server
@@ -72,7 +72,7 @@
 // counts at once only where the count decides something, and defers the
 // rest. The reasoning, step by step:
 //
-//   - A session has exactly one writer (fenced, DESIGN §5), and its
+//   - A session has exactly one writer (fenced, docs/protocol.md §7), and its
 //     jw_budget keys (<session>.<task>) count the attempts of that session
 //     only: every recorded attempt is a tool.call event of the task in that
 //     session's log. So the log itself is a lower bound of the true count,

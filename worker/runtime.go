@@ -204,7 +204,7 @@ func (c Config) validate() error {
 }
 
 // Runtime is the canonical runtime of one writer for one session log
-// (DESIGN §6). It is safe for concurrent use: calls run in parallel, and
+// (docs/protocol.md §8). It is safe for concurrent use: calls run in parallel, and
 // their events are ordered by the log. Once the log reports the session
 // fenced, every later call fails with ErrFenced without touching the log.
 type Runtime struct {

@@ -28,7 +28,7 @@ const authHelp = `  jingwei auth init   --dir DIR [--prefix jw] [--tools-prefix 
                       [--account JINGWEI] [--json]
 
 Every jingwei client connects as one role: agent, reviewer, host, worker,
-recoverer or admin (DESIGN §4a). The trusted roles (worker, recoverer,
+recoverer or admin (docs/protocol.md §4). The trusted roles (worker, recoverer,
 admin) share one NATS account, JINGWEI (--account), which holds JetStream
 and the streams. Each other role has an account of its own (JINGWEI_AGENT,
 JINGWEI_REVIEWER, JINGWEI_HOST) that imports from JINGWEI only the services
@@ -260,7 +260,11 @@ func runAuthCheck(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		if errors.Is(err, stream.ErrInsecureFile) || errors.Is(err, stream.ErrBadKey) || errors.Is(err, iofs.ErrNotExist) {
 			return usageError(stderr, "auth", "%v", err)
 		}
-		fmt.Fprintf(stderr, "jingwei auth check: %v (is a server running at %s?)\n", err, *server)
+		if isAuthError(err) {
+			fmt.Fprintf(stderr, "jingwei auth check: %v\n", err)
+		} else {
+			fmt.Fprintf(stderr, "jingwei auth check: %v (is a server running at %s?)\n", err, *server)
+		}
 		return exitFailure
 	}
 	if *asJSON {

@@ -28,14 +28,16 @@ func init() {
 
 const callHelp = `  jingwei call --session S --tool NAME [--task T] [--args JSON] [--request-id ID] [--json]
 
-Sends a tool request (DESIGN §3) to the jingwei service (jw.api.call), which
+Sends a tool request (docs/protocol.md §5) to the jingwei service (jw.api.call), which
 publishes it on jw.requests.<session> for a tool worker, waits for the call's
 tool.result on the session log and answers with it. A request id is made up
 when none is given; sending the same --request-id again never runs the tool a
 second time.
 
-Output: the result (call id, status, output or error); --json prints the
-tool.result event as one JSON object.
+Output: the result (call id, status, output or error) as text; with --json
+one JSON object instead: the tool.result event when it is ok, the error body
+with the event otherwise. A refusal before any call (no event) is the error
+body, with or without --json. stdout never mixes text and JSON.
 
 Exit status:
   0  the tool ran and its result is ok
@@ -47,10 +49,11 @@ Exit status:
      tool worker saw no result in its time, no_answer when no answer came
      within --timeout: the call may still run, see 'jingwei status') or the
      result's status (rejected, failed, timeout, cancelled, budget_exhausted,
-     output_limit); with --json the tool.result is included as "event"`
+     output_limit); with --json the tool.result is included as "event";
+     without it a not-ok result is the text above`
 
 // clientFlags are the flags of every client command: the connection flags
-// of DESIGN §7 (natsFlags: --server, --creds, --nkey, --tlsca, --prefix),
+// of docs/protocol.md §13 (natsFlags: --server, --creds, --nkey, --tlsca, --prefix),
 // --timeout and the log flags.
 type clientFlags struct {
 	nats    natsFlags
@@ -60,7 +63,7 @@ type clientFlags struct {
 
 func (c *clientFlags) register(fs *flag.FlagSet, timeout time.Duration) {
 	c.nats.register(fs)
-	fs.DurationVar(&c.timeout, "timeout", timeout, "how long to wait for the service's answer")
+	fs.DurationVar(&c.timeout, "timeout", timeout, "how long to wait for the server and the service's answer (connecting included)")
 	c.log.register(fs)
 }
 
@@ -71,6 +74,7 @@ func (c *clientFlags) connect(ctx context.Context, name string, stderr io.Writer
 	if err != nil {
 		return nil, err
 	}
+	c.nats.connectTimeout = c.timeout
 	nc, err := c.nats.connect(ctx, name, log)
 	if err != nil {
 		return nil, err
@@ -213,8 +217,10 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	tw.Flush()
 	if r.Status != schema.StatusOK {
+		// The table says it all: stdout holds human text or JSON, never
+		// both (the error body is what --json prints).
 		fmt.Fprintf(stdout, "\nthe call is recorded; see what recovery allows with: jingwei status --session %s\n", ev.Session)
-		return printErrorBody(stdout, resultError(&ev), nil) // the event is printed above
+		return exitRefused
 	}
 	return exitOK
 }

@@ -11,7 +11,7 @@ import (
 	"strings"
 )
 
-// Exit statuses (DESIGN §7).
+// Exit statuses (docs/protocol.md §13).
 const (
 	exitOK      = 0
 	exitFailure = 1 // an unexpected failure (I/O, server unreachable)
@@ -35,9 +35,13 @@ func register(c command) { commands[c.name] = c }
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		if len(args) > 1 {
-			if c, ok := commands[args[1]]; ok {
-				return c.run(ctx, []string{"--help"}, stdout, stderr)
+			c, ok := commands[args[1]]
+			if !ok {
+				fmt.Fprintf(stderr, "jingwei: unknown command %q\n\n", args[1])
+				usage(stderr)
+				return exitUsage
 			}
+			return c.run(ctx, []string{"--help"}, stdout, stderr)
 		}
 		usage(stdout)
 		if len(args) == 0 {

@@ -48,7 +48,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("demo", "Watch a crash and a safe recovery, end to end, on a throw-away server.", demoHelp, stderr)
 	paymentLost := fs.Bool("payment-lost", false, "kill the payment before it charges (the reviewer then signs not_executed)")
 	keep := fs.Bool("keep", false, "keep the temporary directory (server store, child logs) and print where it is")
-	asJSON := fs.Bool("json", false, "print the final report as JSON after the story")
+	asJSON := fs.Bool("json", false, "print the final report as JSON on stdout (the story then goes to stderr)")
 	leaseTTL := fs.Duration("lease-ttl", 2*time.Second, "lease TTL of the tool worker that is killed (how soon recovery starts)")
 	log, st, ok := parseLogged(fs, args, stderr, "demo")
 	if !ok {
@@ -57,7 +57,12 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if *leaseTTL < time.Second {
 		return usageError(stderr, "demo", "--lease-ttl must be at least 1s")
 	}
-	cfg := demo.Config{Out: stdout, KeepDir: *keep, LeaseTTL: *leaseTTL, Logger: log}
+	// With --json stdout carries the report alone; the story goes to stderr.
+	story := stdout
+	if *asJSON {
+		story = stderr
+	}
+	cfg := demo.Config{Out: story, KeepDir: *keep, LeaseTTL: *leaseTTL, Logger: log}
 	if *paymentLost {
 		cfg.PaymentHold = demo.HoldBefore
 	}

@@ -21,7 +21,7 @@ const exitStatusHelp = `Exit status:
      {"error":{"code":"internal","message":…}} on stdout
   2  usage: a missing or bad flag, or a file that cannot be opened
      (message on stderr, nothing on stdout)
-  3  refused: the history or the request fails a check of DESIGN §2;
+  3  refused: the history or the request fails a check of docs/protocol.md §9;
      {"error":{"code":…,"message":…}} on stdout with one of the codes
      unknown_call, superseded_call (with "latest": the latest call of the
      chain), legacy_call, corrupt_history, history_too_large, field_too_long`
@@ -31,7 +31,7 @@ const inspectHelp = `  jingwei inspect --history FILE --call ID [--trust-planner
 
 Reads a session history (JSON Lines, one event per line with its seq, as
 exported from jw.events.<session>) in one pass, verifies it and classifies the
-latest attempt of one call by the decision table of DESIGN §2. Prints the
+latest attempt of one call by the decision table of docs/protocol.md §9. Prints the
 assessment as one JSON object:
 
   {"session":…,"call_id":…,"tool":…,"task":…,"key":…,"contract":{…},

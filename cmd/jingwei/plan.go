@@ -29,7 +29,7 @@ call's operation key, canonical arguments and contract:
    "prior_seq":N,"basis":"not_started|uncertain_safe|reviewed_not_executed",
    "review":…,"issued_at":…}
 
---review FILE gives a review (one JSON object, DESIGN §3). A review with
+--review FILE gives a review (one JSON object, docs/protocol.md §5). A review with
 verdict completed refuses any retry; not_executed lets an uncertain call of an
 unknown or non-idempotent tool be retried; uncertain changes nothing. Offline,
 the review is trusted as given (its signature is not checked): this command is

@@ -19,14 +19,14 @@ const retryHelp = `  jingwei retry --session S --call C [--json]
 
 Asks the recovery worker (jw.api.prepare) for a single-use retry plan for the
 latest attempt of a call. The worker loads the confirmed session history,
-applies the decision table (DESIGN §2) and the latest valid signed review, and
+applies the decision table (docs/protocol.md §9) and the latest valid signed review, and
 issues the plan exactly once (jw_plans, then jw.plans.<session>); asking again
 returns the same plan. A tool worker that owns the session then runs the retry
 with the call's operation key, so an idempotent tool deduplicates it. Every
 admission check runs again for the retry.
 
 Output: the plan (plan id, basis, key, prior call); --json prints it as one
-JSON object (DESIGN §3 "Plan").
+JSON object (docs/protocol.md §5 "Plan").
 
 Exit status:
   0  a plan was issued (or had been issued before and is still unused)
@@ -42,7 +42,7 @@ Exit status:
        superseded_call the call has a later attempt: retry that one ("latest")
        plan_consumed   the call's plan was already used: inspect its retry
        unknown_call, legacy_call, corrupt_history, history_too_large,
-       field_too_long  the history does not allow a plan (DESIGN §2)`
+       field_too_long  the history does not allow a plan (docs/protocol.md §9)`
 
 // retryHint says what to do after a refusal of prepare.
 func retryHint(code, session, call string) string {

@@ -27,7 +27,7 @@ func init() {
 const reviewHelp = `  jingwei review --session S --call C --verdict not_executed|completed|uncertain
                  --evidence REF --operator NAME --key FILE [--json]
 
-Signs a review (DESIGN §3 "Review") with a reviewer nkey (--key, a seed file
+Signs a review (docs/protocol.md §5 "Review") with a reviewer nkey (--key, a seed file
 made by 'jingwei keys new'; 'jingwei serve' makes one in its data directory)
 and publishes it on jw.reviews.<session>, waiting for JetStream's
 acknowledgement. Then it asks the recovery worker what the call's state is

@@ -17,7 +17,7 @@ import (
 // credentials are given.
 const defaultAuthDir = ".jingwei/auth"
 
-// commandRole is the role each command connects as (DESIGN §4a): its key
+// commandRole is the role each command connects as (docs/protocol.md §4): its key
 // is <auth dir>/<role>.nk unless --creds or --nkey says otherwise.
 var commandRole = map[string]stream.Role{
 	"call":    stream.RoleAgent,

@@ -124,6 +124,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitFailure
 	}
 
+	// A taken port is said at once, before any key is made.
+	if err := stream.CheckListen(*listen); err != nil {
+		return fail(err)
+	}
 	// The data directory and the keys in it: private, created once.
 	if err := privateDir(*data); err != nil {
 		return usageError(stderr, "serve", "%v", err)

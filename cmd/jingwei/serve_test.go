@@ -300,3 +300,82 @@ func TestWorkerUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestCLIKeepsItsWord: help of an unknown command is a usage error like the
+// unknown command itself, and --timeout bounds connecting to a server that
+// is not there.
+func TestCLIKeepsItsWord(t *testing.T) {
+	if code, _, stderr := runCLI("help", "nosuch"); code != exitUsage || !strings.Contains(stderr, `unknown command "nosuch"`) {
+		t.Errorf("help nosuch: exit %d %q, want 2", code, stderr)
+	}
+	t0 := time.Now()
+	code, stdout, _ := runCLI("status", "--timeout", "1s", "--server", "nats://127.0.0.1:1")
+	if took := time.Since(t0); code != exitFailure || took > 2500*time.Millisecond {
+		t.Errorf("status --timeout 1s against no server: exit %d after %s (%s), want 1 within about a second", code, took, stdout)
+	}
+	if strings.Contains(stdout, "requires credentials") {
+		t.Errorf("a server that is not there is not an authorization problem: %s", stdout)
+	}
+
+	// A server that is there: a refused or missing credential is not
+	// answered with "is a server running?".
+	dir := filepath.Join(t.TempDir(), "data")
+	url, serveErr, _ := startServe(t, dir, "--log-level", "info")
+	if strings.Contains(serveErr.String(), "Starting nats-server") {
+		t.Errorf("serve printed the embedded server's banner without --server-log: %s", serveErr)
+	}
+	if _, withLog, _ := startServe(t, filepath.Join(t.TempDir(), "data"), "--log-level", "info", "--server-log", "--no-worker"); !strings.Contains(withLog.String(), "Starting nats-server") {
+		t.Errorf("serve --server-log does not show the embedded server's log: %s", withLog)
+	}
+	stranger := filepath.Join(t.TempDir(), "stranger.nk") // a user key the server does not know
+	if code, _, stderr := runCLI("keys", "new", "--out", stranger); code != exitOK {
+		t.Fatalf("keys new: %d %s", code, stderr)
+	}
+	for _, args := range [][]string{
+		{"status", "--server", url, "--timeout", "5s"},
+		{"status", "--server", url, "--timeout", "5s", "--creds", filepath.Join(dir, "nosuch.creds")},
+		{"status", "--server", url, "--timeout", "5s", "--nkey", stranger},
+	} {
+		code, stdout, stderr := runCLI(args...)
+		if code == exitOK || strings.Contains(stdout+stderr, "is a server running") {
+			t.Errorf("%v: exit %d, %s%s; want a failure that does not ask whether a server runs", args[3:], code, stdout, stderr)
+		}
+	}
+
+	// call: stdout is one JSON document with --json, text without it.
+	auth := filepath.Join(dir, "auth")
+	for _, c := range []struct {
+		args string
+		ok   bool
+	}{{`{"sku":"A-1"}`, true}, {`{"sku":7}`, false}} {
+		base := []string{"call", "--server", url, "--auth", auth, "--session", "s-json", "--tool", "catalog.lookup", "--args", c.args, "--timeout", "20s"}
+		code, stdout, stderr := runCLI(append(base, "--json")...)
+		if (code == exitOK) != c.ok {
+			t.Fatalf("call --json %s: exit %d: %s %s", c.args, code, stdout, stderr)
+		}
+		dec := json.NewDecoder(strings.NewReader(stdout))
+		var doc map[string]any
+		if err := dec.Decode(&doc); err != nil || dec.More() {
+			t.Errorf("call --json %s: stdout is not one JSON document (%v): %q", c.args, err, stdout)
+		}
+		if _, hasErr := doc["error"]; hasErr == c.ok {
+			t.Errorf("call --json %s: %q; want the error body exactly when the call is not ok", c.args, stdout)
+		}
+		code, stdout, stderr = runCLI(base...)
+		if (code == exitOK) != c.ok || strings.Contains(stdout, `"error":`) || !strings.Contains(stdout, "status") {
+			t.Errorf("call %s: exit %d, stdout %q (%s); want the text table and no JSON", c.args, code, stdout, stderr)
+		}
+	}
+
+	// A second serve on the same port says so at once, and makes no key.
+	port := url[strings.LastIndex(url, ":")+1:]
+	dir2 := filepath.Join(t.TempDir(), "data2")
+	t0 = time.Now()
+	code, _, stderr := runCLI("serve", "--listen", "127.0.0.1:"+port, "--data", dir2, "--log-level", "warn")
+	if took := time.Since(t0); code != exitFailure || !strings.Contains(stderr, "in use") || took > 3*time.Second {
+		t.Errorf("second serve on port %s: exit %d after %s: %s; want 1 at once, saying the address is in use", port, code, took, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir2, reviewerKeyFile)); err == nil {
+		t.Errorf("second serve on a taken port made a reviewer key")
+	}
+}

@@ -28,7 +28,7 @@ func (n *natsFlags) connect(ctx context.Context, name string, log zerolog.Logger
 	}
 	nc, err := stream.Connect(ctx, stream.ConnectConfig{
 		URL: n.server, Creds: n.creds, NKeySeedFile: nkey, TLSCA: n.tlsca,
-		Name: "jingwei " + name, Logger: log,
+		Name: "jingwei " + name, Logger: log, ConnectTimeout: n.connectTimeout,
 	})
 	if err != nil {
 		if isAuthError(err) {

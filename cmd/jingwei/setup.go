@@ -17,7 +17,7 @@ func init() {
 }
 
 const setupHelp = `  jingwei setup [--server URL] [--auth DIR | --nkey FILE | --creds FILE]
-                [--replicas 1] [--lease-ttl 10s] [--repair]
+                [--replicas 1] [--lease-ttl 10s] [--repair] [--json]
 
 Creates jingwei's streams and buckets on a server where they do not exist
 yet, and checks those that do: the set-up an external deployment runs once
@@ -31,6 +31,10 @@ deleting or purging messages, has a shorter dedup window, no direct gets)
 is refused, naming the setting and the command that repairs it; --repair
 mends it in place (nothing stored is changed). --replicas and --lease-ttl
 must be what the workers of the deployment use.
+
+Output: each stream (name, subjects, replicas) and bucket, then the line
+saying the topology is in place; --json prints one object instead:
+{"prefix":…,"server":…,"streams":[{"name","subjects","replicas"}],"buckets":[…]}.
 
 Exit status: 0 the topology is in place; 1 the server is unreachable, the
 connection may not create streams, or an existing stream conflicts; 2 usage.`
@@ -46,6 +50,7 @@ func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	replicas := fs.Int("replicas", 1, "replicas of every stream and bucket: 1 on a single server, 3 in a cluster")
 	ttl := fs.Duration("lease-ttl", 10*time.Second, "session lease TTL of the deployment (at least 1s)")
 	repair := fs.Bool("repair", false, "mend streams and buckets that lack a protection, in place")
+	asJSON := fs.Bool("json", false, "print the topology as one JSON object")
 	if st, ok := parseFlags(fs, args); !ok {
 		return st
 	}
@@ -65,13 +70,39 @@ func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitFailure
 	}
 	defer nc.Close()
+	out := setupOutput{Prefix: topo.Prefix, Server: nc.ConnectedUrlRedacted()}
 	for _, s := range []jetstream.Stream{topo.Events, topo.Requests, topo.Reviews, topo.PlanLog, topo.Assessments, topo.Answers} {
 		c := s.CachedInfo().Config
-		fmt.Fprintf(stdout, "stream %-16s %-22s replicas %d\n", c.Name, c.Subjects[0], max(c.Replicas, 1))
+		out.Streams = append(out.Streams, setupStream{Name: c.Name, Subjects: c.Subjects, Replicas: max(c.Replicas, 1)})
 	}
 	for _, b := range []string{"leases", "plans", "budget"} {
-		fmt.Fprintf(stdout, "bucket %s_%s\n", topo.Prefix, b)
+		out.Buckets = append(out.Buckets, topo.Prefix+"_"+b)
 	}
-	fmt.Fprintf(stdout, "jingwei setup: topology %q in place on %s\n", topo.Prefix, nc.ConnectedUrlRedacted())
+	if *asJSON {
+		_ = writeJSON(stdout, out)
+		return exitOK
+	}
+	for _, s := range out.Streams {
+		fmt.Fprintf(stdout, "stream %-16s %-22s replicas %d\n", s.Name, s.Subjects[0], s.Replicas)
+	}
+	for _, b := range out.Buckets {
+		fmt.Fprintf(stdout, "bucket %s\n", b)
+	}
+	fmt.Fprintf(stdout, "jingwei setup: topology %q in place on %s\n", out.Prefix, out.Server)
 	return exitOK
+}
+
+// setupOutput is what setup prints with --json.
+type setupOutput struct {
+	Prefix  string        `json:"prefix"`
+	Server  string        `json:"server"`
+	Streams []setupStream `json:"streams"`
+	Buckets []string      `json:"buckets"`
+}
+
+// setupStream is one stream of the topology in setupOutput.
+type setupStream struct {
+	Name     string   `json:"name"`
+	Subjects []string `json:"subjects"`
+	Replicas int      `json:"replicas"`
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -44,6 +45,15 @@ func TestSetup(t *testing.T) {
 		if code != exitOK || !strings.Contains(stdout, "JW_EVENTS") || !strings.Contains(stdout, "JW_ANSWERS") || !strings.Contains(stdout, "in place") {
 			t.Fatalf("setup as admin: exit %d\n%s\n%s", code, stdout, stderr)
 		}
+	}
+	// --json: one object naming every stream and bucket.
+	code, stdout, stderr := runCLI("setup", "--server", url, "--auth", string(kd), "--json")
+	var out setupOutput
+	if err := json.Unmarshal([]byte(stdout), &out); code != exitOK || err != nil {
+		t.Fatalf("setup --json: exit %d, %v\n%s\n%s", code, err, stdout, stderr)
+	}
+	if out.Prefix != "jw" || len(out.Streams) != 6 || len(out.Buckets) != 3 || out.Streams[0].Name != "JW_EVENTS" || out.Streams[0].Replicas != 1 {
+		t.Errorf("setup --json: %+v; want prefix jw, 6 streams starting with JW_EVENTS (1 replica), 3 buckets", out)
 	}
 	// The workers' roles now find the topology.
 	if code, _, stderr := runCLI("export", "--server", url, "--auth", string(kd), "--session", "s-1"); code != exitOK {

@@ -55,10 +55,13 @@ Credentials: --creds FILE or --nkey FILE, else the worker role's key in the
 Exit status: 0 after a clean drain; 1 the server is unreachable or the
 topology conflicts; 2 usage.`
 
-// natsFlags are the connection flags of the long-running commands (DESIGN
-// §7): --server, --creds, --nkey, --tlsca and the subject --prefix.
+// natsFlags are the connection flags of the long-running commands (docs/protocol.md
+// §13): --server, --creds, --nkey, --tlsca and the subject --prefix.
 type natsFlags struct {
 	server, creds, nkey, tlsca, prefix, auth string
+	// connectTimeout bounds the first connection (0: stream.Connect's
+	// default); client commands set it to their --timeout.
+	connectTimeout time.Duration
 }
 
 func (n *natsFlags) register(fs *flag.FlagSet) {

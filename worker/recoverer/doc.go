@@ -1,4 +1,4 @@
-// Package recoverer is jingwei's recovery worker (DESIGN §7) and the
+// Package recoverer is jingwei's recovery worker (docs/protocol.md §13) and the
 // `jingwei` NATS micro service (jw.api.inspect, jw.api.prepare,
 // jw.api.status; jw.api.call is served by the tool workers, see package
 // service).
@@ -50,7 +50,7 @@
 // the calls that are open (a tool.call without its tool.result yet): tool,
 // task, key, contract, epoch, start marker and whether tool.started was seen.
 // When the result arrives the call is dropped and its assessment built from
-// that state with the decision table of DESIGN §2 — the same result
+// that state with the decision table of docs/protocol.md §9 — the same result
 // recovery.Inspect gives on the confirmed history for a first attempt.
 // Memory is therefore proportional to open calls, not to events seen. Two
 // rarer cases load the session's history and run recovery.Inspect instead:

@@ -114,7 +114,7 @@ func TestDuplicateNamesSameVerdict(t *testing.T) {
 }
 
 // TestContractWithoutEffectIsUnknown: an operation whose contract names no
-// effect is effect unknown (DESIGN §2), not a corrupt event, for the
+// effect is effect unknown (docs/protocol.md §9), not a corrupt event, for the
 // classifier and for Inspect alike, so an uncertain attempt of it needs a
 // review.
 func TestContractWithoutEffectIsUnknown(t *testing.T) {

@@ -1,4 +1,4 @@
-// Package toolworker is jingwei's tool worker (DESIGN §7): it takes tool
+// Package toolworker is jingwei's tool worker (docs/protocol.md §13): it takes tool
 // requests that agents publish on jw.requests.<session>, owns sessions
 // through their leases, and runs every request through the canonical
 // runtime of package worker. It also executes the retry plans published on
@@ -7,7 +7,7 @@
 // # Ownership and order
 //
 // A session is run by exactly one owner at a time: the worker that holds its
-// lease in jw_leases. Taking a session is DESIGN §5's takeover, done by
+// lease in jw_leases. Taking a session is docs/protocol.md §7's takeover, done by
 // package stream: the lease is held with stream.Topology.HoldLease (which
 // guards appends by the local clock) when the session is taken, and the log
 // is fenced and the confirmed history loaded (stream.Topology.Confirm) only

@@ -1,0 +1,474 @@
+package chaos
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/jingwei/jingwei/bench"
+	"github.com/jingwei/jingwei/schema"
+)
+
+// action is one logical action of the workload: one agent intent, one
+// request id, published once (or twice, with the same request id). Its
+// marker is in its arguments (the order's customer, the charge's account),
+// so every business record says which action it belongs to.
+type action struct {
+	ID        string
+	Marker    string
+	Session   string
+	Task      string
+	Tool      string
+	RequestID string
+	// Acked is set once a publish of the request got a PubAck.
+	Acked bool
+	// Republished counts the publishes after the first.
+	Republished int
+}
+
+// kill is a SIGKILL of a tool-worker incarnation.
+type kill struct {
+	Owner string
+	At    time.Time
+}
+
+// checkpoint is what the harness saw once the faults had stopped and the
+// system settled, before the host and reviewer phase: the snapshot, and
+// the calls jw.api.status listed as awaiting review.
+type checkpoint struct {
+	Snap     *snapshot
+	Awaiting map[callKey]bool
+	// Err is why jw.api.status could not be asked ("" if it was).
+	Err string
+}
+
+// facts are what the harness itself knows of the run: what it published,
+// whom it killed, what it saw at the checkpoint, what the host was told.
+type facts struct {
+	Actions []action
+	Kills   []kill
+	// Bound is the crash → first assessment target (lease TTL + 1 s, or +
+	// 5 s on a cluster).
+	Bound      time.Duration
+	BoundText  string
+	Checkpoint *checkpoint
+	// HostNotes holds, per action id, the last answer the host got for it
+	// (a prepare's error code), for the stuck actions' examples.
+	HostNotes map[string]string
+	// ConcurrentMismatch counts the groups of concurrent prepares of one
+	// call that were not all answered with the same plan.
+	ConcurrentMismatch []string
+}
+
+// The rows, in their order in the report.
+const (
+	rowDuplicateOrders  = "duplicate orders"
+	rowDoubleCharges    = "double charges"
+	rowPlansTwice       = "plans used twice"
+	rowRepublishedTwice = "re-published requests run twice"
+	rowAckedLost        = "acknowledged requests lost"
+	rowOpenUnassessed   = "calls left open and unassessed"
+	rowClosedUnassessed = "closed calls never assessed"
+	rowRepeated         = "assessments repeated"
+	rowWrong            = "wrong assessments"
+	rowReviewMissing    = "needs_review missing from status"
+	rowStuck            = "stuck actions"
+	rowUntruthful       = "reviews contradicting the ledger"
+	rowLateEffects      = "side effects after their call was fenced"
+	rowConcurrent       = "concurrent prepares not answered with the plan"
+	rowLatency          = "crash -> first assessment"
+)
+
+// check computes every row from the final snapshot and the facts, and the
+// latency figures.
+func check(f *facts, s *snapshot) ([]Row, Latency) {
+	x := newIndex(s)
+	rows := []Row{
+		duplicateOrders(f, x),
+		doubleCharges(f, x),
+		plansUsedTwice(x),
+		republishedRunTwice(x),
+		ackedLost(f, x),
+		openUnassessed(x),
+		closedUnassessed(x),
+		assessmentsRepeated(x),
+		wrongAssessments(x),
+		reviewMissing(f),
+		stuckActions(f, x),
+		untruthfulReviews(x),
+		lateEffects(x),
+		infoRow(rowConcurrent, len(f.ConcurrentMismatch), f.ConcurrentMismatch, "groups of 3 concurrent prepares of one call that did not all get the same plan (superseded_call allowed once the plan ran)"),
+	}
+	lat, latRows := latency(f, x)
+	return append(rows, latRows...), lat
+}
+
+func ref(k callKey) string { return k.Session + "/" + k.CallID }
+
+// duplicateOrders: order records beyond the first of one logical action
+// (found by the action's marker, the order's customer) or of one task +
+// key.
+func duplicateOrders(f *facts, x *index) Row {
+	byMarker := map[string]int{}
+	byKey := map[[2]string]int{}
+	for _, o := range x.snap.Orders {
+		byMarker[o.Customer]++
+		byKey[[2]string{o.Task, o.Key}]++
+	}
+	extra := 0
+	var ex []string
+	for _, a := range f.Actions {
+		if n := byMarker[a.Marker]; n > 1 {
+			extra += n - 1
+			ex = append(ex, fmt.Sprintf("%s (%d orders)", a.RequestID, n))
+		}
+	}
+	for k, n := range byKey {
+		if n > 1 && k[1] != "" {
+			ex = append(ex, fmt.Sprintf("task %s key %s (%d orders)", k[0], k[1], n))
+			extra += n - 1 // only reachable if one key served two markers
+		}
+	}
+	sort.Strings(ex)
+	return zeroRow(rowDuplicateOrders, extra, ex, "order records beyond one per logical action (and per task + key)")
+}
+
+// excusedPayment reports whether a payment's second charge is a reviewer's
+// mistake rather than jingwei's: a not_executed review of one of its calls
+// signed while the ledger already held a charge of that call. The harness's
+// reviewer reads the ledger before signing, so this never happens unless
+// the ledger read was stale; untruthfulReviews counts it.
+func excusedPayment(x *index, chain []*callInfo) bool {
+	for _, ci := range chain {
+		for _, r := range x.reviews[ci.Key] {
+			if r.Review.Verdict != schema.VerdictNotExecuted {
+				continue
+			}
+			for _, c := range x.charges[ci.Key] {
+				if c.Time.Before(r.Time) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// doubleCharges: ledger entries beyond the first of one logical payment
+// (one request id, its account marker), unless a not_executed review was
+// signed against the ledger (excusedPayment). A truthful not_executed
+// review does not excuse it: when the old attempt's charge lands after the
+// review (a frozen worker woken up), the payment is charged twice.
+func doubleCharges(f *facts, x *index) Row {
+	byMarker := map[string]int{}
+	for _, c := range x.snap.Charges {
+		byMarker[c.Account]++
+	}
+	extra := 0
+	var ex []string
+	for _, a := range f.Actions {
+		n := byMarker[a.Marker]
+		if n <= 1 || excusedPayment(x, x.chain(a.Session, a.RequestID)) {
+			continue
+		}
+		extra += n - 1
+		ex = append(ex, fmt.Sprintf("%s/%s (%d charges)", a.Session, a.RequestID, n))
+	}
+	return zeroRow(rowDoubleCharges, extra, ex, "ledger entries beyond one per logical payment, not excused by a review that contradicted the ledger")
+}
+
+// plansUsedTwice: plan ids with more than one recorded attempt.
+func plansUsedTwice(x *index) Row {
+	var ex []string
+	for id, ks := range x.byPlan {
+		if len(ks) > 1 {
+			ex = append(ex, fmt.Sprintf("%s (%d attempts)", id, len(ks)))
+		}
+	}
+	sort.Strings(ex)
+	return zeroRow(rowPlansTwice, len(ex), ex, "plan ids with two recorded attempts (tool.call events carrying the plan)")
+}
+
+// republishedRunTwice: request ids with more than one first attempt
+// (tool.call without a retry link) in their session's log.
+func republishedRunTwice(x *index) Row {
+	var ex []string
+	for k, ks := range x.byRequest {
+		if len(ks) > 1 {
+			ex = append(ex, fmt.Sprintf("%s/%s (%d calls)", k[0], k[1], len(ks)))
+		}
+	}
+	sort.Strings(ex)
+	return zeroRow(rowRepublishedTwice, len(ex), ex, "request ids with two tool.call events")
+}
+
+// ackedLost: requests acknowledged by JetStream with neither a tool.call
+// nor an answer.
+func ackedLost(f *facts, x *index) Row {
+	var ex []string
+	for _, a := range f.Actions {
+		rk := [2]string{a.Session, a.RequestID}
+		if a.Acked && len(x.byRequest[rk]) == 0 && !x.answers[rk] {
+			ex = append(ex, a.Session+"/"+a.RequestID)
+		}
+	}
+	return zeroRow(rowAckedLost, len(ex), ex, "requests with a PubAck and neither a tool.call nor an answer on jw.answers")
+}
+
+// openUnassessed: calls without a result and without any assessment.
+func openUnassessed(x *index) Row {
+	var ex []string
+	for _, k := range x.order {
+		if ci := x.calls[k]; ci.Open() && len(x.assessed[k]) == 0 {
+			how := "never fenced"
+			if f := ci.FencedAt; f != nil {
+				how = fmt.Sprintf("fenced at epoch %d by %s", f.Event.Fence.Epoch, f.Event.Fence.Owner)
+			}
+			ex = append(ex, fmt.Sprintf("%s (written by %s; %s)", ref(k), ci.Owner, how))
+		}
+	}
+	return zeroRow(rowOpenUnassessed, len(ex), ex, "tool.call with no tool.result and no assessment")
+}
+
+// closedUnassessed: calls with a result and no assessment.
+func closedUnassessed(x *index) Row {
+	var ex []string
+	for _, k := range x.order {
+		if ci := x.calls[k]; !ci.Open() && len(x.assessed[k]) == 0 {
+			ex = append(ex, ref(k))
+		}
+	}
+	return zeroRow(rowClosedUnassessed, len(ex), ex, "tool.call with a tool.result and no assessment")
+}
+
+// assessmentsRepeated: assessment messages beyond the first of one
+// Jw-Assessment-Id (one call outcome). Reported, not a must: deduplicating
+// them is issue 17's.
+func assessmentsRepeated(x *index) Row {
+	byID := map[string]int{}
+	for _, a := range x.snap.Assessments {
+		id := a.ID
+		if id == "" {
+			id = fmt.Sprintf("a.%s.%s.%s", a.Assessment.Session, a.Assessment.CallID, a.Assessment.Evidence)
+		}
+		byID[id]++
+	}
+	extra := 0
+	var ex []string
+	for id, n := range byID {
+		if n > 1 {
+			extra += n - 1
+			ex = append(ex, fmt.Sprintf("%s (%d)", id, n))
+		}
+	}
+	sort.Strings(ex)
+	return infoRow(rowRepeated, extra, ex, "assessment messages beyond one per Jw-Assessment-Id (issue 17)")
+}
+
+// wrongAssessments: assessments whose outcome, evidence or decision
+// contradicts what the final log says of the call (expected), and
+// assessments of calls the log does not hold.
+func wrongAssessments(x *index) Row {
+	var ex []string
+	for _, a := range x.snap.Assessments {
+		k := callKey{a.Assessment.Session, a.Assessment.CallID}
+		ci := x.calls[k]
+		if ci == nil {
+			ex = append(ex, fmt.Sprintf("%s: assessed, not on the log", ref(k)))
+			continue
+		}
+		o, e, d := expected(ci)
+		if a.Assessment.Outcome != o || a.Assessment.Evidence != e || a.Assessment.Decision != d {
+			ex = append(ex, fmt.Sprintf("%s: %s/%s/%s, the log says %s/%s/%s", ref(k), a.Assessment.Outcome, a.Assessment.Evidence, a.Assessment.Decision, o, e, d))
+		}
+	}
+	return zeroRow(rowWrong, len(ex), ex, "assessments contradicting the call's final history (outcome, evidence or decision)")
+}
+
+// awaitingReview returns the calls of a snapshot that should be listed as
+// awaiting review: the latest attempt of its chain, final, needs_review by
+// the decision table, with no plan issued for it and no review of it.
+func awaitingReview(x *index) []callKey {
+	var out []callKey
+	for _, k := range x.order {
+		ci := x.calls[k]
+		if ci.Successor != "" || !ci.Final() || len(x.plans[k]) > 0 || len(x.reviews[k]) > 0 {
+			continue
+		}
+		if _, _, d := expected(ci); d == schema.DecisionNeedsReview {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// reviewMissing: at the checkpoint, calls awaiting review that
+// jw.api.status did not list.
+func reviewMissing(f *facts) Row {
+	cp := f.Checkpoint
+	if cp == nil || cp.Err != "" {
+		note := "not checked"
+		if cp != nil {
+			note = "jw.api.status: " + cp.Err
+		}
+		return Row{Name: rowReviewMissing, Value: math.NaN(), Target: "= 0", Must: true, Note: note}
+	}
+	var ex []string
+	cx := newIndex(cp.Snap)
+	want := awaitingReview(cx)
+	assessed := 0 // of the missing, those the recovery worker had assessed needs_review
+	for _, k := range want {
+		if !cp.Awaiting[k] {
+			ex = append(ex, ref(k))
+			if latestDecision(cx, k) == schema.DecisionNeedsReview {
+				assessed++
+			}
+		}
+	}
+	return zeroRow(rowReviewMissing, len(ex), ex, fmt.Sprintf("needs_review calls (latest attempt, final, no plan, no review) missing from jw.api.status after the faults: %d of %d; %d of the missing had a needs_review assessment on jw.assessments", len(ex), len(want), assessed))
+}
+
+// stuckActions: logical actions that got a call but no attempt ended ok,
+// no trusted review said completed and no answer refused them, after the
+// host and reviewer phase had every chance to move them on.
+func stuckActions(f *facts, x *index) Row {
+	var ex []string
+	for _, a := range f.Actions {
+		chain := x.chain(a.Session, a.RequestID)
+		if len(chain) == 0 || x.answers[[2]string{a.Session, a.RequestID}] {
+			continue // lost (counted there) or answered
+		}
+		done := false
+		for _, ci := range chain {
+			if ci.Result != nil && ci.Result.Status == schema.StatusOK {
+				done = true
+			}
+			for _, r := range x.reviews[ci.Key] {
+				if r.Review.Verdict == schema.VerdictCompleted && ci.Successor == "" {
+					done = true
+				}
+			}
+		}
+		if !done {
+			note := f.HostNotes[a.ID]
+			if note == "" {
+				note = "never prepared"
+			}
+			ex = append(ex, fmt.Sprintf("%s/%s (%d attempts; %s)", a.Session, a.RequestID, len(chain), note))
+		}
+	}
+	return zeroRow(rowStuck, len(ex), ex, "actions with no ok attempt, no completed review and no answer after the host phase")
+}
+
+// untruthfulReviews: not_executed reviews signed while the ledger held a
+// charge of the reviewed call. The harness's reviewer reads the ledger
+// first: a non-zero value means that read was stale.
+func untruthfulReviews(x *index) Row {
+	var ex []string
+	for k, rs := range x.reviews {
+		for _, r := range rs {
+			if r.Review.Verdict != schema.VerdictNotExecuted {
+				continue
+			}
+			for _, c := range x.charges[k] {
+				if c.Time.Before(r.Time) {
+					ex = append(ex, ref(k))
+				}
+			}
+		}
+	}
+	sort.Strings(ex)
+	return zeroRow(rowUntruthful, len(ex), ex, "not_executed reviews signed while the ledger held the call's charge (a stale ledger read)")
+}
+
+// lateEffects: ledger charges stored after a newer writer fenced their
+// call's session: a zombie's side effect. Reported: whether it becomes a
+// double charge is the double-charge row's.
+func lateEffects(x *index) Row {
+	var ex []string
+	for _, c := range x.snap.Charges {
+		ci := x.calls[callKey{c.Session, c.CallID}]
+		if ci != nil && ci.FencedAt != nil && c.Time.After(ci.FencedAt.Time) {
+			ex = append(ex, fmt.Sprintf("%s (%.1fs after the fence)", ref(ci.Key), c.Time.Sub(ci.FencedAt.Time).Seconds()))
+		}
+	}
+	return infoRow(rowLateEffects, len(ex), ex, "ledger charges stored after their call's session was fenced by a newer writer")
+}
+
+// leftOpen returns the calls a killed tool-worker incarnation left open
+// (tool.call appended by it, no result), each with its kill.
+func leftOpen(f *facts, x *index) map[callKey]kill {
+	byOwner := map[string]kill{}
+	for _, k := range f.Kills {
+		byOwner[k.Owner] = k
+	}
+	out := map[callKey]kill{}
+	for _, k := range x.order {
+		ci := x.calls[k]
+		if kl, ok := byOwner[ci.Owner]; ok && ci.Open() {
+			out[k] = kl
+		}
+	}
+	return out
+}
+
+// latency: for every call a killed tool worker left open and that was not
+// assessed before the kill, the time from the kill to its first stored
+// assessment. The p99 row carries the bound; unassessed calls are the
+// unassessed row's.
+func latency(f *facts, x *index) (Latency, []Row) {
+	var xs []float64
+	for k, kl := range leftOpen(f, x) {
+		first, ok := x.firstAssessment(k)
+		if !ok || first.Before(kl.At) {
+			continue
+		}
+		xs = append(xs, math.Round(first.Sub(kl.At).Seconds()*1000)/1000)
+	}
+	slices.Sort(xs)
+	bound := f.Bound.Seconds()
+	l := Latency{Samples: len(xs), Bound: Seconds(bound), P50: Seconds(math.NaN()), P90: Seconds(math.NaN()), P99: Seconds(math.NaN()), Max: Seconds(math.NaN())}
+	if len(xs) > 0 {
+		l.P50, l.P90, l.P99 = Seconds(bench.Percentile(xs, 50)), Seconds(bench.Percentile(xs, 90)), Seconds(bench.Percentile(xs, 99))
+		l.Max = Seconds(xs[len(xs)-1])
+	}
+	mk := func(name string, v Seconds) Row {
+		r := Row{Name: rowLatency + " " + name, Value: float64(v), Unit: "s", Target: f.BoundText,
+			Met: !math.IsNaN(float64(v)) && float64(v) <= bound}
+		if len(xs) == 0 {
+			r.Note = "no call was left open by a kill"
+		}
+		return r
+	}
+	l.ResultToAssessment = classifierLag(x)
+	return l, []Row{mk("p50", l.P50), mk("p90", l.P90), mk("p99", l.P99), mk("max", l.Max)}
+}
+
+// classifierLag is the distribution of the time from each closed call's
+// tool.result (stored) to its first stored assessment.
+func classifierLag(x *index) Distribution {
+	results := map[uint64]time.Time{}
+	for _, ev := range x.snap.Events {
+		if ev.Event.Result != nil {
+			results[ev.Seq] = ev.Time
+		}
+	}
+	var xs []float64
+	for _, k := range x.order {
+		ci := x.calls[k]
+		if ci.Result == nil {
+			continue
+		}
+		if first, ok := x.firstAssessment(k); ok {
+			xs = append(xs, math.Max(0, math.Round(first.Sub(results[ci.ResultSeq]).Seconds()*1000)/1000))
+		}
+	}
+	d := Distribution{Samples: len(xs), P50: Seconds(math.NaN()), P99: Seconds(math.NaN()), Max: Seconds(math.NaN())}
+	if len(xs) > 0 {
+		slices.Sort(xs)
+		d.P50, d.P99, d.Max = Seconds(bench.Percentile(xs, 50)), Seconds(bench.Percentile(xs, 99)), Seconds(xs[len(xs)-1])
+	}
+	return d
+}

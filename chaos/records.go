@@ -1,0 +1,286 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jingwei/jingwei/schema"
+)
+
+// The names the harness reads, as the protocol document gives them
+// (default prefixes "jw" and "tools").
+const (
+	streamEvents      = "JW_EVENTS"
+	streamRequests    = "JW_REQUESTS"
+	streamReviews     = "JW_REVIEWS"
+	streamPlans       = "JW_PLANS"
+	streamAssessments = "JW_ASSESSMENTS"
+	streamAnswers     = "JW_ANSWERS"
+	streamLedger      = "TOOLS_LEDGER"
+	streamOrders      = "KV_tools_orders"
+
+	headerOwner        = "Jw-Owner"
+	headerAssessmentID = "Jw-Assessment-Id"
+	headerKVOperation  = "KV-Operation"
+
+	subjectPrefix = "jw"
+)
+
+// rawMsg is one stored message.
+type rawMsg struct {
+	Subject string
+	Seq     uint64
+	Time    time.Time
+	Header  nats.Header
+	Data    []byte
+}
+
+// readStream reads every message of a stream, from its first to the last
+// sequence its info reported when the read began, through an ordered
+// consumer (which the client re-creates across a leader change). A
+// missing stream is empty. The read is retried from the start on an
+// error, until ctx ends.
+func readStream(ctx context.Context, js jetstream.JetStream, name string) ([]rawMsg, error) {
+	var lastErr error
+	for attempt := 0; ; attempt++ {
+		msgs, err := readStreamOnce(ctx, js, name)
+		if err == nil {
+			return msgs, nil
+		}
+		lastErr = err
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("read %s: %w (after %d attempts)", name, lastErr, attempt+1)
+		case <-time.After(time.Duration(min(attempt+1, 10)) * 200 * time.Millisecond):
+		}
+	}
+}
+
+func readStreamOnce(ctx context.Context, js jetstream.JetStream, name string) ([]rawMsg, error) {
+	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	s, err := js.Stream(ictx, name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	info, err := s.Info(ictx)
+	if err != nil {
+		return nil, err
+	}
+	if info.State.Msgs == 0 {
+		return nil, nil
+	}
+	last := info.State.LastSeq
+	cons, err := js.OrderedConsumer(ctx, name, jetstream.OrderedConsumerConfig{InactiveThreshold: 30 * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]rawMsg, 0, info.State.Msgs)
+	idle := 0
+	for {
+		batch, err := cons.Fetch(1000, jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			return nil, err
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			meta, err := m.Metadata()
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, rawMsg{Subject: m.Subject(), Seq: meta.Sequence.Stream, Time: meta.Timestamp, Header: m.Headers(), Data: m.Data()})
+			if meta.Sequence.Stream >= last {
+				return out, nil
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return nil, err
+		}
+		if got == 0 {
+			if idle++; idle > 5 {
+				return nil, fmt.Errorf("stream %s: no message after seq %d for 10s, the stream ends at %d", name, lastSeqOf(out), last)
+			}
+		} else {
+			idle = 0
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func lastSeqOf(ms []rawMsg) uint64 {
+	if len(ms) == 0 {
+		return 0
+	}
+	return ms[len(ms)-1].Seq
+}
+
+// readSnapshot reads every stream the invariants use, as admin. Only the
+// run's own sessions (those starting with sessionPrefix) and business
+// records (markers starting with markerPrefix) are kept, so that a run
+// against a deployment with other traffic judges its own actions only.
+func readSnapshot(ctx context.Context, js jetstream.JetStream, sessionPrefix, markerPrefix string) (*snapshot, error) {
+	s := &snapshot{At: time.Now(), Undecodable: map[string]int{}}
+	mine := func(subject, kind string) bool {
+		return strings.HasPrefix(subject, subjectPrefix+"."+kind+"."+sessionPrefix)
+	}
+	read := func(name string) ([]rawMsg, error) { return readStream(ctx, js, name) }
+
+	msgs, err := read(streamEvents)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range msgs {
+		if !mine(m.Subject, "events") {
+			continue
+		}
+		ev, err := schema.DecodeEvent(m.Data)
+		if err != nil {
+			s.Undecodable[streamEvents]++
+			if json.Unmarshal(m.Data, &ev) != nil {
+				continue
+			}
+		}
+		ev.Seq = m.Seq
+		s.Events = append(s.Events, logEvent{Seq: m.Seq, Time: m.Time, Owner: m.Header.Get(headerOwner), Event: ev})
+	}
+	if msgs, err = read(streamAssessments); err != nil {
+		return nil, err
+	}
+	for _, m := range msgs {
+		if !mine(m.Subject, "assessments") {
+			continue
+		}
+		a, err := schema.DecodeAssessment(m.Data)
+		if err != nil {
+			s.Undecodable[streamAssessments]++
+			if json.Unmarshal(m.Data, &a) != nil {
+				continue
+			}
+		}
+		s.Assessments = append(s.Assessments, assessmentMsg{Seq: m.Seq, Time: m.Time, ID: m.Header.Get(headerAssessmentID), Assessment: a})
+	}
+	if msgs, err = read(streamReviews); err != nil {
+		return nil, err
+	}
+	for _, m := range msgs {
+		if !mine(m.Subject, "reviews") {
+			continue
+		}
+		var r schema.Review
+		if json.Unmarshal(m.Data, &r) != nil {
+			s.Undecodable[streamReviews]++
+			continue
+		}
+		s.Reviews = append(s.Reviews, reviewMsg{Seq: m.Seq, Time: m.Time, Review: r})
+	}
+	if msgs, err = read(streamPlans); err != nil {
+		return nil, err
+	}
+	for _, m := range msgs {
+		if !mine(m.Subject, "plans") {
+			continue
+		}
+		var p schema.Plan
+		if json.Unmarshal(m.Data, &p) != nil {
+			s.Undecodable[streamPlans]++
+			continue
+		}
+		s.Plans = append(s.Plans, planMsg{Seq: m.Seq, Time: m.Time, Plan: p})
+	}
+	if msgs, err = read(streamAnswers); err != nil {
+		return nil, err
+	}
+	for _, m := range msgs {
+		if !mine(m.Subject, "answers") {
+			continue
+		}
+		var a schema.Answer
+		if json.Unmarshal(m.Data, &a) != nil {
+			s.Undecodable[streamAnswers]++
+			continue
+		}
+		s.Answers = append(s.Answers, answerMsg{Seq: m.Seq, Time: m.Time, Answer: a})
+	}
+	if msgs, err = read(streamLedger); err != nil {
+		return nil, err
+	}
+	for _, m := range msgs {
+		var c chargeRecord
+		if !decodeJSON(m.Data, &c) {
+			s.Undecodable[streamLedger]++
+			continue
+		}
+		if !strings.HasPrefix(c.Account, markerPrefix) {
+			continue
+		}
+		c.Seq, c.Time = m.Seq, m.Time
+		s.Charges = append(s.Charges, c)
+	}
+	if msgs, err = read(streamOrders); err != nil {
+		return nil, err
+	}
+	latest := map[string]*orderRecord{} // KV key → its last value
+	var keys []string
+	for _, m := range msgs {
+		key := strings.TrimPrefix(m.Subject, "$KV.tools_orders.")
+		if op := m.Header.Get(headerKVOperation); op == "DEL" || op == "PURGE" {
+			delete(latest, key)
+			continue
+		}
+		var o orderRecord
+		if !decodeJSON(m.Data, &o) {
+			s.Undecodable[streamOrders]++
+			continue
+		}
+		if _, seen := latest[key]; !seen {
+			keys = append(keys, key)
+		}
+		latest[key] = &o
+	}
+	for _, k := range keys {
+		if o := latest[k]; o != nil && strings.HasPrefix(o.Customer, markerPrefix) {
+			s.Orders = append(s.Orders, *o)
+		}
+	}
+	if s.PendingRequests, err = pendingRequests(ctx, js, sessionPrefix); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// pendingRequests counts the run's requests still in the work queue.
+func pendingRequests(ctx context.Context, js jetstream.JetStream, sessionPrefix string) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, streamRequests)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(subjectPrefix+".requests.>"))
+	if err != nil {
+		return 0, err
+	}
+	var n uint64
+	for subj, c := range info.State.Subjects {
+		if strings.HasPrefix(subj, subjectPrefix+".requests."+sessionPrefix) {
+			n += c
+		}
+	}
+	return n, nil
+}

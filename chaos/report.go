@@ -1,0 +1,335 @@
+package chaos
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Row is one line of the report: an invariant (or a bound) with its value
+// and whether it met its target. Rows with Must set decide the exit status
+// of `jingwei chaos`.
+type Row struct {
+	// Name names the invariant, e.g. "double charges".
+	Name string `json:"invariant"`
+	// Value is the figure: a count, or seconds for a latency.
+	Value float64 `json:"value"`
+	// Unit is "" for a count, "s" for seconds.
+	Unit string `json:"unit,omitempty"`
+	// Target is the target in words: "= 0", "<= TTL+1s (3s)".
+	Target string `json:"target"`
+	// Met reports whether the value met the target.
+	Met bool `json:"met"`
+	// Must is set for the rows that must hold: a row with Must and not Met
+	// fails the run (exit status 1).
+	Must bool `json:"must"`
+	// Examples names up to 5 offenders (session/call ids, request ids).
+	Examples []string `json:"examples,omitempty"`
+	// Note says what the row counts, or why it could not be computed.
+	Note string `json:"note,omitempty"`
+}
+
+// zeroRow is a must-be-0 count.
+func zeroRow(name string, value int, examples []string, note string) Row {
+	return Row{Name: name, Value: float64(value), Target: "= 0", Met: value == 0, Must: true, Examples: cap5(examples), Note: note}
+}
+
+// infoRow is a count reported with a target that does not decide the exit
+// status.
+func infoRow(name string, value int, examples []string, note string) Row {
+	r := zeroRow(name, value, examples, note)
+	r.Must = false
+	return r
+}
+
+func cap5(xs []string) []string {
+	if len(xs) > 5 {
+		return xs[:5]
+	}
+	return xs
+}
+
+// Fault is one fault the run injected, as it happened.
+type Fault struct {
+	// At is the time since the workload started.
+	At Seconds `json:"at"`
+	// Kind is worker_kill, recoverer_kill, node_kill, node_restart, pause,
+	// resume, partition or heal.
+	Kind string `json:"kind"`
+	// Target names the process or node (its owner id for a tool worker).
+	Target string `json:"target"`
+	// Detail says more: how many calls the process had open, what a pause
+	// landed on.
+	Detail string `json:"detail,omitempty"`
+}
+
+// Seconds is a duration written as seconds in JSON.
+type Seconds float64
+
+// Exercised counts what the run really did, so that a report with every
+// invariant at 0 can be told from a run that tested nothing.
+type Exercised struct {
+	Actions              int            `json:"actions"`
+	Published            int            `json:"published"`
+	Republished          int            `json:"republished"`
+	PublishRetries       int            `json:"publish_retries"`
+	DuplicatePubAcks     int            `json:"duplicate_puback"`
+	Calls                int            `json:"calls"`
+	Retries              int            `json:"retries"`
+	WorkerKills          int            `json:"worker_kills"`
+	RecovererKills       int            `json:"recoverer_kills"`
+	NodeKills            int            `json:"node_kills"`
+	Pauses               int            `json:"pauses"`
+	Partitions           int            `json:"partitions"`
+	CallsLeftOpenByKills int            `json:"calls_left_open_by_kills"`
+	CallsLeftOpenByPause int            `json:"calls_left_open_by_pauses"`
+	PlansIssued          int            `json:"plans_issued"`
+	PlansRun             int            `json:"plans_run"`
+	ReviewsSigned        map[string]int `json:"reviews_signed"`
+	HandledDuringPause   int            `json:"calls_handled_during_pauses"`
+	Prepares             map[string]int `json:"prepares"`
+	ConcurrentPrepares   int            `json:"concurrent_prepares"`
+	UnexpectedExits      map[string]int `json:"unexpected_exits"`
+	SetupAttempts        int            `json:"setup_attempts"`
+	Orders               int            `json:"orders"`
+	Charges              int            `json:"charges"`
+	Assessments          int            `json:"assessments"`
+	// CallResults counts the calls by how they ended on the log: a result
+	// status ("rejected:<stage>" for a rejection), or "none".
+	CallResults map[string]int `json:"call_results"`
+}
+
+// Latency is the crash → first assessment distribution: from the SIGKILL
+// of a tool worker to the first stored assessment of each call it left
+// open.
+type Latency struct {
+	Samples int     `json:"samples"`
+	P50     Seconds `json:"p50"`
+	P90     Seconds `json:"p90"`
+	P99     Seconds `json:"p99"`
+	Max     Seconds `json:"max"`
+	// Bound is the target: lease TTL + 1 s on one node, + 5 s on a
+	// cluster.
+	Bound Seconds `json:"bound"`
+	// ResultToAssessment is the time from a call's tool.result to its
+	// first assessment, over every closed call: how far the recovery
+	// worker's classifier lags (a stalled consumer shows here).
+	ResultToAssessment Distribution `json:"result_to_assessment"`
+}
+
+// Distribution sums up a set of durations.
+type Distribution struct {
+	Samples int     `json:"samples"`
+	P50     Seconds `json:"p50"`
+	P99     Seconds `json:"p99"`
+	Max     Seconds `json:"max"`
+}
+
+// Report is the outcome of a run: `jingwei chaos` prints it as a table, or
+// as JSON with --json.
+type Report struct {
+	// Seed repeats the run's random choices (--seed).
+	Seed int64 `json:"seed"`
+	// Mode is cluster, single or external.
+	Mode Mode `json:"mode"`
+	// Label describes the run in words.
+	Label string `json:"label"`
+	// Config are the sizes and schedule the run used.
+	Config ReportConfig `json:"config"`
+	// Elapsed is how long the run took.
+	Elapsed Seconds `json:"elapsed"`
+	// Dir is the run's directory when it was kept (Config.Keep), else "".
+	Dir string `json:"dir,omitempty"`
+	// Rows are the invariants and bounds, in a fixed order.
+	Rows []Row `json:"rows"`
+	// Latency is the crash → first assessment distribution.
+	Latency Latency `json:"latency"`
+	// Exercised counts what the run did.
+	Exercised Exercised `json:"exercised"`
+	// Faults lists every fault injected, in order.
+	Faults []Fault `json:"faults"`
+	// Notes are things the harness had to work around or noticed (a
+	// process that exited by itself, a settle that timed out).
+	Notes []string `json:"notes,omitempty"`
+	// Error is why the run could not finish, "" when it did.
+	Error string `json:"error,omitempty"`
+}
+
+// ReportConfig is the part of the configuration a reader of the report
+// needs to repeat or judge it.
+type ReportConfig struct {
+	Actions        int     `json:"actions"`
+	Sessions       int     `json:"sessions"`
+	Workers        int     `json:"workers"`
+	Nodes          int     `json:"nodes"`
+	Replicas       int     `json:"replicas"`
+	LeaseTTL       Seconds `json:"lease_ttl"`
+	Duration       Seconds `json:"duration"`
+	RecovererKills int     `json:"recoverer_kills"`
+	NodeKills      int     `json:"node_kills"`
+	Pauses         int     `json:"pauses"`
+	Partitions     int     `json:"partitions"`
+	Republish      float64 `json:"republish"`
+	Sync           string  `json:"sync"`
+	// KillEvery is the range between two tool-worker kills (none: null).
+	KillEvery    []Seconds `json:"kill_every"`
+	SlowFraction float64   `json:"slow_fraction"`
+	ToolDelay    Seconds   `json:"tool_delay"`
+}
+
+// Failed returns the rows with Must set that were not met.
+func (r *Report) Failed() []Row {
+	var out []Row
+	for _, row := range r.Rows {
+		if row.Must && !row.Met {
+			out = append(out, row)
+		}
+	}
+	return out
+}
+
+// Err returns nil when every must-hold row was met, else an error wrapping
+// ErrInvariantFailed that names the failed rows.
+func (r *Report) Err() error {
+	f := r.Failed()
+	if len(f) == 0 {
+		return nil
+	}
+	names := make([]string, len(f))
+	for i, row := range f {
+		names[i] = fmt.Sprintf("%s (%s)", row.Name, fmtValue(row))
+	}
+	return fmt.Errorf("%w: %s", ErrInvariantFailed, strings.Join(names, ", "))
+}
+
+// WriteJSON writes the report as one indented JSON object.
+func (r *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteTable writes the report for a reader: a header, what the run did,
+// the faults summed up, and the table of invariants (invariant, value,
+// target, met), as `jingwei bench` prints its rows.
+func (r *Report) WriteTable(w io.Writer) error {
+	fmt.Fprintf(w, "jingwei chaos (%s, seed %d) — %d actions over %d sessions, %d tool workers, lease TTL %s, %s\n\n",
+		r.Label, r.Seed, r.Config.Actions, r.Config.Sessions, r.Config.Workers, dur(r.Config.LeaseTTL), dur(r.Elapsed))
+	e := r.Exercised
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "faults\tworker kills %d, recoverer kills %d, node kills %d, pauses %d, partitions %d\n", e.WorkerKills, e.RecovererKills, e.NodeKills, e.Pauses, e.Partitions)
+	fmt.Fprintf(tw, "workload\t%d published (%d again with the same request_id, %d publish retries), %d calls, %d retries\n", e.Published, e.Republished, e.PublishRetries, e.Calls, e.Retries)
+	fmt.Fprintf(tw, "recovery\t%d calls left open by kills, %d by pauses; %d plans issued, %d run; reviews %s; prepares %s\n",
+		e.CallsLeftOpenByKills, e.CallsLeftOpenByPause, e.PlansIssued, e.PlansRun, counts(e.ReviewsSigned), counts(e.Prepares))
+	fmt.Fprintf(tw, "records\t%d orders, %d ledger charges, %d assessments; calls ended %s\n", e.Orders, e.Charges, e.Assessments, counts(e.CallResults))
+	if d := r.Latency.ResultToAssessment; d.Samples > 0 {
+		fmt.Fprintf(tw, "classifier\tresult -> first assessment p50 %s, p99 %s, max %s (%d calls)\n", secs(d.P50), secs(d.P99), secs(d.Max), d.Samples)
+	}
+	if len(e.UnexpectedExits) > 0 {
+		fmt.Fprintf(tw, "exits\tprocesses that exited by themselves (restarted): %s\n", counts(e.UnexpectedExits))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "invariant\tvalue\ttarget\tmet")
+	for _, row := range r.Rows {
+		met := strconv.FormatBool(row.Met)
+		if !row.Must && !row.Met {
+			met = "false (reported)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", row.Name, fmtValue(row), row.Target, met)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	var ex []string
+	for _, row := range r.Rows {
+		if len(row.Examples) > 0 {
+			ex = append(ex, fmt.Sprintf("  %s: %s", row.Name, strings.Join(row.Examples, ", ")))
+		}
+	}
+	if len(ex) > 0 {
+		fmt.Fprintf(w, "\nexamples:\n%s\n", strings.Join(ex, "\n"))
+	}
+	if len(r.Notes) > 0 {
+		fmt.Fprintf(w, "\nnotes:\n")
+		for _, n := range r.Notes {
+			fmt.Fprintf(w, "  - %s\n", n)
+		}
+	}
+	if r.Error != "" {
+		fmt.Fprintf(w, "\nerror: %s\n", r.Error)
+	}
+	if r.Dir != "" {
+		fmt.Fprintf(w, "\nrun directory (stores, keys, child logs): %s\n", r.Dir)
+	}
+	return nil
+}
+
+func fmtValue(r Row) string {
+	if math.IsNaN(r.Value) {
+		return "-"
+	}
+	if r.Unit == "s" {
+		return strconv.FormatFloat(r.Value, 'f', 2, 64) + "s"
+	}
+	return strconv.FormatFloat(r.Value, 'f', -1, 64)
+}
+
+func secs(s Seconds) string {
+	if math.IsNaN(float64(s)) {
+		return "-"
+	}
+	return strconv.FormatFloat(float64(s), 'f', 2, 64) + "s"
+}
+
+func dur(s Seconds) string {
+	return (time.Duration(float64(s) * float64(time.Second))).Round(100 * time.Millisecond).String()
+}
+
+// counts writes a map of counts as "a 1, b 2" in key order.
+func counts(m map[string]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// MarshalJSON writes NaN (a figure that could not be computed) as null.
+func (s Seconds) MarshalJSON() ([]byte, error) {
+	if math.IsNaN(float64(s)) || math.IsInf(float64(s), 0) {
+		return []byte("null"), nil
+	}
+	return []byte(strconv.FormatFloat(float64(s), 'f', 3, 64)), nil
+}
+
+// MarshalJSON writes a row's NaN value as null.
+func (r Row) MarshalJSON() ([]byte, error) {
+	type plain Row
+	p := struct {
+		plain
+		Value *float64 `json:"value"`
+	}{plain: plain(r)}
+	if !math.IsNaN(r.Value) && !math.IsInf(r.Value, 0) {
+		p.Value = &r.Value
+	}
+	return json.Marshal(p)
+}

@@ -1,0 +1,196 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+
+	"github.com/jingwei/jingwei/recovery"
+	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream"
+)
+
+// clients are the harness's connections, one per role it plays: the agent
+// publishes requests, the reviewer publishes signed reviews, the host asks
+// the jingwei service for plans and status, and admin reads every stream
+// back. Each connects with its role's key, as a program of that role
+// elsewhere would.
+type clients struct {
+	admin, agent, reviewer, host *nats.Conn
+	adminJS, agentJS, reviewerJS jetstream.JetStream
+	reviewerKey                  nkeys.KeyPair
+}
+
+func connectRoles(ctx context.Context, url string, keys stream.KeyDir, reviewer nkeys.KeyPair, timeout time.Duration) (*clients, error) {
+	c := &clients{reviewerKey: reviewer}
+	for _, r := range []struct {
+		role stream.Role
+		nc   **nats.Conn
+	}{{stream.RoleAdmin, &c.admin}, {stream.RoleAgent, &c.agent}, {stream.RoleReviewer, &c.reviewer}, {stream.RoleHost, &c.host}} {
+		nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: url, NKeySeedFile: keys.SeedFile(r.role), Name: "jingwei chaos " + string(r.role), ConnectTimeout: timeout})
+		if err != nil {
+			c.close()
+			return nil, fmt.Errorf("connect as %s: %w", r.role, err)
+		}
+		*r.nc = nc
+	}
+	c.adminJS, _ = jetstream.New(c.admin)
+	c.agentJS, _ = jetstream.New(c.agent)
+	c.reviewerJS, _ = jetstream.New(c.reviewer)
+	return c, nil
+}
+
+func (c *clients) close() {
+	for _, nc := range []*nats.Conn{c.admin, c.agent, c.reviewer, c.host} {
+		if nc != nil {
+			nc.Close()
+		}
+	}
+}
+
+// apiError is the error body of a jingwei service answer.
+type apiError struct {
+	Error *struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// codeNoService is the outcome of a request nobody answered (the recovery
+// worker is down, or restarting).
+const (
+	codeNoService = "no_service"
+	codeTimeout   = "timeout"
+	codePlan      = "plan"
+)
+
+// request sends body to jw.api.<endpoint> as the host and decodes the
+// answer into out; an error answer returns its code.
+func (c *clients) request(ctx context.Context, endpoint string, body, out any) (code, msg string) {
+	b, _ := json.Marshal(body)
+	rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	m, err := c.host.RequestWithContext(rctx, subjectPrefix+".api."+endpoint, b)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return codeNoService, err.Error()
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
+		return codeTimeout, err.Error()
+	case err != nil:
+		return "error", err.Error()
+	}
+	var e apiError
+	if json.Unmarshal(m.Data, &e) == nil && e.Error != nil {
+		return e.Error.Code, e.Error.Message
+	}
+	if err := json.Unmarshal(m.Data, out); err != nil {
+		return "bad_answer", err.Error()
+	}
+	return "", ""
+}
+
+// prepare asks jw.api.prepare for a plan for one call. code is "plan" when
+// one came back, else the error code.
+func (c *clients) prepare(ctx context.Context, k callKey) (schema.Plan, string, string) {
+	var p schema.Plan
+	code, msg := c.request(ctx, "prepare", map[string]string{"session": k.Session, "call_id": k.CallID}, &p)
+	if code == "" {
+		if p.PlanID == "" {
+			return p, "bad_answer", "an answer without a plan_id"
+		}
+		return p, codePlan, ""
+	}
+	return p, code, msg
+}
+
+// statusAwaiting asks jw.api.status (every session) and returns the calls
+// it lists as awaiting review.
+func (c *clients) statusAwaiting(ctx context.Context) (map[callKey]bool, error) {
+	var st struct {
+		AwaitingReview []schema.Assessment `json:"awaiting_review"`
+	}
+	for attempt := 0; ; attempt++ {
+		code, msg := c.request(ctx, "status", map[string]string{}, &st)
+		if code == "" {
+			break
+		}
+		if attempt >= 20 || ctx.Err() != nil {
+			return nil, fmt.Errorf("%s: %s", code, msg)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	out := make(map[callKey]bool, len(st.AwaitingReview))
+	for _, a := range st.AwaitingReview {
+		out[callKey{a.Session, a.CallID}] = true
+	}
+	return out, nil
+}
+
+// charged reads the ledger (as admin) and returns the entry of a call, as
+// a reviewer checks the business system before signing.
+func (c *clients) charged(ctx context.Context, k callKey) (*chargeRecord, error) {
+	msgs, err := readStream(ctx, c.adminJS, streamLedger)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range msgs {
+		var ch chargeRecord
+		if decodeJSON(m.Data, &ch) && ch.Session == k.Session && ch.CallID == k.CallID {
+			ch.Seq, ch.Time = m.Seq, m.Time
+			return &ch, nil
+		}
+	}
+	return nil, nil
+}
+
+// review checks the ledger for a call's charge and publishes the verdict
+// it supports, signed by the reviewer's key: completed with the entry as
+// evidence, or not_executed.
+func (c *clients) review(ctx context.Context, k callKey) (schema.Verdict, error) {
+	ch, err := c.charged(ctx, k)
+	if err != nil {
+		return "", err
+	}
+	verdict, evidence := schema.VerdictNotExecuted, fmt.Sprintf("%s: no entry for call %s", streamLedger, k.CallID)
+	if ch != nil {
+		verdict, evidence = schema.VerdictCompleted, fmt.Sprintf("%s seq %d: %d cents to %s by call %s", streamLedger, ch.Seq, ch.AmountCents, ch.Account, k.CallID)
+	}
+	rv, err := recovery.SignReview(c.reviewerKey, schema.Review{V: schema.Version, Session: k.Session, CallID: k.CallID,
+		Operator: "chaos-reviewer@ops", Evidence: evidence, Verdict: verdict, At: time.Now().UTC().Format(time.RFC3339)})
+	if err != nil {
+		return "", err
+	}
+	b, _ := json.Marshal(rv)
+	err = retry(ctx, 30*time.Second, func(ctx context.Context) error {
+		_, err := c.reviewerJS.Publish(ctx, subjectPrefix+".reviews."+k.Session, b)
+		return err
+	})
+	return verdict, err
+}
+
+// retry runs op until it succeeds or d has passed (backoff 100 ms to 2 s),
+// each attempt bounded by 5 s.
+func retry(ctx context.Context, d time.Duration, op func(context.Context) error) error {
+	deadline := time.Now().Add(d)
+	wait := 100 * time.Millisecond
+	for {
+		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := op(octx)
+		cancel()
+		if err == nil || ctx.Err() != nil || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+}
