@@ -244,6 +244,19 @@ func (h *PartitionHold) write(ctx context.Context, epoch uint64, t0 time.Time) e
 	ack, err := h.t.JS.PublishMsg(ctx, msg,
 		jetstream.WithExpectLastSequencePerSubject(rev),
 		jetstream.WithMsgTTL(h.t.cfg.LeaseTTL))
+	if err != nil && isWrongLastSeq(err) {
+		// A write of ours whose ack was lost (a timeout) may be the
+		// latest: the lease is still ours if its value names this hold
+		// (the owner is unique per process, the base per acquisition).
+		if e, gerr := h.t.Leases.Get(ctx, partitionKey(h.partition)); gerr == nil {
+			var lv LeaseValue
+			if json.Unmarshal(e.Value(), &lv) == nil && lv.Owner == h.owner && lv.Base == h.base && e.Revision() != rev {
+				ack, err = h.t.JS.PublishMsg(ctx, msg,
+					jetstream.WithExpectLastSequencePerSubject(e.Revision()),
+					jetstream.WithMsgTTL(h.t.cfg.LeaseTTL))
+			}
+		}
+	}
 	if err != nil {
 		if isWrongLastSeq(err) {
 			err = fmt.Errorf("%w: partition %d (epoch %d)", ErrLeaseLost, h.partition, epoch)

@@ -27,7 +27,10 @@ type TopologyConfig struct {
 	// single server, 3 in a cluster. Defaults to 1.
 	Replicas int
 	// LeaseTTL is how long a lease lives without renewal. Defaults to 10 s;
-	// at least 1 s.
+	// at least 1 s. It is one setting per deployment: it is stored with
+	// the leases bucket when that is created (MetaLeaseTTL), and
+	// EnsureTopology refuses another value (a *ConflictError naming
+	// "lease_ttl"); OpenTopology takes it from the bucket.
 	LeaseTTL time.Duration
 	// Partitions is how many partitions the sessions are divided into
 	// (see the package documentation): the request queue and the plan log
@@ -115,6 +118,14 @@ func (c TopologyConfig) validate() error {
 // fleet of a few dozen tool workers, few enough that one worker owning
 // them all costs one lease renewal per partition and renew interval.
 const DefaultPartitions = 32
+
+// MetaLeaseTTL is the metadata key of the leases bucket's stream
+// (KV_<prefix>_leases) that holds the deployment's lease TTL (a Go
+// duration, "10s"), written when the bucket is created: EnsureTopology
+// refuses a TopologyConfig.LeaseTTL that differs (a *ConflictError naming
+// "lease_ttl" with both values), and OpenTopology takes the TTL from it.
+// A bucket made by an older jingwei has none and is taken as it is.
+const MetaLeaseTTL = "jingwei.lease_ttl"
 
 // MaxPartitions is the most partitions a topology may have.
 const MaxPartitions = 1024
@@ -397,7 +408,8 @@ var partitionRE = regexp.MustCompile(`\{\{\s*partition\(\s*(\d+)\s*,\s*1\s*\)\s*
 
 func (c TopologyConfig) bucketSpecs() []jetstream.KeyValueConfig {
 	return []jetstream.KeyValueConfig{
-		{Bucket: c.Prefix + "_leases", Description: "jingwei session leases", History: 1, Storage: jetstream.FileStorage, Replicas: c.Replicas, LimitMarkerTTL: c.LeaseMarkerTTL},
+		{Bucket: c.Prefix + "_leases", Description: "jingwei session and partition leases, worker registry", History: 1, Storage: jetstream.FileStorage, Replicas: c.Replicas, LimitMarkerTTL: c.LeaseMarkerTTL,
+			Metadata: map[string]string{MetaLeaseTTL: c.LeaseTTL.String()}},
 		{Bucket: c.Prefix + "_plans", Description: "jingwei plan state", History: 1, Storage: jetstream.FileStorage, Replicas: c.Replicas},
 		{Bucket: c.Prefix + "_budget", Description: "jingwei tool-call budgets", History: 1, Storage: jetstream.FileStorage, Replicas: c.Replicas},
 	}
@@ -451,6 +463,17 @@ func topology(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig, c
 		kvs = append(kvs, kv)
 	}
 	t.Leases, t.Plans, t.Budget = kvs[0], kvs[1], kvs[2]
+	if !create {
+		// A reader takes the lease TTL from the bucket, where the
+		// deployment stored it.
+		if st, err := t.Leases.Status(ctx); err == nil {
+			if si, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+				if d, err := time.ParseDuration(si.StreamInfo().Config.Metadata[MetaLeaseTTL]); err == nil && d > 0 {
+					t.cfg.LeaseTTL = d
+				}
+			}
+		}
+	}
 	return t, nil
 }
 
@@ -529,6 +552,9 @@ func compareStream(have, want jetstream.StreamConfig) error {
 	if !slices.Equal(hs, ws) {
 		return c("subjects", strings.Join(hs, ","), strings.Join(ws, ","))
 	}
+	if have.Retention != want.Retention {
+		return c("retention", have.Retention.String(), want.Retention.String())
+	}
 	if want.SubjectTransform != nil {
 		hn, wn := partitionsOf(have), partitionsOf(want)
 		switch {
@@ -537,9 +563,6 @@ func compareStream(have, want jetstream.StreamConfig) error {
 		case hn != wn || *have.SubjectTransform != *want.SubjectTransform:
 			return c("partitions", fmt.Sprint(hn), fmt.Sprintf("%d (TopologyConfig.Partitions, --partitions: every process of a deployment must use the same number)", wn))
 		}
-	}
-	if have.Retention != want.Retention {
-		return c("retention", have.Retention.String(), want.Retention.String())
 	}
 	if have.Storage != want.Storage {
 		return c("storage", have.Storage.String(), want.Storage.String())
@@ -656,6 +679,11 @@ func compareBucket(name string, st jetstream.KeyValueStatus, want jetstream.KeyV
 	}
 	if si, ok := st.(*jetstream.KeyValueBucketStatus); ok {
 		have := si.StreamInfo().Config
+		if w, ok := want.Metadata[MetaLeaseTTL]; ok {
+			if h, ok := have.Metadata[MetaLeaseTTL]; ok && h != w {
+				return c("lease_ttl", h, w+" (TopologyConfig.LeaseTTL, --lease-ttl: every process of a deployment must use the deployment's lease TTL)")
+			}
+		}
 		if r := max(have.Replicas, 1); r != want.Replicas {
 			return c("replicas", fmt.Sprint(r), fmt.Sprint(want.Replicas))
 		}

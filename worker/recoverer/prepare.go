@@ -193,7 +193,7 @@ func (r *issuer) ensureDeliverable(ctx context.Context, plan schema.Plan) error 
 	if last == 0 {
 		return r.publishPlan(ctx, plan)
 	}
-	floor, ok, err := r.t.PlanConsumerAckFloor(ctx)
+	floor, ok, err := r.t.PlanConsumerAckFloor(ctx, plan.Session)
 	if err != nil || !ok || floor < last {
 		return err // no tool worker ran yet, or still pending or in a worker's hands
 	}
