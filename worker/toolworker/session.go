@@ -36,9 +36,9 @@ type session struct {
 	log zerolog.Logger
 
 	// guarded by p.mu
-	queue    []item
-	active   bool // run is running (or about to)
-	last     time.Time
+	queue  []item
+	active bool // run is running (or about to)
+	last   time.Time
 
 	// owned by the run goroutine
 	rt       *worker.Runtime
