@@ -263,7 +263,7 @@ func TestPipelineCrashAndRecovery(t *testing.T) {
 	}
 	api.prepareRefused(ctx, "o-1", crashed["o-1"].CallID, "") // superseded or consumed: anything but a plan
 	streamtest.Eventually(t, waitLimit, "plans consumer idle", func() bool {
-		ci, err := topo.PlanLog.Consumer(ctx, topo.StreamName("toolworker_plans"))
+		ci, err := topo.PlanLog.Consumer(ctx, topo.PlanConsumerName(topo.PartitionOf("o-1")))
 		if err != nil {
 			return false
 		}

@@ -237,7 +237,7 @@ func TestLostPlanMessageDeliveredAgain(t *testing.T) {
 		t.Fatalf("prepare: %s", code)
 	}
 	// The plan's message is terminated through the tool workers' consumer.
-	cons, err := s.topo.PlanLog.Consumer(ctx, s.topo.PlanConsumerName())
+	cons, err := s.topo.PlanLog.Consumer(ctx, s.topo.PlanConsumerName(s.topo.PartitionOf("s-lost")))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -86,6 +86,9 @@ func (c *classifier) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("events consumer: %w", err)
 	}
+	// Events up to the consumer's ack floor were classified by an earlier
+	// run: what this run keeps of a session may lack calls opened then.
+	c.track.resume(cons.CachedInfo().AckFloor.Stream)
 	it, err := cons.Messages(jetstream.PullMaxMessages(pullBatch))
 	if err != nil {
 		return fmt.Errorf("events consumer: %w", err)
@@ -141,13 +144,25 @@ func (c *classifier) run(ctx context.Context) error {
 			c.log.Warn().Err(err).Str("session", session).Uint64("seq", md.Sequence.Stream).Msg("event does not decode; skipped")
 		}
 		for _, f := range found {
+			if f.fenceSeq > 0 {
+				// A fence of a session this run may not know whole: the
+				// calls it closed are read from the log.
+				for _, a := range c.closedByFence(ctx, f.session, f.fenceSeq) {
+					p, err := c.pub.publishAsync(a, true)
+					if err != nil {
+						return err
+					}
+					cur.pubs = append(cur.pubs, p)
+				}
+				continue
+			}
 			a := f.a
 			if a == nil {
 				if a = c.inspectLoaded(ctx, f.session, f.callID); a == nil {
 					continue
 				}
 			}
-			p, err := c.pub.publishAsync(*a)
+			p, err := c.pub.publishAsync(*a, f.fenced)
 			if err != nil {
 				return err
 			}
@@ -193,12 +208,48 @@ func (c *classifier) inspectLoaded(ctx context.Context, session, callID string) 
 	return nil
 }
 
+// closedByFence loads the session and assesses every call the
+// session.fenced at fenceSeq closed, from the history through the fence.
+// A call that cannot be assessed is logged and skipped.
+func (c *classifier) closedByFence(ctx context.Context, session string, fenceSeq uint64) []schema.Assessment {
+	h, err := c.t.Load(ctx, session)
+	if err != nil {
+		c.log.Warn().Err(err).Str("session", session).Uint64("fence_seq", fenceSeq).Msg("calls closed by a fence not assessed")
+		return nil
+	}
+	end := len(h)
+	for i := range h {
+		if h[i].Seq > fenceSeq {
+			end = i
+			break
+		}
+	}
+	h = h[:end]
+	var out []schema.Assessment
+	for _, id := range recovery.OpenIn(h, fenceSeq) {
+		a, err := inspect(h, id)
+		if err != nil {
+			c.log.Debug().Err(err).Str("session", session).Str("call_id", id).Msg("call closed by a fence not assessed")
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
 // finding is what the classifier concluded from one event: an assessment
-// ready to publish, or a call whose assessment needs its loaded history.
+// ready to publish, a call whose assessment needs its loaded history, or
+// a fence whose closed calls must be read from the log.
 type finding struct {
 	session string
 	callID  string
 	a       *schema.Assessment // nil: load the history and Inspect callID
+	// fenced: the call was closed by a session.fenced (its assessment is
+	// published with its id as Nats-Msg-Id).
+	fenced bool
+	// fenceSeq > 0: assess every call the session.fenced at that sequence
+	// closed, from the loaded log (the classifier may not know them all).
+	fenceSeq uint64
 }
 
 // tracker is the classifier's state: the open calls per session. Safe for
@@ -216,10 +267,35 @@ type tracker struct {
 	fences map[string]uint64
 	open   int
 	seen   uint64
+	// floor is the stream sequence up to which an earlier run classified
+	// the events (the consumer's ack floor when this run started; 0: this
+	// run sees every event). Calls opened up to it are not tracked, so a
+	// fence of a session not in whole is resolved from the log, once:
+	// after a fence every call of the session is tracked (whole).
+	floor uint64
+	whole map[string]struct{}
 }
 
 func newTracker() *tracker {
-	return &tracker{sessions: make(map[string]*recovery.OpenCalls[*openCall]), corrupt: make(map[string]struct{}), fences: make(map[string]uint64)}
+	return &tracker{sessions: make(map[string]*recovery.OpenCalls[*openCall]), corrupt: make(map[string]struct{}), fences: make(map[string]uint64), whole: make(map[string]struct{})}
+}
+
+// resume sets the sequence up to which an earlier run classified events.
+func (t *tracker) resume(floor uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.floor = floor
+}
+
+// openSessions returns the sessions with calls tracked as open.
+func (t *tracker) openSessions() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]string, 0, len(t.sessions))
+	for s := range t.sessions {
+		out = append(out, s)
+	}
+	return out
 }
 
 // markCorrupt drops the session's open calls and assesses nothing more of
@@ -230,6 +306,7 @@ func (t *tracker) markCorrupt(session string) {
 	}
 	delete(t.sessions, session)
 	delete(t.fences, session)
+	delete(t.whole, session)
 	t.corrupt[session] = struct{}{}
 }
 
@@ -314,17 +391,28 @@ func (t *tracker) observe(session string, seq uint64, data []byte, out []finding
 	case schema.TypeFenced:
 		t.fences[session] = max(fence, ev.Fence.Epoch)
 		// Calls of older epochs can never get their result now: their
-		// assessment is final.
+		// assessment is final. This is the one place an assessment of a
+		// call closed by a fence is made, whoever fenced (a recovery
+		// worker's takeover, a tool worker's confirm).
+		_, whole := t.whole[session]
+		fromLog := !whole && t.floor > 0 && seq > t.floor
+		if t.floor > 0 {
+			t.whole[session] = struct{}{}
+		}
+		if fromLog {
+			out = append(out, finding{session: session, fenceSeq: seq})
+		}
 		if calls := t.sessions[session]; calls != nil {
 			calls.Fence(ev.Fence.Epoch, func(id string, c *openCall) {
 				t.closed(session, calls)
 				switch {
+				case fromLog: // assessed from the log with the rest
 				case c.retry:
-					out = append(out, finding{session: session, callID: id})
+					out = append(out, finding{session: session, callID: id, fenced: true})
 				case c.legacy:
 				default:
 					a := c.assess(session, "", "")
-					out = append(out, finding{session: session, callID: id, a: &a})
+					out = append(out, finding{session: session, callID: id, a: &a, fenced: true})
 				}
 			})
 		}

@@ -83,7 +83,7 @@ func (r *issuer) prepare(ctx context.Context, session, callID string) (schema.Pl
 	h := loaded.Events
 	if recovery.IsOpen(h, callID) {
 		// Not confirmed: a writer may still finish the call.
-		if lv, live, err := r.t.LeaseHolder(ctx, session); err != nil {
+		if lv, live, err := r.t.Writer(ctx, session); err != nil {
 			return schema.Plan{}, err
 		} else if live {
 			return schema.Plan{}, schema.Errorf(schema.CodeNotConfirmed, "call %q is still open and session %s is owned by %q (epoch %d): wait for its result or for the lease to expire", callID, session, lv.Owner, lv.Epoch)
