@@ -38,6 +38,9 @@ type takeovers struct {
 	live map[int]map[string]struct{}
 	// storms counts partition expiries handled and sessions fenced.
 	storms, fenced uint64
+	storm          sync.WaitGroup // partition expiries being handled
+	poolOnce       sync.Once
+	pool           chan struct{} // Config.Parallelism takeovers at once
 }
 
 // start watches lease expiry, then reconciles: watching first, so that no
@@ -70,6 +73,7 @@ func (r *takeovers) run(ctx context.Context) error {
 		}
 	}
 	defer func() { r.expired, r.partitions = nil, nil }()
+	defer r.storm.Wait()
 	for {
 		select {
 		case <-ctx.Done():
@@ -86,7 +90,14 @@ func (r *takeovers) run(ctx context.Context) error {
 			if !ok {
 				return errors.New("partition lease watcher stopped")
 			}
-			r.partitionExpired(ctx, p)
+			// Partitions expire together when their owner dies: each
+			// is handled at once, their sessions sharing one bounded
+			// pool.
+			r.storm.Add(1)
+			go func() {
+				defer r.storm.Done()
+				r.partitionExpired(ctx, p)
+			}()
 		}
 	}
 }
@@ -120,42 +131,39 @@ func (r *takeovers) partitionExpired(ctx context.Context, p int) {
 	r.log.Info().Int("partition", p).Int("sessions", len(sessions)).Int("fenced", n).Dur("took", time.Since(t0)).Msg("partition lease expired: sessions with open calls taken over")
 }
 
-// parallel runs f on every session with at most Config.Parallelism at
-// once and returns how many returned true. Failures are logged.
+// parallel runs f on every session, with at most Config.Parallelism
+// sessions at once over all the calls of parallel running together, and
+// returns how many returned true. Failures are logged.
 func (r *takeovers) parallel(ctx context.Context, sessions []string, f func(context.Context, string) (bool, error)) int {
-	work := make(chan string)
+	r.poolOnce.Do(func() { r.pool = make(chan struct{}, r.cfg.Parallelism) })
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
 		done int
 	)
-	for range min(r.cfg.Parallelism, len(sessions)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for s := range work {
-				ok, err := f(ctx, s)
-				if err != nil && ctx.Err() == nil {
-					r.log.Error().Err(err).Str("session", s).Msg("takeover failed")
-				}
-				if ok {
-					mu.Lock()
-					done++
-					mu.Unlock()
-				}
-			}
-		}()
-	}
 	for _, s := range sessions {
 		select {
-		case work <- s:
+		case r.pool <- struct{}{}:
 		case <-ctx.Done():
 		}
 		if ctx.Err() != nil {
 			break
 		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-r.pool }()
+			ok, err := f(ctx, s)
+			if err != nil && ctx.Err() == nil {
+				r.log.Error().Err(err).Str("session", s).Msg("takeover failed")
+			}
+			if ok {
+				mu.Lock()
+				done++
+				mu.Unlock()
+			}
+		}()
 	}
-	close(work)
 	wg.Wait()
 	return done
 }
