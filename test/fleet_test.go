@@ -144,6 +144,7 @@ func TestFleetChurn(t *testing.T) {
 	if !fenceOwners["tw-a"] || !fenceOwners["tw-b"] {
 		t.Errorf("fences by %v: both first workers should have written sessions", fenceOwners)
 	}
+	t.Logf("%d requests of %d sessions, fenced by %v; at most %d consumers on JW_REQUESTS", sessions*rounds, sessions, fenceOwners, maxConsumers)
 	if maxConsumers > topo.Partitions() {
 		t.Errorf("up to %d consumers on JW_REQUESTS, more than the %d partitions", maxConsumers, topo.Partitions())
 	}
