@@ -561,7 +561,7 @@ func compareStream(have, want jetstream.StreamConfig) error {
 		case hn == 0:
 			return c("partitions", "none (no subject transform "+want.SubjectTransform.Destination+")", fmt.Sprintf("%d: an unpartitioned queue made by an older jingwei; drain it and recreate it", wn))
 		case hn != wn || *have.SubjectTransform != *want.SubjectTransform:
-			return c("partitions", fmt.Sprint(hn), fmt.Sprintf("%d (TopologyConfig.Partitions, --partitions: every process of a deployment must use the same number)", wn))
+			return c("partitions", fmt.Sprint(hn), fmt.Sprintf("%d (TopologyConfig.Partitions: every process of a deployment must use the same number)", wn))
 		}
 	}
 	if have.Storage != want.Storage {
