@@ -139,6 +139,7 @@ func (s *session) confirm(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	tk.History = nil // the runtime and seen have what they need of it
 	s.rt, s.tk = rt, tk
 	s.log.Info().Uint64("epoch", tk.Hold.Epoch()).Int("events", len(h)).Int("requests_seen", len(seen)).Bool("resumed", tk.Resumed).Msg("session log confirmed")
 	return nil
