@@ -201,9 +201,9 @@ loop:
 	fetchers.Wait()
 	p.w.forget(p)
 	p.waitSessions()
-	stopRenew()
-	<-renewed
-	p.giveBack(reason)
+	// The lease is renewed until it is released: writing the sessions'
+	// budget counts may take longer than its TTL.
+	p.giveBack(reason, func() { stopRenew(); <-renewed })
 }
 
 // waitSessions waits for the session goroutines, keeping their held
@@ -227,8 +227,9 @@ func (p *partition) waitSessions() {
 // budget counts and releases the lease, if the partition is still ours.
 // The plan consumer is left for the next owner, who starts from its ack
 // floor (the server deletes it after InactiveThreshold if nobody does).
-func (p *partition) giveBack(reason string) {
+func (p *partition) giveBack(reason string, stopRenew func()) {
 	defer p.cancelWork()
+	defer stopRenew()
 	if p.hold.Err() != nil {
 		p.log.Info().Str("reason", reason).Msg("partition dropped (lost)")
 		return
@@ -250,10 +251,18 @@ func (p *partition) giveBack(reason string) {
 		sessions = append(sessions, s)
 	}
 	p.mu.Unlock()
+	fctx, fcancel := context.WithTimeout(context.Background(), max(p.w.cfg.DrainTimeout, ackTimeout))
 	for _, s := range sessions {
-		s.flush(ctx)
+		if p.hold.Err() != nil {
+			break
+		}
+		s.flush(fctx)
 	}
-	if err := p.hold.Release(ctx); err != nil {
+	fcancel()
+	stopRenew()
+	rctx, rcancel := context.WithTimeout(context.Background(), ackTimeout)
+	defer rcancel()
+	if err := p.hold.Release(rctx); err != nil {
 		p.log.Warn().Err(err).Msg("could not release partition lease")
 	}
 	p.w.givenBack.Add(1)
