@@ -186,8 +186,8 @@ func TestFleetChurn(t *testing.T) {
 		t.Errorf("registrations after every worker stopped: %v %v, want none", live, err)
 	}
 	// Plan consumers are kept for the next owner's ack floor and removed
-	// by the server once nobody pulls (InactiveThreshold, 2 TTL + 2 s).
-	streamtest.Eventually(t, 4*fleetLeaseTTL+10*time.Second, "plan consumers gone", func() bool {
+	// by the server once nobody pulls (InactiveThreshold, 3 TTL + 5 s).
+	streamtest.Eventually(t, 5*fleetLeaseTTL+15*time.Second, "plan consumers gone", func() bool {
 		n := 0
 		for range topo.PlanLog.ConsumerNames(ctx).Name() {
 			n++

@@ -67,7 +67,7 @@ type Config struct {
 }
 
 // DefaultParallelism is Config.Parallelism's default.
-const DefaultParallelism = 64
+const DefaultParallelism = 128
 
 // DefaultName is Config.Name's default.
 const DefaultName = "main"

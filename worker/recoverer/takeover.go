@@ -125,8 +125,10 @@ func (r *takeovers) partitionExpired(ctx context.Context, p int) {
 	for s := range set {
 		sessions = append(sessions, s)
 	}
+	// Known to have had open calls: fenced without reading the log first
+	// (the takeover reads it once, after its fence).
 	n := r.parallel(ctx, sessions, func(ctx context.Context, s string) (bool, error) {
-		return r.takeOverOpen(ctx, s, nil)
+		return r.fence(ctx, s, nil)
 	})
 	r.log.Info().Int("partition", p).Int("sessions", len(sessions)).Int("fenced", n).Dur("took", time.Since(t0)).Msg("partition lease expired: sessions with open calls taken over")
 }
@@ -186,7 +188,14 @@ func (r *takeovers) takeOverOpen(ctx context.Context, session string, leftLive f
 	if len(recovery.OpenIn(loaded.Events, 0)) == 0 {
 		return false, nil
 	}
-	_, _, err = r.takeOver(ctx, session, stream.WithLoaded(loaded))
+	return r.fence(ctx, session, leftLive, stream.WithLoaded(loaded))
+}
+
+// fence takes the session over (takeOver) unless a live writer may still
+// write it (passed to leftLive when not nil) or a new owner fenced it
+// first; it reports whether it fenced.
+func (r *takeovers) fence(ctx context.Context, session string, leftLive func(string), opts ...stream.TakeoverOption) (bool, error) {
+	_, _, err := r.takeOver(ctx, session, opts...)
 	if errors.Is(err, stream.ErrLeaseHeld) {
 		r.log.Debug().Str("session", session).Err(err).Msg("session written by a live owner; left to it")
 		if leftLive != nil {

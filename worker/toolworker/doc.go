@@ -16,7 +16,7 @@
 // (stream.Topology.RequestConsumerName, PlanConsumerName). A new owner
 // deletes whatever consumers the previous owner left and creates its own,
 // so every unacknowledged request is delivered again at once, in order;
-// the consumers' InactiveThreshold (2 × lease TTL + 2 s) removes what a
+// the consumers' InactiveThreshold (3 × lease TTL + 5 s) removes what a
 // SIGKILLed worker left even when nobody takes its partitions.
 //
 // Inside a partition, sessions run in parallel and each session one item

@@ -97,8 +97,10 @@ func (p *partition) take(ctx context.Context) error {
 
 // inactive is the InactiveThreshold of a partition's consumers: the server
 // deletes a consumer nobody pulled from for that long, so a SIGKILLed
-// owner leaves nothing that outlasts its lease by much.
-func (p *partition) inactive() time.Duration { return 2*p.w.ttl + 2*pullWait }
+// owner leaves nothing that outlasts its lease by much (a new owner
+// replaces them at once anyway). Three TTLs and 5 s, so that a loaded
+// owner that pulls late does not lose its consumer.
+func (p *partition) inactive() time.Duration { return 3*p.w.ttl + 5*time.Second }
 
 func (p *partition) openConsumers(ctx context.Context) error {
 	w := p.w
@@ -280,7 +282,9 @@ func (p *partition) renew(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		rctx, cancel := context.WithTimeout(ctx, p.w.cfg.RenewInterval)
+		// A slow renewal may still land in time: it is given the TTL (the
+		// hold trusts the lease one TTL from the renewal's start only).
+		rctx, cancel := context.WithTimeout(ctx, p.w.ttl)
 		err := p.hold.Renew(rctx)
 		cancel()
 		switch {
@@ -298,7 +302,11 @@ func (p *partition) renew(ctx context.Context) {
 // server) ends the partition.
 func (p *partition) fetch(ctx context.Context, cons jetstream.Consumer, plans bool) {
 	for ctx.Err() == nil {
-		batch, err := cons.Fetch(pullBatch, jetstream.FetchMaxWait(pullWait))
+		// The pull ends with its context at the latest: a pull the server
+		// never answers (its consumer deleted meanwhile) cannot stall the
+		// partition.
+		fctx, cancel := context.WithTimeout(ctx, pullWait)
+		batch, err := cons.Fetch(pullBatch, jetstream.FetchContext(fctx))
 		if err == nil {
 			for m := range batch.Messages() {
 				if ctx.Err() != nil {
@@ -310,6 +318,7 @@ func (p *partition) fetch(ctx context.Context, cons jetstream.Consumer, plans bo
 			}
 			err = batch.Error()
 		}
+		cancel()
 		if err == nil || errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
 			continue
 		}

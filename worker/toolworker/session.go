@@ -28,12 +28,12 @@ type item struct {
 // session is one session of an owned partition, held in memory while it
 // has work or had some within IdleTimeout: its queue of held messages (in
 // stream order), its confirmed log and runtime once a call had to be
-// recorded. One goroutine (run) runs its items one at a time.
+// recorded. It keeps no logger of its own (a held session costs no log
+// context): log lines name the session. One goroutine (run) runs its items one at a time.
 type session struct {
-	p   *partition
-	w   *Worker
-	id  string
-	log zerolog.Logger
+	p  *partition
+	w  *Worker
+	id string
 
 	// guarded by p.mu
 	queue  []item
@@ -51,7 +51,7 @@ type session struct {
 }
 
 func newSession(p *partition, id string) *session {
-	return &session{p: p, w: p.w, id: id, log: p.log.With().Str("session", id).Logger()}
+	return &session{p: p, w: p.w, id: id}
 }
 
 // job is a request or plan whose tool.call is not yet known to be recorded.
@@ -141,7 +141,7 @@ func (s *session) confirm(ctx context.Context) error {
 	}
 	tk.History = nil // the runtime and seen have what they need of it
 	s.rt, s.tk = rt, tk
-	s.log.Info().Uint64("epoch", tk.Hold.Epoch()).Int("events", len(h)).Int("requests_seen", len(seen)).Bool("resumed", tk.Resumed).Msg("session log confirmed")
+	s.p.log.Info().Str("session", s.id).Uint64("epoch", tk.Hold.Epoch()).Int("events", len(h)).Int("requests_seen", len(seen)).Bool("resumed", tk.Resumed).Msg("session log confirmed")
 	return nil
 }
 
@@ -151,7 +151,7 @@ func (s *session) flush(ctx context.Context) {
 		return
 	}
 	if err := s.rt.Flush(ctx); err != nil {
-		s.log.Warn().Err(err).Msg("could not write deferred budget counts")
+		s.p.log.Warn().Str("session", s.id).Err(err).Msg("could not write deferred budget counts")
 	}
 }
 
@@ -176,7 +176,7 @@ func (s *session) recorded(c *schema.Call) {
 		defer cancel()
 		if err := j.msg.DoubleAck(ctx); err != nil {
 			// Redelivered later, it is found in the log and not run again.
-			s.log.Warn().Err(err).Str("call_id", c.CallID).Msg("acknowledgement failed")
+			s.p.log.Warn().Str("session", s.id).Err(err).Str("call_id", c.CallID).Msg("acknowledgement failed")
 		}
 	}
 }
@@ -205,7 +205,7 @@ func (s *session) runRequest(m jetstream.Msg) bool {
 	if err != nil {
 		return s.refuse(m, r, schema.CodeInvalidRequest, err)
 	}
-	lg := s.log.With().Str("request_id", r.RequestID).Str("tool", r.Tool).Logger()
+	lg := s.p.log.With().Str("session", s.id).Str("request_id", r.RequestID).Str("tool", r.Tool).Logger()
 	if _, ok := s.w.cfg.Registry.Lookup(r.Tool); !ok {
 		return s.refuse(m, r, schema.CodeUnknownTool, fmt.Errorf("no tool %q is registered with this worker", r.Tool))
 	}
@@ -244,7 +244,7 @@ func (s *session) runRequest(m jetstream.Msg) bool {
 // jw.answers.<session> and terminates it. A request whose answer cannot be
 // recorded is tried again (false).
 func (s *session) refuse(m jetstream.Msg, r schema.Request, code schema.Code, why error) bool {
-	lg := s.log.With().Str("request_id", r.RequestID).Str("tool", r.Tool).Str("code", string(code)).Logger()
+	lg := s.p.log.With().Str("session", s.id).Str("request_id", r.RequestID).Str("tool", r.Tool).Str("code", string(code)).Logger()
 	if r.RequestID == "" {
 		// Not even a request id to answer under: nobody can be waiting
 		// for it by id; the message is dropped with its reason.
@@ -272,11 +272,11 @@ func (s *session) refuse(m jetstream.Msg, r schema.Request, code schema.Code, wh
 func (s *session) runPlan(m jetstream.Msg) bool {
 	plan, err := decodePlan(s.id, m.Data())
 	if err != nil {
-		s.log.Warn().Err(err).Msg("malformed plan dropped")
+		s.p.log.Warn().Str("session", s.id).Err(err).Msg("malformed plan dropped")
 		_ = m.TermWithReason("malformed plan")
 		return true
 	}
-	lg := s.log.With().Str("plan_id", plan.PlanID).Str("tool", plan.Tool).Logger()
+	lg := s.p.log.With().Str("session", s.id).Str("plan_id", plan.PlanID).Str("tool", plan.Tool).Logger()
 	// A plan that is spent needs no session — unless its attempt may never
 	// have reached the log, which the session's owner completes (see
 	// worker.TakeOperation).
