@@ -150,6 +150,9 @@ type Config struct {
 	// Logger receives the runtime's log. Defaults to a disabled logger (the
 	// zero zerolog.Logger).
 	Logger zerolog.Logger
+	// Observer, when non-nil, is told of every append to the session log
+	// (metrics). Nil tells no one.
+	Observer Observer
 	// Now is the clock stamped on events. Defaults to time.Now.
 	Now func() time.Time
 }
@@ -640,7 +643,11 @@ func (r *Runtime) append(ctx context.Context, ev schema.Event) (uint64, error) {
 	ev.V, ev.Session, ev.At = schema.Version, r.cfg.Session, r.cfg.Now().UTC()
 	wctx, cancel := r.writeContext(ctx)
 	defer cancel()
+	start := time.Now()
 	seq, err := r.cfg.Log.Append(wctx, ev)
+	if o := r.cfg.Observer; o != nil {
+		o.Appended(ev, time.Since(start), err)
+	}
 	if err == nil {
 		return seq, nil
 	}

@@ -67,6 +67,8 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	name := fs.String("name", recoverer.DefaultName, "name of this recovery worker (its durable consumers); unique per running instance")
 	owner := fs.String("owner", "", "owner id in leases and fences (default recoverer-<name>-<random>)")
 	_ = fs.Duration("call-timeout", 0, "ignored: jw.api.call is served by the tool workers now (jingwei worker --call-timeout)")
+	var mf metricsFlag
+	mf.register(fs)
 	replicas := fs.Int("replicas", 1, "replicas of every stream and bucket: 1 on a single server, 3 in a cluster (the same for every process)")
 	if st, ok := parseFlags(fs, args); !ok {
 		return st
@@ -111,6 +113,13 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		planners[pub] = struct{}{}
 	}
+	ms, err := mf.listen()
+	if err != nil {
+		fmt.Fprintf(stderr, "jingwei recover: %v\n", err)
+		return exitFailure
+	}
+	defer ms.close()
+	observer, observed := ms.recovery()
 	nc, topo, err := nf.ensureTopology(ctx, "recover", log, stream.TopologyConfig{LeaseTTL: *ttl, Replicas: *replicas, Logger: log})
 	if err != nil {
 		fmt.Fprintf(stderr, "jingwei recover: %v\n", err)
@@ -120,11 +129,13 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	rec, err := recoverer.New(recoverer.Config{
 		Topology: topo, Logger: log, TrustedReviewers: trusted, AutoPlan: *autoPlan,
 		Name: *name, Owner: *owner,
-		PlannerKey: planner, TrustedPlanners: planners,
+		PlannerKey: planner, TrustedPlanners: planners, Observer: observer,
 	})
 	if err != nil {
 		return usageError(stderr, "recover", "%v", err)
 	}
+	observed(rec)
+	ms.serve(ctx, "recover", stderr)
 	log.Info().Str("server", nc.ConnectedUrlRedacted()).Int("trusted_reviewers", len(trusted)).Bool("auto_plan", *autoPlan).Msg("recovery worker started")
 	if err := rec.Run(ctx); err != nil {
 		fmt.Fprintf(stderr, "jingwei recover: %v\n", err)

@@ -2,17 +2,12 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
@@ -127,33 +122,19 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return printError(stdout, err)
 	}
 	defer api.Close()
-	// A review of a call that is not in the log, or not its chain's latest
-	// attempt, would be rejected: say so before publishing anything.
-	if _, err := api.Inspect(ctx, *session, *call); err != nil {
+	rc, err := api.SubmitReview(ctx, r)
+	if err != nil && !rc.Published() {
+		st := printError(stdout, err)
 		if errors.Is(err, schema.ErrUnknownCall) || errors.Is(err, schema.ErrSupersededCall) {
-			st := printError(stdout, err)
 			fmt.Fprintf(stderr, "jingwei review: nothing published: review the latest attempt of a call in session %s (see jingwei status)\n", *session)
-			return st
 		}
+		return st
 	}
-	ack, err := publishReview(ctx, api, r)
+	out := reviewOutput{Review: rc.Review, Stream: rc.Stream, Seq: rc.Seq, Assessment: rc.Assessment, Check: rc.Check}
 	if err != nil {
-		return printError(stdout, err)
-	}
-	out := reviewOutput{Review: r, Stream: ack.Stream, Seq: ack.Sequence}
-
-	// How the recovery worker judges the review: the same check prepare
-	// applies (well formed, its session, a trusted signer).
-	if st, err := api.Status(ctx, service.StatusRequest{Session: *session, CallID: *call}); err == nil {
-		for i := range st.Reviews {
-			if st.Reviews[i].Seq == ack.Sequence {
-				out.Check = &st.Reviews[i]
-			}
-		}
-	}
-	if c := out.Check; c != nil && !c.Accepted {
-		st := writeError(stdout, schema.Errorf(schema.Code(c.Code), "review published (%s seq %d) but the recovery worker ignores it: %s", ack.Stream, ack.Sequence, c.Reason))
-		switch c.Code {
+		// Published, but the recovery worker ignores it.
+		st := writeError(stdout, err)
+		switch rc.Check.Code {
 		case string(schema.CodeReviewConflict):
 			fmt.Fprintf(stderr, "jingwei review: the review changes nothing: a trusted completed review of this call is on record, and completed is final\n")
 		default:
@@ -161,13 +142,9 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		return st
 	}
-
-	// What the recovery worker makes of the call now. The assessment is
-	// the history's classification; the review is applied when a plan is
-	// prepared.
-	a, aerr := api.Inspect(ctx, *session, *call)
-	if aerr == nil {
-		out.Assessment = &a
+	a, aerr := schema.Assessment{}, rc.InspectErr
+	if rc.Assessment != nil {
+		a = *rc.Assessment
 	}
 	if *asJSON {
 		_ = writeJSON(stdout, out)
@@ -178,7 +155,7 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fmt.Fprintf(tw, "operator\t%s\n", r.Operator)
 	fmt.Fprintf(tw, "evidence\t%s\n", r.Evidence)
 	fmt.Fprintf(tw, "signer\t%s\n", r.Signer)
-	fmt.Fprintf(tw, "published\t%s seq %d\n", ack.Stream, ack.Sequence)
+	fmt.Fprintf(tw, "published\t%s seq %d\n", rc.Stream, rc.Seq)
 	if out.Check != nil {
 		fmt.Fprintf(tw, "recovery worker\taccepted (signer trusted); a completed review is final, otherwise the latest accepted review decides the retry\n")
 	}
@@ -208,27 +185,4 @@ func reviewNext(r schema.Review, a schema.Assessment) string {
 	default:
 		return "verdict not_executed: a retry may now be prepared:\n  " + retry
 	}
-}
-
-// publishReview publishes r on jw.reviews.<session> and waits for the
-// acknowledgement. The message id is the signed review's digest, so sending
-// the same review twice stores it once.
-func publishReview(ctx context.Context, api *apiClient, r schema.Review) (*jetstream.PubAck, error) {
-	js, err := jetstream.New(api.nc)
-	if err != nil {
-		return nil, err
-	}
-	b, err := json.Marshal(r)
-	if err != nil {
-		return nil, err
-	}
-	sum := sha256.Sum256(b)
-	ctx, cancel := context.WithTimeout(ctx, api.timeout)
-	defer cancel()
-	subj := stream.ReviewsSubject(api.prefix, r.Session)
-	ack, err := js.Publish(ctx, subj, b, jetstream.WithMsgID("rv-"+hex.EncodeToString(sum[:16])))
-	if err != nil {
-		return nil, fmt.Errorf("publish review on %s: %w (does the topology exist? start 'jingwei serve' or 'jingwei recover')", subj, err)
-	}
-	return ack, nil
 }

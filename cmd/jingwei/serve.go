@@ -100,6 +100,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	serverLog := fs.Bool("server-log", false, "show the embedded nats-server's own log (its banner and notices); by default only its warnings and errors")
 	tf.register(fs)
 	lf.register(fs)
+	var mf metricsFlag
+	mf.register(fs)
 	if st, ok := parseFlags(fs, args); !ok {
 		return st
 	}
@@ -128,6 +130,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if err := stream.CheckListen(*listen); err != nil {
 		return fail(err)
 	}
+	ms, err := mf.listen()
+	if err != nil {
+		return fail(err)
+	}
+	defer ms.close()
+	observer, observed := ms.recovery()
+	tf.observer = ms.runtime()
 	// The data directory and the keys in it: private, created once.
 	if err := privateDir(*data); err != nil {
 		return usageError(stderr, "serve", "%v", err)
@@ -245,11 +254,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	defer rnc.Close()
 	rec, err := recoverer.New(recoverer.Config{
 		Topology: rtopo, Logger: log, TrustedReviewers: trusted, AutoPlan: *autoPlan,
-		PlannerKey: planner, TrustedPlanners: planners,
+		PlannerKey: planner, TrustedPlanners: planners, Observer: observer,
 	})
 	if err != nil {
 		return fail(err)
 	}
+	observed(rec)
 	type runner interface{ Run(context.Context) error }
 	parts := map[string]runner{"recovery worker": rec}
 	if !*noWorker {
@@ -263,7 +273,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			return fail(err)
 		}
 		parts["tool worker"] = tw
+		ms.leases(tw)
 	}
+	ms.serve(ctx, "serve", stderr)
 
 	// Run everything until ctx ends; if a part fails, stop the others.
 	rctx, cancel := context.WithCancel(ctx)

@@ -88,6 +88,9 @@ type toolFlags struct {
 	delay         time.Duration
 	delayAfter    time.Duration
 	callTimeout   time.Duration
+	// observer is told of every append of the worker's runtimes
+	// (--metrics); nil: none. Not a flag.
+	observer worker.Observer
 }
 
 func (t *toolFlags) register(fs *flag.FlagSet) {
@@ -128,7 +131,7 @@ func (t *toolFlags) newToolWorker(ctx context.Context, js jetstream.JetStream, t
 	return toolworker.New(toolworker.Config{
 		Topology: topo, Registry: reg, Owner: t.owner, MaxSessions: t.maxSessions,
 		IdleTimeout: t.idle, DrainTimeout: t.drainTimeout, CallTimeout: t.callTimeout, Logger: log,
-		Runtime: worker.Config{TrustedPlanners: planners},
+		Runtime: worker.Config{TrustedPlanners: planners, Observer: t.observer},
 	})
 }
 
@@ -140,10 +143,12 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		lf       logFlags
 		ttl      time.Duration
 		replicas int
+		mf       metricsFlag
 	)
 	nf.register(fs)
 	tf.register(fs)
 	lf.register(fs)
+	mf.register(fs)
 	fs.DurationVar(&ttl, "lease-ttl", 10*time.Second, "session lease TTL (at least 1s; the same for every process)")
 	fs.IntVar(&replicas, "replicas", 1, "replicas of every stream and bucket: 1 on a single server, 3 in a cluster (the same for every process)")
 	if st, ok := parseFlags(fs, args); !ok {
@@ -166,6 +171,13 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err != nil {
 		return usageError(stderr, "worker", "trusted planners %s: %v", file, err)
 	}
+	ms, err := mf.listen()
+	if err != nil {
+		fmt.Fprintf(stderr, "jingwei worker: %v\n", err)
+		return exitFailure
+	}
+	defer ms.close()
+	tf.observer = ms.runtime()
 	nc, topo, err := nf.ensureTopology(ctx, "worker", log, stream.TopologyConfig{LeaseTTL: ttl, Replicas: replicas, Logger: log})
 	if err != nil {
 		fmt.Fprintf(stderr, "jingwei worker: %v\n", err)
@@ -177,6 +189,8 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "jingwei worker: %v\n", err)
 		return exitFailure
 	}
+	ms.leases(w)
+	ms.serve(ctx, "worker", stderr)
 	if err := w.Run(ctx); err != nil {
 		fmt.Fprintf(stderr, "jingwei worker: %v\n", err)
 		return exitFailure

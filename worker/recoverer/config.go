@@ -58,6 +58,9 @@ type Config struct {
 	// over and issues plans through its methods). Defaults to false: the
 	// service runs. jw.api.call is the tool workers' (toolworker.Gateway).
 	DisableService bool
+	// Observer, when non-nil, is told of every published assessment and
+	// every takeover (metrics). Nil tells no one.
+	Observer Observer
 	// Now is the clock plans are stamped with. Defaults to time.Now.
 	Now func() time.Time
 	// Parallelism is how many sessions the recoverer takes over at once

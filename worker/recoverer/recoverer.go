@@ -69,6 +69,9 @@ func New(cfg Config) (*Recoverer, error) {
 // auto-plan queue.
 func (r *Recoverer) noted(a schema.Assessment) {
 	r.awaiting.note(a)
+	if o := r.cfg.Observer; o != nil {
+		o.Assessed(a)
+	}
 	if r.cfg.AutoPlan && a.Decision == schema.DecisionRetryAllowed {
 		r.issuer.queue(a.Session, a.CallID)
 	}

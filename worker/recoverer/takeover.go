@@ -251,17 +251,21 @@ func (r *takeovers) takeOver(ctx context.Context, session string, opts ...stream
 	}
 	r.log.Info().Str("session", session).Uint64("epoch", epoch).Uint64("fence_seq", fenceSeq).Msg("session taken over")
 	r.reconcileBudget(ctx, session, h)
-	if closed {
-		out, err := r.pub.publishOpen(ctx, session, h, recovery.OpenIn(h, 0))
-		return out, h, err
-	}
 	var out []schema.Assessment
-	for _, id := range recovery.OpenIn(h, fenceSeq) {
-		if a, err := inspect(h, id); err == nil {
-			out = append(out, a)
+	var err2 error
+	if closed {
+		out, err2 = r.pub.publishOpen(ctx, session, h, recovery.OpenIn(h, 0))
+	} else {
+		for _, id := range recovery.OpenIn(h, fenceSeq) {
+			if a, err := inspect(h, id); err == nil {
+				out = append(out, a)
+			}
 		}
 	}
-	return out, h, nil
+	if o := r.cfg.Observer; o != nil {
+		o.TookOver(session, h, out)
+	}
+	return out, h, err2
 }
 
 // reconcile takes over every session that has open calls and nobody who

@@ -1,0 +1,146 @@
+package console
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+	"github.com/rs/zerolog"
+
+	"github.com/jingwei/jingwei/metrics"
+	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream"
+)
+
+// Defaults of Config.
+const (
+	// DefaultListen is the console's default address (`jingwei console
+	// --listen`): loopback only.
+	DefaultListen = "127.0.0.1:8470"
+	// DefaultTimeout bounds one request of the console to NATS (a service
+	// request, a stream read).
+	DefaultTimeout = 10 * time.Second
+	// DefaultPollInterval is how often the console asks for the recovery
+	// worker's status to push changes to the open pages.
+	DefaultPollInterval = time.Second
+	// MaxFormBytes bounds the body of a POST: a decision's operator and
+	// evidence are at most schema.MaxFieldBytes each.
+	MaxFormBytes = 16 << 10
+	// MaxDetailed is how many calls awaiting review the front page shows
+	// with their details; the rest are listed in a table.
+	MaxDetailed = 20
+)
+
+// Config configures a Console. Reviewer, Host and Key are required; every
+// other field has a default.
+type Config struct {
+	// Reviewer is a connection as the reviewer role: the console publishes
+	// its signed reviews on <prefix>.reviews.<session> and asks
+	// jw.api.status and jw.api.inspect on it. Required. The caller keeps
+	// it and closes it after the console stopped.
+	Reviewer *nats.Conn
+	// Host is a connection as the host role: the console reads the session
+	// logs, the streams' metadata and jw_plans, and asks jw.api.prepare on
+	// it. Required; it may be the same connection as Reviewer only on a
+	// server without authorization. The caller closes it.
+	Host *nats.Conn
+	// Key is the reviewer key the console signs reviews with (an nkey user
+	// key pair, as `jingwei review --key` reads it). The recovery worker
+	// accepts only reviews by the keys it trusts. Required.
+	Key nkeys.KeyPair
+	// Prefix is the topology's subject prefix. Defaults to
+	// stream.DefaultPrefix ("jw").
+	Prefix string
+	// Timeout bounds each request to NATS. Defaults to DefaultTimeout.
+	Timeout time.Duration
+	// PollInterval is how often the console looks for changes to push to
+	// the open pages. Defaults to DefaultPollInterval.
+	PollInterval time.Duration
+	// AllowedHosts are the names (host or host:port) the console answers
+	// to in a request's Host header; a request naming another host is
+	// refused (421), which keeps a DNS-rebinding page from reaching a
+	// loopback console. Nil or empty means the loopback names only:
+	// localhost, 127.0.0.0/8 and ::1, any port. "*" answers to every host
+	// (a console on a non-loopback address whose names are not known).
+	AllowedHosts []string
+	// Logger receives the console's log (failed polls, published
+	// decisions). The zero value logs nothing.
+	Logger zerolog.Logger
+	// Metrics counts the reviews the console signs and the plans it asks
+	// for (metrics.NewConsole). Nil counts nothing.
+	Metrics *metrics.Console
+	// Now is the clock reviews are stamped with. Defaults to time.Now.
+	Now func() time.Time
+}
+
+// WithDefaults returns c with zero fields set to their defaults.
+func (c Config) WithDefaults() Config {
+	if c.Prefix == "" {
+		c.Prefix = stream.DefaultPrefix
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = DefaultPollInterval
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Reviewer == nil:
+		return fmt.Errorf("%w: Reviewer (a connection as the reviewer role) is required", ErrInvalidConfig)
+	case c.Host == nil:
+		return fmt.Errorf("%w: Host (a connection as the host role) is required", ErrInvalidConfig)
+	case c.Key == nil:
+		return fmt.Errorf("%w: Key (the reviewer signing key) is required", ErrInvalidConfig)
+	case !schema.ValidSession(c.Prefix):
+		return fmt.Errorf("%w: Prefix %q: want [A-Za-z0-9_-]+", ErrInvalidConfig, c.Prefix)
+	}
+	if pub, err := c.Key.PublicKey(); err != nil || !nkeys.IsValidPublicUserKey(pub) {
+		return fmt.Errorf("%w: Key must be an nkey user key pair (a seed starting SU)", ErrInvalidConfig)
+	}
+	for _, h := range c.AllowedHosts {
+		if strings.TrimSpace(h) == "" {
+			return fmt.Errorf("%w: AllowedHosts holds an empty name", ErrInvalidConfig)
+		}
+	}
+	return nil
+}
+
+// hostAllowed reports whether a request's Host header names a host the
+// console answers to.
+func (c Config) hostAllowed(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if len(c.AllowedHosts) == 0 {
+		return IsLoopback(host)
+	}
+	for _, a := range c.AllowedHosts {
+		if a == "*" || strings.EqualFold(a, hostport) || strings.EqualFold(a, host) {
+			return true
+		}
+	}
+	return false
+}
+
+// IsLoopback reports whether host (a name or an IP address, without a
+// port) is a loopback host: "localhost" or an address in 127.0.0.0/8 or
+// ::1. An empty host (":8470", every interface) is not.
+func IsLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

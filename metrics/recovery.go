@@ -1,0 +1,215 @@
+package metrics
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/worker/recoverer"
+	"github.com/jingwei/jingwei/worker/service"
+)
+
+// maxSeen is how many recent assessment ids Recovery remembers to count
+// an assessment published twice once.
+const maxSeen = 10_000
+
+// RecoverySource is what Recovery reads at each scrape; *recoverer.Recoverer
+// implements it.
+type RecoverySource interface {
+	// Status is the recovery worker's jw.api.status answer for session
+	// ("" for all).
+	Status(ctx context.Context, session string) (service.Status, error)
+	// ConsumerLag is how far the classifier's consumer is behind.
+	ConsumerLag(ctx context.Context) (pending, ackPending uint64, err error)
+}
+
+// Recovery is the recovery worker's metrics: a recoverer.Observer (set it
+// as recoverer.Config.Observer, then give it the recoverer with Source)
+// and a collector of the recoverer's state at each scrape. Safe for
+// concurrent use.
+type Recovery struct {
+	assessments *prometheus.CounterVec
+	takeovers   prometheus.Counter
+	crashToAsmt prometheus.Histogram
+
+	mu  sync.Mutex
+	src RecoverySource
+	// waiting holds when each call awaiting review was first seen
+	// needs_review by this process (published, or listed at a scrape).
+	waiting map[string]time.Time
+	// seen and seenOrder are the latest maxSeen assessment ids counted.
+	seen      map[string]struct{}
+	seenOrder []string
+	now       func() time.Time
+
+	awaitingDesc, oldestDesc, openDesc, plansDesc, seenDesc, pendingDesc, ackPendingDesc, upDesc *prometheus.Desc
+}
+
+var _ recoverer.Observer = (*Recovery)(nil)
+
+// NewRecovery registers the recovery worker's metrics on reg. The state
+// gauges are collected once Source gave the recoverer.
+func NewRecovery(reg prometheus.Registerer) *Recovery {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", name), help, labels, nil)
+	}
+	m := &Recovery{
+		assessments: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "assessments_total",
+			Help: "Distinct assessments the recovery worker published (one published again counts once), by outcome (completed, not_started, uncertain) and decision (refuse, retry_allowed, needs_review).",
+		}, []string{"outcome", "decision"}),
+		takeovers: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "takeovers_total",
+			Help: "Sessions the recovery worker took over (lease expired or released with calls open: fence, load, assess).",
+		}),
+		crashToAsmt: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "crash_to_assessment_seconds",
+			Help:    "For each call a takeover closed: seconds from the call's last event (its writer's last sign of life) to its assessment. Includes the lease TTL.",
+			Buckets: []float64{0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800},
+		}),
+		waiting:        map[string]time.Time{},
+		seen:           map[string]struct{}{},
+		now:            time.Now,
+		awaitingDesc:   d("calls_awaiting_review", "Calls whose latest assessment is needs_review and for which no plan was issued since."),
+		oldestDesc:     d("review_wait_oldest_seconds", "How long the oldest call awaiting review has waited, since this process first saw it needs_review (0 when none waits)."),
+		openDesc:       d("open_calls", "Calls without a result yet, as the recovery worker's classifier tracks them."),
+		plansDesc:      d("plans", "Retry plans in jw_plans, by state (issued: waiting for a tool worker; consumed: used by an attempt).", "state"),
+		seenDesc:       d("recoverer_events_seen_total", "Session events the recovery worker's classifier has read since the process started."),
+		pendingDesc:    d("recoverer_consumer_pending_events", "Session events not yet delivered to the recovery worker's classifier (its consumer's lag)."),
+		ackPendingDesc: d("recoverer_consumer_ack_pending_events", "Session events delivered to the classifier and not yet acknowledged."),
+		upDesc:         d("recoverer_up", "1 when the last scrape read the recovery worker's state and consumer, 0 when it could not."),
+	}
+	reg.MustRegister(m.assessments, m.takeovers, m.crashToAsmt, m)
+	return m
+}
+
+// Source sets what the state gauges are read from (the recoverer, once
+// built: it needs this Recovery as its Observer first).
+func (m *Recovery) Source(src RecoverySource) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.src = src
+}
+
+// Assessed is recoverer.Observer's: it counts the assessment and notes
+// when a needs_review call started to wait.
+func (m *Recovery) Assessed(a schema.Assessment) {
+	// The same assessment is published more than once (the classifier
+	// when it reads a fence, the takeover that wrote it; a redelivery):
+	// count it once, as its Jw-Assessment-Id identifies it.
+	id := a.Session + "/" + a.CallID + "/" + a.Evidence
+	m.mu.Lock()
+	if _, dup := m.seen[id]; dup {
+		m.mu.Unlock()
+		return
+	}
+	m.seen[id] = struct{}{}
+	m.seenOrder = append(m.seenOrder, id)
+	if len(m.seenOrder) > maxSeen {
+		delete(m.seen, m.seenOrder[0])
+		m.seenOrder = m.seenOrder[1:]
+	}
+	m.mu.Unlock()
+	m.assessments.WithLabelValues(string(a.Outcome), string(a.Decision)).Inc()
+	if a.Decision == schema.DecisionNeedsReview {
+		k := a.Session + "/" + a.CallID
+		m.mu.Lock()
+		if _, ok := m.waiting[k]; !ok && len(m.waiting) < maxOpen {
+			m.waiting[k] = m.now()
+		}
+		m.mu.Unlock()
+	}
+}
+
+// TookOver is recoverer.Observer's: it counts the takeover and, for each
+// call it closed, the time from the call's last event to now.
+func (m *Recovery) TookOver(_ string, h []schema.Event, assessed []schema.Assessment) {
+	m.takeovers.Inc()
+	if len(assessed) == 0 {
+		return
+	}
+	last := map[string]time.Time{}
+	for _, ev := range h {
+		if id := ev.CallID(); id != "" && ev.At.After(last[id]) {
+			last[id] = ev.At
+		}
+	}
+	now := m.now()
+	for _, a := range assessed {
+		if at, ok := last[a.CallID]; ok && !at.IsZero() {
+			m.crashToAsmt.Observe(max(now.Sub(at), 0).Seconds())
+		}
+	}
+}
+
+// Describe is prometheus.Collector's.
+func (m *Recovery) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{m.awaitingDesc, m.oldestDesc, m.openDesc, m.plansDesc, m.seenDesc, m.pendingDesc, m.ackPendingDesc, m.upDesc} {
+		ch <- d
+	}
+}
+
+// Collect is prometheus.Collector's: it reads the recoverer's status and
+// its consumer's lag (bounded by ScrapeTimeout).
+func (m *Recovery) Collect(ch chan<- prometheus.Metric) {
+	m.mu.Lock()
+	src := m.src
+	m.mu.Unlock()
+	if src == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ScrapeTimeout)
+	defer cancel()
+	up := 1.0
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	if st, err := src.Status(ctx, ""); err != nil {
+		up = 0
+	} else {
+		gauge(m.awaitingDesc, float64(len(st.AwaitingReview)))
+		gauge(m.oldestDesc, m.oldestWait(st.AwaitingReview).Seconds())
+		gauge(m.openDesc, float64(st.Stats.OpenCalls))
+		gauge(m.plansDesc, float64(st.Plans.Issued), "issued")
+		gauge(m.plansDesc, float64(st.Plans.Consumed), "consumed")
+		ch <- prometheus.MustNewConstMetric(m.seenDesc, prometheus.CounterValue, float64(st.Stats.EventsSeen))
+	}
+	if p, ap, err := src.ConsumerLag(ctx); err != nil {
+		up = 0
+	} else {
+		gauge(m.pendingDesc, float64(p))
+		gauge(m.ackPendingDesc, float64(ap))
+	}
+	gauge(m.upDesc, up)
+}
+
+// oldestWait returns how long the longest-waiting call of awaiting has
+// waited, and forgets the calls that no longer wait.
+func (m *Recovery) oldestWait(awaiting []schema.Assessment) time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := m.now()
+	keep := make(map[string]time.Time, len(awaiting))
+	var oldest time.Duration
+	for _, a := range awaiting {
+		k := a.Session + "/" + a.CallID
+		since, ok := m.waiting[k]
+		if !ok {
+			since = now
+		}
+		keep[k] = since
+		oldest = max(oldest, now.Sub(since))
+	}
+	// A call assessed needs_review just after the status was read is not
+	// in it yet: keep the recent ones.
+	for k, since := range m.waiting {
+		if _, ok := keep[k]; !ok && now.Sub(since) < time.Minute {
+			keep[k] = since
+		}
+	}
+	m.waiting = keep
+	return oldest
+}

@@ -1,0 +1,18 @@
+package worker
+
+import (
+	"time"
+
+	"github.com/jingwei/jingwei/schema"
+)
+
+// Observer is told what a Runtime writes to its session log, for metrics
+// (package metrics implements it). Its method is called on the call's
+// goroutine, after the append returned: it must be quick and safe for
+// concurrent use.
+type Observer interface {
+	// Appended reports one append of ev (stamped: Session, At, Type and
+	// its body set; Seq not) that took d; err is the append's error (nil
+	// when the event is on the log).
+	Appended(ev schema.Event, d time.Duration, err error)
+}

@@ -1,0 +1,39 @@
+package recoverer
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jingwei/jingwei/schema"
+)
+
+// Observer is told what the recoverer publishes and takes over, for
+// metrics (package metrics implements it). Its methods are called on the
+// recoverer's goroutines, after the fact: they must be quick and safe for
+// concurrent use.
+type Observer interface {
+	// Assessed reports one published assessment (by the classifier, a
+	// takeover or a prepare).
+	Assessed(a schema.Assessment)
+	// TookOver reports a takeover of session: the confirmed history h it
+	// loaded (the fence included, when there is one) and the assessments
+	// of the calls the takeover closed (the classifier publishes them when
+	// it reads the fence; Assessed reports them then).
+	TookOver(session string, h []schema.Event, assessed []schema.Assessment)
+}
+
+// ConsumerLag returns how far the recoverer's classifier is behind the
+// session logs: the events its durable consumer on the events stream has
+// not been delivered yet (pending) and those delivered but not yet
+// acknowledged (ackPending). It asks the server (consumer info).
+func (r *Recoverer) ConsumerLag(ctx context.Context) (pending, ackPending uint64, err error) {
+	c, err := r.t.Events.Consumer(ctx, r.consumerName("events"))
+	if err != nil {
+		return 0, 0, fmt.Errorf("recoverer: events consumer: %w", err)
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		return 0, 0, fmt.Errorf("recoverer: events consumer: %w", err)
+	}
+	return info.NumPending, uint64(info.NumAckPending), nil
+}
