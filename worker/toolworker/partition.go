@@ -442,6 +442,7 @@ func (p *partition) keepHeld() {
 	defer cancel()
 	for _, s := range idle {
 		s.flush(ctx)
+		p.w.budget.Forget(s.id)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -42,12 +43,15 @@ type session struct {
 
 	// owned by the run goroutine
 	rt       *worker.Runtime
-	tk       *stream.Takeover
+	hold     stream.Hold // the session's hold, from its confirm
 	failures int
 
-	mu   sync.Mutex
-	seen map[string]struct{} // request ids recorded in the log
-	cur  *job                // the call in progress
+	mu sync.Mutex
+	// seen holds the request ids recorded in the log: a slice while
+	// small (most sessions record a few calls), a map from seenMap on.
+	seen    []string
+	seenSet map[string]struct{}
+	cur     *job // the call in progress
 }
 
 func newSession(p *partition, id string) *session {
@@ -87,7 +91,7 @@ func (s *session) run() {
 		}
 		p.requeue(s, it)
 		s.failures++
-		s.rt, s.tk = nil, nil // confirm again before the next attempt
+		s.rt, s.hold = nil, nil // confirm again before the next attempt
 		wait := min(time.Duration(1<<min(s.failures, 6))*50*time.Millisecond, 5*time.Second)
 		select {
 		case <-p.work.Done():
@@ -117,31 +121,30 @@ func (s *session) process(it item) bool {
 // then on older writers cannot append, and the runtime knows what the log
 // holds. A log with no room even for a fence returns stream.ErrLogClosed.
 func (s *session) confirm(ctx context.Context) error {
-	if s.rt != nil && s.tk.Hold.Err() == nil {
+	if s.rt != nil && s.hold.Err() == nil {
 		return nil
 	}
-	s.rt, s.tk = nil, nil
+	s.rt, s.hold = nil, nil
 	tk, err := s.w.topo.ConfirmIn(ctx, s.p.hold, s.id)
 	if err != nil {
 		return fmt.Errorf("fence and load: %w", err)
 	}
 	h := tk.History
-	seen := make(map[string]struct{})
+	s.mu.Lock()
+	s.seen, s.seenSet = nil, nil
 	for i := range h {
 		if c := h[i].Call; c != nil && c.RequestID != "" {
-			seen[c.RequestID] = struct{}{}
+			s.addSeen(c.RequestID)
 		}
 	}
-	s.mu.Lock()
-	s.seen = seen
+	seen := s.seenCount()
 	s.mu.Unlock()
 	rt, err := s.w.newRuntime(s.id, recordingLog{GuardedLog: tk.Log, onCall: s.recorded}, h)
 	if err != nil {
 		return err
 	}
-	tk.History = nil // the runtime and seen have what they need of it
-	s.rt, s.tk = rt, tk
-	s.p.log.Info().Str("session", s.id).Uint64("epoch", tk.Hold.Epoch()).Int("events", len(h)).Int("requests_seen", len(seen)).Bool("resumed", tk.Resumed).Msg("session log confirmed")
+	s.rt, s.hold = rt, tk.Hold
+	s.p.log.Info().Str("session", s.id).Uint64("epoch", tk.Hold.Epoch()).Int("events", len(h)).Int("requests_seen", seen).Bool("resumed", tk.Resumed).Msg("session log confirmed")
 	return nil
 }
 
@@ -160,8 +163,8 @@ func (s *session) flush(ctx context.Context) {
 // request id.
 func (s *session) recorded(c *schema.Call) {
 	s.mu.Lock()
-	if c.RequestID != "" && s.seen != nil {
-		s.seen[c.RequestID] = struct{}{}
+	if c.RequestID != "" {
+		s.addSeen(c.RequestID)
 	}
 	j := s.cur
 	match := j != nil && !j.acked &&
@@ -184,8 +187,42 @@ func (s *session) recorded(c *schema.Call) {
 func (s *session) hasSeen(requestID string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, ok := s.seen[requestID]
-	return ok
+	if s.seenSet != nil {
+		_, ok := s.seenSet[requestID]
+		return ok
+	}
+	return slices.Contains(s.seen, requestID)
+}
+
+// seenMap is how many request ids the slice holds before they move to a
+// map.
+const seenMap = 16
+
+// addSeen remembers a recorded request id. s.mu is held.
+func (s *session) addSeen(id string) {
+	switch {
+	case s.seenSet != nil:
+		s.seenSet[id] = struct{}{}
+	case len(s.seen) < seenMap:
+		if !slices.Contains(s.seen, id) {
+			s.seen = append(s.seen, id)
+		}
+	default:
+		s.seenSet = make(map[string]struct{}, 2*seenMap)
+		for _, x := range s.seen {
+			s.seenSet[x] = struct{}{}
+		}
+		s.seenSet[id] = struct{}{}
+		s.seen = nil
+	}
+}
+
+// seenCount returns how many request ids are remembered. s.mu is held.
+func (s *session) seenCount() int {
+	if s.seenSet != nil {
+		return len(s.seenSet)
+	}
+	return len(s.seen)
 }
 
 func (s *session) setCur(j *job) {
@@ -228,7 +265,7 @@ func (s *session) runRequest(m jetstream.Msg) bool {
 		_ = m.Ack()
 		return true
 	}
-	if s.tk.Hold.Err() != nil {
+	if s.hold.Err() != nil {
 		return false
 	}
 	j := &job{requestID: r.RequestID, msg: m}
@@ -294,7 +331,7 @@ func (s *session) runPlan(m jetstream.Msg) bool {
 		}
 		return false
 	}
-	if s.tk.Hold.Err() != nil {
+	if s.hold.Err() != nil {
 		return false
 	}
 	j := &job{planID: plan.PlanID, msg: m}
@@ -326,7 +363,7 @@ func (s *session) settle(lg zerolog.Logger, j *job, res worker.Result, err error
 		}
 		ev.Msg("call done")
 		if c := schema.CodeOf(err); c == schema.CodeLog || c == schema.CodeFenced {
-			s.rt, s.tk = nil, nil // confirm again before the next call
+			s.rt, s.hold = nil, nil // confirm again before the next call
 		}
 		return true
 	}
