@@ -331,6 +331,17 @@ func (h *PartitionHold) Release(ctx context.Context) error {
 	rev := h.rev
 	h.mu.Unlock()
 	err := h.t.Leases.Delete(ctx, partitionKey(h.partition), jetstream.LastRevision(rev))
+	if err != nil && (errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSeq(err)) {
+		// A renewal of ours whose answer was lost (cancelled, timed out)
+		// may be the latest write: the lease is still ours if its value
+		// names this hold.
+		if e, gerr := h.t.Leases.Get(ctx, partitionKey(h.partition)); gerr == nil && e.Revision() != rev {
+			var lv LeaseValue
+			if json.Unmarshal(e.Value(), &lv) == nil && lv.Owner == h.owner && lv.Base == h.base {
+				err = h.t.Leases.Delete(ctx, partitionKey(h.partition), jetstream.LastRevision(e.Revision()))
+			}
+		}
+	}
 	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSeq(err) {
 			return fmt.Errorf("%w: partition %d", ErrLeaseLost, h.partition)

@@ -79,7 +79,11 @@ func TestPartitionsRebalanceOnJoinAndLeave(t *testing.T) {
 		t.Fatalf("partition leases left: %v", o)
 	}
 	if c := requestConsumers(t, topo); c != 0 {
-		t.Fatalf("%d request consumers left", c)
+		var left []string
+		for ci := range topo.Requests.ListConsumers(context.Background()).Info() {
+			left = append(left, fmt.Sprintf("%s (%s, created %s)", ci.Name, ci.Config.Description, ci.Created.Format("15:04:05.000")))
+		}
+		t.Fatalf("%d request consumers left: %v", c, left)
 	}
 	if live, err := topo.LiveWorkers(context.Background()); err != nil || len(live) != 0 {
 		t.Fatalf("registrations left: %v %v", live, err)

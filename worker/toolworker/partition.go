@@ -84,9 +84,17 @@ func (p *partition) take(ctx context.Context) error {
 	}
 	p.hold = hold
 	if err := p.openConsumers(ctx); err != nil {
+		// Nothing of a failed take is left: the request consumer it may
+		// have made is deleted while the lease is still held (the plan
+		// consumer is kept for its ack floor either way).
 		p.cancelWork()
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
 		defer cancel()
+		if hold.Err() == nil {
+			if derr := p.w.topo.Requests.DeleteConsumer(rctx, p.w.topo.RequestConsumerName(p.p)); derr != nil && !errors.Is(derr, jetstream.ErrConsumerNotFound) {
+				p.log.Warn().Err(derr).Msg("could not delete the request consumer of a failed take")
+			}
+		}
 		_ = hold.Release(rctx)
 		return err
 	}
