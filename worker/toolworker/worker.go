@@ -409,11 +409,6 @@ func (w *Worker) acquireSlot(ctx context.Context, session string) bool {
 
 func (w *Worker) releaseSlot() { <-w.slots }
 
-// planJob is a plan waiting to run on its session.
-type planJob struct {
-	plan schema.Plan
-}
-
 // newRuntime builds the runtime of a confirmed session from the template.
 // h is the confirmed history the session was loaded with: with it the
 // runtime reconciles each task's tool_calls count with the log and may
