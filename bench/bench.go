@@ -19,8 +19,8 @@ import (
 )
 
 // Config configures Run. The zero value runs every scenario at full size
-// except the two that need the jingwei binary (crash, memory), which fail
-// without Exe.
+// except the parts that need the jingwei binary (crash, memory, the scale
+// scenario's fleet run), which fail without Exe.
 type Config struct {
 	// Quick runs a smoke-sized benchmark that finishes in well under a
 	// minute: fewer rounds, fewer events, the interval durability mode only,
@@ -34,7 +34,7 @@ type Config struct {
 	Rounds int
 	// Only, when not empty, runs just the scenarios named (see Scenarios:
 	// "appends", "runtime", "classify", "inspect", "issue", "crash",
-	// "memory"). Defaults to all.
+	// "memory", "scale"). Defaults to all.
 	Only []string
 	// Dir is where the embedded servers keep their stores (a fresh
 	// subdirectory, removed afterwards). Defaults to os.TempDir().
@@ -72,7 +72,7 @@ const (
 
 // Scenarios are the scenario names Config.Only accepts, in the order they
 // run.
-var Scenarios = []string{"appends", "runtime", "classify", "inspect", "issue", "crash", "memory"}
+var Scenarios = []string{"appends", "runtime", "classify", "inspect", "issue", "crash", "memory", "scale"}
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
@@ -275,6 +275,9 @@ func plan(cfg Config) []step {
 	}
 	if cfg.runs("memory") {
 		steps = append(steps, memoryStep(cfg))
+	}
+	if cfg.runs("scale") {
+		steps = append(steps, scaleSteps(cfg)...)
 	}
 	// The durable mode last, on a server of its own (full runs only).
 	if !cfg.Quick {

@@ -78,7 +78,7 @@ func (e *env) memory(ctx context.Context, events int) (map[string]float64, error
 		return nil, err
 	}
 	rec, err := startChild(e.cfg.Exe, e.dir, "recover", "recover",
-		"--server", e.srv.ClientURL(), "--prefix", topo.Prefix, "--planner-key", keyFile, "--log-format", "json", "--log-level", "warn")
+		"--server", e.srv.ClientURL(), "--prefix", topo.Prefix, "--lease-ttl", time.Hour.String(), "--planner-key", keyFile, "--log-format", "json", "--log-level", "warn")
 	if err != nil {
 		return nil, err
 	}

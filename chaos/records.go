@@ -14,6 +14,7 @@ import (
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/worker/fence"
+	"github.com/jingwei/jingwei/stream"
 )
 
 // The names the harness reads, as the protocol document gives them
@@ -290,8 +291,10 @@ func pendingRequests(ctx context.Context, js jetstream.JetStream, sessionPrefix 
 		return 0, err
 	}
 	var n uint64
+	// Stored as jw.requests.<partition>.<session> (the stream's subject
+	// transform adds the partition).
 	for subj, c := range info.State.Subjects {
-		if strings.HasPrefix(subj, subjectPrefix+".requests."+sessionPrefix) {
+		if strings.HasPrefix(stream.SessionOf(subj), sessionPrefix) {
 			n += c
 		}
 	}

@@ -126,7 +126,9 @@ func (s *story) run(ctx context.Context) (Report, error) {
 	if err != nil {
 		return s.rep, err
 	}
-	if s.topo, err = stream.EnsureTopology(ctx, js, stream.TopologyConfig{Logger: s.log}); err != nil {
+	// The lease TTL is one setting of the deployment (stored with the
+	// leases bucket): every process below runs with it.
+	if s.topo, err = stream.EnsureTopology(ctx, js, stream.TopologyConfig{LeaseTTL: s.cfg.LeaseTTL, Logger: s.log}); err != nil {
 		return s.rep, err
 	}
 	if s.tools, err = tools.New(ctx, tools.Config{JS: js}); err != nil {
@@ -153,7 +155,7 @@ func (s *story) run(ctx context.Context) (Report, error) {
 	pub, _ := kp.PublicKey()
 
 	// 3. The recovery worker and a tool worker whose bodies stop midway.
-	rec, err := s.start("recover", "recover", "--server", url, "--auth", auth, "--trust-reviewers", trustFile, "--log-format", "json")
+	rec, err := s.start("recover", "recover", "--server", url, "--auth", auth, "--trust-reviewers", trustFile, "--lease-ttl", s.cfg.LeaseTTL.String(), "--log-format", "json")
 	if err != nil {
 		return s.rep, err
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -53,8 +54,9 @@ type Budget struct {
 	kv    jetstream.KeyValue
 	every time.Duration
 
-	mu   sync.Mutex
-	keys map[string]*budgetKey
+	mu        sync.Mutex
+	keys      map[string]*budgetKey
+	bySession map[string][]string // the keys of each session (Forget)
 }
 
 // budgetKey is what a Budget knows of one key.
@@ -78,7 +80,7 @@ func NewBudgetWith(kv jetstream.KeyValue, cfg BudgetConfig) *Budget {
 	if cfg.FlushInterval <= 0 {
 		cfg.FlushInterval = DefaultBudgetFlushInterval
 	}
-	return &Budget{kv: kv, every: cfg.FlushInterval, keys: make(map[string]*budgetKey)}
+	return &Budget{kv: kv, every: cfg.FlushInterval, keys: make(map[string]*budgetKey), bySession: make(map[string][]string)}
 }
 
 // BudgetKey returns the jw_budget key "<session>.<task>", or
@@ -96,6 +98,8 @@ func (b *Budget) state(key string) *budgetKey {
 	if st == nil {
 		st = &budgetKey{}
 		b.keys[key] = st
+		session, _, _ := strings.Cut(key, ".")
+		b.bySession[session] = append(b.bySession[session], key)
 	}
 	return st
 }
@@ -242,6 +246,35 @@ func (b *Budget) Flush(ctx context.Context) error {
 	return first
 }
 
+// Forget drops what the budget remembers of session's keys that have
+// nothing left to write (no deferred count, no write in flight): a
+// long-running writer calls it when it lets a session go, so
+// the budget's memory follows the sessions held, not every session ever
+// seen. A key forgotten is read again on its next use.
+func (b *Budget) Forget(session string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	keys := b.bySession[session]
+	kept := keys[:0]
+	for _, k := range keys {
+		st := b.keys[k]
+		if st == nil {
+			continue
+		}
+		if st.pending != 0 || !st.flushing.TryLock() {
+			kept = append(kept, k)
+			continue
+		}
+		st.flushing.Unlock()
+		delete(b.keys, k)
+	}
+	if len(kept) == 0 {
+		delete(b.bySession, session)
+	} else {
+		b.bySession[session] = kept
+	}
+}
+
 // schedule arranges a flush of key within FlushInterval. b.mu is held.
 func (b *Budget) schedule(key string, st *budgetKey) {
 	if st.scheduled {
@@ -251,7 +284,11 @@ func (b *Budget) schedule(key string, st *budgetKey) {
 	time.AfterFunc(b.every, func() {
 		b.mu.Lock()
 		st.scheduled = false
+		forgotten := b.keys[key] != st
 		b.mu.Unlock()
+		if forgotten {
+			return // Forget found nothing left to write
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), budgetFlushTimeout)
 		defer cancel()
 		_ = b.flushKey(ctx, key) // on failure the counts are pending again and rescheduled

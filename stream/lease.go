@@ -5,21 +5,33 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"github.com/jingwei/jingwei/schema"
 )
 
-// LeaseValue is what the lease key holds (JSON).
+// LeaseValue is what a lease key holds (JSON): a session's lease, a
+// partition's lease (AcquirePartition), or a tool worker's registration
+// (RegisterWorker).
 type LeaseValue struct {
-	Owner string    `json:"owner"`
-	Epoch uint64    `json:"epoch"`
-	At    time.Time `json:"at"`
+	// Owner is the holder.
+	Owner string `json:"owner"`
+	// Epoch is the holder's writer epoch (0 for a registration).
+	Epoch uint64 `json:"epoch"`
+	// Base is, for a partition's lease, the epoch the partition was
+	// acquired at; its Epoch may have been raised above it since
+	// (PartitionHold.Raise). 0 otherwise.
+	Base uint64 `json:"base,omitempty"`
+	// At is when the value was written.
+	At time.Time `json:"at"`
 }
 
 // Lease is one owner's hold on one session, at one epoch. It lives for the
@@ -134,23 +146,21 @@ func heldError(session string, v []byte) error {
 
 // LeaseHolder returns the live lease's value for the session, ok false if
 // no lease is live.
+//
+// This is the session's own lease (AcquireLease), which a writer outside
+// the tool workers' partitions holds; a tool worker owns a session
+// through its partition's lease (PartitionHolder). Writer says whether
+// anybody may still write the session.
 func (t *Topology) LeaseHolder(ctx context.Context, session string) (LeaseValue, bool, error) {
-	e, err := t.Leases.Get(ctx, session)
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return LeaseValue{}, false, nil
+	if err := ValidateSession(session); err != nil {
+		return LeaseValue{}, false, err
 	}
-	if err != nil {
-		return LeaseValue{}, false, fmt.Errorf("stream: read lease of %s: %w", session, err)
-	}
-	var lv LeaseValue
-	if err := json.Unmarshal(e.Value(), &lv); err != nil {
-		return LeaseValue{}, false, fmt.Errorf("stream: lease of %s: %w", session, err)
-	}
-	return lv, true, nil
+	return t.leaseValue(ctx, session)
 }
 
-func (t *Topology) leaseSubject(session string) string {
-	return "$KV." + t.Prefix + "_leases." + session
+// leaseSubject is the KV subject of a key of jw_leases.
+func (t *Topology) leaseSubject(key string) string {
+	return "$KV." + t.Prefix + "_leases." + key
 }
 
 // Renew extends the lease by the topology's LeaseTTL from now. It returns
@@ -199,9 +209,27 @@ func (l *Lease) Release(ctx context.Context) error {
 // process that was down while a lease expired missed it: reconcile with
 // LeaseHolder on start.
 func (t *Topology) WatchLeaseExpiry(ctx context.Context) (<-chan string, error) {
+	// One token: lease keys only, not epoch.<session> or partition.<p>.
+	return watchExpiry(ctx, t, t.leaseSubject("*"), func(key string) (string, bool) {
+		return key, key != ""
+	})
+}
+
+// WatchPartitionExpiry reports partitions whose lease the server removed
+// because its owner did not renew it in time (a tool worker that died or
+// lost the server), from now on, as WatchLeaseExpiry does for sessions.
+func (t *Topology) WatchPartitionExpiry(ctx context.Context) (<-chan int, error) {
+	return watchExpiry(ctx, t, t.leaseSubject("partition.*"), func(key string) (int, bool) {
+		n, err := strconv.Atoi(strings.TrimPrefix(key, "partition."))
+		return n, err == nil
+	})
+}
+
+// watchExpiry reports the keys of jw_leases matching filter whose entry
+// the server removed for its TTL, mapped by key.
+func watchExpiry[T any](ctx context.Context, t *Topology, filter string, key func(string) (T, bool)) (<-chan T, error) {
 	cons, err := t.JS.OrderedConsumer(ctx, "KV_"+t.Prefix+"_leases", jetstream.OrderedConsumerConfig{
-		// One token: lease keys only, not epoch.<session>.
-		FilterSubjects: []string{t.leaseSubject("*")},
+		FilterSubjects: []string{filter},
 		DeliverPolicy:  jetstream.DeliverNewPolicy,
 		HeadersOnly:    true,
 	})
@@ -212,7 +240,8 @@ func (t *Topology) WatchLeaseExpiry(ctx context.Context) (<-chan string, error) 
 	if err != nil {
 		return nil, fmt.Errorf("stream: watch leases: %w", err)
 	}
-	out := make(chan string, 64)
+	pre := t.leaseSubject("")
+	out := make(chan T, 64)
 	go func() {
 		defer close(out)
 		defer it.Stop()
@@ -228,12 +257,138 @@ func (t *Topology) WatchLeaseExpiry(ctx context.Context) (<-chan string, error) 
 			if h.Get("Nats-Marker-Reason") == "" && h.Get("KV-Operation") != "PURGE" {
 				continue
 			}
+			k, ok := key(strings.TrimPrefix(m.Subject(), pre))
+			if !ok {
+				continue
+			}
 			select {
-			case out <- SessionOf(m.Subject()[1:]):
+			case out <- k:
 			case <-ctx.Done():
 				return
 			}
 		}
 	}()
+	return out, nil
+}
+
+// liveLeases returns the live entries of jw_leases under filter (a
+// subject of the bucket, wildcards allowed), by key, from one batched
+// direct get of the last message of each key: entries whose last message
+// is a delete or expiry marker are left out.
+func (t *Topology) liveLeases(ctx context.Context, filter string) (map[string]LeaseValue, error) {
+	ctx, cancel := context.WithTimeout(ctx, t.cfg.RequestTimeout)
+	defer cancel()
+	it, err := jetstreamext.GetLastMsgsFor(ctx, t.JS, "KV_"+t.Prefix+"_leases", []string{filter})
+	if err != nil {
+		return nil, fmt.Errorf("stream: list leases %s: %w", filter, err)
+	}
+	pre := t.leaseSubject("")
+	out := map[string]LeaseValue{}
+	for m, err := range it {
+		if errors.Is(err, jetstreamext.ErrNoMessages) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("stream: list leases %s: %w", filter, err)
+		}
+		if m.Header.Get("Nats-Marker-Reason") != "" || m.Header.Get("KV-Operation") != "" || len(m.Data) == 0 {
+			continue // deleted, purged or expired
+		}
+		var lv LeaseValue
+		if json.Unmarshal(m.Data, &lv) != nil {
+			continue
+		}
+		out[strings.TrimPrefix(m.Subject, pre)] = lv
+	}
+	return out, nil
+}
+
+// PartitionLeases returns the live partition leases, by partition, with
+// one request.
+func (t *Topology) PartitionLeases(ctx context.Context) (map[int]LeaseValue, error) {
+	m, err := t.liveLeases(ctx, t.leaseSubject("partition.*"))
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int]LeaseValue, len(m))
+	for k, lv := range m {
+		if n, err := strconv.Atoi(strings.TrimPrefix(k, "partition.")); err == nil {
+			out[n] = lv
+		}
+	}
+	return out, nil
+}
+
+// Registration is a tool worker's entry in the registry of live workers:
+// key worker.<owner> in jw_leases with the per-key TTL, which the worker
+// renews (Renew) and the server removes one LeaseTTL after its last
+// renewal. Workers size their share of the partitions by the live
+// registrations (LiveWorkers). Safe for concurrent use.
+type Registration struct {
+	t     *Topology
+	key   string
+	owner string
+}
+
+// workerKey is the registry key of owner: worker.<owner>, with every
+// character a KV key token cannot hold replaced by '_'.
+func workerKey(owner string) string {
+	b := []byte(owner)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			b[i] = '_'
+		}
+	}
+	return "worker." + string(b)
+}
+
+// RegisterWorker adds owner to the registry of live tool workers for the
+// topology's LeaseTTL (renew it with Registration.Renew, remove it with
+// Release). Registering again overwrites: a registration carries nothing
+// but the owner.
+func (t *Topology) RegisterWorker(ctx context.Context, owner string) (*Registration, error) {
+	if owner == "" {
+		return nil, errors.New("stream: RegisterWorker: empty owner")
+	}
+	r := &Registration{t: t, key: workerKey(owner), owner: owner}
+	if err := r.Renew(ctx); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Renew writes the registration again with the TTL.
+func (r *Registration) Renew(ctx context.Context) error {
+	val, _ := json.Marshal(LeaseValue{Owner: r.owner, At: time.Now().UTC()})
+	msg := nats.NewMsg(r.t.leaseSubject(r.key))
+	msg.Data = val
+	ctx, cancel := context.WithTimeout(ctx, r.t.cfg.RequestTimeout)
+	defer cancel()
+	if _, err := r.t.JS.PublishMsg(ctx, msg, jetstream.WithMsgTTL(r.t.cfg.LeaseTTL)); err != nil {
+		return fmt.Errorf("stream: register worker %s: %w", r.owner, err)
+	}
+	return nil
+}
+
+// Release removes the registration (a delete marker).
+func (r *Registration) Release(ctx context.Context) error {
+	if err := r.t.Leases.Delete(ctx, r.key); err != nil {
+		return fmt.Errorf("stream: unregister worker %s: %w", r.owner, err)
+	}
+	return nil
+}
+
+// LiveWorkers returns the owners of the live registrations, sorted, with
+// one request.
+func (t *Topology) LiveWorkers(ctx context.Context) ([]string, error) {
+	m, err := t.liveLeases(ctx, t.leaseSubject("worker.*"))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(m))
+	for _, lv := range m {
+		out = append(out, lv.Owner)
+	}
+	slices.Sort(out)
 	return out, nil
 }

@@ -234,30 +234,48 @@ func (t *Topology) Fence(ctx context.Context, session, owner string, epoch uint6
 // in (LoadThrough), so nothing the old writer wrote can be missing from it.
 // It is what a takeover needs, in one read of the log.
 func (t *Topology) FenceLoad(ctx context.Context, session, owner string, epoch uint64) (*Log, []schema.Event, error) {
-	return t.fenceLoad(ctx, session, owner, epoch, Loaded{})
+	l, h, _, _, err := t.fenceLoad(ctx, session, owner, epoch, Loaded{}, false)
+	return l, h, err
 }
 
 // fenceLoad is FenceLoad after a history loaded before (prefix): only what
-// follows it is read once the fence is in.
-func (t *Topology) fenceLoad(ctx context.Context, session, owner string, epoch uint64, prefix Loaded) (*Log, []schema.Event, error) {
+// follows it is read once the fence is in. With resume, a log whose last
+// event is already (epoch, owner)'s is loaded without a fence: resumed is
+// true, and fenceSeq is that event's sequence instead of the fence's.
+func (t *Topology) fenceLoad(ctx context.Context, session, owner string, epoch uint64, prefix Loaded, resume bool) (l *Log, h []schema.Event, fenceSeq uint64, resumed bool, err error) {
 	if err := ValidateSession(session); err != nil {
-		return nil, nil, err
+		return nil, nil, 0, false, err
 	}
 	if owner == "" {
-		return nil, nil, errors.New("stream: Fence: empty owner")
+		return nil, nil, 0, false, errors.New("stream: Fence: empty owner")
 	}
 	if epoch == 0 || epoch > schema.MaxEpoch {
-		return nil, nil, fmt.Errorf("%w: %d (want 1 to %d)", ErrInvalidEpoch, epoch, uint64(schema.MaxEpoch))
+		return nil, nil, 0, false, fmt.Errorf("%w: %d (want 1 to %d)", ErrInvalidEpoch, epoch, uint64(schema.MaxEpoch))
 	}
 	b := newBackoff(time.Millisecond, 100*time.Millisecond)
 	idPre := nuid.Next() + "-"
 	for {
 		tl, ok, err := t.lastMsg(ctx, session)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, 0, false, err
 		}
 		if ok && supersedes(tl.epoch, tl.owner, epoch, owner) {
-			return nil, nil, fmt.Errorf("%w: session %s is at epoch %d (owner %q), fence has epoch %d", ErrFenced, session, tl.epoch, tl.owner, epoch)
+			return nil, nil, 0, false, fmt.Errorf("%w: session %s is at epoch %d (owner %q), fence has epoch %d", ErrFenced, session, tl.epoch, tl.owner, epoch)
+		}
+		if ok && resume && tl.epoch == epoch && tl.owner == owner {
+			// The log ends with this writer's own event: it fenced the
+			// session at this epoch before, and every later writer would
+			// have had to append after it. Nothing to fence.
+			h, st, err := t.loadAfter(ctx, session, tl.seq, prefix)
+			if err != nil {
+				return nil, nil, 0, false, err
+			}
+			// Appends go after the event checked to be ours: should
+			// anything have followed it meanwhile, the first append
+			// finds out (fenced, or a conflict).
+			l := &Log{t: t, session: session, owner: owner, subject: t.EventsSubject(session), epoch: epoch, idPre: idPre, last: tl.seq}
+			l.events, l.bytes = st.events, st.bytes
+			return l, h, tl.seq, true, nil
 		}
 		if ok {
 			// A log with no room left even for a fence is closed:
@@ -265,10 +283,10 @@ func (t *Topology) fenceLoad(ctx context.Context, session, owner string, epoch u
 			// confirmed as it is (see ErrLogClosed).
 			n, err := t.subjectCount(ctx, session)
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, 0, false, err
 			}
 			if n+1 > t.cfg.Limits.MaxEvents {
-				return nil, nil, fmt.Errorf("%w: session %s holds %d events (limit %d)", ErrLogClosed, session, n, t.cfg.Limits.MaxEvents)
+				return nil, nil, 0, false, fmt.Errorf("%w: session %s holds %d events (limit %d)", ErrLogClosed, session, n, t.cfg.Limits.MaxEvents)
 			}
 		}
 		// Limits are measured once the fence is in (the read would only
@@ -278,18 +296,18 @@ func (t *Topology) fenceLoad(ctx context.Context, session, owner string, epoch u
 		if err == nil {
 			h, st, err := t.loadAfter(ctx, session, seq, prefix)
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, 0, false, err
 			}
 			l.events, l.bytes = st.events, st.bytes
-			return l, h, nil
+			return l, h, seq, false, nil
 		}
 		if !errors.Is(err, ErrConflict) {
-			return nil, nil, err
+			return nil, nil, 0, false, err
 		}
 		// An older writer got in first; try again from the new tail.
 		select {
 		case <-ctx.Done():
-			return nil, nil, ctx.Err()
+			return nil, nil, 0, false, ctx.Err()
 		case <-time.After(b.NextBackOff()):
 		}
 	}

@@ -275,13 +275,14 @@ func isPlanMsg(m *jetstream.RawStreamMsg, planID string) bool {
 	return id == planID || strings.HasPrefix(id, planID+"/again/")
 }
 
-// PlanMessage returns the stream sequence of the latest message on
-// jw.plans.<session> that carries the plan planID (Msg-Id planID, or
-// PlanAgainID), 0 if JW_PLANS holds none. The subject's last message is
-// looked at first (one message get); only when it is another plan's is the
-// subject read, as ReadSubject reads.
+// PlanMessage returns the stream sequence of the latest message of the
+// session's plans (stored on jw.plans.<partition>.<session>) that carries
+// the plan planID (Msg-Id planID, or PlanAgainID), 0 if JW_PLANS holds
+// none. The subject's last message is looked at first (one message get);
+// only when it is another plan's is the subject read, as ReadSubject
+// reads.
 func (t *Topology) PlanMessage(ctx context.Context, session, planID string) (uint64, error) {
-	subj := t.PlansSubject(session)
+	subj := t.PlansStoredSubject(session)
 	streamName := t.PlanLog.CachedInfo().Config.Name
 	last, ok, err := t.leaderGet(ctx, streamName, msgGetRequest{LastFor: subj})
 	switch {
@@ -302,12 +303,13 @@ func (t *Topology) PlanMessage(ctx context.Context, session, planID string) (uin
 	return seq, err
 }
 
-// PlanConsumerAckFloor returns the stream sequence up to which the tool
-// workers' plan consumer (PlanConsumerName) has acknowledged or terminated
-// every plan message; ok is false when no tool worker created it yet (the
-// first one reads every plan).
-func (t *Topology) PlanConsumerAckFloor(ctx context.Context) (floor uint64, ok bool, err error) {
-	cons, err := t.PlanLog.Consumer(ctx, t.PlanConsumerName())
+// PlanConsumerAckFloor returns the stream sequence up to which the plan
+// consumer of the session's partition (PlanConsumerName), held by the
+// partition's owner, has acknowledged or terminated every plan message;
+// ok is false when no tool worker created it yet (the first one reads
+// every plan of the partition).
+func (t *Topology) PlanConsumerAckFloor(ctx context.Context, session string) (floor uint64, ok bool, err error) {
+	cons, err := t.PlanLog.Consumer(ctx, t.PlanConsumerName(t.PartitionOf(session)))
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return 0, false, nil
 	}

@@ -12,7 +12,7 @@ package stream_test
 import (
 	"context"
 	"errors"
-	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,9 +53,15 @@ func (rs *roleServer) stored(t *testing.T) map[string]map[string]uint64 {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out[name] = maps.Clone(info.State.Subjects)
-		if out[name] == nil {
-			out[name] = map[string]uint64{}
+		// Partitioned streams store jw.requests.<session> as
+		// jw.requests.<partition>.<session>: counted under the subject
+		// it was published on.
+		out[name] = map[string]uint64{}
+		for subj, n := range info.State.Subjects {
+			if parts := strings.Split(subj, "."); len(parts) == 4 {
+				subj = parts[0] + "." + parts[1] + "." + parts[3]
+			}
+			out[name][subj] += n
 		}
 	}
 	return out

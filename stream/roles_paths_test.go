@@ -140,7 +140,7 @@ func TestRolesLibraryPaths(t *testing.T) {
 	if err != nil || ack.Stream != "JW_REQUESTS" {
 		t.Fatalf("agent request: %v %v", ack, err)
 	}
-	cons, err := worker.Requests.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: "JW_worker_s-1", FilterSubject: worker.RequestsSubject("s-1"), AckPolicy: jetstream.AckExplicitPolicy})
+	cons, err := worker.Requests.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: "JW_worker_s-1", FilterSubject: worker.RequestsStoredSubject("s-1"), AckPolicy: jetstream.AckExplicitPolicy})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func TestRolesLibraryPaths(t *testing.T) {
 		t.Fatalf("recoverer publishes an assessment: %v", err)
 	}
 	for _, kind := range []string{"PLANS", "ASSESSMENTS"} {
-		subj := map[string]string{"PLANS": host.PlansSubject("s-1"), "ASSESSMENTS": host.AssessmentsSubject("s-1")}[kind]
+		subj := map[string]string{"PLANS": host.PlansStoredSubject("s-1"), "ASSESSMENTS": host.AssessmentsSubject("s-1")}[kind]
 		n := 0
 		if err := host.ReadSubject(ctx, host.StreamName(kind), subj, func(*jetstream.RawStreamMsg) error { n++; return nil }); err != nil || n != 1 {
 			t.Errorf("host reads %s: %d messages, %v", kind, n, err)

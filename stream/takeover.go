@@ -185,8 +185,13 @@ type Takeover struct {
 	Log *GuardedLog
 	// History is the session log through the fence.
 	History []schema.Event
-	// FenceSeq is the stream sequence of the session.fenced appended.
+	// FenceSeq is the stream sequence of the session.fenced appended, or
+	// with Resumed the sequence of the log's last event when it was read.
 	FenceSeq uint64
+	// Resumed is true when the log's last event was already the hold's
+	// own (its owner at its epoch: the hold confirmed the session before
+	// and nobody can have appended after it), so no fence was appended.
+	Resumed bool
 }
 
 // TakeoverOption changes how a takeover loads its history.
@@ -206,10 +211,14 @@ func WithLoaded(l Loaded) TakeoverOption {
 }
 
 // Confirm fences the session of hold at its epoch (FenceLoad) and returns
-// the takeover with the confirmed history and the guarded log. A hold that
-// is no longer good fails before anything is written. A log with no room
-// even for a fence is ErrLogClosed: nobody can append to it any more, so
-// its Load is confirmed as it stands. Confirm does not release the hold.
+// the takeover with the confirmed history and the guarded log. A log whose
+// last event is already the hold's own (its owner, its epoch) is confirmed
+// for it: the history is loaded and no fence appended (Takeover.Resumed),
+// so an owner that dropped a session from memory picks it up again with
+// reads only. A hold that is no longer good fails before anything is
+// written. A log with no room even for a fence is ErrLogClosed: nobody can
+// append to it any more, so its Load is confirmed as it stands. Confirm
+// does not release the hold.
 func (t *Topology) Confirm(ctx context.Context, hold Hold, opts ...TakeoverOption) (*Takeover, error) {
 	if err := hold.Err(); err != nil {
 		return nil, err
@@ -218,11 +227,11 @@ func (t *Topology) Confirm(ctx context.Context, hold Hold, opts ...TakeoverOptio
 	for _, opt := range opts {
 		opt(&o)
 	}
-	lg, h, err := t.fenceLoad(ctx, hold.Session(), hold.Owner(), hold.Epoch(), o.loaded)
+	lg, h, fenceSeq, resumed, err := t.fenceLoad(ctx, hold.Session(), hold.Owner(), hold.Epoch(), o.loaded, true)
 	if err != nil {
 		return nil, err
 	}
-	return &Takeover{Hold: hold, Log: &GuardedLog{log: lg, hold: hold}, History: h, FenceSeq: lg.LastSeq()}, nil
+	return &Takeover{Hold: hold, Log: &GuardedLog{log: lg, hold: hold}, History: h, FenceSeq: fenceSeq, Resumed: resumed}, nil
 }
 
 // TakeOver takes the session over for owner: it acquires a hold from acq

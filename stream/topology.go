@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,8 +27,20 @@ type TopologyConfig struct {
 	// single server, 3 in a cluster. Defaults to 1.
 	Replicas int
 	// LeaseTTL is how long a lease lives without renewal. Defaults to 10 s;
-	// at least 1 s.
+	// at least 1 s. It is one setting per deployment: it is stored with
+	// the leases bucket when that is created (MetaLeaseTTL), and
+	// EnsureTopology refuses another value (a *ConflictError naming
+	// "lease_ttl"); OpenTopology takes it from the bucket.
 	LeaseTTL time.Duration
+	// Partitions is how many partitions the sessions are divided into
+	// (see the package documentation): the request queue and the plan log
+	// are partitioned by the server with a subject transform, and a tool
+	// worker owns a partition, not a session. Every process of a
+	// deployment must use the same number: EnsureTopology refuses streams
+	// made with another one (a *ConflictError naming "partitions"), and
+	// OpenTopology takes the number from the streams. Defaults to
+	// DefaultPartitions; 1 to MaxPartitions.
+	Partitions int
 	// LeaseMarkerTTL is how long the server keeps the marker it writes when
 	// a lease expires (the bucket's LimitMarkerTTL). Defaults to 1 minute;
 	// at least 1 s.
@@ -73,6 +88,9 @@ func (c TopologyConfig) WithDefaults() TopologyConfig {
 	if c.RequestTimeout <= 0 {
 		c.RequestTimeout = 3 * time.Second
 	}
+	if c.Partitions <= 0 {
+		c.Partitions = DefaultPartitions
+	}
 	c.Limits = c.Limits.WithDefaults()
 	return c
 }
@@ -90,8 +108,27 @@ func (c TopologyConfig) validate() error {
 	if c.LeaseMarkerTTL < time.Second {
 		return fmt.Errorf("stream: TopologyConfig.LeaseMarkerTTL %s: at least 1s", c.LeaseMarkerTTL)
 	}
+	if c.Partitions > MaxPartitions {
+		return fmt.Errorf("stream: TopologyConfig.Partitions %d: at most %d", c.Partitions, MaxPartitions)
+	}
 	return nil
 }
+
+// DefaultPartitions is TopologyConfig.Partitions's default: enough for a
+// fleet of a few dozen tool workers, few enough that one worker owning
+// them all costs one lease renewal per partition and renew interval.
+const DefaultPartitions = 32
+
+// MetaLeaseTTL is the metadata key of the leases bucket's stream
+// (KV_<prefix>_leases) that holds the deployment's lease TTL (a Go
+// duration, "10s"), written when the bucket is created: EnsureTopology
+// refuses a TopologyConfig.LeaseTTL that differs (a *ConflictError naming
+// "lease_ttl" with both values), and OpenTopology takes the TTL from it.
+// A bucket made by an older jingwei has none and is taken as it is.
+const MetaLeaseTTL = "jingwei.lease_ttl"
+
+// MaxPartitions is the most partitions a topology may have.
+const MaxPartitions = 1024
 
 // Topology is jingwei's streams and buckets on one server or cluster, as
 // made sure of by EnsureTopology. Safe for concurrent use.
@@ -145,15 +182,83 @@ func streamName(prefix, kind string) string {
 	return strings.ToUpper(strings.ReplaceAll(prefix, "-", "_")) + "_" + kind
 }
 
-// PlanConsumerName is the durable consumer on JW_PLANS that the tool
-// workers share (<PREFIX>_toolworker_plans).
-func (t *Topology) PlanConsumerName() string { return t.StreamName("toolworker_plans") }
+// PlanConsumerName is the durable consumer on JW_PLANS of a partition
+// (<PREFIX>_toolworker_plans_p<partition>), held by the partition's owner.
+func (t *Topology) PlanConsumerName(partition int) string {
+	return t.StreamName("toolworker_plans_p" + strconv.Itoa(partition))
+}
+
+// RequestConsumerName is the durable consumer on JW_REQUESTS of a
+// partition (<PREFIX>_requests_p<partition>), created by the partition's
+// owner.
+func (t *Topology) RequestConsumerName(partition int) string {
+	return t.StreamName("requests_p" + strconv.Itoa(partition))
+}
 
 // EventsSubject returns jw.events.<session>.
 func (t *Topology) EventsSubject(session string) string { return t.Prefix + ".events." + session }
 
-// RequestsSubject returns jw.requests.<session>.
+// RequestsSubject returns jw.requests.<session>: where a request is
+// published. The server stores it as RequestsStoredSubject.
 func (t *Topology) RequestsSubject(session string) string { return t.Prefix + ".requests." + session }
+
+// RequestsStoredSubject returns jw.requests.<partition>.<session>: the
+// subject JW_REQUESTS stores a request of the session under (the
+// stream's subject transform adds the partition).
+func (t *Topology) RequestsStoredSubject(session string) string {
+	return t.storedSubject("requests", session)
+}
+
+// RequestsPartitionSubject returns jw.requests.<partition>.*: every
+// stored request of one partition (the filter of its consumer).
+func (t *Topology) RequestsPartitionSubject(partition int) string {
+	return t.Prefix + ".requests." + strconv.Itoa(partition) + ".*"
+}
+
+// PlansStoredSubject returns jw.plans.<partition>.<session>: the subject
+// JW_PLANS stores a plan of the session under.
+func (t *Topology) PlansStoredSubject(session string) string {
+	return t.storedSubject("plans", session)
+}
+
+// PlansPartitionSubject returns jw.plans.<partition>.*: every stored plan
+// of one partition.
+func (t *Topology) PlansPartitionSubject(partition int) string {
+	return t.Prefix + ".plans." + strconv.Itoa(partition) + ".*"
+}
+
+// storedSubject is <prefix>.<kind>.<partition>.<session>, or
+// <prefix>.<kind>.<session> on an unpartitioned store (an older
+// deployment opened read-only).
+func (t *Topology) storedSubject(kind, session string) string {
+	if t.cfg.Partitions == 0 {
+		return t.Prefix + "." + kind + "." + session
+	}
+	return t.Prefix + "." + kind + "." + strconv.Itoa(t.PartitionOf(session)) + "." + session
+}
+
+// Partitions returns the number of partitions the sessions are divided
+// into (TopologyConfig.Partitions, or what the streams say for a topology
+// opened read-only; 0 for an unpartitioned older store).
+func (t *Topology) Partitions() int { return t.cfg.Partitions }
+
+// PartitionOf returns the partition of a session: Partition(session,
+// t.Partitions()), the partition the server's subject transform files its
+// requests and plans under.
+func (t *Topology) PartitionOf(session string) int { return Partition(session, t.cfg.Partitions) }
+
+// Partition returns the partition of session among n partitions, exactly
+// as nats-server's subject transform function partition(n,1) computes it
+// on jw.requests.<session>: the 32-bit FNV-1a hash of the session id,
+// modulo n. It is 0 when n is not positive.
+func Partition(session string, n int) int {
+	if n <= 0 {
+		return 0
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(session))
+	return int(h.Sum32() % uint32(n))
+}
 
 // ReviewsSubject returns jw.reviews.<session>.
 func (t *Topology) ReviewsSubject(session string) string { return ReviewsSubject(t.Prefix, session) }
@@ -216,13 +321,26 @@ func (t *Topology) Drop(ctx context.Context) error {
 }
 
 // SessionOf returns the session token of a jingwei subject
-// (jw.events.s-1 → s-1), or "" if the subject has no session token.
+// (jw.events.s-1 → s-1, and the stored subject of a partitioned stream
+// jw.requests.7.s-1 → s-1), or "" if the subject has no session token.
 func SessionOf(subject string) string {
 	parts := strings.Split(subject, ".")
-	if len(parts) != 3 {
-		return ""
+	switch {
+	case len(parts) == 3:
+		return parts[2]
+	case len(parts) == 4 && isDigits(parts[2]):
+		return parts[3]
 	}
-	return parts[2]
+	return ""
+}
+
+func isDigits(s string) bool {
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return s != ""
 }
 
 // streamSpecs is what jingwei needs of its streams; existing streams are
@@ -230,15 +348,20 @@ func SessionOf(subject string) string {
 func (c TopologyConfig) streamSpecs() []jetstream.StreamConfig {
 	p := c.Prefix
 	mk := func(kind, subj, desc string, ret jetstream.RetentionPolicy) jetstream.StreamConfig {
+		var tr *jetstream.SubjectTransformConfig
+		if subj == "requests" || subj == "plans" {
+			tr = partitionTransform(p+"."+subj, c.Partitions)
+		}
 		return jetstream.StreamConfig{
-			Name:        streamName(p, kind),
-			Description: desc,
-			Subjects:    []string{p + "." + subj + ".*"},
-			Retention:   ret,
-			Storage:     jetstream.FileStorage,
-			Replicas:    c.Replicas,
-			Duplicates:  c.Duplicates,
-			Discard:     jetstream.DiscardOld,
+			SubjectTransform: tr,
+			Name:             streamName(p, kind),
+			Description:      desc,
+			Subjects:         []string{p + "." + subj + ".*"},
+			Retention:        ret,
+			Storage:          jetstream.FileStorage,
+			Replicas:         c.Replicas,
+			Duplicates:       c.Duplicates,
+			Discard:          jetstream.DiscardOld,
 		}
 	}
 	// Every jingwei stream is an audit trail or a work queue whose messages
@@ -261,9 +384,36 @@ func (c TopologyConfig) streamSpecs() []jetstream.StreamConfig {
 	return specs
 }
 
+// partitionTransform is the subject transform that files <base>.<session>
+// under <base>.<partition>.<session>.
+func partitionTransform(base string, n int) *jetstream.SubjectTransformConfig {
+	return &jetstream.SubjectTransformConfig{
+		Source:      base + ".*",
+		Destination: base + ".{{partition(" + strconv.Itoa(n) + ",1)}}.{{wildcard(1)}}",
+	}
+}
+
+// partitionsOf returns the number of partitions a stream's subject
+// transform files its subjects under, 0 when it has no partition
+// transform.
+func partitionsOf(sc jetstream.StreamConfig) int {
+	if sc.SubjectTransform == nil {
+		return 0
+	}
+	m := partitionRE.FindStringSubmatch(sc.SubjectTransform.Destination)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+var partitionRE = regexp.MustCompile(`\{\{\s*partition\(\s*(\d+)\s*,\s*1\s*\)\s*\}\}`)
+
 func (c TopologyConfig) bucketSpecs() []jetstream.KeyValueConfig {
 	return []jetstream.KeyValueConfig{
-		{Bucket: c.Prefix + "_leases", Description: "jingwei session leases", History: 1, Storage: jetstream.FileStorage, Replicas: c.Replicas, LimitMarkerTTL: c.LeaseMarkerTTL},
+		{Bucket: c.Prefix + "_leases", Description: "jingwei session and partition leases, worker registry", History: 1, Storage: jetstream.FileStorage, Replicas: c.Replicas, LimitMarkerTTL: c.LeaseMarkerTTL,
+			Metadata: map[string]string{MetaLeaseTTL: c.LeaseTTL.String()}},
 		{Bucket: c.Prefix + "_plans", Description: "jingwei plan state", History: 1, Storage: jetstream.FileStorage, Replicas: c.Replicas},
 		{Bucket: c.Prefix + "_budget", Description: "jingwei tool-call budgets", History: 1, Storage: jetstream.FileStorage, Replicas: c.Replicas},
 	}
@@ -304,6 +454,11 @@ func topology(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig, c
 	}
 	t.Events, t.Requests, t.Reviews, t.PlanLog, t.Assessments, t.Answers = streams[0], streams[1], streams[2], streams[3], streams[4], streams[5]
 	t.Approvals = streams[6]
+	if !create {
+		// A reader takes the partitions from the streams (0: an older,
+		// unpartitioned store).
+		t.cfg.Partitions = partitionsOf(t.Requests.CachedInfo().Config)
+	}
 	kvs := make([]jetstream.KeyValue, 0, 3)
 	for _, want := range cfg.bucketSpecs() {
 		kv, err := ensureBucket(ctx, js, want, create, create && cfg.Repair)
@@ -313,6 +468,17 @@ func topology(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig, c
 		kvs = append(kvs, kv)
 	}
 	t.Leases, t.Plans, t.Budget = kvs[0], kvs[1], kvs[2]
+	if !create {
+		// A reader takes the lease TTL from the bucket, where the
+		// deployment stored it.
+		if st, err := t.Leases.Status(ctx); err == nil {
+			if si, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+				if d, err := time.ParseDuration(si.StreamInfo().Config.Metadata[MetaLeaseTTL]); err == nil && d > 0 {
+					t.cfg.LeaseTTL = d
+				}
+			}
+		}
+	}
 	return t, nil
 }
 
@@ -393,6 +559,15 @@ func compareStream(have, want jetstream.StreamConfig) error {
 	}
 	if have.Retention != want.Retention {
 		return c("retention", have.Retention.String(), want.Retention.String())
+	}
+	if want.SubjectTransform != nil {
+		hn, wn := partitionsOf(have), partitionsOf(want)
+		switch {
+		case hn == 0:
+			return c("partitions", "none (no subject transform "+want.SubjectTransform.Destination+")", fmt.Sprintf("%d: an unpartitioned queue made by an older jingwei; drain it and recreate it", wn))
+		case hn != wn || *have.SubjectTransform != *want.SubjectTransform:
+			return c("partitions", fmt.Sprint(hn), fmt.Sprintf("%d (TopologyConfig.Partitions: every process of a deployment must use the same number)", wn))
+		}
 	}
 	if have.Storage != want.Storage {
 		return c("storage", have.Storage.String(), want.Storage.String())
@@ -509,6 +684,11 @@ func compareBucket(name string, st jetstream.KeyValueStatus, want jetstream.KeyV
 	}
 	if si, ok := st.(*jetstream.KeyValueBucketStatus); ok {
 		have := si.StreamInfo().Config
+		if w, ok := want.Metadata[MetaLeaseTTL]; ok {
+			if h, ok := have.Metadata[MetaLeaseTTL]; ok && h != w {
+				return c("lease_ttl", h, w+" (TopologyConfig.LeaseTTL, --lease-ttl: every process of a deployment must use the deployment's lease TTL)")
+			}
+		}
 		if r := max(have.Replicas, 1); r != want.Replicas {
 			return c("replicas", fmt.Sprint(r), fmt.Sprint(want.Replicas))
 		}

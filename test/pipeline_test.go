@@ -263,7 +263,7 @@ func TestPipelineCrashAndRecovery(t *testing.T) {
 	}
 	api.prepareRefused(ctx, "o-1", crashed["o-1"].CallID, "") // superseded or consumed: anything but a plan
 	streamtest.Eventually(t, waitLimit, "plans consumer idle", func() bool {
-		ci, err := topo.PlanLog.Consumer(ctx, topo.StreamName("toolworker_plans"))
+		ci, err := topo.PlanLog.Consumer(ctx, topo.PlanConsumerName(topo.PartitionOf("o-1")))
 		if err != nil {
 			return false
 		}
@@ -290,14 +290,16 @@ func TestPipelineCrashAndRecovery(t *testing.T) {
 		}
 	}
 	for s, plan := range plans {
-		info, err := topo.PlanLog.Info(ctx, jetstream.WithSubjectFilter(topo.PlansSubject(s)))
+		// Published on jw.plans.<session>, stored under the session's
+		// partition: jw.plans.<partition>.<session>.
+		info, err := topo.PlanLog.Info(ctx, jetstream.WithSubjectFilter(topo.PlansStoredSubject(s)))
 		// One publication by the recovery worker, one by the test.
 		want := uint64(1)
 		if s == "o-1" {
 			want = 2
 		}
-		if err != nil || info.State.Subjects[topo.PlansSubject(s)] != want {
-			t.Errorf("%s: messages on %s for plan %s: %v (%v), want %d", s, topo.PlansSubject(s), plan.PlanID, info.State.Subjects, err, want)
+		if err != nil || info.State.Subjects[topo.PlansStoredSubject(s)] != want {
+			t.Errorf("%s: messages on %s for plan %s: %v (%v), want %d", s, topo.PlansStoredSubject(s), plan.PlanID, info.State.Subjects, err, want)
 		}
 	}
 	for _, s := range []string{"p-2", "p-3"} {

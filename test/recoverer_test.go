@@ -237,7 +237,7 @@ func TestLostPlanMessageDeliveredAgain(t *testing.T) {
 		t.Fatalf("prepare: %s", code)
 	}
 	// The plan's message is terminated through the tool workers' consumer.
-	cons, err := s.topo.PlanLog.Consumer(ctx, s.topo.PlanConsumerName())
+	cons, err := s.topo.PlanLog.Consumer(ctx, s.topo.PlanConsumerName(s.topo.PartitionOf("s-lost")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,8 +284,8 @@ func TestLostPlanMessageDeliveredAgain(t *testing.T) {
 	if code := s.api(service.EndpointPrepare, service.Target{Session: "s-lost", CallID: first}, &again); code != string(schema.CodeSupersededCall) {
 		t.Fatalf("prepare after the retry: %q, want superseded_call", code)
 	}
-	info, err := s.topo.PlanLog.Info(ctx, jetstream.WithSubjectFilter(s.topo.PlansSubject("s-lost")))
-	if err != nil || info.State.Subjects[s.topo.PlansSubject("s-lost")] != 2 {
+	info, err := s.topo.PlanLog.Info(ctx, jetstream.WithSubjectFilter(s.topo.PlansStoredSubject("s-lost")))
+	if err != nil || info.State.Subjects[s.topo.PlansStoredSubject("s-lost")] != 2 {
 		t.Fatalf("plan messages %v %v, want the first and one more", info.State.Subjects, err)
 	}
 }

@@ -134,7 +134,7 @@ func (r *Runtime) park(ctx context.Context, t *registered, a Admission, usage fu
 		// As in CallWithOptions: jw_budget unavailable is not a refusal.
 		// Nothing more is written; the call stays open with its start
 		// marker and no approval.requested (not_started after the fence).
-		r.log.Error().Err(err).Str("call_id", res.CallID).Msg("budget unavailable; call left open (not started), not rejected")
+		r.sessionLog().Error().Err(err).Str("call_id", res.CallID).Msg("budget unavailable; call left open (not started), not rejected")
 		return res, &schema.Error{Code: schema.CodeLog, CallID: res.CallID, Message: "budget unavailable, call not started: " + err.Error(), Err: err}
 	case err != nil:
 		pc.budgetStage, pc.budgetWhy = schema.StageBudget, "budget unavailable: "+err.Error()
@@ -143,14 +143,14 @@ func (r *Runtime) park(ctx context.Context, t *registered, a Admission, usage fu
 	}
 	pc.deadline = r.cfg.Now().UTC().Add(approvalTimeout(t)).Truncate(time.Second)
 	if _, err := r.append(ctx, schema.Event{Type: schema.TypeApprovalRequested, ApprovalRequest: &schema.ApprovalRequest{CallID: res.CallID, Deadline: pc.deadline}}); err != nil {
-		r.log.Error().Err(err).Str("call_id", res.CallID).Msg("approval.requested not recorded")
+		r.sessionLog().Error().Err(err).Str("call_id", res.CallID).Msg("approval.requested not recorded")
 		return res, err
 	}
 	r.amu.Lock()
 	r.pending[res.CallID] = pc
 	r.amu.Unlock()
 	r.ask(ctx, pc)
-	r.log.Info().Str("call_id", res.CallID).Str("tool", a.Tool).Time("deadline", pc.deadline).Msg("call waits for approval")
+	r.sessionLog().Info().Str("call_id", res.CallID).Str("tool", a.Tool).Time("deadline", pc.deadline).Msg("call waits for approval")
 	return res, &schema.Error{Code: schema.CodeApprovalPending, CallID: res.CallID, Message: fmt.Sprintf("call %s of %s waits for approval until %s", res.CallID, a.Tool, pc.deadline.Format(time.RFC3339))}
 }
 
@@ -169,7 +169,7 @@ func (r *Runtime) ask(ctx context.Context, pc *parked) {
 		Session: r.cfg.Session, CallID: pc.res.CallID, Task: pc.res.Operation.Task, Tool: pc.tool,
 		Arguments: json.RawMessage(pc.args), ArgsDigest: digest, Deadline: pc.deadline, At: r.cfg.Now().UTC(),
 	}); err != nil {
-		r.log.Warn().Err(err).Str("call_id", pc.res.CallID).Msg("approval request not published (approval.requested is on the log)")
+		r.sessionLog().Warn().Err(err).Str("call_id", pc.res.CallID).Msg("approval request not published (approval.requested is on the log)")
 	}
 }
 
@@ -290,10 +290,10 @@ func (r *Runtime) Resume(ctx context.Context, a schema.Approval, received time.T
 		return r.reject(ctx, pc, schema.StageApproval, "tool "+pc.tool+" is no longer registered")
 	}
 	if _, err := r.append(ctx, schema.Event{Type: schema.TypeApprovalGranted, Approval: &a}); err != nil {
-		r.log.Error().Err(err).Str("call_id", a.CallID).Msg("approval.granted not recorded; body not run")
+		r.sessionLog().Error().Err(err).Str("call_id", a.CallID).Msg("approval.granted not recorded; body not run")
 		return pc.res, err
 	}
-	r.log.Info().Str("call_id", a.CallID).Str("approver", a.Approver).Msg("approved")
+	r.sessionLog().Info().Str("call_id", a.CallID).Str("approver", a.Approver).Msg("approved")
 	if pc.budgetStage != "" {
 		return r.reject(ctx, pc, pc.budgetStage, pc.budgetWhy)
 	}
@@ -307,7 +307,7 @@ func (r *Runtime) Resume(ctx context.Context, a schema.Approval, received time.T
 func (r *Runtime) reject(ctx context.Context, pc *parked, stage schema.Stage, why string) (Result, error) {
 	res := pc.res
 	res.Status, res.Stage, res.Error = schema.StatusRejected, stage, why
-	r.log.Info().Str("call_id", res.CallID).Str("stage", string(stage)).Str("reason", why).Msg("call rejected")
+	r.sessionLog().Info().Str("call_id", res.CallID).Str("stage", string(stage)).Str("reason", why).Msg("call rejected")
 	return r.finish(ctx, res, &schema.Error{Code: schema.CodeRejected, Stage: stage, CallID: res.CallID, Message: why})
 }
 
@@ -340,7 +340,7 @@ func (r *Runtime) StopTask(ctx context.Context, task, by, reason string) error {
 	r.amu.Lock()
 	r.stopped[task] = st
 	r.amu.Unlock()
-	r.log.Info().Str("task", task).Str("by", by).Str("reason", reason).Msg("task stopped")
+	r.sessionLog().Info().Str("task", task).Str("by", by).Str("reason", reason).Msg("task stopped")
 	for _, pc := range r.pendingList() {
 		if pc.res.Operation.Task == task && r.take(pc.res.CallID) != nil {
 			_, _ = r.reject(ctx, pc, schema.StageApproval, "task "+task+" was stopped")

@@ -226,7 +226,6 @@ func (c Config) validate() error {
 // fenced, every later call fails with ErrFenced without touching the log.
 type Runtime struct {
 	cfg    Config
-	log    zerolog.Logger
 	fenced atomic.Bool
 
 	// dc is cfg.Budget as a DeferringCounter when it is one and the
@@ -262,7 +261,9 @@ func New(cfg Config) (*Runtime, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	r := &Runtime{cfg: cfg, log: cfg.Logger.With().Str("session", cfg.Session).Logger()}
+	// No logger with the session in its context is kept (500 bytes a
+	// runtime, and a tool worker holds thousands): log lines add it.
+	r := &Runtime{cfg: cfg}
 	known := recordedCalls(cfg)
 	if dc, ok := cfg.Budget.(DeferringCounter); ok && known != nil {
 		r.recorded, r.dc, r.reconciled = known, dc, make(map[string]bool)
@@ -276,6 +277,7 @@ func New(cfg Config) (*Runtime, error) {
 		}
 	}
 	r.loadApprovals()
+	r.cfg.History = nil // read here only: not kept with the runtime
 	return r, nil
 }
 
@@ -414,7 +416,7 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 		}
 		if id, ok := r.retriedBy(opts.Retry.PriorCallID); ok {
 			err := &schema.Error{Code: schema.CodePlanConsumed, Message: fmt.Sprintf("plan %s: the log already holds attempt %s of call %s", opts.Retry.PlanID, id, opts.Retry.PriorCallID), Err: stream.ErrPlanConsumed}
-			r.log.Warn().Err(err).Str("tool", tool).Str("plan_id", opts.Retry.PlanID).Msg("retry plan refused: its call was retried already (jw_plans says otherwise?)")
+			r.cfg.Logger.Warn().Str("session", r.cfg.Session).Err(err).Str("tool", tool).Str("plan_id", opts.Retry.PlanID).Msg("retry plan refused: its call was retried already (jw_plans says otherwise?)")
 			return Result{}, err
 		}
 		// Only a runtime that knows the confirmed history (retried != nil)
@@ -428,12 +430,12 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 			Epoch: r.epoch(), MayComplete: known,
 		}, *opts.Retry)
 		if err != nil {
-			r.log.Info().Err(err).Str("tool", tool).Str("plan_id", opts.Retry.PlanID).Msg("retry plan refused")
+			r.cfg.Logger.Info().Str("session", r.cfg.Session).Err(err).Str("tool", tool).Str("plan_id", opts.Retry.PlanID).Msg("retry plan refused")
 			return Result{}, err
 		}
 		op, callID = taken.Operation, taken.CallID
 		if taken.Completed {
-			r.log.Info().Str("call_id", callID).Str("plan_id", opts.Retry.PlanID).Msg("plan consumed by a fenced writer whose attempt never reached the log: completing that attempt")
+			r.cfg.Logger.Info().Str("session", r.cfg.Session).Str("call_id", callID).Str("plan_id", opts.Retry.PlanID).Msg("plan consumed by a fenced writer whose attempt never reached the log: completing that attempt")
 		}
 	} else {
 		op = schema.Operation{Task: task, Key: "op-" + randomID(), Contract: t.Metadata.Contract}
@@ -441,7 +443,7 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 	res := Result{CallID: callID, Operation: op}
 	// The call's logger is built only when something is logged.
 	lg := func() *zerolog.Logger {
-		lc := r.log.With().Str("call_id", callID).Str("tool", tool).Str("task", task).Str("op_key", op.Key)
+		lc := r.cfg.Logger.With().Str("session", r.cfg.Session).Str("call_id", callID).Str("tool", tool).Str("task", task).Str("op_key", op.Key)
 		if op.Retry != nil {
 			// A plan consumed by an attempt whose tool.call is then not
 			// recorded leaves its prior call without a usable successor
@@ -510,7 +512,7 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 func (r *Runtime) startAndRun(ctx context.Context, t *registered, args json.RawMessage, res Result) (Result, error) {
 	callID, op, tool := res.CallID, res.Operation, t.Metadata.Name
 	lg := func() *zerolog.Logger {
-		l := r.log.With().Str("call_id", callID).Str("tool", tool).Str("task", op.Task).Str("op_key", op.Key).Logger()
+		l := r.sessionLog().With().Str("call_id", callID).Str("tool", tool).Str("task", op.Task).Str("op_key", op.Key).Logger()
 		return &l
 	}
 	// Step 5: tool.started, and only after its ack the body.
@@ -584,7 +586,7 @@ func (r *Runtime) countNow(ctx context.Context, task string) (stream.Usage, erro
 		if err == nil || !Transient(err) || ctx.Err() != nil {
 			return u, err
 		}
-		r.log.Warn().Err(err).Str("task", task).Dur("retry_in", wait).Msg("jw_budget unavailable; counting again")
+		r.sessionLog().Warn().Err(err).Str("task", task).Dur("retry_in", wait).Msg("jw_budget unavailable; counting again")
 		select {
 		case <-ctx.Done():
 			return u, err
@@ -734,7 +736,7 @@ func (r *Runtime) finish(ctx context.Context, res Result, callErr error) (Result
 		CallID: res.CallID, Status: res.Status, Stage: res.Stage, Retryable: res.Retryable,
 		Output: res.Output, Error: res.Error,
 	}}); err != nil {
-		r.log.Error().Err(err).Str("call_id", res.CallID).Str("status", string(res.Status)).Msg("tool.result not recorded")
+		r.cfg.Logger.Error().Str("session", r.cfg.Session).Err(err).Str("call_id", res.CallID).Str("status", string(res.Status)).Msg("tool.result not recorded")
 		return res, err
 	}
 	return res, callErr
@@ -777,4 +779,11 @@ func randomID() string {
 		out[2*i], out[2*i+1] = hex[c>>4], hex[c&15]
 	}
 	return string(out)
+}
+
+// sessionLog returns the runtime's logger with the session: built when a
+// line is logged, not kept with every runtime (a worker holds many).
+func (r *Runtime) sessionLog() *zerolog.Logger {
+	l := r.cfg.Logger.With().Str("session", r.cfg.Session).Logger()
+	return &l
 }

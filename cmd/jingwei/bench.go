@@ -26,14 +26,21 @@ JetStream operation it is built on, in the same run: fenced appends (1 and
 classification, Inspect of a 100,000-event history, plan issuance with 4
 racing issuers (and the duplicate count), crash-to-assessment latency after
 SIGKILL of a 'jingwei worker' child, and the resident memory of a 'jingwei
-recover' child after 1,000,000 events. Figures are medians over rounds that
+recover' child after 1,000,000 events, and the fleet scale rows (--only
+scale): a recovery storm of 1,000 and 10,000 open calls (time to assess
+them all after their owner died, and assessments stored twice), the lease
+and KV writes per second while 10,000 sessions sit idle and the worker heap
+per held session, and 100,000 sessions with one call each through one
+'jingwei worker' child and one recovery worker (calls ok, the most
+consumers on any stream, wall time). Figures are medians over rounds that
 alternate jingwei and raw; ratio is always jingwei / raw (rates: higher is
 better; times: lower is better; the target column says which).
 
 The interval durability mode runs every scenario; a second server with sync
 always then repeats appends and runtime. --quick runs interval only, with
-fewer rounds and events (100,000 events for the memory scenario), in well
-under a minute: the scenario names say what was cut.
+fewer rounds and events (100,000 events for the memory scenario, 5,000
+sessions for the fleet run), in a few minutes: the scenario names say
+what was cut.
 
 Exit status: 0 every scenario ran, whether or not its target was met (read
 the met column; --strict makes a missed target exit 1); 1 a scenario could

@@ -26,8 +26,9 @@ const workerHelp = `  jingwei worker [--server URL] [--owner NAME] [--lease-ttl 
                  [--health ADDR]
 
 Runs a tool worker with the example tools (orders.create, payments.charge,
-catalog.lookup). It takes tool requests from jw.requests.<session>, owns each
-session through its lease (one owner at a time, requests in order), records
+catalog.lookup). It takes tool requests from jw.requests.<session>, owns
+partitions of sessions through partition leases (one owner per partition,
+requests of a session in order, sessions in parallel), records
 every call on the session log and runs it through the canonical runtime, and
 executes the retry plans published on jw.plans.<session>. It also serves
 jw.api.call (micro service 'jingwei-gateway'): a call is published on the work
@@ -35,10 +36,12 @@ queue and answered with its tool.result from the session log, or with
 result_pending after --call-timeout. A request is
 acknowledged once its tool.call is recorded; a request whose request_id is
 already in the log is never run again. Run as many workers as you like against
-one server: sessions spread over them (--max-sessions each).
+one server: the partitions spread over them (each takes its share, and gives
+one back when another worker joins), and a worker that dies leaves its
+partitions to the others after --lease-ttl.
 
 SIGTERM or SIGINT drains: no new requests, running bodies finish (at most
---drain-timeout), then leases are released.
+--drain-timeout), then the partitions' consumers and leases are released.
 
 --tool-delay and --tool-delay-after slow every body down, for demos and crash
 tests: the first waits before the body does anything, the second after its
@@ -52,7 +55,9 @@ and 'jingwei serve' write) and issued in jw_plans for exactly that plan.
 Credentials: --creds FILE or --nkey FILE, else the worker role's key in the
 --auth directory (default ./.jingwei/auth when it exists).
 
---lease-ttl must be the same for every process of a deployment.
+--lease-ttl must be the same for every process of a deployment: it is stored
+with the leases bucket when the topology is made, and a worker started with
+another value is refused (a topology conflict naming lease_ttl).
 
 Infrastructure is waited for, never a reason to exit: a server not there
 yet, JetStream not ready or without quorum (a cluster starting, a node
@@ -110,8 +115,8 @@ type toolFlags struct {
 func (t *toolFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&t.trustPlanners, "trust-planners", envOr("JINGWEI_TRUST_PLANNERS", ""), "file of plan-signer public keys whose retry plans this worker runs, one per line (default <auth dir>/planners; env JINGWEI_TRUST_PLANNERS)")
 	fs.StringVar(&t.owner, "owner", "", "owner id of this tool worker in leases and fences (default tw-<host>-<pid>-<random>; must be unique)")
-	fs.IntVar(&t.maxSessions, "max-sessions", toolworker.DefaultMaxSessions, "most sessions this worker owns at once")
-	fs.DurationVar(&t.idle, "idle", toolworker.DefaultIdleTimeout, "give a session back after this long without work")
+	fs.IntVar(&t.maxSessions, "max-sessions", toolworker.DefaultMaxSessions, "most sessions this worker runs a call of at once (sessions beyond wait for a slot, counted and logged)")
+	fs.DurationVar(&t.idle, "idle", toolworker.DefaultIdleTimeout, "drop a session from memory after this long without work (its partition stays owned)")
 	fs.DurationVar(&t.drainTimeout, "drain-timeout", toolworker.DefaultDrainTimeout, "on SIGTERM, how long running bodies may take before they are cancelled")
 	fs.DurationVar(&t.delay, "tool-delay", 0, "wait this long before every tool body (demos, crash tests)")
 	fs.DurationVar(&t.delayAfter, "tool-delay-after", 0, "wait this long after every tool body's side effect, before its answer (demos, crash tests)")

@@ -63,7 +63,14 @@ type Config struct {
 	Observer Observer
 	// Now is the clock plans are stamped with. Defaults to time.Now.
 	Now func() time.Time
+	// Parallelism is how many sessions the recoverer takes over at once
+	// when a partition's lease expires (a recovery storm) and when it
+	// reconciles at start. Defaults to DefaultParallelism.
+	Parallelism int
 }
+
+// DefaultParallelism is Config.Parallelism's default.
+const DefaultParallelism = 128
 
 // DefaultName is Config.Name's default.
 const DefaultName = "main"
@@ -78,6 +85,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.Parallelism <= 0 {
+		c.Parallelism = DefaultParallelism
 	}
 	if len(c.TrustedPlanners) == 0 && c.PlannerKey != nil {
 		if pub, err := c.PlannerKey.PublicKey(); err == nil {

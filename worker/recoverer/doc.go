@@ -11,12 +11,14 @@
 //
 //   - the publisher (publish.go) puts assessments on
 //     jw.assessments.<session>, async for the classifier, with a Msg-Id
-//     after a load;
+//     for calls closed by a fence and after a load;
 //   - the classifier (classify.go) consumes jw.events.> and keeps the open
 //     calls (recovery.OpenCalls) to assess every call that finishes;
-//   - the takeovers (takeover.go) watch lease expiry, take sessions over
-//     (stream.Topology.TakeOver: lease, fence, load, release on failure),
-//     reconcile at start and repair a takeover a recoverer did not finish;
+//   - the takeovers (takeover.go) watch the expiry of session and
+//     partition leases and fence the sessions whose writer is gone
+//     (stream.Topology.TakeOver with stream.Topology.RecoveryHolds), in
+//     parallel on one bounded pool (Config.Parallelism), and reconcile at
+//     start;
 //   - the review checker (reviews.go) consumes jw.reviews.> and judges the
 //     reviews of a call for prepare and status;
 //   - the issuer (prepare.go) prepares plans from confirmed histories,
@@ -33,11 +35,12 @@
 //
 // A [Recoverer] consumes every session log (jw.events.>) with a durable
 // consumer and publishes an assessment on jw.assessments.<session> for every
-// call whose result arrives. It takes over sessions whose lease expired
-// while calls were open (new epoch, session.fenced, load, inspect) and
-// publishes their assessments; after a restart it reconciles — sessions with
-// open calls and no live lease are taken over — before trusting the lease
-// watcher. It checks reviews (jw.reviews.>) against the trusted reviewer
+// call whose result arrives, and for every call a session.fenced closes. It
+// fences the sessions with open calls whose writer is gone — the lease of
+// the session or of its partition expired (a recovery storm when a tool
+// worker dies: its partitions' sessions are fenced in parallel); after a
+// restart it reconciles — sessions with open calls and nobody who may
+// still write them are fenced — before trusting the lease watchers. It checks reviews (jw.reviews.>) against the trusted reviewer
 // keys, answers prepare requests, and issues each retry plan exactly once:
 // a KV create on the plan id in jw_plans, then a publish on
 // jw.plans.<session> with Nats-Msg-Id set to the plan id. Plans are issued
@@ -59,7 +62,10 @@
 // opened before a restart, below the consumer's acknowledged floor). A
 // session.fenced event closes every open call of an older epoch: the old
 // writer can no longer append their results, so their assessment (no
-// result, or not started by the start marker) is final and published then.
+// result, or not started by the start marker) is final and published then
+// — the one place such an assessment is published, whoever wrote the
+// fence. A fence of a session whose calls an earlier run saw opened (below
+// the consumer's floor at start) is resolved from the loaded log instead.
 //
 // The incremental path does not re-verify the history (corrupt_history is
 // reported by inspect and by a prepare that plans, which load and verify
@@ -95,19 +101,20 @@
 //
 // # Confirmed histories, prepare and takeover
 //
-// A takeover acquires the lease (a new epoch), appends session.fenced,
-// loads the log, publishes the assessments of the calls the fence closed
-// and releases the lease. A recoverer that dies between the fence and its
-// assessments leaves its lease to expire; the recoverer that sees that
-// expiry publishes them (for fences by owners named "recoverer-…", the
-// default Owner).
+// A takeover checks that nobody may still write the session
+// (stream.Topology.Writer), appends session.fenced at the epoch just above
+// the log's (below any later owner of the partition) and loads the log. It
+// publishes nothing: the classifier publishes the assessments of the calls
+// the fence closed when it reads the fence, so a recoverer that dies right
+// after the fence loses nothing (the fence is in the log). Only a log too
+// full for a fence is assessed by the takeover itself.
 //
 // Prepare plans only from a confirmed history. A call with a result, or one
 // left open before a session.fenced event of a newer epoch, is confirmed.
-// A call still open while the session's lease is live belongs to a running
-// writer: prepare refuses it with not_confirmed rather than fencing a live
-// writer. A call still open with no live lease is taken over first (lease,
-// fence, release) and then planned.
+// A call still open while a writer may still write the session belongs to
+// a running writer: prepare refuses it with not_confirmed rather than
+// fencing a live writer. A call still open with nobody to write it is
+// taken over first (fence) and then planned.
 //
 // # Exactly-once plans
 //

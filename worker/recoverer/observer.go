@@ -17,7 +17,8 @@ type Observer interface {
 	Assessed(a schema.Assessment)
 	// TookOver reports a takeover of session: the confirmed history h it
 	// loaded (the fence included, when there is one) and the assessments
-	// it published of the calls the takeover closed.
+	// of the calls the takeover closed (the classifier publishes them when
+	// it reads the fence; Assessed reports them then).
 	TookOver(session string, h []schema.Event, assessed []schema.Assessment)
 }
 

@@ -84,17 +84,30 @@ func (r *issuer) prepare(ctx context.Context, session, callID string) (schema.Pl
 	h := loaded.Events
 	if recovery.IsOpen(h, callID) {
 		// Not confirmed: a writer may still finish the call.
-		if lv, live, err := r.t.LeaseHolder(ctx, session); err != nil {
+		if lv, live, err := r.t.Writer(ctx, session); err != nil {
 			return schema.Plan{}, err
 		} else if live {
 			return schema.Plan{}, schema.Errorf(schema.CodeNotConfirmed, "call %q is still open and session %s is owned by %q (epoch %d): wait for its result or for the lease to expire", callID, session, lv.Owner, lv.Epoch)
 		}
 		// The takeover reads only what the log got since the load above.
-		if _, h, err = r.leases.takeOver(ctx, session, stream.WithLoaded(loaded)); err != nil {
-			if errors.Is(err, stream.ErrLeaseHeld) {
+		var terr error
+		if _, h, terr = r.leases.takeOver(ctx, session, stream.WithLoaded(loaded)); terr != nil {
+			switch {
+			case errors.Is(terr, stream.ErrLeaseHeld):
 				return schema.Plan{}, schema.Errorf(schema.CodeNotConfirmed, "call %q is still open and session %s was just taken by a writer", callID, session)
+			case errors.Is(terr, stream.ErrFenced):
+				// A new owner of the session's partition fenced it first:
+				// its fence closed the call, so the history is confirmed
+				// now; read it again.
+				if h, err = r.t.Load(ctx, session); err != nil {
+					return schema.Plan{}, err
+				}
+				if recovery.IsOpen(h, callID) {
+					return schema.Plan{}, schema.Errorf(schema.CodeNotConfirmed, "call %q is still open and session %s was just taken by a writer", callID, session)
+				}
+			default:
+				return schema.Plan{}, terr
 			}
-			return schema.Plan{}, err
 		}
 	}
 	if room := r.t.WriterRoom(h); room < retryRoom {
@@ -213,7 +226,7 @@ func (r *issuer) ensureDeliverable(ctx context.Context, plan schema.Plan) error 
 	if last == 0 {
 		return r.publishPlan(ctx, plan)
 	}
-	floor, ok, err := r.t.PlanConsumerAckFloor(ctx)
+	floor, ok, err := r.t.PlanConsumerAckFloor(ctx, plan.Session)
 	if err != nil || !ok || floor < last {
 		return err // no tool worker ran yet, or still pending or in a worker's hands
 	}

@@ -17,9 +17,11 @@ import (
 // HeaderAssessmentID carries an assessment's identity,
 // "a.<session>.<call_id>.<evidence>": the same for the same assessment from
 // any recoverer, so consumers can drop repeats (a redelivery after a
-// crash, several recoverers). Only assessments published after a load
-// (takeover, retries) also use it as Nats-Msg-Id; the classifier's do not,
-// because server-side dedup costs a third of its throughput.
+// crash, several recoverers). Assessments of calls closed by a fence, and
+// those published after a load, also use it as Nats-Msg-Id; the
+// classifier's assessments of results do not, because server-side dedup
+// costs a third of its throughput (a redelivery after a crash may repeat
+// those: count them by this header).
 const HeaderAssessmentID = "Jw-Assessment-Id"
 
 // publisher publishes assessments on jw.assessments.<session> (async for
@@ -60,7 +62,9 @@ func (p *publisher) assessmentMsg(a schema.Assessment) (msg *nats.Msg, id string
 }
 
 // publishAsync publishes an assessment without waiting for its ack
-// (awaitPublished waits); dedup sets its assessment id as Nats-Msg-Id.
+// (awaitPublished waits). With dedup its id is also the Nats-Msg-Id: for
+// the assessments of calls closed by a fence, which a storm publishes by
+// the thousand and a redelivery after a crash would repeat.
 func (p *publisher) publishAsync(a schema.Assessment, dedup bool) (pending, error) {
 	msg, id := p.assessmentMsg(a)
 	var opts []jetstream.PublishOpt

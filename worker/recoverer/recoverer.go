@@ -58,10 +58,10 @@ func New(cfg Config) (*Recoverer, error) {
 	if r.pub, err = newPublisher(b, r.noted); err != nil {
 		return nil, err
 	}
-	r.leases = &takeovers{base: b, pub: r.pub}
+	r.classify = &classifier{base: b, pub: r.pub, track: newTracker()}
+	r.leases = &takeovers{base: b, pub: r.pub, track: r.classify.track}
 	r.reviews = &reviewChecker{base: b, settled: r.awaiting.forget}
 	r.issuer = newIssuer(b, r.pub, r.reviews, r.leases, r.awaiting.forget)
-	r.classify = &classifier{base: b, pub: r.pub, track: newTracker()}
 	return r, nil
 }
 
@@ -257,19 +257,23 @@ func (r *Recoverer) Prepare(ctx context.Context, session, callID string) (schema
 	return r.issuer.prepare(ctx, session, callID)
 }
 
-// TakeOver takes the session over and confirms its history: it acquires the
-// session's lease (a new, higher epoch), appends session.fenced (from then
-// on the old writer's appends fail with stream.ErrFenced), loads the log,
-// inspects every call that was open before the fence and publishes their
-// assessments, then releases the lease so a tool worker can own the session
-// again. It returns the assessments. It fails with an error matching
-// stream.ErrLeaseHeld if the lease is live.
+// TakeOver takes the session over and confirms its history: if nobody may
+// still write it (stream.Topology.Writer: no live session lease, and the
+// owner of its partition did not write its last event) it appends
+// session.fenced at the epoch just above the log's (from then on the old
+// writer's appends fail with stream.ErrFenced; a later owner of the
+// partition writes above it), loads the log and inspects every call that
+// was open before the fence. It returns those assessments; the classifier
+// publishes them when it reads the fence (one publisher per call
+// outcome). It fails with an error matching stream.ErrLeaseHeld if a
+// writer is live.
 func (r *Recoverer) TakeOver(ctx context.Context, session string) ([]schema.Assessment, error) {
 	as, _, err := r.leases.takeOver(ctx, session)
 	return as, err
 }
 
-// Reconcile takes over every session that has open calls and no live lease:
+// Reconcile takes over every session that has open calls and nobody who
+// may still write it, in parallel (Config.Parallelism):
 // what a recoverer that was down while leases expired missed. Run calls it
 // once at start, after it started watching lease expiry.
 func (r *Recoverer) Reconcile(ctx context.Context) error { return r.leases.reconcile(ctx) }

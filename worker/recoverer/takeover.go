@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -13,14 +15,32 @@ import (
 	"github.com/jingwei/jingwei/stream"
 )
 
-// takeovers is the recoverer's lease service: it watches lease expiry and
-// takes over (lease, fence, load, assess, release) the sessions whose lease
-// expired with calls open, reconciles at start what expired while no
-// recoverer ran, and repairs a takeover a recoverer did not finish.
+// takeovers is the recoverer's lease service: it watches the expiry of
+// session and partition leases and takes over (fence, load) the sessions
+// whose writer is gone with calls open, in parallel with a bounded pool;
+// it reconciles at start what expired while no recoverer ran. It
+// publishes no assessment of a fenced call itself: the classifier does,
+// when it reads the fence (one path per call outcome); only a log too
+// full for a fence, which no fence will ever close, is assessed here.
 type takeovers struct {
 	*base
-	pub     *publisher
-	expired <-chan string // the lease watcher; nil once it stopped
+	pub   *publisher
+	track *tracker // the classifier's open calls: where a storm's sessions are found
+
+	expired    <-chan string // session lease watcher; nil once it stopped
+	partitions <-chan int    // partition lease watcher; nil once it stopped
+
+	mu sync.Mutex
+	// live holds, by partition, the sessions with open calls that the
+	// start's reconcile left to a live writer: checked again when that
+	// partition's lease expires (the classifier does not track calls an
+	// earlier run saw opened).
+	live map[int]map[string]struct{}
+	// storms counts partition expiries handled and sessions fenced.
+	storms, fenced uint64
+	storm          sync.WaitGroup // partition expiries being handled
+	poolOnce       sync.Once
+	pool           chan struct{} // Config.Parallelism takeovers at once
 }
 
 // start watches lease expiry, then reconciles: watching first, so that no
@@ -30,14 +50,20 @@ func (r *takeovers) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	var parts <-chan int
+	if r.t.Partitions() > 0 {
+		if parts, err = r.t.WatchPartitionExpiry(ctx); err != nil {
+			return err
+		}
+	}
 	if err := r.reconcile(ctx); err != nil {
 		return err
 	}
-	r.expired = expired
+	r.expired, r.partitions = expired, parts
 	return nil
 }
 
-// run takes over the sessions the watcher reports until it stops (a lost
+// run takes over the sessions the watchers report until one stops (a lost
 // connection); run again, it watches again and reconciles what expired in
 // between.
 func (r *takeovers) run(ctx context.Context) error {
@@ -46,116 +72,238 @@ func (r *takeovers) run(ctx context.Context) error {
 			return err
 		}
 	}
-	for s := range r.expired {
-		r.log.Info().Str("session", s).Msg("lease expired")
-		if err := r.takeOverIfOpen(ctx, s, true); err != nil && ctx.Err() == nil {
-			r.log.Error().Err(err).Str("session", s).Msg("takeover after lease expiry failed")
+	defer func() { r.expired, r.partitions = nil, nil }()
+	defer r.storm.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case s, ok := <-r.expired:
+			if !ok {
+				return errors.New("lease watcher stopped")
+			}
+			r.log.Info().Str("session", s).Msg("lease expired")
+			if err := r.takeOverIfOpen(ctx, s, nil); err != nil && ctx.Err() == nil {
+				r.log.Error().Err(err).Str("session", s).Msg("takeover after lease expiry failed")
+			}
+		case p, ok := <-r.partitions:
+			if !ok {
+				return errors.New("partition lease watcher stopped")
+			}
+			// Partitions expire together when their owner dies: each
+			// is handled at once, their sessions sharing one bounded
+			// pool.
+			r.storm.Add(1)
+			go func() {
+				defer r.storm.Done()
+				r.partitionExpired(ctx, p)
+			}()
 		}
 	}
-	r.expired = nil
-	return errors.New("lease watcher stopped")
 }
 
-// takeOverIfOpen takes the session over if its log has open calls and no
-// lease is live (someone else owning it again will finish or fence them).
-// expired says the lease watcher just reported the lease expired (not
-// released): then an unfinished takeover is repaired too (finishTakeover).
-func (r *takeovers) takeOverIfOpen(ctx context.Context, session string, expired bool) error {
-	if _, live, err := r.t.LeaseHolder(ctx, session); err != nil || live {
-		return err
+// partitionExpired takes over, in parallel, every session of partition p
+// with open calls: those the classifier tracks and those the start's
+// reconcile left to the partition's owner. A session a live owner writes
+// again is left to it (stream.Topology.RecoveryHolds).
+func (r *takeovers) partitionExpired(ctx context.Context, p int) {
+	t0 := time.Now()
+	set := map[string]struct{}{}
+	for _, s := range r.track.openSessions() {
+		if r.t.PartitionOf(s) == p {
+			set[s] = struct{}{}
+		}
 	}
+	r.mu.Lock()
+	for s := range r.live[p] {
+		set[s] = struct{}{}
+	}
+	delete(r.live, p)
+	r.storms++
+	r.mu.Unlock()
+	sessions := make([]string, 0, len(set))
+	for s := range set {
+		sessions = append(sessions, s)
+	}
+	// Known to have had open calls: fenced without reading the log first
+	// (the takeover reads it once, after its fence).
+	n := r.parallel(ctx, sessions, func(ctx context.Context, s string) (bool, error) {
+		return r.fence(ctx, s, nil)
+	})
+	r.log.Info().Int("partition", p).Int("sessions", len(sessions)).Int("fenced", n).Dur("took", time.Since(t0)).Msg("partition lease expired: sessions with open calls taken over")
+}
+
+// parallel runs f on every session, with at most Config.Parallelism
+// sessions at once over all the calls of parallel running together, and
+// returns how many returned true. Failures are logged.
+func (r *takeovers) parallel(ctx context.Context, sessions []string, f func(context.Context, string) (bool, error)) int {
+	r.poolOnce.Do(func() { r.pool = make(chan struct{}, r.cfg.Parallelism) })
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		done int
+	)
+	for _, s := range sessions {
+		select {
+		case r.pool <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-r.pool }()
+			ok, err := f(ctx, s)
+			if err != nil && ctx.Err() == nil {
+				r.log.Error().Err(err).Str("session", s).Msg("takeover failed")
+			}
+			if ok {
+				mu.Lock()
+				done++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return done
+}
+
+// takeOverIfOpen is takeOverOpen with the result dropped.
+func (r *takeovers) takeOverIfOpen(ctx context.Context, session string, leftLive func(string)) error {
+	_, err := r.takeOverOpen(ctx, session, leftLive)
+	return err
+}
+
+// takeOverOpen takes the session over if its log has open calls and
+// nobody may still write it (stream.Topology.Writer); it reports whether
+// it fenced. A session left to a live writer is passed to leftLive (when
+// not nil).
+func (r *takeovers) takeOverOpen(ctx context.Context, session string, leftLive func(string)) (bool, error) {
 	loaded, err := r.t.LoadHistory(ctx, session)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if len(recovery.OpenIn(loaded.Events, 0)) == 0 {
-		if expired {
-			return r.finishTakeover(ctx, loaded.Events)
-		}
-		return nil
+		return false, nil
 	}
-	_, _, err = r.takeOver(ctx, session, stream.WithLoaded(loaded))
-	if errors.Is(err, stream.ErrLeaseHeld) {
-		r.log.Info().Str("session", session).Msg("session owned again before takeover; left to its owner")
-		return nil
-	}
-	return err
+	return r.fence(ctx, session, leftLive, stream.WithLoaded(loaded))
 }
 
-// finishTakeover repairs a takeover a recoverer did not finish: if the log
-// ends with a session.fenced by a recoverer (an owner named
-// "recoverer-…", the default) whose lease then expired instead of being
-// released, that recoverer died between the fence and its assessments.
-// The calls the fence closed are assessed and published now (with
-// Nats-Msg-Id, so a finished takeover's are not repeated within the dedup
-// window).
-func (r *takeovers) finishTakeover(ctx context.Context, h []schema.Event) error {
-	if len(h) == 0 {
-		return nil
+// fence takes the session over (takeOver) unless a live writer may still
+// write it (passed to leftLive when not nil) or a new owner fenced it
+// first; it reports whether it fenced.
+func (r *takeovers) fence(ctx context.Context, session string, leftLive func(string), opts ...stream.TakeoverOption) (bool, error) {
+	_, _, err := r.takeOver(ctx, session, opts...)
+	if errors.Is(err, stream.ErrLeaseHeld) {
+		r.log.Debug().Str("session", session).Err(err).Msg("session written by a live owner; left to it")
+		if leftLive != nil {
+			leftLive(session)
+		}
+		return false, nil
 	}
-	last := h[len(h)-1]
-	if last.Type != schema.TypeFenced || last.Fence == nil || !strings.HasPrefix(last.Fence.Owner, "recoverer-") {
-		return nil
+	if errors.Is(err, stream.ErrFenced) {
+		// A new owner fenced it first: its fence closed the calls.
+		return false, nil
 	}
-	_, err := r.pub.publishOpen(ctx, last.Session, h, recovery.OpenIn(h, last.Seq))
-	return err
+	if err != nil {
+		return false, err
+	}
+	r.mu.Lock()
+	r.fenced++
+	r.mu.Unlock()
+	return true, nil
 }
 
 // takeOver is Recoverer.TakeOver; it also returns the confirmed history.
 // opts pass a history the caller loaded just before (stream.WithLoaded),
-// so that only what follows it is read after the fence.
+// so that only what follows it is read after the fence. The session is
+// fenced at the epoch just above its log's (stream.RecoveryHolds), which
+// is below the epoch of any later owner of its partition, and only while
+// nobody may still write it (ErrLeaseHeld otherwise). The assessments of
+// the calls the fence closed are returned, not published: the classifier
+// publishes them when it reads the fence.
 func (r *takeovers) takeOver(ctx context.Context, session string, opts ...stream.TakeoverOption) ([]schema.Assessment, []schema.Event, error) {
-	tk, err := r.t.TakeOver(ctx, session, r.cfg.Owner, r.t.SessionLeases(), opts...)
+	tk, err := r.t.TakeOver(ctx, session, r.cfg.Owner, r.t.RecoveryHolds(), opts...)
 	var h []schema.Event
 	var epoch, fenceSeq uint64
+	closed := false
 	switch {
 	case errors.Is(err, stream.ErrLogClosed):
 		// No room left even for a fence: nobody can append to the log any
 		// more, so it is confirmed as it stands; every call open at its
-		// end is final.
+		// end is final, and no fence will ever tell the classifier.
 		if h, err = r.t.Load(ctx, session); err != nil {
 			return nil, nil, fmt.Errorf("recoverer: load closed %s: %w", session, err)
 		}
+		closed = true
 		r.log.Info().Str("session", session).Int("events", len(h)).Msg("session log full: confirmed without a fence")
 	case err != nil:
 		return nil, nil, fmt.Errorf("recoverer: take over %s: %w", session, err)
 	default:
 		defer func() {
 			if err := tk.Hold.Release(context.WithoutCancel(ctx)); err != nil {
-				r.log.Warn().Err(err).Str("session", session).Msg("release lease after takeover")
+				r.log.Warn().Err(err).Str("session", session).Msg("release hold after takeover")
 			}
 		}()
 		h, epoch, fenceSeq = tk.History, tk.Hold.Epoch(), tk.FenceSeq
 	}
 	r.log.Info().Str("session", session).Uint64("epoch", epoch).Uint64("fence_seq", fenceSeq).Msg("session taken over")
 	r.reconcileBudget(ctx, session, h)
-	out, err := r.pub.publishOpen(ctx, session, h, recovery.OpenIn(h, fenceSeq))
+	var out []schema.Assessment
+	var err2 error
+	if closed {
+		out, err2 = r.pub.publishOpen(ctx, session, h, recovery.OpenIn(h, 0))
+	} else {
+		for _, id := range recovery.OpenIn(h, fenceSeq) {
+			if a, err := inspect(h, id); err == nil {
+				out = append(out, a)
+			}
+		}
+	}
 	if o := r.cfg.Observer; o != nil {
 		o.TookOver(session, h, out)
 	}
-	return out, h, err
+	return out, h, err2
 }
 
-// reconcile takes over every session that has open calls and no live
-// lease (Recoverer.Reconcile). It reads the list of sessions from
-// JW_EVENTS and loads each session without a live lease.
+// reconcile takes over every session that has open calls and nobody who
+// may still write it (Recoverer.Reconcile), in parallel. It reads the list
+// of sessions from JW_EVENTS; sessions left to a live partition owner are
+// remembered and checked again when that partition's lease expires.
 func (r *takeovers) reconcile(ctx context.Context) error {
 	info, err := r.t.Events.Info(ctx, jetstream.WithSubjectFilter(r.t.EventsSubject("*")))
 	if err != nil {
 		return fmt.Errorf("recoverer: list sessions: %w", err)
 	}
 	pre := r.t.EventsSubject("")
+	sessions := make([]string, 0, len(info.State.Subjects))
 	for subj := range info.State.Subjects {
-		session := strings.TrimPrefix(subj, pre)
-		if err := r.takeOverIfOpen(ctx, session, false); err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			r.log.Error().Err(err).Str("session", session).Msg("reconcile: takeover failed")
-			continue
-		}
+		sessions = append(sessions, strings.TrimPrefix(subj, pre))
 	}
-	r.log.Info().Int("sessions", len(info.State.Subjects)).Msg("reconciled")
+	leftLive := func(s string) {
+		if r.t.Partitions() == 0 {
+			return
+		}
+		p := r.t.PartitionOf(s)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.live == nil {
+			r.live = map[int]map[string]struct{}{}
+		}
+		if r.live[p] == nil {
+			r.live[p] = map[string]struct{}{}
+		}
+		r.live[p][s] = struct{}{}
+	}
+	n := r.parallel(ctx, sessions, func(ctx context.Context, s string) (bool, error) {
+		return r.takeOverOpen(ctx, s, leftLive)
+	})
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	r.log.Info().Int("sessions", len(sessions)).Int("fenced", n).Msg("reconciled")
 	return nil
 }
 

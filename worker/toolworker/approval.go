@@ -20,11 +20,12 @@ import (
 // tool.call and approval.requested are on the log, its request is
 // acknowledged, and nothing waits for it but one timer per session (its
 // earliest deadline). The answers (jw.approvals.<session>) come through
-// one durable consumer shared by all tool workers, one at a time, like
-// plans: an answer for a session this worker owns, or can take, runs in
-// that session's goroutine; one for a session another process owns is
-// negatively acknowledged with PlanRetryDelay and comes back, possibly to
-// the owner. A worker that takes a session confirms it (fence, load): the
+// one durable consumer shared by all tool workers, one at a time: an
+// answer for a session of a partition this worker owns is queued behind
+// that session's work and runs in its goroutine; one for a partition
+// another process owns is negatively acknowledged with PlanRetryDelay and
+// comes back, possibly to the owner. A session's owner confirms it
+// (fence, load) before it records anything: the
 // runtime it builds waits again for every call the history leaves waiting,
 // so an answer given while no worker owned the session is honoured by the
 // next owner, once (the log holds at most one approval.granted per call,
@@ -47,7 +48,7 @@ func (w *Worker) approvalConsumer(ctx context.Context) (jetstream.Consumer, erro
 // process, taking the session if nobody owns it.
 func (w *Worker) consumeApprovals(ctx context.Context, cons jetstream.Consumer) {
 	for ctx.Err() == nil {
-		fctx, cancel := context.WithTimeout(ctx, fetchWait)
+		fctx, cancel := context.WithTimeout(ctx, pullWait)
 		m, err := cons.Next(jetstream.FetchContext(fctx))
 		cancel()
 		if err != nil {
@@ -84,50 +85,37 @@ func (w *Worker) routeApproval(ctx context.Context, m jetstream.Msg) {
 		_ = m.TermWithReason(schema.TextOf(err))
 		return
 	}
-	s := w.owned(id)
-	if s == nil {
-		s = w.tryTake(ctx, id)
-	}
-	if s == nil || !s.post(func() { s.runApproval(a, m) }) {
+	if !w.post(id, m, func(s *session) { s.runApproval(a, m) }) {
 		_ = m.NakWithDelay(w.cfg.PlanRetryDelay)
 	}
 }
 
-// post runs f in the session's goroutine, behind its current work; false
-// if the session is going away or its queue is full.
-func (s *session) post(f func()) bool {
-	s.w.mu.Lock()
-	defer s.w.mu.Unlock()
-	if s.closing || !s.ready.Load() {
-		return false
-	}
-	select {
-	case s.ctl <- f:
-		return true
-	default:
-		return false
-	}
+// post queues fn behind the work of session id, if this worker owns the
+// session's partition; false otherwise (or when the partition stops).
+func (w *Worker) post(id string, m jetstream.Msg, fn func(*session)) bool {
+	w.mu.Lock()
+	p := w.parts[w.topo.PartitionOf(id)]
+	w.mu.Unlock()
+	return p != nil && p.post(id, m, fn)
 }
 
 // runApproval answers a waiting call (in the session goroutine).
 func (s *session) runApproval(a schema.Approval, m jetstream.Msg) {
-	lg := s.log.With().Str("call_id", a.CallID).Str("decision", string(a.Decision)).Str("approver", a.Approver).Logger()
+	lg := s.p.log.With().Str("session", s.id).Str("call_id", a.CallID).Str("decision", string(a.Decision)).Str("approver", a.Approver).Logger()
 	if s.rt == nil {
 		// Before fencing anything: is the call still waiting at all? (An
 		// answer redelivered after it was honoured, or one for a call that
 		// timed out, needs no session.)
-		h, err := s.w.topo.Load(s.work, s.id)
+		h, err := s.w.topo.Load(s.p.work, s.id)
 		if err == nil && !waitsIn(h, a.CallID) {
 			lg.Info().Msg("answer for a call that does not wait (any more); acknowledged, nothing done")
 			_ = m.Ack()
 			return
 		}
 	}
-	if err := s.confirm(s.work); err != nil {
+	if err := s.confirm(s.p.work); err != nil {
 		lg.Warn().Err(err).Msg("session log not confirmed; answer left for redelivery")
 		_ = m.NakWithDelay(s.w.cfg.PlanRetryDelay)
-		s.failed.Store(true)
-		s.w.backOff(s.id)
 		return
 	}
 	if s.hold.Err() != nil {
@@ -138,7 +126,7 @@ func (s *session) runApproval(a schema.Approval, m jetstream.Msg) {
 	if md, err := m.Metadata(); err == nil {
 		received = md.Timestamp
 	}
-	res, err := s.rt.Resume(s.work, a, received)
+	res, err := s.rt.Resume(s.p.work, a, received)
 	switch code := schema.CodeOf(err); {
 	case code == schema.CodeInvalidApproval:
 		lg.Info().Err(err).Msg("answer refused")
@@ -147,12 +135,13 @@ func (s *session) runApproval(a schema.Approval, m jetstream.Msg) {
 		// The next owner finds the call still waiting (answer left for it)
 		// or approved and not started (not_started: the answer is spent).
 		lg.Warn().Err(err).Msg("answer not recorded; left for redelivery")
-		_ = m.Nak()
-		s.failed.Store(true)
+		_ = m.NakWithDelay(s.w.cfg.PlanRetryDelay)
+		s.rt, s.hold = nil, nil // confirm again before the next item
 	default:
 		lg.Info().Str("status", string(res.Status)).Str("stage", string(res.Stage)).Msg("answered call done")
 		_ = m.Ack()
 	}
+	s.armDeadline()
 }
 
 // waitsIn reports whether callID waits for approval at the end of h.
@@ -169,13 +158,17 @@ func waitsIn(h []schema.Event, callID string) bool {
 // left waiting past their deadline end now, the others are asked again
 // (their request may never have been published) and the timer is armed.
 func (s *session) confirmed() {
-	s.rt.Expire(s.work, time.Now())
-	s.rt.AskAgain(s.work)
+	s.rt.Expire(s.p.work, time.Now())
+	s.rt.AskAgain(s.p.work)
 	s.armDeadline()
 }
 
 // armDeadline sets the session's one approval timer to the earliest
 // deadline of its waiting calls (a timer, not a goroutine per call).
+// It runs in the session goroutine; parked records whether any call
+// waits (such a session stays in memory, see partition.keepHeld). A
+// session whose runtime was dropped (a failed attempt) keeps its timer:
+// when it fires, the session is confirmed again first.
 func (s *session) armDeadline() {
 	if s.rt == nil {
 		return
@@ -187,25 +180,20 @@ func (s *session) armDeadline() {
 		s.deadline = nil
 	}
 	next, ok := s.rt.NextDeadline()
+	s.parked.Store(ok)
 	if !ok {
 		return
 	}
 	s.deadline = time.AfterFunc(time.Until(next)+10*time.Millisecond, func() {
-		s.post(func() {
-			s.rt.Expire(s.work, time.Now())
+		s.p.post(s.id, nil, func(s *session) {
+			if err := s.confirm(s.p.work); err != nil { // confirmed() expires what is due
+				s.p.log.Warn().Err(err).Str("session", s.id).Msg("session log not confirmed; approval deadline handled by the next owner")
+				return
+			}
+			s.rt.Expire(s.p.work, time.Now())
 			s.armDeadline()
 		})
 	})
-}
-
-// waiting reports whether calls of the session wait for approval: such a
-// session is not given back for being idle (its timer must fire).
-func (s *session) waiting() bool {
-	if s.rt == nil {
-		return false
-	}
-	_, ok := s.rt.NextDeadline()
-	return ok
 }
 
 // routeStop routes a host's task stop to the session's owner in this
@@ -230,28 +218,22 @@ func (w *Worker) routeStop(ctx context.Context, m jetstream.Msg) {
 		_ = m.TermWithReason(schema.TextOf(err))
 		return
 	}
-	s := w.owned(id)
-	if s == nil {
-		s = w.tryTake(ctx, id)
-	}
-	if s == nil || !s.post(func() { s.runStop(st, m) }) {
+	if !w.post(id, m, func(s *session) { s.runStop(st, m) }) {
 		_ = m.NakWithDelay(w.cfg.PlanRetryDelay)
 	}
 }
 
 // runStop records a task stop (in the session goroutine).
 func (s *session) runStop(st schema.StopRequest, m jetstream.Msg) {
-	if err := s.confirm(s.work); err != nil {
-		s.log.Warn().Err(err).Str("task", st.Task).Msg("session log not confirmed; stop left for redelivery")
+	if err := s.confirm(s.p.work); err != nil {
+		s.p.log.Warn().Err(err).Str("session", s.id).Str("task", st.Task).Msg("session log not confirmed; stop left for redelivery")
 		_ = m.NakWithDelay(s.w.cfg.PlanRetryDelay)
-		s.failed.Store(true)
-		s.w.backOff(s.id)
 		return
 	}
-	if err := s.rt.StopTask(s.work, st.Task, schema.StoppedByHost, st.Reason); err != nil {
-		s.log.Warn().Err(err).Str("task", st.Task).Msg("task.stopped not recorded; left for redelivery")
-		_ = m.Nak()
-		s.failed.Store(true)
+	if err := s.rt.StopTask(s.p.work, st.Task, schema.StoppedByHost, st.Reason); err != nil {
+		s.p.log.Warn().Err(err).Str("session", s.id).Str("task", st.Task).Msg("task.stopped not recorded; left for redelivery")
+		_ = m.NakWithDelay(s.w.cfg.PlanRetryDelay)
+		s.rt, s.hold = nil, nil // confirm again before the next item
 		return
 	}
 	_ = m.Ack()

@@ -25,24 +25,35 @@ type Config struct {
 	// it must be unique among running workers. Defaults to
 	// "tw-<hostname>-<pid>-<random>".
 	Owner string
-	// RenewInterval is how often an owned session's lease is renewed.
-	// Defaults to a third of the topology's LeaseTTL; it must be shorter
-	// than the TTL.
+	// RenewInterval is how often the lease of every owned partition, and
+	// the worker's registration, are renewed (one write each per
+	// interval, whatever the number of sessions). Defaults to a third of
+	// the topology's LeaseTTL; it must be shorter than the TTL.
 	RenewInterval time.Duration
-	// MaxSessions is the most sessions the worker owns at once; beyond it,
-	// new sessions are left to other workers. Defaults to 64.
+	// MaxSessions is the most sessions the worker runs a request or plan
+	// of at once, over all its partitions. A session with work beyond it
+	// waits for a slot with its requests held in order; every wait is
+	// counted (Stats.Waits, Stats.Waiting) and logged at most once a
+	// second. Defaults to DefaultMaxSessions.
 	MaxSessions int
-	// IdleTimeout is how long an owned session may go without a request or
-	// plan before the worker gives it back. Defaults to 10 s.
+	// MaxHeld is the most requests (and, separately, plans) of one
+	// partition the worker holds unacknowledged at once (the MaxAckPending
+	// of the partition's consumers): the server delivers no more until
+	// some are done. Defaults to DefaultMaxHeld.
+	MaxHeld int
+	// IdleTimeout is how long a session of an owned partition stays in
+	// memory without a request or plan; it is confirmed again (reads only,
+	// no fence, when its log still ends with this owner's event) when work
+	// comes. Defaults to 10 s.
 	IdleTimeout time.Duration
-	// PollInterval is how often the worker looks for sessions with waiting
-	// requests that nobody owns (requests are also noticed as they are
-	// published). Defaults to 1 s.
+	// PollInterval is how often the worker reads the worker registry and
+	// the partition leases to take free partitions up to its share
+	// (partitions / live workers, rounded up) or give one beyond it back.
+	// Defaults to 1 s.
 	PollInterval time.Duration
-	// AckWait is the ack wait of the per-session request consumers. A
-	// request is acknowledged once its tool.call is recorded, so this only
-	// matters when a worker dies holding a request that was never recorded
-	// and no new owner takes the session. Defaults to 30 s.
+	// AckWait is the ack wait of the partition consumers. Held messages
+	// are kept in progress every AckWait/3, so this only matters for a
+	// worker that stops renewing them without dying. Defaults to 30 s.
 	AckWait time.Duration
 	// DrainTimeout bounds how long Run waits, once its context is
 	// cancelled, for running bodies to finish; then their contexts are
@@ -71,7 +82,8 @@ type Config struct {
 
 // Defaults of Config.
 const (
-	DefaultMaxSessions    = 64
+	DefaultMaxSessions    = 256
+	DefaultMaxHeld        = 1000
 	DefaultIdleTimeout    = 10 * time.Second
 	DefaultPollInterval   = time.Second
 	DefaultAckWait        = 30 * time.Second
@@ -90,6 +102,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxSessions <= 0 {
 		c.MaxSessions = DefaultMaxSessions
+	}
+	if c.MaxHeld <= 0 {
+		c.MaxHeld = DefaultMaxHeld
 	}
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = DefaultIdleTimeout
@@ -118,6 +133,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: Topology is required", ErrInvalidConfig)
 	case c.Registry == nil:
 		return fmt.Errorf("%w: Registry is required", ErrInvalidConfig)
+	case c.Topology.Partitions() < 1:
+		return fmt.Errorf("%w: Topology has no partitions (a request queue made by an older jingwei, opened read-only)", ErrInvalidConfig)
 	case c.RenewInterval >= c.Topology.Config().LeaseTTL:
 		return fmt.Errorf("%w: RenewInterval %s must be shorter than the lease TTL %s", ErrInvalidConfig, c.RenewInterval, c.Topology.Config().LeaseTTL)
 	case len(c.Owner) > 256:

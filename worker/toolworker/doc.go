@@ -1,38 +1,45 @@
 // Package toolworker is jingwei's tool worker (docs/protocol.md §13): it takes tool
-// requests that agents publish on jw.requests.<session>, owns sessions
-// through their leases, and runs every request through the canonical
+// requests that agents publish on jw.requests.<session>, owns partitions
+// of sessions through partition leases, and runs every request through the canonical
 // runtime of package worker. It also executes the retry plans published on
 // jw.plans.<session>, and serves jw.api.call (its [Gateway]).
 //
 // # Ownership and order
 //
-// A session is run by exactly one owner at a time: the worker that holds its
-// lease in jw_leases. Taking a session is docs/protocol.md §7's takeover, done by
-// package stream: the lease is held with stream.Topology.HoldLease (which
-// guards appends by the local clock) when the session is taken, and the log
-// is fenced and the confirmed history loaded (stream.Topology.Confirm) only
-// when a first call must be recorded; a request that cannot become a call
-// is answered without touching the log. From then on every event the worker appends carries that epoch,
-// the lease is renewed every RenewInterval, and the session's requests are
-// read by a consumer filtered on jw.requests.<session> alone, with
-// MaxAckPending 1 and one request run at a time: requests of a session run
-// in the order they were published, and a redelivery can never overtake a
-// later request. JW_REQUESTS is a work-queue stream, which allows one
-// consumer per subject; the consumer's name is derived from the session
-// (<PREFIX>_req_<session>), so a new owner deletes whatever consumer the
-// previous owner left behind (its unacknowledged request becomes deliverable
-// again at once) and creates its own.
+// Sessions are divided into the topology's partitions (docs/protocol.md
+// §3, §7): the server files jw.requests.<session> under
+// jw.requests.<partition>.<session>. A worker owns partitions, not
+// sessions: it holds a partition's lease (stream.Topology.AcquirePartition,
+// with the lease-clock guard), renews it every RenewInterval — one write
+// per partition, whatever its number of sessions — and reads the
+// partition's requests and plans through one durable consumer each
+// (stream.Topology.RequestConsumerName, PlanConsumerName). A new owner
+// deletes whatever consumers the previous owner left and creates its own,
+// so every unacknowledged request is delivered again at once, in order;
+// the consumers' InactiveThreshold (3 × lease TTL + 5 s) removes what a
+// SIGKILLed worker left even when nobody takes its partitions.
 //
-// Sessions are discovered without consuming anything: every worker listens
-// to jw.requests.* with a plain subscription (a hint that a session has
-// work) and polls the stream's per-subject counts every PollInterval (for
-// requests published while no worker ran, and for sessions whose owner
-// died and whose lease has since expired). A worker tries to take a session
-// with work only while it owns fewer than MaxSessions, so sessions spread
-// over worker processes. A session without work for IdleTimeout is given
-// back (consumer deleted, lease released). A session that cannot be taken
-// (its history is over the limits or corrupt) is retried with a backoff
-// from 1 s to 5 minutes, since every attempt appends a session.fenced event.
+// Inside a partition, sessions run in parallel and each session one item
+// at a time, in stream order: a message of a busy session is held, kept in
+// progress (never negatively acknowledged), so a redelivery can never
+// overtake. At most MaxSessions sessions run at once over all partitions;
+// a session with work beyond that waits for a slot, counted in Stats and
+// logged, never silently; the server delivers at most MaxHeld unacknowledged
+// messages per partition consumer. A session's log is fenced at the
+// partition's epoch (stream.Topology.ConfirmIn) lazily, only when a first
+// call must be recorded; a session whose log already ends with this
+// owner's event at that epoch is confirmed with reads only. Sessions idle
+// for IdleTimeout leave memory (their deferred budget counts written).
+//
+// # Rebalancing
+//
+// Every worker registers itself (stream.Topology.RegisterWorker, renewed
+// with the leases) and, every PollInterval, reads the registry and the
+// partition leases: it takes free partitions up to its share (partitions /
+// live workers, rounded up) and drains one beyond it per round — stops
+// fetching, lets its running calls finish, deletes the request consumer,
+// writes deferred budget counts and releases the lease; the partition's
+// queued requests go to the next owner, in order.
 //
 // # Exactly what runs
 //
@@ -50,36 +57,33 @@
 // session's, an unknown tool, invalid arguments JSON) is terminated and
 // logged; nothing is written to the session log.
 //
-// # Losing a session
+// # Losing a partition
 //
 // If a renewal fails with stream.ErrLeaseLost, or renewals keep failing
-// until the lease's TTL has passed by the worker's own clock, or an append
-// is refused with stream.ErrFenced, the worker stops touching the session at
-// once: further appends are refused locally (the runtime reports the
-// session fenced), the running body's context is cancelled, and the
-// session's consumer is left to the next owner. The call stays open in the
-// log; recovery classifies it.
+// until the lease's TTL has passed by the worker's own clock, the worker
+// stops touching the partition at once: appends of its sessions are
+// refused locally, running bodies' contexts are cancelled, and the
+// consumers are left to the next owner. A session fenced by another
+// writer (an append refused with stream.ErrFenced) is confirmed again,
+// above that writer's epoch, before its next call. Open calls stay open
+// in the log; recovery classifies them.
 //
 // # Draining
 //
 // When Run's context is cancelled the worker stops taking requests and
 // plans, lets running bodies finish (for at most DrainTimeout, after which
-// they are cancelled and recorded as cancelled), then deletes its consumers
-// and releases its leases, and Run returns.
+// they are cancelled and recorded as cancelled), then deletes its request
+// consumers, releases its partition leases and its registration, and Run
+// returns.
 //
 // # Retry plans
 //
-// Plans are read from jw.plans.* through one durable consumer shared by all
-// tool workers (<PREFIX>_toolworker_plans), one at a time without prefetch.
-// A plan that jw_plans already holds as consumed is acknowledged at once. A
-// plan for a session this worker
-// owns, or can take, is queued behind that session's current request and
-// run with worker.Gateway.CallWithOptions (CallOptions{Retry: plan}); the runtime verifies it and
-// consumes it in jw_plans with a compare-and-set, so a plan delivered twice,
-// or to two workers, is attempted at most once. A plan for a session another
-// process owns is negatively acknowledged with PlanRetryDelay and comes
-// back, possibly to the owner. A plan delivered to a worker that dies
-// before the plan's tool.call is recorded comes back after AckWait.
+// Plans are read through the partition's plan consumer and queued behind
+// the session's current work. A plan that jw_plans already holds as
+// consumed is acknowledged at once; any other runs with
+// worker.Runtime.CallWithOptions (CallOptions{Retry: plan}); the runtime
+// verifies it and consumes it in jw_plans with a compare-and-set, so a
+// plan delivered twice is attempted at most once.
 //
 // # Requests that never become calls
 //

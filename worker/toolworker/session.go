@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,47 +18,55 @@ import (
 	"github.com/jingwei/jingwei/worker"
 )
 
-// fetchWait bounds one pull for the next request of a session.
-const fetchWait = 5 * time.Second
-
 // ackTimeout bounds the acknowledgement of a request or plan.
 const ackTimeout = 5 * time.Second
 
-// session is one session the worker owns: its lease hold, its fenced log
-// behind the hold's guard (stream.Takeover), its runtime and its request
-// consumer. One goroutine (run) runs
-// its requests and plans one at a time.
+// item is a request or plan message held for its session, or (fn set)
+// work run in the session's goroutine: an approval answer or task stop
+// (msg is its message, nil for the approval timer), see approval.go.
+type item struct {
+	msg  jetstream.Msg
+	plan bool
+	fn   func(*session)
+}
+
+// session is one session of an owned partition, held in memory while it
+// has work or had some within IdleTimeout: its queue of held messages (in
+// stream order), its confirmed log and runtime once a call had to be
+// recorded. It keeps no logger of its own (a held session costs no log
+// context): log lines name the session. One goroutine (run) runs its items one at a time.
 type session struct {
-	w      *Worker
-	id     string
-	log    zerolog.Logger
-	plans  chan planJob
-	drainc chan struct{}
-	once   sync.Once
+	p  *partition
+	w  *Worker
+	id string
 
-	closing bool        // guarded by w.mu: no more work is routed here
-	ready   atomic.Bool // taken: lease, fence, history, consumer in place
+	// guarded by p.mu
+	queue  []item
+	active bool // run is running (or about to)
+	last   time.Time
 
-	hold *stream.LeaseHold
-	rt   *worker.Runtime
-	cons jetstream.Consumer
-	// work is the context of calls and bodies: cancelled when the session
-	// is lost, or when the drain times out.
-	work       context.Context
-	cancelWork context.CancelFunc
-	// failed is set when the session must be given back although it is
-	// still ours (the log could not be written).
-	failed atomic.Bool
+	// owned by the run goroutine
+	rt       *worker.Runtime
+	hold     stream.Hold // the session's hold, from its confirm
+	failures int
 
-	mu   sync.Mutex
-	seen map[string]struct{} // request ids recorded in the log
-	cur  *job                // the call in progress
+	mu sync.Mutex
+	// seen holds the request ids recorded in the log: a slice while
+	// small (most sessions record a few calls), a map from seenMap on.
+	seen    []string
+	seenSet map[string]struct{}
+	cur     *job // the call in progress
 
-	// ctl runs work in the session goroutine (approvals, their timer;
-	// approval.go); deadline is the session's one approval timer.
-	ctl      chan func()
+	// deadline is the session's one approval timer (approval.go), set by
+	// the run goroutine; parked says calls of the session wait for
+	// approval, so it is not dropped from memory for being idle.
 	tmu      sync.Mutex
 	deadline *time.Timer
+	parked   atomic.Bool
+}
+
+func newSession(p *partition, id string) *session {
+	return &session{p: p, w: p.w, id: id}
 }
 
 // job is a request or plan whose tool.call is not yet known to be recorded.
@@ -68,98 +77,101 @@ type job struct {
 	acked     bool
 }
 
-func (s *session) drain() { s.once.Do(func() { close(s.drainc) }) }
-
-// take acquires the session: its lease (held with the lease-clock guard,
-// stream.HoldLease) and its request consumer. The log is fenced only when
-// there is something to record (confirm): a request that cannot become a
-// call is answered without touching the log.
-func (s *session) take(ctx context.Context) error {
-	w := s.w
-	s.log = w.log.With().Str("session", s.id).Logger()
-	s.work, s.cancelWork = context.WithCancel(w.hardStop)
-	hold, err := w.topo.HoldLease(ctx, s.id, w.cfg.Owner, s.lost)
-	if err != nil {
-		s.cancelWork()
-		return err
+// run takes a slot and runs the session's items in order until none is
+// left or the partition stops. An item whose call could not be recorded
+// (a lost connection, a fence by another writer) stays first in the queue
+// and is tried again after a backoff, so nothing of the session overtakes
+// it.
+func (s *session) run() {
+	p := s.p
+	if !s.w.acquireSlot(p.work, s.id) {
+		p.mu.Lock()
+		s.active = false
+		p.mu.Unlock()
+		return
 	}
-	s.hold = hold
-	s.seen = make(map[string]struct{})
-	if err := s.openConsumer(ctx); err != nil {
-		s.cancelWork()
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
-		defer cancel()
-		_ = hold.Release(rctx)
-		return err
+	defer s.w.releaseSlot()
+	for {
+		it, ok := p.next(s)
+		if !ok {
+			return
+		}
+		if s.process(it) {
+			s.failures = 0
+			continue
+		}
+		p.requeue(s, it)
+		s.failures++
+		s.rt, s.hold = nil, nil // confirm again before the next attempt
+		wait := min(time.Duration(1<<min(s.failures, 6))*50*time.Millisecond, 5*time.Second)
+		select {
+		case <-p.work.Done():
+		case <-time.After(wait):
+		}
+		if p.work.Err() != nil {
+			p.mu.Lock()
+			s.active = false
+			p.mu.Unlock()
+			return
+		}
 	}
-	s.ready.Store(true)
-	s.log.Info().Uint64("epoch", hold.Epoch()).Msg("session taken")
-	return nil
 }
 
-// confirm fences the session log at the lease's epoch and loads the
-// confirmed history, once, before the first call is recorded: from then
-// on older writers cannot append, and the runtime knows what the log
+// process runs one item; false if it must be tried again (nothing known
+// to be recorded, nothing answered).
+func (s *session) process(it item) bool {
+	if it.fn != nil {
+		it.fn(s)
+		return true
+	}
+	defer s.armDeadline()
+	if it.plan {
+		return s.runPlan(it.msg)
+	}
+	return s.runRequest(it.msg)
+}
+
+// confirm fences the session log at the partition's epoch (or resumes it,
+// if the log already ends with this owner's own event at that epoch) and
+// loads the confirmed history, before the first call is recorded: from
+// then on older writers cannot append, and the runtime knows what the log
 // holds. A log with no room even for a fence returns stream.ErrLogClosed.
 func (s *session) confirm(ctx context.Context) error {
-	if s.rt != nil {
+	if s.rt != nil && s.hold.Err() == nil {
 		return nil
 	}
-	tk, err := s.w.topo.Confirm(ctx, s.hold)
+	s.rt, s.hold = nil, nil
+	tk, err := s.w.topo.ConfirmIn(ctx, s.p.hold, s.id)
 	if err != nil {
 		return fmt.Errorf("fence and load: %w", err)
 	}
 	h := tk.History
 	s.mu.Lock()
+	s.seen, s.seenSet = nil, nil
 	for i := range h {
 		if c := h[i].Call; c != nil && c.RequestID != "" {
-			s.seen[c.RequestID] = struct{}{}
+			s.addSeen(c.RequestID)
 		}
 	}
-	seen := len(s.seen)
+	seen := s.seenCount()
 	s.mu.Unlock()
 	rt, err := s.w.newRuntime(s.id, recordingLog{GuardedLog: tk.Log, onCall: s.recorded}, h)
 	if err != nil {
 		return err
 	}
-	s.rt = rt
-	s.log.Info().Uint64("epoch", s.hold.Epoch()).Int("events", len(h)).Int("requests_seen", seen).Msg("session log fenced and loaded")
+	s.rt, s.hold = rt, tk.Hold
+	s.p.log.Info().Str("session", s.id).Uint64("epoch", tk.Hold.Epoch()).Int("events", len(h)).Int("requests_seen", seen).Bool("resumed", tk.Resumed).Msg("session log confirmed")
 	s.confirmed()
 	return nil
 }
 
-// openConsumer replaces whatever request consumer a previous owner left
-// (its unacknowledged request becomes deliverable again at once) with this
-// owner's: filtered on the session, one request in flight.
-func (s *session) openConsumer(ctx context.Context) error {
-	w := s.w
-	name := w.requestConsumerName(s.id)
-	if err := w.topo.Requests.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return fmt.Errorf("delete old request consumer %s: %w", name, err)
+// flush writes the session's deferred tool_calls counts.
+func (s *session) flush(ctx context.Context) {
+	if s.rt == nil {
+		return
 	}
-	cons, err := w.topo.Requests.CreateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable:           name,
-		Description:       "jingwei tool worker " + w.cfg.Owner,
-		FilterSubject:     w.topo.RequestsSubject(s.id),
-		AckPolicy:         jetstream.AckExplicitPolicy,
-		AckWait:           w.cfg.AckWait,
-		MaxAckPending:     1,
-		DeliverPolicy:     jetstream.DeliverAllPolicy,
-		InactiveThreshold: max(5*time.Minute, 4*w.cfg.IdleTimeout),
-	})
-	if err != nil {
-		return fmt.Errorf("create request consumer %s: %w", name, err)
-	}
-	s.cons = cons
-	return nil
-}
-
-// lost is called once when the session's hold ends (not when it is
-// released).
-func (s *session) lost(err error) {
-	s.cancelWork()
-	if !errors.Is(err, errGivenBack) {
-		s.log.Warn().Err(err).Msg("session lost; not touching it any more")
+	if err := s.rt.Flush(ctx); err != nil {
+		s.p.log.Warn().Str("session", s.id).Err(err).Msg("could not write deferred budget counts")
 	}
 }
 
@@ -169,7 +181,7 @@ func (s *session) lost(err error) {
 func (s *session) recorded(c *schema.Call) {
 	s.mu.Lock()
 	if c.RequestID != "" {
-		s.seen[c.RequestID] = struct{}{}
+		s.addSeen(c.RequestID)
 	}
 	j := s.cur
 	match := j != nil && !j.acked &&
@@ -184,7 +196,7 @@ func (s *session) recorded(c *schema.Call) {
 		defer cancel()
 		if err := j.msg.DoubleAck(ctx); err != nil {
 			// Redelivered later, it is found in the log and not run again.
-			s.log.Warn().Err(err).Str("call_id", c.CallID).Msg("acknowledgement failed")
+			s.p.log.Warn().Str("session", s.id).Err(err).Str("call_id", c.CallID).Msg("acknowledgement failed")
 		}
 	}
 }
@@ -192,8 +204,42 @@ func (s *session) recorded(c *schema.Call) {
 func (s *session) hasSeen(requestID string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, ok := s.seen[requestID]
-	return ok
+	if s.seenSet != nil {
+		_, ok := s.seenSet[requestID]
+		return ok
+	}
+	return slices.Contains(s.seen, requestID)
+}
+
+// seenMap is how many request ids the slice holds before they move to a
+// map.
+const seenMap = 16
+
+// addSeen remembers a recorded request id. s.mu is held.
+func (s *session) addSeen(id string) {
+	switch {
+	case s.seenSet != nil:
+		s.seenSet[id] = struct{}{}
+	case len(s.seen) < seenMap:
+		if !slices.Contains(s.seen, id) {
+			s.seen = append(s.seen, id)
+		}
+	default:
+		s.seenSet = make(map[string]struct{}, 2*seenMap)
+		for _, x := range s.seen {
+			s.seenSet[x] = struct{}{}
+		}
+		s.seenSet[id] = struct{}{}
+		s.seen = nil
+	}
+}
+
+// seenCount returns how many request ids are remembered. s.mu is held.
+func (s *session) seenCount() int {
+	if s.seenSet != nil {
+		return len(s.seenSet)
+	}
+	return len(s.seen)
 }
 
 func (s *session) setCur(j *job) {
@@ -202,307 +248,128 @@ func (s *session) setCur(j *job) {
 	s.mu.Unlock()
 }
 
-// queuePlan queues a plan behind the session's current work; false if the
-// session is going away or the queue is full.
-func (s *session) queuePlan(j planJob) bool {
-	s.w.mu.Lock()
-	defer s.w.mu.Unlock()
-	if s.closing || !s.ready.Load() {
-		return false
-	}
-	select {
-	case s.plans <- j:
-		return true
-	default:
-		return false
-	}
-}
-
-// run runs the session's requests and plans, one at a time, until it is
-// drained, idle, lost or failed, then gives it back.
-func (s *session) run() {
-	renewCtx, stopRenew := context.WithCancel(context.Background())
-	renewed := make(chan struct{})
-	go func() { defer close(renewed); s.renew(renewCtx) }()
-
-	fetchCtx, stopFetch := context.WithCancel(s.work)
-	reqs := make(chan jetstream.Msg)
-	next := make(chan struct{}, 1)
-	next <- struct{}{}
-	fetchErr := make(chan error, 1)
-	fetched := make(chan struct{})
-	go func() { defer close(fetched); s.fetch(fetchCtx, reqs, next, fetchErr) }()
-
-	idle := time.NewTimer(s.w.cfg.IdleTimeout)
-	defer idle.Stop()
-	reason := "drained"
-loop:
-	for {
-		select {
-		case <-s.drainc:
-			break loop
-		default:
-		}
-		select {
-		case <-s.drainc:
-			break loop
-		case <-s.work.Done():
-			reason = "stopped"
-			break loop
-		case <-idle.C:
-			if s.waiting() {
-				idle.Reset(s.w.cfg.IdleTimeout)
-				continue
-			}
-			reason = "idle"
-			break loop
-		case f := <-s.ctl:
-			f()
-		case err := <-fetchErr:
-			reason = "request consumer gone: " + err.Error()
-			break loop
-		case m := <-reqs:
-			s.runRequest(m)
-			next <- struct{}{}
-		case p := <-s.plans:
-			s.runPlan(p)
-		}
-		if s.hold.Err() != nil || s.failed.Load() {
-			reason = "lost or failed"
-			break loop
-		}
-		s.armDeadline()
-		idle.Reset(s.w.cfg.IdleTimeout)
-	}
-	stopFetch()
-	<-fetched
-	s.w.forget(s)
-	for {
-		select {
-		case p := <-s.plans:
-			_ = p.msg.NakWithDelay(s.w.cfg.PlanRetryDelay)
-			continue
-		default:
-		}
-		break
-	}
-	stopRenew()
-	<-renewed
-	s.giveBack(reason)
-}
-
-// giveBack deletes the request consumer and releases the lease, if the
-// session is still ours.
-func (s *session) giveBack(reason string) {
-	defer s.cancelWork()
-	if s.hold.Err() != nil {
-		s.log.Info().Str("reason", reason).Msg("session dropped (lost)")
-		return
-	}
-	s.hold.Lose(errGivenBack) // no more appends
-	lease := s.hold.Lease()
-	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
-	defer cancel()
-	// Only a live lease entitles the worker to touch the consumer: a new
-	// owner has one of the same name.
-	if err := lease.Renew(ctx); err != nil {
-		s.log.Info().Err(err).Str("reason", reason).Msg("session dropped (lease gone)")
-		return
-	}
-	if err := s.w.topo.Requests.DeleteConsumer(ctx, s.w.requestConsumerName(s.id)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		s.log.Warn().Err(err).Msg("could not delete request consumer")
-	}
-	// Write the session's deferred tool_calls counts before the session
-	// goes (a next owner would reconcile them from the log, but a session
-	// nobody takes again would keep a low count until then).
-	if s.rt != nil {
-		if err := s.rt.Flush(ctx); err != nil {
-			s.log.Warn().Err(err).Msg("could not write deferred budget counts")
-		}
-	}
-	if err := lease.Release(ctx); err != nil {
-		s.log.Warn().Err(err).Msg("could not release lease")
-	}
-	s.log.Info().Str("reason", reason).Msg("session given back")
-}
-
-// renew renews the lease every RenewInterval until ctx ends; a lost lease,
-// or one that could not be renewed within its TTL, ends the hold
-// (LeaseHold.Renew), which loses the session.
-func (s *session) renew(ctx context.Context) {
-	t := time.NewTicker(s.w.cfg.RenewInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		rctx, cancel := context.WithTimeout(ctx, s.w.cfg.RenewInterval)
-		err := s.hold.Renew(rctx)
-		cancel()
-		switch {
-		case err == nil:
-		case ctx.Err() != nil || s.hold.Err() != nil:
-			return
-		default:
-			s.log.Warn().Err(err).Msg("lease renewal failed")
-		}
-	}
-}
-
-// fetch pulls the session's next request whenever the run loop is ready
-// for one (a token on next).
-func (s *session) fetch(ctx context.Context, reqs chan<- jetstream.Msg, next <-chan struct{}, errc chan<- error) {
-	for {
-		select {
-		case <-next:
-		case <-ctx.Done():
-			return
-		}
-		for {
-			fctx, cancel := context.WithTimeout(ctx, fetchWait)
-			m, err := s.cons.Next(jetstream.FetchContext(fctx))
-			cancel()
-			if err == nil {
-				select {
-				case reqs <- m:
-				case <-ctx.Done():
-					_ = m.Nak() // for the next owner, at once
-					return
-				}
-				break
-			}
-			if ctx.Err() != nil {
-				return
-			}
-			if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) {
-				errc <- err
-				return
-			}
-			if !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
-				s.log.Debug().Err(err).Msg("fetch of next request failed")
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(100 * time.Millisecond):
-				}
-			}
-		}
-	}
-}
-
 // runRequest runs one request unless its id is already in the log. A
 // request that can never become a call (malformed, an unknown tool, too
 // large to record, a full session log) gets a durable answer on
 // jw.answers.<session> and is terminated, before anything touches the
-// session log: no fence, no count, no retry.
-func (s *session) runRequest(m jetstream.Msg) {
+// session log: no fence, no count, no retry. It returns false when the
+// request must be tried again.
+func (s *session) runRequest(m jetstream.Msg) bool {
 	r, err := decodeRequest(s.id, m.Data())
 	if err != nil {
-		s.refuse(m, r, schema.CodeInvalidRequest, err)
-		return
+		return s.refuse(m, r, schema.CodeInvalidRequest, err)
 	}
-	lg := s.log.With().Str("request_id", r.RequestID).Str("tool", r.Tool).Logger()
+	lg := s.p.log.With().Str("session", s.id).Str("request_id", r.RequestID).Str("tool", r.Tool).Logger()
 	if _, ok := s.w.cfg.Registry.Lookup(r.Tool); !ok {
-		s.refuse(m, r, schema.CodeUnknownTool, fmt.Errorf("no tool %q is registered with this worker", r.Tool))
-		return
+		return s.refuse(m, r, schema.CodeUnknownTool, fmt.Errorf("no tool %q is registered with this worker", r.Tool))
 	}
 	if err := r.Fits(int(s.w.topo.JS.Conn().MaxPayload())); err != nil {
-		s.refuse(m, r, schema.CodeRequestTooLarge, err)
-		return
+		return s.refuse(m, r, schema.CodeRequestTooLarge, err)
 	}
-	if err := s.confirm(s.work); err != nil {
+	if err := s.confirm(s.p.work); err != nil {
 		if code := unrecordable(err); code != "" {
 			// The log can never record a call (full, corrupt): every
 			// request of the session is answered so.
-			s.refuse(m, r, code, err)
-			return
+			return s.refuse(m, r, code, err)
 		}
-		lg.Warn().Err(err).Msg("session log not confirmed; request left for redelivery")
-		_ = m.Nak()
-		s.failed.Store(true)
-		s.w.backOff(s.id)
-		return
+		if s.p.work.Err() == nil {
+			lg.Warn().Err(err).Msg("session log not confirmed; request held and tried again")
+		}
+		return false
 	}
 	if s.hasSeen(r.RequestID) {
 		lg.Info().Msg("request already in the log; acknowledged, not run again")
 		_ = m.Ack()
-		return
+		return true
 	}
 	if s.hold.Err() != nil {
-		_ = m.Nak()
-		return
+		return false
 	}
 	j := &job{requestID: r.RequestID, msg: m}
 	s.setCur(j)
-	res, err := s.rt.CallWithOptions(s.work, r.Tool, r.Arguments, worker.CallOptions{
+	res, err := s.rt.CallWithOptions(s.p.work, r.Tool, r.Arguments, worker.CallOptions{
 		Task: r.Task, RequestID: r.RequestID, ProviderCallID: r.ProviderCallID,
 	})
 	s.setCur(nil)
-	s.settle(lg, j, res, err)
+	return s.settle(lg, j, res, err)
 }
 
 // refuse answers a request that cannot become a call (code and why) on
 // jw.answers.<session> and terminates it. A request whose answer cannot be
-// recorded is left for redelivery.
-func (s *session) refuse(m jetstream.Msg, r schema.Request, code schema.Code, why error) {
-	lg := s.log.With().Str("request_id", r.RequestID).Str("tool", r.Tool).Str("code", string(code)).Logger()
+// recorded is tried again (false).
+func (s *session) refuse(m jetstream.Msg, r schema.Request, code schema.Code, why error) bool {
+	lg := s.p.log.With().Str("session", s.id).Str("request_id", r.RequestID).Str("tool", r.Tool).Str("code", string(code)).Logger()
 	if r.RequestID == "" {
 		// Not even a request id to answer under: nobody can be waiting
 		// for it by id; the message is dropped with its reason.
 		lg.Warn().Err(why).Msg("request without a usable request id terminated")
 		_ = m.TermWithReason(why.Error())
-		return
+		return true
 	}
-	ctx, cancel := context.WithTimeout(s.work, ackTimeout)
+	ctx, cancel := context.WithTimeout(s.p.work, ackTimeout)
 	defer cancel()
 	msg := schema.TextOf(why)
 	err := s.w.topo.PublishAnswer(ctx, schema.Answer{Session: s.id, RequestID: r.RequestID, Code: code, Message: msg, At: time.Now().UTC()})
 	if err != nil {
-		lg.Warn().Err(err).Msg("answer not recorded; request left for redelivery")
-		_ = m.Nak()
-		return
+		lg.Warn().Err(err).Msg("answer not recorded; request held and tried again")
+		return false
 	}
 	lg.Info().Str("reason", msg).Msg("request refused and answered")
 	_ = m.TermWithReason(string(code) + ": " + msg)
+	return true
 }
 
-// runPlan runs one retry plan on the session.
-func (s *session) runPlan(p planJob) {
-	if err := s.confirm(s.work); err != nil {
-		s.log.Warn().Err(err).Str("plan_id", p.plan.PlanID).Msg("session log not confirmed; plan left for redelivery")
-		_ = p.msg.NakWithDelay(s.w.cfg.PlanRetryDelay)
-		s.failed.Store(true)
-		s.w.backOff(s.id)
-		return
+// runPlan runs one retry plan on the session with
+// worker.Runtime.CallWithOptions (CallOptions{Retry: plan}); the runtime
+// verifies it and consumes it in jw_plans with a compare-and-set, so a
+// plan delivered twice is attempted at most once.
+func (s *session) runPlan(m jetstream.Msg) bool {
+	plan, err := decodePlan(s.id, m.Data())
+	if err != nil {
+		s.p.log.Warn().Str("session", s.id).Err(err).Msg("malformed plan dropped")
+		_ = m.TermWithReason("malformed plan")
+		return true
+	}
+	lg := s.p.log.With().Str("session", s.id).Str("plan_id", plan.PlanID).Str("tool", plan.Tool).Logger()
+	// A plan that is spent needs no session — unless its attempt may never
+	// have reached the log, which the session's owner completes (see
+	// worker.TakeOperation).
+	ctx, cancel := context.WithTimeout(s.p.work, ackTimeout)
+	rec, gerr := s.w.plans.Get(ctx, plan.PlanID)
+	cancel()
+	if gerr == nil && rec.State == stream.PlanConsumed && rec.CompletedEpoch > 0 {
+		lg.Debug().Msg("plan already consumed")
+		_ = m.Ack()
+		return true
+	}
+	if err := s.confirm(s.p.work); err != nil {
+		if s.p.work.Err() == nil {
+			lg.Warn().Err(err).Msg("session log not confirmed; plan held and tried again")
+		}
+		return false
 	}
 	if s.hold.Err() != nil {
-		_ = p.msg.NakWithDelay(s.w.cfg.PlanRetryDelay)
-		return
+		return false
 	}
-	lg := s.log.With().Str("plan_id", p.plan.PlanID).Str("tool", p.plan.Tool).Logger()
-	j := &job{planID: p.plan.PlanID, msg: p.msg}
+	j := &job{planID: plan.PlanID, msg: m}
 	s.setCur(j)
-	plan := p.plan
-	res, err := s.rt.CallWithOptions(s.work, plan.Tool, plan.Arguments, worker.CallOptions{Task: plan.Task, Retry: &plan})
+	res, err := s.rt.CallWithOptions(s.p.work, plan.Tool, plan.Arguments, worker.CallOptions{Task: plan.Task, Retry: &plan})
 	s.setCur(nil)
 	s.mu.Lock()
 	acked := j.acked
 	s.mu.Unlock()
 	if !acked && (errors.Is(err, schema.ErrPlanRefused) || errors.Is(err, schema.ErrTaskStopped)) {
 		lg.Info().Err(err).Msg("plan refused; not attempted")
-		_ = p.msg.Ack()
-		return
+		_ = m.Ack()
+		return true
 	}
-	s.settle(lg, j, res, err)
+	return s.settle(lg, j, res, err)
 }
 
 // settle finishes a job: a job whose tool.call was recorded is done (it was
 // acknowledged then); one that cannot become a call is terminated; any other
-// is handed back for redelivery, and the session is given back if the log
-// failed.
-func (s *session) settle(lg zerolog.Logger, j *job, res worker.Result, err error) {
+// is tried again (false), after the session is confirmed again.
+func (s *session) settle(lg zerolog.Logger, j *job, res worker.Result, err error) bool {
 	s.mu.Lock()
 	acked := j.acked
 	s.mu.Unlock()
@@ -513,15 +380,15 @@ func (s *session) settle(lg zerolog.Logger, j *job, res worker.Result, err error
 		}
 		ev.Msg("call done")
 		if c := schema.CodeOf(err); c == schema.CodeLog || c == schema.CodeFenced {
-			s.failed.Store(true)
+			s.rt, s.hold = nil, nil // confirm again before the next call
 		}
-		return
+		return true
 	}
 	switch code := schema.CodeOf(err); {
 	case code == schema.CodeUnknownTool || code == schema.CodeInvalidCall:
 		lg.Warn().Err(err).Msg("terminated: cannot become a call")
 		_ = j.msg.TermWithReason(err.Error())
-		return
+		return true
 	case j.requestID != "" && permanent(err) != "":
 		// The log refuses this call for good (too large, full): no retry
 		// loop, an answer.
@@ -529,17 +396,15 @@ func (s *session) settle(lg zerolog.Logger, j *job, res worker.Result, err error
 		if d, derr := decodeRequest(s.id, j.msg.Data()); derr == nil {
 			r = d
 		}
-		s.refuse(j.msg, r, permanent(err), err)
-		return
+		return s.refuse(j.msg, r, permanent(err), err)
 	}
-	// Nothing known to be recorded: the next owner decides from the
-	// confirmed history (a tool.call whose acknowledgement was lost is
-	// found there and not run again).
-	lg.Warn().Err(err).Msg("call not recorded; left for redelivery")
-	_ = j.msg.Nak()
-	if s.hold.Err() == nil {
-		s.failed.Store(true)
+	// Nothing known to be recorded: tried again once the session is
+	// confirmed again (a tool.call whose acknowledgement was lost is found
+	// in the confirmed history and not run again).
+	if s.p.work.Err() == nil {
+		lg.Warn().Err(err).Msg("call not recorded; held and tried again")
 	}
+	return false
 }
 
 // permanent returns the answer code of an error the session log will
@@ -548,14 +413,14 @@ func (s *session) settle(lg zerolog.Logger, j *job, res worker.Result, err error
 // connection, a fence).
 func permanent(err error) schema.Code {
 	switch {
+	case errors.Is(err, schema.ErrTaskStopped):
+		return schema.CodeTaskStopped
 	case errors.Is(err, nats.ErrMaxPayload):
 		return schema.CodeRequestTooLarge
 	case errors.Is(err, schema.ErrHistoryTooLarge):
 		return schema.CodeHistoryTooLarge
 	case errors.Is(err, schema.ErrFieldTooLong), errors.Is(err, schema.ErrCorruptHistory):
 		return schema.CodeRequestTooLarge
-	case errors.Is(err, schema.ErrTaskStopped):
-		return schema.CodeTaskStopped
 	}
 	return ""
 }

@@ -3,15 +3,14 @@ package toolworker
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"hash/fnv"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/jingwei/jingwei/schema"
@@ -19,9 +18,10 @@ import (
 	"github.com/jingwei/jingwei/worker"
 )
 
-// Worker is a tool worker: it owns sessions through their leases and runs
-// their requests and retry plans (see the package documentation). Build it
-// with New and call Run once. Its methods are safe for concurrent use.
+// Worker is a tool worker: it owns partitions of sessions through their
+// leases and runs their requests and retry plans (see the package
+// documentation). Build it with New and call Run once. Its methods are
+// safe for concurrent use.
 type Worker struct {
 	cfg    Config
 	topo   *stream.Topology
@@ -31,14 +31,50 @@ type Worker struct {
 	ttl    time.Duration
 
 	running atomic.Bool
+	// slots bounds the sessions that run a request or plan at once
+	// (MaxSessions); a session with work waits for a slot, counted.
+	slots chan struct{}
+
+	// counters for Stats.
+	waiting   atomic.Int64  // sessions with work waiting for a slot now
+	waits     atomic.Uint64 // times a session had to wait for a slot
+	lastFull  atomic.Int64  // unix nanos of the last "full" log line
+	taken     atomic.Uint64 // partitions acquired
+	givenBack atomic.Uint64 // partitions released (drained)
+	lost      atomic.Uint64 // partitions lost
 
 	mu        sync.Mutex
-	sessions  map[string]*session // owned (or being taken)
-	failures  map[string]failure  // sessions that could not be taken, and when to try again
+	parts     map[int]*partition // owned (or being taken)
 	draining  bool
 	hardStop  context.Context // cancelled when the drain times out
 	hardAbort context.CancelFunc
-	wg        sync.WaitGroup // session goroutines
+	wg        sync.WaitGroup // partition goroutines
+}
+
+// Stats are a tool worker's counters: what it owns and how full it is.
+type Stats struct {
+	// Partitions is how many partitions the worker owns now.
+	Partitions int `json:"partitions"`
+	// Sessions is how many sessions of them the worker holds in memory
+	// (run recently or running).
+	Sessions int `json:"sessions"`
+	// Running is how many sessions run a request or plan now (at most
+	// Config.MaxSessions).
+	Running int `json:"running"`
+	// Waiting is how many sessions have work but wait for a free slot
+	// because Running is at MaxSessions.
+	Waiting int `json:"waiting"`
+	// Held is how many requests and plans the worker holds without having
+	// started them (queued behind their session's current work, or
+	// waiting for a slot).
+	Held int `json:"held"`
+	// Waits counts the times a session had to wait for a slot.
+	Waits uint64 `json:"waits"`
+	// Taken, GivenBack and Lost count partitions acquired, released after
+	// a drain, and lost (lease lost or not renewed in time).
+	Taken     uint64 `json:"taken"`
+	GivenBack uint64 `json:"given_back"`
+	Lost      uint64 `json:"lost"`
 }
 
 // New returns a worker for cfg (after WithDefaults). It fails with
@@ -49,14 +85,14 @@ func New(cfg Config) (*Worker, error) {
 		return nil, err
 	}
 	w := &Worker{
-		cfg:      cfg,
-		topo:     cfg.Topology,
-		log:      cfg.Logger.With().Str("owner", cfg.Owner).Logger(),
-		plans:    stream.NewPlans(cfg.Topology.Plans),
-		budget:   stream.NewBudget(cfg.Topology.Budget),
-		ttl:      cfg.Topology.Config().LeaseTTL,
-		sessions: make(map[string]*session),
-		failures: make(map[string]failure),
+		cfg:    cfg,
+		topo:   cfg.Topology,
+		log:    cfg.Logger.With().Str("owner", cfg.Owner).Logger(),
+		plans:  stream.NewPlans(cfg.Topology.Plans),
+		budget: stream.NewBudget(cfg.Topology.Budget),
+		ttl:    cfg.Topology.Config().LeaseTTL,
+		slots:  make(chan struct{}, cfg.MaxSessions),
+		parts:  make(map[int]*partition),
 	}
 	w.hardStop, w.hardAbort = context.WithCancel(context.Background())
 	return w, nil
@@ -65,58 +101,67 @@ func New(cfg Config) (*Worker, error) {
 // Owner returns the worker's owner id (as written in leases and fences).
 func (w *Worker) Owner() string { return w.cfg.Owner }
 
-// Owned returns the sessions the worker owns right now, sorted.
+// Owned returns the sessions the worker holds in memory in the partitions
+// it owns (sessions that ran or run work recently), sorted.
 func (w *Worker) Owned() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	out := make([]string, 0, len(w.sessions))
-	for id, s := range w.sessions {
-		if s.ready.Load() {
-			out = append(out, id)
-		}
+	var out []string
+	for _, p := range w.partitions() {
+		out = append(out, p.sessionIDs()...)
 	}
 	slices.Sort(out)
 	return out
 }
 
-// requestConsumerName is the per-session consumer on JW_REQUESTS.
-func (w *Worker) requestConsumerName(session string) string {
-	return w.topo.StreamName("req_" + session)
+// OwnedPartitions returns the partitions the worker owns right now,
+// sorted.
+func (w *Worker) OwnedPartitions() []int {
+	var out []int
+	for _, p := range w.partitions() {
+		out = append(out, p.p)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// partitions returns the partitions owned and running.
+func (w *Worker) partitions() []*partition {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]*partition, 0, len(w.parts))
+	for _, p := range w.parts {
+		if p.ready.Load() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Stats returns the worker's counters.
+func (w *Worker) Stats() Stats {
+	st := Stats{Running: len(w.slots), Waiting: int(w.waiting.Load()), Waits: w.waits.Load(),
+		Taken: w.taken.Load(), GivenBack: w.givenBack.Load(), Lost: w.lost.Load()}
+	for _, p := range w.partitions() {
+		st.Partitions++
+		n, held := p.counts()
+		st.Sessions += n
+		st.Held += held
+	}
+	return st
 }
 
 // Run runs the worker until ctx is cancelled, then drains (see the package
 // documentation) and returns nil. It serves jw.api.call (its Gateway)
-// unless Config.DisableGateway is set. It returns an error if it cannot set
-// up its subscription, plan consumer or gateway. Run may be called once.
+// unless Config.DisableGateway is set. It returns an error if it cannot
+// register itself or set up its gateway. Run may be called once.
 func (w *Worker) Run(ctx context.Context) error {
 	if !w.running.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
 	defer w.hardAbort()
 
-	// Hints: every published request names its session.
-	hints := make(chan string, 1024)
-	sub, err := w.topo.JS.Conn().Subscribe(w.topo.RequestsSubject("*"), func(m *nats.Msg) {
-		select {
-		case hints <- stream.SessionOf(m.Subject):
-		default: // the poll finds it
-		}
-	})
+	reg, err := w.topo.RegisterWorker(ctx, w.cfg.Owner)
 	if err != nil {
-		return fmt.Errorf("toolworker: subscribe to requests: %w", err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-
-	pcons, err := w.topo.PlanLog.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable:       w.topo.PlanConsumerName(),
-		Description:   "jingwei tool workers: retry plans to execute",
-		FilterSubject: w.topo.PlansSubject("*"),
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       w.cfg.AckWait,
-		DeliverPolicy: jetstream.DeliverAllPolicy,
-	})
-	if err != nil {
-		return fmt.Errorf("toolworker: plan consumer: %w", err)
+		return fmt.Errorf("toolworker: %w", err)
 	}
 	stopGateway := func() {}
 	if !w.cfg.DisableGateway {
@@ -134,28 +179,34 @@ func (w *Worker) Run(ctx context.Context) error {
 		stopGateway = func() { once.Do(func() { _ = svc.Stop() }) }
 		defer stopGateway()
 	}
-	w.log.Info().Int("max_sessions", w.cfg.MaxSessions).Dur("lease_ttl", w.ttl).Msg("tool worker running")
+	w.log.Info().Int("max_sessions", w.cfg.MaxSessions).Int("partitions", w.topo.Partitions()).Dur("lease_ttl", w.ttl).Msg("tool worker running")
 
 	acons, err := w.approvalConsumer(ctx)
 	if err != nil {
 		return fmt.Errorf("toolworker: approval consumer: %w", err)
 	}
 	var loops sync.WaitGroup
-	loops.Add(3)
+	loops.Add(2)
+	go func() { defer loops.Done(); w.balanceLoop(ctx, reg) }()
 	go func() { defer loops.Done(); w.consumeApprovals(ctx, acons) }()
-	go func() { defer loops.Done(); w.discover(ctx, hints) }()
-	go func() { defer loops.Done(); w.consumePlans(ctx, pcons) }()
 	<-ctx.Done()
-	stopGateway()
-	loops.Wait()
-
-	// Drain: no new work; running bodies finish, then leases are released.
+	// Drain at once: no new work starts, running calls finish, then the
+	// consumers are deleted and the leases released.
 	w.mu.Lock()
 	w.draining = true
-	for _, s := range w.sessions {
-		s.drain()
+	for _, p := range w.parts {
+		p.drain()
 	}
 	w.mu.Unlock()
+	stopGateway()
+	loops.Wait()
+	// Leave the registry, so that the others size their share without
+	// this worker.
+	rctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
+	if err := reg.Release(rctx); err != nil {
+		w.log.Warn().Err(err).Msg("could not leave the worker registry")
+	}
+	cancel()
 	done := make(chan struct{})
 	go func() { w.wg.Wait(); close(done) }()
 	select {
@@ -169,210 +220,204 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-// discover takes sessions with waiting requests: on a hint, and on every
-// poll of the request stream's per-subject counts.
-func (w *Worker) discover(ctx context.Context, hints <-chan string) {
-	tick := time.NewTicker(w.cfg.PollInterval)
-	defer tick.Stop()
-	w.poll(ctx)
+// balanceLoop renews the worker's registration every RenewInterval and
+// rebalances every PollInterval, the first time one PollInterval after
+// start (so that workers started together see each other).
+func (w *Worker) balanceLoop(ctx context.Context, reg *stream.Registration) {
+	renew := time.NewTicker(w.cfg.RenewInterval)
+	defer renew.Stop()
+	poll := time.NewTimer(w.cfg.PollInterval)
+	defer poll.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case s := <-hints:
-			w.tryTake(ctx, s)
-		case <-tick.C:
-			w.poll(ctx)
+		case <-renew.C:
+			rctx, cancel := context.WithTimeout(ctx, w.cfg.RenewInterval)
+			if err := reg.Renew(rctx); err != nil && ctx.Err() == nil {
+				w.log.Warn().Err(err).Msg("registration renewal failed")
+			}
+			cancel()
+		case <-poll.C:
+			w.balance(ctx)
+			poll.Reset(w.cfg.PollInterval)
 		}
 	}
 }
 
-// poll tries to take every session that has requests waiting.
-func (w *Worker) poll(ctx context.Context) {
-	info, err := w.topo.Requests.Info(ctx, jetstream.WithSubjectFilter(w.topo.RequestsSubject("*")))
+// share returns how many of n partitions a worker aims at among live
+// workers: n/live rounded up.
+func share(n, live int) int {
+	live = max(live, 1)
+	return (n + live - 1) / live
+}
+
+// preference orders partitions for an owner (rendezvous hashing): workers
+// prefer different partitions, so that they rarely race for the same free
+// one, and each gives up its least preferred first.
+func preference(owner string, p int) uint32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(owner))
+	_, _ = h.Write([]byte{'/'})
+	_, _ = h.Write([]byte(strconv.Itoa(p)))
+	return h.Sum32()
+}
+
+// balance takes free partitions up to the worker's share, or drains one it
+// has beyond it (one per round, so that a join moves partitions gradually
+// and never leaves them all unowned at once).
+func (w *Worker) balance(ctx context.Context) {
+	live, err := w.topo.LiveWorkers(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
-			w.log.Warn().Err(err).Msg("poll of waiting requests failed")
+			w.log.Warn().Err(err).Msg("reading the worker registry failed")
 		}
 		return
 	}
-	subjects := make([]string, 0, len(info.State.Subjects))
-	for subj, n := range info.State.Subjects {
-		if n > 0 {
-			subjects = append(subjects, subj)
+	leases, err := w.topo.PartitionLeases(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.log.Warn().Err(err).Msg("reading the partition leases failed")
+		}
+		return
+	}
+	n := w.topo.Partitions()
+	nlive := len(live)
+	if !slices.Contains(live, w.cfg.Owner) {
+		nlive++
+	}
+	target := share(n, nlive)
+
+	w.mu.Lock()
+	if w.draining {
+		w.mu.Unlock()
+		return
+	}
+	var mine []*partition
+	for _, p := range w.parts {
+		if !p.isDraining() {
+			mine = append(mine, p)
 		}
 	}
-	slices.Sort(subjects)
-	for _, subj := range subjects {
-		if ctx.Err() != nil {
+	w.mu.Unlock()
+	if len(mine) > target {
+		slices.SortFunc(mine, func(a, b *partition) int {
+			return int64cmp(int64(preference(w.cfg.Owner, a.p)), int64(preference(w.cfg.Owner, b.p)))
+		})
+		p := mine[0]
+		p.log.Info().Int("target", target).Int("owned", len(mine)).Int("workers", nlive).Msg("partition over this worker's share: draining it")
+		p.drain()
+		return
+	}
+	free := make([]int, 0, n)
+	for p := range n {
+		if _, held := leases[p]; held {
+			continue
+		}
+		w.mu.Lock()
+		_, ours := w.parts[p]
+		w.mu.Unlock()
+		if !ours {
+			free = append(free, p)
+		}
+	}
+	slices.SortFunc(free, func(a, b int) int {
+		return int64cmp(int64(preference(w.cfg.Owner, b)), int64(preference(w.cfg.Owner, a)))
+	})
+	for _, p := range free {
+		if len(mine) >= target || ctx.Err() != nil {
 			return
 		}
-		w.tryTake(ctx, stream.SessionOf(subj))
-	}
-}
-
-// owned returns the session if the worker owns it and it is running, else
-// nil.
-func (w *Worker) owned(id string) *session {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if s := w.sessions[id]; s != nil && s.ready.Load() && !s.closing {
-		return s
-	}
-	return nil
-}
-
-// tryTake takes the session if nobody owns it and the worker has room. It
-// returns the session when the worker owns it (already or now), else nil.
-func (w *Worker) tryTake(ctx context.Context, id string) *session {
-	if !schema.ValidSession(id) {
-		return nil
-	}
-	w.mu.Lock()
-	if s := w.sessions[id]; s != nil {
-		live := s.ready.Load() && !s.closing
-		w.mu.Unlock()
-		if live {
-			return s
+		if pt := w.take(ctx, p); pt != nil {
+			mine = append(mine, pt)
 		}
-		return nil // being taken or given back
 	}
-	if w.draining || len(w.sessions) >= w.cfg.MaxSessions {
+}
+
+func int64cmp(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// take acquires partition p and starts running it; nil if it could not.
+func (w *Worker) take(ctx context.Context, p int) *partition {
+	w.mu.Lock()
+	if w.draining || w.parts[p] != nil {
 		w.mu.Unlock()
 		return nil
 	}
-	if f, ok := w.failures[id]; ok && time.Now().Before(f.next) {
-		w.mu.Unlock()
-		return nil
-	}
-	s := &session{w: w, id: id, plans: make(chan planJob, 64), drainc: make(chan struct{}), ctl: make(chan func(), 64)}
-	w.sessions[id] = s
+	pt := newPartition(w, p)
+	w.parts[p] = pt
 	w.wg.Add(1)
 	w.mu.Unlock()
-
-	if err := s.take(ctx); err != nil {
-		held := errors.Is(err, stream.ErrLeaseHeld)
+	if err := pt.take(ctx); err != nil {
 		w.mu.Lock()
-		delete(w.sessions, id)
-		var f failure
-		if !held && ctx.Err() == nil {
-			// Every attempt appends a session.fenced event: back off.
-			f = w.failures[id].again()
-			w.failures[id] = f
-		}
+		delete(w.parts, p)
 		w.mu.Unlock()
 		w.wg.Done()
-		if !held && ctx.Err() == nil {
-			w.log.Warn().Err(err).Str("session", id).Dur("retry_in", f.wait).Msg("could not take session")
+		if ctx.Err() == nil && !isHeld(err) {
+			w.log.Warn().Err(err).Int("partition", p).Msg("could not take partition")
 		}
 		return nil
 	}
+	w.taken.Add(1)
 	w.mu.Lock()
-	delete(w.failures, id)
 	if w.draining {
-		s.drain()
+		pt.drain()
 	}
 	w.mu.Unlock()
 	go func() {
 		defer w.wg.Done()
-		s.run()
+		pt.run()
 	}()
-	return s
+	return pt
 }
 
-// backOff keeps the worker from taking the session again for a while:
-// taking it did not lead anywhere (its log could not be fenced and loaded)
-// and every attempt appends a session.fenced event.
-func (w *Worker) backOff(id string) {
+// forget removes a partition that is being given back or was lost.
+func (w *Worker) forget(p *partition) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.failures[id] = w.failures[id].again()
-}
-
-// failure is a session that could not be taken (its history is over the
-// limits or corrupt, the server refused a consumer): it is tried again after
-// wait, which doubles from 1 s up to 5 minutes.
-type failure struct {
-	wait time.Duration
-	next time.Time
-}
-
-func (f failure) again() failure {
-	f.wait = min(max(2*f.wait, time.Second), 5*time.Minute)
-	f.next = time.Now().Add(f.wait)
-	return f
-}
-
-// forget removes a session that is being given back; work routed to it
-// after this goes elsewhere.
-func (w *Worker) forget(s *session) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	s.closing = true
-	if w.sessions[s.id] == s {
-		delete(w.sessions, s.id)
+	if w.parts[p.p] == p {
+		delete(w.parts, p.p)
 	}
 }
 
-// planJob is a plan waiting to run on its session.
-type planJob struct {
-	plan schema.Plan
-	msg  jetstream.Msg
-}
-
-// consumePlans routes every plan to its session's owner in this process,
-// taking the session if nobody owns it; plans for sessions owned elsewhere
-// are negatively acknowledged with PlanRetryDelay.
-func (w *Worker) consumePlans(ctx context.Context, cons jetstream.Consumer) {
-	// One plan at a time and no prefetch: a plan this worker has not
-	// looked at is never held back from the others.
-	for ctx.Err() == nil {
-		fctx, cancel := context.WithTimeout(ctx, fetchWait)
-		m, err := cons.Next(jetstream.FetchContext(fctx))
-		cancel()
-		if err != nil {
-			if ctx.Err() == nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
-				w.log.Warn().Err(err).Msg("fetch of next plan failed")
-				select {
-				case <-ctx.Done():
-				case <-time.After(w.cfg.PlanRetryDelay):
-				}
-			}
-			continue
-		}
-		w.routePlan(ctx, m)
+// acquireSlot waits for one of the MaxSessions slots; a wait is counted
+// and logged (at most once a second), never silent. It returns false if
+// ctx ends first.
+func (w *Worker) acquireSlot(ctx context.Context, session string) bool {
+	select {
+	case w.slots <- struct{}{}:
+		return true
+	default:
+	}
+	w.waits.Add(1)
+	w.waiting.Add(1)
+	defer w.waiting.Add(-1)
+	now := time.Now().UnixNano()
+	if last := w.lastFull.Load(); now-last > int64(time.Second) && w.lastFull.CompareAndSwap(last, now) {
+		w.log.Warn().Int("max_sessions", w.cfg.MaxSessions).Int64("waiting", w.waiting.Load()).Uint64("waits", w.waits.Load()).Str("session", session).
+			Msg("worker full: sessions with work wait for a free slot (MaxSessions); their requests stay held in order")
+	}
+	select {
+	case w.slots <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
-func (w *Worker) routePlan(ctx context.Context, m jetstream.Msg) {
-	id := stream.SessionOf(m.Subject())
-	var p schema.Plan
-	if err := json.Unmarshal(m.Data(), &p); err != nil || p.PlanID == "" || p.Session != id {
-		w.log.Warn().Err(err).Str("session", id).Str("plan_id", p.PlanID).Msg("malformed plan dropped")
-		_ = m.TermWithReason("malformed plan")
-		return
-	}
-	// A plan that is spent needs no session — unless its attempt may never
-	// have reached the log, which the session's owner completes (see
-	// worker.TakeOperation).
-	if rec, err := w.plans.Get(ctx, p.PlanID); err == nil && rec.State == stream.PlanConsumed && rec.CompletedEpoch > 0 {
-		w.log.Debug().Str("session", id).Str("plan_id", p.PlanID).Msg("plan already consumed")
-		_ = m.Ack()
-		return
-	}
-	s := w.owned(id)
-	if s == nil {
-		s = w.tryTake(ctx, id)
-	}
-	if s == nil || !s.queuePlan(planJob{plan: p, msg: m}) {
-		_ = m.NakWithDelay(w.cfg.PlanRetryDelay)
-	}
-}
+func (w *Worker) releaseSlot() { <-w.slots }
 
-// newRuntime builds the runtime of an owned session from the template. h is
-// the confirmed history the session was loaded with after the fence: with
-// it the runtime reconciles each task's tool_calls count with the log and
-// may then write counts of tasks without a limit off the call path.
+// newRuntime builds the runtime of a confirmed session from the template.
+// h is the confirmed history the session was loaded with: with it the
+// runtime reconciles each task's tool_calls count with the log and may
+// then write counts of tasks without a limit off the call path.
 func (w *Worker) newRuntime(id string, lg worker.Appender, h []schema.Event) (*worker.Runtime, error) {
 	rc := w.cfg.Runtime
 	rc.Session, rc.Log, rc.Registry, rc.Plans, rc.Budget, rc.History = id, lg, w.cfg.Registry, w.plans, w.budget, h
@@ -395,4 +440,16 @@ func decodeRequest(id string, data []byte) (schema.Request, error) {
 		return r, fmt.Errorf("%w: request for session %q published on %q's subject", ErrInvalidRequest, r.Session, id)
 	}
 	return r, nil
+}
+
+// decodePlan decodes a plan from the subject of session id.
+func decodePlan(id string, data []byte) (schema.Plan, error) {
+	var p schema.Plan
+	if err := json.Unmarshal(data, &p); err != nil {
+		return p, err
+	}
+	if p.PlanID == "" || p.Session != id {
+		return p, fmt.Errorf("plan %q for session %q on %q's subject", p.PlanID, p.Session, id)
+	}
+	return p, nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -222,15 +223,17 @@ func TestLeaseLossStopsSession(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("body never started")
 	}
-	// Take the lease away from under the worker and fence the log.
-	if err := topo.Leases.Delete(ctx, s); err != nil {
+	// Take the partition's lease away from under the worker and fence
+	// the log at the thief's epoch.
+	part := topo.PartitionOf(s)
+	if err := topo.Leases.Delete(ctx, "partition."+strconv.Itoa(part)); err != nil {
 		t.Fatal(err)
 	}
-	lease, err := topo.AcquireLease(ctx, s, "thief")
+	ph, err := topo.AcquirePartition(ctx, part, "thief", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := topo.Fence(ctx, s, "thief", lease.Epoch); err != nil {
+	if _, err := topo.Fence(ctx, s, "thief", ph.Epoch()); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -248,7 +251,7 @@ func TestLeaseLossStopsSession(t *testing.T) {
 		t.Fatalf("last event %+v, want the thief's fence (the worker must not append after losing the lease)", last)
 	}
 	// The thief's lease is intact: the worker did not release or renew it.
-	if lv, ok, err := topo.LeaseHolder(ctx, s); err != nil || !ok || lv.Owner != "thief" {
+	if lv, ok, err := topo.PartitionHolder(ctx, part); err != nil || !ok || lv.Owner != "thief" {
 		t.Fatalf("lease %+v %v %v, want the thief's", lv, ok, err)
 	}
 }
@@ -329,10 +332,10 @@ func TestDrainFinishesBodiesThenReleases(t *testing.T) {
 	if waiting(t, topo) != 1 {
 		t.Fatal("r-2 should still be waiting")
 	}
-	if _, ok, err := topo.LeaseHolder(ctx, s); err != nil || ok {
-		t.Fatalf("lease still held after drain (%v)", err)
+	if _, ok, err := topo.PartitionHolder(ctx, topo.PartitionOf(s)); err != nil || ok {
+		t.Fatalf("partition lease still held after drain (%v)", err)
 	}
-	if _, err := topo.Requests.Consumer(ctx, topo.StreamName("req_"+s)); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+	if _, err := topo.Requests.Consumer(ctx, topo.RequestConsumerName(topo.PartitionOf(s))); !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		t.Fatalf("request consumer after drain: %v, want not found", err)
 	}
 }
@@ -394,7 +397,7 @@ func TestPlanExecutedOnce(t *testing.T) {
 	if _, err := topo.JS.Publish(ctx, topo.PlansSubject(s), pb); err != nil {
 		t.Fatal(err)
 	}
-	cons, err := topo.PlanLog.Consumer(ctx, topo.StreamName("toolworker_plans"))
+	cons, err := topo.PlanLog.Consumer(ctx, topo.PlanConsumerName(topo.PartitionOf(s)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,10 +417,12 @@ func TestPlanExecutedOnce(t *testing.T) {
 	if err != nil || rec.State != stream.PlanConsumed || rec.ConsumedBy != cs[1].CallID {
 		t.Fatalf("plan record %+v %v", rec, err)
 	}
-	u, err := stream.NewBudget(topo.Budget).Get(ctx, s, first.Operation.Task)
-	if err != nil || u.ToolCalls != 2 {
-		t.Fatalf("tool_calls %+v %v, want 2", u, err)
-	}
+	// The count is written off the call path, at the latest when the
+	// idle session leaves the worker's memory (IdleTimeout).
+	streamtest.Eventually(t, 10*time.Second, "tool_calls 2", func() bool {
+		u, err := stream.NewBudget(topo.Budget).Get(ctx, s, first.Operation.Task)
+		return err == nil && u.ToolCalls == 2
+	})
 }
 
 // Delay slows bodies without changing what they do.
