@@ -27,7 +27,9 @@
 //	jingwei_admission_rejections_total{stage}       calls refused by admission (status rejected)
 //	jingwei_log_append_seconds{type}                session-log append latency (histogram)
 //	jingwei_log_append_errors_total{type,code}      appends that failed (fenced, log_unavailable)
-//	jingwei_leases_held                             sessions this tool worker owns
+//	jingwei_leases_held                             partition leases this tool worker holds
+//	jingwei_sessions_held                           sessions of them held in memory
+//	jingwei_sessions_waiting                        sessions with work waiting for a slot
 //	jingwei_assessments_total{outcome,decision}     assessments the recovery worker published
 //	jingwei_takeovers_total                         sessions the recovery worker took over
 //	jingwei_crash_to_assessment_seconds             a closed call's last event to its assessment (histogram)

@@ -130,11 +130,33 @@ func eventType(t string) string {
 	return "other"
 }
 
-// NewLeases registers jingwei_leases_held on reg: the number of sessions
-// owned returns (a tool worker's Worker.Owned), read at each scrape.
-func NewLeases(reg prometheus.Registerer, owned func() []string) {
-	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Namespace: Namespace, Name: "leases_held",
-		Help: "Session leases this tool worker holds (the sessions it owns).",
-	}, func() float64 { return float64(len(owned())) }))
+// Ownership is what a tool worker holds now, read at each scrape (from
+// toolworker.Worker.Stats).
+type Ownership struct {
+	// Partitions is the partition leases held.
+	Partitions int
+	// Sessions is the sessions of those partitions held in memory.
+	Sessions int
+	// Waiting is the sessions with work waiting for a free slot.
+	Waiting int
+}
+
+// NewLeases registers jingwei_leases_held (partition leases held),
+// jingwei_sessions_held and jingwei_sessions_waiting on reg, from what
+// owned returns at each scrape.
+func NewLeases(reg prometheus.Registerer, owned func() Ownership) {
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "leases_held",
+			Help: "Partition leases this tool worker holds (the partitions of sessions it owns).",
+		}, func() float64 { return float64(owned().Partitions) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "sessions_held",
+			Help: "Sessions of its partitions this tool worker holds in memory (running, queued or recently run).",
+		}, func() float64 { return float64(owned().Sessions) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Namespace: Namespace, Name: "sessions_waiting",
+			Help: "Sessions with work waiting for a free slot (the worker is full: --max-sessions).",
+		}, func() float64 { return float64(owned().Waiting) }),
+	)
 }

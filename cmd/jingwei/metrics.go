@@ -12,6 +12,7 @@ import (
 	"github.com/jingwei/jingwei/metrics"
 	"github.com/jingwei/jingwei/worker"
 	"github.com/jingwei/jingwei/worker/recoverer"
+	"github.com/jingwei/jingwei/worker/toolworker"
 )
 
 // metricsFlag is --metrics ADDR of serve, worker, recover and console: the
@@ -72,8 +73,8 @@ func (s *metricsServer) runtime() worker.Observer {
 	return metrics.NewRuntime(s.reg)
 }
 
-// leases exposes the sessions owned (a tool worker's Owned).
-func (s *metricsServer) leases(owned func() []string) {
+// leases exposes what a tool worker owns (its Stats).
+func (s *metricsServer) leases(owned func() metrics.Ownership) {
 	if s != nil {
 		metrics.NewLeases(s.reg, owned)
 	}
@@ -95,4 +96,13 @@ func (s *metricsServer) console() *metrics.Console {
 		return nil
 	}
 	return metrics.NewConsole(s.reg)
+}
+
+// ownership reads what tw owns for the metrics (nothing while tw is nil).
+func ownership(tw *toolworker.Worker) metrics.Ownership {
+	if tw == nil {
+		return metrics.Ownership{}
+	}
+	st := tw.Stats()
+	return metrics.Ownership{Partitions: st.Partitions, Sessions: st.Sessions, Waiting: st.Waiting}
 }

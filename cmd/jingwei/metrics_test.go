@@ -133,7 +133,8 @@ func TestMetricsScrape(t *testing.T) {
 		`jingwei_assessments_total{decision="refuse",outcome="completed"}`:       2, // the two ok calls
 		`jingwei_recoverer_up`:                                                   1,
 		`jingwei_plans{state="issued"}`:                                          0,
-		`jingwei_leases_held`:                                                    1, // m-agent, until idle
+		`jingwei_leases_held`:                                                    float64(stream.DefaultPartitions), // one worker owns every partition
+		`jingwei_sessions_held`:                                                  1,                                 // m-agent, until idle
 		`jingwei_log_append_seconds_count{type="tool.call"}`:                     4,
 		`jingwei_recoverer_consumer_pending_events`:                              0,
 	} {
@@ -178,7 +179,8 @@ func TestMetricsScrape(t *testing.T) {
 	streamtest.Eventually(t, 30*time.Second, "the retry ran and its plan is consumed", func() bool {
 		got = scrapeMetrics(t, serveMetrics)
 		return got[`jingwei_plans{state="consumed"}`] == 1 && got[`jingwei_tool_calls_total{status="ok",tool="payments.charge"}`] == 1 &&
-			got["jingwei_recoverer_consumer_pending_events"] == 0 && got["jingwei_recoverer_consumer_ack_pending_events"] == 0
+			got["jingwei_recoverer_consumer_pending_events"] == 0 && got["jingwei_recoverer_consumer_ack_pending_events"] == 0 &&
+			got[`jingwei_assessments_total{decision="refuse",outcome="completed"}`] >= 3 // counted once its publish is acknowledged
 	})
 	for k, v := range map[string]float64{
 		`jingwei_calls_awaiting_review`:                                    0,

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nkeys"
 	"github.com/rs/zerolog"
 
+	"github.com/jingwei/jingwei/metrics"
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/worker/recoverer"
@@ -278,7 +279,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			return fail(err)
 		}
 		parts["tool worker"] = tw
-		ms.leases(tw.Owned)
+		ms.leases(func() metrics.Ownership { return ownership(tw) })
 	}
 	ms.serve(ctx, "serve", stderr)
 

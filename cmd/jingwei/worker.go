@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/jingwei/jingwei/metrics"
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/tools"
@@ -219,12 +220,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	// The worker of the current attempt (keepUp builds a new one after a
 	// transient failure): its leases are what the metric reads.
 	var current atomic.Pointer[toolworker.Worker]
-	ms.leases(func() []string {
-		if w := current.Load(); w != nil {
-			return w.Owned()
-		}
-		return nil
-	})
+	ms.leases(func() metrics.Ownership { return ownership(current.Load()) })
 	ms.serve(ctx, "worker", stderr)
 	h := newHealth(log)
 	if err := h.serve(ctx, healthAddr); err != nil {
