@@ -13,8 +13,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jingwei/jingwei/schema"
-	"github.com/jingwei/jingwei/worker/fence"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/worker/fence"
 )
 
 // The names the harness reads, as the protocol document gives them
