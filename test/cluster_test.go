@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 )
@@ -239,5 +240,69 @@ func TestClusterLeaderLossKeepsLog(t *testing.T) {
 	}
 	if info, err := topo.Events.Info(ctx); err != nil || info.Cluster == nil || info.Cluster.Leader == leader || info.Cluster.Leader == "" {
 		t.Fatalf("stream leader after the loss: %+v %v", info.Cluster, err)
+	}
+}
+
+// TestClusterReadOnlyCommands runs the read-only commands (export,
+// inspect) against an R3 deployment with their default flags: a reader
+// works against any deployment, single node or cluster, and never needs
+// to be told its replicas.
+func TestClusterReadOnlyCommands(t *testing.T) {
+	if testing.Short() {
+		t.Skip("3-node cluster")
+	}
+	bin := jingweiBinary(t)
+	nodes := startCluster(t)
+	var urls []string
+	for _, e := range nodes {
+		urls = append(urls, e.ClientURL())
+	}
+	url := strings.Join(urls, ",")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: url, ConnectTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var topo *stream.Topology
+	for {
+		actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+		topo, err = stream.EnsureTopology(actx, js, stream.TopologyConfig{Replicas: 3})
+		acancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("R3 topology: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	lg, err := topo.Fence(ctx, "ro-1", "test-writer", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range []schema.Event{
+		{Type: schema.TypeCall, Call: &schema.Call{CallID: "c-ro-1", Tool: "catalog.lookup", Arguments: []byte(`{"sku":"A-1"}`),
+			StartMarker: true, Operation: &schema.Operation{Task: "t-1", Key: "op-ro-1", Contract: effect.Contract{Effect: effect.ReadOnly, Revision: "1"}}}},
+		{Type: schema.TypeStarted, Started: &schema.Started{CallID: "c-ro-1"}},
+		{Type: schema.TypeResult, Result: &schema.Result{CallID: "c-ro-1", Status: schema.StatusOK, Output: []byte(`{"price_cents":100}`)}},
+	} {
+		if _, err := lg.Append(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	r := jw(t, bin, url, "export", "--session", "ro-1")
+	if r.code != 0 || strings.Count(r.stdout, "\n") != 4 || !strings.Contains(r.stdout, `"c-ro-1"`) {
+		t.Fatalf("export against R3: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+	}
+	r = jw(t, bin, url, "inspect", "--session", "ro-1", "--call", "c-ro-1")
+	if r.code != 0 || !strings.Contains(r.stdout, `"outcome":"completed"`) {
+		t.Fatalf("inspect against R3: exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
 	}
 }
