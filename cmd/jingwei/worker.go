@@ -20,7 +20,7 @@ import (
 )
 
 func init() {
-	register(command{name: "worker", summary: "run a tool worker with the example tools (takes requests, owns sessions by lease)", run: runWorker})
+	register(command{name: "worker", summary: "run a tool worker with the example tools (owns partitions of sessions by lease, runs their requests and plans)", run: runWorker})
 }
 
 const workerHelp = `  jingwei worker [--server URL] [--owner NAME] [--lease-ttl 10s] [--tool-delay 0] [--tool-delay-after 0]
