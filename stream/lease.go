@@ -123,19 +123,33 @@ func (t *Topology) AcquireLease(ctx context.Context, session, owner string) (*Le
 	if err != nil {
 		return nil, err
 	}
-	val, _ := json.Marshal(LeaseValue{Owner: owner, Epoch: epoch, At: time.Now().UTC()})
-	rev, err := t.Leases.Create(ctx, session, val, jetstream.KeyTTL(t.cfg.LeaseTTL))
-	if err != nil {
-		if errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSeq(err) {
-			var v []byte
-			if e, gerr := t.Leases.Get(ctx, session); gerr == nil {
-				v = e.Value()
-			}
-			return nil, heldError(session, v)
-		}
+	rev, held, err := t.createLease(ctx, session, LeaseValue{Owner: owner, Epoch: epoch, At: time.Now().UTC()})
+	switch {
+	case held != nil:
+		return nil, heldError(session, held)
+	case err != nil:
 		return nil, fmt.Errorf("stream: acquire lease on %s: %w", session, err)
 	}
 	return &Lease{Session: session, Owner: owner, Epoch: epoch, t: t, rev: rev}, nil
+}
+
+// createLease creates the lease key with v and the lease TTL. A key held
+// already returns its current value as held (non-nil, possibly empty when
+// it could not be read); any other failure is err.
+func (t *Topology) createLease(ctx context.Context, key string, v LeaseValue) (rev uint64, held []byte, err error) {
+	val, _ := json.Marshal(v)
+	rev, err = t.Leases.Create(ctx, key, val, jetstream.KeyTTL(t.cfg.LeaseTTL))
+	if err == nil {
+		return rev, nil, nil
+	}
+	if errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSeq(err) {
+		held = []byte{}
+		if e, gerr := t.Leases.Get(ctx, key); gerr == nil {
+			held = e.Value()
+		}
+		return 0, held, err
+	}
+	return 0, nil, err
 }
 
 func heldError(session string, v []byte) error {

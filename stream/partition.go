@@ -87,16 +87,11 @@ func (t *Topology) AcquirePartition(ctx context.Context, p int, owner string, on
 	if err != nil {
 		return nil, err
 	}
-	val, _ := json.Marshal(LeaseValue{Owner: owner, Epoch: epoch, Base: epoch, At: time.Now().UTC()})
-	rev, err := t.Leases.Create(ctx, key, val, jetstream.KeyTTL(t.cfg.LeaseTTL))
-	if err != nil {
-		if errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSeq(err) {
-			var v []byte
-			if e, gerr := t.Leases.Get(ctx, key); gerr == nil {
-				v = e.Value()
-			}
-			return nil, partitionHeldError(p, v)
-		}
+	rev, held, err := t.createLease(ctx, key, LeaseValue{Owner: owner, Epoch: epoch, Base: epoch, At: time.Now().UTC()})
+	switch {
+	case held != nil:
+		return nil, partitionHeldError(p, held)
+	case err != nil:
 		return nil, fmt.Errorf("stream: acquire partition %d: %w", p, err)
 	}
 	return &PartitionHold{t: t, partition: p, owner: owner, base: epoch, onLost: onLost, rev: rev, epoch: epoch, until: t0.Add(t.cfg.LeaseTTL)}, nil

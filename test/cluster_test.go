@@ -73,6 +73,26 @@ func startCluster(t *testing.T) map[string]*stream.Embedded {
 	return nodes
 }
 
+// ensureR3 creates the R3 topology on a cluster, retrying while the meta
+// leader is not elected yet (a few seconds after the servers are up),
+// until ctx ends.
+func ensureR3(ctx context.Context, t *testing.T, js jetstream.JetStream) *stream.Topology {
+	t.Helper()
+	for {
+		actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+		topo, err := stream.EnsureTopology(actx, js, stream.TopologyConfig{Replicas: 3})
+		acancel()
+		if err == nil {
+			return topo
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("R3 topology: %v", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
 // TestClusterLeaderLossKeepsLog runs a fenced writer on an R3 topology,
 // shuts down the JW_EVENTS leader while it appends, and checks afterwards
 // that every acknowledged event is on the log exactly once, that no event
@@ -98,23 +118,7 @@ func TestClusterLeaderLossKeepsLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The meta leader needs a few seconds after the servers are up.
-	var topo *stream.Topology
-	for {
-		actx, acancel := context.WithTimeout(ctx, 2*time.Second)
-		topo, err = stream.EnsureTopology(actx, js, stream.TopologyConfig{Replicas: 3})
-		acancel()
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("R3 topology: %v", err)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+	topo := ensureR3(ctx, t, js)
 
 	lease, err := topo.AcquireLease(ctx, "s-1", "w1")
 	if err != nil {
@@ -269,19 +273,7 @@ func TestClusterReadOnlyCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var topo *stream.Topology
-	for {
-		actx, acancel := context.WithTimeout(ctx, 2*time.Second)
-		topo, err = stream.EnsureTopology(actx, js, stream.TopologyConfig{Replicas: 3})
-		acancel()
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("R3 topology: %v", err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	topo := ensureR3(ctx, t, js)
 	lg, err := topo.Fence(ctx, "ro-1", "test-writer", 1)
 	if err != nil {
 		t.Fatal(err)
