@@ -3,6 +3,7 @@ package toolworker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -278,9 +279,126 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // left waiting past their deadline end now, the others are asked again
 // (their request may never have been published) and the timer is armed.
 func (s *session) confirmed() {
+	s.answerOverdue(s.p.work)
 	s.rt.Expire(s.p.work, time.Now())
 	s.rt.AskAgain(s.p.work)
 	s.armDeadline()
+}
+
+// answerOverdue honours, before the calls past their deadline expire, the
+// answers JW_APPROVALS received for them in time: one given before the
+// deadline while nobody owned the session, which the shared consumer has
+// not brought back yet, must not lose to the timeout. It reads the
+// session's answers (jw.approvals.<session>, an ordered consumer: only
+// when a call is overdue, so after a crash or a long hand-over) and
+// resumes each overdue call with its first trusted answer; Resume decides
+// on the answer's stream timestamp, so an answer received after the
+// deadline still ends the call rejected. When the answers cannot be read
+// the overdue calls expire as if unanswered (logged).
+func (s *session) answerOverdue(ctx context.Context) {
+	now := time.Now()
+	due := map[string]time.Time{}
+	for _, wc := range s.rt.Waiting() {
+		if !wc.Deadline.After(now) {
+			due[wc.CallID] = wc.Deadline
+		}
+	}
+	if len(due) == 0 {
+		return
+	}
+	lg := s.p.log.With().Str("session", s.id).Logger()
+	answers, err := s.w.answersOf(ctx, s.id)
+	if err != nil {
+		lg.Warn().Err(err).Int("calls", len(due)).Msg("answers of calls past their deadline not read; they expire unanswered")
+		return
+	}
+	for _, m := range answers {
+		a, err := schema.DecodeApproval(m.data)
+		if err != nil || a.Session != s.id {
+			continue
+		}
+		deadline, ok := due[a.CallID]
+		if !ok || m.at.After(deadline) {
+			continue
+		}
+		if recovery.VerifyApproval(a, s.id, a.CallID, s.w.cfg.Runtime.TrustedApprovers) != nil {
+			continue
+		}
+		delete(due, a.CallID)
+		res, err := s.rt.Resume(ctx, a, m.at)
+		ev := lg.Info()
+		if err != nil && schema.CodeOf(err) != schema.CodeRejected {
+			ev = lg.Warn().Err(err)
+		}
+		ev.Str("call_id", a.CallID).Str("decision", string(a.Decision)).Str("status", string(res.Status)).Msg("answer received before the deadline honoured after it")
+		if c := schema.CodeOf(err); c == schema.CodeLog || c == schema.CodeFenced {
+			return
+		}
+	}
+}
+
+// storedAnswer is an answer read from JW_APPROVALS with its stream
+// timestamp.
+type storedAnswer struct {
+	data []byte
+	at   time.Time
+}
+
+// answersOf reads the answers stored on jw.approvals.<id>, in stream
+// order, with an ordered consumer (the worker role may consume
+// JW_APPROVALS but not get its messages directly).
+func (w *Worker) answersOf(ctx context.Context, id string) ([]storedAnswer, error) {
+	subj := w.topo.ApprovalsSubject(id)
+	info, err := w.topo.Approvals.Info(ctx, jetstream.WithSubjectFilter(subj))
+	if err != nil {
+		return nil, err
+	}
+	n := info.State.Subjects[subj]
+	if n == 0 {
+		return nil, nil
+	}
+	cons, err := w.topo.Approvals.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}, InactiveThreshold: 30 * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		// The server would drop it after InactiveThreshold anyway.
+		if ci := cons.CachedInfo(); ci != nil {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
+			_ = w.topo.Approvals.DeleteConsumer(dctx, ci.Name)
+			cancel()
+		}
+	}()
+	out := make([]storedAnswer, 0, n)
+	for idle := 0; ; {
+		batch, err := cons.Fetch(int(min(n, 256)), jetstream.FetchMaxWait(pullWait))
+		if err != nil {
+			return nil, err
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			md, err := m.Metadata()
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, storedAnswer{data: m.Data(), at: md.Timestamp})
+			if md.NumPending == 0 {
+				return out, nil
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return nil, err
+		}
+		if got == 0 {
+			if idle++; idle > 3 {
+				return out, fmt.Errorf("answers of %s: %d of %d read, then nothing", id, len(out), n)
+			}
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	}
 }
 
 // armDeadline sets the session's one approval timer to the earliest

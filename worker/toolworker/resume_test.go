@@ -161,3 +161,100 @@ func TestWaitingCallsResumedAfterCrash(t *testing.T) {
 		return time.Since(owned) > time.Second
 	})
 }
+
+// TestAnswerInTimeHonouredAfterCrash: answers given before their calls'
+// deadlines while the owner is dead, read by the next owner only after
+// the deadlines passed: an approval signed by a trusted key runs the call
+// once; one from an untrusted key, and a trusted one published after the
+// deadline, do not (those calls end rejected at approval).
+func TestAnswerInTimeHonouredAfterCrash(t *testing.T) {
+	emb, _, topo := streamtest.StartWith(t, streamtest.Config{Topology: stream.TopologyConfig{LeaseTTL: time.Second}})
+	kp, _ := nkeys.CreateUser()
+	pub, _ := kp.PublicKey()
+	trusted, _ := recovery.NewTrustedKeys(pub)
+	stranger, _ := nkeys.CreateUser()
+	var runs atomic.Int32
+	reg := registry(t, worker.Tool{
+		Metadata: effect.Metadata{Name: "pay"}.WithEffect(effect.NonIdempotent, "pay-v1"),
+		Approval: &worker.ApprovalRule{Timeout: 3 * time.Second},
+		Body: func(context.Context, worker.BodyRequest) (json.RawMessage, error) {
+			runs.Add(1)
+			return json.RawMessage(`{"charged":true}`), nil
+		},
+	})
+	config := func(owner string, tp *stream.Topology) toolworker.Config {
+		return toolworker.Config{Topology: tp, Registry: reg, Owner: owner, IdleTimeout: 300 * time.Millisecond,
+			PollInterval: 100 * time.Millisecond, DrainTimeout: 2 * time.Second, PlanRetryDelay: 100 * time.Millisecond,
+			Runtime: worker.Config{TrustedApprovers: trusted},
+			Logger:  zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel).With().Str("w", owner).Logger()}
+	}
+	answer := func(session, callID string, signer nkeys.KeyPair) {
+		t.Helper()
+		a, err := recovery.SignApproval(signer, schema.Approval{V: 1, Session: session, CallID: callID, Decision: schema.Approved, Approver: "alice@ops"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stream.PublishApproval(context.Background(), topo.JS, "", a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ncA, err := emb.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	jsA, _ := jetstream.New(ncA)
+	topoA, err := stream.OpenTopology(context.Background(), jsA, topo.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wA, err := toolworker.New(config("tw-a", topoA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctxA, cancelA := context.WithCancel(context.Background())
+	doneA := make(chan error, 1)
+	go func() { doneA <- wA.Run(ctxA) }()
+	t.Cleanup(func() { cancelA(); <-doneA })
+
+	for _, s := range []string{"s-in-time", "s-forged", "s-late"} {
+		publish(t, topo, s, "r-1", "pay", `{}`)
+	}
+	inTime, forged, late := waitingCall(t, topo, "s-in-time"), waitingCall(t, topo, "s-forged"), waitingCall(t, topo, "s-late")
+	ncA.Close()
+	cancelA()
+	answer("s-in-time", inTime, kp)
+	answer("s-forged", forged, stranger)
+	if d := deadlineOf(t, topo, "s-in-time", inTime); !time.Now().Before(d) {
+		t.Fatalf("the answers were published after the deadline %s; the test needs them before", d)
+	}
+	lateDeadline := deadlineOf(t, topo, "s-late", late)
+	streamtest.Eventually(t, 10*time.Second, "the deadlines passed", func() bool { return time.Now().After(lateDeadline.Add(100 * time.Millisecond)) })
+	answer("s-late", late, kp)
+	streamtest.Eventually(t, 10*time.Second, "A's leases expired", func() bool { return owners(t, topo)["tw-a"] == 0 })
+
+	start(t, config("tw-b", topo))
+	streamtest.Eventually(t, 15*time.Second, "the call answered in time ran", func() bool {
+		res := resultOf(t, topo, "s-in-time", inTime)
+		return res != nil && res.Status == schema.StatusOK
+	})
+	for _, c := range []struct{ session, call string }{{"s-forged", forged}, {"s-late", late}} {
+		streamtest.Eventually(t, 15*time.Second, c.session+" rejected at approval", func() bool {
+			res := resultOf(t, topo, c.session, c.call)
+			return res != nil && res.Status == schema.StatusRejected && res.Stage == schema.StageApproval
+		})
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("bodies ran %d times, want 1", n)
+	}
+	for _, s := range []string{"s-in-time", "s-forged", "s-late"} {
+		granted := 0
+		for _, ev := range history(t, topo, s) {
+			if ev.Type == schema.TypeApprovalGranted {
+				granted++
+			}
+		}
+		if want := map[bool]int{true: 1, false: 0}[s == "s-in-time"]; granted != want {
+			t.Errorf("%s: %d approval.granted, want %d", s, granted, want)
+		}
+	}
+}
