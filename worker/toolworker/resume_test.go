@@ -57,7 +57,7 @@ func TestWaitingCallsResumedAfterCrash(t *testing.T) {
 			},
 		}
 	}
-	reg := registry(t, tool("pay", time.Minute), tool("soon", 4*time.Second), tool("quick", time.Second))
+	reg := registry(t, tool("pay", time.Minute), tool("soon", 8*time.Second), tool("quick", 3*time.Second))
 	config := func(owner string, tp *stream.Topology) toolworker.Config {
 		return toolworker.Config{Topology: tp, Registry: reg, Owner: owner, IdleTimeout: 300 * time.Millisecond,
 			PollInterval: 100 * time.Millisecond, DrainTimeout: 2 * time.Second, PlanRetryDelay: 100 * time.Millisecond,
