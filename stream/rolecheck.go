@@ -961,6 +961,7 @@ func catalog(n names, session string) []probe {
 		return byPermission(p.subscribe(ctx, p.nc.NewInbox()))
 	})
 	add("subscribe "+n.p+".events.> (core)", nil, subProbe(n.p+".events.>"))
+	add("subscribe "+n.subj("requests")+" (core)", nil, subProbe(n.subj("requests")))
 
 	// Writing session data (guarded: never stored).
 	add("publish "+subj("requests")+" (JetStream)", []Role{ag, wk}, storeProbe(subj("requests")))

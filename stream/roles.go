@@ -298,7 +298,6 @@ func (n names) allows(r Role, c RoleConfig) []Grant {
 				"$JS.API.STREAM.CREATE."+n.ledger, "$JS.API.STREAM.CREATE."+n.ordersKV, "$JS.API.STREAM.CREATE."+n.orderKeysKV),
 			pub("example tools: reads and writes", append(append(get(n.ledger), getKV(n.ordersKV)...), append(getKV(n.orderKeysKV),
 				n.tp+".ledger", n.tp+".ledger.>", "$KV."+n.orders+".>", "$KV."+n.orderKeys+".>")...)...),
-			sub("wake-ups when a request is published (a hint only: requests are read from the work queue)", n.subj("requests")),
 			pub("answers to requests that cannot become calls (JetStream)", n.subj("answers")),
 			pub("forward jw.api.call requests to the work queue (JetStream)", n.subj("requests")),
 			sub("serve jw.api.call (the gateway) and micro's $SRV discovery", n.api("call"), "$SRV.>"),

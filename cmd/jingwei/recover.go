@@ -20,7 +20,7 @@ func init() {
 }
 
 const recoverHelp = `  jingwei recover [--server URL] --trust-reviewers FILE [--auto-plan] [--lease-ttl 10s] [--name main]
-                  [--health ADDR]
+                  [--partitions 32] [--health ADDR]
 
 Runs the recovery worker and the 'jingwei' NATS micro service (jw.api.inspect,
 jw.api.prepare, jw.api.status; 'nats micro ls' lists it; jw.api.call is served
@@ -47,7 +47,9 @@ the planner key's own by default) gets no plan: unauthorized_retry.
 Credentials: --creds FILE or --nkey FILE, else the recoverer role's key in
 the --auth directory (default ./.jingwei/auth when it exists).
 
---lease-ttl must be the same for every process of a deployment. Run several
+--lease-ttl and --partitions (default 32) must be the same for every process
+of a deployment: a topology made with other values is refused at start,
+naming the setting and both values. Run several
 recovery workers for availability, each with its own --name (its durable
 consumers are named after it; a restart with the same name resumes, and
 rebuilds its open calls and calls awaiting review from the streams before it
@@ -78,6 +80,7 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	trustPlanners := fs.String("trust-planners", envOr("JINGWEI_TRUST_PLANNERS", ""), "file of plan-signer public keys whose plans are accepted on the retries in a history (default: the planner key's own, plus <auth dir>/planners)")
 	autoPlan := fs.Bool("auto-plan", false, "issue plans for retry_allowed calls without a prepare request")
 	ttl := fs.Duration("lease-ttl", 10*time.Second, "session lease TTL (at least 1s; the same for every process)")
+	partitions := partitionsFlag(fs)
 	name := fs.String("name", recoverer.DefaultName, "name of this recovery worker (its durable consumers); unique per running instance")
 	owner := fs.String("owner", "", "owner id in leases and fences (default recoverer-<name>-<random>)")
 	_ = fs.Duration("call-timeout", 0, "ignored: jw.api.call is served by the tool workers now (jingwei worker --call-timeout)")
@@ -93,6 +96,9 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	if *replicas < 1 {
 		return usageError(stderr, "recover", "--replicas must be at least 1")
+	}
+	if msg := checkPartitions(*partitions); msg != "" {
+		return usageError(stderr, "recover", "%s", msg)
 	}
 	log, err := lf.logger(stderr)
 	if err != nil {
@@ -147,7 +153,7 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	// The server, JetStream and the topology are waited for (a cluster
 	// starting, a node down), never a reason to exit: see keepUp.
 	err = keepUp(ctx, h, "recovery worker", func(ctx context.Context, ready func()) error {
-		nc, topo, err := nf.ensureTopology(ctx, "recover", log, stream.TopologyConfig{LeaseTTL: *ttl, Replicas: *replicas, Logger: log})
+		nc, topo, err := nf.ensureTopology(ctx, "recover", log, stream.TopologyConfig{LeaseTTL: *ttl, Replicas: *replicas, Partitions: *partitions, Logger: log})
 		if err != nil {
 			return err
 		}

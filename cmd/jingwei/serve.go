@@ -29,7 +29,7 @@ func init() {
 
 const serveHelp = `  jingwei serve [--listen 127.0.0.1:4222] [--data ./.jingwei] [--sync always|interval]
                 [--trust-reviewers FILE] [--auto-plan] [--no-worker] [--lease-ttl 10s]
-                [--no-auth] [--repair-topology]
+                [--partitions 32] [--no-auth] [--repair-topology]
 
 The zero-set-up mode: one process runs an embedded NATS server with JetStream
 (store in DATA/data), the recovery worker with the 'jingwei' micro service
@@ -69,6 +69,11 @@ place (nothing stored is changed).
 --no-worker runs the server and the recovery worker only (tool workers join
 with 'jingwei worker --server …').
 
+--lease-ttl and --partitions (default 32: the request and plan streams are
+divided into that many partitions of sessions) are stored with the topology
+when it is made; a restart or a joining 'jingwei worker' or 'jingwei
+recover' with other values is refused, naming the setting and both values.
+
 SIGTERM or SIGINT shuts down cleanly: the tool worker drains, the recovery
 worker stops, the server flushes its store.
 
@@ -93,6 +98,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	syncMode := fs.String("sync", string(stream.SyncAlways), "store durability: always (fsync every write) or interval")
 	prefix := fs.String("prefix", envOr("JINGWEI_PREFIX", "jw"), "subject prefix of the jingwei topology (env JINGWEI_PREFIX)")
 	ttl := fs.Duration("lease-ttl", 10*time.Second, "session lease TTL (at least 1s; the same for every process)")
+	partitions := partitionsFlag(fs)
 	trustFile := fs.String("trust-reviewers", "", "file of further trusted reviewer public keys, one per line")
 	autoPlan := fs.Bool("auto-plan", false, "issue plans for retry_allowed calls without a prepare request")
 	noWorker := fs.Bool("no-worker", false, "run no tool worker in this process")
@@ -111,6 +117,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	if *ttl < time.Second {
 		return usageError(stderr, "serve", "--lease-ttl must be at least 1s")
+	}
+	if msg := checkPartitions(*partitions); msg != "" {
+		return usageError(stderr, "serve", "%s", msg)
 	}
 	if m := stream.SyncMode(*syncMode); m != stream.SyncAlways && m != stream.SyncInterval {
 		return usageError(stderr, "serve", "--sync %q: want always or interval", *syncMode)
@@ -217,7 +226,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return fail(err)
 	}
 	defer srv.Shutdown()
-	tcfg := stream.TopologyConfig{Prefix: *prefix, LeaseTTL: *ttl, Logger: log}
+	tcfg := stream.TopologyConfig{Prefix: *prefix, LeaseTTL: *ttl, Partitions: *partitions, Logger: log}
 	// connectAs connects as a role (any client when authorization is off)
 	// and checks the topology through that connection.
 	connectAs := func(r stream.Role) (*nats.Conn, jetstream.JetStream, *stream.Topology, error) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 
 	"github.com/nats-io/nats.go"
@@ -93,4 +94,22 @@ func (n *natsFlags) loadSession(ctx context.Context, name, session string) ([]sc
 	}
 	defer nc.Close()
 	return topo.Load(ctx, session)
+}
+
+// partitionsFlag registers --partitions on fs: how many partitions the
+// sessions are divided into (stream.TopologyConfig.Partitions), default
+// stream.DefaultPartitions. Every process of a deployment must use the
+// same number: EnsureTopology refuses another with a topology conflict
+// naming partitions.
+func partitionsFlag(fs *flag.FlagSet) *int {
+	return fs.Int("partitions", stream.DefaultPartitions, fmt.Sprintf("partitions the sessions are divided into, 1 to %d (the same for every process of a deployment)", stream.MaxPartitions))
+}
+
+// checkPartitions returns the usage message for a --partitions out of
+// range, or "".
+func checkPartitions(n int) string {
+	if n < 1 || n > stream.MaxPartitions {
+		return fmt.Sprintf("--partitions %d: want 1 to %d", n, stream.MaxPartitions)
+	}
+	return ""
 }

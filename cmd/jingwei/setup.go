@@ -19,7 +19,7 @@ func init() {
 }
 
 const setupHelp = `  jingwei setup [--server URL] [--auth DIR | --nkey FILE | --creds FILE]
-                [--replicas 1] [--lease-ttl 10s] [--repair] [--json] [--wait 2m]
+                [--replicas 1] [--lease-ttl 10s] [--partitions 32] [--repair] [--json] [--wait 2m]
 
 Creates jingwei's streams and buckets on a server where they do not exist
 yet, and checks those that do: the set-up an external deployment runs once
@@ -35,8 +35,9 @@ try logged, for up to --wait (default 2m; 0 tries once).
 A stream or bucket that lacks a protection jingwei relies on (it allows
 deleting or purging messages, has a shorter dedup window, no direct gets)
 is refused, naming the setting and the command that repairs it; --repair
-mends it in place (nothing stored is changed). --replicas and --lease-ttl
-must be what the workers of the deployment use.
+mends it in place (nothing stored is changed). --replicas, --lease-ttl and
+--partitions must be what the workers of the deployment use (a topology
+made with other values is refused, naming the setting and both values).
 
 Output: each stream (name, subjects, replicas) and bucket, then the line
 saying the topology is in place; --json prints one object instead:
@@ -56,6 +57,7 @@ func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	lf.register(fs)
 	replicas := fs.Int("replicas", 1, "replicas of every stream and bucket: 1 on a single server, 3 in a cluster")
 	ttl := fs.Duration("lease-ttl", 10*time.Second, "session lease TTL of the deployment (at least 1s)")
+	partitions := partitionsFlag(fs)
 	repair := fs.Bool("repair", false, "mend streams and buckets that lack a protection, in place")
 	asJSON := fs.Bool("json", false, "print the topology as one JSON object")
 	wait := fs.Duration("wait", 2*time.Minute, "how long to wait, with backoff, for the server and JetStream (a cluster starting, no meta leader yet, a node down); 0 tries once")
@@ -67,6 +69,9 @@ func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	if *ttl < time.Second {
 		return usageError(stderr, "setup", "--lease-ttl must be at least 1s")
+	}
+	if msg := checkPartitions(*partitions); msg != "" {
+		return usageError(stderr, "setup", "%s", msg)
 	}
 	log, err := lf.logger(stderr)
 	if err != nil {
@@ -81,7 +86,7 @@ func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 		js, err := jetstream.New(c)
 		if err == nil {
-			topo, err = stream.EnsureTopology(ctx, js, stream.TopologyConfig{Prefix: nf.prefix, Replicas: *replicas, LeaseTTL: *ttl, Repair: *repair, Logger: log})
+			topo, err = stream.EnsureTopology(ctx, js, stream.TopologyConfig{Prefix: nf.prefix, Replicas: *replicas, LeaseTTL: *ttl, Partitions: *partitions, Repair: *repair, Logger: log})
 		}
 		if err != nil {
 			if errors.Is(c.LastError(), nats.ErrPermissionViolation) {

@@ -23,8 +23,8 @@ func init() {
 	register(command{name: "worker", summary: "run a tool worker with the example tools (owns partitions of sessions by lease, runs their requests and plans)", run: runWorker})
 }
 
-const workerHelp = `  jingwei worker [--server URL] [--owner NAME] [--lease-ttl 10s] [--tool-delay 0] [--tool-delay-after 0]
-                 [--health ADDR]
+const workerHelp = `  jingwei worker [--server URL] [--owner NAME] [--lease-ttl 10s] [--partitions 32] [--tool-delay 0]
+                 [--tool-delay-after 0] [--health ADDR]
 
 Runs a tool worker with the example tools (orders.create, payments.charge,
 catalog.lookup). It takes tool requests from jw.requests.<session>, owns
@@ -58,7 +58,10 @@ Credentials: --creds FILE or --nkey FILE, else the worker role's key in the
 
 --lease-ttl must be the same for every process of a deployment: it is stored
 with the leases bucket when the topology is made, and a worker started with
-another value is refused (a topology conflict naming lease_ttl).
+another value is refused (a topology conflict naming lease_ttl and both
+values). So must --partitions (default 32): the request and plan streams
+are made with that many partitions, and a worker started with another
+number is refused (a topology conflict naming partitions and both values).
 
 Infrastructure is waited for, never a reason to exit: a server not there
 yet, JetStream not ready or without quorum (a cluster starting, a node
@@ -178,6 +181,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		ttl      time.Duration
 		replicas int
 		mf       metricsFlag
+		parts    *int
 	)
 	nf.register(fs)
 	tf.register(fs)
@@ -185,6 +189,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	mf.register(fs)
 	fs.DurationVar(&ttl, "lease-ttl", 10*time.Second, "session lease TTL (at least 1s; the same for every process)")
 	fs.IntVar(&replicas, "replicas", 1, "replicas of every stream and bucket: 1 on a single server, 3 in a cluster (the same for every process)")
+	parts = partitionsFlag(fs)
 	var healthAddr string
 	fs.StringVar(&healthAddr, "health", "", "serve GET /healthz on this address (e.g. :8081): 200 once the worker runs, 503 while it waits for the server or JetStream")
 	if st, ok := parseFlags(fs, args); !ok {
@@ -198,6 +203,9 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	if replicas < 1 {
 		return usageError(stderr, "worker", "--replicas must be at least 1")
+	}
+	if msg := checkPartitions(*parts); msg != "" {
+		return usageError(stderr, "worker", "%s", msg)
 	}
 	log, err := lf.logger(stderr)
 	if err != nil {
@@ -230,7 +238,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	// are waited for (a cluster starting, a node down), never a reason to
 	// exit: see keepUp.
 	err = keepUp(ctx, h, "tool worker", func(ctx context.Context, ready func()) error {
-		nc, topo, err := nf.ensureTopology(ctx, "worker", log, stream.TopologyConfig{LeaseTTL: ttl, Replicas: replicas, Logger: log})
+		nc, topo, err := nf.ensureTopology(ctx, "worker", log, stream.TopologyConfig{LeaseTTL: ttl, Replicas: replicas, Partitions: *parts, Logger: log})
 		if err != nil {
 			return err
 		}

@@ -3,6 +3,8 @@ package toolworker
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -29,7 +31,10 @@ import (
 // runtime it builds waits again for every call the history leaves waiting,
 // so an answer given while no worker owned the session is honoured by the
 // next owner, once (the log holds at most one approval.granted per call,
-// and a call that is no longer waiting refuses every answer).
+// and a call that is no longer waiting refuses every answer). A worker
+// that takes a partition confirms at once the sessions of it a previous
+// owner left with waiting calls (resumeWaiting), so their deadlines hold
+// even if nothing else comes for them.
 
 // approvalConsumer creates or updates the tool workers' shared consumer of
 // the answers (not the requests) on JW_APPROVALS.
@@ -154,13 +159,246 @@ func waitsIn(h []schema.Event, callID string) bool {
 	return false
 }
 
+// resumeWaiting runs once the partition is taken: it finds the sessions
+// of the partition whose log still has a call waiting for approval — a
+// crashed owner may have left them, with nothing else queued for them —
+// and queues a confirm for each (resume), so that their deadlines are kept
+// without waiting for other work. Candidates are the sessions with
+// approval requests on JW_APPROVALS (one stream info with a subject filter,
+// jw.approvals.*.request, read once per take), of this partition; each is
+// loaded (reads only) and only one whose history leaves a call waiting is
+// confirmed: a session with no waiting call is never fenced. A read that
+// fails is tried again, every PlanRetryDelay, until ctx ends.
+func (p *partition) resumeWaiting(ctx context.Context) {
+	var todo []string
+	for ctx.Err() == nil {
+		ids, err := p.approvalSessions(ctx)
+		if err == nil {
+			todo = ids
+			break
+		}
+		if ctx.Err() == nil {
+			p.log.Warn().Err(err).Msg("reading the approval requests failed; tried again")
+		}
+		if !sleepCtx(ctx, p.w.cfg.PlanRetryDelay) {
+			return
+		}
+	}
+	resumed := 0
+	for len(todo) > 0 && ctx.Err() == nil {
+		var again []string
+		for _, id := range todo {
+			if ctx.Err() != nil {
+				return
+			}
+			h, err := p.w.topo.Load(ctx, id)
+			if err != nil {
+				if unrecordable(err) != "" {
+					// Full or corrupt: nothing can be recorded on it;
+					// its calls stay as they are (recovery reports them).
+					p.log.Warn().Err(err).Str("session", id).Msg("session with approval requests not readable; not resumed")
+					continue
+				}
+				again = append(again, id)
+				continue
+			}
+			if len(recovery.ApprovalsOf(h).Pending) == 0 {
+				continue
+			}
+			if !p.post(id, nil, func(s *session) { s.resume() }) {
+				return
+			}
+			resumed++
+		}
+		if len(again) > 0 {
+			p.log.Warn().Int("sessions", len(again)).Msg("session logs with approval requests not read; tried again")
+			if !sleepCtx(ctx, p.w.cfg.PlanRetryDelay) {
+				return
+			}
+		}
+		todo = again
+	}
+	if resumed > 0 {
+		p.log.Info().Int("sessions", resumed).Msg("sessions with calls waiting for approval resumed")
+	}
+}
+
+// approvalSessions returns the sessions of the partition that have
+// approval requests on JW_APPROVALS, sorted.
+func (p *partition) approvalSessions(ctx context.Context) ([]string, error) {
+	t := p.w.topo
+	info, err := t.Approvals.Info(ctx, jetstream.WithSubjectFilter(t.ApprovalRequestsSubject("*")))
+	if err != nil {
+		return nil, err
+	}
+	pre := t.ApprovalsSubject("")
+	var out []string
+	for subj := range info.State.Subjects {
+		id, ok := strings.CutSuffix(strings.TrimPrefix(subj, pre), ".request")
+		if !ok || id == "" || strings.Contains(id, ".") || t.PartitionOf(id) != p.p {
+			continue
+		}
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// resume confirms a session found with calls waiting for approval when the
+// partition was taken (in the session goroutine): confirmed() expires the
+// calls past their deadline, asks again for the others and arms the timer.
+// A session already confirmed has its timer. A confirm that fails is tried
+// again after PlanRetryDelay while the partition is owned.
+func (s *session) resume() {
+	if s.rt != nil && s.hold.Err() == nil {
+		return
+	}
+	if err := s.confirm(s.p.work); err != nil {
+		if s.p.work.Err() != nil {
+			return
+		}
+		s.p.log.Warn().Err(err).Str("session", s.id).Msg("session with waiting calls not confirmed; tried again")
+		id, p := s.id, s.p
+		time.AfterFunc(s.w.cfg.PlanRetryDelay, func() { p.post(id, nil, func(s *session) { s.resume() }) })
+	}
+}
+
+// sleepCtx waits d; false if ctx ended first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
 // confirmed runs once the session's runtime exists: calls a crashed owner
 // left waiting past their deadline end now, the others are asked again
 // (their request may never have been published) and the timer is armed.
 func (s *session) confirmed() {
+	s.answerOverdue(s.p.work)
 	s.rt.Expire(s.p.work, time.Now())
 	s.rt.AskAgain(s.p.work)
 	s.armDeadline()
+}
+
+// answerOverdue honours, before the calls past their deadline expire, the
+// answers JW_APPROVALS received for them in time: one given before the
+// deadline while nobody owned the session, which the shared consumer has
+// not brought back yet, must not lose to the timeout. It reads the
+// session's answers (jw.approvals.<session>, an ordered consumer: only
+// when a call is overdue, so after a crash or a long hand-over) and
+// resumes each overdue call with its first trusted answer; Resume decides
+// on the answer's stream timestamp, so an answer received after the
+// deadline still ends the call rejected. When the answers cannot be read
+// the overdue calls expire as if unanswered (logged).
+func (s *session) answerOverdue(ctx context.Context) {
+	now := time.Now()
+	due := map[string]time.Time{}
+	for _, wc := range s.rt.Waiting() {
+		if !wc.Deadline.After(now) {
+			due[wc.CallID] = wc.Deadline
+		}
+	}
+	if len(due) == 0 {
+		return
+	}
+	lg := s.p.log.With().Str("session", s.id).Logger()
+	answers, err := s.w.answersOf(ctx, s.id)
+	if err != nil {
+		lg.Warn().Err(err).Int("calls", len(due)).Msg("answers of calls past their deadline not read; they expire unanswered")
+		return
+	}
+	for _, m := range answers {
+		a, err := schema.DecodeApproval(m.data)
+		if err != nil || a.Session != s.id {
+			continue
+		}
+		deadline, ok := due[a.CallID]
+		if !ok || m.at.After(deadline) {
+			continue
+		}
+		if recovery.VerifyApproval(a, s.id, a.CallID, s.w.cfg.Runtime.TrustedApprovers) != nil {
+			continue
+		}
+		delete(due, a.CallID)
+		res, err := s.rt.Resume(ctx, a, m.at)
+		ev := lg.Info()
+		if err != nil && schema.CodeOf(err) != schema.CodeRejected {
+			ev = lg.Warn().Err(err)
+		}
+		ev.Str("call_id", a.CallID).Str("decision", string(a.Decision)).Str("status", string(res.Status)).Msg("answer received before the deadline honoured after it")
+		if c := schema.CodeOf(err); c == schema.CodeLog || c == schema.CodeFenced {
+			return
+		}
+	}
+}
+
+// storedAnswer is an answer read from JW_APPROVALS with its stream
+// timestamp.
+type storedAnswer struct {
+	data []byte
+	at   time.Time
+}
+
+// answersOf reads the answers stored on jw.approvals.<id>, in stream
+// order, with an ordered consumer (the worker role may consume
+// JW_APPROVALS but not get its messages directly).
+func (w *Worker) answersOf(ctx context.Context, id string) ([]storedAnswer, error) {
+	subj := w.topo.ApprovalsSubject(id)
+	info, err := w.topo.Approvals.Info(ctx, jetstream.WithSubjectFilter(subj))
+	if err != nil {
+		return nil, err
+	}
+	n := info.State.Subjects[subj]
+	if n == 0 {
+		return nil, nil
+	}
+	cons, err := w.topo.Approvals.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}, InactiveThreshold: 30 * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		// The server would drop it after InactiveThreshold anyway.
+		if ci := cons.CachedInfo(); ci != nil {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
+			_ = w.topo.Approvals.DeleteConsumer(dctx, ci.Name)
+			cancel()
+		}
+	}()
+	out := make([]storedAnswer, 0, n)
+	for idle := 0; ; {
+		batch, err := cons.Fetch(int(min(n, 256)), jetstream.FetchMaxWait(pullWait))
+		if err != nil {
+			return nil, err
+		}
+		got := 0
+		for m := range batch.Messages() {
+			got++
+			md, err := m.Metadata()
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, storedAnswer{data: m.Data(), at: md.Timestamp})
+			if md.NumPending == 0 {
+				return out, nil
+			}
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			return nil, err
+		}
+		if got == 0 {
+			if idle++; idle > 3 {
+				return out, fmt.Errorf("answers of %s: %d of %d read, then nothing", id, len(out), n)
+			}
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	}
 }
 
 // armDeadline sets the session's one approval timer to the earliest

@@ -85,6 +85,20 @@
 // verifies it and consumes it in jw_plans with a compare-and-set, so a
 // plan delivered twice is attempted at most once.
 //
+// # Approvals
+//
+// A call whose tool asks for approval waits without a goroutine: one timer
+// per session (its earliest deadline), answers through one consumer shared
+// by the tool workers (docs/protocol.md §17, approval.go). A worker that
+// takes a partition finds, through the approval request subjects of
+// JW_APPROVALS, the sessions of it whose log still leaves a call waiting
+// (read only: a session with nothing waiting is never fenced) and confirms
+// each at once, so a crashed owner's waiting calls keep their deadlines
+// without other work for their sessions: calls past their deadline end
+// rejected at stage approval — unless JW_APPROVALS holds a trusted answer
+// received in time, which is honoured — and the others are asked again and
+// timed.
+//
 // # Requests that never become calls
 //
 // A request that can never become a call (malformed, an unknown tool, too

@@ -179,9 +179,12 @@ func (p *partition) run() {
 
 	fetchCtx, stopFetch := context.WithCancel(p.work)
 	var fetchers sync.WaitGroup
-	fetchers.Add(2)
+	fetchers.Add(3)
 	go func() { defer fetchers.Done(); p.fetch(fetchCtx, p.rcons, false) }()
 	go func() { defer fetchers.Done(); p.fetch(fetchCtx, p.pcons, true) }()
+	// Calls a previous owner left waiting for approval keep their
+	// deadlines even if nothing else comes for their sessions.
+	go func() { defer fetchers.Done(); p.resumeWaiting(fetchCtx) }()
 
 	tick := time.NewTicker(p.tickEvery())
 	defer tick.Stop()
