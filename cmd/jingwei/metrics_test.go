@@ -119,7 +119,9 @@ func TestMetricsScrape(t *testing.T) {
 	var got map[string]float64
 	streamtest.Eventually(t, 30*time.Second, "the payment awaits review in the metrics", func() bool {
 		got = scrapeMetrics(t, serveMetrics)
-		return got["jingwei_calls_awaiting_review"] == 1
+		// The takeover reports its crash-to-assessment after its fence,
+		// which the classifier may have assessed already.
+		return got["jingwei_calls_awaiting_review"] == 1 && got["jingwei_crash_to_assessment_seconds_count"] == 1
 	})
 	for k, v := range map[string]float64{
 		`jingwei_tool_calls_total{status="ok",tool="catalog.lookup"}`:            1,
