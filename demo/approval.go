@@ -132,7 +132,7 @@ func (s *story) approvals(ctx context.Context, kp nkeys.KeyPair, w *proc.Child, 
 	if err != nil {
 		return err
 	}
-	s.say("start", "tool worker      pid %-6d jingwei worker (takes the session once the old lease expires)", w3.PID())
+	s.say("start", "tool worker      pid %-6d jingwei worker (takes the partition, and its session, once the old lease expires)", w3.PID())
 	var r *schema.Result
 	wctx, cancel = context.WithTimeout(ctx, s.cfg.StepTimeout+s.cfg.LeaseTTL)
 	err = s.watch.wait(wctx, "the approved payment's result", s.check, func() bool {
