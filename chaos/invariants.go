@@ -435,13 +435,18 @@ func leftOpen(f *facts, x *index) map[callKey]kill {
 // assessment. The p99 row carries the bound; unassessed calls are the
 // unassessed row's.
 func latency(f *facts, x *index) (Latency, []Row) {
-	var xs []float64
+	var xs, toFence, fenceToFirst []float64
+	ms := func(d time.Duration) float64 { return math.Round(d.Seconds()*1000) / 1000 }
 	for k, kl := range leftOpen(f, x) {
 		first, ok := x.firstAssessment(k)
 		if !ok || first.Before(kl.At) {
 			continue
 		}
-		xs = append(xs, math.Round(first.Sub(kl.At).Seconds()*1000)/1000)
+		xs = append(xs, ms(first.Sub(kl.At)))
+		if fe := x.calls[k].FencedAt; fe != nil && !fe.Time.After(first) {
+			toFence = append(toFence, math.Max(0, ms(fe.Time.Sub(kl.At))))
+			fenceToFirst = append(fenceToFirst, ms(first.Sub(fe.Time)))
+		}
 	}
 	slices.Sort(xs)
 	bound := f.Bound.Seconds()
@@ -459,6 +464,7 @@ func latency(f *facts, x *index) (Latency, []Row) {
 		return r
 	}
 	l.ResultToAssessment = classifierLag(x)
+	l.CrashToFence, l.FenceToAssessment = distribution(toFence), distribution(fenceToFirst)
 	return l, []Row{mk("p50", l.P50), mk("p90", l.P90), mk("p99", l.P99), mk("max", l.Max)}
 }
 
@@ -481,6 +487,12 @@ func classifierLag(x *index) Distribution {
 			xs = append(xs, math.Max(0, math.Round(first.Sub(results[ci.ResultSeq]).Seconds()*1000)/1000))
 		}
 	}
+	return distribution(xs)
+}
+
+// distribution sums up xs (seconds; sorted in place); NaN figures when
+// xs is empty.
+func distribution(xs []float64) Distribution {
 	d := Distribution{Samples: len(xs), P50: Seconds(math.NaN()), P99: Seconds(math.NaN()), Max: Seconds(math.NaN())}
 	if len(xs) > 0 {
 		slices.Sort(xs)
