@@ -427,6 +427,9 @@ func TestLatency(t *testing.T) {
 	if r := rowOf(t, rows, rowLatency+" p99"); r.Met || r.Must || r.Value != 4.5 {
 		t.Errorf("p99 row %+v, want 4.5s, unmet, reported", r)
 	}
+	if r := rowOf(t, rows, rowLatency+" max"); len(r.Examples) != 1 || !strings.HasPrefix(r.Examples[0], "s1/c1 4.500s (w1 killed at 10:00:03.500; fence +1.500s by recoverer-x, assessment +3.000s after it)") {
+		t.Errorf("max row examples %q, want s1/c1 with its split at the fence", r.Examples)
+	}
 }
 
 func TestExpectedFollowsTheDecisionTable(t *testing.T) {
