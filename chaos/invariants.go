@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -60,6 +61,10 @@ type facts struct {
 	// ConcurrentMismatch counts the groups of concurrent prepares of one
 	// call that were not all answered with the same plan.
 	ConcurrentMismatch []string
+	// Start is when the run's fault clock started (Fault.At is relative
+	// to it); the zero time writes the latency examples' kill times as
+	// they are.
+	Start time.Time
 }
 
 // The rows, in their order in the report.
@@ -435,13 +440,42 @@ func leftOpen(f *facts, x *index) map[callKey]kill {
 // assessment. The p99 row carries the bound; unassessed calls are the
 // unassessed row's.
 func latency(f *facts, x *index) (Latency, []Row) {
-	var xs []float64
+	var xs, toFence, fenceToFirst []float64
+	ms := func(d time.Duration) float64 { return math.Round(d.Seconds()*1000) / 1000 }
+	type over struct {
+		v    float64
+		text string
+	}
+	var slow []over
 	for k, kl := range leftOpen(f, x) {
 		first, ok := x.firstAssessment(k)
 		if !ok || first.Before(kl.At) {
 			continue
 		}
-		xs = append(xs, math.Round(first.Sub(kl.At).Seconds()*1000)/1000)
+		v := ms(first.Sub(kl.At))
+		xs = append(xs, v)
+		split := "no fence before it"
+		if fe := x.calls[k].FencedAt; fe != nil && !fe.Time.After(first) {
+			toFence = append(toFence, math.Max(0, ms(fe.Time.Sub(kl.At))))
+			fenceToFirst = append(fenceToFirst, ms(first.Sub(fe.Time)))
+			by := fe.Owner
+			if fe.Event.Fence != nil && fe.Event.Fence.Owner != "" {
+				by = fe.Event.Fence.Owner
+			}
+			split = fmt.Sprintf("fence +%.3fs by %s, assessment +%.3fs after it", ms(fe.Time.Sub(kl.At)), by, ms(first.Sub(fe.Time)))
+		}
+		if v > f.Bound.Seconds() {
+			at := fmt.Sprintf("%.3fs", ms(kl.At.Sub(f.Start)))
+			if f.Start.IsZero() {
+				at = kl.At.UTC().Format("15:04:05.000")
+			}
+			slow = append(slow, over{v, fmt.Sprintf("%s %.3fs (%s killed at %s; %s)", ref(k), v, kl.Owner, at, split)})
+		}
+	}
+	slices.SortFunc(slow, func(a, b over) int { return cmp.Compare(b.v, a.v) })
+	var slowest []string
+	for _, o := range slow {
+		slowest = append(slowest, o.text)
 	}
 	slices.Sort(xs)
 	bound := f.Bound.Seconds()
@@ -456,9 +490,13 @@ func latency(f *facts, x *index) (Latency, []Row) {
 		if len(xs) == 0 {
 			r.Note = "no call was left open by a kill"
 		}
+		if name == "max" {
+			r.Examples = cap5(slowest)
+		}
 		return r
 	}
 	l.ResultToAssessment = classifierLag(x)
+	l.CrashToFence, l.FenceToAssessment = distribution(toFence), distribution(fenceToFirst)
 	return l, []Row{mk("p50", l.P50), mk("p90", l.P90), mk("p99", l.P99), mk("max", l.Max)}
 }
 
@@ -481,6 +519,12 @@ func classifierLag(x *index) Distribution {
 			xs = append(xs, math.Max(0, math.Round(first.Sub(results[ci.ResultSeq]).Seconds()*1000)/1000))
 		}
 	}
+	return distribution(xs)
+}
+
+// distribution sums up xs (seconds; sorted in place); NaN figures when
+// xs is empty.
+func distribution(xs []float64) Distribution {
 	d := Distribution{Samples: len(xs), P50: Seconds(math.NaN()), P99: Seconds(math.NaN()), Max: Seconds(math.NaN())}
 	if len(xs) > 0 {
 		slices.Sort(xs)

@@ -419,8 +419,16 @@ func TestLatency(t *testing.T) {
 	if lat.Samples != 1 || lat.Max != 4.5 {
 		t.Errorf("latency %+v, want one sample of 4.5s", lat)
 	}
+	// The sample splits at the fence that closed the call: 1.5 s to the
+	// fence, 3 s from it to the assessment.
+	if c, a := lat.CrashToFence, lat.FenceToAssessment; c.Samples != 1 || c.Max != 1.5 || a.Samples != 1 || a.Max != 3 {
+		t.Errorf("crash -> fence %+v, fence -> assessment %+v, want one sample each of 1.5s and 3s", c, a)
+	}
 	if r := rowOf(t, rows, rowLatency+" p99"); r.Met || r.Must || r.Value != 4.5 {
 		t.Errorf("p99 row %+v, want 4.5s, unmet, reported", r)
+	}
+	if r := rowOf(t, rows, rowLatency+" max"); len(r.Examples) != 1 || !strings.HasPrefix(r.Examples[0], "s1/c1 4.500s (w1 killed at 10:00:03.500; fence +1.500s by recoverer-x, assessment +3.000s after it)") {
+		t.Errorf("max row examples %q, want s1/c1 with its split at the fence", r.Examples)
 	}
 }
 

@@ -121,6 +121,15 @@ type Latency struct {
 	// first assessment, over every closed call: how far the recovery
 	// worker's classifier lags (a stalled consumer shows here).
 	ResultToAssessment Distribution `json:"result_to_assessment"`
+	// CrashToFence and FenceToAssessment split the samples of the crash →
+	// first assessment distribution that a session.fenced closed (the
+	// others, assessed before any fence — a call that was finished after
+	// all — are in neither): from the SIGKILL to the fence's stored time
+	// (lease expiry, its detection and the takeover), and from the fence
+	// to the first stored assessment (the classifier reading the fence and
+	// the publish). They tell where a missed bound's time went.
+	CrashToFence      Distribution `json:"crash_to_fence"`
+	FenceToAssessment Distribution `json:"fence_to_assessment"`
 }
 
 // Distribution sums up a set of durations.
@@ -231,6 +240,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(tw, "records\t%d orders, %d ledger charges, %d assessments; calls ended %s\n", e.Orders, e.Charges, e.Assessments, counts(e.CallResults))
 	if d := r.Latency.ResultToAssessment; d.Samples > 0 {
 		fmt.Fprintf(tw, "classifier\tresult -> first assessment p50 %s, p99 %s, max %s (%d calls)\n", secs(d.P50), secs(d.P99), secs(d.Max), d.Samples)
+	}
+	if c, f := r.Latency.CrashToFence, r.Latency.FenceToAssessment; c.Samples > 0 {
+		fmt.Fprintf(tw, "takeover\tcrash -> fence p50 %s, p99 %s, max %s; fence -> first assessment p50 %s, p99 %s, max %s (%d calls)\n",
+			secs(c.P50), secs(c.P99), secs(c.Max), secs(f.P50), secs(f.P99), secs(f.Max), c.Samples)
 	}
 	if len(e.UnexpectedExits) > 0 {
 		fmt.Fprintf(tw, "exits\tprocesses that exited by themselves (restarted): %s\n", counts(e.UnexpectedExits))

@@ -59,7 +59,7 @@ func (h *harness) report() *Report {
 		return rep
 	}
 
-	f := &facts{Kills: h.kills, Checkpoint: h.checkpoint, HostNotes: h.hostNotes, ConcurrentMismatch: h.mismatch}
+	f := &facts{Kills: h.kills, Checkpoint: h.checkpoint, HostNotes: h.hostNotes, ConcurrentMismatch: h.mismatch, Start: h.faults.t0}
 	for i, a := range h.wl.actions {
 		a.Acked = h.acked[i]
 		f.Actions = append(f.Actions, a)

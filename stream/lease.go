@@ -250,7 +250,13 @@ func watchExpiry[T any](ctx context.Context, t *Topology, filter string, key fun
 	if err != nil {
 		return nil, fmt.Errorf("stream: watch leases: %w", err)
 	}
-	it, err := cons.Messages()
+	// The heartbeat is sized from the lease TTL: a watcher whose consumer
+	// sits on a node that died or was cut from the cluster hears nothing,
+	// and the ordered consumer is recreated only after two missed
+	// heartbeats — with nats.go's default (5 s) ten seconds in which no
+	// expiry is reported, five lease TTLs of 2 s.
+	hb := min(max(t.cfg.LeaseTTL/4, 500*time.Millisecond), 2*time.Second) // nats.go accepts 500 ms–30 s
+	it, err := cons.Messages(jetstream.PullExpiry(max(5*time.Second, 4*hb)), jetstream.PullHeartbeat(hb))
 	if err != nil {
 		return nil, fmt.Errorf("stream: watch leases: %w", err)
 	}

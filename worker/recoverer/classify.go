@@ -52,6 +52,10 @@ type classifier struct {
 	// seeded says the tracker holds the open calls of every event below
 	// the consumer's ack floor (seed); only the run goroutine uses it.
 	seeded bool
+	// delivered is the consumer sequence of the consumer's last delivery
+	// when start returned (after its reset): the first delivery of the run
+	// must follow it. Only the run goroutine uses it.
+	delivered uint64
 	// load reads a session's history through at least a sequence
 	// (Topology.LoadThrough); tests replace it with a lagging replica.
 	load func(ctx context.Context, session string, atLeast uint64) ([]schema.Event, error)
@@ -94,6 +98,16 @@ func (c *classifier) run(ctx context.Context) error {
 	// Events up to the consumer's ack floor were classified by an earlier
 	// run: what this run keeps of a session may lack calls opened then.
 	c.track.resume(cons.CachedInfo().AckFloor.Stream)
+	// The deliveries of this run must be consecutive: the consumer numbers
+	// them (the consumer sequence), and one that never arrives — lost with
+	// a connection to a node that died, or to a pull the server answered
+	// after the client gave it up — is pending on the server but was never
+	// classified. AckAll would acknowledge it with the next batch and its
+	// call would never be assessed (or be closed by a fence as never
+	// started). So the run ends at the first gap, the events before it
+	// settled and acknowledged, and the next run starts from the ack floor
+	// (start resets the consumer), where the lost events come again.
+	wantDelivery, first := c.delivered+1, true
 	it, err := cons.Messages(jetstream.PullMaxMessages(pullBatch))
 	if err != nil {
 		return fmt.Errorf("events consumer: %w", err)
@@ -122,6 +136,30 @@ func (c *classifier) run(ctx context.Context) error {
 			}
 		}
 		*b = batch{pubs: b.pubs[:0]}
+		return nil
+	}
+	// settleConfirmed is settle with the acknowledgement confirmed by the
+	// server (before a reset to the ack floor, which must be past it).
+	settleConfirmed := func(ctx context.Context) error {
+		last := cur.last
+		if last == nil {
+			last = prev.last
+		}
+		cur.last, prev.last = nil, nil
+		if err := settle(ctx, &prev); err != nil {
+			return err
+		}
+		if err := settle(ctx, &cur); err != nil {
+			return err
+		}
+		if last == nil {
+			return nil
+		}
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if err := last.DoubleAck(actx); err != nil {
+			return fmt.Errorf("ack events: %w", err)
+		}
 		return nil
 	}
 	stalls := 0
@@ -176,6 +214,19 @@ func (c *classifier) run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("events consumer: %w", err)
 		}
+		// A reset numbers the deliveries from 1 again; the first of a run
+		// may follow the last of the consumer's (a reset, or none needed)
+		// or be that 1.
+		if got := md.Sequence.Consumer; got != wantDelivery && !(first && got == 1) {
+			// Not classified: it comes again after the restart, with the
+			// deliveries that were lost before it.
+			c.log.Warn().Uint64("delivery", md.Sequence.Consumer).Uint64("want", wantDelivery).Uint64("seq", md.Sequence.Stream).Msg("events consumer skipped deliveries (lost in transit); settling and starting again from the ack floor")
+			if err := settleConfirmed(ctx); err != nil {
+				return err
+			}
+			return fmt.Errorf("%w: delivery %d, want %d", errDeliveriesLost, md.Sequence.Consumer, wantDelivery)
+		}
+		wantDelivery, first = md.Sequence.Consumer+1, false
 		session := stream.SessionOf(m.Subject())
 		found, err = c.track.observe(session, md.Sequence.Stream, m.Data(), found[:0])
 		if err != nil {
@@ -248,9 +299,19 @@ func (c *classifier) start(ctx context.Context) (jetstream.Consumer, error) {
 	}
 	// Events delivered to an earlier run (or process) and not acknowledged
 	// come again at once, not after AckWait.
-	if info := cons.CachedInfo(); info.NumAckPending > 0 {
-		if _, err := c.t.JS.ResetConsumer(ctx, info.Stream, info.Name); err != nil {
+	// The first delivery of the run follows the consumer's last one (see
+	// run).
+	info := cons.CachedInfo()
+	c.delivered = info.Delivered.Consumer
+	if info.NumAckPending > 0 {
+		rs, err := c.t.JS.ResetConsumer(ctx, info.Stream, info.Name)
+		switch {
+		case err != nil:
 			c.log.Warn().Err(err).Int("ack_pending", info.NumAckPending).Msg("events consumer not reset to its ack floor; unacknowledged events come back after AckWait")
+		case rs != nil && rs.ConsumerInfo != nil:
+			c.delivered = rs.ConsumerInfo.Delivered.Consumer
+		default:
+			c.delivered = 0 // numbered from 1 again
 		}
 	}
 	if err := c.seed(ctx, cons); err != nil {

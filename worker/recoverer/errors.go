@@ -20,3 +20,8 @@ var errCrash = errors.New("recoverer: simulated crash")
 // errShortHistory is a history read that did not reach the event that
 // needed it (a lagging replica): never classified.
 var errShortHistory = errors.New("recoverer: history short of the event that needs it")
+
+// errDeliveriesLost ends a classifier run whose consumer skipped
+// deliveries (lost in transit): the events before the gap are settled and
+// acknowledged, and the next run starts again from the ack floor.
+var errDeliveriesLost = errors.New("recoverer: events consumer skipped deliveries")

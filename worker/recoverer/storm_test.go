@@ -3,8 +3,10 @@ package recoverer
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -224,4 +226,31 @@ func TestStormAfterRecovererRestart(t *testing.T) {
 		t.Fatal("restarted recoverer not ready")
 	}
 	stormCount(t, e, as, "a", calls, time.Now(), ttl+10*time.Second)
+}
+
+// A partition expiry whose takeovers fail for a while (a cluster that lost
+// a stream leader answers 503 for a few seconds) tries them again: every
+// open call is assessed once, soon after the cluster answers again — not
+// left open until the partition's next owner or the next start.
+func TestStormTakeoverFailuresTriedAgain(t *testing.T) {
+	const ttl = time.Second
+	e := setup(t, ttl)
+	as := e.assessments()
+	r := e.recoverer("a")
+	var failing atomic.Bool
+	failing.Store(true)
+	var failed atomic.Int64
+	r.leases.fault = func(string) error {
+		if failing.Load() {
+			failed.Add(1)
+			return errors.New("nats: API error: code=503 err_code=10008 description=JetStream system temporarily unavailable")
+		}
+		return nil
+	}
+	e.run(r)
+	calls := deadOwner(t, e.topo, 20)
+	start := time.Now()
+	streamtest.Eventually(t, ttl+10*time.Second, "takeovers failing", func() bool { return failed.Load() >= int64(len(calls)) })
+	failing.Store(false)
+	stormCount(t, e, as, "a", calls, start, ttl+15*time.Second)
 }
