@@ -242,16 +242,3 @@ func (c *Console) handleStopped(w http.ResponseWriter, r *http.Request) {
 	}
 	c.render(w, r, "stopped.html", page{Title: "Stopped tasks", Nav: "stopped", Data: v})
 }
-
-// writerMayRun reports whether a call closed with this evidence may still
-// have its body running (as `jingwei status` says in its WRITER column):
-// it has no result of its own (no_result: fenced or crashed), or the
-// runtime recorded a timeout or a cancellation while the body, which may
-// ignore its context, went on.
-func writerMayRun(evidence string) bool {
-	switch evidence {
-	case recovery.EvidenceNoResult, string(schema.StatusTimeout), string(schema.StatusCancelled):
-		return true
-	}
-	return false
-}

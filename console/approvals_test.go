@@ -41,13 +41,3 @@ func TestApprovalOf(t *testing.T) {
 		t.Fatalf("denied call of a stopped task: %+v", st)
 	}
 }
-
-// TestWriterMayRun: the evidence that leaves a body possibly running is
-// the one `jingwei status` marks WRITER "may run".
-func TestWriterMayRun(t *testing.T) {
-	for ev, want := range map[string]bool{"no_result": true, "timeout": true, "cancelled": true, "failed": false, "ok": false, "not_started_marker": false, "rejected:approval": false} {
-		if got := writerMayRun(ev); got != want {
-			t.Errorf("writerMayRun(%q) = %v, want %v", ev, got, want)
-		}
-	}
-}

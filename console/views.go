@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/worker/service"
@@ -212,7 +213,7 @@ func (c *Console) loadCall(ctx context.Context, session, callID string, a *schem
 		}
 		v.CanPrepare = a.Decision == schema.DecisionRetryAllowed || a.Decision == schema.DecisionNeedsReview
 		v.CanDecide = a.Decision == schema.DecisionNeedsReview
-		v.WriterMayRun = v.CanDecide && writerMayRun(a.Evidence)
+		v.WriterMayRun = v.CanDecide && recovery.WriterMayRun(a.Evidence)
 	}
 	if topo, err := c.topology(ctx); err != nil {
 		v.ChainErr = newProblem(err)

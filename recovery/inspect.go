@@ -563,3 +563,17 @@ func intern(st schema.Status) schema.Status {
 }
 
 func quote(s string) string { return fmt.Sprintf("%q", s) }
+
+// WriterMayRun reports whether a call assessed with this evidence may still
+// have its body running somewhere: it has no result of its own (no_result:
+// its writer was fenced or crashed), or the runtime recorded a timeout or a
+// cancellation while the body, which may ignore its context, went on. A
+// reviewer of such a call fences the business store (or confirms the old
+// process is gone) before checking it and signing not_executed.
+func WriterMayRun(evidence string) bool {
+	switch evidence {
+	case EvidenceNoResult, string(schema.StatusTimeout), string(schema.StatusCancelled):
+		return true
+	}
+	return false
+}

@@ -341,3 +341,13 @@ func TestRetryArgumentErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestWriterMayRun: the evidence that leaves a body possibly running is
+// the one `jingwei status` marks WRITER "may run" and the console warns of.
+func TestWriterMayRun(t *testing.T) {
+	for ev, want := range map[string]bool{"no_result": true, "timeout": true, "cancelled": true, "failed": false, "ok": false, "not_started_marker": false, "rejected:approval": false} {
+		if got := recovery.WriterMayRun(ev); got != want {
+			t.Errorf("WriterMayRun(%q) = %v, want %v", ev, got, want)
+		}
+	}
+}

@@ -175,7 +175,7 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	if out.Assessment != nil {
 		fmt.Fprintf(tw, "call\t%s %s, %s (evidence %s, %d attempt(s))\n", a.Tool, a.Outcome, a.Decision, a.Evidence, a.Attempts)
-		if writerMayRun(a.Evidence) {
+		if recovery.WriterMayRun(a.Evidence) {
 			fmt.Fprintf(tw, "writer\tmay still be running its body (evidence %s): a not_executed verdict holds only if its store was fenced, or the process is gone, before you checked (jingwei help review)\n", a.Evidence)
 		}
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jingwei/jingwei/recovery"
-	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/worker/service"
 )
@@ -165,7 +164,7 @@ func printStatus(w io.Writer, v statusView) {
 		mayRun := 0
 		for _, a := range st.AwaitingReview {
 			writer := "done"
-			if writerMayRun(a.Evidence) {
+			if recovery.WriterMayRun(a.Evidence) {
 				writer, mayRun = "may run", mayRun+1
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", a.Session, a.CallID, a.Tool, orDash(a.Contract.Effect.String()), a.Outcome, a.Evidence, a.Attempts, writer)
@@ -187,18 +186,6 @@ func printStatus(w io.Writer, v statusView) {
 	if st.Stats.EventsSeen > 0 || st.Stats.OpenCalls > 0 {
 		fmt.Fprintf(w, "\nrecovery worker: %d events classified, %d calls open\n", st.Stats.EventsSeen, st.Stats.OpenCalls)
 	}
-}
-
-// writerMayRun reports whether a call closed with this evidence may still
-// have its body running: it has no result of its own (no_result: fenced or
-// crashed), or the runtime recorded a timeout or cancellation while the
-// body, which may ignore its context, went on.
-func writerMayRun(evidence string) bool {
-	switch evidence {
-	case recovery.EvidenceNoResult, string(schema.StatusTimeout), string(schema.StatusCancelled):
-		return true
-	}
-	return false
 }
 
 func orDash(s string) string {
