@@ -254,3 +254,19 @@ func TestStormTakeoverFailuresTriedAgain(t *testing.T) {
 	failing.Store(false)
 	stormCount(t, e, as, "a", calls, start, ttl+15*time.Second)
 }
+
+// TestStormFoundBySweepWhenWatcherMisses: a partition-lease watcher that
+// hears nothing (its consumer on a node that died) must not leave a dead
+// owner's calls open: the sweep of the partition leases finds the expiry
+// within a lease TTL or two, and every call is assessed exactly once.
+func TestStormFoundBySweepWhenWatcherMisses(t *testing.T) {
+	const ttl = time.Second
+	e := setup(t, ttl)
+	as := e.assessments()
+	r := e.recoverer("a")
+	r.leases.missExpiries = true
+	e.run(r)
+	calls := deadOwner(t, e.topo, 20)
+	start := time.Now()
+	stormCount(t, e, as, "a", calls, start, ttl+10*time.Second)
+}

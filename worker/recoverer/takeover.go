@@ -47,6 +47,20 @@ type takeovers struct {
 	// an error it returns is that takeover's (tests: a cluster without a
 	// stream leader for a while).
 	fault func(session string) error
+	// missExpiries, in tests, drops what the partition-lease watcher
+	// reports (a watcher on a node that died hears nothing): only the
+	// sweep finds the expiries then.
+	missExpiries bool
+	// held is, by partition, the holder (owner and acquisition epoch; the
+	// zero value: no lease) the last sweep saw; only the run goroutine
+	// uses it.
+	held map[int]partitionHolder
+}
+
+// partitionHolder identifies one acquisition of a partition's lease.
+type partitionHolder struct {
+	owner string
+	base  uint64
 }
 
 // start watches lease expiry, then reconciles: watching first, so that no
@@ -80,10 +94,14 @@ func (r *takeovers) run(ctx context.Context) error {
 	}
 	defer func() { r.expired, r.partitions = nil, nil }()
 	defer r.storm.Wait()
+	sweep := time.NewTicker(max(r.t.Config().LeaseTTL, time.Second))
+	defer sweep.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-sweep.C:
+			r.sweepPartitions(ctx)
 		case s, ok := <-r.expired:
 			if !ok {
 				return errors.New("lease watcher stopped")
@@ -96,6 +114,9 @@ func (r *takeovers) run(ctx context.Context) error {
 			if !ok {
 				return errors.New("partition lease watcher stopped")
 			}
+			if r.missExpiries {
+				continue
+			}
 			// Partitions expire together when their owner dies: each
 			// is handled at once, their sessions sharing one bounded
 			// pool.
@@ -105,6 +126,66 @@ func (r *takeovers) run(ctx context.Context) error {
 				r.partitionExpired(ctx, p)
 			}()
 		}
+	}
+}
+
+// sweepPartitions is the backstop of the partition-lease watcher, whose
+// consumer, when it sat on a node that died or was cut off, reports
+// nothing until it is recreated (the slowest crash → assessment samples of
+// the cluster chaos runs): every lease TTL it reads the partition leases
+// (one listing) and handles as an expiry every partition with open calls
+// whose lease is gone, or was acquired again since the last sweep (another
+// holder, or the same at a new acquisition epoch). Handling an expiry twice
+// is harmless: a takeover fences only while nobody may still write the
+// session, and a fence closes only what is still open.
+func (r *takeovers) sweepPartitions(ctx context.Context) {
+	if r.t.Partitions() == 0 {
+		return
+	}
+	open := map[int]bool{}
+	for _, s := range r.track.openSessions() {
+		open[r.t.PartitionOf(s)] = true
+	}
+	r.mu.Lock()
+	for p := range r.live {
+		open[p] = true
+	}
+	r.mu.Unlock()
+	if len(open) == 0 {
+		return
+	}
+	leases, err := r.t.PartitionLeases(ctx)
+	if err != nil {
+		r.log.Debug().Err(err).Msg("partition sweep: leases not read")
+		return
+	}
+	if r.held == nil {
+		r.held = make(map[int]partitionHolder)
+	}
+	for p := range open {
+		var cur partitionHolder
+		if lv, ok := leases[p]; ok {
+			cur = partitionHolder{owner: lv.Owner, base: lv.Base}
+			if cur.base == 0 {
+				cur.base = lv.Epoch
+			}
+		}
+		prev, known := r.held[p]
+		r.held[p] = cur
+		unheld := cur == partitionHolder{}
+		if !unheld && (!known || prev == cur) {
+			continue // held, by the holder seen before (or first seen now)
+		}
+		lvl := r.log.Info()
+		if unheld && known && prev == cur {
+			lvl = r.log.Debug() // still unowned: tried again, quietly
+		}
+		lvl.Int("partition", p).Str("holder", cur.owner).Msg("partition sweep: lease gone or taken again with calls open; taking them over")
+		r.storm.Add(1)
+		go func() {
+			defer r.storm.Done()
+			r.partitionExpired(ctx, p)
+		}()
 	}
 }
 
