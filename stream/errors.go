@@ -1,8 +1,12 @@
 package stream
 
 import (
+	"context"
 	"errors"
 	"fmt"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 var (
@@ -135,3 +139,32 @@ var errForeignAck = errors.New("stream: acknowledgement from another stream")
 
 // errReleased is why a released hold ended.
 var errReleased = errors.New("released")
+
+// Transient reports whether err is a failure of the infrastructure that
+// passes by itself, after which the same request may be sent again: a
+// JetStream API error with status 503 (no quorum, a stream leader being
+// elected, JetStream not ready yet), 408 or 504, or 10158 ("duplicate
+// message id is in process": a publish of the same Msg-Id is still being
+// stored on a replicated stream, so a re-send is acknowledged as its
+// duplicate); a request that timed out (nats.ErrTimeout,
+// context.DeadlineExceeded of one request); no responders; a connection
+// that is reconnecting or disconnected; JetStream not enabled yet. Writers
+// that retry on it make the re-send safe (a Msg-Id, an expected sequence
+// or revision); such an error is never turned into a refusal of a call.
+func Transient(err error) bool {
+	if err == nil {
+		return false
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.Code == 503 || apiErr.Code == 408 || apiErr.Code == 504 || apiErr.ErrorCode == jsErrDuplicateInProcess
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected) ||
+		errors.Is(err, jetstream.ErrJetStreamNotEnabled)
+}
+
+// jsErrDuplicateInProcess is JetStream's error code for a message whose
+// Msg-Id another publish is still storing.
+const jsErrDuplicateInProcess jetstream.ErrorCode = 10158

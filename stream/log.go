@@ -440,11 +440,11 @@ func (l *Log) send(ctx context.Context, payload []byte, id string) (uint64, erro
 			case l.err != nil:
 				return 0, l.err
 			case rerr != nil: // the re-read failed (no leader, timeout)
-				err, retry = rerr, transient(rerr)
+				err, retry = rerr, Transient(rerr)
 			default:
 				retry = true // nothing new on the log yet: a write in flight
 			}
-		} else if transient(err) {
+		} else if Transient(err) {
 			retry = true
 		}
 		if b == nil {
@@ -516,17 +516,4 @@ func isWrongLastSeq(err error) bool {
 			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
 	}
 	return false
-}
-
-// transient reports errors after which the same publish may be re-sent:
-// the expected-sequence check and the Msg-Id make a re-send safe.
-func transient(err error) bool {
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) {
-		// 10158: duplicate still in flight (R>1); 503s: no leader yet.
-		return apiErr.ErrorCode == 10158 || apiErr.Code == 503
-	}
-	return errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
-		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected)
 }

@@ -1,13 +1,10 @@
 package worker
 
 import (
-	"context"
 	"errors"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream"
 )
 
 // The runtime's errors are *schema.Error values with the runtime's codes
@@ -62,21 +59,7 @@ func BudgetExhausted(err error) error {
 }
 
 // Transient reports whether err is a failure of the infrastructure that
-// passes by itself: a JetStream API error with status 503 (no quorum, a
-// stream leader being elected, JetStream not ready yet), a request that
-// timed out (nats.ErrTimeout, context.DeadlineExceeded of one request), no
-// responders, or a connection that is reconnecting. Such an error is
-// retried, never turned into a refusal of a call.
-func Transient(err error) bool {
-	if err == nil {
-		return false
-	}
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) {
-		return apiErr.Code == 503 || apiErr.Code == 408 || apiErr.Code == 504
-	}
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
-		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
-		errors.Is(err, nats.ErrConnectionReconnecting) || errors.Is(err, nats.ErrDisconnected) ||
-		errors.Is(err, jetstream.ErrJetStreamNotEnabled)
-}
+// passes by itself (stream.Transient: a 503, a timeout, no responders, a
+// reconnecting connection …). Such an error is retried, never turned into
+// a refusal of a call.
+func Transient(err error) bool { return stream.Transient(err) }

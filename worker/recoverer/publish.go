@@ -12,6 +12,7 @@ import (
 
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream"
 )
 
 // HeaderAssessmentID carries an assessment's identity,
@@ -120,23 +121,18 @@ func (p *publisher) publishSync(ctx context.Context, msg *nats.Msg, id string) e
 }
 
 // publishRetryable reports whether a publish with a Msg-Id may be sent
-// again: any failure but a refusal by the server, and of those the two
-// that pass — 503 (no leader yet) and 10158, "duplicate message id is in
-// process": a racing publisher's message with the same id is still being
-// stored (on a replicated stream), so a re-send a moment later is
-// acknowledged as its duplicate. Found by jingwei chaos on a cluster:
-// three concurrent prepares republishing one plan, one answered internal.
+// again: any failure but a refusal by the server, and of those the ones
+// that pass (stream.Transient), among them 10158: a racing publisher's
+// message with the same id still being stored, which a re-send a moment
+// later finds as its duplicate. Found by jingwei chaos on a cluster: three
+// concurrent prepares republishing one plan, one answered internal.
 func publishRetryable(err error) bool {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
-		return apiErr.Code == 503 || apiErr.ErrorCode == jsErrDuplicateInProcess
+		return stream.Transient(err)
 	}
 	return true
 }
-
-// jsErrDuplicateInProcess is JetStream's error code for a message whose
-// Msg-Id another publish is still storing.
-const jsErrDuplicateInProcess jetstream.ErrorCode = 10158
 
 // publishAssessment publishes one assessment synchronously.
 func (p *publisher) publishAssessment(ctx context.Context, a schema.Assessment) error {
