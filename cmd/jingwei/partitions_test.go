@@ -1,13 +1,10 @@
 package main
 
 import (
-	"context"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jingwei/jingwei/stream"
 )
 
 // TestDeploymentSettingsMustMatch: a deployment set up with --partitions 8
@@ -16,22 +13,7 @@ import (
 // the setting and both values and exits 1 (a topology conflict), without
 // waiting. --partitions out of range is a usage error.
 func TestDeploymentSettingsMustMatch(t *testing.T) {
-	dir := t.TempDir()
-	kd := stream.KeyDir(filepath.Join(dir, "auth"))
-	if _, err := kd.Init(); err != nil {
-		t.Fatal(err)
-	}
-	users, err := kd.PublicKeys()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	srv, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{Dir: filepath.Join(dir, "data"), Listen: "127.0.0.1:-1", Sync: stream.SyncInterval, Users: users})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	url := srv.ClientURL()
+	kd, url := keyedServer(t)
 
 	if code, stdout, stderr := runCLI("setup", "--server", url, "--auth", string(kd), "--partitions", "8"); code != exitOK {
 		t.Fatalf("setup --partitions 8: exit %d\n%s\n%s", code, stdout, stderr)

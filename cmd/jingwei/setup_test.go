@@ -15,22 +15,7 @@ import (
 // as admin creates every stream and bucket (and is idempotent); the worker
 // role may not, and is told who creates the topology.
 func TestSetup(t *testing.T) {
-	dir := t.TempDir()
-	kd := stream.KeyDir(filepath.Join(dir, "auth"))
-	if _, err := kd.Init(); err != nil {
-		t.Fatal(err)
-	}
-	users, err := kd.PublicKeys()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	srv, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{Dir: filepath.Join(dir, "data"), Listen: "127.0.0.1:-1", Sync: stream.SyncInterval, Users: users})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Shutdown()
-	url := srv.ClientURL()
+	kd, url := keyedServer(t)
 
 	t0 := time.Now()
 	code, _, stderr := runCLI("setup", "--server", url, "--nkey", kd.SeedFile(stream.RoleWorker))
@@ -59,4 +44,26 @@ func TestSetup(t *testing.T) {
 	if code, _, stderr := runCLI("export", "--server", url, "--auth", string(kd), "--session", "s-1"); code != exitOK {
 		t.Fatalf("export as host after setup: exit %d %s", code, stderr)
 	}
+}
+
+// keyedServer starts an embedded server with authorization on (the role
+// keys of a fresh key directory) and no topology yet; it returns the key
+// directory and the server's URL. The server stops with the test.
+func keyedServer(t *testing.T) (stream.KeyDir, string) {
+	t.Helper()
+	dir := t.TempDir()
+	kd := stream.KeyDir(filepath.Join(dir, "auth"))
+	if _, err := kd.Init(); err != nil {
+		t.Fatal(err)
+	}
+	users, err := kd.PublicKeys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := stream.StartEmbedded(context.Background(), stream.EmbeddedConfig{Dir: filepath.Join(dir, "data"), Listen: "127.0.0.1:-1", Sync: stream.SyncInterval, Users: users})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Shutdown)
+	return kd, srv.ClientURL()
 }
