@@ -58,41 +58,14 @@ func TestWaitingCallsResumedAfterCrash(t *testing.T) {
 		}
 	}
 	reg := registry(t, tool("pay", time.Minute), tool("soon", 8*time.Second), tool("quick", 3*time.Second))
-	config := func(owner string, tp *stream.Topology) toolworker.Config {
-		return toolworker.Config{Topology: tp, Registry: reg, Owner: owner, IdleTimeout: 300 * time.Millisecond,
-			PollInterval: 100 * time.Millisecond, DrainTimeout: 2 * time.Second, PlanRetryDelay: 100 * time.Millisecond,
-			Runtime: worker.Config{TrustedApprovers: trusted},
-			Logger:  zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel).With().Str("w", owner).Logger()}
-	}
+	config := resumeConfig(t, reg, trusted)
 	answer := func(session, callID string, d schema.ApprovalDecision) {
 		t.Helper()
-		a, err := recovery.SignApproval(kp, schema.Approval{V: 1, Session: session, CallID: callID, Decision: d, Approver: "alice@ops"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := stream.PublishApproval(context.Background(), topo.JS, "", a); err != nil {
-			t.Fatal(err)
-		}
+		publishAnswer(t, topo, kp, session, callID, d)
 	}
 
 	// Worker A on a connection of its own, so that it can die alone.
-	ncA, err := emb.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	jsA, _ := jetstream.New(ncA)
-	topoA, err := stream.OpenTopology(context.Background(), jsA, topo.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	wA, err := toolworker.New(config("tw-a", topoA))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctxA, cancelA := context.WithCancel(context.Background())
-	doneA := make(chan error, 1)
-	go func() { doneA <- wA.Run(ctxA) }()
-	t.Cleanup(func() { cancelA(); <-doneA })
+	crashA := startAlone(t, emb, topo, func(tp *stream.Topology) toolworker.Config { return config("tw-a", tp) })
 
 	publish(t, topo, "s-ok", "r-1", "pay", `{}`)
 	publish(t, topo, "s-soon", "r-1", "soon", `{}`)
@@ -110,8 +83,7 @@ func TestWaitingCallsResumedAfterCrash(t *testing.T) {
 	doneEvents := len(history(t, topo, "s-done"))
 
 	// A dies: nothing of it is drained or released.
-	ncA.Close()
-	cancelA()
+	crashA()
 	streamtest.Eventually(t, 10*time.Second, "A's leases expired", func() bool { return owners(t, topo)["tw-a"] == 0 })
 	answer("s-ok", okCall, schema.Approved) // while nobody owns the session
 	quickDeadline := deadlineOf(t, topo, "s-quick", quickCall)
@@ -182,46 +154,18 @@ func TestAnswerInTimeHonouredAfterCrash(t *testing.T) {
 			return json.RawMessage(`{"charged":true}`), nil
 		},
 	})
-	config := func(owner string, tp *stream.Topology) toolworker.Config {
-		return toolworker.Config{Topology: tp, Registry: reg, Owner: owner, IdleTimeout: 300 * time.Millisecond,
-			PollInterval: 100 * time.Millisecond, DrainTimeout: 2 * time.Second, PlanRetryDelay: 100 * time.Millisecond,
-			Runtime: worker.Config{TrustedApprovers: trusted},
-			Logger:  zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel).With().Str("w", owner).Logger()}
-	}
+	config := resumeConfig(t, reg, trusted)
 	answer := func(session, callID string, signer nkeys.KeyPair) {
 		t.Helper()
-		a, err := recovery.SignApproval(signer, schema.Approval{V: 1, Session: session, CallID: callID, Decision: schema.Approved, Approver: "alice@ops"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := stream.PublishApproval(context.Background(), topo.JS, "", a); err != nil {
-			t.Fatal(err)
-		}
+		publishAnswer(t, topo, signer, session, callID, schema.Approved)
 	}
-	ncA, err := emb.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	jsA, _ := jetstream.New(ncA)
-	topoA, err := stream.OpenTopology(context.Background(), jsA, topo.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	wA, err := toolworker.New(config("tw-a", topoA))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctxA, cancelA := context.WithCancel(context.Background())
-	doneA := make(chan error, 1)
-	go func() { doneA <- wA.Run(ctxA) }()
-	t.Cleanup(func() { cancelA(); <-doneA })
+	crashA := startAlone(t, emb, topo, func(tp *stream.Topology) toolworker.Config { return config("tw-a", tp) })
 
 	for _, s := range []string{"s-in-time", "s-forged", "s-late"} {
 		publish(t, topo, s, "r-1", "pay", `{}`)
 	}
 	inTime, forged, late := waitingCall(t, topo, "s-in-time"), waitingCall(t, topo, "s-forged"), waitingCall(t, topo, "s-late")
-	ncA.Close()
-	cancelA()
+	crashA()
 	answer("s-in-time", inTime, kp)
 	answer("s-forged", forged, stranger)
 	if d := deadlineOf(t, topo, "s-in-time", inTime); !time.Now().Before(d) {
@@ -256,5 +200,53 @@ func TestAnswerInTimeHonouredAfterCrash(t *testing.T) {
 		if want := map[bool]int{true: 1, false: 0}[s == "s-in-time"]; granted != want {
 			t.Errorf("%s: %d approval.granted, want %d", s, granted, want)
 		}
+	}
+}
+
+// resumeConfig returns the worker configuration of the crash tests, by
+// owner and topology (each worker may have a connection of its own).
+func resumeConfig(t *testing.T, reg *worker.Registry, trusted recovery.TrustedKeys) func(string, *stream.Topology) toolworker.Config {
+	return func(owner string, tp *stream.Topology) toolworker.Config {
+		return toolworker.Config{Topology: tp, Registry: reg, Owner: owner, IdleTimeout: 300 * time.Millisecond,
+			PollInterval: 100 * time.Millisecond, DrainTimeout: 2 * time.Second, PlanRetryDelay: 100 * time.Millisecond,
+			Runtime: worker.Config{TrustedApprovers: trusted},
+			Logger:  zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel).With().Str("w", owner).Logger()}
+	}
+}
+
+// startAlone runs a worker on a connection of its own to emb and returns
+// its crash: the connection closed, then the worker stopped, so that it
+// dies alone (nothing drained, its leases left to expire).
+func startAlone(t *testing.T, emb *stream.Embedded, topo *stream.Topology, config func(*stream.Topology) toolworker.Config) (crash func()) {
+	t.Helper()
+	nc, err := emb.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, _ := jetstream.New(nc)
+	tp, err := stream.OpenTopology(context.Background(), js, topo.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := toolworker.New(config(tp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return func() { nc.Close(); cancel() }
+}
+
+// publishAnswer signs an answer to callID with signer and publishes it.
+func publishAnswer(t *testing.T, topo *stream.Topology, signer nkeys.KeyPair, session, callID string, d schema.ApprovalDecision) {
+	t.Helper()
+	a, err := recovery.SignApproval(signer, schema.Approval{V: 1, Session: session, CallID: callID, Decision: d, Approver: "alice@ops"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.PublishApproval(context.Background(), topo.JS, "", a); err != nil {
+		t.Fatal(err)
 	}
 }
