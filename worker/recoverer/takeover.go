@@ -55,6 +55,10 @@ type takeovers struct {
 	// zero value: no lease) the last sweep saw; only the run goroutine
 	// uses it.
 	held map[int]partitionHolder
+	// handled is, by partition, when an expiry of it was last handled
+	// (from the watcher or the sweep; guarded by mu): the sweep leaves a
+	// partition handled within the last two lease TTLs alone.
+	handled map[int]time.Time
 }
 
 // partitionHolder identifies one acquisition of a partition's lease.
@@ -176,6 +180,12 @@ func (r *takeovers) sweepPartitions(ctx context.Context) {
 		if !unheld && (!known || prev == cur) {
 			continue // held, by the holder seen before (or first seen now)
 		}
+		r.mu.Lock()
+		recent := time.Since(r.handled[p]) < 2*r.t.Config().LeaseTTL
+		r.mu.Unlock()
+		if recent {
+			continue // the watcher reported this expiry (or a sweep just did)
+		}
 		lvl := r.log.Info()
 		if unheld && known && prev == cur {
 			lvl = r.log.Debug() // still unowned: tried again, quietly
@@ -207,6 +217,10 @@ func (r *takeovers) partitionExpired(ctx context.Context, p int) {
 	}
 	delete(r.live, p)
 	r.storms++
+	if r.handled == nil {
+		r.handled = make(map[int]time.Time)
+	}
+	r.handled[p] = t0
 	r.mu.Unlock()
 	sessions := make([]string, 0, len(set))
 	for s := range set {
