@@ -95,9 +95,6 @@ func (c *classifier) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// Events up to the consumer's ack floor were classified by an earlier
-	// run: what this run keeps of a session may lack calls opened then.
-	c.track.resume(cons.CachedInfo().AckFloor.Stream)
 	// The deliveries of this run must be consecutive: the consumer numbers
 	// them (the consumer sequence), and one that never arrives — lost with
 	// a connection to a node that died, or to a pull the server answered
@@ -233,22 +230,6 @@ func (c *classifier) run(ctx context.Context) error {
 			c.log.Warn().Err(err).Str("session", session).Uint64("seq", md.Sequence.Stream).Msg("event does not decode; skipped")
 		}
 		for _, f := range found {
-			if f.fenceSeq > 0 {
-				// A fence of a session this run may not know whole: the
-				// calls it closed are read from the log.
-				closed, err := c.closedByFence(ctx, f.session, f.fenceSeq)
-				if err != nil {
-					return err
-				}
-				for _, a := range closed {
-					p, err := c.pub.publishAsync(a, true)
-					if err != nil {
-						return err
-					}
-					cur.pubs = append(cur.pubs, p)
-				}
-				continue
-			}
 			a := f.a
 			if a == nil {
 				if a, err = c.inspectLoaded(ctx, f.session, f.callID, md.Sequence.Stream); err != nil {
@@ -453,43 +434,8 @@ func newBackoff(initial, maxInterval, maxElapsed time.Duration) *backoff.Exponen
 	return b
 }
 
-// closedByFence loads the session and assesses every call the
-// session.fenced at fenceSeq closed, from the history through the fence.
-// A call that cannot be assessed is logged and skipped; a history read
-// short of the fence is an error (never classified: see loadThrough).
-func (c *classifier) closedByFence(ctx context.Context, session string, fenceSeq uint64) ([]schema.Assessment, error) {
-	h, err := c.loadThrough(ctx, session, "", fenceSeq)
-	var se *schema.Error
-	if errors.As(err, &se) {
-		c.log.Warn().Err(err).Str("session", session).Uint64("fence_seq", fenceSeq).Msg("calls closed by a fence not assessed")
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err // short of the fence: not acknowledged, comes again
-	}
-	end := len(h)
-	for i := range h {
-		if h[i].Seq > fenceSeq {
-			end = i
-			break
-		}
-	}
-	h = h[:end]
-	var out []schema.Assessment
-	for _, id := range recovery.OpenIn(h, fenceSeq) {
-		a, err := inspect(h, id)
-		if err != nil {
-			c.log.Debug().Err(err).Str("session", session).Str("call_id", id).Msg("call closed by a fence not assessed")
-			continue
-		}
-		out = append(out, a)
-	}
-	return out, nil
-}
-
 // finding is what the classifier concluded from one event: an assessment
-// ready to publish, a call whose assessment needs its loaded history, or
-// a fence whose closed calls must be read from the log.
+// ready to publish, or a call whose assessment needs its loaded history.
 type finding struct {
 	session string
 	callID  string
@@ -497,9 +443,6 @@ type finding struct {
 	// fenced: the call was closed by a session.fenced (its assessment is
 	// published with its id as Nats-Msg-Id).
 	fenced bool
-	// fenceSeq > 0: assess every call the session.fenced at that sequence
-	// closed, from the loaded log (the classifier may not know them all).
-	fenceSeq uint64
 }
 
 // tracker is the classifier's state: the open calls per session. Safe for
@@ -520,24 +463,10 @@ type tracker struct {
 	// approvals tracks waiting calls and stopped tasks for status
 	// (approvals.go).
 	approvals *approvalTrack
-	// floor is the stream sequence up to which an earlier run classified
-	// the events (the consumer's ack floor when this run started; 0: this
-	// run sees every event). Calls opened up to it are not tracked, so a
-	// fence of a session not in whole is resolved from the log, once:
-	// after a fence every call of the session is tracked (whole).
-	floor uint64
-	whole map[string]struct{}
 }
 
 func newTracker() *tracker {
-	return &tracker{sessions: make(map[string]*recovery.OpenCalls[*openCall]), corrupt: make(map[string]struct{}), fences: make(map[string]uint64), whole: make(map[string]struct{}), approvals: newApprovalTrack()}
-}
-
-// resume sets the sequence up to which an earlier run classified events.
-func (t *tracker) resume(floor uint64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.floor = floor
+	return &tracker{sessions: make(map[string]*recovery.OpenCalls[*openCall]), corrupt: make(map[string]struct{}), fences: make(map[string]uint64), approvals: newApprovalTrack()}
 }
 
 // openSessions returns the sessions with calls tracked as open.
@@ -559,7 +488,6 @@ func (t *tracker) markCorrupt(session string) {
 	}
 	delete(t.sessions, session)
 	delete(t.fences, session)
-	delete(t.whole, session)
 	t.corrupt[session] = struct{}{}
 }
 
@@ -653,19 +581,10 @@ func (t *tracker) observe(session string, seq uint64, data []byte, out []finding
 		// assessment is final. This is the one place an assessment of a
 		// call closed by a fence is made, whoever fenced (a recovery
 		// worker's takeover, a tool worker's confirm).
-		_, whole := t.whole[session]
-		fromLog := !whole && t.floor > 0 && seq > t.floor
-		if t.floor > 0 {
-			t.whole[session] = struct{}{}
-		}
-		if fromLog {
-			out = append(out, finding{session: session, fenceSeq: seq})
-		}
 		if calls := t.sessions[session]; calls != nil {
 			calls.Fence(ev.Fence.Epoch, func(id string, c *openCall) {
 				t.closed(session, calls)
 				switch {
-				case fromLog: // assessed from the log with the rest
 				case c.retry:
 					out = append(out, finding{session: session, callID: id, fenced: true})
 				case c.legacy:
