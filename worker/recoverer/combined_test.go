@@ -32,7 +32,7 @@ func TestCombinedFormSameVerdict(t *testing.T) {
 		ev(2, 1, `"type":"tool.result","result":{"call_id":"c-1","status":"ok","retryable":false}`),
 		ev(3, 1, callBody("c-2", "non_idempotent", combined)),
 		ev(4, 1, `"type":"tool.result","result":{"call_id":"c-2","status":"failed","retryable":true}`),
-		ev(5, 1, callBody("c-3", "idempotent", combined)),    // open at the fence
+		ev(5, 1, callBody("c-3", "idempotent", combined)),     // open at the fence
 		ev(6, 1, callBody("c-4", "non_idempotent", combined)), // open at the fence
 		ev(7, 1, callBody("c-5", "non_idempotent", marker)),   // open, not started
 		ev(8, 1, callBody("c-6", "non_idempotent", marker)),
