@@ -12,6 +12,7 @@ import (
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/tools"
 	"github.com/jingwei/jingwei/worker"
 )
 
@@ -412,5 +413,100 @@ func TestCombinedFormStopLock(t *testing.T) {
 	}
 	if _, err := f.rt.Call(ctx, "probe", nil); !errors.Is(err, schema.ErrTaskStopped) {
 		t.Fatalf("a call after the stop: %v, want task_stopped", err)
+	}
+}
+
+// resultFails is a session log whose tool.result appends fail: a writer
+// killed between its body and its result.
+type resultFails struct{ *stream.Log }
+
+func (l resultFails) Append(ctx context.Context, ev schema.Event) (uint64, error) {
+	if ev.Type == schema.TypeResult {
+		return 0, errors.New("killed before the result")
+	}
+	return l.Log.Append(ctx, ev)
+}
+
+// TestCombinedFormLive runs the combined form against JetStream: the
+// second call of a task is two events on the stream, read back with
+// started true and no start marker; a retry under a plan of a
+// combined-form attempt that failed is itself recorded in the combined
+// form (the plan verified and consumed first); and a writer that dies
+// after a combined tool.call, its body done, leaves a call that the next
+// owner's confirmed history classifies uncertain (no_result), never
+// not_started.
+func TestCombinedFormLive(t *testing.T) {
+	ctx := context.Background()
+	l := liveSetup(t)
+	rt := l.runtime(t, "s-1", tools.OrdersRevision, nil)
+	call := func(args string, opts worker.CallOptions) (worker.Result, error) {
+		opts.Task = "t-1"
+		return rt.CallWithOptions(ctx, tools.OrdersCreate, json.RawMessage(args), opts)
+	}
+	if _, err := call(`{"sku":"A-1","qty":1}`, worker.CallOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	second, err := call(`{"sku":"A-2","qty":1}`, worker.CallOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := l.topo.Load(ctx, "s-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h) != 5 || h[3].Call == nil || !h[3].Call.Started || h[3].Call.StartMarker || h[3].Seq != second.CallSeq || h[4].Result == nil {
+		t.Fatalf("history %+v: want the first call in three events, the second in two", h)
+	}
+
+	// A failed combined-form attempt, planned and retried.
+	_, plan := l.failedOrder(t, rt, `{"sku":"B-1","qty":2}`)
+	retry, err := call(`{"sku":"B-1","qty":2}`, worker.CallOptions{Retry: &plan})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, _ = l.topo.Load(ctx, "s-1")
+	if last := h[len(h)-2]; last.Call == nil || last.Call.CallID != retry.CallID || !last.Call.Started || last.Call.Operation.Retry == nil || last.Call.Operation.Retry.PlanID != plan.PlanID {
+		t.Fatalf("retry recorded %+v", last)
+	}
+	if prior := h[len(h)-4]; prior.Call == nil || prior.Call.CallID != plan.PriorCallID || !prior.Call.Started {
+		t.Fatalf("the failed attempt recorded %+v, want the combined form", prior)
+	}
+	if _, err := call(`{"sku":"B-1","qty":2}`, worker.CallOptions{Retry: &plan}); !errors.Is(err, schema.ErrPlanConsumed) {
+		t.Fatalf("the plan again: %v, want plan_consumed", err)
+	}
+
+	// A writer killed after its combined tool.call and its body.
+	lg, err := l.topo.OpenLog(ctx, "s-2", "host", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.runtime(t, "s-2", tools.OrdersRevision, func(c *worker.Config) { c.Log, c.History = resultFails{lg}, []schema.Event{} })
+	if _, err := dead.CallWithOptions(ctx, tools.OrdersCreate, json.RawMessage(`{"sku":"C-1","qty":1}`), worker.CallOptions{Task: "t-1"}); !errors.Is(err, schema.ErrLog) {
+		t.Fatalf("first call (three-event form, result lost): %v", err)
+	}
+	lost, err := dead.CallWithOptions(ctx, tools.OrdersCreate, json.RawMessage(`{"sku":"C-2","qty":1}`), worker.CallOptions{Task: "t-1"})
+	if !errors.Is(err, schema.ErrLog) {
+		t.Fatalf("second call: %v", err)
+	}
+	if _, h, err = l.topo.FenceLoad(ctx, "s-2", "next-owner", 2); err != nil {
+		t.Fatal(err)
+	}
+	a, err := recovery.Inspect(schema.Events(h), lost.CallID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Outcome != schema.OutcomeUncertain || a.Evidence != recovery.EvidenceNoResult || a.Decision != schema.DecisionRetryAllowed {
+		t.Fatalf("the killed writer's combined call assessed %+v", a)
+	}
+	orders, err := l.tools.Orders(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := false
+	for _, o := range orders {
+		ran = ran || o.Key == lost.Operation.Key
+	}
+	if !ran {
+		t.Fatal("the body of the lost call did not run: the test proves nothing")
 	}
 }
