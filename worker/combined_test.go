@@ -510,3 +510,55 @@ func TestCombinedFormLive(t *testing.T) {
 		t.Fatal("the body of the lost call did not run: the test proves nothing")
 	}
 }
+
+// TestCombinedFormWhenSeesValidArguments: deciding before anything is
+// written whether a call waits for approval never hands ApprovalRule.When
+// arguments that fail the input schema (it is promised valid ones): such a
+// call is refused at stage arguments, in two events, When never asked;
+// valid arguments that When selects wait in the three-event form.
+func TestCombinedFormWhenSeesValidArguments(t *testing.T) {
+	var mu sync.Mutex
+	var asked []string
+	tool := chargeTool()
+	tool.InputSchema = json.RawMessage(`{"type":"object","required":["amount"],"properties":{"amount":{"type":"integer"}}}`)
+	tool.Approval.When = func(args json.RawMessage) bool {
+		mu.Lock()
+		asked = append(asked, string(args))
+		mu.Unlock()
+		var a struct{ Amount int64 }
+		if err := json.Unmarshal(args, &a); err != nil {
+			panic("When handed arguments that fail the schema: " + string(args))
+		}
+		return a.Amount > 1000
+	}
+	f, _ := setupDeferred(t, tool, nil)
+	ctx := context.Background()
+	call := func(args string) (worker.Result, error) {
+		return f.rt.CallWithOptions(ctx, "payments.charge", json.RawMessage(args), worker.CallOptions{Task: "t-1"})
+	}
+	if _, err := call(`{"amount":1}`); err != nil { // reconciles t-1
+		t.Fatal(err)
+	}
+	n := len(f.log.all())
+	res, err := call(`{"amount":"lots"}`)
+	if !errors.Is(err, schema.ErrRejected) || res.Stage != schema.StageArguments {
+		t.Fatalf("invalid arguments: %+v %v, want rejected at arguments", res, err)
+	}
+	if evs := since(f.log, n); len(evs) != 2 || !evs[0].Call.StartMarker || evs[1].Result.Stage != schema.StageArguments {
+		t.Fatalf("invalid arguments recorded %+v", evs)
+	}
+	mu.Lock()
+	for _, a := range asked {
+		if a == `{"amount":"lots"}` {
+			t.Errorf("When was asked about arguments that fail the schema")
+		}
+	}
+	mu.Unlock()
+	n = len(f.log.all())
+	if _, err := call(`{"amount":5000}`); !errors.Is(err, schema.ErrApprovalPending) {
+		t.Fatalf("big charge: %v, want approval_pending", err)
+	}
+	if evs := since(f.log, n); len(evs) != 2 || !evs[0].Call.StartMarker || evs[1].Type != schema.TypeApprovalRequested {
+		t.Fatalf("big charge recorded %+v", evs)
+	}
+}

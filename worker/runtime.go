@@ -482,7 +482,7 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 	// its start in one tool.call{started: true}: two appends per call.
 	// The stop lock is held throughout, so no task.stopped comes between
 	// the stop check and the tool.call.
-	wants := wantsApproval(t, args)
+	wants := approvalWait(t, args)
 	if !wants {
 		if u, ok := r.deferred(task); ok {
 			stage, why, _ := r.admit(ctx, t, adm, false, func() (stream.Usage, error) { return u, nil })
@@ -540,6 +540,23 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 		return r.refuse(ctx, res, stage, why, lg)
 	}
 	return r.startAndRun(ctx, t, args, res)
+}
+
+// approvalWait reports, before anything is written, whether the call
+// will wait for an approval at stage approval: wantsApproval, asked only
+// of arguments that pass the input schema (ApprovalRule.When is promised
+// no others). Arguments that do not pass never reach the approval stage
+// (admission refuses them at stage arguments, or earlier), so they wait
+// for nothing. A tool with a When rule has its arguments validated twice
+// per call (here and at stage arguments).
+func approvalWait(t *registered, args json.RawMessage) bool {
+	switch rule := t.Approval; {
+	case rule == nil:
+		return false
+	case rule.When != nil && t.validate(args) != nil:
+		return false
+	}
+	return wantsApproval(t, args)
 }
 
 // refuse appends the tool.result{rejected, stage} of a refused call whose
