@@ -121,8 +121,10 @@ type Config struct {
 	// written is still counted. Nil means unknown, unless Log is a
 	// *stream.Log that was empty when New ran (nothing recorded). A
 	// runtime that knows its history and has a DeferringCounter defers the
-	// counts of tasks without a limit; otherwise every count is written
-	// before the budget stage decides.
+	// counts of tasks without a limit, and records their calls that want
+	// no approval in the combined form (two appends, see the package
+	// documentation); otherwise every count is written before the budget
+	// stage decides.
 	History []schema.Event
 	// BudgetLimit is the tool_calls limit given to a task's counter when its
 	// first call is counted; a counter that exists keeps its own limit (see
@@ -289,8 +291,8 @@ func (r *Runtime) epoch() uint64 {
 	return 0
 }
 
-// retryEvents is what a retry records: tool.call, tool.started and
-// tool.result.
+// retryEvents is the most a retry records: tool.call, tool.started and
+// tool.result (two in the combined form).
 const retryEvents = 3
 
 // roomForRetry refuses a retry the session log has no room to record (its
