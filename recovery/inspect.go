@@ -26,9 +26,10 @@ import (
 // corrupt_history covers every check of docs/protocol.md §9 and, beyond its list: a
 // history holding events of more than one session (a session log holds
 // exactly one), an event without seq, a rejected result without a valid
-// stage or after tool.started, a stage on another status, an operation
-// without task, key or valid contract, and a retry of a call that completed
-// with ok (no plan is ever issued for one). Unknown event types do not
+// stage or after tool.started, a call in the combined form (call.started)
+// followed by a tool.started, an approval or a rejection, a stage on
+// another status, an operation without task, key or valid contract, and a
+// retry of a call that completed with ok (no plan is ever issued for one). Unknown event types do not
 // affect the classification, but their seq, session and epoch are checked.
 //
 // The log proves its fences: an event (of any type) whose epoch is below
