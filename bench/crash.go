@@ -41,7 +41,7 @@ func crashStep(cfg Config) step {
 // crash runs, per round, a `jingwei worker` child process whose tool
 // bodies hang after their work (--tool-delay-after), sends it one request
 // on each of sessions fresh sessions, waits until every body runs
-// (tool.started on the log), SIGKILLs it and returns, for every open call,
+// (tool.started, or a tool.call{started}, on the log), SIGKILLs it and returns, for every open call,
 // the seconds from the kill to its assessment on jw.assessments.<session>.
 // The recovery worker runs in this process against the same server, with
 // the same lease TTL.
@@ -59,16 +59,27 @@ func (e *env) crash(ctx context.Context, rounds, sessions int) ([]float64, error
 	// What the log and the assessments say, stamped on arrival.
 	var (
 		mu       sync.Mutex
-		started  = map[string]string{}    // session → call id of its tool.started
+		started  = map[string]string{}    // session → call id of its start
 		assessed = map[string]time.Time{} // call id → arrival of its assessment
 	)
 	evSub, err := e.nc.Subscribe(topo.EventsSubject("*"), func(m *nats.Msg) {
 		var ev schema.Event
-		if json.Unmarshal(m.Data, &ev) != nil || ev.Type != schema.TypeStarted || ev.Started == nil {
+		if json.Unmarshal(m.Data, &ev) != nil {
+			return
+		}
+		// A body runs once its tool.started, or its tool.call in the
+		// combined form (call.started), is on the log.
+		var id string
+		switch {
+		case ev.Type == schema.TypeStarted && ev.Started != nil:
+			id = ev.Started.CallID
+		case ev.Type == schema.TypeCall && ev.Call != nil && ev.Call.Started:
+			id = ev.Call.CallID
+		default:
 			return
 		}
 		mu.Lock()
-		started[stream.SessionOf(m.Subject)] = ev.Started.CallID
+		started[stream.SessionOf(m.Subject)] = id
 		mu.Unlock()
 	})
 	if err != nil {

@@ -103,7 +103,8 @@ func (l *live) onEvent(m jetstream.Msg) {
 		if l.calls[k] != nil {
 			return
 		}
-		c := &liveCall{Key: k, Tool: ev.Call.Tool, Owner: m.Headers().Get(headerOwner), Epoch: ev.Epoch}
+		// A call in the combined form (call.started) is started with its tool.call.
+		c := &liveCall{Key: k, Tool: ev.Call.Tool, Owner: m.Headers().Get(headerOwner), Epoch: ev.Epoch, Started: ev.Call.Started}
 		if op := ev.Call.Operation; op != nil && op.Retry != nil {
 			c.PlanID = op.Retry.PlanID
 			l.byPlan[c.PlanID] = k

@@ -159,7 +159,8 @@ func newIndex(s *snapshot) *index {
 			if _, dup := x.calls[k]; dup {
 				continue // a duplicate call id: corrupt, counted by nothing here
 			}
-			ci := &callInfo{Key: k, Call: c, Seq: ev.Seq, Time: ev.Time, Owner: ev.Owner, Epoch: ev.Event.Epoch}
+			// A call in the combined form (call.started) is started with its tool.call.
+			ci := &callInfo{Key: k, Call: c, Seq: ev.Seq, Time: ev.Time, Owner: ev.Owner, Epoch: ev.Event.Epoch, Started: c.Started}
 			x.calls[k] = ci
 			x.order = append(x.order, k)
 			open[session] = append(open[session], ci)
@@ -268,7 +269,10 @@ func expected(ci *callInfo) (schema.Outcome, string, schema.Decision) {
 		return schema.OutcomeUncertain, evidence, schema.DecisionNeedsReview
 	}
 	switch r := ci.Result; {
-	case r == nil && ci.Call.StartMarker && !ci.Started:
+	// Only a marker call without a start is not_started: a call in the
+	// combined form (call.started, no marker) was started with its
+	// tool.call, so without a result it is uncertain.
+	case r == nil && ci.Call.StartMarker && !ci.Started && !ci.Call.Started:
 		return schema.OutcomeNotStarted, "not_started_marker", schema.DecisionRetryAllowed
 	case r == nil:
 		return uncertain("no_result")

@@ -84,6 +84,9 @@ func viewEvent(ev schema.Event) eventView {
 		if c.RequestID != "" {
 			v.What += " · request " + c.RequestID
 		}
+		if c.Started {
+			v.What += " · body started" // the combined form: the call and its start in one event
+		}
 		v.Detail = pretty(c.Arguments)
 	case ev.Started != nil:
 		v.What = "body started"

@@ -398,12 +398,13 @@ func (s *story) waitService(ctx context.Context) error {
 	}, s.dead)
 }
 
-// waitStarted waits for the tool.call of a request and its tool.started.
+// waitStarted waits for the tool.call of a request and its start (a
+// tool.started, or the tool.call itself in the combined form).
 func (s *story) waitStarted(ctx context.Context, session, requestID string) (*schema.Call, error) {
 	ctx, cancel := s.step(ctx)
 	defer cancel()
 	var c *schema.Call
-	err := s.watch.wait(ctx, "tool.started of request "+requestID, s.check, func() bool {
+	err := s.watch.wait(ctx, "the start of request "+requestID, s.check, func() bool {
 		c = s.watch.callByRequest(session, requestID)
 		return c != nil && c.Operation != nil && s.watch.started(session, c.CallID)
 	})

@@ -113,11 +113,11 @@ func (w *watcher) callByPlan(session, planID string) *schema.Call {
 	return nil
 }
 
-// started reports whether the call's tool.started was seen. The caller
-// holds the lock.
+// started reports whether the call's tool.started, or its tool.call in
+// the combined form (call.started), was seen. The caller holds the lock.
 func (w *watcher) started(session, callID string) bool {
 	for _, ev := range w.events[session] {
-		if ev.Started != nil && ev.Started.CallID == callID {
+		if (ev.Started != nil && ev.Started.CallID == callID) || (ev.Call != nil && ev.Call.Started && ev.Call.CallID == callID) {
 			return true
 		}
 	}

@@ -167,6 +167,8 @@ func (s *scan) onMark(ev *schema.Event) error {
 			return err
 		}
 		switch {
+		case c.combined:
+			return s.corrupt(ev, "approval.requested for call %q, whose tool.call recorded it admitted and started (started: true): its body may already have run", c.id)
 		case c.asked:
 			return s.corrupt(ev, "second approval.requested for call %q", c.id)
 		case c.started || c.resSeq != 0:
@@ -181,6 +183,8 @@ func (s *scan) onMark(ev *schema.Event) error {
 			return err
 		}
 		switch {
+		case c.combined:
+			return s.corrupt(ev, "approval.granted for call %q, whose tool.call recorded it admitted and started (started: true): its body may already have run", c.id)
 		case !c.asked:
 			return s.corrupt(ev, "approval.granted for call %q, which never asked for approval", c.id)
 		case c.granted:

@@ -26,9 +26,10 @@ import (
 // corrupt_history covers every check of docs/protocol.md §9 and, beyond its list: a
 // history holding events of more than one session (a session log holds
 // exactly one), an event without seq, a rejected result without a valid
-// stage or after tool.started, a stage on another status, an operation
-// without task, key or valid contract, and a retry of a call that completed
-// with ok (no plan is ever issued for one). Unknown event types do not
+// stage or after tool.started, a call in the combined form (call.started)
+// followed by a tool.started, an approval or a rejection, a stage on
+// another status, an operation without task, key or valid contract, and a
+// retry of a call that completed with ok (no plan is ever issued for one). Unknown event types do not
 // affect the classification, but their seq, session and epoch are checked.
 //
 // The log proves its fences: an event (of any type) whose epoch is below
@@ -75,6 +76,7 @@ type call struct {
 	resSeq   uint64 // seq of the result, 0 while none
 	started  bool
 	marker   bool
+	combined bool // recorded with call.started (the start is in the tool.call)
 	legacy   bool
 	asked    bool // approval.requested recorded (approval.go)
 	granted  bool // approval.granted recorded
@@ -309,7 +311,10 @@ func (s *scan) onCall(ev *schema.Event) error {
 	if !added(s.byID, c.CallID, s.count) {
 		return s.corrupt(ev, "duplicate call_id %q (first at seq %d)", c.CallID, s.find(func(o *call) bool { return o.id == c.CallID }).seq)
 	}
-	nc := call{id: c.CallID, seq: ev.Seq, tool: c.Tool, prior: -1, next: -1, marker: c.StartMarker}
+	// The combined form (call.started, docs/protocol.md §5) records the
+	// start with the call: from here on the call is started, exactly as
+	// after a tool.started. Validate refused started with start_marker.
+	nc := call{id: c.CallID, seq: ev.Seq, tool: c.Tool, prior: -1, next: -1, marker: c.StartMarker, started: c.Started, combined: c.Started}
 	op := c.Operation
 	if op != nil {
 		if at, ok := s.stopped[op.Task]; ok {
@@ -442,6 +447,9 @@ func (s *scan) onStarted(ev *schema.Event) error {
 	if err != nil {
 		return err
 	}
+	if c.combined {
+		return s.corrupt(ev, "tool.started for call %q, whose tool.call (seq %d) already recorded it started (started: true): tool.started twice", c.id, c.seq)
+	}
 	if c.started {
 		return s.corrupt(ev, "second tool.started for call %q", c.id)
 	}
@@ -467,6 +475,9 @@ func (s *scan) onResult(ev *schema.Event) error {
 	if r.Status == schema.StatusRejected {
 		if !r.Stage.Valid() {
 			return s.corrupt(ev, "call %q rejected without a valid stage (%q)", c.id, r.Stage)
+		}
+		if c.combined {
+			return s.corrupt(ev, "call %q rejected at stage %s, but its tool.call recorded it admitted and started (started: true)", c.id, r.Stage)
 		}
 		if c.started {
 			return s.corrupt(ev, "call %q rejected at stage %s after its tool.started", c.id, r.Stage)
@@ -513,7 +524,10 @@ func (s *scan) assess() schema.Assessment {
 // for none) and stage, whether the call follows the start-marker protocol,
 // whether tool.started was recorded, and the call's contract. It returns
 // the outcome, the evidence it rests on (a status, "rejected:<stage>",
-// EvidenceNoResult or EvidenceNotStartedMarker) and the decision. Reviews
+// EvidenceNoResult or EvidenceNotStartedMarker) and the decision. A call
+// in the combined form (call.started) is passed as marker false, started
+// true: without a result it is uncertain, no_result, like a marker call
+// with a tool.started. Reviews
 // are not part of it: PrepareRetry applies them. Inspect uses it after
 // verifying the history; an incremental classifier that tracks the same
 // facts gets the same answer from it.
@@ -544,7 +558,8 @@ func Classify(status schema.Status, stage schema.Stage, marker, started bool, c 
 // Evidence values that are not a result status (see schema.Assessment).
 const (
 	// EvidenceNoResult: the call has no result, and either the runtime does
-	// not follow the start-marker protocol or the body was started.
+	// not follow the start-marker protocol or the body was started (a
+	// tool.started, or a tool.call in the combined form).
 	EvidenceNoResult = "no_result"
 	// EvidenceNotStartedMarker: the call follows the start-marker protocol,
 	// has no tool.started and no result, so its body never ran.

@@ -574,6 +574,8 @@ func (d *eventReader) call(path string) (*Call, error) {
 			c.ProviderCallID, err = d.str("call.provider_call_id")
 		case "start_marker":
 			c.StartMarker, err = d.bool("call.start_marker")
+		case "started":
+			c.Started, err = d.bool("call.started")
 		case "operation":
 			c.Operation, err = d.operation("call.operation")
 		default:

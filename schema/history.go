@@ -204,7 +204,8 @@ func knownType(t string) bool {
 // sig not both set or both empty (signer an nkey user public key, sig
 // unpadded base64url), and a field_too_long *Error for an operation key,
 // call id, request id, contract revision, review operator or evidence over
-// MaxFieldBytes bytes. An event of an unknown type must carry none of the
+// MaxFieldBytes bytes, and a call with both started and start_marker true
+// (corrupt_history). An event of an unknown type must carry none of the
 // four bodies (DecodeEvent drops them); its envelope is checked as usual.
 func (e *Event) Validate() error {
 	if e.V != Version {
@@ -290,6 +291,11 @@ func (c *Call) validate() error {
 	}
 	if err := checkLen("call.request_id", c.RequestID); err != nil {
 		return err
+	}
+	if c.Started && c.StartMarker {
+		// started: the body may run once this event is on the log;
+		// start_marker: the body waits for a tool.started. Both cannot hold.
+		return Errorf(CodeCorruptHistory, "call.started and call.start_marker are both true: a call recorded as started (combined form) has no start marker")
 	}
 	op := c.Operation
 	if op == nil {

@@ -57,6 +57,16 @@ func TestDecodeEventValid(t *testing.T) {
 		}},
 		{"retry review null", op(`{"task":"t","key":"k","contract":{"effect":"read_only","revision":"r"},"retry":{"prior_call_id":"c-0","plan_id":"p","basis":"uncertain_safe","review":null}}`), nil},
 		{"started", ev(`"type":"tool.started","started":{"call_id":"c-1"}`), nil},
+		{"call in the combined form", op(`{"task":"t","key":"k","contract":{"effect":"idempotent","revision":"r"}},"started":true`), func(t *testing.T, e schema.Event) {
+			if !e.Call.Started || e.Call.StartMarker {
+				t.Errorf("call decoded as %+v", e.Call)
+			}
+		}},
+		{"call with started false", call(`{"call_id":"c-1","tool":"t","arguments":{},"start_marker":true,"started":false}`), func(t *testing.T, e schema.Event) {
+			if e.Call.Started || !e.Call.StartMarker {
+				t.Errorf("call decoded as %+v", e.Call)
+			}
+		}},
 		{"result rejected with stage", ev(`"type":"tool.result","result":{"call_id":"c-1","status":"rejected","stage":"approval","retryable":false}`), func(t *testing.T, e schema.Event) {
 			if e.Result.Stage != schema.StageApproval {
 				t.Errorf("stage %q", e.Result.Stage)
@@ -163,6 +173,11 @@ func TestDecodeEventInvalid(t *testing.T) {
 		{"wrong type of seq", `{"v":1,"seq":"1","session":"s-1","epoch":1,"at":"2026-11-29T10:00:01Z","type":"x"}`, corrupt, "not valid"},
 		{"negative epoch", `{"v":1,"session":"s-1","epoch":-1,"at":"2026-11-29T10:00:01Z","type":"x"}`, corrupt, "not valid"},
 		{"wrong type of start_marker", call(`{"call_id":"c-1","tool":"t","arguments":{},"start_marker":"yes"}`), corrupt, "not valid"},
+		{"wrong type of started", call(`{"call_id":"c-1","tool":"t","arguments":{},"started":"yes"}`), corrupt, "not valid"},
+		{"started and start_marker", call(`{"call_id":"c-1","tool":"t","arguments":{},"start_marker":true,"started":true}`), corrupt, "call.started and call.start_marker are both true"},
+		{"started and start_marker with an operation", op(`{"task":"t","key":"k","contract":{"effect":"idempotent","revision":"r"}},"started":true,"start_marker":true`), corrupt, "both true"},
+		{"duplicate started", call(`{"call_id":"c-1","tool":"t","arguments":{},"started":true,"started":false}`), corrupt, "duplicate member name"},
+		{"case variant of started", call(`{"call_id":"c-1","tool":"t","arguments":{},"Started":true}`), corrupt, "only in case"},
 		{"call missing", ev(`"type":"tool.call"`), corrupt, "call body"},
 		{"call null", ev(`"type":"tool.call","call":null`), corrupt, "call body"},
 		{"call with a second body", ev(`"type":"tool.call","call":{"call_id":"c-1","tool":"t","arguments":{}},"started":{"call_id":"c-1"}`), corrupt, "no other"},
@@ -434,6 +449,35 @@ func TestEncodeEvent(t *testing.T) {
 	want := `{"v":1,"seq":4,"session":"s-1","epoch":2,"at":"2026-11-29T10:00:01Z","type":"tool.call","call":{"call_id":"c-2","tool":"orders.create","arguments":{"sku":"<A&B>"},"request_id":"r-9","provider_call_id":"toolu_1","start_marker":true,"operation":{"task":"t-1","key":"op-7","contract":{"effect":"idempotent","revision":"orders-v1"},"retry":{"prior_call_id":"c-1","prior_seq":1,"plan_id":"p-1","basis":"uncertain_safe"}}}}`
 	if string(got) != want {
 		t.Errorf("EncodeEvent:\n got %s\nwant %s", got, want)
+	}
+	// The combined form: started written, start_marker false, and back.
+	combined := e
+	cc := *e.Call
+	cc.StartMarker, cc.Started = false, true
+	combined.Call = &cc
+	got, err = schema.EncodeEvent(combined)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(got), `"start_marker":false,"started":true,"operation"`) {
+		t.Errorf("EncodeEvent of the combined form: %s", got)
+	}
+	if back, err := schema.DecodeEvent(got); err != nil || !back.Call.Started || back.Call.StartMarker {
+		t.Errorf("combined form decoded back as %+v, %v", back.Call, err)
+	}
+	var buf bytes.Buffer
+	if err := schema.WriteHistory(&buf, []schema.Event{combined}); err != nil || buf.String() != string(got)+"\n" {
+		t.Errorf("WriteHistory of the combined form: %q, %v", buf.String(), err)
+	}
+	if !strings.Contains(func() string { b, _ := schema.EncodeEvent(e); return string(b) }(), `"start_marker":true,"operation"`) {
+		t.Error("the three-event form writes a started member")
+	}
+	both := combined
+	cb := cc
+	cb.StartMarker = true
+	both.Call = &cb
+	if _, err := schema.EncodeEvent(both); !errors.Is(err, schema.ErrCorruptHistory) || !strings.Contains(err.Error(), "both true") {
+		t.Errorf("started with start_marker encoded: %v", err)
 	}
 	// Invalid events are refused with the decoder's error.
 	bad := e

@@ -126,6 +126,9 @@ func TestSchemaAcceptsGoEncoding(t *testing.T) {
 		{V: 1, Session: "s-1", Epoch: 0, At: at, Type: "tool.progress"},
 		{V: 1, Seq: 9, Session: "s-1", Epoch: 2, At: at, Type: schema.TypeCall, Call: &schema.Call{
 			CallID: "c-9", Tool: "legacy.tool", Arguments: json.RawMessage(`null`)}},
+		{V: 1, Seq: 10, Session: "s-1", Epoch: 2, At: at, Type: schema.TypeCall, Call: &schema.Call{
+			CallID: "c-10", Tool: "orders.create", Arguments: json.RawMessage(`{}`), Started: true,
+			Operation: &schema.Operation{Task: "t-1", Key: "op-10", Contract: contract}}},
 	}
 	for i, e := range events {
 		line, err := schema.EncodeEvent(e)
@@ -224,6 +227,8 @@ func TestSchemaRejects(t *testing.T) {
 		{"bad at", "event", `{"v":1,"session":"s","epoch":1,"at":"noon","type":"x"}`},
 		{"call without body", "event", `{` + env + `,"type":"tool.call"}`},
 		{"call with result body", "event", `{` + env + `,"type":"tool.call",` + call + `,"result":{"call_id":"c-1","status":"ok"}}`},
+		{"started with start_marker", "event", `{` + env + `,"type":"tool.call",` + strings.Replace(call, `"arguments":{}`, `"arguments":{},"started":true,"start_marker":true`, 1) + `}`},
+		{"started not a boolean", "event", `{` + env + `,"type":"tool.call",` + strings.Replace(call, `"arguments":{}`, `"arguments":{},"started":"yes"`, 1) + `}`},
 		{"call without arguments", "event", `{` + env + `,"type":"tool.call","call":{"call_id":"c-1","tool":"t"}}`},
 		{"bad effect", "event", `{` + env + `,"type":"tool.call",` + strings.Replace(call, "idempotent", "safe", 1) + `}`},
 		{"key too long", "event", `{` + env + `,"type":"tool.call",` + strings.Replace(call, `"key":"k"`, `"key":"`+strings.Repeat("k", 1025)+`"`, 1) + `}`},
@@ -246,6 +251,14 @@ func TestSchemaRejects(t *testing.T) {
 				t.Errorf("%s schema accepts %s", tt.message, tt.doc)
 			}
 		})
+	}
+	// Either flag alone is fine: the negative case above fails for the
+	// pair only.
+	for _, flags := range []string{`"started":true`, `"started":true,"start_marker":false`, `"started":false,"start_marker":true`, `"start_marker":true`} {
+		doc := `{` + env + `,"type":"tool.call",` + strings.Replace(call, `"arguments":{}`, `"arguments":{},`+flags, 1) + `}`
+		if err := validate(t, "event", []byte(doc)); err != nil {
+			t.Errorf("call with %s: %v", flags, err)
+		}
 	}
 	// The reviewed plan with a review is fine: the negative case above
 	// fails for the missing review only.

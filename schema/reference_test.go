@@ -57,6 +57,7 @@ type wireCall struct {
 	RequestID      string         `json:"request_id"`
 	ProviderCallID string         `json:"provider_call_id"`
 	StartMarker    bool           `json:"start_marker"`
+	Started        bool           `json:"started"`
 	Operation      *wireOperation `json:"operation"`
 	Unknown        jsontext.Value `json:",embed"`
 }
@@ -155,7 +156,7 @@ func (w *wireEvent) event() (Event, error) {
 	ev := Event{V: w.V, Seq: w.Seq, Session: w.Session, Epoch: *w.Epoch, At: w.At, Type: w.Type}
 	if c := w.Call; c != nil {
 		ev.Call = &Call{CallID: c.CallID, Tool: c.Tool, Arguments: json.RawMessage(c.Arguments), RequestID: c.RequestID,
-			ProviderCallID: c.ProviderCallID, StartMarker: c.StartMarker}
+			ProviderCallID: c.ProviderCallID, StartMarker: c.StartMarker, Started: c.Started}
 		if o := c.Operation; o != nil {
 			if o.Contract == nil {
 				return Event{}, Errorf(CodeCorruptHistory, "operation.contract is missing")
@@ -325,6 +326,10 @@ var referenceSeeds = []string{
 	`{` + refEnv + `,"type":"tool.call","call":{"call_id":"c-1","tool":"t","arguments":{},"operation":{"task":"t","key":"k","contract":{"effect":null,"revision":"r"}}}}`,
 	`{` + refEnv + `,"type":"tool.call","call":{"call_id":"c-1","tool":"t","arguments":{},"operation":{"task":"t","key":"k","contract":{"effect":"idempotent","revision":"r"},"retry":{"prior_call_id":"c-0","prior_seq":3,"plan_id":"p","basis":"reviewed_not_executed","issued_at":"2026-11-29T10:00:00+01:00","signer":"UDXU4RCSJNZOIQHZNWXHXORDPRTGNJAHAHFRGZNEEJCPQTT2M7NLCNF4","sig":"c2ln","review":{"v":1,"session":"s-1","call_id":"c-0","operator":"a","evidence":null,"verdict":"not_executed"}}}},"started":null}`,
 	`{` + refEnv + `,"type":"tool.call","call":{"call_id":"c-1","tool":"t","arguments":{}},"started":{"call_id":"c-1"}}`,
+	`{` + refEnv + `,"type":"tool.call","call":{"call_id":"c-1","tool":"t","arguments":{},"started":true,"start_marker":false,"operation":{"task":"t","key":"k","contract":{"effect":"idempotent","revision":"r"}}}}`,
+	`{` + refEnv + `,"type":"tool.call","call":{"call_id":"c-1","tool":"t","arguments":{},"started":true,"start_marker":true}}`,
+	`{` + refEnv + `,"type":"tool.call","call":{"call_id":"c-1","tool":"t","arguments":{},"started":null,"Started":true}}`,
+	`{` + refEnv + `,"type":"tool.call","call":{"call_id":"c-1","tool":"t","arguments":{},"started":1}}`,
 	`{` + refEnv + `,"type":"tool.result","result":{"call_id":"c-1","status":"rejected","stage":"guard","retryable":null,"output":null,"error":"e\u00e9","x":[1e5]}}`,
 	`{` + refEnv + `,"type":"session.fenced","fence":{"owner":"w"}}`,
 	`{` + refEnv + `,"type":"session.fenced","fence":{"epoch":9007199254740992,"owner":"w"}}`,

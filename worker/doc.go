@@ -29,6 +29,25 @@
 // A plan is not a permission and not a lock: every admission stage runs
 // again for a retry.
 //
+// # Two appends when admission needs no wait
+//
+// When no admission stage has to wait — the tool's ApprovalRule does not
+// select the call, and the task's count is deferred (see "The budget off
+// the call path": a runtime that knows its history, a DeferringCounter, a
+// task reconciled and without a limit) — steps 3 and 4 change places and
+// steps 3 and 5 become one event: the call is counted in memory,
+// admission runs, and an admitted call is recorded as one
+// tool.call{started: true} (no start marker, docs/protocol.md §5), its
+// body run only after that append is acknowledged, then tool.result: two
+// appends. A refused call is recorded as today, tool.call with its start
+// marker and tool.result{rejected, stage}. Every other call (a task's
+// first call in this runtime, a task with a limit, a call that waits for
+// approval, a runtime without a known history) keeps the three steps
+// above. In the combined form the admission hooks run before the call is
+// on the log, with the stop lock held: StopTask waits for them, so no
+// task.stopped comes between the stop check and the tool.call; a slow hook
+// delays a stop of its session.
+//
 // # Errors
 //
 // Every refusal and every result that is not ok is a *schema.Error with

@@ -13,6 +13,9 @@ import (
 type Observer interface {
 	// Appended reports one append of ev (stamped: Session, At, Type and
 	// its body set; Seq not) that took d; err is the append's error (nil
-	// when the event is on the log).
+	// when the event is on the log). A call's start is either a
+	// tool.started or, in the combined form, its tool.call with
+	// Call.Started set (docs/protocol.md §8): an observer counting starts
+	// counts both.
 	Appended(ev schema.Event, d time.Duration, err error)
 }

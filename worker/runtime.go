@@ -121,8 +121,10 @@ type Config struct {
 	// written is still counted. Nil means unknown, unless Log is a
 	// *stream.Log that was empty when New ran (nothing recorded). A
 	// runtime that knows its history and has a DeferringCounter defers the
-	// counts of tasks without a limit; otherwise every count is written
-	// before the budget stage decides.
+	// counts of tasks without a limit, and records their calls that want
+	// no approval in the combined form (two appends, see the package
+	// documentation); otherwise every count is written before the budget
+	// stage decides.
 	History []schema.Event
 	// BudgetLimit is the tool_calls limit given to a task's counter when its
 	// first call is counted; a counter that exists keeps its own limit (see
@@ -289,8 +291,8 @@ func (r *Runtime) epoch() uint64 {
 	return 0
 }
 
-// retryEvents is what a retry records: tool.call, tool.started and
-// tool.result.
+// retryEvents is the most a retry records: tool.call, tool.started and
+// tool.result (two in the combined form).
 const retryEvents = 3
 
 // roomForRetry refuses a retry the session log has no room to record (its
@@ -454,33 +456,76 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 		return &l
 	}
 
-	// Step 3: record the attempt and count it. The count is taken before or
-	// alongside the append (it is never refunded, so counting an attempt
-	// whose append then fails only errs on the safe side). From here on
-	// every write runs even if the caller goes away, each bounded by
-	// WriteTimeout.
-	budgetStage := r.count(ctx, task)
-	seq, err := r.append(ctx, schema.Event{Type: schema.TypeCall, Call: &schema.Call{
-		CallID: callID, Tool: tool, Arguments: args,
-		RequestID: opts.RequestID, ProviderCallID: opts.ProviderCallID,
-		StartMarker: true, Operation: &op,
-	}})
-	if err != nil {
-		lg().Error().Err(err).Msg("tool.call not recorded")
-		return Result{}, err
-	}
-	res.CallSeq = seq
-	unlockStop()
-	if op.Retry != nil {
-		r.noteRetry(op.Retry.PriorCallID, callID)
-	}
-
-	// Step 4: admission.
 	adm := Admission{
 		Session: r.cfg.Session, CallID: callID, Tool: tool, Arguments: args,
 		RequestID: opts.RequestID, ProviderCallID: opts.ProviderCallID, Operation: op,
 	}
-	stage, why, infraErr := r.admit(ctx, t, adm, budgetStage)
+	callEv := func(started bool) schema.Event {
+		return schema.Event{Type: schema.TypeCall, Call: &schema.Call{
+			CallID: callID, Tool: tool, Arguments: args,
+			RequestID: opts.RequestID, ProviderCallID: opts.ProviderCallID,
+			StartMarker: !started, Started: started, Operation: &op,
+		}}
+	}
+	// recorded is what follows a tool.call on the log: the stop lock is
+	// released and a retry noted.
+	recorded := func(seq uint64) {
+		res.CallSeq = seq
+		unlockStop()
+		if op.Retry != nil {
+			r.noteRetry(op.Retry.PriorCallID, callID)
+		}
+	}
+
+	// The combined form (docs/protocol.md §8): when no admission stage
+	// has to wait — the call wants no approval, and its task's count is
+	// deferred, so the budget stage decides from memory — admission runs
+	// before anything is written, and an admitted call is recorded with
+	// its start in one tool.call{started: true}: two appends per call.
+	// The stop lock is held throughout, so no task.stopped comes between
+	// the stop check and the tool.call.
+	wants := approvalWait(t, args)
+	if !wants {
+		if u, ok := r.deferred(task); ok {
+			stage, why, _ := r.admit(ctx, t, adm, false, func() (stream.Usage, error) { return u, nil })
+			if stage == "" {
+				// Steps 3 and 5 in one event: the body runs only once it is
+				// acknowledged.
+				seq, err := r.append(ctx, callEv(true))
+				if err != nil {
+					lg().Error().Err(err).Msg("tool.call not recorded; body not run")
+					return Result{}, err
+				}
+				recorded(seq)
+				return r.runAndFinish(ctx, t, args, res)
+			}
+			// A refused call still leaves its call (with a start marker:
+			// it never started) and its rejection.
+			seq, err := r.append(ctx, callEv(false))
+			if err != nil {
+				lg().Error().Err(err).Msg("tool.call not recorded")
+				return Result{}, err
+			}
+			recorded(seq)
+			return r.refuse(ctx, res, stage, why, lg)
+		}
+	}
+
+	// The three-event form. Step 3: record the attempt and count it. The
+	// count is taken before or alongside the append (it is never
+	// refunded, so counting an attempt whose append then fails only errs
+	// on the safe side). From here on every write runs even if the caller
+	// goes away, each bounded by WriteTimeout.
+	budgetStage := r.count(ctx, task)
+	seq, err := r.append(ctx, callEv(false))
+	if err != nil {
+		lg().Error().Err(err).Msg("tool.call not recorded")
+		return Result{}, err
+	}
+	recorded(seq)
+
+	// Step 4: admission.
+	stage, why, infraErr := r.admit(ctx, t, adm, wants, budgetStage)
 	if infraErr != nil {
 		// jw_budget stayed unavailable for the whole WriteTimeout: not a
 		// refusal of the call. Nothing more is written (the body has not
@@ -494,32 +539,65 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 		return r.park(ctx, t, adm, budgetStage, res)
 	}
 	if stage != "" {
-		res.Status, res.Stage, res.Error = schema.StatusRejected, stage, why
-		lg().Info().Str("stage", string(stage)).Str("reason", why).Msg("call rejected")
-		out, err := r.finish(ctx, res, &schema.Error{Code: schema.CodeRejected, Stage: stage, CallID: callID, Message: why})
-		if stage == schema.StageBudget && r.cfg.StopExhaustedTasks && strings.HasPrefix(why, "tool_calls ") {
-			if serr := r.StopTask(ctx, task, schema.StoppedByBudget, why); serr != nil {
-				lg().Warn().Err(serr).Msg("task.stopped not recorded")
-			}
-		}
-		return out, err
+		return r.refuse(ctx, res, stage, why, lg)
 	}
 	return r.startAndRun(ctx, t, args, res)
 }
 
-// startAndRun is steps 5 and 6 of an admitted call: tool.started, the body
-// only after its ack, then tool.result.
-func (r *Runtime) startAndRun(ctx context.Context, t *registered, args json.RawMessage, res Result) (Result, error) {
-	callID, op, tool := res.CallID, res.Operation, t.Metadata.Name
-	lg := func() *zerolog.Logger {
-		l := r.sessionLog().With().Str("call_id", callID).Str("tool", tool).Str("task", op.Task).Str("op_key", op.Key).Logger()
-		return &l
+// approvalWait reports, before anything is written, whether the call
+// will wait for an approval at stage approval: wantsApproval, asked only
+// of arguments that pass the input schema (ApprovalRule.When is promised
+// no others). Arguments that do not pass never reach the approval stage
+// (admission refuses them at stage arguments, or earlier), so they wait
+// for nothing. A tool with a When rule has its arguments validated twice
+// per call (here and at stage arguments).
+func approvalWait(t *registered, args json.RawMessage) bool {
+	switch rule := t.Approval; {
+	case rule == nil:
+		return false
+	case rule.When != nil && t.validate(args) != nil:
+		return false
 	}
+	return wantsApproval(t, args)
+}
+
+// refuse appends the tool.result{rejected, stage} of a refused call whose
+// tool.call is on the log (and, for a task out of tool_calls with
+// StopExhaustedTasks, its task.stopped).
+func (r *Runtime) refuse(ctx context.Context, res Result, stage schema.Stage, why string, lg func() *zerolog.Logger) (Result, error) {
+	res.Status, res.Stage, res.Error = schema.StatusRejected, stage, why
+	lg().Info().Str("stage", string(stage)).Str("reason", why).Msg("call rejected")
+	out, err := r.finish(ctx, res, &schema.Error{Code: schema.CodeRejected, Stage: stage, CallID: res.CallID, Message: why})
+	if stage == schema.StageBudget && r.cfg.StopExhaustedTasks && strings.HasPrefix(why, "tool_calls ") {
+		if serr := r.StopTask(ctx, res.Operation.Task, schema.StoppedByBudget, why); serr != nil {
+			lg().Warn().Err(serr).Msg("task.stopped not recorded")
+		}
+	}
+	return out, err
+}
+
+// startAndRun is steps 5 and 6 of an admitted call in the three-event
+// form: tool.started, the body only after its ack, then tool.result.
+func (r *Runtime) startAndRun(ctx context.Context, t *registered, args json.RawMessage, res Result) (Result, error) {
 	// Step 5: tool.started, and only after its ack the body.
-	if _, err := r.append(ctx, schema.Event{Type: schema.TypeStarted, Started: &schema.Started{CallID: callID}}); err != nil {
-		lg().Error().Err(err).Msg("tool.started not recorded; body not run")
+	if _, err := r.append(ctx, schema.Event{Type: schema.TypeStarted, Started: &schema.Started{CallID: res.CallID}}); err != nil {
+		r.callLog(t, res).Error().Err(err).Msg("tool.started not recorded; body not run")
 		return res, err
 	}
+	return r.runAndFinish(ctx, t, args, res)
+}
+
+// callLog returns the runtime's logger with the call's fields.
+func (r *Runtime) callLog(t *registered, res Result) *zerolog.Logger {
+	l := r.sessionLog().With().Str("call_id", res.CallID).Str("tool", t.Metadata.Name).Str("task", res.Operation.Task).Str("op_key", res.Operation.Key).Logger()
+	return &l
+}
+
+// runAndFinish runs the body of a call whose start is on the log (a
+// tool.started, or its tool.call in the combined form) and appends its
+// tool.result (step 6).
+func (r *Runtime) runAndFinish(ctx context.Context, t *registered, args json.RawMessage, res Result) (Result, error) {
+	callID, op, tool := res.CallID, res.Operation, t.Metadata.Name
 	timeout := t.Timeout
 	if timeout <= 0 {
 		timeout = r.cfg.DefaultTimeout
@@ -539,7 +617,7 @@ func (r *Runtime) startAndRun(ctx context.Context, t *registered, args json.RawM
 	var callErr error
 	if res.Status != schema.StatusOK {
 		callErr = &schema.Error{Code: schema.Code(res.Status), CallID: callID, Message: res.Error}
-		lg().Info().Str("status", string(res.Status)).Str("error", res.Error).Msg("call did not complete")
+		r.callLog(t, res).Info().Str("status", string(res.Status)).Str("error", res.Error).Msg("call did not complete")
 	}
 	return r.finish(ctx, res, callErr)
 }
@@ -550,10 +628,8 @@ func (r *Runtime) startAndRun(ctx context.Context, t *registered, args json.RawM
 // tool.call append, after reconciling the task with the history once if
 // the runtime knows it.
 func (r *Runtime) count(ctx context.Context, task string) func() (stream.Usage, error) {
-	if r.dc != nil && r.isReconciled(task) {
-		if u, ok := r.dc.Defer(r.cfg.Session, task); ok {
-			return func() (stream.Usage, error) { return u, nil }
-		}
+	if u, ok := r.deferred(task); ok {
+		return func() (stream.Usage, error) { return u, nil }
 	}
 	type counted struct {
 		u   stream.Usage
@@ -567,6 +643,16 @@ func (r *Runtime) count(ctx context.Context, task string) func() (stream.Usage, 
 		countc <- counted{u, err}
 	}()
 	return func() (stream.Usage, error) { c := <-countc; return c.u, c.err }
+}
+
+// deferred counts one call of task in memory and returns the usage after
+// it, if the task's count can be deferred (see Config.History): the
+// budget stage then needs no wait. False counts nothing.
+func (r *Runtime) deferred(task string) (stream.Usage, bool) {
+	if r.dc != nil && r.isReconciled(task) {
+		return r.dc.Defer(r.cfg.Session, task)
+	}
+	return stream.Usage{}, false
 }
 
 // countNow writes one count of task, reconciling the task first if it
@@ -632,11 +718,13 @@ func (r *Runtime) isReconciled(task string) bool {
 }
 
 // admit runs the admission stages in order and returns the refusing stage
-// and why, or "" when the call is admitted.
+// and why, or "" when the call is admitted; wants is wantsApproval of the
+// call (decided once per call), which parks it at the approval stage
+// (stageAwaiting).
 //
 // A count that failed for a transient reason (Transient) even after
 // countNow's retries is returned as the error: it refuses nothing.
-func (r *Runtime) admit(ctx context.Context, t *registered, a Admission, usage func() (stream.Usage, error)) (schema.Stage, string, error) {
+func (r *Runtime) admit(ctx context.Context, t *registered, a Admission, wants bool, usage func() (stream.Usage, error)) (schema.Stage, string, error) {
 	hook := func(stage schema.Stage, h Hook) (schema.Stage, string) {
 		if err := ctx.Err(); err != nil {
 			return stage, "caller gone before " + string(stage) + ": " + err.Error()
@@ -661,10 +749,10 @@ func (r *Runtime) admit(ctx context.Context, t *registered, a Admission, usage f
 	if s, why := hook(schema.StageApproval, r.cfg.Approval); s != "" {
 		return s, why, nil
 	}
-	if wantsApproval(t, a.Arguments) {
+	if wants {
 		return stageAwaiting, "", nil // the budget stage runs once it is approved
 	}
-	u, countErr := usage() // the count was taken before or alongside the tool.call append
+	u, countErr := usage() // the count was taken before or alongside the tool.call append (deferred: in memory)
 	switch {
 	case countErr != nil && Transient(countErr):
 		return "", "", countErr

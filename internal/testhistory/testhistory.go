@@ -1,12 +1,13 @@
 // Package testhistory builds realistic, valid session histories for tests
 // and benchmarks: tool calls with operations and start markers, started
-// events, results of every status, rejected admissions, retries linked to
+// events, calls in the combined form (call.started, every second call
+// whose body starts), results of every status, rejected admissions, retries linked to
 // their prior attempt (with plan ids, bases and reviews), takeovers
 // (session.fenced), events of a type recovery does not know
 // ("tool.progress", carried through and ignored) and possibly an open call
 // at the end. It is deterministic for a given Config.
 //
-// Sizes: the default 100,000-event history is about 15.5 MB of JSON Lines,
+// Sizes: the default 100,000-event history is about 15.9 MB of JSON Lines,
 // within the 16 MiB limit. Calls, started and result events alone average
 // about 180 bytes, so a 100,000-event history of nothing else would exceed
 // the limit; the small progress events keep it realistic and loadable.
@@ -127,13 +128,25 @@ func (g *gen) add(ev schema.Event) uint64 {
 	return ev.Seq
 }
 
-// started records tool.started and 0 to 6 progress events.
-func (g *gen) started(id string) {
-	g.add(schema.Event{Type: schema.TypeStarted, Started: &schema.Started{CallID: id}})
+// started records the start of call c: a tool.started, or, for a call
+// in the combined form (every second call), its call.started (no
+// tool.started, no start marker); then 0 to 6 progress events.
+func (g *gen) started(c *schema.Call) {
+	if g.combined() {
+		c.StartMarker, c.Started = false, true
+	} else {
+		g.add(schema.Event{Type: schema.TypeStarted, Started: &schema.Started{CallID: c.CallID}})
+	}
 	for range g.r.IntN(7) {
 		g.add(schema.Event{Type: "tool.progress"})
 	}
 }
+
+// combined reports whether a call whose body starts is recorded in the
+// combined form (docs/protocol.md §5): every call with an even number, so
+// both forms, and retry chains mixing them, are in every history. A
+// refused call keeps its start marker either way, as the runtime writes it.
+func (g *gen) combined() bool { return g.calls%2 == 0 }
 
 // action records one logical action: a first attempt and, when it did not
 // complete, up to two retries.
@@ -160,13 +173,13 @@ func (g *gen) action(n int) {
 			res.Status, res.Stage, res.Error = schema.StatusRejected, stages[g.r.IntN(len(stages))], "refused"
 			basis = schema.BasisNotStarted
 		case p < 90 || attempt == 2:
-			g.started(id)
+			g.started(call)
 			res.Status = schema.StatusOK
 			if g.r.IntN(2) == 0 {
 				res.Output = json.RawMessage(fmt.Sprintf(`{"ref":"x-%d"}`, g.calls))
 			}
 		default:
-			g.started(id)
+			g.started(call)
 			res.Status, res.Retryable, res.Error = uncertain[g.r.IntN(len(uncertain))], g.r.IntN(2) == 0, "boom"
 			basis = schema.BasisUncertainSafe
 			if !t.contract.Effect.Safe() {

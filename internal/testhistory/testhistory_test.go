@@ -27,8 +27,14 @@ func TestGenerateDecodes(t *testing.T) {
 		t.Fatalf("DecodeHistory: %d events, %v", len(evs), err)
 	}
 	counts := map[string]int{}
-	retries, reviews := 0, 0
+	retries, reviews, combined := 0, 0, 0
 	for i, e := range evs {
+		if e.Call != nil && e.Call.Started {
+			combined++
+			if e.Call.StartMarker {
+				t.Fatalf("event %d: a combined call with a start marker", i)
+			}
+		}
 		if e.Seq != uint64(i+1) || e.Session != "s-x" {
 			t.Fatalf("event %d: seq %d session %q", i, e.Seq, e.Session)
 		}
@@ -44,6 +50,9 @@ func TestGenerateDecodes(t *testing.T) {
 		if counts[typ] == 0 {
 			t.Errorf("no %s events: %v", typ, counts)
 		}
+	}
+	if combined == 0 || combined == counts[schema.TypeCall] {
+		t.Errorf("%d of %d calls in the combined form, want both forms", combined, counts[schema.TypeCall])
 	}
 	if retries == 0 || reviews == 0 {
 		t.Errorf("%d retries, %d with a review", retries, reviews)

@@ -34,7 +34,7 @@ func (a *approvalTrack) observe(session string, seq uint64, ev *schema.Event) {
 	defer a.mu.Unlock()
 	switch ev.Type {
 	case schema.TypeCall:
-		if ev.Call.Operation != nil {
+		if ev.Call.Operation != nil && !ev.Call.Started { // a call recorded as started never asks
 			put(a.calls, session, ev.Call.CallID, callInfo{tool: ev.Call.Tool, task: ev.Call.Operation.Task})
 		}
 	case schema.TypeStarted:

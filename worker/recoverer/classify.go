@@ -537,7 +537,8 @@ func (t *tracker) observe(session string, seq uint64, data []byte, out []finding
 	switch ev.Type {
 	case schema.TypeCall:
 		call := ev.Call
-		c := &openCall{id: call.CallID, tool: call.Tool, epoch: ev.Epoch, seq: seq, marker: call.StartMarker}
+		// call.Started: the combined form, a tool.call and its tool.started in one.
+		c := &openCall{id: call.CallID, tool: call.Tool, epoch: ev.Epoch, seq: seq, marker: call.StartMarker, started: call.Started}
 		if op := call.Operation; op != nil {
 			c.task, c.key, c.contract, c.retry = op.Task, op.Key, op.Contract, op.Retry != nil
 		} else {

@@ -1,0 +1,104 @@
+package recoverer
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jingwei/jingwei/recovery"
+	"github.com/jingwei/jingwei/schema"
+)
+
+// TestCombinedFormSameVerdict: calls recorded in the combined form
+// (call.started: a tool.call and its tool.started in one event) and in the
+// three-event form, closed by their result or by a takeover's fence, are
+// assessed by the incremental classifier exactly as recovery.Inspect
+// assesses them on the history as it stood; a combined call closed by a
+// fence without a result is uncertain (no_result), never not_started, and
+// a marker call without tool.started stays not_started. A combined call is
+// listed as started among the open calls, and never as one that may still
+// ask for approval.
+func TestCombinedFormSameVerdict(t *testing.T) {
+	ev := func(seq int, epoch uint64, body string) string {
+		return fmt.Sprintf(`{"v":1,"seq":%d,"session":"s-1","epoch":%d,"at":"2026-11-30T10:00:%02dZ",%s}`, seq, epoch, seq, body)
+	}
+	callBody := func(id, effect, flags string) string {
+		return `"type":"tool.call","call":{"call_id":"` + id + `","tool":"t","arguments":{},` + flags +
+			`,"operation":{"task":"t-1","key":"k-` + id + `","contract":{"effect":"` + effect + `","revision":"v1"}}}`
+	}
+	const combined, marker = `"start_marker":false,"started":true`, `"start_marker":true`
+	lines := []string{
+		ev(1, 1, callBody("c-1", "idempotent", combined)),
+		ev(2, 1, `"type":"tool.result","result":{"call_id":"c-1","status":"ok","retryable":false}`),
+		ev(3, 1, callBody("c-2", "non_idempotent", combined)),
+		ev(4, 1, `"type":"tool.result","result":{"call_id":"c-2","status":"failed","retryable":true}`),
+		ev(5, 1, callBody("c-3", "idempotent", combined)),     // open at the fence
+		ev(6, 1, callBody("c-4", "non_idempotent", combined)), // open at the fence
+		ev(7, 1, callBody("c-5", "non_idempotent", marker)),   // open, not started
+		ev(8, 1, callBody("c-6", "non_idempotent", marker)),
+		ev(9, 1, `"type":"tool.started","started":{"call_id":"c-6"}`), // open, started
+		ev(10, 1, callBody("c-7", "unknown", `"started":true`)),       // open, no start_marker member
+		ev(11, 2, `"type":"session.fenced","fence":{"epoch":2,"owner":"recoverer-a"}`),
+	}
+	want := map[string][3]string{
+		"c-1": {"completed", "ok", "refuse"},
+		"c-2": {"uncertain", "failed", "needs_review"},
+		"c-3": {"uncertain", recovery.EvidenceNoResult, "retry_allowed"},
+		"c-4": {"uncertain", recovery.EvidenceNoResult, "needs_review"},
+		"c-5": {"not_started", recovery.EvidenceNotStartedMarker, "retry_allowed"},
+		"c-6": {"uncertain", recovery.EvidenceNoResult, "needs_review"},
+		"c-7": {"uncertain", recovery.EvidenceNoResult, "needs_review"},
+	}
+	tr := newTracker()
+	got := map[string]schema.Assessment{}
+	for i, l := range lines {
+		found, err := tr.observe("s-1", uint64(i+1), []byte(l), nil)
+		if err != nil {
+			t.Fatalf("event %d: %v", i+1, err)
+		}
+		if i == 6 {
+			// Before the fence: the classifier's list of calls that may
+			// still ask for approval holds the marker calls only.
+			tr.approvals.mu.Lock()
+			asking := tr.approvals.calls["s-1"]
+			tr.approvals.mu.Unlock()
+			for _, id := range []string{"c-3", "c-4"} {
+				if _, ok := asking[id]; ok {
+					t.Errorf("combined call %s tracked as one that may still ask for approval", id)
+				}
+			}
+			if _, ok := asking["c-5"]; !ok {
+				t.Error("marker call c-5 not tracked as one that may ask for approval")
+			}
+			// jw.api.status lists a combined call as started.
+			for _, c := range tr.list("s-1") {
+				if (c.CallID == "c-3" || c.CallID == "c-4") != c.Started {
+					t.Errorf("open call %s listed with started %v", c.CallID, c.Started)
+				}
+			}
+		}
+		for _, f := range found {
+			if f.a == nil {
+				t.Fatalf("event %d: %s not assessed incrementally", i+1, f.callID)
+			}
+			w, err := recovery.Inspect(schema.NewHistoryReader(strings.NewReader(strings.Join(lines[:i+1], "\n")), schema.Limits{}).All(), f.callID)
+			if err != nil {
+				t.Fatalf("Inspect %s: %v", f.callID, err)
+			}
+			assertSame(t, *f.a, w)
+			got[f.callID] = *f.a
+		}
+	}
+	for id, w := range want {
+		a, ok := got[id]
+		if !ok {
+			t.Fatalf("%s never assessed", id)
+		}
+		if string(a.Outcome) != w[0] || a.Evidence != w[1] || string(a.Decision) != w[2] {
+			t.Errorf("%s assessed %s/%s/%s, want %v", id, a.Outcome, a.Evidence, a.Decision, w)
+		}
+	}
+	if _, open := tr.counts(); open != 0 {
+		t.Fatalf("%d calls still tracked after the fence", open)
+	}
+}
