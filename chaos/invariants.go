@@ -80,6 +80,9 @@ type facts struct {
 	// every leader there (lease TTL + 5 s).
 	SplitBound     time.Duration
 	SplitBoundText string
+	// RecovererKills are when the recovery worker was SIGKILLed: a
+	// sample whose span holds one waited for its restart.
+	RecovererKills []time.Time
 }
 
 // The rows, in their order in the report.
@@ -466,7 +469,9 @@ func leftOpen(f *facts, x *index) map[callKey]kill {
 // one); node down, when a node was down or cut off during it but every
 // leader was there; healthy otherwise. The bound of a cluster (TTL + 5 s)
 // is checked on the node-down samples (facts.SplitBound); every group is
-// printed.
+// printed. The rest are split once more: the samples that waited for a
+// recovery worker's restart (a kill of it between the tool worker's kill
+// and the first assessment), and the healthy ones.
 func latency(f *facts, x *index) (Latency, []Row) {
 	type sample struct {
 		k             callKey
@@ -478,6 +483,7 @@ func latency(f *facts, x *index) (Latency, []Row) {
 		windows       []string
 		back          time.Time // when the last window it overlapped closed
 		nodeDown      bool
+		recovererDown bool
 		split         string
 	}
 	ms := func(d time.Duration) float64 { return math.Round(d.Seconds()*1000) / 1000 }
@@ -525,6 +531,14 @@ func latency(f *facts, x *index) (Latency, []Row) {
 				}
 			}
 		}
+		for _, rk := range f.RecovererKills {
+			if !rk.Before(kl.At) && rk.Before(first) {
+				s.recovererDown = true
+			}
+		}
+		if s.recovererDown {
+			s.split += "; the recovery worker restarted"
+		}
 		if len(s.windows) > 0 {
 			s.split += fmt.Sprintf("; leaderless: %s", strings.Join(s.windows, ", "))
 		} else if s.nodeDown {
@@ -538,9 +552,29 @@ func latency(f *facts, x *index) (Latency, []Row) {
 	}
 	var slow []over
 	var xs, toFence, fenceToFirst []float64
-	var grp struct{ down, leaderless, healthy, beyond, backToFence []float64 }
+	var list []LatencySample
+	var grp struct{ down, leaderless, recoverer, healthy, beyond, backToFence []float64 }
 	var downSlow []over
 	for _, s := range samples {
+		ls := LatencySample{Call: ref(s.k), Owner: s.kl.Owner, Killed: Seconds(ms(s.kl.At.Sub(f.Start))), Latency: Seconds(s.v), Fence: Seconds(math.NaN())}
+		if f.Start.IsZero() {
+			ls.Killed = Seconds(math.NaN())
+		}
+		if s.fence != nil {
+			ls.Fence = Seconds(ms(s.fence.Sub(s.kl.At)))
+		}
+		if f.Split {
+			ls.Group, ls.Leaderless = "healthy", Seconds(ms(s.leaderless))
+			switch {
+			case len(s.windows) > 0:
+				ls.Group = "leaderless"
+			case s.nodeDown:
+				ls.Group = "node_down"
+			case s.recovererDown:
+				ls.Group = "recoverer_restart"
+			}
+		}
+		list = append(list, ls)
 		xs = append(xs, s.v)
 		if s.fence != nil {
 			toFence = append(toFence, math.Max(0, ms(s.fence.Sub(s.kl.At))))
@@ -568,6 +602,8 @@ func latency(f *facts, x *index) (Latency, []Row) {
 			if f.SplitBound > 0 && s.v > f.SplitBound.Seconds() {
 				downSlow = append(downSlow, over{s.v, text()})
 			}
+		case s.recovererDown:
+			grp.recoverer = append(grp.recoverer, s.v)
 		default:
 			grp.healthy = append(grp.healthy, s.v)
 		}
@@ -600,12 +636,15 @@ func latency(f *facts, x *index) (Latency, []Row) {
 	}
 	l.ResultToAssessment = classifierLag(x)
 	l.CrashToFence, l.FenceToAssessment = distribution(toFence), distribution(fenceToFirst)
+	slices.SortStableFunc(list, func(a, b LatencySample) int { return cmp.Compare(b.Latency, a.Latency) })
+	l.List = list
 	rows := []Row{mk("p50", l.P50), mk("p90", l.P90), mk("p99", l.P99), mk("max", l.Max)}
 	if !f.Split {
 		return l, rows
 	}
 	l.Split = &LatencySplit{
 		NodeDown: distribution(grp.down), Leaderless: distribution(grp.leaderless), Healthy: distribution(grp.healthy),
+		RecovererRestart:        distribution(grp.recoverer),
 		LeaderlessBeyondWindows: distribution(grp.beyond), LeadersBackToFence: distribution(grp.backToFence),
 		Bound: Seconds(f.SplitBound.Seconds()),
 	}

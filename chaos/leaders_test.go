@@ -114,6 +114,20 @@ func TestLatencySplit(t *testing.T) {
 			t.Errorf("after strict, row %q must=%v", r.Name, r.Must)
 		}
 	}
+	groups := map[string]string{}
+	for _, ls := range lat.List {
+		groups[ls.Call] = ls.Group
+	}
+	if groups["s1/c1"] != "leaderless" || groups["s2/c2"] != "node_down" || groups["s3/c3"] != "healthy" {
+		t.Errorf("sample groups %v", groups)
+	}
+	// The recovery worker killed while c3 waited: that group, not healthy.
+	f.RecovererKills = []time.Time{at(8.2)}
+	_, lat = check(f, &h.s)
+	if sp := lat.Split; sp.RecovererRestart.Samples != 1 || sp.Healthy.Samples != 0 || sp.NodeDown.Samples != 1 {
+		t.Errorf("split %+v, want c3 in recoverer_restart", sp)
+	}
+	f.RecovererKills = nil
 	// One node: no split, and Strict gates on every sample's p99.
 	f.Split = false
 	rows, lat = check(f, &h.s)

@@ -134,6 +134,26 @@ type Latency struct {
 	// doing between the lease's expiry and the first assessment; nil on a
 	// single node or an external deployment (no leader monitor).
 	Split *LatencySplit `json:"split,omitempty"`
+	// List is every sample, slowest first, with its split: where a missed
+	// bound's time went, call by call.
+	List []LatencySample `json:"list,omitempty"`
+}
+
+// LatencySample is one crash → first assessment sample.
+type LatencySample struct {
+	// Call is session/call_id; Owner the killed incarnation.
+	Call  string `json:"call"`
+	Owner string `json:"owner"`
+	// Killed is the kill's time since the workload started.
+	Killed Seconds `json:"killed"`
+	// Latency is the kill → first assessment time; Fence the kill →
+	// fence time (null: assessed before any fence).
+	Latency Seconds `json:"latency"`
+	Fence   Seconds `json:"fence"`
+	// Group is leaderless, node_down, recoverer_restart or healthy on a
+	// cluster ("" on one node); Leaderless the time of its span without a leader.
+	Group      string  `json:"group,omitempty"`
+	Leaderless Seconds `json:"leaderless,omitempty"`
 }
 
 // LatencySplit splits the crash → first assessment samples of a cluster
@@ -154,7 +174,11 @@ type LatencySplit struct {
 	// LeadersBackToFence is, for each leaderless sample fenced after its
 	// last window closed, the time from the leader's return to the fence.
 	LeadersBackToFence Distribution `json:"leaders_back_to_fence"`
-	// Healthy are the rest: every node up, every leader there.
+	// RecovererRestart are, of the others, those during which the
+	// recovery worker was killed (and restarted).
+	RecovererRestart Distribution `json:"recoverer_restart"`
+	// Healthy are the rest: every node up, every leader there, the
+	// recovery worker running.
 	Healthy Distribution `json:"healthy"`
 	// Bound is the node-down samples' bound: lease TTL + 5 s.
 	Bound Seconds `json:"bound"`
@@ -289,7 +313,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(tw, "latency split\t(i) all: p50 %s, p90 %s, p99 %s, max %s (%d)\n", secs(r.Latency.P50), secs(r.Latency.P90), secs(r.Latency.P99), secs(r.Latency.Max), r.Latency.Samples)
 		fmt.Fprintf(tw, "\t(ii) a node down, leaders up: %s; bound p99 <= %s\n", d(sp.NodeDown), dur(sp.Bound))
 		fmt.Fprintf(tw, "\t(iii) a leaderless window: %s; minus the leaderless time %s; leaders back -> fence %s\n", d(sp.Leaderless), d(sp.LeaderlessBeyondWindows), d(sp.LeadersBackToFence))
-		fmt.Fprintf(tw, "\tall nodes up and leaders: %s\n", d(sp.Healthy))
+		fmt.Fprintf(tw, "\tall nodes up and leaders, the recovery worker restarted: %s\n", d(sp.RecovererRestart))
+		fmt.Fprintf(tw, "\tall nodes up and leaders, the recovery worker running: %s\n", d(sp.Healthy))
 	}
 	for _, line := range windowLines(r.LeaderWindows) {
 		fmt.Fprintf(tw, "leaderless\t%s\n", line)

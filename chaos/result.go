@@ -75,6 +75,11 @@ func (h *harness) report() *Report {
 		f.Split = true
 		f.Windows, f.Outages = h.windows, h.outages
 		f.SplitBound, f.SplitBoundText = cfg.LeaseTTL+5*time.Second, fmt.Sprintf("<= TTL+5s (%s)", cfg.LeaseTTL+5*time.Second)
+		for _, fl := range rep.Faults {
+			if fl.Kind == "recoverer_kill" {
+				f.RecovererKills = append(f.RecovererKills, h.faults.t0.Add(time.Duration(float64(fl.At)*float64(time.Second))))
+			}
+		}
 	}
 	rows, lat := check(f, h.final)
 	if cfg.Strict {

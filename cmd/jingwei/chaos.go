@@ -21,7 +21,7 @@ func init() {
 
 const chaosHelp = `  jingwei chaos [--quick] [--single | --server URL --auth DIR [--reviewer-key FILE]] [--json] [--seed N]
                 [--actions 1000] [--sessions 40] [--duration 60s] [--workers 3] [--kill-every 1.5s-4s]
-                [--recoverer-kills 3] [--node-kills 2] [--node-down 6s] [--pauses 2] [--partitions 1]
+                [--recoverer-kills 3] [--node-kills 2] [--node-down 15s] [--pauses 2] [--partitions 1]
                 [--lease-ttl 2s] [--strict] [--keep]
 
 Tests a deployment the way a chaos run does, and prints a table of
@@ -117,7 +117,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	killEvery := fs.String("kill-every", "1.5s-4s", "interval between two tool-worker SIGKILLs: MIN-MAX or one duration; 0 for none")
 	recKills := countFlag(fs, "recoverer-kills", "SIGKILLs of the recovery worker (default 3, 2 with --quick; 0: none)")
 	nodeKills := countFlag(fs, "node-kills", "NATS nodes killed in turn, cluster only (default 2, 1 with --quick; 0: none)")
-	nodeDown := fs.Duration("node-down", 6*time.Second, "how long a killed node stays down")
+	nodeDown := fs.Duration("node-down", 15*time.Second, "how long a killed node stays down (its leaders' elections take 4-9 s of it)")
 	pauses := countFlag(fs, "pauses", "SIGSTOP pauses of a tool worker in the middle of a payment (default 2, 1 with --quick; 0: none)")
 	noPauseReview := fs.Bool("no-review-during-pause", false, "leave the calls of a frozen worker alone until the host phase")
 	partitions := countFlag(fs, "partitions", "partitions of one node from the others, cluster only (default 1; 0: none)")
