@@ -99,8 +99,9 @@
 // to its first stored assessment. The bound is the lease TTL + 1 s on one
 // node. On a cluster a takeover needs JetStream leaders: the lease
 // bucket's (the server expires a lease there; the recovery worker's hold),
-// the session logs' (the fence), the assessments' (the publish) and the
-// meta leader (a consumer recreated after a node loss). When the node
+// the session logs' (the fence), the recovery worker's consumer of them
+// (its classifier reads the fence), the assessments' (the publish) and
+// the meta leader (a consumer recreated after a node loss). When the node
 // that led one of them dies or is cut off, nothing can be written to it
 // until nats-server's raft elects a new leader, and that election waits a
 // random election timeout of 4–9 s (server/raft.go,
@@ -109,9 +110,10 @@
 //
 // So the harness measures it: on a cluster a leader monitor asks, every
 // 100 ms on an admin connection to each node, who leads each of those
-// four ($JS.API.INFO, answered only by the meta leader;
-// $JS.API.STREAM.INFO, answered only by a stream's leader; an answer not
-// back within 300 ms is no leader). A leaderless window is a span in
+// five ($JS.API.INFO, answered only by the meta leader;
+// $JS.API.STREAM.INFO and $JS.API.CONSUMER.INFO, answered only by the
+// stream's or the consumer's leader; an answer not back within 300 ms is
+// no leader). A leaderless window is a span in
 // which no healthy node (neither down nor cut off) got an answer; the
 // report lists them after each node kill, partition, heal and restart
 // (Report.LeaderWindows), and what the faulted node itself saw

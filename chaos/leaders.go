@@ -27,8 +27,14 @@ const (
 	leaderAssessments = streamAssessments
 )
 
+// leaderClassifier is the recovery worker's durable consumer of the
+// session logs (its classifier reads the fence through it), a raft group
+// of its own with its own leader. The harness names its recovery worker
+// "chaos".
+const leaderClassifier = leaderEvents + "/" + subjectPrefix + "-recoverer-chaos-events"
+
 // fencePath lists the leader monitor's targets in report order.
-var fencePath = []string{leaderMeta, leaderLeases, leaderEvents, leaderAssessments}
+var fencePath = []string{leaderMeta, leaderLeases, leaderEvents, leaderClassifier, leaderAssessments}
 
 // leaderPoll is how often the monitor asks each node, and leaderAsk how
 // long one question may take before it counts as "no leader".
@@ -49,7 +55,8 @@ type observation struct {
 // node of a cluster (that node only: no reconnect elsewhere, no
 // discovered servers), who leads each target of the fence path: the
 // answer of $JS.API.INFO for the meta leader (only the meta leader
-// answers it), of $JS.API.STREAM.INFO for a stream (only its leader
+// answers it), of $JS.API.STREAM.INFO for a stream and
+// $JS.API.CONSUMER.INFO for the classifier's consumer (only the leader
 // answers). A question unanswered within leaderAsk, or answered with an
 // error, is an observation without a leader. The report turns the
 // observations into leaderless windows ([leaderWindows]). Safe for
@@ -95,7 +102,10 @@ func startLeaderMonitor(w *network, keys stream.KeyDir) (*leaderMonitor, error) 
 
 func (m *leaderMonitor) poll(ctx context.Context, node int, nc *nats.Conn, target string) {
 	subj := "$JS.API.INFO"
-	if target != leaderMeta {
+	switch stream, consumer, ok := strings.Cut(target, "/"); {
+	case ok:
+		subj = "$JS.API.CONSUMER.INFO." + stream + "." + consumer
+	case target != leaderMeta:
 		subj = "$JS.API.STREAM.INFO." + target
 	}
 	tick := time.NewTicker(leaderPoll)
@@ -225,14 +235,20 @@ type leaderWindow struct {
 // connected to the majority does goes through it). A window opens at the
 // first observation without a leader after one with, and closes at the
 // next observation with a leader, from any healthy node; windows shorter
-// than minWindow (one question lost on a busy node) are dropped.
+// than minWindow (one question lost on a busy node) are dropped, and so is
+// the time before a target first had a leader (a consumer not created
+// yet).
 func leaderWindows(obs []observation, outages map[int][]interval, minWindow time.Duration) []leaderWindow {
 	var out []leaderWindow
 	for _, target := range fencePath {
 		var start time.Time
-		lost := false
+		lost, seen := false, false
 		for _, o := range obs {
 			if o.Target != target || nodeOut(outages, o.Node, o.At) {
+				continue
+			}
+			if !seen {
+				seen = o.Leader != ""
 				continue
 			}
 			switch {
@@ -282,8 +298,8 @@ func nodeOut(outages map[int][]interval, node int, t time.Time) bool {
 // LeaderWindow is, in the report, a span in which one JetStream leader the
 // fence path needs was missing (no answer from the healthy nodes).
 type LeaderWindow struct {
-	// Target is meta (the JetStream meta leader), KV_jw_leases or
-	// JW_EVENTS.
+	// Target is meta (the JetStream meta leader), KV_jw_leases,
+	// JW_EVENTS, JW_EVENTS/<the classifier's consumer> or JW_ASSESSMENTS.
 	Target string `json:"target"`
 	// From and To are times since the workload started.
 	From Seconds `json:"from"`

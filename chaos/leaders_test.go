@@ -34,6 +34,11 @@ func TestLeaderWindows(t *testing.T) {
 			}
 			obs = append(obs, observation{At: at(s), Node: node, Target: leaderEvents, Leader: leader})
 			obs = append(obs, observation{At: at(s), Node: node, Target: leaderLeases, Leader: "n1"})
+			consumer := "n2" // the classifier's consumer, created at 2 s: no window before
+			if s < 2 {
+				consumer = ""
+			}
+			obs = append(obs, observation{At: at(s), Node: node, Target: leaderClassifier, Leader: consumer})
 		}
 	}
 	ws := leaderWindows(obs, outages, minLeaderWindow)

@@ -217,7 +217,8 @@ type Report struct {
 	Faults []Fault `json:"faults"`
 	// LeaderWindows are, on a cluster, the spans in which a JetStream
 	// leader the takeover needs (the meta leader, KV_jw_leases,
-	// JW_EVENTS, JW_ASSESSMENTS) answered none of the healthy nodes,
+	// JW_EVENTS, the recovery worker's consumer of it,
+	// JW_ASSESSMENTS) answered none of the healthy nodes,
 	// polled every 100 ms: the nats-server elections after each fault.
 	LeaderWindows []LeaderWindow `json:"leader_windows,omitempty"`
 	// IsolatedLeaderWindows are the windows the faulted node itself saw
