@@ -40,6 +40,7 @@ type takeovers struct {
 	// storms counts partition expiries handled and sessions fenced.
 	storms, fenced uint64
 	storm          sync.WaitGroup // partition expiries being handled
+	budgets        sync.WaitGroup // budget reconciles after takeovers
 	poolOnce       sync.Once
 	pool           chan struct{} // Config.Parallelism takeovers at once
 
@@ -97,6 +98,7 @@ func (r *takeovers) run(ctx context.Context) error {
 		}
 	}
 	defer func() { r.expired, r.partitions = nil, nil }()
+	defer r.budgets.Wait()
 	defer r.storm.Wait()
 	sweep := time.NewTicker(max(r.t.Config().LeaseTTL, time.Second))
 	defer sweep.Stop()
@@ -405,7 +407,17 @@ func (r *takeovers) takeOver(ctx context.Context, session string, opts ...stream
 		h, epoch, fenceSeq = tk.History, tk.Hold.Epoch(), tk.FenceSeq
 	}
 	r.log.Info().Str("session", session).Uint64("epoch", epoch).Uint64("fence_seq", fenceSeq).Msg("session taken over")
-	r.reconcileBudget(ctx, session, h)
+	// The tool_calls counts are reconciled beside the rest, not before
+	// it returns: nothing waits for them (the classifier assesses the
+	// fenced calls when it reads the fence, whatever this does), and a
+	// jw_budget without a leader (a node lost) held every takeover — and
+	// the start's reconcile, and with it the lease watch — for a request
+	// timeout of 5 s.
+	r.budgets.Add(1)
+	go func() {
+		defer r.budgets.Done()
+		r.reconcileBudget(ctx, session, h)
+	}()
 	var out []schema.Assessment
 	var err2 error
 	if closed {

@@ -1,11 +1,14 @@
 package recoverer
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jingwei/jingwei/stream/streamtest"
 )
@@ -68,5 +71,61 @@ func TestTakeoverRetriedSoonAfterLeaderReturns(t *testing.T) {
 		if d := at.Sub(back); d > limit {
 			t.Errorf("%s: tried again %s after the stream answered, want within %s", s, d.Round(time.Millisecond), limit)
 		}
+	}
+}
+
+// stallingKV is a jw_budget whose leader is gone: every read and write
+// waits until its context ends.
+type stallingKV struct{ jetstream.KeyValue }
+
+func (stallingKV) Get(ctx context.Context, _ string) (jetstream.KeyValueEntry, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+func (stallingKV) Create(ctx context.Context, _ string, _ []byte, _ ...jetstream.KVCreateOpt) (uint64, error) {
+	<-ctx.Done()
+	return 0, ctx.Err()
+}
+
+func (stallingKV) Update(ctx context.Context, _ string, _ []byte, _ uint64) (uint64, error) {
+	<-ctx.Done()
+	return 0, ctx.Err()
+}
+
+func (stallingKV) Put(ctx context.Context, _ string, _ []byte) (uint64, error) {
+	<-ctx.Done()
+	return 0, ctx.Err()
+}
+
+// TestTakeoverNotHeldByBudget: a takeover returns once its fence is
+// written, whatever jw_budget does: the tool_calls reconcile after it is
+// best effort, and one that waited for a jw_budget without a leader held
+// the takeover's pool slot, the start's reconcile and so the lease watch.
+func TestTakeoverNotHeldByBudget(t *testing.T) {
+	const ttl = time.Second
+	e := setup(t, ttl)
+	r := e.recoverer("a")
+	calls := deadOwner(t, e.topo, 1)
+	var s string
+	for k := range calls {
+		s = k
+	}
+	ctx := context.Background()
+	streamtest.Eventually(t, ttl+5*time.Second, "partition lease expired", func() bool {
+		_, live, err := e.topo.PartitionHolder(ctx, e.topo.PartitionOf(s))
+		return err == nil && !live
+	})
+	e.topo.Budget = stallingKV{e.topo.Budget}
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	start := time.Now()
+	as, err := r.TakeOver(cctx, s)
+	took := time.Since(start)
+	if err != nil || len(as) != 1 {
+		t.Fatalf("TakeOver: %d assessments, %v", len(as), err)
+	}
+	if took > 2*time.Second {
+		t.Errorf("takeover returned after %s, held by jw_budget", took.Round(time.Millisecond))
 	}
 }
