@@ -76,6 +76,12 @@ type harness struct {
 	setupAttempts int
 	checkpoint    *checkpoint
 	final         *snapshot
+
+	// leaders watches, on a cluster, the JetStream leaders the takeover
+	// needs; windows and outages are computed from it for the report.
+	leaders *leaderMonitor
+	windows []leaderWindow
+	outages map[int][]interval
 }
 
 // Run runs the chaos test cfg describes, end to end, and returns its
@@ -155,6 +161,11 @@ func (h *harness) run(ctx context.Context) error {
 	h.stepTo(stepSetup, steps[stepSetup])
 	if err := h.setup(ctx); err != nil {
 		return err
+	}
+	if cfg.Mode == ModeCluster {
+		if h.leaders, err = startLeaderMonitor(h.net, h.keys); err != nil {
+			return err
+		}
 	}
 	if h.cl, err = connectRoles(ctx, h.url, h.keys, h.reviewer, 30*time.Second); err != nil {
 		return err
@@ -699,6 +710,9 @@ func (h *harness) settle(ctx context.Context, when string) {
 func (h *harness) shutdown() {
 	if h.live != nil {
 		h.live.stop()
+	}
+	if h.leaders != nil {
+		h.leaders.close()
 	}
 	if h.sup != nil {
 		h.sup.stopKind("worker", 5*time.Second)

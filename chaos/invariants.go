@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/jingwei/jingwei/bench"
@@ -65,6 +66,23 @@ type facts struct {
 	// to it); the zero time writes the latency examples' kill times as
 	// they are.
 	Start time.Time
+	// LeaseTTL is the run's lease TTL: a sample's lease expires at its
+	// kill + LeaseTTL.
+	LeaseTTL time.Duration
+	// Split, on a cluster, splits the latency samples by Windows and
+	// Outages (Latency.Split) and checks SplitBound on the node-down ones.
+	Split bool
+	// Windows are the spans in which a JetStream leader the takeover needs
+	// was missing; Outages, by node, the spans a node was down or cut off.
+	Windows []leaderWindow
+	Outages map[int][]interval
+	// SplitBound is the bound of the samples taken with a node down and
+	// every leader there (lease TTL + 5 s).
+	SplitBound     time.Duration
+	SplitBoundText string
+	// RecovererKills are when the recovery worker was SIGKILLed: a
+	// sample whose span holds one waited for its restart.
+	RecovererKills []time.Time
 }
 
 // The rows, in their order in the report.
@@ -85,6 +103,8 @@ const (
 	rowBelowFence       = "charges that got past the ledger's fence"
 	rowConcurrent       = "concurrent prepares not answered with the plan"
 	rowLatency          = "crash -> first assessment"
+	rowLatencyNodeDown  = "crash -> first assessment p99, node down (leaders up)"
+	rowLatencyBeyond    = "crash -> first assessment p99 beyond leaderless time"
 )
 
 // check computes every row from the final snapshot and the facts, and the
@@ -439,43 +459,162 @@ func leftOpen(f *facts, x *index) map[callKey]kill {
 // assessed before the kill, the time from the kill to its first stored
 // assessment. The p99 row carries the bound; unassessed calls are the
 // unassessed row's.
+//
+// On a cluster the samples are split by what the cluster was doing
+// between the lease's expiry (the kill + the lease TTL) and the first
+// assessment: leaderless, when a JetStream leader the takeover needs was
+// missing for part of that span (facts.Windows: the meta leader, the lease
+// bucket's or a log stream's leader — no fence or assessment can be
+// written then, whatever jingwei does, until nats-server has elected a new
+// one); node down, when a node was down or cut off during it but every
+// leader was there; healthy otherwise. The bound of a cluster (TTL + 5 s)
+// is checked on the node-down samples (facts.SplitBound); every group is
+// printed. The rest are split once more: the samples that waited for a
+// recovery worker's restart (a kill of it between the tool worker's kill
+// and the first assessment), and the healthy ones.
 func latency(f *facts, x *index) (Latency, []Row) {
-	var xs, toFence, fenceToFirst []float64
-	ms := func(d time.Duration) float64 { return math.Round(d.Seconds()*1000) / 1000 }
-	type over struct {
-		v    float64
-		text string
+	type sample struct {
+		k             callKey
+		kl            kill
+		v             float64
+		expiry, first time.Time
+		fence         *time.Time
+		leaderless    time.Duration // overlap with the windows
+		windows       []string
+		back          time.Time // when the last window it overlapped closed
+		nodeDown      bool
+		recovererDown bool
+		split         string
 	}
-	var slow []over
+	ms := func(d time.Duration) float64 { return math.Round(d.Seconds()*1000) / 1000 }
+	var samples []sample
 	for k, kl := range leftOpen(f, x) {
 		first, ok := x.firstAssessment(k)
 		if !ok || first.Before(kl.At) {
 			continue
 		}
-		v := ms(first.Sub(kl.At))
-		xs = append(xs, v)
-		split := "no fence before it"
+		s := sample{k: k, kl: kl, v: ms(first.Sub(kl.At)), expiry: kl.At.Add(f.LeaseTTL), first: first, split: "no fence before it"}
 		if fe := x.calls[k].FencedAt; fe != nil && !fe.Time.After(first) {
-			toFence = append(toFence, math.Max(0, ms(fe.Time.Sub(kl.At))))
-			fenceToFirst = append(fenceToFirst, ms(first.Sub(fe.Time)))
+			t := fe.Time
+			s.fence = &t
 			by := fe.Owner
 			if fe.Event.Fence != nil && fe.Event.Fence.Owner != "" {
 				by = fe.Event.Fence.Owner
 			}
-			split = fmt.Sprintf("fence +%.3fs by %s, assessment +%.3fs after it", ms(fe.Time.Sub(kl.At)), by, ms(first.Sub(fe.Time)))
+			s.split = fmt.Sprintf("fence +%.3fs by %s, assessment +%.3fs after it", ms(fe.Time.Sub(kl.At)), by, ms(first.Sub(fe.Time)))
 		}
-		if v > f.Bound.Seconds() {
-			at := fmt.Sprintf("%.3fs", ms(kl.At.Sub(f.Start)))
-			if f.Start.IsZero() {
-				at = kl.At.UTC().Format("15:04:05.000")
+		from := s.expiry
+		if first.Before(from) {
+			from = first
+		}
+		for _, w := range f.Windows {
+			if !w.overlaps(from, first) {
+				continue
 			}
-			slow = append(slow, over{v, fmt.Sprintf("%s %.3fs (%s killed at %s; %s)", ref(k), v, kl.Owner, at, split)})
+			lo, hi := w.From, w.To
+			if lo.Before(from) {
+				lo = from
+			}
+			if hi.After(first) {
+				hi = first
+			}
+			s.leaderless += hi.Sub(lo)
+			s.windows = append(s.windows, fmt.Sprintf("%s %.1fs", w.Target, w.To.Sub(w.From).Seconds()))
+			if w.To.After(s.back) {
+				s.back = w.To
+			}
+		}
+		for _, ivs := range f.Outages {
+			for _, iv := range ivs {
+				if iv.overlaps(from, first.Add(time.Millisecond)) {
+					s.nodeDown = true
+				}
+			}
+		}
+		for _, rk := range f.RecovererKills {
+			if !rk.Before(kl.At) && rk.Before(first) {
+				s.recovererDown = true
+			}
+		}
+		if s.recovererDown {
+			s.split += "; the recovery worker restarted"
+		}
+		if len(s.windows) > 0 {
+			s.split += fmt.Sprintf("; leaderless: %s", strings.Join(s.windows, ", "))
+		} else if s.nodeDown {
+			s.split += "; a node down, leaders up"
+		}
+		samples = append(samples, s)
+	}
+	type over struct {
+		v    float64
+		text string
+	}
+	var slow []over
+	var xs, toFence, fenceToFirst []float64
+	var list []LatencySample
+	var grp struct{ down, leaderless, recoverer, healthy, beyond, backToFence []float64 }
+	var downSlow []over
+	for _, s := range samples {
+		ls := LatencySample{Call: ref(s.k), Owner: s.kl.Owner, Killed: Seconds(ms(s.kl.At.Sub(f.Start))), Latency: Seconds(s.v), Fence: Seconds(math.NaN())}
+		if f.Start.IsZero() {
+			ls.Killed = Seconds(math.NaN())
+		}
+		if s.fence != nil {
+			ls.Fence = Seconds(ms(s.fence.Sub(s.kl.At)))
+		}
+		if f.Split {
+			ls.Group, ls.Leaderless = "healthy", Seconds(ms(s.leaderless))
+			switch {
+			case len(s.windows) > 0:
+				ls.Group = "leaderless"
+			case s.nodeDown:
+				ls.Group = "node_down"
+			case s.recovererDown:
+				ls.Group = "recoverer_restart"
+			}
+		}
+		list = append(list, ls)
+		xs = append(xs, s.v)
+		if s.fence != nil {
+			toFence = append(toFence, math.Max(0, ms(s.fence.Sub(s.kl.At))))
+			fenceToFirst = append(fenceToFirst, ms(s.first.Sub(*s.fence)))
+		}
+		text := func() string {
+			at := fmt.Sprintf("%.3fs", ms(s.kl.At.Sub(f.Start)))
+			if f.Start.IsZero() {
+				at = s.kl.At.UTC().Format("15:04:05.000")
+			}
+			return fmt.Sprintf("%s %.3fs (%s killed at %s; %s)", ref(s.k), s.v, s.kl.Owner, at, s.split)
+		}
+		if s.v > f.Bound.Seconds() {
+			slow = append(slow, over{s.v, text()})
+		}
+		switch {
+		case len(s.windows) > 0:
+			grp.leaderless = append(grp.leaderless, s.v)
+			grp.beyond = append(grp.beyond, math.Max(0, ms(time.Duration(s.v*float64(time.Second))-s.leaderless)))
+			if s.fence != nil && s.fence.After(s.back) {
+				grp.backToFence = append(grp.backToFence, ms(s.fence.Sub(s.back)))
+			}
+		case s.nodeDown:
+			grp.down = append(grp.down, s.v)
+			if f.SplitBound > 0 && s.v > f.SplitBound.Seconds() {
+				downSlow = append(downSlow, over{s.v, text()})
+			}
+		case s.recovererDown:
+			grp.recoverer = append(grp.recoverer, s.v)
+		default:
+			grp.healthy = append(grp.healthy, s.v)
 		}
 	}
-	slices.SortFunc(slow, func(a, b over) int { return cmp.Compare(b.v, a.v) })
-	var slowest []string
-	for _, o := range slow {
-		slowest = append(slowest, o.text)
+	slowest := func(os []over) []string {
+		slices.SortFunc(os, func(a, b over) int { return cmp.Compare(b.v, a.v) })
+		var out []string
+		for _, o := range os {
+			out = append(out, o.text)
+		}
+		return out
 	}
 	slices.Sort(xs)
 	bound := f.Bound.Seconds()
@@ -491,13 +630,36 @@ func latency(f *facts, x *index) (Latency, []Row) {
 			r.Note = "no call was left open by a kill"
 		}
 		if name == "max" {
-			r.Examples = cap5(slowest)
+			r.Examples = cap5(slowest(slow))
 		}
 		return r
 	}
 	l.ResultToAssessment = classifierLag(x)
 	l.CrashToFence, l.FenceToAssessment = distribution(toFence), distribution(fenceToFirst)
-	return l, []Row{mk("p50", l.P50), mk("p90", l.P90), mk("p99", l.P99), mk("max", l.Max)}
+	slices.SortStableFunc(list, func(a, b LatencySample) int { return cmp.Compare(b.Latency, a.Latency) })
+	l.List = list
+	rows := []Row{mk("p50", l.P50), mk("p90", l.P90), mk("p99", l.P99), mk("max", l.Max)}
+	if !f.Split {
+		return l, rows
+	}
+	l.Split = &LatencySplit{
+		NodeDown: distribution(grp.down), Leaderless: distribution(grp.leaderless), Healthy: distribution(grp.healthy),
+		RecovererRestart:        distribution(grp.recoverer),
+		LeaderlessBeyondWindows: distribution(grp.beyond), LeadersBackToFence: distribution(grp.backToFence),
+		Bound: Seconds(f.SplitBound.Seconds()),
+	}
+	d := l.Split.NodeDown
+	r := Row{Name: rowLatencyNodeDown, Value: float64(d.P99), Unit: "s", Target: f.SplitBoundText,
+		Met: d.Samples > 0 && float64(d.P99) <= f.SplitBound.Seconds(), Examples: cap5(slowest(downSlow)),
+		Note: fmt.Sprintf("p99 of the %d samples whose lease expired while a node was down or cut off and every JetStream leader of the takeover was there", d.Samples)}
+	if d.Samples == 0 {
+		r.Note = "no sample: no lease expired while a node was down with every leader there"
+	}
+	b := l.Split.LeaderlessBeyondWindows
+	rb := Row{Name: rowLatencyBeyond, Value: float64(b.P99), Unit: "s", Target: f.SplitBoundText,
+		Met:  b.Samples == 0 || float64(b.P99) <= f.SplitBound.Seconds(),
+		Note: fmt.Sprintf("p99, over the %d samples that met a leaderless window, of the latency minus the time without a leader: what the takeover added beyond the election", b.Samples)}
+	return l, append(rows, r, rb)
 }
 
 // classifierLag is the distribution of the time from each closed call's

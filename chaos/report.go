@@ -130,6 +130,58 @@ type Latency struct {
 	// the publish). They tell where a missed bound's time went.
 	CrashToFence      Distribution `json:"crash_to_fence"`
 	FenceToAssessment Distribution `json:"fence_to_assessment"`
+	// Split, on a cluster, splits the samples by what the cluster was
+	// doing between the lease's expiry and the first assessment; nil on a
+	// single node or an external deployment (no leader monitor).
+	Split *LatencySplit `json:"split,omitempty"`
+	// List is every sample, slowest first, with its split: where a missed
+	// bound's time went, call by call.
+	List []LatencySample `json:"list,omitempty"`
+}
+
+// LatencySample is one crash → first assessment sample.
+type LatencySample struct {
+	// Call is session/call_id; Owner the killed incarnation.
+	Call  string `json:"call"`
+	Owner string `json:"owner"`
+	// Killed is the kill's time since the workload started.
+	Killed Seconds `json:"killed"`
+	// Latency is the kill → first assessment time; Fence the kill →
+	// fence time (null: assessed before any fence).
+	Latency Seconds `json:"latency"`
+	Fence   Seconds `json:"fence"`
+	// Group is leaderless, node_down, recoverer_restart or healthy on a
+	// cluster ("" on one node); Leaderless the time of its span without a leader.
+	Group      string  `json:"group,omitempty"`
+	Leaderless Seconds `json:"leaderless,omitempty"`
+}
+
+// LatencySplit splits the crash → first assessment samples of a cluster
+// run (all of them are in Latency itself) by Report.LeaderWindows and the
+// node outages of Report.Faults, over each sample's span from its lease's
+// expiry (the kill + the lease TTL) to its first assessment.
+type LatencySplit struct {
+	// NodeDown are the samples during which a node was down or cut off
+	// while every leader the takeover needs was there: the "cluster with a
+	// node down" of the bound, which is checked on their p99.
+	NodeDown Distribution `json:"node_down_with_leaders"`
+	// Leaderless are the samples that met a leaderless window: no fence or
+	// assessment can be written until nats-server elects a new leader.
+	Leaderless Distribution `json:"leaderless"`
+	// LeaderlessBeyondWindows is, for each leaderless sample, its latency
+	// minus the part of its span without a leader: what jingwei added.
+	LeaderlessBeyondWindows Distribution `json:"leaderless_beyond_windows"`
+	// LeadersBackToFence is, for each leaderless sample fenced after its
+	// last window closed, the time from the leader's return to the fence.
+	LeadersBackToFence Distribution `json:"leaders_back_to_fence"`
+	// RecovererRestart are, of the others, those during which the
+	// recovery worker was killed (and restarted).
+	RecovererRestart Distribution `json:"recoverer_restart"`
+	// Healthy are the rest: every node up, every leader there, the
+	// recovery worker running.
+	Healthy Distribution `json:"healthy"`
+	// Bound is the node-down samples' bound: lease TTL + 5 s.
+	Bound Seconds `json:"bound"`
 }
 
 // Distribution sums up a set of durations.
@@ -163,6 +215,16 @@ type Report struct {
 	Exercised Exercised `json:"exercised"`
 	// Faults lists every fault injected, in order.
 	Faults []Fault `json:"faults"`
+	// LeaderWindows are, on a cluster, the spans in which a JetStream
+	// leader the takeover needs (the meta leader, KV_jw_leases,
+	// JW_EVENTS, the recovery worker's consumer of it,
+	// JW_ASSESSMENTS) answered none of the healthy nodes,
+	// polled every 100 ms: the nats-server elections after each fault.
+	LeaderWindows []LeaderWindow `json:"leader_windows,omitempty"`
+	// IsolatedLeaderWindows are the windows the faulted node itself saw
+	// while it was down, cut off or restarting: what a process connected
+	// to that node lived through.
+	IsolatedLeaderWindows []LeaderWindow `json:"isolated_leader_windows,omitempty"`
 	// Notes are things the harness had to work around or noticed (a
 	// process that exited by itself, a settle that timed out).
 	Notes []string `json:"notes,omitempty"`
@@ -244,6 +306,22 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if c, f := r.Latency.CrashToFence, r.Latency.FenceToAssessment; c.Samples > 0 {
 		fmt.Fprintf(tw, "takeover\tcrash -> fence p50 %s, p99 %s, max %s; fence -> first assessment p50 %s, p99 %s, max %s (%d calls)\n",
 			secs(c.P50), secs(c.P99), secs(c.Max), secs(f.P50), secs(f.P99), secs(f.Max), c.Samples)
+	}
+	if sp := r.Latency.Split; sp != nil {
+		d := func(x Distribution) string {
+			return fmt.Sprintf("p50 %s, p99 %s, max %s (%d)", secs(x.P50), secs(x.P99), secs(x.Max), x.Samples)
+		}
+		fmt.Fprintf(tw, "latency split\t(i) all: p50 %s, p90 %s, p99 %s, max %s (%d)\n", secs(r.Latency.P50), secs(r.Latency.P90), secs(r.Latency.P99), secs(r.Latency.Max), r.Latency.Samples)
+		fmt.Fprintf(tw, "\t(ii) a node down, leaders up: %s; bound p99 <= %s\n", d(sp.NodeDown), dur(sp.Bound))
+		fmt.Fprintf(tw, "\t(iii) a leaderless window: %s; minus the leaderless time %s; leaders back -> fence %s\n", d(sp.Leaderless), d(sp.LeaderlessBeyondWindows), d(sp.LeadersBackToFence))
+		fmt.Fprintf(tw, "\tall nodes up and leaders, the recovery worker restarted: %s\n", d(sp.RecovererRestart))
+		fmt.Fprintf(tw, "\tall nodes up and leaders, the recovery worker running: %s\n", d(sp.Healthy))
+	}
+	for _, line := range windowLines(r.LeaderWindows) {
+		fmt.Fprintf(tw, "leaderless\t%s\n", line)
+	}
+	for _, line := range windowLines(r.IsolatedLeaderWindows) {
+		fmt.Fprintf(tw, "isolated\t%s\n", line)
 	}
 	if len(e.UnexpectedExits) > 0 {
 		fmt.Fprintf(tw, "exits\tprocesses that exited by themselves (restarted): %s\n", counts(e.UnexpectedExits))

@@ -484,7 +484,7 @@ func topology(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig, c
 
 func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, create, repair bool) (jetstream.Stream, error) {
 	for attempt := 0; ; attempt++ {
-		s, err := js.Stream(ctx, want.Name)
+		s, err := lookupRetrying(ctx, func(ctx context.Context) (jetstream.Stream, error) { return js.Stream(ctx, want.Name) })
 		if err == nil && !create {
 			return s, nil
 		}
@@ -623,7 +623,7 @@ func (e *ConflictError) repairable() bool { return e.Repair != "" }
 func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig, create, repair bool) (jetstream.KeyValue, error) {
 	name := "KV_" + want.Bucket
 	for attempt := 0; ; attempt++ {
-		kv, err := js.KeyValue(ctx, want.Bucket)
+		kv, err := lookupRetrying(ctx, func(ctx context.Context) (jetstream.KeyValue, error) { return js.KeyValue(ctx, want.Bucket) })
 		if err == nil && !create {
 			return kv, nil
 		}
@@ -712,6 +712,41 @@ func ValidateSession(s string) error {
 // without the admin role is not allowed to create anything: the server
 // drops its request, and it would otherwise wait for its whole context.
 const createTimeout = 5 * time.Second
+
+// lookupAttempt bounds one lookup of a stream or bucket when a topology is
+// opened, and lookupRetryFor how long a lookup that timed out or failed
+// transiently is tried again in place (every lookupRetryWait). A stream
+// whose leader is being elected (nats-server's raft: 4–9 s after the node
+// that led it died) answers nothing, so a lookup sent then waited for
+// jetstream's whole default timeout (5 s) even when the new leader came a
+// moment later — a recovery worker restarted during a node loss started
+// 5 s late (the cluster chaos runs' slowest crash → assessment samples).
+// Past lookupRetryFor the error is returned, as before.
+const (
+	lookupAttempt   = time.Second
+	lookupRetryWait = 100 * time.Millisecond
+	lookupRetryFor  = 10 * time.Second
+)
+
+// lookupRetrying runs f with attempts of at most lookupAttempt, again while
+// it fails transiently (Transient: a timeout, a 503) for lookupRetryFor;
+// it returns the last result.
+func lookupRetrying[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+	deadline := time.Now().Add(lookupRetryFor)
+	for {
+		actx, cancel := context.WithTimeout(ctx, lookupAttempt)
+		v, err := f(actx)
+		cancel()
+		if err == nil || ctx.Err() != nil || !Transient(err) || !time.Now().Add(lookupRetryWait).Before(deadline) {
+			return v, err
+		}
+		select {
+		case <-ctx.Done():
+			return v, err
+		case <-time.After(lookupRetryWait):
+		}
+	}
+}
 
 // noPermission is the error of a create that got no answer: most likely
 // the connection lacks the admin role.

@@ -40,6 +40,7 @@ type takeovers struct {
 	// storms counts partition expiries handled and sessions fenced.
 	storms, fenced uint64
 	storm          sync.WaitGroup // partition expiries being handled
+	budgets        sync.WaitGroup // budget reconciles after takeovers
 	poolOnce       sync.Once
 	pool           chan struct{} // Config.Parallelism takeovers at once
 
@@ -97,6 +98,7 @@ func (r *takeovers) run(ctx context.Context) error {
 		}
 	}
 	defer func() { r.expired, r.partitions = nil, nil }()
+	defer r.budgets.Wait()
 	defer r.storm.Wait()
 	sweep := time.NewTicker(max(r.t.Config().LeaseTTL, time.Second))
 	defer sweep.Stop()
@@ -275,8 +277,21 @@ func (r *takeovers) parallel(ctx context.Context, sessions []string, f func(cont
 // session is tried again after it failed.
 const takeoverRetryFor = 20 * time.Second
 
-// fenceRetrying is fence tried again with backoff while it fails for up to
-// takeoverRetryFor: a cluster that lost a node or was partitioned answers
+// takeoverRetryFirst and takeoverRetryMax are the first and the longest
+// wait (before a ±20 % jitter) between two attempts of a takeover that
+// failed. The cap is short on purpose: what fails is a cluster electing a
+// stream leader (nats-server's raft: 4–9 s, not configurable), each
+// attempt costs one request answered at once with a 503, and every
+// millisecond between the new leader's election and the next attempt is
+// added to the crash → assessment time (a 1 s cap, jittered to 1.5 s, was
+// up to a second and a half of it in the cluster chaos runs).
+const (
+	takeoverRetryFirst = 50 * time.Millisecond
+	takeoverRetryMax   = 250 * time.Millisecond
+)
+
+// fenceRetrying is fence tried again with backoff (takeoverRetryFirst up
+// to takeoverRetryMax) while it fails for up to takeoverRetryFor: a cluster that lost a node or was partitioned answers
 // 503 (no stream leader) for a few seconds, and a takeover given up then
 // would leave the session's calls open until the partition's next owner
 // fences it or the next start reconciles (the chaos run's slowest crash →
@@ -285,7 +300,9 @@ const takeoverRetryFor = 20 * time.Second
 // session; a fence appended by an attempt that failed after it is
 // harmless to the next (it closes nothing the first did not).
 func (r *takeovers) fenceRetrying(ctx context.Context, session string) (bool, error) {
-	b := newBackoff(100*time.Millisecond, time.Second, takeoverRetryFor)
+	b := newBackoff(takeoverRetryFirst, takeoverRetryMax, takeoverRetryFor)
+	b.RandomizationFactor = 0.2
+	b.Reset()
 	for {
 		ok, err := r.fence(ctx, session, nil)
 		var se *schema.Error
@@ -390,7 +407,17 @@ func (r *takeovers) takeOver(ctx context.Context, session string, opts ...stream
 		h, epoch, fenceSeq = tk.History, tk.Hold.Epoch(), tk.FenceSeq
 	}
 	r.log.Info().Str("session", session).Uint64("epoch", epoch).Uint64("fence_seq", fenceSeq).Msg("session taken over")
-	r.reconcileBudget(ctx, session, h)
+	// The tool_calls counts are reconciled beside the rest, not before
+	// it returns: nothing waits for them (the classifier assesses the
+	// fenced calls when it reads the fence, whatever this does), and a
+	// jw_budget without a leader (a node lost) held every takeover — and
+	// the start's reconcile, and with it the lease watch — for a request
+	// timeout of 5 s.
+	r.budgets.Add(1)
+	go func() {
+		defer r.budgets.Done()
+		r.reconcileBudget(ctx, session, h)
+	}()
 	var out []schema.Assessment
 	var err2 error
 	if closed {
