@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
@@ -29,6 +30,7 @@ type issuer struct {
 	leases  *takeovers
 	settled func(session, callID string) // a plan was issued for the call
 	auto    chan [2]string               // auto-plan queue: session, call
+	planner nkeys.KeyPair                // Config.PlannerKey, keys derived once (cachePlannerKey)
 
 	// afterCreate, when set (tests only), runs after a plan's KV create and
 	// before its publication; an error stops prepare there, as a crash
@@ -37,7 +39,7 @@ type issuer struct {
 }
 
 func newIssuer(b *base, pub *publisher, reviews *reviewChecker, leases *takeovers, settled func(session, callID string)) *issuer {
-	return &issuer{base: b, plans: stream.NewPlans(b.t.Plans), pub: pub, reviews: reviews, leases: leases, settled: settled, auto: make(chan [2]string, 1024)}
+	return &issuer{base: b, plans: stream.NewPlans(b.t.Plans), pub: pub, reviews: reviews, leases: leases, settled: settled, auto: make(chan [2]string, 1024), planner: cachePlannerKey(b.cfg.PlannerKey)}
 }
 
 // prepare is Recoverer.Prepare for a checked target. It reads the log
@@ -125,7 +127,7 @@ func (r *issuer) prepare(ctx context.Context, session, callID string) (schema.Pl
 	if err != nil {
 		return schema.Plan{}, err
 	}
-	if plan, err = recovery.SignPlan(r.cfg.PlannerKey, plan); err != nil {
+	if plan, err = recovery.SignPlan(r.planner, plan); err != nil {
 		return schema.Plan{}, fmt.Errorf("recoverer: sign plan: %w", err)
 	}
 	return r.issue(ctx, plan)
