@@ -47,6 +47,10 @@ type PlanRecord struct {
 	CompletedEpoch uint64 `json:"completed_epoch,omitempty"`
 	// Revision is the KV revision the record was read at; not stored.
 	Revision uint64 `json:"-"`
+	// StoredAt is when the server stored the record at Revision (its
+	// clock), as Get read it; zero when Issue stored the record itself.
+	// Not stored.
+	StoredAt time.Time `json:"-"`
 	// Created is set by Issue when its own KV create stored the record
 	// (nothing can have used or published the plan before); not stored.
 	Created bool `json:"-"`
@@ -141,7 +145,7 @@ func (p *Plans) Get(ctx context.Context, planID string) (PlanRecord, error) {
 	if err := json.Unmarshal(e.Value(), &rec); err != nil {
 		return PlanRecord{}, fmt.Errorf("stream: decode plan %s: %w", planID, err)
 	}
-	rec.Revision = e.Revision()
+	rec.Revision, rec.StoredAt = e.Revision(), e.Created()
 	return rec, nil
 }
 

@@ -3,6 +3,7 @@ package recoverer
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -138,6 +139,8 @@ func fillUncertain(tb testing.TB, topo *stream.Topology, name string, n int) []s
 // through the prepares of 100 fresh retry_allowed calls, then one
 // recoverer prepares 100 more alone, then asks again for the plans it
 // issued (the "issued before" path). It reports plans/s of each part and
+// of the raw operations of the racing part (as `jingwei bench` runs them:
+// KV create, the winner's publish, the losers' KV get), the ratio, and
 // logs the requests each part sent per prepare, by kind (-v). Run with
 // -cpuprofile for where the recoverer's CPU goes.
 func BenchmarkPrepareRequests(b *testing.B) {
@@ -168,7 +171,41 @@ func BenchmarkPrepareRequests(b *testing.B) {
 		}
 	}
 	tap := tapRequests(b, srv, topo)
-	var raced, alone, again float64
+	value := make([]byte, 700) // a signed plan record
+	rawRace := func(n int) time.Duration {
+		var wg sync.WaitGroup
+		errs := make(chan error, racers)
+		d := timed(func() {
+			for i := range recs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					t := recs[i].t
+					for j := range calls {
+						id := fmt.Sprintf("raw-%d-%d", n, j)
+						_, err := t.Plans.Create(ctx, id, value)
+						switch {
+						case err == nil:
+							_, err = t.JS.Publish(ctx, topo.PlansSubject(id), value[:500], jetstream.WithMsgID(id))
+						case errors.Is(err, jetstream.ErrKeyExists):
+							_, err = t.Plans.Get(ctx, id)
+						}
+						if err != nil {
+							errs <- err
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+		})
+		close(errs)
+		for err := range errs {
+			b.Fatal(err)
+		}
+		return d
+	}
+	var raced, alone, again, raw float64
 	var racedC, aloneC, againC map[string]int
 	add := func(into *map[string]int, c map[string]int) {
 		if *into == nil {
@@ -209,6 +246,8 @@ func BenchmarkPrepareRequests(b *testing.B) {
 		}
 		raced += float64(calls) / d.Seconds()
 		add(&racedC, tap.reset())
+		raw += float64(calls) / rawRace(n).Seconds()
+		tap.reset()
 
 		d = timed(func() {
 			for _, s := range single {
@@ -232,6 +271,8 @@ func BenchmarkPrepareRequests(b *testing.B) {
 	}
 	b.StopTimer()
 	b.ReportMetric(raced/float64(b.N), "raced_plans/s")
+	b.ReportMetric(raw/float64(b.N), "raw_plans/s")
+	b.ReportMetric(raced/raw, "ratio")
 	b.ReportMetric(alone/float64(b.N), "alone_plans/s")
 	b.ReportMetric(again/float64(b.N), "again_plans/s")
 	tap.report(b, fmt.Sprintf("%d racing issuers (per issuer's prepare)", racers), racedC, racers*calls*b.N)
