@@ -18,9 +18,9 @@ import (
 	"github.com/jingwei/jingwei/worker/recoverer"
 )
 
-// Targets of plan issuance (issue 7).
+// Targets of plan issuance (issue 16: at least 0.6 of the raw operations).
 var (
-	issueTarget = Target{Check: RatioAtLeast, Limit: 0.5}
+	issueTarget = Target{Check: RatioAtLeast, Limit: 0.6}
 	dupTarget   = Target{Check: ValueEqual, Limit: 0}
 )
 

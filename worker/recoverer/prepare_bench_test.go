@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -24,6 +25,8 @@ import (
 // the server, by kind: a plain subscriber on the JetStream API and on the
 // plans subjects gets a copy of each.
 type requestTap struct {
+	nc     *nats.Conn
+	subs   []*nats.Subscription
 	mu     sync.Mutex
 	counts map[string]int
 }
@@ -35,12 +38,14 @@ func tapRequests(tb testing.TB, srv *stream.Embedded, topo *stream.Topology) *re
 		tb.Fatal(err)
 	}
 	tb.Cleanup(nc.Close)
-	tap := &requestTap{counts: map[string]int{}}
+	tap := &requestTap{nc: nc, counts: map[string]int{}}
 	plans := strings.TrimSuffix(topo.PlansSubject("x"), "x")
 	for _, subj := range []string{"$JS.API.>", "$KV.>", plans + ">"} {
-		if _, err := nc.Subscribe(subj, func(m *nats.Msg) { tap.add(requestKind(m.Subject, plans)) }); err != nil {
+		sub, err := nc.Subscribe(subj, func(m *nats.Msg) { tap.add(requestKind(m.Subject, plans)) })
+		if err != nil {
 			tb.Fatal(err)
 		}
+		tap.subs = append(tap.subs, sub)
 	}
 	if err := nc.Flush(); err != nil {
 		tb.Fatal(err)
@@ -79,8 +84,22 @@ func (t *requestTap) add(kind string) {
 	t.mu.Unlock()
 }
 
-// reset returns the counts so far and starts again from zero.
+// reset returns the counts so far and starts again from zero, once the
+// copies of everything sent before it have been counted.
 func (t *requestTap) reset() map[string]int {
+	_ = t.nc.Flush()
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); {
+		idle := true
+		for _, s := range t.subs {
+			if n, _, _ := s.Pending(); n > 0 {
+				idle = false
+			}
+		}
+		if idle {
+			break
+		}
+		runtime.Gosched()
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	c := t.counts
