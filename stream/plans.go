@@ -309,23 +309,29 @@ func isPlanMsg(m *jetstream.RawStreamMsg, planID string) bool {
 // PlanMessage returns the stream sequence of the latest message of the
 // session's plans (stored on jw.plans.<partition>.<session>) that carries
 // the plan planID (Msg-Id planID, or PlanAgainID), 0 if JW_PLANS holds
-// none. The subject's last message is looked at first (one message get);
-// only when it is another plan's is the subject read, as ReadSubject
-// reads.
+// none. The subject's last message is looked at first (one direct get,
+// which any replica may answer); only when it is another plan's is the
+// subject read, as ReadSubject reads.
+//
+// A replica behind the leader can only make the answer older (0, or an
+// earlier publication of the plan): what the caller publishes on that
+// answer carries the Msg-Id of the publication it found missing
+// (planID, or PlanAgainID of the one it found), and the server drops it
+// as a duplicate of the message the replica did not show yet, which is
+// younger than the replica's lag.
 func (t *Topology) PlanMessage(ctx context.Context, session, planID string) (uint64, error) {
 	subj := t.PlansStoredSubject(session)
-	streamName := t.PlanLog.CachedInfo().Config.Name
-	last, ok, err := t.leaderGet(ctx, streamName, msgGetRequest{LastFor: subj})
+	last, err := t.PlanLog.GetLastMsgForSubject(ctx, subj)
 	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return 0, nil
 	case err != nil:
 		return 0, fmt.Errorf("stream: read %s: %w", subj, err)
-	case !ok:
-		return 0, nil
 	case isPlanMsg(last, planID):
 		return last.Sequence, nil
 	}
 	var seq uint64
-	err = t.readRange(ctx, streamName, subj, 1, last.Sequence, func(m *jetstream.RawStreamMsg) error {
+	err = t.readRange(ctx, t.PlanLog.CachedInfo().Config.Name, subj, 1, last.Sequence, func(m *jetstream.RawStreamMsg) error {
 		if isPlanMsg(m, planID) {
 			seq = m.Sequence
 		}
