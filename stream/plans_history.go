@@ -175,7 +175,7 @@ type batchCall struct {
 	msgs []*jetstream.RawStreamMsg
 	err  error
 	done bool
-	wake chan struct{} // capacity 1: something arrived
+	wake chan struct{} // capacity 1: the answer is complete
 }
 
 // get sends req to subj (a DIRECT.GET subject) and returns the messages of
@@ -213,11 +213,8 @@ func (m *batchMux) get(ctx context.Context, subj string, req batchRequest, timeo
 		case <-c.wake:
 		}
 		c.mu.Lock()
-		done, msgs, err := c.done, c.msgs, c.err
+		msgs, err := c.msgs, c.err
 		c.mu.Unlock()
-		if !done {
-			continue
-		}
 		if now, _ := m.sub.Dropped(); now != dropped {
 			return nil, fmt.Errorf("%w: messages dropped", errBatchAnswer)
 		}
@@ -236,13 +233,19 @@ func (m *batchMux) deliver(msg *nats.Msg) {
 		return // a get that gave up
 	}
 	c.mu.Lock()
-	if !c.done {
-		c.add(msg)
+	if c.done {
+		c.mu.Unlock()
+		return
 	}
+	c.add(msg)
+	done := c.done
 	c.mu.Unlock()
-	select {
-	case c.wake <- struct{}{}:
-	default:
+	if done {
+		// Wake the get once, when its answer is complete.
+		select {
+		case c.wake <- struct{}{}:
+		default:
+		}
 	}
 }
 
