@@ -283,3 +283,24 @@ func (c *batchCall) add(msg *nats.Msg) {
 		c.msgs = append(c.msgs, &jetstream.RawStreamMsg{Subject: msg.Header.Get(jetstream.SubjectHeader), Sequence: seq, Header: msg.Header, Data: msg.Data})
 	}
 }
+
+// ExtendLoaded returns l, a history of the session loaded before
+// (LoadHistory or LoadForPlan), followed by every event appended to the
+// session log since, up to the last one the stream leader holds when
+// ExtendLoaded starts: what LoadHistory would return now, with the limits
+// counted over all of it, without reading l's events again (the log only
+// grows). l must be that session's.
+func (t *Topology) ExtendLoaded(ctx context.Context, session string, l Loaded) (Loaded, error) {
+	if err := ValidateSession(session); err != nil {
+		return Loaded{}, err
+	}
+	var atLeast uint64
+	if n := len(l.Events); n > 0 {
+		atLeast = l.Events[n-1].Seq
+	}
+	h, st, err := t.loadAfter(ctx, session, atLeast, l)
+	if err != nil {
+		return Loaded{}, err
+	}
+	return Loaded{Events: h, bytes: st.bytes}, nil
+}

@@ -308,3 +308,54 @@ func TestBatchAnswerChecks(t *testing.T) {
 		}
 	}
 }
+
+// TestExtendLoaded: a history loaded before, extended after more appends,
+// is what LoadHistory returns now (events and weight), from an empty one
+// too; the limits count the loaded part, so a log that went over them is
+// refused.
+func TestExtendLoaded(t *testing.T) {
+	topo := setup(t, TopologyConfig{})
+	ctx := context.Background()
+	lg, err := topo.Fence(ctx, "s-1", "w1", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendN := func(n int, from int) {
+		for j := range n {
+			if _, err := lg.Append(ctx, schema.Event{Type: schema.TypeStarted, Started: &schema.Started{CallID: fmt.Sprintf("c-%d", from+j)}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	appendN(4, 0)
+	before, err := topo.LoadForPlan(ctx, "s-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendN(3, 4)
+	for _, l := range []Loaded{before, {}} {
+		got, err := topo.ExtendLoaded(ctx, "s-1", l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := topo.LoadHistory(ctx, "s-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Events) != 8 || !reflect.DeepEqual(got.Events, want.Events) || got.bytes != want.bytes {
+			t.Fatalf("extended from %d events: %d events (%d bytes), LoadHistory %d (%d bytes)", len(l.Events), len(got.Events), got.bytes, len(want.Events), want.bytes)
+		}
+	}
+	// Nothing appended since: the same history.
+	now, err := topo.LoadHistory(ctx, "s-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if same, err := topo.ExtendLoaded(ctx, "s-1", now); err != nil || !reflect.DeepEqual(same.Events, now.Events) {
+		t.Fatalf("extend with nothing new: %d events, %v", len(same.Events), err)
+	}
+	topo.cfg.Limits = schema.Limits{MaxEvents: 6}.WithDefaults()
+	if _, err := topo.ExtendLoaded(ctx, "s-1", before); schema.CodeOf(err) != schema.CodeHistoryTooLarge {
+		t.Fatalf("extend past the limit: %v, want history_too_large", err)
+	}
+}

@@ -100,10 +100,12 @@ func (r *issuer) prepare(ctx context.Context, session, callID string) (schema.Pl
 			case errors.Is(terr, stream.ErrFenced):
 				// A new owner of the session's partition fenced it first:
 				// its fence closed the call, so the history is confirmed
-				// now; read it again.
-				if h, err = r.t.Load(ctx, session); err != nil {
+				// now; read what followed the load above.
+				more, err := r.t.ExtendLoaded(ctx, session, loaded)
+				if err != nil {
 					return schema.Plan{}, err
 				}
+				h = more.Events
 				if recovery.IsOpen(h, callID) {
 					return schema.Plan{}, schema.Errorf(schema.CodeNotConfirmed, "call %q is still open and session %s was just taken by a writer", callID, session)
 				}

@@ -90,3 +90,51 @@ func TestJustCreated(t *testing.T) {
 		}
 	}
 }
+
+// TestPrepareAfterRacingFence: a prepare of an open call whose takeover is
+// beaten by another owner's fence (ErrFenced) plans from the history it
+// loaded extended by what followed — the other owner's fence, which closed
+// the call — and so issues a not_started plan whose prior seq is the
+// call's; when the log still leaves the call open after that, it refuses
+// with not_confirmed.
+func TestPrepareAfterRacingFence(t *testing.T) {
+	ctx := context.Background()
+	e := setup(t, 0)
+	w := e.writer("s-f", "w1")
+	w.call("c-1", "orders.create", effect.Idempotent, "k-1")
+	callSeq := w.seqs["c-1"]
+	if err := w.lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := e.recoverer("a")
+	fenced := 0
+	r.leases.fault = func(session string) error {
+		fenced++
+		if _, err := e.topo.Fence(ctx, session, "other-owner", 7); err != nil {
+			return err
+		}
+		return stream.ErrFenced
+	}
+	p, err := r.Prepare(ctx, "s-f", "c-1")
+	if err != nil {
+		t.Fatalf("prepare after a racing fence: %v", err)
+	}
+	if fenced != 1 || p.Basis != schema.BasisNotStarted || p.PriorSeq != callSeq {
+		t.Fatalf("plan %+v after %d fences, want not_started from seq %d", p, fenced, callSeq)
+	}
+	if msgs := e.planMsgs(); msgs[p.PlanID] != 1 {
+		t.Fatalf("JW_PLANS %v, want the plan once", msgs)
+	}
+
+	// A takeover that fails fenced while nothing on the log closed the
+	// call (the fence error is made up here) leaves it not_confirmed.
+	w2 := e.writer("s-g", "w1")
+	w2.call("c-1", "orders.create", effect.Idempotent, "k-1")
+	if err := w2.lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r.leases.fault = func(string) error { return stream.ErrFenced }
+	if _, err := r.Prepare(ctx, "s-g", "c-1"); !errors.Is(err, schema.ErrNotConfirmed) {
+		t.Fatalf("prepare with the call still open after a fence error: %v, want not_confirmed", err)
+	}
+}
