@@ -194,11 +194,11 @@ func (e *env) issue(ctx context.Context, calls int) (jw, raw []float64, dups, ra
 	return jw, raw, dups, rawDups, err
 }
 
-// settle waits until JW_EVENTS has room for loads more consumers. Every
-// stream.Load reads the session through an ordered consumer that the server
-// drops 5 s after its last use, and nats-server 2.15 allows 1,000 consumers
-// per stream by default: 4 issuers × 200 prepares stay under it within a
-// round, but back-to-back rounds would not.
+// settle waits until JW_EVENTS has room for loads more consumers.
+// nats-server 2.15 allows 1,000 consumers per stream by default; history
+// reads no longer create consumers (stream.Load and LoadForPlan use
+// message and direct gets), so this is only a guard that a round starts
+// with nothing of an earlier round's left on the stream.
 func settle(ctx context.Context, topo *stream.Topology, loads int) error {
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
