@@ -289,7 +289,8 @@ func (c *batchCall) add(msg *nats.Msg) {
 // session log since, up to the last one the stream leader holds when
 // ExtendLoaded starts: what LoadHistory would return now, with the limits
 // counted over all of it, without reading l's events again (the log only
-// grows). l must be that session's.
+// grows). l must be that session's; a zero l reads the whole log (it is
+// LoadHistory then).
 func (t *Topology) ExtendLoaded(ctx context.Context, session string, l Loaded) (Loaded, error) {
 	if err := ValidateSession(session); err != nil {
 		return Loaded{}, err
