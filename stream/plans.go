@@ -47,6 +47,10 @@ type PlanRecord struct {
 	CompletedEpoch uint64 `json:"completed_epoch,omitempty"`
 	// Revision is the KV revision the record was read at; not stored.
 	Revision uint64 `json:"-"`
+	// StoredAt is when the server stored the record at Revision (its
+	// clock), as Get read it; zero when Issue stored the record itself.
+	// Not stored.
+	StoredAt time.Time `json:"-"`
 	// Created is set by Issue when its own KV create stored the record
 	// (nothing can have used or published the plan before); not stored.
 	Created bool `json:"-"`
@@ -71,6 +75,14 @@ func NewPlans(kv jetstream.KeyValue) *Plans {
 // re-issue is naturally deduplicated) and returns the stored record, whatever
 // its state; a different plan under the same id is ErrPlanConflict, with
 // the stored record. The record has Created set when this Issue stored it.
+//
+// The create is a KV update expecting revision 0 (the key holds nothing);
+// when it loses, one KV get reads the stored record, which is both the
+// answer and the check jetstream's KeyValue.Create makes with a get of
+// its own (a delete or purge marker under the key): only when that get
+// finds no record does Issue fall back to KeyValue.Create, which creates
+// over such a marker. A racing loser so costs one request less than
+// Create and a Get.
 func (p *Plans) Issue(ctx context.Context, plan schema.Plan) (PlanRecord, error) {
 	if plan.PlanID == "" {
 		return PlanRecord{}, fmt.Errorf("stream: issue plan: empty plan_id")
@@ -80,15 +92,28 @@ func (p *Plans) Issue(ctx context.Context, plan schema.Plan) (PlanRecord, error)
 	if err != nil {
 		return PlanRecord{}, fmt.Errorf("stream: encode plan %s: %w", plan.PlanID, err)
 	}
-	rev, err := p.kv.Create(ctx, plan.PlanID, b)
+	rev, err := p.kv.Update(ctx, plan.PlanID, b, 0)
 	if err == nil {
 		rec.Revision, rec.Created = rev, true
 		return rec, nil
 	}
-	if !errors.Is(err, jetstream.ErrKeyExists) {
+	if !keyTaken(err) {
 		return PlanRecord{}, fmt.Errorf("stream: issue plan %s: %w", plan.PlanID, err)
 	}
 	have, err := p.Get(ctx, plan.PlanID)
+	if errors.Is(err, ErrPlanNotIssued) {
+		// A delete or purge marker (or a replica that does not show the
+		// record yet): KeyValue.Create tells them apart.
+		rev, err := p.kv.Create(ctx, plan.PlanID, b)
+		if err == nil {
+			rec.Revision, rec.Created = rev, true
+			return rec, nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return PlanRecord{}, fmt.Errorf("stream: issue plan %s: %w", plan.PlanID, err)
+		}
+		have, err = p.Get(ctx, plan.PlanID)
+	}
 	if err != nil {
 		return PlanRecord{}, err
 	}
@@ -96,6 +121,12 @@ func (p *Plans) Issue(ctx context.Context, plan schema.Plan) (PlanRecord, error)
 		return have, fmt.Errorf("%w: %s", ErrPlanConflict, plan.PlanID)
 	}
 	return have, nil
+}
+
+// keyTaken reports a KV write refused because the key's last revision is
+// not the one expected (here: the key holds something).
+func keyTaken(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) || planCASConflict(err)
 }
 
 // Get returns the stored record of a plan, or ErrPlanNotIssued.
@@ -114,7 +145,7 @@ func (p *Plans) Get(ctx context.Context, planID string) (PlanRecord, error) {
 	if err := json.Unmarshal(e.Value(), &rec); err != nil {
 		return PlanRecord{}, fmt.Errorf("stream: decode plan %s: %w", planID, err)
 	}
-	rec.Revision = e.Revision()
+	rec.Revision, rec.StoredAt = e.Revision(), e.Created()
 	return rec, nil
 }
 
@@ -278,23 +309,29 @@ func isPlanMsg(m *jetstream.RawStreamMsg, planID string) bool {
 // PlanMessage returns the stream sequence of the latest message of the
 // session's plans (stored on jw.plans.<partition>.<session>) that carries
 // the plan planID (Msg-Id planID, or PlanAgainID), 0 if JW_PLANS holds
-// none. The subject's last message is looked at first (one message get);
-// only when it is another plan's is the subject read, as ReadSubject
-// reads.
+// none. The subject's last message is looked at first (one direct get,
+// which any replica may answer); only when it is another plan's is the
+// subject read, as ReadSubject reads.
+//
+// A replica behind the leader can only make the answer older (0, or an
+// earlier publication of the plan): what the caller publishes on that
+// answer carries the Msg-Id of the publication it found missing
+// (planID, or PlanAgainID of the one it found), and the server drops it
+// as a duplicate of the message the replica did not show yet, which is
+// younger than the replica's lag.
 func (t *Topology) PlanMessage(ctx context.Context, session, planID string) (uint64, error) {
 	subj := t.PlansStoredSubject(session)
-	streamName := t.PlanLog.CachedInfo().Config.Name
-	last, ok, err := t.leaderGet(ctx, streamName, msgGetRequest{LastFor: subj})
+	last, err := t.PlanLog.GetLastMsgForSubject(ctx, subj)
 	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return 0, nil
 	case err != nil:
 		return 0, fmt.Errorf("stream: read %s: %w", subj, err)
-	case !ok:
-		return 0, nil
 	case isPlanMsg(last, planID):
 		return last.Sequence, nil
 	}
 	var seq uint64
-	err = t.readRange(ctx, streamName, subj, 1, last.Sequence, func(m *jetstream.RawStreamMsg) error {
+	err = t.readRange(ctx, t.PlanLog.CachedInfo().Config.Name, subj, 1, last.Sequence, func(m *jetstream.RawStreamMsg) error {
 		if isPlanMsg(m, planID) {
 			seq = m.Sequence
 		}

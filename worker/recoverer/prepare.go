@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
 
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
@@ -29,6 +30,7 @@ type issuer struct {
 	leases  *takeovers
 	settled func(session, callID string) // a plan was issued for the call
 	auto    chan [2]string               // auto-plan queue: session, call
+	planner nkeys.KeyPair                // Config.PlannerKey, keys derived once (cachePlannerKey)
 
 	// afterCreate, when set (tests only), runs after a plan's KV create and
 	// before its publication; an error stops prepare there, as a crash
@@ -37,7 +39,7 @@ type issuer struct {
 }
 
 func newIssuer(b *base, pub *publisher, reviews *reviewChecker, leases *takeovers, settled func(session, callID string)) *issuer {
-	return &issuer{base: b, plans: stream.NewPlans(b.t.Plans), pub: pub, reviews: reviews, leases: leases, settled: settled, auto: make(chan [2]string, 1024)}
+	return &issuer{base: b, plans: stream.NewPlans(b.t.Plans), pub: pub, reviews: reviews, leases: leases, settled: settled, auto: make(chan [2]string, 1024), planner: cachePlannerKey(b.cfg.PlannerKey)}
 }
 
 // prepare is Recoverer.Prepare for a checked target. It reads the log
@@ -77,7 +79,7 @@ func (r *issuer) prepare(ctx context.Context, session, callID string) (schema.Pl
 		r.settled(session, callID)
 		return rec.Plan, nil
 	}
-	loaded, err := r.t.LoadHistory(ctx, session)
+	loaded, err := r.t.LoadForPlan(ctx, session)
 	if err != nil {
 		return schema.Plan{}, err
 	}
@@ -98,10 +100,12 @@ func (r *issuer) prepare(ctx context.Context, session, callID string) (schema.Pl
 			case errors.Is(terr, stream.ErrFenced):
 				// A new owner of the session's partition fenced it first:
 				// its fence closed the call, so the history is confirmed
-				// now; read it again.
-				if h, err = r.t.Load(ctx, session); err != nil {
+				// now; read what followed the load above.
+				more, err := r.t.ExtendLoaded(ctx, session, loaded)
+				if err != nil {
 					return schema.Plan{}, err
 				}
+				h = more.Events
 				if recovery.IsOpen(h, callID) {
 					return schema.Plan{}, schema.Errorf(schema.CodeNotConfirmed, "call %q is still open and session %s was just taken by a writer", callID, session)
 				}
@@ -125,7 +129,7 @@ func (r *issuer) prepare(ctx context.Context, session, callID string) (schema.Pl
 	if err != nil {
 		return schema.Plan{}, err
 	}
-	if plan, err = recovery.SignPlan(r.cfg.PlannerKey, plan); err != nil {
+	if plan, err = recovery.SignPlan(r.planner, plan); err != nil {
 		return schema.Plan{}, fmt.Errorf("recoverer: sign plan: %w", err)
 	}
 	return r.issue(ctx, plan)
@@ -184,12 +188,21 @@ func (r *issuer) issue(ctx context.Context, plan schema.Plan) (schema.Plan, erro
 			return schema.Plan{}, err
 		}
 	}
-	if rec.Created {
+	switch {
+	case rec.Created:
 		// This prepare's KV create stored the plan: nothing can have
 		// published it before (a racing publication after it carries the
 		// same Msg-Id), so the JW_PLANS lookup is skipped.
 		err = r.publishPlan(ctx, plan)
-	} else {
+	case r.justCreated(rec):
+		// A racing prepare's create won moments ago: it publishes the
+		// plan right after, inside the dedup window, so this prepare's
+		// publication with the same Msg-Id makes no second message —
+		// whichever comes first is the one — and covers the winner's
+		// crash before it published. One request instead of the JW_PLANS
+		// lookup and the plan consumer's ack floor.
+		err = r.publishPlan(ctx, plan)
+	default:
 		err = r.ensureDeliverable(ctx, plan)
 	}
 	if err != nil {
@@ -218,17 +231,33 @@ func (r *issuer) ensurePublished(ctx context.Context, plan schema.Plan) error {
 // is published again, with Msg-Id <plan_id>/again/<seq of that
 // publication>, so racing prepares publish it again once. Using the plan
 // stays single-use whatever the number of its messages.
+//
+// The plan's latest message and the consumer's ack floor are read at
+// once (two requests, one round trip): the floor read alongside is no
+// older than one read after the message, so the check is the same one a
+// moment earlier (an acknowledgement that lands just after either read
+// is left to the next prepare, as it was).
 func (r *issuer) ensureDeliverable(ctx context.Context, plan schema.Plan) error {
+	type ackFloor struct {
+		floor uint64
+		ok    bool
+		err   error
+	}
+	floors := make(chan ackFloor, 1)
+	go func() {
+		floor, ok, err := r.t.PlanConsumerAckFloor(ctx, plan.Session)
+		floors <- ackFloor{floor, ok, err}
+	}()
 	last, err := r.t.PlanMessage(ctx, plan.Session, plan.PlanID)
+	af := <-floors
 	if err != nil {
 		return err
 	}
 	if last == 0 {
 		return r.publishPlan(ctx, plan)
 	}
-	floor, ok, err := r.t.PlanConsumerAckFloor(ctx, plan.Session)
-	if err != nil || !ok || floor < last {
-		return err // no tool worker ran yet, or still pending or in a worker's hands
+	if af.err != nil || !af.ok || af.floor < last {
+		return af.err // no tool worker ran yet, or still pending or in a worker's hands
 	}
 	subj := r.t.PlansSubject(plan.Session)
 	msg := nats.NewMsg(subj)
@@ -240,6 +269,19 @@ func (r *issuer) ensureDeliverable(ctx context.Context, plan schema.Plan) error 
 	}
 	r.log.Info().Str("session", plan.Session).Str("plan_id", plan.PlanID).Uint64("lost_seq", last).Msg("plan message acknowledged without the plan being used: published again")
 	return nil
+}
+
+// justCreated reports whether rec, a plan record another prepare stored,
+// is still as created (issued, so at its creation revision) and was
+// stored less than half the JW_PLANS dedup window ago by the record's own
+// server timestamp: a publication of it with its plan id as Msg-Id now is
+// deduplicated against its creator's, which comes after the create. The
+// margin covers a clock difference between this process and the server
+// of up to half the window (one minute by default); beyond it the worst
+// case is a second message of the same plan, which stays single-use.
+func (r *issuer) justCreated(rec stream.PlanRecord) bool {
+	window := r.t.PlanLog.CachedInfo().Config.Duplicates
+	return rec.State == stream.PlanIssued && !rec.StoredAt.IsZero() && window > 0 && time.Since(rec.StoredAt) < window/2
 }
 
 // publishPlan publishes the plan on jw.plans.<session> with its plan id as

@@ -1,0 +1,91 @@
+package stream_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jingwei/jingwei/stream"
+)
+
+// TestPlansIssueRace: racing Issues of one plan (each stamped with its own
+// IssuedAt, as racing recoverers stamp theirs) store it once: exactly one
+// has Created, and every one returns the record that one stored.
+func TestPlansIssueRace(t *testing.T) {
+	ctx := context.Background()
+	plans := stream.NewPlans(kvForPlanTest(t, "jw_plans"))
+	const racers = 8
+	recs := make([]stream.PlanRecord, racers)
+	errs := make([]error, racers)
+	var wg sync.WaitGroup
+	for i := range racers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := testPlan("p-race")
+			p.IssuedAt = p.IssuedAt.Add(time.Duration(i) * time.Second)
+			recs[i], errs[i] = plans.Issue(ctx, p)
+		}()
+	}
+	wg.Wait()
+	created := -1
+	for i := range racers {
+		if errs[i] != nil {
+			t.Fatalf("issue %d: %v", i, errs[i])
+		}
+		if recs[i].Created {
+			if created >= 0 {
+				t.Fatalf("issues %d and %d both created the plan", created, i)
+			}
+			created = i
+		}
+	}
+	if created < 0 {
+		t.Fatal("no issue created the plan")
+	}
+	won := recs[created]
+	for i, rec := range recs {
+		if rec.Revision != won.Revision || !rec.Plan.IssuedAt.Equal(won.Plan.IssuedAt) || rec.State != stream.PlanIssued {
+			t.Fatalf("issue %d returned %+v, want the stored record %+v", i, rec, won)
+		}
+	}
+}
+
+// TestPlansIssueOverMarker: a plan id whose key holds a delete or purge
+// marker is issued (the create expecting revision 0 loses to the marker,
+// the get finds no record, and KeyValue.Create writes over it); issuing
+// again afterwards returns that record.
+func TestPlansIssueOverMarker(t *testing.T) {
+	ctx := context.Background()
+	kv := kvForPlanTest(t, "jw_plans")
+	plans := stream.NewPlans(kv)
+	for _, tc := range []struct {
+		id   string
+		mark func(key string) error
+	}{
+		{"p-deleted", func(key string) error { return kv.Delete(ctx, key) }},
+		{"p-purged", func(key string) error { return kv.Purge(ctx, key) }},
+	} {
+		if _, err := kv.Put(ctx, tc.id, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		if err := tc.mark(tc.id); err != nil {
+			t.Fatal(err)
+		}
+		rec, err := plans.Issue(ctx, testPlan(tc.id))
+		if err != nil || !rec.Created || rec.State != stream.PlanIssued {
+			t.Fatalf("issue over a marker (%s): %+v %v, want created", tc.id, rec, err)
+		}
+		again, err := plans.Issue(ctx, testPlan(tc.id))
+		if err != nil || again.Created || again.Revision != rec.Revision {
+			t.Fatalf("issue again (%s): %+v %v, want the stored record", tc.id, again, err)
+		}
+		other := testPlan(tc.id)
+		other.Key = "op-other"
+		if _, err := plans.Issue(ctx, other); !errors.Is(err, stream.ErrPlanConflict) {
+			t.Fatalf("conflicting issue (%s): %v, want ErrPlanConflict", tc.id, err)
+		}
+	}
+}
