@@ -416,14 +416,28 @@ func (s *scan) find(match func(*call) bool) *call {
 	return &call{}
 }
 
+// push appends c. The first chunk starts small and grows by append up
+// to callChunk (most histories a prepare or a status reads hold a few
+// calls, and a whole chunk is ~190 KB: a fifth of a prepare's CPU went
+// to allocating and clearing it); later chunks are made whole. Growing
+// the first chunk moves its calls, so no *call is kept across a push
+// (every handler takes its pointers from at and drops them before it
+// returns; onCall pushes last).
 func (s *scan) push(c call) {
 	if s.count%callChunk == 0 {
-		s.chunks = append(s.chunks, make([]call, 0, callChunk))
+		size := callChunk
+		if s.count == 0 {
+			size = firstChunk
+		}
+		s.chunks = append(s.chunks, make([]call, 0, size))
 	}
 	k := len(s.chunks) - 1
 	s.chunks[k] = append(s.chunks[k], c)
 	s.count++
 }
+
+// firstChunk is the first chunk's starting capacity.
+const firstChunk = 8
 
 // lookup returns the call an event refers to, checking that it exists and
 // has not been retried yet.
