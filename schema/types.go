@@ -77,6 +77,9 @@ type Call struct {
 	// StartMarker says the runtime follows the start-marker protocol: the
 	// body only starts after a tool.started event is acknowledged.
 	StartMarker bool `json:"start_marker"`
+	// Started says the call's start is recorded with it: a tool.call that
+	// is also its tool.started.
+	Started bool `json:"started,omitempty"`
 	// Operation is nil only in the legacy format.
 	Operation *Operation `json:"operation,omitempty"`
 }
