@@ -23,6 +23,10 @@ func TestParsePlainAck(t *testing.T) {
 			t.Errorf("parsePlainAck(%s) = %q, %d, %v", in, name, seq, ok)
 		}
 	}
+	ack := []byte(`{"stream":"JW_EVENTS","seq":123456}`)
+	if n := testing.AllocsPerRun(100, func() { _, _, _ = parsePlainAck(ack) }); n != 0 {
+		t.Errorf("parsePlainAck: %.0f allocations, want 0", n)
+	}
 	for _, in := range []string{
 		``, `{`, `}`, `{"stream":"JW_EVENTS","seq":}`, `{"stream":"","seq":1}`, `{"stream":"JW_EVENTS","seq":01}`,
 		`{"stream":"JW_EVENTS","seq":-1}`, `{"stream":"JW_EVENTS","seq":1.0}`, `{"stream":"JW_EVENTS","seq":12345678901234567890}`,
