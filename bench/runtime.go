@@ -93,8 +93,10 @@ func (e *env) runtime(ctx context.Context, calls int) (jw, raw3, raw2 []float64,
 		return rate(calls, time.Since(start)), nil
 	}
 	id := "c-" + strings.Repeat("0", 32)
+	// The three-event form's tool.call carries the start marker; the
+	// combined form's (started) does not: it is its own start.
 	call := func(started bool) schema.Event {
-		return schema.Event{Type: schema.TypeCall, Call: &schema.Call{CallID: id, Tool: "noop", Arguments: args, StartMarker: true, Started: started,
+		return schema.Event{Type: schema.TypeCall, Call: &schema.Call{CallID: id, Tool: "noop", Arguments: args, StartMarker: !started, Started: started,
 			Operation: &schema.Operation{Task: worker.DefaultTask, Key: "op-" + strings.Repeat("0", 32), Contract: contract}}}
 	}
 	result := schema.Event{Type: schema.TypeResult, Result: &schema.Result{CallID: id, Status: schema.StatusOK}}

@@ -17,7 +17,7 @@ func TestAppendEventTakesTheHotPath(t *testing.T) {
 	at := time.Now().UTC()
 	op := &Operation{Task: "t", Key: "k", Contract: effect.Contract{Effect: effect.ReadOnly, Revision: "r"}}
 	fast := []Event{
-		{V: 1, Session: "s", Epoch: 1, At: at, Type: TypeCall, Call: &Call{CallID: "c", Tool: "t", Arguments: json.RawMessage(`{"a":[1,"x"]}`), StartMarker: true, Started: true, Operation: op}},
+		{V: 1, Session: "s", Epoch: 1, At: at, Type: TypeCall, Call: &Call{CallID: "c", Tool: "t", Arguments: json.RawMessage(`{"a":[1,"x"]}`), Started: true, Operation: op}},
 		{V: 1, Session: "s", Epoch: 1, At: at, Type: TypeCall, Call: &Call{CallID: "c", Tool: "t", Arguments: json.RawMessage("{ \"a\": 1 }"), Operation: op}},
 		{V: 1, Session: "s", Epoch: 1, At: at, Type: TypeStarted, Started: &Started{CallID: "c"}},
 		{V: 1, Session: "s", Epoch: 1, At: at, Type: TypeResult, Result: &Result{CallID: "c", Status: StatusFailed, Error: "no \"such\" file\n", Output: json.RawMessage(`"` + strings.Repeat("é", 100) + `"`)}},

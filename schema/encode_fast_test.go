@@ -115,11 +115,12 @@ func encodeEdgeCases() map[string]schema.Event {
 			At: "2026-11-29T11:00:00Z", Signer: signer, Sig: "c2ln"},
 		IssuedAt: time.Date(2026, 11, 29, 11, 0, 1, 5, time.UTC), Signer: signer, Sig: "c2ln"}
 	cases := map[string]schema.Event{
-		"plain call":    callEvent(nil),
-		"legacy call":   callEvent(func(c *schema.Call) { c.Operation = nil; c.StartMarker = false }),
-		"call started":  callEvent(func(c *schema.Call) { c.Started = true }),
-		"call with ids": callEvent(func(c *schema.Call) { c.RequestID = "r-1"; c.ProviderCallID = "toolu_1" }),
-		"call retry":    callEvent(func(c *schema.Call) { c.Operation.Retry = retry }),
+		"plain call":            callEvent(nil),
+		"legacy call":           callEvent(func(c *schema.Call) { c.Operation = nil; c.StartMarker = false }),
+		"call started":          callEvent(func(c *schema.Call) { c.Started, c.StartMarker = true, false }),
+		"call started + marker": callEvent(func(c *schema.Call) { c.Started = true }),
+		"call with ids":         callEvent(func(c *schema.Call) { c.RequestID = "r-1"; c.ProviderCallID = "toolu_1" }),
+		"call retry":            callEvent(func(c *schema.Call) { c.Operation.Retry = retry }),
 		"call retry bare": callEvent(func(c *schema.Call) {
 			c.Operation.Retry = &schema.RetryLink{PriorCallID: "c-0", PlanID: "p", Basis: schema.BasisNotStarted}
 		}),

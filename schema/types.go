@@ -77,8 +77,12 @@ type Call struct {
 	// StartMarker says the runtime follows the start-marker protocol: the
 	// body only starts after a tool.started event is acknowledged.
 	StartMarker bool `json:"start_marker"`
-	// Started says the call's start is recorded with it: a tool.call that
-	// is also its tool.started.
+	// Started says the call was admitted when it was recorded and its body
+	// may start as soon as this event is acknowledged: the event is a
+	// tool.call and its tool.started in one (the combined form,
+	// docs/protocol.md §5). A call with Started carries no StartMarker
+	// (both set is corrupt_history) and never gets a tool.started or an
+	// approval. False (omitted on the wire) is the three-event form.
 	Started bool `json:"started,omitempty"`
 	// Operation is nil only in the legacy format.
 	Operation *Operation `json:"operation,omitempty"`
