@@ -55,11 +55,10 @@ type Log struct {
 	n      uint64
 	err    error
 	// msg is the message every append is sent in (made on the first), its
-	// headers set once but for the Msg-Id and the expected sequence; buf
-	// holds the encoded event. Both are reused under mu: a publish copies
-	// them into the connection's buffer before it returns.
+	// headers set once but for the Msg-Id and the expected sequence. It is
+	// reused under mu: a publish copies it into the connection's buffer
+	// before it returns.
 	msg *nats.Msg
-	buf []byte
 }
 
 // Session returns the session id.
@@ -379,22 +378,18 @@ func (l *Log) Append(ctx context.Context, ev schema.Event) (uint64, error) {
 	if ev.At.IsZero() {
 		ev.At = time.Now().UTC()
 	}
+	// AppendEvent validates too (required fields, field lengths, valid
+	// JSON): an invalid event is refused with its *schema.Error and
+	// nothing is written, without waiting for an append in flight.
+	payload, err := schema.AppendEvent(nil, &ev)
+	if err != nil {
+		return 0, fmt.Errorf("stream: append to %s: %w", l.session, err)
+	}
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.err != nil {
 		return 0, l.err
-	}
-	// AppendEvent validates too (required fields, field lengths, valid
-	// JSON): an invalid event is refused with its *schema.Error and
-	// nothing is written. It encodes into the Log's buffer: appends are
-	// serialized anyway, by the round trip each waits for under l.mu.
-	payload, err := schema.AppendEvent(l.buf[:0], &ev)
-	if err != nil {
-		return 0, fmt.Errorf("stream: append to %s: %w", l.session, err)
-	}
-	if cap(payload) <= maxKeptBuffer {
-		l.buf = payload
 	}
 	lim := l.t.cfg.Limits
 	resEvents, resBytes := fenceReserve(lim)
@@ -409,10 +404,6 @@ func (l *Log) Append(ctx context.Context, ev schema.Event) (uint64, error) {
 	l.n++
 	return l.send(ctx, payload, l.idPre+strconv.FormatUint(l.n, 10))
 }
-
-// maxKeptBuffer is the largest encoding buffer a Log keeps between
-// appends; a larger event's buffer is left to the garbage collector.
-const maxKeptBuffer = 64 << 10
 
 // message returns l.msg, made on the first call with the headers every
 // append carries: Jw-Epoch, Jw-Owner, and the Nats-Msg-Id and
