@@ -15,6 +15,55 @@ import (
 // accepts; otherwise the error is the one DecodeEvent would return. Safe for
 // concurrent use.
 func EncodeEvent(ev Event) ([]byte, error) {
+	return AppendEvent(nil, &ev)
+}
+
+// AppendEvent is EncodeEvent appending the line to dst (which may be nil)
+// and returning the extended slice; ev is not modified. On error dst is
+// returned as it was (its spare capacity may have been written).
+func AppendEvent(dst []byte, ev *Event) ([]byte, error) {
+	if err := ev.Validate(); err != nil {
+		return dst, err
+	}
+	if dst == nil {
+		dst = make([]byte, 0, encodedSizeHint(ev))
+	}
+	if b, ok := appendEvent(dst, ev); ok {
+		return b, nil
+	}
+	line, err := encodeEventReflect(*ev)
+	if err != nil {
+		return dst, err
+	}
+	return append(dst, line...), nil
+}
+
+// encodedSizeHint is a guess at the length of ev's line, enough for most
+// events in one allocation.
+func encodedSizeHint(ev *Event) int {
+	n := 160 + len(ev.Session) + len(ev.Type)
+	switch {
+	case ev.Call != nil:
+		n += 160 + len(ev.Call.CallID) + len(ev.Call.Tool) + len(ev.Call.Arguments) + len(ev.Call.RequestID) + len(ev.Call.ProviderCallID)
+		if op := ev.Call.Operation; op != nil {
+			n += len(op.Task) + len(op.Key) + len(op.Contract.Revision)
+			if op.Retry != nil {
+				n += 512
+			}
+		}
+	case ev.Result != nil:
+		n += 64 + len(ev.Result.CallID) + len(ev.Result.Output) + len(ev.Result.Error)
+	case ev.Fence != nil:
+		n += len(ev.Fence.Owner)
+	}
+	return n
+}
+
+// encodeEventReflect is EncodeEvent by reflection: encoding/json, then
+// DecodeEvent's reader over the result. It is the reference appendEvent
+// is checked against, and what EncodeEvent falls back to for whatever
+// appendEvent leaves to it.
+func encodeEventReflect(ev Event) ([]byte, error) {
 	if err := ev.Validate(); err != nil {
 		return nil, err
 	}

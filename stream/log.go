@@ -54,6 +54,11 @@ type Log struct {
 	bytes  int64
 	n      uint64
 	err    error
+	// msg is the message every append is sent in (made on the first), its
+	// headers set once but for the Msg-Id and the expected sequence. It is
+	// reused under mu: a publish copies it into the connection's buffer
+	// before it returns.
+	msg *nats.Msg
 }
 
 // Session returns the session id.
@@ -373,10 +378,10 @@ func (l *Log) Append(ctx context.Context, ev schema.Event) (uint64, error) {
 	if ev.At.IsZero() {
 		ev.At = time.Now().UTC()
 	}
-	// EncodeEvent validates too (required fields, field lengths, valid
+	// AppendEvent validates too (required fields, field lengths, valid
 	// JSON): an invalid event is refused with its *schema.Error and
-	// nothing is written.
-	payload, err := schema.EncodeEvent(ev)
+	// nothing is written, without waiting for an append in flight.
+	payload, err := schema.AppendEvent(nil, &ev)
 	if err != nil {
 		return 0, fmt.Errorf("stream: append to %s: %w", l.session, err)
 	}
@@ -400,29 +405,50 @@ func (l *Log) Append(ctx context.Context, ev schema.Event) (uint64, error) {
 	return l.send(ctx, payload, l.idPre+strconv.FormatUint(l.n, 10))
 }
 
+// message returns l.msg, made on the first call with the headers every
+// append carries: Jw-Epoch, Jw-Owner, and the Nats-Msg-Id and
+// Nats-Expected-Last-Subject-Sequence that send sets per publish. l.mu is
+// held.
+func (l *Log) message() *nats.Msg {
+	if l.msg == nil {
+		l.msg = &nats.Msg{Subject: l.subject, Header: nats.Header{
+			HeaderEpoch:                         {strconv.FormatUint(l.epoch, 10)},
+			HeaderOwner:                         {l.owner},
+			jetstream.MsgIDHeader:               {""},
+			jetstream.ExpectedLastSubjSeqHeader: {""},
+		}}
+	}
+	return l.msg
+}
+
 // send publishes payload with Msg-Id id after l.last, re-sending after
 // transport errors and resolving refusals through the log (see resolve).
 // l.mu is held.
 func (l *Log) send(ctx context.Context, payload []byte, id string) (uint64, error) {
-	msg := nats.NewMsg(l.subject)
+	// The headers jetstream.WithMsgID and WithExpectLastSequencePerSubject
+	// would set, set directly on the reused message: the same bytes on the
+	// wire without the options' allocations.
+	msg := l.message()
 	msg.Data = payload
-	msg.Header.Set(HeaderEpoch, strconv.FormatUint(l.epoch, 10))
-	msg.Header.Set(HeaderOwner, l.owner)
+	msg.Header[jetstream.MsgIDHeader][0] = id
+	defer func() { msg.Data = nil }()
 
 	var b *backoff.ExponentialBackOff // made on the first retry only
 	var firstErr time.Time
 	for {
+		msg.Header[jetstream.ExpectedLastSubjSeqHeader][0] = strconv.FormatUint(l.last, 10)
 		actx, cancel := context.WithTimeout(ctx, l.t.cfg.RequestTimeout)
-		ack, err := l.t.JS.PublishMsg(actx, msg, jetstream.WithMsgID(id), jetstream.WithExpectLastSequencePerSubject(l.last))
+		want := l.t.Events.CachedInfo().Config.Name
+		stream, seq, err := publishAck(actx, l.t.JS.Conn(), msg, want)
 		cancel()
-		if err == nil && ack.Stream != l.t.Events.CachedInfo().Config.Name {
+		if err == nil && stream != want {
 			// Not JW_EVENTS's answer (a reply forged by another client):
 			// the log itself says whether the event is in.
-			err = fmt.Errorf("%w: from stream %q", errForeignAck, ack.Stream)
+			err = fmt.Errorf("%w: from stream %q", errForeignAck, stream)
 		}
 		if err == nil {
-			l.appended(ack.Sequence, len(payload))
-			return ack.Sequence, nil
+			l.appended(seq, len(payload))
+			return seq, nil
 		}
 		if ctx.Err() != nil {
 			// The event may or may not be stored; the next append resolves it.
