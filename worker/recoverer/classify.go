@@ -110,13 +110,18 @@ func (c *classifier) run(ctx context.Context) error {
 		return fmt.Errorf("events consumer: %w", err)
 	}
 	defer it.Stop()
+	acks, err := c.pub.newAsyncAcks()
+	if err != nil {
+		return err
+	}
+	defer acks.close()
 	// Batches are pipelined: when a batch is full its publishes are left in
 	// flight and the previous batch (whose acks have normally arrived) is
 	// settled and its last event acknowledged (AckAll covers the earlier
 	// ones). When nothing is pending everything is settled.
 	type batch struct {
 		last jetstream.Msg
-		pubs []pending
+		upTo uint64 // number of its last assessment publish (0: none)
 	}
 	var (
 		cur, prev batch
@@ -124,7 +129,7 @@ func (c *classifier) run(ctx context.Context) error {
 		found     []finding
 	)
 	settle := func(ctx context.Context, b *batch) error {
-		if err := c.pub.awaitPublished(ctx, b.pubs); err != nil {
+		if err := acks.settleThrough(ctx, b.upTo); err != nil {
 			return err
 		}
 		if b.last != nil {
@@ -132,7 +137,7 @@ func (c *classifier) run(ctx context.Context) error {
 				return fmt.Errorf("ack events: %w", err)
 			}
 		}
-		*b = batch{pubs: b.pubs[:0]}
+		*b = batch{}
 		return nil
 	}
 	// settleConfirmed is settle with the acknowledgement confirmed by the
@@ -160,11 +165,23 @@ func (c *classifier) run(ctx context.Context) error {
 		return nil
 	}
 	stalls := 0
+	// The wait for an event is bounded by stallCheck from the end of the
+	// last one's handling, with one deadline context per quiet spell
+	// instead of one per event (a timer each: a seventh of the loop's
+	// CPU): when it expires while events still arrive, the deadline moves
+	// to stallCheck after the last of them.
+	var lastEvent time.Time
+	var wait deadlineCtx
+	wait.reset(ctx, stallCheck)
+	defer wait.stop()
 	for {
-		nctx, ncancel := context.WithTimeout(ctx, stallCheck)
-		m, err := it.Next(jetstream.NextContext(nctx))
-		ncancel()
+		m, err := it.Next(jetstream.NextContext(wait.ctx))
 		if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			if quiet := time.Since(lastEvent); quiet < stallCheck {
+				wait.reset(ctx, stallCheck-quiet)
+				continue
+			}
+			wait.reset(ctx, stallCheck)
 			// Nothing for stallCheck: idle, or a pull that a cluster's
 			// leader change left parked where nothing answers it. The
 			// consumer's own count tells which; twice stalled in a row, the
@@ -241,11 +258,11 @@ func (c *classifier) run(ctx context.Context) error {
 					continue
 				}
 			}
-			p, err := c.pub.publishAsync(*a, f.fenced)
+			n, err := c.pub.publishAsync(ctx, acks, *a, f.fenced)
 			if err != nil {
 				return err
 			}
-			cur.pubs = append(cur.pubs, p)
+			cur.upTo = n
 		}
 		cur.last = m
 		n++
@@ -262,9 +279,10 @@ func (c *classifier) run(ctx context.Context) error {
 			if err := settle(ctx, &prev); err != nil {
 				return err
 			}
-			prev, cur = cur, batch{pubs: prev.pubs[:0]}
+			prev, cur = cur, batch{}
 			n = 0
 		}
+		lastEvent = time.Now() // the wait for the next event starts
 	}
 }
 
@@ -408,6 +426,25 @@ func (c *classifier) loadThrough(ctx context.Context, session, callID string, se
 		case <-ctx.Done():
 		case <-time.After(d):
 		}
+	}
+}
+
+// deadlineCtx is a context with a deadline that is replaced as a whole.
+type deadlineCtx struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// reset replaces the context by one of parent ending after d.
+func (w *deadlineCtx) reset(parent context.Context, d time.Duration) {
+	w.stop()
+	w.ctx, w.cancel = context.WithTimeout(parent, d)
+}
+
+// stop releases the context's timer.
+func (w *deadlineCtx) stop() {
+	if w.cancel != nil {
+		w.cancel()
 	}
 }
 
