@@ -13,7 +13,6 @@ import (
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
-	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/worker/service"
 )
 
@@ -224,32 +223,32 @@ func (c *classifier) run(ctx context.Context) error {
 			}
 			return fmt.Errorf("events consumer: %w", err)
 		}
-		md, err := m.Metadata()
+		md, err := deliveryOf(m)
 		if err != nil {
 			return fmt.Errorf("events consumer: %w", err)
 		}
 		// A reset numbers the deliveries from 1 again; the first of a run
 		// may follow the last of the consumer's (a reset, or none needed)
 		// or be that 1.
-		if got := md.Sequence.Consumer; got != wantDelivery && !(first && got == 1) {
+		if got := md.consumer; got != wantDelivery && !(first && got == 1) {
 			// Not classified: it comes again after the restart, with the
 			// deliveries that were lost before it.
-			c.log.Warn().Uint64("delivery", md.Sequence.Consumer).Uint64("want", wantDelivery).Uint64("seq", md.Sequence.Stream).Msg("events consumer skipped deliveries (lost in transit); settling and starting again from the ack floor")
+			c.log.Warn().Uint64("delivery", md.consumer).Uint64("want", wantDelivery).Uint64("seq", md.stream).Msg("events consumer skipped deliveries (lost in transit); settling and starting again from the ack floor")
 			if err := settleConfirmed(ctx); err != nil {
 				return err
 			}
-			return fmt.Errorf("%w: delivery %d, want %d", errDeliveriesLost, md.Sequence.Consumer, wantDelivery)
+			return fmt.Errorf("%w: delivery %d, want %d", errDeliveriesLost, md.consumer, wantDelivery)
 		}
-		wantDelivery, first = md.Sequence.Consumer+1, false
-		session := stream.SessionOf(m.Subject())
-		found, err = c.track.observe(session, md.Sequence.Stream, m.Data(), found[:0])
+		wantDelivery, first = md.consumer+1, false
+		session := sessionOf(m.Subject())
+		found, err = c.track.observe(session, md.stream, m.Data(), found[:0])
 		if err != nil {
-			c.log.Warn().Err(err).Str("session", session).Uint64("seq", md.Sequence.Stream).Msg("event does not decode; skipped")
+			c.log.Warn().Err(err).Str("session", session).Uint64("seq", md.stream).Msg("event does not decode; skipped")
 		}
 		for _, f := range found {
 			a := f.a
 			if a == nil {
-				if a, err = c.inspectLoaded(ctx, f.session, f.callID, md.Sequence.Stream); err != nil {
+				if a, err = c.inspectLoaded(ctx, f.session, f.callID, md.stream); err != nil {
 					// Not classified and not acknowledged: the event is
 					// delivered again once the consumer restarts.
 					return err
@@ -267,7 +266,7 @@ func (c *classifier) run(ctx context.Context) error {
 		cur.last = m
 		n++
 		switch {
-		case md.NumPending == 0:
+		case md.pending == 0:
 			if err := settle(ctx, &prev); err != nil {
 				return err
 			}
@@ -497,6 +496,9 @@ type tracker struct {
 	fences map[string]uint64
 	open   int
 	seen   uint64
+	// spare holds emptied per-session call sets for reuse: a session
+	// with one call at a time empties its set with every result.
+	spare []*recovery.OpenCalls[*openCall]
 	// approvals tracks waiting calls and stopped tasks for status
 	// (approvals.go).
 	approvals *approvalTrack
@@ -582,7 +584,7 @@ func (t *tracker) observe(session string, seq uint64, data []byte, out []finding
 		}
 		calls := t.sessions[session]
 		if calls == nil {
-			calls = new(recovery.OpenCalls[*openCall])
+			calls = t.newCalls()
 			t.sessions[session] = calls
 		}
 		if _, dup := calls.Get(c.id); !dup {
@@ -654,7 +656,24 @@ func (t *tracker) closed(session string, calls *recovery.OpenCalls[*openCall]) {
 	t.open--
 	if calls.Len() == 0 {
 		delete(t.sessions, session)
+		if len(t.spare) < maxSpare {
+			t.spare = append(t.spare, calls)
+		}
 	}
+}
+
+// maxSpare bounds the emptied call sets the tracker keeps for reuse.
+const maxSpare = 64
+
+// newCalls returns an empty call set for a session. t.mu is held.
+func (t *tracker) newCalls() *recovery.OpenCalls[*openCall] {
+	if n := len(t.spare); n > 0 {
+		calls := t.spare[n-1]
+		t.spare[n-1] = nil
+		t.spare = t.spare[:n-1]
+		return calls
+	}
+	return new(recovery.OpenCalls[*openCall])
 }
 
 // counts returns the events seen and the calls tracked as open.
