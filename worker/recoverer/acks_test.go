@@ -152,3 +152,45 @@ func TestAsyncAcksLateAckIgnored(t *testing.T) {
 		t.Fatalf("late ack of %d changed the slot of %d: %x", n, next, v)
 	}
 }
+
+// TestAsyncAcksFenceAssessmentDeduplicated: an assessment published with
+// dedup (a call closed by a fence) carries its id as Nats-Msg-Id, so the
+// same assessment published again (a redelivery, a second recoverer) is
+// stored once; without dedup (a result's) both are stored, told apart by
+// HeaderAssessmentID.
+func TestAsyncAcksFenceAssessmentDeduplicated(t *testing.T) {
+	e, p, acks := ackFixture(t)
+	ctx := context.Background()
+	var last uint64
+	for range 2 {
+		var err error
+		if last, err = p.publishAsync(ctx, acks, ackAssessment(1), true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := acks.settleThrough(ctx, last); err != nil {
+		t.Fatal(err)
+	}
+	if got := storedAssessments(t, e); got != 1 {
+		t.Fatalf("fence assessment published twice stored %d times, want 1", got)
+	}
+	for range 2 {
+		var err error
+		if last, err = p.publishAsync(ctx, acks, ackAssessment(2), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := acks.settleThrough(ctx, last); err != nil {
+		t.Fatal(err)
+	}
+	if got := storedAssessments(t, e); got != 3 {
+		t.Fatalf("%d assessments stored, want 3", got)
+	}
+	m, err := e.topo.Assessments.GetLastMsgForSubject(ctx, e.topo.AssessmentsSubject("s-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Header.Get(HeaderAssessmentID); got != "a.s-1.c-2.ok" {
+		t.Fatalf("%s = %q, want a.s-1.c-2.ok", HeaderAssessmentID, got)
+	}
+}

@@ -51,12 +51,14 @@ type pending struct {
 // same assessment from several recoverers, or after a redelivery, one
 // message.
 func (p *publisher) assessmentMsg(a schema.Assessment) (msg *nats.Msg, id string) {
-	msg = nats.NewMsg(p.t.AssessmentsSubject(a.Session))
+	id = "a." + a.Session + "." + a.CallID + "." + a.Evidence
+	// The header map is made with its one member (HeaderAssessmentID is
+	// in canonical form): NewMsg's empty map grown by Set was a sixth of
+	// the classifier's allocations.
+	msg = &nats.Msg{Subject: p.t.AssessmentsSubject(a.Session), Header: nats.Header{HeaderAssessmentID: []string{id}}}
 	// The contract comes from a decoded event, so its effect is valid:
 	// the only error AppendAssessment has cannot happen.
 	msg.Data, _ = schema.AppendAssessment(make([]byte, 0, 256), &a)
-	id = "a." + a.Session + "." + a.CallID + "." + a.Evidence
-	msg.Header.Set(HeaderAssessmentID, id)
 	return msg, id
 }
 
