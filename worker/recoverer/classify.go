@@ -114,8 +114,6 @@ func (c *classifier) run(ctx context.Context) error {
 		return err
 	}
 	defer acks.close()
-	pf := startPrefetch(ctx, it)
-	defer pf.stop()
 	// Batches are pipelined: when a batch is full its publishes are left in
 	// flight and the previous batch (whose acks have normally arrived) is
 	// settled and its last event acknowledged (AckAll covers the earlier
@@ -176,7 +174,7 @@ func (c *classifier) run(ctx context.Context) error {
 	wait.reset(ctx, stallCheck)
 	defer wait.stop()
 	for {
-		item, err := pf.next(wait.ctx)
+		m, err := it.Next(jetstream.NextContext(wait.ctx))
 		if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 			if quiet := time.Since(lastEvent); quiet < stallCheck {
 				wait.reset(ctx, stallCheck-quiet)
@@ -225,7 +223,10 @@ func (c *classifier) run(ctx context.Context) error {
 			}
 			return fmt.Errorf("events consumer: %w", err)
 		}
-		m, md := item.m, item.d
+		md, err := deliveryOf(m)
+		if err != nil {
+			return fmt.Errorf("events consumer: %w", err)
+		}
 		// A reset numbers the deliveries from 1 again; the first of a run
 		// may follow the last of the consumer's (a reset, or none needed)
 		// or be that 1.
@@ -240,7 +241,7 @@ func (c *classifier) run(ctx context.Context) error {
 		}
 		wantDelivery, first = md.consumer+1, false
 		session := sessionOf(m.Subject())
-		found, err = c.track.observeDecoded(session, md.stream, item.ev, item.err, found[:0])
+		found, err = c.track.observe(session, md.stream, m.Data(), found[:0])
 		if err != nil {
 			c.log.Warn().Err(err).Str("session", session).Uint64("seq", md.stream).Msg("event does not decode; skipped")
 		}
@@ -548,18 +549,9 @@ func (t *tracker) observe(session string, seq uint64, data []byte, out []finding
 		return out, nil
 	}
 	ev, err := schema.DecodeEvent(data)
-	return t.observeDecoded(session, seq, ev, err, out)
-}
-
-// observeDecoded is observe of an event already decoded with
-// schema.DecodeEvent (err is its error).
-func (t *tracker) observeDecoded(session string, seq uint64, ev schema.Event, err error, out []finding) ([]finding, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.seen++
-	if _, corrupt := t.corrupt[session]; corrupt {
-		return out, nil
-	}
 	if err != nil {
 		t.markCorrupt(session)
 		return out, err
