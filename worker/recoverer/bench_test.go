@@ -63,13 +63,19 @@ func newClassifyFixture(b *testing.B) *classifyFixture {
 }
 
 // acked waits until the durable consumer name has acknowledged every
-// event, and returns how long that took from its creation.
-func (f *classifyFixture) acked(b *testing.B, name string) time.Duration {
+// event, and returns how long that took from its creation. A consumer
+// loop that ends first (done receives its error) fails the benchmark.
+func (f *classifyFixture) acked(b *testing.B, name string, done <-chan error) time.Duration {
 	ctx := context.Background()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		if time.Now().After(deadline) {
 			b.Fatalf("consumer %s did not acknowledge every event within 2 minutes", name)
+		}
+		select {
+		case err := <-done:
+			b.Fatalf("consumer %s ended before it acknowledged every event: %v", name, err)
+		default:
 		}
 		c, err := f.topo.JS.Consumer(ctx, f.topo.StreamName("EVENTS"), name)
 		if err == nil && c.CachedInfo().AckFloor.Stream >= f.last {
@@ -89,7 +95,7 @@ func (f *classifyFixture) classify(b *testing.B) time.Duration {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.classify.run(ctx) }()
-	d := f.acked(b, r.consumerName("events"))
+	d := f.acked(b, r.consumerName("events"), done)
 	cancel()
 	<-done
 	return d
@@ -131,7 +137,7 @@ func BenchmarkClassify(b *testing.B) {
 	const events = classifyEvents
 	f := newClassifyFixture(b)
 	topo, ctx := f.topo, context.Background()
-	acked := func(name string) time.Duration { return f.acked(b, name) }
+	acked := func(name string) time.Duration { return f.acked(b, name, nil) }
 
 	// The raw sides have the recoverer's consumer settings (AckAll, the
 	// same MaxAckPending and pull size, an ack every ackBatch events or
