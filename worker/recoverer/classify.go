@@ -257,11 +257,11 @@ func (c *classifier) run(ctx context.Context) error {
 					continue
 				}
 			}
-			n, err := c.pub.publishAsync(ctx, acks, *a, f.fenced)
+			pubN, err := c.pub.publishAsync(ctx, acks, *a, f.fenced)
 			if err != nil {
 				return err
 			}
-			cur.upTo = n
+			cur.upTo = pubN
 		}
 		cur.last = m
 		n++
