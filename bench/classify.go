@@ -1,69 +1,110 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jingwei/jingwei/effect"
+	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/worker/recoverer"
 )
 
-// classifyTarget is issue 7's target for the recovery worker's
-// classification.
-var classifyTarget = Target{Check: RatioAtLeast, Limit: 0.7}
+// Issue 16's targets for the recovery worker's classification: against a
+// raw consumer that stores as many assessment-sized messages as the
+// recovery worker stores assessments, and against a bare raw consumer
+// that only acknowledges.
+var (
+	classifyStoringTarget = Target{Check: RatioAtLeast, Limit: 0.8}
+	classifyBareTarget    = Target{Check: RatioAtLeast, Limit: 0.6}
+)
 
-// Settings of the raw consumer: the recovery worker's own (no filter
+// Settings of the raw consumers: the recovery worker's own (no filter
 // subject, AckAll, 1,024 unacknowledged at most, pulls of 512, an ack every
-// 256 messages or when nothing is pending), so the raw side differs only in
-// doing nothing with the events.
+// 256 messages or when nothing is pending), so the raw sides differ only in
+// what they do with the events.
 const (
 	rawAckEvery      = 256
 	rawMaxAckPending = 4 * rawAckEvery
 	rawPull          = 2 * rawAckEvery
-	floorPoll        = 3 * time.Millisecond
+	// rawMaxInFlight bounds the storing raw consumer's async publishes
+	// whose acks have not arrived (two batches' worth of assessments).
+	rawMaxInFlight = 2 * rawAckEvery
+	floorPoll      = 3 * time.Millisecond
 )
 
 func classifyStep(cfg Config) step {
 	events := cfg.n(300_000, 30_000, 3_000)
-	name := fmt.Sprintf("recovery worker classification, %d events", events)
-	return ratioStep("classify", name, stream.SyncInterval, "events/s", classifyTarget,
-		func(ctx context.Context, e *env) ([]float64, []float64, error) {
-			return e.classify(ctx, events)
-		})
+	what := fmt.Sprintf("recovery worker classification, %d events", events)
+	storing := what + " (raw stores as many assessments)"
+	bare := what + " (raw only acks)"
+	return step{
+		scenario: "classify", name: what, server: stream.SyncInterval,
+		rows: []row{{storing, classifyStoringTarget}, {bare, classifyBareTarget}},
+		run: func(ctx context.Context, e *env) ([]Result, error) {
+			jw, rawStoring, rawBare, err := e.classify(ctx, events)
+			if err != nil {
+				return nil, err
+			}
+			return []Result{
+				NewResult(storing, Median(jw), Median(rawStoring), "events/s", classifyStoringTarget),
+				NewResult(bare, Median(jw), Median(rawBare), "events/s", classifyBareTarget),
+			}, nil
+		},
+	}
 }
 
 // classify measures, per round, events/s of the recovery worker draining
 // pre-filled events of finished calls (from its events consumer's creation
-// to its ack floor reaching the last event; assessments are published
-// before the ack) against a raw durable consumer with the same settings
-// that only acks. Every round fills a fresh topology and both read it.
-func (e *env) classify(ctx context.Context, events int) (jw, raw []float64, err error) {
+// to its ack floor reaching the last event; assessments are stored before
+// the ack) against two raw durable consumers with the same settings: one
+// that stores one assessment-sized message per finished call (async, with
+// bounded in-flight acks, and acknowledges a batch of events once they are
+// stored) and one that only acknowledges. Every round fills a fresh
+// topology that all three read; the order of the three rotates from round
+// to round.
+func (e *env) classify(ctx context.Context, events int) (jw, rawStoring, rawBare []float64, err error) {
 	rounds := min(e.cfg.Rounds, 5)
 	var (
 		topo *stream.Topology
+		sink jetstream.Stream
 		f    filled
 	)
-	defer func() { e.drop(topo) }()
-	prepare := func(ctx context.Context) error {
+	drop := func() {
+		if sink != nil {
+			dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			_ = e.js.DeleteStream(dctx, sink.CachedInfo().Config.Name)
+			cancel()
+			sink = nil
+		}
 		e.drop(topo)
 		topo = nil
+	}
+	defer drop()
+	prepare := func(ctx context.Context) error {
+		drop()
 		t, err := e.topology(ctx, e.prefix("cl"))
 		if err != nil {
 			return err
 		}
 		topo = t
+		// The storing raw consumer's assessments go to a stream of their
+		// own with JW_ASSESSMENTS's settings, so the recovery worker's
+		// count stays its own.
+		sc := topo.Assessments.CachedInfo().Config
+		sc.Name, sc.Subjects = sc.Name+"_RAW", []string{topo.Prefix + ".rawbench.assessments.>"}
+		if sink, err = e.js.CreateStream(ctx, sc); err != nil {
+			return err
+		}
 		f, err = fill(ctx, e.nc, topo, fillSpec{name: "s", sessions: 64, events: events})
 		return err
 	}
-	jwRound := func(ctx context.Context, round int) (float64, error) {
-		if round%2 == 0 { // jingwei goes first: fill
-			if err := prepare(ctx); err != nil {
-				return 0, err
-			}
-		}
+	jwRound := func(ctx context.Context) (float64, error) {
 		rec, err := recoverer.New(recoverer.Config{Topology: topo, Name: "bench", DisableService: true, Logger: e.log, PlannerKey: e.planner})
 		if err != nil {
 			return 0, err
@@ -79,7 +120,7 @@ func (e *env) classify(ctx context.Context, events int) (jw, raw []float64, err 
 		if err != nil {
 			return 0, err
 		}
-		// Every finished call has its assessment (published before the ack).
+		// Every finished call has its assessment (stored before the ack).
 		info, err := topo.Assessments.Info(ctx)
 		if err != nil {
 			return 0, err
@@ -89,33 +130,79 @@ func (e *env) classify(ctx context.Context, events int) (jw, raw []float64, err 
 		}
 		return rate(f.events, d), nil
 	}
-	rawRound := func(ctx context.Context, round int) (float64, error) {
-		if round%2 == 1 { // raw goes first: fill
-			if err := prepare(ctx); err != nil {
+	rawRound := func(name string, storing bool) func(ctx context.Context) (float64, error) {
+		return func(ctx context.Context) (float64, error) {
+			rctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			done := make(chan error, 1)
+			var subj func(string) string
+			if storing {
+				subj = func(session string) string { return topo.Prefix + ".rawbench.assessments." + session }
+			}
+			go func() { done <- rawConsume(rctx, e.nc, topo, name, subj) }()
+			d, err := ackFloor(ctx, e.js, topo.StreamName("EVENTS"), name, f.lastSeq, floorPoll, nil)
+			cancel()
+			if rerr := <-done; err == nil && rerr != nil {
+				err = rerr
+			}
+			if err != nil {
 				return 0, err
 			}
+			if storing {
+				info, err := sink.Info(ctx)
+				if err != nil {
+					return 0, err
+				}
+				if got := int(info.State.Msgs); got != f.calls {
+					return 0, fmt.Errorf("storing raw consumer stored %d messages for %d finished calls", got, f.calls)
+				}
+			}
+			return rate(f.events, d), nil
 		}
-		rctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		done := make(chan error, 1)
-		go func() { done <- rawConsume(rctx, topo, "raw-bench") }()
-		d, err := ackFloor(ctx, e.js, topo.StreamName("EVENTS"), "raw-bench", f.lastSeq, floorPoll, nil)
-		cancel()
-		if rerr := <-done; err == nil && rerr != nil {
-			err = rerr
-		}
-		if err != nil {
-			return 0, err
-		}
-		return rate(f.events, d), nil
 	}
-	return alternate(ctx, rounds, jwRound, rawRound)
+	sides := []func(context.Context) (float64, error){jwRound, rawRound("raw-storing", true), rawRound("raw-bare", false)}
+	got := make([][]float64, len(sides))
+	for i := range rounds {
+		if err := prepare(ctx); err != nil {
+			return nil, nil, nil, err
+		}
+		for k := range sides {
+			j := (i + k) % len(sides) // the order rotates: each side goes first, second and last
+			v, err := sides[j](ctx)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			got[j] = append(got[j], v)
+		}
+	}
+	return got[0], got[1], got[2], nil
 }
 
-// rawConsume is the raw baseline of classification: a durable pull
-// consumer on every session log that acknowledges what it gets and does
-// nothing else, until ctx ends.
-func rawConsume(ctx context.Context, topo *stream.Topology, name string) error {
+// rawAssessment is the storing raw consumer's message: an encoded
+// assessment of a first attempt's completed call as the fill's calls get
+// it, with the recovery worker's header.
+func rawAssessment() ([]byte, error) {
+	id := "c-" + idHole
+	return schema.EncodeAssessment(&schema.Assessment{Session: "s-63", CallID: id, Tool: "orders.create", Task: "t-1", Key: "op-" + idHole,
+		Contract: effect.Contract{Effect: effect.Idempotent, Revision: "orders-v1"}, Outcome: schema.OutcomeCompleted, Evidence: "ok",
+		Decision: schema.DecisionRefuse, Attempts: 1, Chain: []string{id}})
+}
+
+// resultMark is what marks a tool.result in the fill's encoded events: the
+// storing raw consumer's only look into an event.
+var resultMark = []byte(`"type":"tool.result"`)
+
+// rawConsume is a raw baseline of classification: a durable pull consumer
+// on every session log with the recovery worker's settings, until ctx
+// ends. With assessments nil it only acknowledges (every rawAckEvery
+// messages, or when nothing is pending). Otherwise it also publishes, for
+// every tool.result, one assessment-sized message on assessments(session),
+// async with at most rawMaxInFlight acks outstanding, and acknowledges a
+// batch of events once that batch's messages are stored: pipelined as far
+// as that allows (a full batch's publishes stay in flight while the batch
+// before, whose acks normally have arrived, is settled and acknowledged),
+// the best a hand-written program doing the same writes would do.
+func rawConsume(ctx context.Context, nc *nats.Conn, topo *stream.Topology, name string, assessments func(session string) string) error {
 	cons, err := topo.JS.CreateOrUpdateConsumer(ctx, topo.StreamName("EVENTS"), jetstream.ConsumerConfig{
 		Durable:       name,
 		AckPolicy:     jetstream.AckAllPolicy,
@@ -126,11 +213,46 @@ func rawConsume(ctx context.Context, topo *stream.Topology, name string) error {
 	if err != nil {
 		return err
 	}
+	var (
+		js      jetstream.JetStream
+		payload []byte
+	)
+	if assessments != nil {
+		if js, err = jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(rawMaxInFlight)); err != nil {
+			return err
+		}
+		if payload, err = rawAssessment(); err != nil {
+			return err
+		}
+	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(rawPull))
 	if err != nil {
 		return err
 	}
 	defer it.Stop()
+	type batch struct {
+		last jetstream.Msg
+		pubs []jetstream.PubAckFuture
+	}
+	var cur, prev batch
+	settle := func(b *batch) error {
+		for _, f := range b.pubs {
+			select {
+			case <-f.Ok():
+			case err := <-f.Err():
+				return fmt.Errorf("storing raw consumer: %w", err)
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		if b.last != nil {
+			if err := b.last.Ack(); err != nil {
+				return err
+			}
+		}
+		*b = batch{pubs: b.pubs[:0]}
+		return nil
+	}
 	n := 0
 	for {
 		m, err := it.Next(jetstream.NextContext(ctx))
@@ -144,11 +266,37 @@ func rawConsume(ctx context.Context, topo *stream.Topology, name string) error {
 		if err != nil {
 			return err
 		}
-		n++
-		if n >= rawAckEvery || md.NumPending == 0 {
-			if err := m.Ack(); err != nil {
+		if assessments != nil && bytes.Contains(m.Data(), resultMark) {
+			msg := nats.NewMsg(assessments(stream.SessionOf(m.Subject())))
+			msg.Data = payload
+			msg.Header.Set(recoverer.HeaderAssessmentID, "a.s-63.c-0000000001.ok")
+			f, err := js.PublishMsgAsync(msg)
+			if err != nil {
 				return err
 			}
+			cur.pubs = append(cur.pubs, f)
+		}
+		cur.last = m
+		n++
+		switch {
+		case md.NumPending == 0:
+			if err := settle(&prev); err != nil {
+				return err
+			}
+			if err := settle(&cur); err != nil {
+				return err
+			}
+			n = 0
+		case n >= rawAckEvery && assessments == nil:
+			if err := settle(&cur); err != nil { // nothing to wait for
+				return err
+			}
+			n = 0
+		case n >= rawAckEvery:
+			if err := settle(&prev); err != nil {
+				return err
+			}
+			prev, cur = cur, batch{pubs: prev.pubs[:0]}
 			n = 0
 		}
 	}

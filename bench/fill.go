@@ -141,7 +141,8 @@ func fill(ctx context.Context, nc *nats.Conn, topo *stream.Topology, spec fillSp
 // ackFloor polls the durable consumer name on streamName until its ack
 // floor reaches seq, and returns how long that took from the consumer's
 // creation (the server's timestamp; same machine). The consumer may not
-// exist yet when it is called.
+// exist yet when it is called; an info request that times out is asked
+// again.
 //
 // alive, when not nil, is checked on every poll; its error ends the wait.
 func ackFloor(ctx context.Context, js jetstream.JetStream, streamName, name string, seq uint64, every time.Duration, alive func() error) (time.Duration, error) {
@@ -154,6 +155,11 @@ func ackFloor(ctx context.Context, js jetstream.JetStream, streamName, name stri
 		}
 		c, err := js.Consumer(ctx, streamName, name)
 		if errors.Is(err, jetstream.ErrConsumerNotFound) {
+			return false, nil
+		}
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			// The info request timed out (a server busy storing): ask
+			// again; a slow answer only lengthens the wait it measures.
 			return false, nil
 		}
 		if err != nil {

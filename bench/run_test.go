@@ -24,7 +24,7 @@ func TestRunSmall(t *testing.T) {
 		"plan issuance, 4 racing issuers":          issueTarget,
 		"plan issuance: duplicate plans published": dupTarget,
 	}
-	var sawInspect, sawClassify bool
+	var sawInspect, sawClassify, sawClassifyBare bool
 	for _, r := range rs {
 		if r.Error != "" {
 			t.Errorf("%s: %s", r.Scenario, r.Error)
@@ -38,8 +38,10 @@ func TestRunSmall(t *testing.T) {
 		switch {
 		case strings.HasPrefix(r.Scenario, "Inspect vs decode"):
 			tg, ok, sawInspect = inspectTarget, true, true
-		case strings.HasPrefix(r.Scenario, "recovery worker classification"):
-			tg, ok, sawClassify = classifyTarget, true, true
+		case strings.HasPrefix(r.Scenario, "recovery worker classification") && strings.HasSuffix(r.Scenario, "(raw stores as many assessments)"):
+			tg, ok, sawClassify = classifyStoringTarget, true, true
+		case strings.HasPrefix(r.Scenario, "recovery worker classification") && strings.HasSuffix(r.Scenario, "(raw only acks)"):
+			tg, ok, sawClassifyBare = classifyBareTarget, true, true
 		}
 		if !ok {
 			t.Errorf("unexpected row %q", r.Scenario)
@@ -59,8 +61,8 @@ func TestRunSmall(t *testing.T) {
 			t.Errorf("%s: figures %v / %v / %v", r.Scenario, r.Jingwei, *r.Raw, r.Ratio)
 		}
 	}
-	if len(targets) > 0 || !sawInspect || !sawClassify {
-		t.Errorf("rows missing: %v inspect %v classify %v", targets, sawInspect, sawClassify)
+	if len(targets) > 0 || !sawInspect || !sawClassify || !sawClassifyBare {
+		t.Errorf("rows missing: %v inspect %v classify %v/%v", targets, sawInspect, sawClassify, sawClassifyBare)
 	}
 }
 

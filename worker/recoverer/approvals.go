@@ -18,14 +18,20 @@ import (
 type approvalTrack struct {
 	mu      sync.Mutex
 	waiting map[string]map[string]service.WaitingApproval // session → call → waiting
-	calls   map[string]map[string]callInfo                // session → open call → tool, task (while it may still ask)
-	stopped map[string]map[string]service.StoppedTask     // session → task → stop
+	// calls holds the tool and task of every open call that may still ask
+	// for approval (until its start, approval or result). Flat: a map per
+	// session, emptied and made again with every call, was most of the
+	// classifier's map work.
+	calls   map[callKey]callInfo
+	stopped map[string]map[string]service.StoppedTask // session → task → stop
 }
 
 type callInfo struct{ tool, task string }
 
+type callKey struct{ session, callID string }
+
 func newApprovalTrack() *approvalTrack {
-	return &approvalTrack{waiting: map[string]map[string]service.WaitingApproval{}, calls: map[string]map[string]callInfo{}, stopped: map[string]map[string]service.StoppedTask{}}
+	return &approvalTrack{waiting: map[string]map[string]service.WaitingApproval{}, calls: map[callKey]callInfo{}, stopped: map[string]map[string]service.StoppedTask{}}
 }
 
 // observe applies one decoded event of session at seq.
@@ -35,20 +41,20 @@ func (a *approvalTrack) observe(session string, seq uint64, ev *schema.Event) {
 	switch ev.Type {
 	case schema.TypeCall:
 		if ev.Call.Operation != nil && !ev.Call.Started { // a call recorded as started never asks
-			put(a.calls, session, ev.Call.CallID, callInfo{tool: ev.Call.Tool, task: ev.Call.Operation.Task})
+			a.calls[callKey{session, ev.Call.CallID}] = callInfo{tool: ev.Call.Tool, task: ev.Call.Operation.Task}
 		}
 	case schema.TypeStarted:
-		del(a.calls, session, ev.Started.CallID)
+		delete(a.calls, callKey{session, ev.Started.CallID})
 	case schema.TypeApprovalRequested:
-		c := a.calls[session][ev.ApprovalRequest.CallID]
+		c := a.calls[callKey{session, ev.ApprovalRequest.CallID}]
 		put(a.waiting, session, ev.ApprovalRequest.CallID, service.WaitingApproval{Session: session, CallID: ev.ApprovalRequest.CallID,
 			Tool: c.tool, Task: c.task, Deadline: ev.ApprovalRequest.Deadline, Seq: seq})
 	case schema.TypeApprovalGranted:
 		del(a.waiting, session, ev.Approval.CallID)
-		del(a.calls, session, ev.Approval.CallID)
+		delete(a.calls, callKey{session, ev.Approval.CallID})
 	case schema.TypeResult:
 		del(a.waiting, session, ev.Result.CallID)
-		del(a.calls, session, ev.Result.CallID)
+		delete(a.calls, callKey{session, ev.Result.CallID})
 	case schema.TypeTaskStopped:
 		put(a.stopped, session, ev.Stop.Task, service.StoppedTask{Session: session, Task: ev.Stop.Task, By: ev.Stop.By, Reason: ev.Stop.Reason, At: ev.At, Seq: seq})
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
-	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/worker/service"
 )
 
@@ -110,13 +109,18 @@ func (c *classifier) run(ctx context.Context) error {
 		return fmt.Errorf("events consumer: %w", err)
 	}
 	defer it.Stop()
+	acks, err := c.pub.newAsyncAcks()
+	if err != nil {
+		return err
+	}
+	defer acks.close()
 	// Batches are pipelined: when a batch is full its publishes are left in
 	// flight and the previous batch (whose acks have normally arrived) is
 	// settled and its last event acknowledged (AckAll covers the earlier
 	// ones). When nothing is pending everything is settled.
 	type batch struct {
 		last jetstream.Msg
-		pubs []pending
+		upTo uint64 // number of its last assessment publish (0: none)
 	}
 	var (
 		cur, prev batch
@@ -124,7 +128,7 @@ func (c *classifier) run(ctx context.Context) error {
 		found     []finding
 	)
 	settle := func(ctx context.Context, b *batch) error {
-		if err := c.pub.awaitPublished(ctx, b.pubs); err != nil {
+		if err := acks.settleThrough(ctx, b.upTo); err != nil {
 			return err
 		}
 		if b.last != nil {
@@ -132,7 +136,7 @@ func (c *classifier) run(ctx context.Context) error {
 				return fmt.Errorf("ack events: %w", err)
 			}
 		}
-		*b = batch{pubs: b.pubs[:0]}
+		*b = batch{}
 		return nil
 	}
 	// settleConfirmed is settle with the acknowledgement confirmed by the
@@ -160,11 +164,23 @@ func (c *classifier) run(ctx context.Context) error {
 		return nil
 	}
 	stalls := 0
+	// The wait for an event is bounded by stallCheck from the end of the
+	// last one's handling, with one deadline context per quiet spell
+	// instead of one per event (a timer each: a seventh of the loop's
+	// CPU): when it expires while events still arrive, the deadline moves
+	// to stallCheck after the last of them.
+	var lastEvent time.Time
+	var wait deadlineCtx
+	wait.reset(ctx, stallCheck)
+	defer wait.stop()
 	for {
-		nctx, ncancel := context.WithTimeout(ctx, stallCheck)
-		m, err := it.Next(jetstream.NextContext(nctx))
-		ncancel()
+		m, err := it.Next(jetstream.NextContext(wait.ctx))
 		if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			if quiet := time.Since(lastEvent); quiet < stallCheck {
+				wait.reset(ctx, stallCheck-quiet)
+				continue
+			}
+			wait.reset(ctx, stallCheck)
 			// Nothing for stallCheck: idle, or a pull that a cluster's
 			// leader change left parked where nothing answers it. The
 			// consumer's own count tells which; twice stalled in a row, the
@@ -207,32 +223,32 @@ func (c *classifier) run(ctx context.Context) error {
 			}
 			return fmt.Errorf("events consumer: %w", err)
 		}
-		md, err := m.Metadata()
+		md, err := deliveryOf(m)
 		if err != nil {
 			return fmt.Errorf("events consumer: %w", err)
 		}
 		// A reset numbers the deliveries from 1 again; the first of a run
 		// may follow the last of the consumer's (a reset, or none needed)
 		// or be that 1.
-		if got := md.Sequence.Consumer; got != wantDelivery && !(first && got == 1) {
+		if got := md.consumer; got != wantDelivery && !(first && got == 1) {
 			// Not classified: it comes again after the restart, with the
 			// deliveries that were lost before it.
-			c.log.Warn().Uint64("delivery", md.Sequence.Consumer).Uint64("want", wantDelivery).Uint64("seq", md.Sequence.Stream).Msg("events consumer skipped deliveries (lost in transit); settling and starting again from the ack floor")
+			c.log.Warn().Uint64("delivery", md.consumer).Uint64("want", wantDelivery).Uint64("seq", md.stream).Msg("events consumer skipped deliveries (lost in transit); settling and starting again from the ack floor")
 			if err := settleConfirmed(ctx); err != nil {
 				return err
 			}
-			return fmt.Errorf("%w: delivery %d, want %d", errDeliveriesLost, md.Sequence.Consumer, wantDelivery)
+			return fmt.Errorf("%w: delivery %d, want %d", errDeliveriesLost, md.consumer, wantDelivery)
 		}
-		wantDelivery, first = md.Sequence.Consumer+1, false
-		session := stream.SessionOf(m.Subject())
-		found, err = c.track.observe(session, md.Sequence.Stream, m.Data(), found[:0])
+		wantDelivery, first = md.consumer+1, false
+		session := sessionOf(m.Subject())
+		found, err = c.track.observe(session, md.stream, m.Data(), found[:0])
 		if err != nil {
-			c.log.Warn().Err(err).Str("session", session).Uint64("seq", md.Sequence.Stream).Msg("event does not decode; skipped")
+			c.log.Warn().Err(err).Str("session", session).Uint64("seq", md.stream).Msg("event does not decode; skipped")
 		}
 		for _, f := range found {
 			a := f.a
 			if a == nil {
-				if a, err = c.inspectLoaded(ctx, f.session, f.callID, md.Sequence.Stream); err != nil {
+				if a, err = c.inspectLoaded(ctx, f.session, f.callID, md.stream); err != nil {
 					// Not classified and not acknowledged: the event is
 					// delivered again once the consumer restarts.
 					return err
@@ -241,16 +257,16 @@ func (c *classifier) run(ctx context.Context) error {
 					continue
 				}
 			}
-			p, err := c.pub.publishAsync(*a, f.fenced)
+			pubN, err := c.pub.publishAsync(ctx, acks, *a, f.fenced)
 			if err != nil {
 				return err
 			}
-			cur.pubs = append(cur.pubs, p)
+			cur.upTo = pubN
 		}
 		cur.last = m
 		n++
 		switch {
-		case md.NumPending == 0:
+		case md.pending == 0:
 			if err := settle(ctx, &prev); err != nil {
 				return err
 			}
@@ -262,9 +278,10 @@ func (c *classifier) run(ctx context.Context) error {
 			if err := settle(ctx, &prev); err != nil {
 				return err
 			}
-			prev, cur = cur, batch{pubs: prev.pubs[:0]}
+			prev, cur = cur, batch{}
 			n = 0
 		}
+		lastEvent = time.Now() // the wait for the next event starts
 	}
 }
 
@@ -411,6 +428,25 @@ func (c *classifier) loadThrough(ctx context.Context, session, callID string, se
 	}
 }
 
+// deadlineCtx is a context with a deadline that is replaced as a whole.
+type deadlineCtx struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// reset replaces the context by one of parent ending after d.
+func (w *deadlineCtx) reset(parent context.Context, d time.Duration) {
+	w.stop()
+	w.ctx, w.cancel = context.WithTimeout(parent, d)
+}
+
+// stop releases the context's timer.
+func (w *deadlineCtx) stop() {
+	if w.cancel != nil {
+		w.cancel()
+	}
+}
+
 // stallCheck is how long the classifier waits for an event before it asks
 // whether its consumer is idle or stalled.
 const stallCheck = 2 * time.Second
@@ -460,6 +496,9 @@ type tracker struct {
 	fences map[string]uint64
 	open   int
 	seen   uint64
+	// spare holds emptied per-session call sets for reuse: a session
+	// with one call at a time empties its set with every result.
+	spare []*recovery.OpenCalls[*openCall]
 	// approvals tracks waiting calls and stopped tasks for status
 	// (approvals.go).
 	approvals *approvalTrack
@@ -546,7 +585,7 @@ func (t *tracker) observe(session string, seq uint64, data []byte, out []finding
 		}
 		calls := t.sessions[session]
 		if calls == nil {
-			calls = new(recovery.OpenCalls[*openCall])
+			calls = t.newCalls()
 			t.sessions[session] = calls
 		}
 		if _, dup := calls.Get(c.id); !dup {
@@ -618,7 +657,24 @@ func (t *tracker) closed(session string, calls *recovery.OpenCalls[*openCall]) {
 	t.open--
 	if calls.Len() == 0 {
 		delete(t.sessions, session)
+		if len(t.spare) < maxSpare {
+			t.spare = append(t.spare, calls)
+		}
 	}
+}
+
+// maxSpare bounds the emptied call sets the tracker keeps for reuse.
+const maxSpare = 64
+
+// newCalls returns an empty call set for a session. t.mu is held.
+func (t *tracker) newCalls() *recovery.OpenCalls[*openCall] {
+	if n := len(t.spare); n > 0 {
+		calls := t.spare[n-1]
+		t.spare[n-1] = nil
+		t.spare = t.spare[:n-1]
+		return calls
+	}
+	return new(recovery.OpenCalls[*openCall])
 }
 
 // counts returns the events seen and the calls tracked as open.

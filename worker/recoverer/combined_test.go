@@ -60,14 +60,14 @@ func TestCombinedFormSameVerdict(t *testing.T) {
 			// Before the fence: the classifier's list of calls that may
 			// still ask for approval holds the marker calls only.
 			tr.approvals.mu.Lock()
-			asking := tr.approvals.calls["s-1"]
+			asking := tr.approvals.calls
 			tr.approvals.mu.Unlock()
 			for _, id := range []string{"c-3", "c-4"} {
-				if _, ok := asking[id]; ok {
+				if _, ok := asking[callKey{"s-1", id}]; ok {
 					t.Errorf("combined call %s tracked as one that may still ask for approval", id)
 				}
 			}
-			if _, ok := asking["c-5"]; !ok {
+			if _, ok := asking[callKey{"s-1", "c-5"}]; !ok {
 				t.Error("marker call c-5 not tracked as one that may ask for approval")
 			}
 			// jw.api.status lists a combined call as started.

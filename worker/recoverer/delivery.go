@@ -1,0 +1,105 @@
+package recoverer
+
+import (
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// delivery is what the classifier reads of a message's metadata: its
+// stream sequence, its consumer sequence (the delivery's number) and how
+// many messages the consumer still has pending.
+type delivery struct {
+	stream, consumer, pending uint64
+}
+
+// deliveryOf reads the delivery of m from its reply subject without
+// allocating (jetstream's Metadata builds a struct and a time for every
+// message); a reply it does not know falls back to m.Metadata.
+func deliveryOf(m jetstream.Msg) (delivery, error) {
+	if d, ok := parseAckReply(m.Reply()); ok {
+		return d, nil
+	}
+	md, err := m.Metadata()
+	if err != nil {
+		return delivery{}, err
+	}
+	return delivery{stream: md.Sequence.Stream, consumer: md.Sequence.Consumer, pending: md.NumPending}, nil
+}
+
+// parseAckReply reads a JetStream ack subject, either form:
+//
+//	$JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<tm>.<pending>
+//	$JS.ACK.<domain>.<account hash>.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<tm>.<pending>[.<token>…]
+//
+// (9 tokens, or at least 11; the same rule as nats.go's parser).
+func parseAckReply(reply string) (delivery, bool) {
+	if !strings.HasPrefix(reply, "$JS.ACK.") {
+		return delivery{}, false
+	}
+	var at int // token index of the stream sequence
+	switch n := strings.Count(reply, ".") + 1; {
+	case n == 9:
+		at = 5
+	case n >= 11:
+		at = 7
+	default:
+		return delivery{}, false
+	}
+	rest := reply
+	for range at {
+		_, rest, _ = strings.Cut(rest, ".")
+	}
+	// <sseq>.<cseq>.<tm>.<pending>
+	sseq, rest, _ := strings.Cut(rest, ".")
+	cseq, rest, _ := strings.Cut(rest, ".")
+	_, rest, _ = strings.Cut(rest, ".")
+	pend, _, _ := strings.Cut(rest, ".")
+	var d delivery
+	var ok1, ok2, ok3 bool
+	d.stream, ok1 = parseUint(sseq)
+	d.consumer, ok2 = parseUint(cseq)
+	d.pending, ok3 = parseUint(pend)
+	return d, ok1 && ok2 && ok3
+}
+
+func parseUint(s string) (uint64, bool) {
+	if s == "" || len(s) > 19 {
+		return 0, false
+	}
+	var n uint64
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + uint64(c-'0')
+	}
+	return n, true
+}
+
+// sessionOf returns the session token of an event subject as
+// stream.SessionOf does (jw.events.<s> → <s>; <a>.<b>.<digits>.<s> → <s>;
+// "" otherwise), without splitting it into a slice.
+func sessionOf(subject string) string {
+	switch strings.Count(subject, ".") {
+	case 2:
+		return subject[strings.LastIndexByte(subject, '.')+1:]
+	case 3:
+		_, rest, _ := strings.Cut(subject, ".")
+		_, rest, _ = strings.Cut(rest, ".")
+		if num, s, _ := strings.Cut(rest, "."); digits(num) {
+			return s
+		}
+	}
+	return ""
+}
+
+func digits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
