@@ -10,6 +10,7 @@ import (
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go/jetstream"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
@@ -273,6 +274,11 @@ func (r *takeovers) parallel(ctx context.Context, sessions []string, f func(cont
 	return done
 }
 
+// reconcileEvents bounds the events of the histories the start's
+// reconcile holds at once (one history at the default limit of
+// schema.MaxHistoryEvents always fits).
+const reconcileEvents = schema.MaxHistoryEvents
+
 // takeoverRetryFor bounds how long a partition expiry's takeover of one
 // session is tried again after it failed.
 const takeoverRetryFor = 20 * time.Second
@@ -413,10 +419,11 @@ func (r *takeovers) takeOver(ctx context.Context, session string, opts ...stream
 	// jw_budget without a leader (a node lost) held every takeover — and
 	// the start's reconcile, and with it the lease watch — for a request
 	// timeout of 5 s.
+	counts := stream.CallsPerTask(h) // not h itself: the goroutine must not keep the history alive
 	r.budgets.Add(1)
 	go func() {
 		defer r.budgets.Done()
-		r.reconcileBudget(ctx, session, h)
+		r.reconcileBudget(ctx, session, counts)
 	}()
 	var out []schema.Assessment
 	var err2 error
@@ -446,9 +453,17 @@ func (r *takeovers) reconcile(ctx context.Context) error {
 	}
 	pre := r.t.EventsSubject("")
 	sessions := make([]string, 0, len(info.State.Subjects))
-	for subj := range info.State.Subjects {
-		sessions = append(sessions, strings.TrimPrefix(subj, pre))
+	events := make(map[string]int64, len(info.State.Subjects))
+	for subj, n := range info.State.Subjects {
+		s := strings.TrimPrefix(subj, pre)
+		sessions = append(sessions, s)
+		events[s] = min(int64(n), reconcileEvents)
 	}
+	// Each session's whole history is loaded to see whether it has open
+	// calls: at most reconcileEvents events of them are held at once,
+	// whatever Parallelism says (128 sessions of 10,000 events loaded
+	// together peaked at 630 MiB in the memory benchmark).
+	held := semaphore.NewWeighted(reconcileEvents)
 	leftLive := func(s string) {
 		if r.t.Partitions() == 0 {
 			return
@@ -465,6 +480,11 @@ func (r *takeovers) reconcile(ctx context.Context) error {
 		r.live[p][s] = struct{}{}
 	}
 	n := r.parallel(ctx, sessions, func(ctx context.Context, s string) (bool, error) {
+		w := max(events[s], 1)
+		if err := held.Acquire(ctx, w); err != nil {
+			return false, err
+		}
+		defer held.Release(w)
 		return r.takeOverOpen(ctx, s, leftLive)
 	})
 	if ctx.Err() != nil {
@@ -475,13 +495,14 @@ func (r *takeovers) reconcile(ctx context.Context) error {
 }
 
 // reconcileBudget raises every task's tool_calls count in jw_budget to at
-// least the tool.call events of that task in the confirmed history h: a
+// least counts, the tool.call events of each task in a confirmed history
+// (stream.CallsPerTask): a
 // writer that crashed may not have written the counts it kept off its call
 // path, and every recorded attempt counts. Counts never go down. Failures
 // are logged: the next owner of the session reconciles again.
-func (r *takeovers) reconcileBudget(ctx context.Context, session string, h []schema.Event) {
+func (r *takeovers) reconcileBudget(ctx context.Context, session string, counts map[string]int64) {
 	b := stream.NewBudget(r.t.Budget)
-	for task, n := range stream.CallsPerTask(h) {
+	for task, n := range counts {
 		if _, err := b.Reconcile(ctx, session, task, n, 0); err != nil {
 			r.log.Warn().Err(err).Str("session", session).Str("task", task).Msg("tool_calls count not reconciled after takeover")
 		}
