@@ -73,6 +73,7 @@ type harness struct {
 	mismatch      []string
 	hostNotes     map[string]string
 	notes         []string
+	killMu        sync.Mutex // killWorker
 	setupAttempts int
 	checkpoint    *checkpoint
 	final         *snapshot
@@ -486,6 +487,10 @@ func (h *harness) killWorkers(ctx context.Context) {
 // killWorker SIGKILLs one tool-worker incarnation, records the kill and
 // starts the next incarnation with profile p.
 func (h *harness) killWorker(ctx context.Context, sl *slot, p profile, why string) {
+	// The random killer, the outage killer (killsWhileOut) and a pause's
+	// restart may pick the same slot: one kill and restart at a time.
+	h.killMu.Lock()
+	defer h.killMu.Unlock()
 	owner, _ := h.sup.state(sl)
 	open := len(h.live.openCalls(owner))
 	at, owner := h.sup.kill(sl)
@@ -526,7 +531,9 @@ func (h *harness) clusterFaults(ctx context.Context, list []plannedFault) {
 			sl := h.nodes[pf.Node]
 			at, _ := h.sup.kill(sl)
 			h.faults.add(at, "node_kill", sl.name, fmt.Sprintf("down for %s", pf.For))
+			out := h.whileOut(ctx, pf.Node, at, pf.For)
 			sleepCtx(ctx, pf.For)
+			out()
 			if err := h.sup.restart(sl, profile{}); err != nil {
 				h.note("restart %s: %v", sl.name, err)
 			}
@@ -534,8 +541,11 @@ func (h *harness) clusterFaults(ctx context.Context, list []plannedFault) {
 			h.faults.add(time.Now(), "node_restart", sl.name, errString(err))
 		case "partition":
 			h.net.Partition(pf.Node)
-			h.faults.add(time.Now(), "partition", fmt.Sprintf("node-%d", pf.Node), fmt.Sprintf("cut from the others for %s", pf.For))
+			at := time.Now()
+			h.faults.add(at, "partition", fmt.Sprintf("node-%d", pf.Node), fmt.Sprintf("cut from the others for %s", pf.For))
+			out := h.whileOut(ctx, pf.Node, at, pf.For)
 			sleepCtx(ctx, pf.For)
+			out()
 			h.net.Heal()
 			h.faults.add(time.Now(), "heal", fmt.Sprintf("node-%d", pf.Node), "")
 		}
