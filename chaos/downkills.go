@@ -30,27 +30,44 @@ const (
 	leadersSettled = 300 * time.Millisecond
 )
 
-// leadersUp reports whether, for every target of the fence path, the
-// newest observation made after since on a node other than out has a
-// leader; false while some target has no such observation yet.
+// leadersUp reports whether every target of the fence path has a leader
+// as the nodes other than out see it: for each target, the newest
+// observation made after since by some node other than out has one (as
+// leaderWindows closes a window on any healthy node's answer: one
+// question lost on a busy node is not an election). False while a target
+// has no such observation yet.
 func (m *leaderMonitor) leadersUp(since time.Time, out int) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	found := make(map[string]bool, len(fencePath))
-	for i := len(m.obs) - 1; i >= 0 && len(found) < len(fencePath); i-- {
+	type key struct {
+		target string
+		node   int
+	}
+	newest := map[key]bool{} // has a leader, in the node's newest answer
+	up := map[string]bool{}
+	for i := len(m.obs) - 1; i >= 0; i-- {
 		o := m.obs[i]
 		if o.Node == out || o.At.Before(since) {
+			if o.At.Before(since.Add(-time.Second)) {
+				break // appended in answer order: a second of slack
+			}
 			continue
 		}
-		if _, ok := found[o.Target]; ok {
+		k := key{o.Target, o.Node}
+		if _, ok := newest[k]; ok {
 			continue
 		}
-		if o.Leader == "" {
+		newest[k] = o.Leader != ""
+		if o.Leader != "" {
+			up[o.Target] = true
+		}
+	}
+	for _, target := range fencePath {
+		if !up[target] {
 			return false
 		}
-		found[o.Target] = true
 	}
-	return len(found) == len(fencePath)
+	return true
 }
 
 // killsWhileOut runs while node is out (killed or cut off at from, back at
@@ -93,7 +110,7 @@ func (h *harness) killsWhileOut(ctx context.Context, node int, from, until time.
 			}
 		}
 		if best == nil || most == 0 {
-			if !sleepCtx(ctx, 100*time.Millisecond) {
+			if !sleepCtx(ctx, 50*time.Millisecond) {
 				return
 			}
 			continue
