@@ -9,8 +9,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/jingwei/jingwei/metrics"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/worker/recoverer"
 	"github.com/jingwei/jingwei/worker/toolworker"
@@ -158,4 +161,26 @@ func waitFor(ctx context.Context, log zerolog.Logger, what string, d time.Durati
 		}
 		wait = min(2*wait, 5*time.Second)
 	}
+}
+
+// forcedReconnects counts, for the process, the reconnects its quorum
+// watches forced (jingwei_nats_forced_reconnects_total with --metrics).
+var forcedReconnects = prometheus.NewCounter(prometheus.CounterOpts{
+	Namespace: metrics.Namespace, Name: "nats_forced_reconnects_total",
+	Help: "Reconnects forced because JetStream stayed unreachable through the connected server (cut off from its cluster) for longer than a raft election.",
+})
+
+// watchQuorum watches a long-running process's connection for a server
+// cut off from its cluster's JetStream (stream.WatchQuorum: after 12 s of
+// 503s or silence while connected, it reconnects to another server of the
+// pool, logging why) and counts what it forces in ms's registry (none:
+// counted only). It returns the function that stops the watch.
+func watchQuorum(ctx context.Context, nc *nats.Conn, log zerolog.Logger, ms *metricsServer) (stop func()) {
+	if ms != nil {
+		if err := ms.reg.Register(forcedReconnects); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
+			log.Warn().Err(err).Msg("metric nats_forced_reconnects_total")
+		}
+	}
+	w := stream.WatchQuorum(ctx, nc, stream.QuorumWatchConfig{Logger: log, OnReconnect: func(string) { forcedReconnects.Inc() }})
+	return w.Stop
 }
