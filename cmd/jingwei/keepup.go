@@ -181,6 +181,11 @@ func watchQuorum(ctx context.Context, nc *nats.Conn, log zerolog.Logger, ms *met
 			log.Warn().Err(err).Msg("metric nats_forced_reconnects_total")
 		}
 	}
-	w := stream.WatchQuorum(ctx, nc, stream.QuorumWatchConfig{Logger: log, OnReconnect: func(string) { forcedReconnects.Inc() }})
-	return w.Stop
+	cfg := quorumWatch
+	cfg.Logger, cfg.OnReconnect = log, func(string) { forcedReconnects.Inc() }
+	return stream.WatchQuorum(ctx, nc, cfg).Stop
 }
+
+// quorumWatch is the watch's configuration (the zero value: its defaults,
+// 12 s of failures, a probe a second); tests shorten it.
+var quorumWatch stream.QuorumWatchConfig
