@@ -12,9 +12,10 @@ import (
 // the random kills (one every Config.KillEvery) land in that span only a
 // few times a run, so while a node is out the harness, once the leader
 // monitor sees every leader of the fence path again on the other nodes,
-// kills the tool worker with the most open calls every downKillEvery
-// until the span left before the node returns is too short for a lease to
-// expire and its takeover to finish in it.
+// kills the tool worker with the most open calls (not fenced) every
+// downKillEvery, instead of the random kills, until the span left before
+// the node returns is too short for a lease to expire and its takeover to
+// finish in it.
 const (
 	// downKillEvery is the range between two such kills: a restarted
 	// worker takes sessions again within a second, so each kill still
@@ -97,6 +98,12 @@ func (h *harness) killsWhileOut(ctx context.Context, node int, from, until time.
 			return
 		}
 	}
+	// The aimed kills replace the random ones until last: a random kill
+	// of a worker with no call open (a restarted one takes sessions again
+	// slowly while a node is out) measures nothing and leaves fewer
+	// workers with calls to aim at.
+	h.aiming.Add(1)
+	defer h.aiming.Add(-1)
 	h.log.Info().Int("node", node).Float64("leaders_back", time.Since(h.t0).Seconds()).Float64("until", last.Sub(h.t0).Seconds()).
 		Msg("chaos: a node out with every leader back: tool-worker kills")
 	rng, prof := h.rng(uint64(100+node)), h.rng(uint64(200+node))
@@ -105,7 +112,16 @@ func (h *harness) killsWhileOut(ctx context.Context, node int, from, until time.
 		most := 0
 		for _, sl := range h.sup.live("worker") {
 			owner, _ := h.sup.state(sl)
-			if c := len(h.live.openCalls(owner)); c > most || c == most && best != nil && rng.IntN(2) == 0 {
+			c := 0
+			for _, call := range h.live.openCalls(owner) {
+				// A fenced call's lease is long gone (a worker just
+				// resumed from a pause): killing it measures nothing and
+				// would cut the zombie's late write the pause is about.
+				if !call.Fenced {
+					c++
+				}
+			}
+			if c > most || c == most && best != nil && rng.IntN(2) == 0 {
 				best, most = sl, c
 			}
 		}

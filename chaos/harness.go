@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nkeys"
@@ -73,7 +74,8 @@ type harness struct {
 	mismatch      []string
 	hostNotes     map[string]string
 	notes         []string
-	killMu        sync.Mutex // killWorker
+	killMu        sync.Mutex   // killWorker
+	aiming        atomic.Int32 // outage killers aiming (killsWhileOut): the random killer waits
 	setupAttempts int
 	checkpoint    *checkpoint
 	final         *snapshot
@@ -477,7 +479,7 @@ func (h *harness) killWorkers(ctx context.Context) {
 			return
 		}
 		cands := h.sup.live("worker")
-		if len(cands) == 0 {
+		if len(cands) == 0 || h.aiming.Load() > 0 {
 			continue
 		}
 		h.killWorker(ctx, cands[rng.IntN(len(cands))], h.drawProfile(prof), "")

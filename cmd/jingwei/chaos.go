@@ -43,7 +43,8 @@ and restarted; the recovery worker is SIGKILLed --recoverer-kills times; on
 a cluster --node-kills nodes are killed in turn (down for --node-down) and
 --partitions times one node is cut from the others (--partition-for);
 while a node is out and every leader is back on the others, the tool worker
-with the most open calls is killed about every second (these leases expire
+with the most open calls is killed about every second instead of a random
+one (these leases expire
 with a node out and the leaders there: the samples of the cluster's bound);
 --pauses times a tool worker is frozen with SIGSTOP in the middle of a
 payment and resumed with SIGCONT after more than a lease TTL — while it is
