@@ -139,8 +139,9 @@
 // node is out (killed or cut off) the harness, once the leader monitor sees
 // every leader of the fence path back on the other nodes, kills the tool
 // worker with the most open calls (not fenced) about every second, instead
-// of the random kills, until a lease TTL +
-// 1.5 s before the node returns: so that the node-down group is made of
-// leases that expire with a node out and every leader there, a few dozen
-// a run, not the handful the random kills leave in it.
+// of the random kills, until a lease TTL + 1.5 s before the node returns:
+// so that the node-down group is made of leases that expire with a node
+// out and every leader there (9-21 samples a default run on loopback, not
+// the 2-4 the random kills left; fewer when the workers have few calls
+// open while a node is out).
 package chaos
