@@ -114,11 +114,14 @@ type Config struct {
 	// each down for NodeDown then restarted. Defaults to 2 (quick: 1);
 	// negative means none.
 	NodeKills int
-	// NodeDown is how long a killed node stays down. Defaults to 15 s:
-	// the node's loss costs the leaders it held an election (nats-server's
-	// raft: 4–9 s), and the crash → assessment bound of a cluster with a
-	// node down is about the time after it, with the node still down,
-	// which a shorter outage leaves almost no lease expiry to fall in.
+	// NodeDown is how long a killed node stays down. Defaults to 20 s
+	// (quick: 15 s): the node's loss costs the leaders it held an election
+	// (nats-server's raft: 4–9 s), and the crash → assessment bound of a
+	// cluster with a node down is about the time after it, with the node
+	// still down, in which the harness aims tool-worker kills (every
+	// ~1.1 s once the leader monitor sees every leader back, until a lease
+	// TTL + 1.5 s before the node returns); a shorter outage leaves almost
+	// no lease expiry to fall in it.
 	NodeDown time.Duration
 	// Pauses is how many times a tool worker is frozen (SIGSTOP) in the
 	// middle of a call and resumed (SIGCONT) after more than the lease
@@ -227,7 +230,7 @@ func (c Config) WithDefaults() Config {
 		c.NodeKills = quick(2, 1)
 	}
 	if c.NodeDown == 0 {
-		c.NodeDown = 15 * time.Second
+		c.NodeDown = time.Duration(quick(20, 15)) * time.Second
 	}
 	if c.Pauses == 0 {
 		c.Pauses = quick(2, 1)

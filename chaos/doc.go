@@ -135,6 +135,13 @@
 // The cluster's bound, the lease TTL + 5 s "with a node down", is checked
 // on the node-down group, and --strict gates on it (on one node, on every
 // sample); every group, and all samples together, stay printed, so nothing
-// is hidden. A node kill lasts 15 s by default so that leases do expire
-// with a node still down after its leaders were elected again.
+// is hidden. A node kill lasts 20 s by default (15 s quick), and while a
+// node is out (killed or cut off) the harness, once the leader monitor sees
+// every leader of the fence path back on the other nodes, kills the tool
+// worker with the most open calls (not fenced) about every second, instead
+// of the random kills, until a lease TTL + 1.5 s before the node returns:
+// so that the node-down group is made of leases that expire with a node
+// out and every leader there (9-21 samples a default run on loopback, not
+// the 2-4 the random kills left; fewer when the workers have few calls
+// open while a node is out).
 package chaos

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nkeys"
@@ -73,6 +74,8 @@ type harness struct {
 	mismatch      []string
 	hostNotes     map[string]string
 	notes         []string
+	killMu        sync.Mutex   // killWorker
+	aiming        atomic.Int32 // outage killers aiming (killsWhileOut): the random killer waits
 	setupAttempts int
 	checkpoint    *checkpoint
 	final         *snapshot
@@ -476,7 +479,7 @@ func (h *harness) killWorkers(ctx context.Context) {
 			return
 		}
 		cands := h.sup.live("worker")
-		if len(cands) == 0 {
+		if len(cands) == 0 || h.aiming.Load() > 0 {
 			continue
 		}
 		h.killWorker(ctx, cands[rng.IntN(len(cands))], h.drawProfile(prof), "")
@@ -486,6 +489,10 @@ func (h *harness) killWorkers(ctx context.Context) {
 // killWorker SIGKILLs one tool-worker incarnation, records the kill and
 // starts the next incarnation with profile p.
 func (h *harness) killWorker(ctx context.Context, sl *slot, p profile, why string) {
+	// The random killer, the outage killer (killsWhileOut) and a pause's
+	// restart may pick the same slot: one kill and restart at a time.
+	h.killMu.Lock()
+	defer h.killMu.Unlock()
 	owner, _ := h.sup.state(sl)
 	open := len(h.live.openCalls(owner))
 	at, owner := h.sup.kill(sl)
@@ -526,7 +533,9 @@ func (h *harness) clusterFaults(ctx context.Context, list []plannedFault) {
 			sl := h.nodes[pf.Node]
 			at, _ := h.sup.kill(sl)
 			h.faults.add(at, "node_kill", sl.name, fmt.Sprintf("down for %s", pf.For))
+			out := h.whileOut(ctx, pf.Node, at, pf.For)
 			sleepCtx(ctx, pf.For)
+			out()
 			if err := h.sup.restart(sl, profile{}); err != nil {
 				h.note("restart %s: %v", sl.name, err)
 			}
@@ -534,8 +543,11 @@ func (h *harness) clusterFaults(ctx context.Context, list []plannedFault) {
 			h.faults.add(time.Now(), "node_restart", sl.name, errString(err))
 		case "partition":
 			h.net.Partition(pf.Node)
-			h.faults.add(time.Now(), "partition", fmt.Sprintf("node-%d", pf.Node), fmt.Sprintf("cut from the others for %s", pf.For))
+			at := time.Now()
+			h.faults.add(at, "partition", fmt.Sprintf("node-%d", pf.Node), fmt.Sprintf("cut from the others for %s", pf.For))
+			out := h.whileOut(ctx, pf.Node, at, pf.For)
 			sleepCtx(ctx, pf.For)
+			out()
 			h.net.Heal()
 			h.faults.add(time.Now(), "heal", fmt.Sprintf("node-%d", pf.Node), "")
 		}

@@ -21,7 +21,7 @@ func init() {
 
 const chaosHelp = `  jingwei chaos [--quick] [--single | --server URL --auth DIR [--reviewer-key FILE]] [--json] [--seed N]
                 [--actions 1000] [--sessions 40] [--duration 60s] [--workers 3] [--kill-every 1.5s-4s]
-                [--recoverer-kills 3] [--node-kills 2] [--node-down 15s] [--pauses 2] [--partitions 1]
+                [--recoverer-kills 3] [--node-kills 2] [--node-down 20s] [--pauses 2] [--partitions 1]
                 [--lease-ttl 2s] [--strict] [--keep]
 
 Tests a deployment the way a chaos run does, and prints a table of
@@ -42,6 +42,10 @@ request_id. Meanwhile: a random tool worker is SIGKILLed every --kill-every
 and restarted; the recovery worker is SIGKILLed --recoverer-kills times; on
 a cluster --node-kills nodes are killed in turn (down for --node-down) and
 --partitions times one node is cut from the others (--partition-for);
+while a node is out and every leader is back on the others, the tool worker
+with the most open calls is killed about every second instead of a random
+one (these leases expire
+with a node out and the leaders there: the samples of the cluster's bound);
 --pauses times a tool worker is frozen with SIGSTOP in the middle of a
 payment and resumed with SIGCONT after more than a lease TTL — while it is
 frozen the host and reviewer handle the calls it left (unless
@@ -130,7 +134,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	killEvery := fs.String("kill-every", "1.5s-4s", "interval between two tool-worker SIGKILLs: MIN-MAX or one duration; 0 for none")
 	recKills := countFlag(fs, "recoverer-kills", "SIGKILLs of the recovery worker (default 3, 2 with --quick; 0: none)")
 	nodeKills := countFlag(fs, "node-kills", "NATS nodes killed in turn, cluster only (default 2, 1 with --quick; 0: none)")
-	nodeDown := fs.Duration("node-down", 15*time.Second, "how long a killed node stays down (its leaders' elections take 4-9 s of it)")
+	nodeDown := fs.Duration("node-down", 0, "how long a killed node stays down (default 20s, 15s with --quick; its leaders' elections take 4-9 s of it, and tool workers are killed in the rest)")
 	pauses := countFlag(fs, "pauses", "SIGSTOP pauses of a tool worker in the middle of a payment (default 2, 1 with --quick; 0: none)")
 	noPauseReview := fs.Bool("no-review-during-pause", false, "leave the calls of a frozen worker alone until the host phase")
 	partitions := countFlag(fs, "partitions", "partitions of one node from the others, cluster only (default 1; 0: none)")

@@ -9,8 +9,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/jingwei/jingwei/metrics"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/worker/recoverer"
 	"github.com/jingwei/jingwei/worker/toolworker"
@@ -159,3 +162,30 @@ func waitFor(ctx context.Context, log zerolog.Logger, what string, d time.Durati
 		wait = min(2*wait, 5*time.Second)
 	}
 }
+
+// forcedReconnects counts, for the process, the reconnects its quorum
+// watches forced (jingwei_nats_forced_reconnects_total with --metrics).
+var forcedReconnects = prometheus.NewCounter(prometheus.CounterOpts{
+	Namespace: metrics.Namespace, Name: "nats_forced_reconnects_total",
+	Help: "Reconnects forced because JetStream stayed unreachable through the connected server (cut off from its cluster) for longer than a raft election.",
+})
+
+// watchQuorum watches a long-running process's connection for a server
+// cut off from its cluster's JetStream (stream.WatchQuorum: after 12 s of
+// 503s or silence while connected, it reconnects to another server of the
+// pool, logging why) and counts what it forces in ms's registry (none:
+// counted only). It returns the function that stops the watch.
+func watchQuorum(ctx context.Context, nc *nats.Conn, log zerolog.Logger, ms *metricsServer) (stop func()) {
+	if ms != nil {
+		if err := ms.reg.Register(forcedReconnects); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
+			log.Warn().Err(err).Msg("metric nats_forced_reconnects_total")
+		}
+	}
+	cfg := quorumWatch
+	cfg.Logger, cfg.OnReconnect = log, func(string) { forcedReconnects.Inc() }
+	return stream.WatchQuorum(ctx, nc, cfg).Stop
+}
+
+// quorumWatch is the watch's configuration (the zero value: its defaults,
+// 12 s of failures, a probe a second); tests shorten it.
+var quorumWatch stream.QuorumWatchConfig

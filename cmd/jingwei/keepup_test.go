@@ -12,6 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/rs/zerolog"
+
+	"github.com/jingwei/jingwei/metrics"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/stream/streamtest"
 )
@@ -118,4 +124,75 @@ func TestStartedBeforeJetStream(t *testing.T) {
 			t.Fatalf("%s did not stop", p.name)
 		}
 	}
+}
+
+// TestWatchQuorumCountsForcedReconnects: a process's connection to a
+// server where JetStream does not answer (no responders) is moved by
+// watchQuorum to the other server of its pool, and the move is counted in
+// jingwei_nats_forced_reconnects_total on the process's /metrics registry.
+func TestWatchQuorumCountsForcedReconnects(t *testing.T) {
+	old := quorumWatch
+	quorumWatch = stream.QuorumWatchConfig{After: 200 * time.Millisecond, Every: 50 * time.Millisecond}
+	t.Cleanup(func() { quorumWatch = old })
+	bad, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go bad.Start()
+	if !bad.ReadyForConnections(10 * time.Second) {
+		t.Fatal("plain server not ready")
+	}
+	t.Cleanup(bad.Shutdown)
+	good, _, _ := streamtest.Start(t)
+	var nc *nats.Conn
+	for range 50 { // the pool is shuffled: connect until the bad server is first
+		c, err := nats.Connect(bad.ClientURL()+","+good.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.ConnectedUrl() == bad.ClientURL() {
+			nc = c
+			break
+		}
+		c.Close()
+	}
+	if nc == nil {
+		t.Fatal("never connected to the server without JetStream first")
+	}
+	t.Cleanup(nc.Close)
+	ms := &metricsServer{reg: metrics.NewRegistry()}
+	count := func() float64 {
+		var m dto.Metric
+		if err := forcedReconnects.Write(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m.GetCounter().GetValue()
+	}
+	before := count()
+	var logs syncBuffer
+	stop := watchQuorum(context.Background(), nc, zerolog.New(&logs), ms)
+	defer stop()
+	streamtest.Eventually(t, 10*time.Second, "the move to the server with JetStream", func() bool {
+		return nc.IsConnected() && nc.ConnectedUrl() == good.ClientURL()
+	})
+	if got := count() - before; got != 1 {
+		t.Fatalf("counter grew by %v, want 1", got)
+	}
+	mfs, err := ms.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, mf := range mfs {
+		found = found || mf.GetName() == "jingwei_nats_forced_reconnects_total"
+	}
+	if !found {
+		t.Fatal("jingwei_nats_forced_reconnects_total not in the registry")
+	}
+	if !strings.Contains(logs.String(), "reconnecting to another server") {
+		t.Fatalf("no log of why; log:\n%s", logs.String())
+	}
+	// A second process attempt registers the same counter again: no error.
+	stop2 := watchQuorum(context.Background(), nc, zerolog.Nop(), ms)
+	stop2()
 }

@@ -158,6 +158,7 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			return err
 		}
 		defer nc.Close()
+		defer watchQuorum(ctx, nc, log, ms)()
 		rec, err := recoverer.New(recoverer.Config{
 			Topology: topo, Logger: log, TrustedReviewers: trusted, AutoPlan: *autoPlan,
 			Name: *name, Owner: *owner,

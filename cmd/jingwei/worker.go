@@ -243,6 +243,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return err
 		}
 		defer nc.Close()
+		defer watchQuorum(ctx, nc, log, ms)()
 		w, err := tf.newToolWorker(ctx, topo.JS, topo, planners, log)
 		if err != nil {
 			return err
