@@ -316,12 +316,23 @@ const hexDigits = "0123456789abcdef"
 // \u00XX, U+2028 and U+2029 as \u2028 and \u2029, each invalid UTF-8 byte
 // as \ufffd.
 func appendMarshalString(b []byte, s string) []byte {
+	b, _ = appendQuoted(b, s, true, true)
+	return b
+}
+
+// appendQuoted appends s as a JSON string the way encoding/json writes
+// one: \" \\ \b \f \n \r \t, other control characters as \u00XX,
+// U+2028 and U+2029 as \u2028 and \u2029; with html also < > & as
+// \u00XX (Marshal; an Encoder with SetEscapeHTML(false) leaves them). An
+// invalid UTF-8 byte is written as \ufffd with replace (what Marshal
+// does); without it appendQuoted stops and returns false.
+func appendQuoted(b []byte, s string, html, replace bool) ([]byte, bool) {
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+			if c >= 0x20 && c != '"' && c != '\\' && (!html || c != '<' && c != '>' && c != '&') {
 				i++
 				continue
 			}
@@ -348,6 +359,9 @@ func appendMarshalString(b []byte, s string) []byte {
 		}
 		r, size := utf8.DecodeRuneInString(s[i:])
 		if r == utf8.RuneError && size == 1 {
+			if !replace {
+				return b, false
+			}
 			b = append(b, s[start:i]...)
 			b = append(b, `\ufffd`...)
 			i++
@@ -364,5 +378,5 @@ func appendMarshalString(b []byte, s string) []byte {
 		i += size
 	}
 	b = append(b, s[start:]...)
-	return append(b, '"')
+	return append(b, '"'), true
 }
