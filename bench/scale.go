@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -119,8 +120,22 @@ func publishRequests(ctx context.Context, js jetstream.JetStream, topo *stream.T
 	for i := range n {
 		q := schema.Request{V: schema.Version, RequestID: fmt.Sprintf("q-%s-%d", pre, i), Session: fmt.Sprintf("%s-%d", pre, i), Task: "t-1", Tool: tool, Arguments: json.RawMessage(args)}
 		b, _ := json.Marshal(q)
-		if _, err := js.PublishAsync(topo.RequestsSubject(q.Session), b, jetstream.WithMsgID(q.RequestID)); err != nil {
-			return fmt.Errorf("publish request: %w", err)
+		for {
+			_, err := js.PublishAsync(topo.RequestsSubject(q.Session), b, jetstream.WithMsgID(q.RequestID))
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+				return fmt.Errorf("publish request: %w", err)
+			}
+			// The window of unacknowledged publishes stayed full (a
+			// server busy with the workers' appends): wait for it to
+			// drain, then publish this one again (its Msg-Id dedups).
+			select {
+			case <-js.PublishAsyncComplete():
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 		}
 	}
 	select {
