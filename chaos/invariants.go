@@ -507,6 +507,7 @@ func latency(f *facts, x *index) (Latency, []Row) {
 		if first.Before(from) {
 			from = first
 		}
+		var clipped [][2]time.Time
 		for _, w := range f.Windows {
 			if !w.overlaps(from, first) {
 				continue
@@ -518,12 +519,13 @@ func latency(f *facts, x *index) (Latency, []Row) {
 			if hi.After(first) {
 				hi = first
 			}
-			s.leaderless += hi.Sub(lo)
+			clipped = append(clipped, [2]time.Time{lo, hi})
 			s.windows = append(s.windows, fmt.Sprintf("%s %.1fs", w.Target, w.To.Sub(w.From).Seconds()))
 			if w.To.After(s.back) {
 				s.back = w.To
 			}
 		}
+		s.leaderless = unionLength(clipped)
 		for _, ivs := range f.Outages {
 			for _, iv := range ivs {
 				if iv.overlaps(from, first.Add(time.Millisecond)) {
@@ -693,4 +695,25 @@ func distribution(xs []float64) Distribution {
 		d.P50, d.P99, d.Max = Seconds(bench.Percentile(xs, 50)), Seconds(bench.Percentile(xs, 99)), Seconds(xs[len(xs)-1])
 	}
 	return d
+}
+
+// unionLength is the time covered by the intervals together: windows of
+// several streams that overlap (every leader on a killed node is elected
+// again at about the same time) count once, so a sample's time without a
+// leader is never more than its latency.
+func unionLength(ivs [][2]time.Time) time.Duration {
+	sort.Slice(ivs, func(i, j int) bool { return ivs[i][0].Before(ivs[j][0]) })
+	var total time.Duration
+	var end time.Time
+	for _, iv := range ivs {
+		lo, hi := iv[0], iv[1]
+		if lo.Before(end) {
+			lo = end
+		}
+		if hi.After(lo) {
+			total += hi.Sub(lo)
+			end = hi
+		}
+	}
+	return total
 }

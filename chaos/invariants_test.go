@@ -458,3 +458,25 @@ func TestExpectedFollowsTheDecisionTable(t *testing.T) {
 		}
 	}
 }
+
+func TestUnionLength(t *testing.T) {
+	at := func(s float64) time.Time { return time.Unix(0, 0).Add(time.Duration(s * float64(time.Second))) }
+	cases := []struct {
+		ivs  [][2]time.Time
+		want time.Duration
+	}{
+		{nil, 0},
+		{[][2]time.Time{{at(1), at(3)}}, 2 * time.Second},
+		// Four streams' windows after one node kill, overlapping: counted once.
+		{[][2]time.Time{{at(6.1), at(11.2)}, {at(6.1), at(11.5)}, {at(6.1), at(14.5)}, {at(6.1), at(11.3)}}, 8400 * time.Millisecond},
+		// Disjoint windows add up, in any order.
+		{[][2]time.Time{{at(34.5), at(42.6)}, {at(30.3), at(32.9)}, {at(34.6), at(39.3)}}, 10700 * time.Millisecond},
+		// One window inside another.
+		{[][2]time.Time{{at(1), at(10)}, {at(2), at(3)}}, 9 * time.Second},
+	}
+	for i, c := range cases {
+		if got := unionLength(c.ivs); (got - c.want).Abs() > time.Millisecond {
+			t.Errorf("case %d: union %v, want %v", i, got, c.want)
+		}
+	}
+}
