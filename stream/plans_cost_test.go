@@ -26,7 +26,7 @@ func cpuNow() time.Duration {
 // of BENCHMARKS.md.
 func BenchmarkPlanRequestCost(b *testing.B) {
 	ctx := context.Background()
-	t := setupB(b)
+	t := setup(b, TopologyConfig{})
 	lg, err := t.Fence(ctx, "s-1", "w1", 1)
 	if err != nil {
 		b.Fatal(err)
@@ -97,30 +97,4 @@ func BenchmarkPlanRequestCost(b *testing.B) {
 			b.ReportMetric(float64((cpuNow()-cpu).Microseconds())/float64(b.N), "cpu-µs/req")
 		})
 	}
-}
-
-// setupB is setup for a benchmark.
-func setupB(b *testing.B) *Topology {
-	b.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	e, err := StartEmbedded(ctx, EmbeddedConfig{Dir: b.TempDir(), Listen: "127.0.0.1:-1", Sync: SyncInterval})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(e.Shutdown)
-	nc, err := e.Connect()
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
-	t, err := EnsureTopology(ctx, js, TopologyConfig{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return t
 }

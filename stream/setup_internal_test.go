@@ -8,9 +8,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// setup starts an embedded server for an internal test (streamtest cannot be
-// imported from package stream itself).
-func setup(t *testing.T, cfg TopologyConfig) *Topology {
+// setup starts an embedded server for an internal test or benchmark
+// (streamtest cannot be imported from package stream itself).
+func setup(t testing.TB, cfg TopologyConfig) *Topology {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
