@@ -21,9 +21,6 @@ import (
 // reaches a subscriber on another node, and does again once healed. So no
 // route goes around the proxies.
 func TestPartitionThroughProxies(t *testing.T) {
-	if testing.Short() {
-		t.Skip("3-node cluster")
-	}
 	c := startCluster(t)
 	ctx, net := c.ctx, c.net
 	js := c.probeStream(t)
@@ -80,9 +77,12 @@ type testCluster struct {
 }
 
 // startCluster starts a testCluster; the nodes are stopped and the
-// network closed when the test ends.
+// network closed when the test ends. With -short it skips the test.
 func startCluster(t *testing.T) *testCluster {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("3-node cluster")
+	}
 	dir := t.TempDir()
 	keys := stream.KeyDir(filepath.Join(dir, "auth"))
 	if _, err := keys.Init(); err != nil {

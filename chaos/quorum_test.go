@@ -20,9 +20,6 @@ import (
 // stream.WatchQuorum on it, the client moves to a node of the majority and
 // its JetStream publishes succeed again, through the same connection.
 func TestQuorumWatchLeavesACutOffNode(t *testing.T) {
-	if testing.Short() {
-		t.Skip("3-node cluster")
-	}
 	cl := startCluster(t)
 	ctx, net, keys := cl.ctx, cl.net, cl.keys
 	cl.probeStream(t)
