@@ -118,15 +118,7 @@ func testReaderWithoutDirectGets(t *testing.T, r historyReader) {
 	t.Helper()
 	topo := setup(t, TopologyConfig{})
 	ctx := context.Background()
-	lg, err := topo.Fence(ctx, "s-1", "w1", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for j := range 5 {
-		if _, err := lg.Append(ctx, schema.Event{Type: schema.TypeStarted, Started: &schema.Started{CallID: fmt.Sprintf("c-%d", j)}}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	startedLog(t, topo, "s-1", 5)
 	want, err := topo.Load(ctx, "s-1")
 	if err != nil {
 		t.Fatal(err)

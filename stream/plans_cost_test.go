@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/jingwei/jingwei/schema"
 )
 
 // cpuNow is the process's user+system CPU time.
@@ -27,15 +25,7 @@ func cpuNow() time.Duration {
 func BenchmarkPlanRequestCost(b *testing.B) {
 	ctx := context.Background()
 	t := setup(b, TopologyConfig{})
-	lg, err := t.Fence(ctx, "s-1", "w1", 1)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for j := range 2 {
-		if _, err := lg.Append(ctx, schema.Event{Type: schema.TypeStarted, Started: &schema.Started{CallID: fmt.Sprintf("c-%d", j)}}); err != nil {
-			b.Fatal(err)
-		}
-	}
+	startedLog(b, t, "s-1", 2)
 	value := make([]byte, 700)
 	if _, err := t.Plans.Put(ctx, "p-1", value); err != nil {
 		b.Fatal(err)

@@ -34,15 +34,7 @@ func TestLoadForPlanLimits(t *testing.T) {
 	ctx := context.Background()
 	for _, lim := range []schema.Limits{{MaxEvents: 4}, {MaxBytes: 600}} {
 		topo := setup(t, TopologyConfig{})
-		lg, err := topo.Fence(ctx, "s-1", "w1", 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for j := range 6 {
-			if _, err := lg.Append(ctx, schema.Event{Type: schema.TypeStarted, Started: &schema.Started{CallID: fmt.Sprintf("c-%d", j)}}); err != nil {
-				t.Fatal(err)
-			}
-		}
+		startedLog(t, topo, "s-1", 6)
 		topo.cfg.Limits = lim.WithDefaults() // read with limits the log is over
 		if _, err := topo.Load(ctx, "s-1"); schema.CodeOf(err) != schema.CodeHistoryTooLarge {
 			t.Fatalf("Load with %+v: %v, want history_too_large", lim, err)
