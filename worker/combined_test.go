@@ -469,7 +469,9 @@ func TestCombinedFormLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dead := l.runtime(t, "s-2", tools.OrdersRevision, func(c *worker.Config) { c.Log, c.History = appendFails{lg, schema.TypeResult, errors.New("killed before the result")}, []schema.Event{} })
+	dead := l.runtime(t, "s-2", tools.OrdersRevision, func(c *worker.Config) {
+		c.Log, c.History = appendFails{lg, schema.TypeResult, errors.New("killed before the result")}, []schema.Event{}
+	})
 	if _, err := dead.CallWithOptions(ctx, tools.OrdersCreate, json.RawMessage(`{"sku":"C-1","qty":1}`), worker.CallOptions{Task: "t-1"}); !errors.Is(err, schema.ErrLog) {
 		t.Fatalf("first call (three-event form, result lost): %v", err)
 	}

@@ -622,7 +622,9 @@ func TestPlanCompletedByNextOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	h1, _ := l.topo.Load(ctx, "s-1")
-	lost := l.runtime(t, "s-1", tools.OrdersRevision, func(c *worker.Config) { c.Log, c.History = appendFails{lg1, schema.TypeCall, errors.New("injected: the server went away")}, h1 })
+	lost := l.runtime(t, "s-1", tools.OrdersRevision, func(c *worker.Config) {
+		c.Log, c.History = appendFails{lg1, schema.TypeCall, errors.New("injected: the server went away")}, h1
+	})
 	_, err = lost.CallWithOptions(ctx, tools.OrdersCreate, json.RawMessage(args), worker.CallOptions{Task: "t-1", Retry: &plan})
 	if schema.CodeOf(err) != schema.CodeLog {
 		t.Fatalf("attempt with a lost tool.call: %v, want log_unavailable", err)
