@@ -246,6 +246,27 @@ func ratioStep(scenario, name string, mode stream.SyncMode, unit string, target 
 	}
 }
 
+// twoRatioStep is ratioStep for a measure with two raw baselines run in
+// the same rounds: row a is the medians of the jingwei and rawA rounds,
+// row b of the jingwei and rawB rounds, in unit, each checked against its
+// row's target. name is the step's, shown in the progress bar.
+func twoRatioStep(scenario, name string, mode stream.SyncMode, unit string, a, b row,
+	measure func(ctx context.Context, e *env) (jw, rawA, rawB []float64, err error)) step {
+	return step{
+		scenario: scenario, name: name, server: mode, rows: []row{a, b},
+		run: func(ctx context.Context, e *env) ([]Result, error) {
+			jw, rawA, rawB, err := measure(ctx, e)
+			if err != nil {
+				return nil, err
+			}
+			return []Result{
+				NewResult(a.name, Median(jw), Median(rawA), unit, a.target),
+				NewResult(b.name, Median(jw), Median(rawB), unit, b.target),
+			}, nil
+		},
+	}
+}
+
 // row names a row and its target.
 type row struct {
 	name   string

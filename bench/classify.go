@@ -43,20 +43,10 @@ func classifyStep(cfg Config) step {
 	what := fmt.Sprintf("recovery worker classification, %d events", events)
 	storing := what + " (raw stores as many assessments)"
 	bare := what + " (raw only acks)"
-	return step{
-		scenario: "classify", name: what, server: stream.SyncInterval,
-		rows: []row{{storing, classifyStoringTarget}, {bare, classifyBareTarget}},
-		run: func(ctx context.Context, e *env) ([]Result, error) {
-			jw, rawStoring, rawBare, err := e.classify(ctx, events)
-			if err != nil {
-				return nil, err
-			}
-			return []Result{
-				NewResult(storing, Median(jw), Median(rawStoring), "events/s", classifyStoringTarget),
-				NewResult(bare, Median(jw), Median(rawBare), "events/s", classifyBareTarget),
-			}, nil
-		},
-	}
+	return twoRatioStep("classify", what, stream.SyncInterval, "events/s", row{storing, classifyStoringTarget}, row{bare, classifyBareTarget},
+		func(ctx context.Context, e *env) (jw, rawStoring, rawBare []float64, err error) {
+			return e.classify(ctx, events)
+		})
 }
 
 // classify measures, per round, events/s of the recovery worker draining

@@ -30,20 +30,8 @@ func runtimeStep(cfg Config, mode stream.SyncMode) step {
 	}
 	name3 := fmt.Sprintf("runtime call, no-op tool, vs raw 3-append call (sync=%s)", mode)
 	name2 := fmt.Sprintf("runtime call, no-op tool, vs raw 2-append call (sync=%s)", mode)
-	return step{
-		scenario: "runtime", name: fmt.Sprintf("runtime call, no-op tool (sync=%s)", mode), server: mode,
-		rows: []row{{name3, runtimeTarget3}, {name2, runtimeTarget2}},
-		run: func(ctx context.Context, e *env) ([]Result, error) {
-			jw, raw3, raw2, err := e.runtime(ctx, calls)
-			if err != nil {
-				return nil, err
-			}
-			return []Result{
-				NewResult(name3, Median(jw), Median(raw3), "calls/s", runtimeTarget3),
-				NewResult(name2, Median(jw), Median(raw2), "calls/s", runtimeTarget2),
-			}, nil
-		},
-	}
+	return twoRatioStep("runtime", fmt.Sprintf("runtime call, no-op tool (sync=%s)", mode), mode, "calls/s", row{name3, runtimeTarget3}, row{name2, runtimeTarget2},
+		func(ctx context.Context, e *env) (jw, raw3, raw2 []float64, err error) { return e.runtime(ctx, calls) })
 }
 
 // runtime measures, per round, calls/s of worker.Runtime.Call with a no-op

@@ -2,8 +2,6 @@ package chaos
 
 import (
 	"context"
-	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -22,50 +20,9 @@ import (
 // stream.WatchQuorum on it, the client moves to a node of the majority and
 // its JetStream publishes succeed again, through the same connection.
 func TestQuorumWatchLeavesACutOffNode(t *testing.T) {
-	if testing.Short() {
-		t.Skip("3-node cluster")
-	}
-	dir := t.TempDir()
-	keys := stream.KeyDir(filepath.Join(dir, "auth"))
-	if _, err := keys.Init(); err != nil {
-		t.Fatal(err)
-	}
-	net, err := newNetwork(3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer net.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	defer func() { cancel(); wg.Wait() }()
-	for i := range 3 {
-		cfg := net.nodeConfig(i, filepath.Join(dir, fmt.Sprintf("n%d", i)), string(keys))
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := RunNode(ctx, cfg, nil); err != nil {
-				t.Errorf("node %d: %v", i, err)
-			}
-		}()
-	}
-	admin, err := stream.Connect(ctx, stream.ConnectConfig{URL: net.URLs(), NKeySeedFile: keys.SeedFile(stream.RoleAdmin), ConnectTimeout: 20 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	ajs, _ := jetstream.New(admin)
-	for deadline := time.Now().Add(60 * time.Second); ; {
-		sctx, scancel := context.WithTimeout(ctx, 3*time.Second)
-		_, err := ajs.CreateOrUpdateStream(sctx, jetstream.StreamConfig{Name: "PROBE", Subjects: []string{"probe.js"}, Replicas: 3})
-		scancel()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("R3 stream: %v", err)
-		}
-		time.Sleep(200 * time.Millisecond) // a meta leader being elected; polled
-	}
+	cl := startCluster(t)
+	ctx, net, keys := cl.ctx, cl.net, cl.keys
+	cl.probeStream(t)
 
 	// The client, on node 0 (the pool is shuffled: connect until it is).
 	var nc *nats.Conn

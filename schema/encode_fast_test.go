@@ -103,6 +103,13 @@ func resultEvent(mod func(r *schema.Result)) schema.Event {
 	return ev
 }
 
+// resultAt is resultEvent(nil) with its At set to at(At).
+func resultAt(at func(time.Time) time.Time) schema.Event {
+	ev := resultEvent(nil)
+	ev.At = at(ev.At)
+	return ev
+}
+
 // encodeEdgeCases are events at every boundary of the fast encoder: what it
 // writes itself, what it leaves to the reference, and what neither accepts.
 func encodeEdgeCases() map[string]schema.Event {
@@ -213,52 +220,24 @@ func encodeEdgeCases() map[string]schema.Event {
 			ev.Started = &schema.Started{CallID: "c"}
 			return ev
 		}(),
-		"type escapes": baseEvent("x\"y\u2029"),
-		"no type":      baseEvent(""),
-		"seq":          func() schema.Event { ev := resultEvent(nil); ev.Seq = 1<<64 - 1; return ev }(),
-		"bad version":  func() schema.Event { ev := resultEvent(nil); ev.V = 2; return ev }(),
-		"bad session":  func() schema.Event { ev := resultEvent(nil); ev.Session = "s 1"; return ev }(),
-		"epoch 0":      func() schema.Event { ev := resultEvent(nil); ev.Epoch = 0; return ev }(),
-		"no at":        func() schema.Event { ev := resultEvent(nil); ev.At = time.Time{}; return ev }(),
-		"at local": func() schema.Event {
-			ev := resultEvent(nil)
-			ev.At = ev.At.In(time.FixedZone("IST", 5*3600+1800))
-			return ev
-		}(),
-		"at odd offset": func() schema.Event {
-			ev := resultEvent(nil)
-			ev.At = ev.At.In(time.FixedZone("LMT", 3600+17))
-			return ev
-		}(),
-		"at big offset": func() schema.Event { ev := resultEvent(nil); ev.At = ev.At.In(time.FixedZone("Z", 25*3600)); return ev }(),
-		"at utc zone":   func() schema.Event { ev := resultEvent(nil); ev.At = ev.At.In(time.FixedZone("UTC", 0)); return ev }(),
-		"at year 0": func() schema.Event {
-			ev := resultEvent(nil)
-			ev.At = time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC)
-			return ev
-		}(),
-		"at year 9999": func() schema.Event {
-			ev := resultEvent(nil)
-			ev.At = time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC)
-			return ev
-		}(),
-		"at year 10000": func() schema.Event {
-			ev := resultEvent(nil)
-			ev.At = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
-			return ev
-		}(),
-		"at year -1": func() schema.Event {
-			ev := resultEvent(nil)
-			ev.At = time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC)
-			return ev
-		}(),
-		"at whole second": func() schema.Event {
-			ev := resultEvent(nil)
-			ev.At = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-			return ev
-		}(),
-		"at monotonic": func() schema.Event { ev := resultEvent(nil); ev.At = time.Now().UTC(); return ev }(),
-		"at local now": func() schema.Event { ev := resultEvent(nil); ev.At = time.Now(); return ev }(),
+		"type escapes":    baseEvent("x\"y\u2029"),
+		"no type":         baseEvent(""),
+		"seq":             func() schema.Event { ev := resultEvent(nil); ev.Seq = 1<<64 - 1; return ev }(),
+		"bad version":     func() schema.Event { ev := resultEvent(nil); ev.V = 2; return ev }(),
+		"bad session":     func() schema.Event { ev := resultEvent(nil); ev.Session = "s 1"; return ev }(),
+		"epoch 0":         func() schema.Event { ev := resultEvent(nil); ev.Epoch = 0; return ev }(),
+		"no at":           resultAt(func(time.Time) time.Time { return time.Time{} }),
+		"at local":        resultAt(func(at time.Time) time.Time { return at.In(time.FixedZone("IST", 5*3600+1800)) }),
+		"at odd offset":   resultAt(func(at time.Time) time.Time { return at.In(time.FixedZone("LMT", 3600+17)) }),
+		"at big offset":   resultAt(func(at time.Time) time.Time { return at.In(time.FixedZone("Z", 25*3600)) }),
+		"at utc zone":     resultAt(func(at time.Time) time.Time { return at.In(time.FixedZone("UTC", 0)) }),
+		"at year 0":       resultAt(func(time.Time) time.Time { return time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC) }),
+		"at year 9999":    resultAt(func(time.Time) time.Time { return time.Date(9999, 12, 31, 23, 59, 59, 999999999, time.UTC) }),
+		"at year 10000":   resultAt(func(time.Time) time.Time { return time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) }),
+		"at year -1":      resultAt(func(time.Time) time.Time { return time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC) }),
+		"at whole second": resultAt(func(time.Time) time.Time { return time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC) }),
+		"at monotonic":    resultAt(func(time.Time) time.Time { return time.Now().UTC() }),
+		"at local now":    resultAt(func(time.Time) time.Time { return time.Now() }),
 		"approval request": func() schema.Event {
 			ev := baseEvent(schema.TypeApprovalRequested)
 			ev.ApprovalRequest = &schema.ApprovalRequest{CallID: "c-1", Deadline: time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)}

@@ -2,9 +2,7 @@ package stream_test
 
 import (
 	"context"
-	"encoding/json"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -30,12 +28,10 @@ import (
 func BenchmarkAppendParts(b *testing.B) {
 	_, _, topo := streamtest.StartWith(b, streamtest.Config{Sync: stream.SyncInterval})
 	ctx := context.Background()
-	ev := schema.Event{Type: schema.TypeResult, Result: &schema.Result{CallID: "c-00000001", Status: schema.StatusOK,
-		Output: json.RawMessage(`"` + strings.Repeat("x", 150) + `"`)}}
+	ev := benchEvent()
 	type variant struct {
 		name string
 		f    func(i int)
-		d    time.Duration
 	}
 	mk := func(name string, id, hdr, enc bool) *variant {
 		session := name + "-" + nuid.Next()
@@ -81,21 +77,15 @@ func BenchmarkAppendParts(b *testing.B) {
 				b.Fatal(err)
 			}
 		}}}
-	b.ResetTimer()
-	for i, block := 0, 0; i < b.N; block++ {
-		n := min(50, b.N-i)
-		for k := range vs {
-			v := vs[(k+block)%len(vs)]
-			t0 := time.Now()
-			for j := range n {
-				v.f(i + j)
-			}
-			v.d += time.Since(t0)
-		}
-		i += n
+	fs := make([]func(int), len(vs))
+	for k, v := range vs {
+		fs[k] = v.f
 	}
-	b.StopTimer()
-	for _, v := range vs[1:] {
-		b.ReportMetric(float64(vs[0].d)/float64(v.d), v.name)
+	d := interleaved(b, fs...)
+	for k, v := range vs {
+		if k == 0 {
+			continue
+		}
+		b.ReportMetric(float64(d[0])/float64(d[k]), v.name)
 	}
 }

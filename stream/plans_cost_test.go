@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/jingwei/jingwei/schema"
 )
 
 // cpuNow is the process's user+system CPU time.
@@ -26,16 +24,8 @@ func cpuNow() time.Duration {
 // of BENCHMARKS.md.
 func BenchmarkPlanRequestCost(b *testing.B) {
 	ctx := context.Background()
-	t := setupB(b)
-	lg, err := t.Fence(ctx, "s-1", "w1", 1)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for j := range 2 {
-		if _, err := lg.Append(ctx, schema.Event{Type: schema.TypeStarted, Started: &schema.Started{CallID: fmt.Sprintf("c-%d", j)}}); err != nil {
-			b.Fatal(err)
-		}
-	}
+	t := setup(b, TopologyConfig{})
+	startedLog(b, t, "s-1", 2)
 	value := make([]byte, 700)
 	if _, err := t.Plans.Put(ctx, "p-1", value); err != nil {
 		b.Fatal(err)
@@ -97,30 +87,4 @@ func BenchmarkPlanRequestCost(b *testing.B) {
 			b.ReportMetric(float64((cpuNow()-cpu).Microseconds())/float64(b.N), "cpu-µs/req")
 		})
 	}
-}
-
-// setupB is setup for a benchmark.
-func setupB(b *testing.B) *Topology {
-	b.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	e, err := StartEmbedded(ctx, EmbeddedConfig{Dir: b.TempDir(), Listen: "127.0.0.1:-1", Sync: SyncInterval})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(e.Shutdown)
-	nc, err := e.Connect()
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		b.Fatal(err)
-	}
-	t, err := EnsureTopology(ctx, js, TopologyConfig{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return t
 }

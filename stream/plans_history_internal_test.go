@@ -12,84 +12,20 @@ import (
 	"github.com/jingwei/jingwei/schema"
 )
 
+// planReader is LoadForPlan as a historyReader: it weighs the history as
+// LoadHistory does (so a takeover WithLoaded counts the same limits).
+var planReader = historyReader{name: "LoadForPlan", weighs: true, read: func(ctx context.Context, topo *Topology, session string) (Loaded, error) {
+	return topo.LoadForPlan(ctx, session)
+}}
+
 // TestLoadForPlanIsLoad: at every length around a batch boundary, with
 // other sessions interleaved, LoadForPlan returns exactly what Load (and a
 // read through the leader's message gets) returns, weighs it as
 // LoadHistory does (so a takeover WithLoaded counts the same limits), and
-// reports a corrupt event wherever it is; an empty session is empty.
+// reports a corrupt event wherever it is; an empty session is empty
+// (testReaderAtBatchBoundaries).
 func TestLoadForPlanIsLoad(t *testing.T) {
-	topo := setup(t, TopologyConfig{})
-	ctx := context.Background()
-	lengths := []int{1, 3, readBatch - 1, readBatch, readBatch + 1, 2*readBatch + 3}
-	for i, n := range lengths {
-		lg, err := topo.Fence(ctx, fmt.Sprintf("s-%d", n), "w1", 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		other, err := topo.Fence(ctx, fmt.Sprintf("other-%d", i), "w1", 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for j := 1; j < n; j++ {
-			ev := schema.Event{Type: schema.TypeStarted, Started: &schema.Started{CallID: fmt.Sprintf("c-%d", j)}}
-			if _, err := lg.Append(ctx, ev); err != nil {
-				t.Fatal(err)
-			}
-			if j%7 == 0 {
-				if _, err := other.Append(ctx, ev); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-	}
-	for _, n := range lengths {
-		session := fmt.Sprintf("s-%d", n)
-		got, err := topo.LoadForPlan(ctx, session)
-		if err != nil {
-			t.Fatalf("LoadForPlan %s: %v", session, err)
-		}
-		want, err := topo.LoadHistory(ctx, session)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(got.Events) != n || !reflect.DeepEqual(got.Events, want.Events) || !reflect.DeepEqual(got.Events, leaderRead(t, topo, session)) {
-			t.Fatalf("LoadForPlan %s: %d events, Load %d, want %d and equal", session, len(got.Events), len(want.Events), n)
-		}
-		if got.bytes != want.bytes {
-			t.Fatalf("LoadForPlan %s weighs %d bytes, LoadHistory %d", session, got.bytes, want.bytes)
-		}
-	}
-	if h, err := topo.LoadForPlan(ctx, "s-none"); err != nil || h.Events != nil {
-		t.Fatalf("LoadForPlan of an empty session = %v, %v", h.Events, err)
-	}
-	_, lerr := topo.Load(ctx, "bad session!")
-	if _, err := topo.LoadForPlan(ctx, "bad session!"); err == nil || lerr == nil || err.Error() != lerr.Error() {
-		t.Fatalf("LoadForPlan of an invalid session id: %v, want Load's %v", err, lerr)
-	}
-	for _, at := range []int{2, readBatch + 3} {
-		session := fmt.Sprintf("corrupt-%d", at)
-		lg, err := topo.Fence(ctx, session, "w1", 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for j := 2; j <= readBatch+5; j++ {
-			if j == at {
-				if _, err := topo.JS.Publish(ctx, topo.EventsSubject(session), []byte(`{"v":1,"type":"x","type":"y"}`)); err != nil {
-					t.Fatal(err)
-				}
-				if lg, err = topo.OpenLog(ctx, session, "w1", 1); err != nil {
-					t.Fatal(err)
-				}
-				continue
-			}
-			if _, err := lg.Append(ctx, schema.Event{Type: schema.TypeStarted, Started: &schema.Started{CallID: fmt.Sprintf("c-%d", j)}}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if _, err := topo.LoadForPlan(ctx, session); schema.CodeOf(err) != schema.CodeCorruptHistory {
-			t.Fatalf("LoadForPlan with a corrupt event %d: %v, want corrupt_history", at, err)
-		}
-	}
+	testReaderAtBatchBoundaries(t, planReader)
 }
 
 // TestLoadForPlanLimits: a log over the event or byte limits is refused
@@ -98,15 +34,7 @@ func TestLoadForPlanLimits(t *testing.T) {
 	ctx := context.Background()
 	for _, lim := range []schema.Limits{{MaxEvents: 4}, {MaxBytes: 600}} {
 		topo := setup(t, TopologyConfig{})
-		lg, err := topo.Fence(ctx, "s-1", "w1", 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for j := range 6 {
-			if _, err := lg.Append(ctx, schema.Event{Type: schema.TypeStarted, Started: &schema.Started{CallID: fmt.Sprintf("c-%d", j)}}); err != nil {
-				t.Fatal(err)
-			}
-		}
+		startedLog(t, topo, "s-1", 6)
 		topo.cfg.Limits = lim.WithDefaults() // read with limits the log is over
 		if _, err := topo.Load(ctx, "s-1"); schema.CodeOf(err) != schema.CodeHistoryTooLarge {
 			t.Fatalf("Load with %+v: %v, want history_too_large", lim, err)
@@ -233,30 +161,7 @@ func TestLoadForPlanConcurrent(t *testing.T) {
 // TestLoadForPlanWithoutDirectGets: on a stream that does not allow direct
 // gets, LoadForPlan reads as Load does and returns the same history.
 func TestLoadForPlanWithoutDirectGets(t *testing.T) {
-	topo := setup(t, TopologyConfig{})
-	ctx := context.Background()
-	lg, err := topo.Fence(ctx, "s-1", "w1", 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for j := range 5 {
-		if _, err := lg.Append(ctx, schema.Event{Type: schema.TypeStarted, Started: &schema.Started{CallID: fmt.Sprintf("c-%d", j)}}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := topo.Load(ctx, "s-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := topo.Events.CachedInfo().Config
-	cfg.AllowDirect = false
-	if _, err := topo.JS.UpdateStream(ctx, cfg); err != nil {
-		t.Fatal(err)
-	}
-	got, err := topo.LoadForPlan(ctx, "s-1")
-	if err != nil || !reflect.DeepEqual(got.Events, want) {
-		t.Fatalf("LoadForPlan without direct gets = %d events, %v; want %d", len(got.Events), err, len(want))
-	}
+	testReaderWithoutDirectGets(t, planReader)
 }
 
 // TestBatchAnswerChecks: an answer whose messages do not chain (one lost

@@ -2,15 +2,18 @@ package stream
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jingwei/jingwei/schema"
 )
 
-// setup starts an embedded server for an internal test (streamtest cannot be
-// imported from package stream itself).
-func setup(t *testing.T, cfg TopologyConfig) *Topology {
+// setup starts an embedded server for an internal test or benchmark
+// (streamtest cannot be imported from package stream itself).
+func setup(t testing.TB, cfg TopologyConfig) *Topology {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -33,4 +36,21 @@ func setup(t *testing.T, cfg TopologyConfig) *Topology {
 		t.Fatal(err)
 	}
 	return topo
+}
+
+// startedLog fences session as owner w1 at epoch 1 (event 1) and appends n
+// tool.started events after it, for calls c-0 to c-<n-1>.
+func startedLog(t testing.TB, topo *Topology, session string, n int) *Log {
+	t.Helper()
+	ctx := context.Background()
+	lg, err := topo.Fence(ctx, session, "w1", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for j := range n {
+		if _, err := lg.Append(ctx, schema.Event{Type: schema.TypeStarted, Started: &schema.Started{CallID: fmt.Sprintf("c-%d", j)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return lg
 }

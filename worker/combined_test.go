@@ -416,17 +416,6 @@ func TestCombinedFormStopLock(t *testing.T) {
 	}
 }
 
-// resultFails is a session log whose tool.result appends fail: a writer
-// killed between its body and its result.
-type resultFails struct{ *stream.Log }
-
-func (l resultFails) Append(ctx context.Context, ev schema.Event) (uint64, error) {
-	if ev.Type == schema.TypeResult {
-		return 0, errors.New("killed before the result")
-	}
-	return l.Log.Append(ctx, ev)
-}
-
 // TestCombinedFormLive runs the combined form against JetStream: the
 // second call of a task is two events on the stream, read back with
 // started true and no start marker; a retry under a plan of a
@@ -480,7 +469,9 @@ func TestCombinedFormLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dead := l.runtime(t, "s-2", tools.OrdersRevision, func(c *worker.Config) { c.Log, c.History = resultFails{lg}, []schema.Event{} })
+	dead := l.runtime(t, "s-2", tools.OrdersRevision, func(c *worker.Config) {
+		c.Log, c.History = appendFails{lg, schema.TypeResult, errors.New("killed before the result")}, []schema.Event{}
+	})
 	if _, err := dead.CallWithOptions(ctx, tools.OrdersCreate, json.RawMessage(`{"sku":"C-1","qty":1}`), worker.CallOptions{Task: "t-1"}); !errors.Is(err, schema.ErrLog) {
 		t.Fatalf("first call (three-event form, result lost): %v", err)
 	}

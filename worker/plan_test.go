@@ -586,15 +586,21 @@ func TestForgedPlanRecordsRunNothing(t *testing.T) {
 	_ = first
 }
 
-// callLost is a session log whose tool.call appends fail (a log that went
-// away between the plan's consumption and the attempt's record).
-type callLost struct{ *stream.Log }
+// appendFails is a session log whose appends of events of type typ fail
+// with err, the others going through to Log: a log that went away between
+// a plan's consumption and the attempt's tool.call, or a writer killed
+// between its body and its tool.result.
+type appendFails struct {
+	*stream.Log
+	typ string
+	err error
+}
 
-func (c callLost) Append(ctx context.Context, ev schema.Event) (uint64, error) {
-	if ev.Type == schema.TypeCall {
-		return 0, errors.New("injected: the server went away")
+func (l appendFails) Append(ctx context.Context, ev schema.Event) (uint64, error) {
+	if ev.Type == l.typ {
+		return 0, l.err
 	}
-	return c.Log.Append(ctx, ev)
+	return l.Log.Append(ctx, ev)
 }
 
 // TestPlanCompletedByNextOwner: a plan consumed by an attempt whose
@@ -616,7 +622,9 @@ func TestPlanCompletedByNextOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	h1, _ := l.topo.Load(ctx, "s-1")
-	lost := l.runtime(t, "s-1", tools.OrdersRevision, func(c *worker.Config) { c.Log, c.History = callLost{lg1}, h1 })
+	lost := l.runtime(t, "s-1", tools.OrdersRevision, func(c *worker.Config) {
+		c.Log, c.History = appendFails{lg1, schema.TypeCall, errors.New("injected: the server went away")}, h1
+	})
 	_, err = lost.CallWithOptions(ctx, tools.OrdersCreate, json.RawMessage(args), worker.CallOptions{Task: "t-1", Retry: &plan})
 	if schema.CodeOf(err) != schema.CodeLog {
 		t.Fatalf("attempt with a lost tool.call: %v, want log_unavailable", err)

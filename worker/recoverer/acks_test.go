@@ -161,28 +161,26 @@ func TestAsyncAcksLateAckIgnored(t *testing.T) {
 func TestAsyncAcksFenceAssessmentDeduplicated(t *testing.T) {
 	e, p, acks := ackFixture(t)
 	ctx := context.Background()
-	var last uint64
-	for range 2 {
-		var err error
-		if last, err = p.publishAsync(ctx, acks, ackAssessment(1), true); err != nil {
+	// publishTwice publishes assessment c-<n> twice, with dedup or
+	// without, and waits until both are settled.
+	publishTwice := func(n int, dedup bool) {
+		t.Helper()
+		var last uint64
+		for range 2 {
+			var err error
+			if last, err = p.publishAsync(ctx, acks, ackAssessment(n), dedup); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := acks.settleThrough(ctx, last); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := acks.settleThrough(ctx, last); err != nil {
-		t.Fatal(err)
-	}
+	publishTwice(1, true)
 	if got := storedAssessments(t, e); got != 1 {
 		t.Fatalf("fence assessment published twice stored %d times, want 1", got)
 	}
-	for range 2 {
-		var err error
-		if last, err = p.publishAsync(ctx, acks, ackAssessment(2), false); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := acks.settleThrough(ctx, last); err != nil {
-		t.Fatal(err)
-	}
+	publishTwice(2, false)
 	if got := storedAssessments(t, e); got != 3 {
 		t.Fatalf("%d assessments stored, want 3", got)
 	}

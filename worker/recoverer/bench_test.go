@@ -261,61 +261,11 @@ func BenchmarkPrepareRacing(b *testing.B) {
 	)
 	srv, _, topo := streamtest.StartWith(b, streamtest.Config{})
 	ctx := context.Background()
-	topos := make([]*stream.Topology, racers)
-	for i := range topos {
-		nc, err := srv.Connect()
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if topos[i], err = stream.OpenTopology(ctx, js, topo.Config()); err != nil {
-			b.Fatal(err)
-		}
-	}
-	contract := effect.Contract{Effect: effect.Idempotent, Revision: "orders-v1"}
-	fill := func(round int) []string {
-		out := make([]string, calls)
-		for i := range out {
-			s := fmt.Sprintf("r%d-%d", round, i)
-			lg, err := topo.OpenLog(ctx, s, "bench-writer", 1)
-			if err != nil {
-				b.Fatal(err)
-			}
-			for _, ev := range []schema.Event{
-				{Type: schema.TypeCall, Call: &schema.Call{CallID: "c-1", Tool: "orders.create", Arguments: json.RawMessage(`{"sku":"A-1","qty":1}`), StartMarker: true,
-					Operation: &schema.Operation{Task: "t-1", Key: fmt.Sprintf("op-%032d", i), Contract: contract}}},
-				{Type: schema.TypeStarted, Started: &schema.Started{CallID: "c-1"}},
-				{Type: schema.TypeResult, Result: &schema.Result{CallID: "c-1", Status: schema.StatusFailed, Retryable: true, Error: "upstream 503"}},
-			} {
-				if _, err := lg.Append(ctx, ev); err != nil {
-					b.Fatal(err)
-				}
-			}
-			out[i] = s
-		}
-		return out
-	}
-	race := func(f func(i int) error) time.Duration {
-		start := time.Now()
-		errs := make(chan error, racers)
-		for i := range racers {
-			go func() { errs <- f(i) }()
-		}
-		for range racers {
-			if err := <-errs; err != nil {
-				b.Fatal(err)
-			}
-		}
-		return time.Since(start)
-	}
+	topos := racerTopologies(b, srv, topo, racers)
 	value := make([]byte, 520)
 	var jwT, rawT time.Duration
 	for n := 0; n < b.N; n++ {
-		sessions := fill(n)
+		sessions := fillUncertain(b, topo, fmt.Sprintf("r%d", n), calls)
 		recs := make([]*Recoverer, racers)
 		for i := range recs {
 			var err error
@@ -323,7 +273,7 @@ func BenchmarkPrepareRacing(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		d := race(func(i int) error {
+		d := race(b, racers, func(i int) error {
 			for _, s := range sessions {
 				if _, err := recs[i].Prepare(ctx, s, "c-1"); err != nil {
 					return err
@@ -334,7 +284,7 @@ func BenchmarkPrepareRacing(b *testing.B) {
 		if n == 0 || d < jwT {
 			jwT = d
 		}
-		d = race(func(i int) error {
+		d = race(b, racers, func(i int) error {
 			for j := range calls {
 				id := fmt.Sprintf("p-%d-%d", n, j)
 				_, err := topos[i].Plans.Create(ctx, "raw-"+id, value)
@@ -357,4 +307,49 @@ func BenchmarkPrepareRacing(b *testing.B) {
 	b.ReportMetric(calls/jwT.Seconds(), "plans/s")
 	b.ReportMetric(calls/rawT.Seconds(), "raw_plans/s")
 	b.ReportMetric(rawT.Seconds()/jwT.Seconds(), "ratio")
+}
+
+// racerTopologies opens n topologies on topo's streams, each on its own
+// connection to srv (closed when tb ends): racers that must not share a
+// connection, as separate processes would not.
+func racerTopologies(tb testing.TB, srv *stream.Embedded, topo *stream.Topology, n int) []*stream.Topology {
+	tb.Helper()
+	topos := make([]*stream.Topology, n)
+	for i := range topos {
+		nc, err := srv.Connect()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if topos[i], err = stream.OpenTopology(context.Background(), js, topo.Config()); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return topos
+}
+
+// race runs f(0) to f(n-1) at once, each in its own goroutine, and returns
+// how long it took until all had returned; an error from any fails tb.
+func race(tb testing.TB, n int, f func(i int) error) time.Duration {
+	tb.Helper()
+	start := time.Now()
+	errs := make(chan error, n)
+	for i := range n {
+		go func() { errs <- f(i) }()
+	}
+	var first error
+	for range n {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	d := time.Since(start)
+	if first != nil {
+		tb.Fatal(first)
+	}
+	return d
 }

@@ -171,20 +171,8 @@ func BenchmarkPrepareRequests(b *testing.B) {
 	ctx := context.Background()
 	recs := make([]*Recoverer, racers)
 	planner := newPlanner(b)
-	for i := range recs {
-		nc, err := srv.Connect()
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(nc.Close)
-		js, err := jetstream.New(nc)
-		if err != nil {
-			b.Fatal(err)
-		}
-		ti, err := stream.OpenTopology(ctx, js, topo.Config())
-		if err != nil {
-			b.Fatal(err)
-		}
+	for i, ti := range racerTopologies(b, srv, topo, racers) {
+		var err error
 		if recs[i], err = New(Config{Topology: ti, Name: fmt.Sprintf("issuer%d", i), DisableService: true, PlannerKey: planner}); err != nil {
 			b.Fatal(err)
 		}
@@ -192,37 +180,42 @@ func BenchmarkPrepareRequests(b *testing.B) {
 	tap := tapRequests(b, srv, topo)
 	value := make([]byte, 700) // a signed plan record
 	rawRace := func(n int) time.Duration {
-		var wg sync.WaitGroup
-		errs := make(chan error, racers)
-		d := timed(func() {
-			for i := range recs {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					t := recs[i].t
-					for j := range calls {
-						id := fmt.Sprintf("raw-%d-%d", n, j)
-						_, err := t.Plans.Create(ctx, id, value)
-						switch {
-						case err == nil:
-							_, err = t.JS.Publish(ctx, topo.PlansSubject(id), value[:500], jetstream.WithMsgID(id))
-						case errors.Is(err, jetstream.ErrKeyExists):
-							_, err = t.Plans.Get(ctx, id)
-						}
-						if err != nil {
-							errs <- err
-							return
-						}
-					}
-				}()
+		return race(b, racers, func(i int) error {
+			t := recs[i].t
+			for j := range calls {
+				id := fmt.Sprintf("raw-%d-%d", n, j)
+				_, err := t.Plans.Create(ctx, id, value)
+				switch {
+				case err == nil:
+					_, err = t.JS.Publish(ctx, topo.PlansSubject(id), value[:500], jetstream.WithMsgID(id))
+				case errors.Is(err, jetstream.ErrKeyExists):
+					_, err = t.Plans.Get(ctx, id)
+				}
+				if err != nil {
+					return err
+				}
 			}
-			wg.Wait()
+			return nil
 		})
-		close(errs)
-		for err := range errs {
+	}
+	// prepareAll has rec prepare c-1 of every session, in order.
+	prepareAll := func(rec *Recoverer, sessions []string) error {
+		for _, s := range sessions {
+			if _, err := rec.Prepare(ctx, s, "c-1"); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	// aloneRate has one recoverer prepare every session alone; it
+	// returns the prepares per second.
+	aloneRate := func(rec *Recoverer, sessions []string) float64 {
+		var err error
+		d := timed(func() { err = prepareAll(rec, sessions) })
+		if err != nil {
 			b.Fatal(err)
 		}
-		return d
+		return float64(len(sessions)) / d.Seconds()
 	}
 	var raced, alone, again, raw float64
 	var racedC, aloneC, againC map[string]int
@@ -242,50 +235,16 @@ func BenchmarkPrepareRequests(b *testing.B) {
 		tap.reset()
 		b.StartTimer()
 
-		var wg sync.WaitGroup
-		errs := make(chan error, racers)
-		d := timed(func() {
-			for i := range recs {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for _, s := range racing {
-						if _, err := recs[i].Prepare(ctx, s, "c-1"); err != nil {
-							errs <- err
-							return
-						}
-					}
-				}()
-			}
-			wg.Wait()
-		})
-		close(errs)
-		for err := range errs {
-			b.Fatal(err)
-		}
+		d := race(b, racers, func(i int) error { return prepareAll(recs[i], racing) })
 		raced += float64(calls) / d.Seconds()
 		add(&racedC, tap.reset())
 		raw += float64(calls) / rawRace(n).Seconds()
 		tap.reset()
 
-		d = timed(func() {
-			for _, s := range single {
-				if _, err := recs[0].Prepare(ctx, s, "c-1"); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-		alone += float64(calls) / d.Seconds()
+		alone += aloneRate(recs[0], single)
 		add(&aloneC, tap.reset())
 
-		d = timed(func() {
-			for _, s := range single {
-				if _, err := recs[1].Prepare(ctx, s, "c-1"); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
-		again += float64(calls) / d.Seconds()
+		again += aloneRate(recs[1], single)
 		add(&againC, tap.reset())
 	}
 	b.StopTimer()
