@@ -253,7 +253,9 @@ func planCASConflict(err error) bool {
 // session or (session "") of all, newest first (by KV revision). It lists
 // the keys from the bucket's stream info (BucketKeys) and reads each with
 // a KV get, so it needs no consumer: any role that may read jw_plans can
-// list it. A value that is not a plan record is skipped.
+// list it. A value that is not a plan record is skipped. Each get is
+// bounded to a second and tried again while it fails transiently
+// (lookupRetrying).
 func (t *Topology) ListPlans(ctx context.Context, session string) ([]PlanRecord, error) {
 	keys, err := BucketKeys(ctx, t.JS, t.Prefix+"_plans")
 	if err != nil {
@@ -262,7 +264,12 @@ func (t *Topology) ListPlans(ctx context.Context, session string) ([]PlanRecord,
 	p := NewPlans(t.Plans)
 	out := []PlanRecord{}
 	for _, k := range keys {
-		rec, err := p.Get(ctx, k)
+		// Each get is bounded and tried again in place like a lookup at
+		// open: a get sent while jw_plans elects a leader is never
+		// answered, and a recovery worker starting then (status and the
+		// awaiting-review rebuild list the plans) waited the whole
+		// request timeout after the leader came back.
+		rec, err := lookupRetrying(ctx, func(ctx context.Context) (PlanRecord, error) { return p.Get(ctx, k) })
 		if errors.Is(err, ErrPlanNotIssued) || errors.Is(err, jetstream.ErrKeyDeleted) {
 			continue
 		}
