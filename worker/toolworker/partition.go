@@ -76,6 +76,13 @@ func (p *partition) isDraining() bool {
 // at once, in order), the plan consumer from the previous one's ack floor.
 func (p *partition) take(ctx context.Context) error {
 	w := p.w
+	// A take that outlasts the lease TTL is lost before its first renewal
+	// anyway: bounding it frees the balance round (a request sent while a
+	// stream elects a leader is never answered; unbounded, the client's
+	// 5 s default held it).
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, w.ttl)
+	defer cancel()
 	p.work, p.cancelWork = context.WithCancel(w.hardStop)
 	hold, err := w.topo.AcquirePartition(ctx, p.p, w.cfg.Owner, p.lost)
 	if err != nil {
@@ -97,6 +104,19 @@ func (p *partition) take(ctx context.Context) error {
 		}
 		_ = hold.Release(rctx)
 		return err
+	}
+	// The renewals start one RenewInterval after the take: a take that
+	// already used that much of the TTL renews at once, or its hold lapses
+	// before the first renewal (seen after elections: "partition taken",
+	// then "not renewed within its TTL" in the same second).
+	if time.Since(start) > w.cfg.RenewInterval {
+		if err := hold.Renew(ctx); err != nil {
+			p.cancelWork()
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
+			defer rcancel()
+			_ = hold.Release(rctx)
+			return fmt.Errorf("renew the lease of a slow take: %w", err)
+		}
 	}
 	p.ready.Store(true)
 	p.log.Info().Uint64("epoch", hold.Epoch()).Msg("partition taken")

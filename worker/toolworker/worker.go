@@ -324,12 +324,25 @@ func (w *Worker) balance(ctx context.Context) {
 	slices.SortFunc(free, func(a, b int) int {
 		return int64cmp(int64(preference(w.cfg.Owner, b)), int64(preference(w.cfg.Owner, a)))
 	})
-	for _, p := range free {
-		if len(mine) >= target || ctx.Err() != nil {
-			return
+	// The free partitions up to the share are taken together, the most
+	// preferred first, then the next ones for those that could not be
+	// taken: after a node loss every lease lapses at once, and one take
+	// after another (each up to a lease TTL when a request goes
+	// unanswered) left partitions unowned for tens of seconds.
+	for len(free) > 0 && len(mine) < target && ctx.Err() == nil {
+		batch := free[:min(len(free), target-len(mine))]
+		free = free[len(batch):]
+		taken := make([]*partition, len(batch))
+		var wg sync.WaitGroup
+		for i, p := range batch {
+			wg.Add(1)
+			go func() { defer wg.Done(); taken[i] = w.take(ctx, p) }()
 		}
-		if pt := w.take(ctx, p); pt != nil {
-			mine = append(mine, pt)
+		wg.Wait()
+		for _, pt := range taken {
+			if pt != nil {
+				mine = append(mine, pt)
+			}
 		}
 	}
 }
