@@ -38,9 +38,12 @@ type partition struct {
 	once   sync.Once
 	ready  atomic.Bool
 
-	hold  *stream.PartitionHold
-	rcons jetstream.Consumer
-	pcons jetstream.Consumer
+	hold *stream.PartitionHold
+	// stopRenew stops the lease renewals (started by take) and waits for
+	// them to end.
+	stopRenew func()
+	rcons     jetstream.Consumer
+	pcons     jetstream.Consumer
 	// work is the context of calls and bodies: cancelled when the
 	// partition is lost, or when the drain times out.
 	work       context.Context
@@ -76,12 +79,9 @@ func (p *partition) isDraining() bool {
 // at once, in order), the plan consumer from the previous one's ack floor.
 func (p *partition) take(ctx context.Context) error {
 	w := p.w
-	// A take that outlasts the lease TTL is lost before its first renewal
-	// anyway: bounding it frees the balance round (a request sent while a
-	// stream elects a leader is never answered; unbounded, the client's
-	// 5 s default held it).
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, w.ttl)
+	// Bounded: a request sent while a stream elects a leader is never
+	// answered, and the balance round waits for its takes.
+	ctx, cancel := context.WithTimeout(ctx, takeTimeout)
 	defer cancel()
 	p.work, p.cancelWork = context.WithCancel(w.hardStop)
 	hold, err := w.topo.AcquirePartition(ctx, p.p, w.cfg.Owner, p.lost)
@@ -90,6 +90,16 @@ func (p *partition) take(ctx context.Context) error {
 		return err
 	}
 	p.hold = hold
+	// The lease is renewed from here on, not only once the partition
+	// runs: creating an R3 consumer after a node loss takes seconds (a
+	// raft group is made and elects its leader), longer than a short TTL,
+	// and a hold that lapsed during its take was lost at once ("partition
+	// taken", then "not renewed within its TTL", and the consumers made
+	// again by the next take).
+	renewCtx, stopRenew := context.WithCancel(context.Background())
+	renewed := make(chan struct{})
+	go func() { defer close(renewed); p.renew(renewCtx) }()
+	p.stopRenew = func() { stopRenew(); <-renewed }
 	if err := p.openConsumers(ctx); err != nil {
 		// Nothing of a failed take is left: the request consumer it may
 		// have made is deleted while the lease is still held (the plan
@@ -102,26 +112,23 @@ func (p *partition) take(ctx context.Context) error {
 				p.log.Warn().Err(derr).Msg("could not delete the request consumer of a failed take")
 			}
 		}
+		p.stopRenew()
 		_ = hold.Release(rctx)
 		return err
 	}
-	// The renewals start one RenewInterval after the take: a take that
-	// already used that much of the TTL renews at once, or its hold lapses
-	// before the first renewal (seen after elections: "partition taken",
-	// then "not renewed within its TTL" in the same second).
-	if time.Since(start) > w.cfg.RenewInterval {
-		if err := hold.Renew(ctx); err != nil {
-			p.cancelWork()
-			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
-			defer rcancel()
-			_ = hold.Release(rctx)
-			return fmt.Errorf("renew the lease of a slow take: %w", err)
-		}
+	if err := hold.Err(); err != nil {
+		p.stopRenew()
+		return err // lost during the take: p.lost said so
 	}
 	p.ready.Store(true)
 	p.log.Info().Uint64("epoch", hold.Epoch()).Msg("partition taken")
 	return nil
 }
+
+// takeTimeout bounds one take (the lease, then the two consumers): the
+// nats client's own default for a request without a deadline, now
+// explicit, and spent by the takes of a round together.
+const takeTimeout = 5 * time.Second
 
 // inactive is the InactiveThreshold of a partition's consumers: the server
 // deletes a consumer nobody pulled from for that long, so a SIGKILLed
@@ -189,14 +196,10 @@ func (p *partition) lost(err error) {
 	}
 }
 
-// run renews the lease, fetches requests and plans and hands them to their
+// run (the lease renewed since take) fetches requests and plans and hands them to their
 // sessions until the partition is drained, lost or a consumer goes away;
 // then it gives the partition back.
 func (p *partition) run() {
-	renewCtx, stopRenew := context.WithCancel(context.Background())
-	renewed := make(chan struct{})
-	go func() { defer close(renewed); p.renew(renewCtx) }()
-
 	fetchCtx, stopFetch := context.WithCancel(p.work)
 	var fetchers sync.WaitGroup
 	fetchers.Add(3)
@@ -236,7 +239,7 @@ loop:
 	p.waitSessions()
 	// The lease is renewed until it is released: writing the sessions'
 	// budget counts may take longer than its TTL.
-	p.giveBack(reason, func() { stopRenew(); <-renewed })
+	p.giveBack(reason, p.stopRenew)
 }
 
 // waitSessions waits for the session goroutines, keeping their held
