@@ -125,10 +125,12 @@ func (p *partition) take(ctx context.Context) error {
 	return nil
 }
 
-// takeTimeout bounds one take (the lease, then the two consumers): the
-// nats client's own default for a request without a deadline, now
-// explicit, and spent by the takes of a round together.
-const takeTimeout = 5 * time.Second
+// takeTimeout bounds one take (the lease, then the two consumers). An R3
+// consumer created while a node is down may wait for its raft group's
+// first election (4-9 s) before the server answers: with the nats
+// client's 5 s default such creations failed and the next take deleted
+// and made them again. The lease is renewed meanwhile.
+const takeTimeout = 12 * time.Second
 
 // inactive is the InactiveThreshold of a partition's consumers: the server
 // deletes a consumer nobody pulled from for that long, so a SIGKILLed

@@ -325,25 +325,17 @@ func (w *Worker) balance(ctx context.Context) {
 		return int64cmp(int64(preference(w.cfg.Owner, b)), int64(preference(w.cfg.Owner, a)))
 	})
 	// The free partitions up to the share are taken together, the most
-	// preferred first, then the next ones for those that could not be
-	// taken: after a node loss every lease lapses at once, and one take
-	// after another (each up to a lease TTL when a request goes
-	// unanswered) left partitions unowned for tens of seconds.
-	for len(free) > 0 && len(mine) < target && ctx.Err() == nil {
-		batch := free[:min(len(free), target-len(mine))]
-		free = free[len(batch):]
-		taken := make([]*partition, len(batch))
-		var wg sync.WaitGroup
-		for i, p := range batch {
-			wg.Add(1)
-			go func() { defer wg.Done(); taken[i] = w.take(ctx, p) }()
+	// preferred first, and the round does not wait for them: a take in
+	// flight counts as the worker's (it is in w.parts), one that fails
+	// leaves its place to another free partition next round. After a node
+	// loss every lease lapses at once and an R3 consumer takes up to a
+	// raft election to create; takes one after another (each up to 5 s
+	// when a request went unanswered) left partitions unowned for 10-20 s.
+	for _, p := range free[:min(len(free), max(target-len(mine), 0))] {
+		if ctx.Err() != nil {
+			return
 		}
-		wg.Wait()
-		for _, pt := range taken {
-			if pt != nil {
-				mine = append(mine, pt)
-			}
-		}
+		go w.take(ctx, p)
 	}
 }
 
