@@ -42,9 +42,9 @@ func (s *electingRequests) CreateConsumer(ctx context.Context, cfg jetstream.Con
 
 // After a node loss every partition lease lapses at once and a worker
 // takes its share again while some requests go unanswered: the takes run
-// together, so a few unanswered consumer creations cost one 5 s client
-// timeout, not 5 s each one after another (before: 6 hung creations held
-// the partitions unowned for 30 s).
+// together and an unanswered consumer creation is sent again after 3 s,
+// so a few of them cost one attempt, not 5 s each one after another
+// (before: 6 hung creations held the partitions unowned for 30 s).
 func TestUnansweredTakesDoNotSerializeTheShare(t *testing.T) {
 	topo := setup(t)
 	topo.Requests = &electingRequests{Stream: topo.Requests, hang: atomic.Int32{}}
@@ -53,7 +53,7 @@ func TestUnansweredTakesDoNotSerializeTheShare(t *testing.T) {
 	p := newProbe()
 	r := start(t, toolworker.Config{Topology: topo, Registry: registry(t, p.tools()...), Owner: "tw-a", PollInterval: 50 * time.Millisecond})
 	t0 := time.Now()
-	streamtest.Eventually(t, 12*time.Second, "every partition owned", func() bool {
+	streamtest.Eventually(t, 8*time.Second, "every partition owned", func() bool {
 		return len(r.w.OwnedPartitions()) == n && owners(t, topo)["tw-a"] == n
 	})
 	t.Logf("%d partitions owned %v after start, 6 consumer creations unanswered", n, time.Since(t0).Round(10*time.Millisecond))

@@ -125,6 +125,39 @@ func (p *partition) take(ctx context.Context) error {
 	return nil
 }
 
+// consumerAttempt bounds one consumer request of a take. A request sent
+// while the meta leader or a stream leader is elected is dropped, never
+// answered: it is sent again after consumerAttempt, not waited for until
+// the take's end (a delete sent at the end of an election waited 12 s).
+// A creation that waits for its raft group's election is asked again with
+// the same configuration, which the server answers with the consumer once
+// it has a leader (nothing is deleted in between).
+const consumerAttempt = 3 * time.Second
+
+// again runs op with a context of at most consumerAttempt, again after a
+// transient failure (stream.Transient: a timed-out or unanswered request,
+// a 503, no responders), with backoff from 50 ms to 500 ms, until it
+// succeeds, fails otherwise or ctx ends; it returns op's last error. Each
+// op is safe to send again: a delete (not found once done) or a create
+// with the same configuration (the same consumer).
+func again(ctx context.Context, op func(context.Context) error) error {
+	wait := 50 * time.Millisecond
+	for {
+		actx, cancel := context.WithTimeout(ctx, consumerAttempt)
+		err := op(actx)
+		cancel()
+		if err == nil || !stream.Transient(err) || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 500*time.Millisecond)
+	}
+}
+
 // takeTimeout bounds one take (the lease, then the two consumers). An R3
 // consumer created while a node is down may wait for its raft group's
 // first election (4-9 s) before the server answers: with the nats
@@ -142,10 +175,10 @@ func (p *partition) inactive() time.Duration { return 3*p.w.ttl + 5*time.Second 
 func (p *partition) openConsumers(ctx context.Context) error {
 	w := p.w
 	rname := w.topo.RequestConsumerName(p.p)
-	if err := w.topo.Requests.DeleteConsumer(ctx, rname); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+	if err := again(ctx, func(ctx context.Context) error { return w.topo.Requests.DeleteConsumer(ctx, rname) }); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return fmt.Errorf("delete old request consumer %s: %w", rname, err)
 	}
-	rcons, err := w.topo.Requests.CreateConsumer(ctx, jetstream.ConsumerConfig{
+	rcfg := jetstream.ConsumerConfig{
 		Durable:           rname,
 		Description:       "jingwei tool worker " + w.cfg.Owner,
 		FilterSubject:     w.topo.RequestsPartitionSubject(p.p),
@@ -154,6 +187,11 @@ func (p *partition) openConsumers(ctx context.Context) error {
 		MaxAckPending:     w.cfg.MaxHeld,
 		DeliverPolicy:     jetstream.DeliverAllPolicy,
 		InactiveThreshold: p.inactive(),
+	}
+	var rcons jetstream.Consumer
+	err := again(ctx, func(ctx context.Context) (err error) {
+		rcons, err = w.topo.Requests.CreateConsumer(ctx, rcfg)
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("create request consumer %s: %w", rname, err)
@@ -169,19 +207,27 @@ func (p *partition) openConsumers(ctx context.Context) error {
 		DeliverPolicy:     jetstream.DeliverAllPolicy,
 		InactiveThreshold: p.inactive(),
 	}
-	old, err := w.topo.PlanLog.Consumer(ctx, pname)
+	var old jetstream.Consumer
+	err = again(ctx, func(ctx context.Context) (err error) {
+		old, err = w.topo.PlanLog.Consumer(ctx, pname)
+		return err
+	})
 	switch {
 	case err == nil:
 		if floor := old.CachedInfo().AckFloor.Stream; floor > 0 {
 			pcfg.DeliverPolicy, pcfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, floor+1
 		}
-		if err := w.topo.PlanLog.DeleteConsumer(ctx, pname); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		if err := again(ctx, func(ctx context.Context) error { return w.topo.PlanLog.DeleteConsumer(ctx, pname) }); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return fmt.Errorf("delete old plan consumer %s: %w", pname, err)
 		}
 	case !errors.Is(err, jetstream.ErrConsumerNotFound):
 		return fmt.Errorf("read plan consumer %s: %w", pname, err)
 	}
-	pcons, err := w.topo.PlanLog.CreateConsumer(ctx, pcfg)
+	var pcons jetstream.Consumer
+	err = again(ctx, func(ctx context.Context) (err error) {
+		pcons, err = w.topo.PlanLog.CreateConsumer(ctx, pcfg)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("create plan consumer %s: %w", pname, err)
 	}
