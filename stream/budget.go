@@ -41,7 +41,20 @@ type BudgetConfig struct {
 	// it is written; counts deferred meanwhile go out in one
 	// compare-and-set. Defaults to DefaultBudgetFlushInterval.
 	FlushInterval time.Duration
+	// AttemptTimeout bounds each request to the bucket (a read, a
+	// compare-and-set). A request sent while jw_budget's stream elects a
+	// leader (a node lost) is dropped, not answered: without the bound it
+	// held the count, and so the call, until the caller's deadline,
+	// although the new leader answers a re-send at once. A timed-out
+	// request fails with context.DeadlineExceeded (Transient), which the
+	// caller retries; a compare-and-set that landed unanswered makes the
+	// retry count again (high, never low, as for any lost answer).
+	// Defaults to DefaultBudgetAttemptTimeout.
+	AttemptTimeout time.Duration
 }
+
+// DefaultBudgetAttemptTimeout is BudgetConfig.AttemptTimeout's default.
+const DefaultBudgetAttemptTimeout = time.Second
 
 // Budget counts tool calls per session and task in the jw_budget bucket.
 // Every write is a compare-and-set on the key's revision that adds this
@@ -51,8 +64,9 @@ type BudgetConfig struct {
 // FlushInterval (for a writer that can reconcile from its history after a
 // crash, see Reconcile). Safe for concurrent use; build it with NewBudget.
 type Budget struct {
-	kv    jetstream.KeyValue
-	every time.Duration
+	kv      jetstream.KeyValue
+	every   time.Duration
+	attempt time.Duration
 
 	mu        sync.Mutex
 	keys      map[string]*budgetKey
@@ -80,7 +94,10 @@ func NewBudgetWith(kv jetstream.KeyValue, cfg BudgetConfig) *Budget {
 	if cfg.FlushInterval <= 0 {
 		cfg.FlushInterval = DefaultBudgetFlushInterval
 	}
-	return &Budget{kv: kv, every: cfg.FlushInterval, keys: make(map[string]*budgetKey), bySession: make(map[string][]string)}
+	if cfg.AttemptTimeout <= 0 {
+		cfg.AttemptTimeout = DefaultBudgetAttemptTimeout
+	}
+	return &Budget{kv: kv, every: cfg.FlushInterval, attempt: cfg.AttemptTimeout, keys: make(map[string]*budgetKey), bySession: make(map[string][]string)}
 }
 
 // BudgetKey returns the jw_budget key "<session>.<task>", or
@@ -208,6 +225,8 @@ func (b *Budget) Reconcile(ctx context.Context, session, task string, recorded, 
 // was read (it exists now, or has another revision): read it and try
 // again.
 func (b *Budget) write(ctx context.Context, key string, next Usage) (stored Usage, again bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, b.attempt)
+	defer cancel()
 	var rev uint64
 	if next.Revision == 0 {
 		rev, err = b.kv.Create(ctx, key, mustJSON(next))
@@ -402,6 +421,8 @@ func (b *Budget) SetLimit(ctx context.Context, session, task string, limit int64
 }
 
 func (b *Budget) get(ctx context.Context, key string) (Usage, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.attempt)
+	defer cancel()
 	e, err := b.kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return Usage{}, err

@@ -269,14 +269,14 @@ func (t *Tools) createOrder(ctx context.Context, req worker.BodyRequest) (json.R
 	var rev uint64
 	for {
 		b, _ := json.Marshal(rec)
-		rev, err = t.keys.Create(ctx, dk, b)
+		rev, err = retrying(ctx, func(ctx context.Context) (uint64, error) { return t.keys.Create(ctx, dk, b) })
 		if err == nil {
 			break
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			return nil, worker.Retryable(fmt.Errorf("orders.create: dedupe record: %w", err))
 		}
-		e, gerr := t.keys.Get(ctx, dk)
+		e, gerr := retrying(ctx, func(ctx context.Context) (jetstream.KeyValueEntry, error) { return t.keys.Get(ctx, dk) })
 		if errors.Is(gerr, jetstream.ErrKeyNotFound) {
 			continue
 		}
@@ -319,7 +319,7 @@ func (t *Tools) createOrder(ctx context.Context, req worker.BodyRequest) (json.R
 	out, _ := json.Marshal(map[string]any{"order_id": rec.OrderID, "sku": a.SKU, "qty": a.Qty})
 	rec.State, rec.Output = "done", out
 	b, _ := json.Marshal(rec)
-	if _, err := t.keys.Update(ctx, dk, b, rev); err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+	if _, err := retrying(ctx, func(ctx context.Context) (uint64, error) { return t.keys.Update(ctx, dk, b, rev) }); err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		// The order exists; only the cached answer is missing, which the
 		// next attempt rebuilds.
 		return nil, worker.Retryable(fmt.Errorf("orders.create: finish dedupe record: %w", err))

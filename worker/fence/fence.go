@@ -46,6 +46,14 @@ type Config struct {
 	// read was served by a lagging replica), and retries after a transient
 	// failure (backoff from 5 ms to 500 ms). Defaults to 30.
 	MaxAttempts int
+	// AttemptTimeout bounds each read and each publish of a write (the
+	// write as a whole is bounded by its context and MaxAttempts). A
+	// request sent while the stream elects a leader is dropped, not
+	// answered: without this bound it would hold the whole write (a tool
+	// body's timeout) although the new leader answers a re-send within
+	// milliseconds. A re-send after a timed-out publish is safe (the same
+	// Nats-Msg-Id, the expected sequence). Defaults to 1 s.
+	AttemptTimeout time.Duration
 }
 
 // Store makes writes to the subjects of one stream conditional on fencing
@@ -62,6 +70,9 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	if cfg.MaxAttempts <= 0 {
 		cfg.MaxAttempts = 30
+	}
+	if cfg.AttemptTimeout <= 0 {
+		cfg.AttemptTimeout = time.Second
 	}
 	s, err := cfg.JS.Stream(ctx, cfg.Stream)
 	if err != nil {
@@ -221,7 +232,9 @@ func (s *Store) cas(ctx context.Context, subject string, build func(Record) (*na
 			}
 			wait = min(2*wait, 500*time.Millisecond)
 		}
-		last, err := s.Last(ctx, subject)
+		actx, cancel := context.WithTimeout(ctx, s.cfg.AttemptTimeout)
+		last, err := s.Last(actx, subject)
+		cancel()
 		if err != nil {
 			if worker.Transient(err) && ctx.Err() == nil {
 				lastErr = err
@@ -236,7 +249,9 @@ func (s *Store) cas(ctx context.Context, subject string, build func(Record) (*na
 		if err != nil {
 			return 0, err
 		}
-		ack, err := s.cfg.JS.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(last.Seq), jetstream.WithMsgID(id))
+		actx, cancel = context.WithTimeout(ctx, s.cfg.AttemptTimeout)
+		ack, err := s.cfg.JS.PublishMsg(actx, m, jetstream.WithExpectLastSequencePerSubject(last.Seq), jetstream.WithMsgID(id))
+		cancel()
 		switch {
 		case err == nil:
 			return ack.Sequence, nil

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -177,6 +178,62 @@ func TestTransientFailuresWriteOnce(t *testing.T) {
 	seq, err := s.Write(ctx, "ledger.s-1", tok(1, "c-1"), []byte("charge"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	st, err := topo.JS.Stream(ctx, "LEDGER")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil || info.State.Msgs != 1 || info.State.LastSeq != seq {
+		t.Fatalf("stream %+v %v: want exactly the one write at seq %d", info.State, err, seq)
+	}
+}
+
+// dropped is a JetStream whose first drop publishes are stored but never
+// answered: the caller waits until its context ends, as a request sent
+// while the stream elects a new leader does (the server drops it).
+type dropped struct {
+	jetstream.JetStream
+	drop atomic.Int32
+}
+
+func (j *dropped) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	if j.drop.Add(-1) >= 0 {
+		if _, err := j.JetStream.PublishMsg(context.Background(), m, opts...); err != nil {
+			return nil, err
+		}
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return j.JetStream.PublishMsg(ctx, m, opts...)
+}
+
+// A publish the server never answers (a leader election) holds one
+// attempt, not the whole write: the write is done one AttemptTimeout
+// later, once, although its caller's context (a tool body's timeout) is
+// much longer. Before AttemptTimeout the write waited for that context and
+// failed with it (10 s here).
+func TestUnansweredPublishRetriedWithinAttemptTimeout(t *testing.T) {
+	_, _, topo := streamtest.Start(t)
+	ctx := context.Background()
+	if _, err := topo.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "LEDGER", Subjects: []string{"ledger.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	js := &dropped{JetStream: topo.JS}
+	js.drop.Store(2)
+	s, err := fence.New(ctx, fence.Config{JS: js, Stream: "LEDGER", AttemptTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	seq, err := s.Write(wctx, "ledger.s-1", tok(1, "c-1"), []byte("charge"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("write took %v: an unanswered publish held it past its attempt timeout", took)
 	}
 	st, err := topo.JS.Stream(ctx, "LEDGER")
 	if err != nil {

@@ -41,6 +41,13 @@
 // writes deferred budget counts and releases the lease; the partition's
 // queued requests go to the next owner, in order.
 //
+// The free partitions of a round are taken together, and the round does
+// not wait for them (a take in flight counts toward the share). A take
+// renews its lease from the acquisition on and may run 12 s: after a NATS
+// node loss whose election outlasted the lease TTL every lease lapses at
+// once, and each take then creates R3 consumers whose raft groups may
+// first have to elect a leader.
+//
 // # Exactly what runs
 //
 // A request is acknowledged as soon as its tool.call event is acknowledged

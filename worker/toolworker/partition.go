@@ -38,9 +38,12 @@ type partition struct {
 	once   sync.Once
 	ready  atomic.Bool
 
-	hold  *stream.PartitionHold
-	rcons jetstream.Consumer
-	pcons jetstream.Consumer
+	hold *stream.PartitionHold
+	// stopRenew stops the lease renewals (started by take) and waits for
+	// them to end.
+	stopRenew func()
+	rcons     jetstream.Consumer
+	pcons     jetstream.Consumer
 	// work is the context of calls and bodies: cancelled when the
 	// partition is lost, or when the drain times out.
 	work       context.Context
@@ -76,6 +79,10 @@ func (p *partition) isDraining() bool {
 // at once, in order), the plan consumer from the previous one's ack floor.
 func (p *partition) take(ctx context.Context) error {
 	w := p.w
+	// Bounded: a request sent while a stream elects a leader is never
+	// answered, and the balance round waits for its takes.
+	ctx, cancel := context.WithTimeout(ctx, takeTimeout)
+	defer cancel()
 	p.work, p.cancelWork = context.WithCancel(w.hardStop)
 	hold, err := w.topo.AcquirePartition(ctx, p.p, w.cfg.Owner, p.lost)
 	if err != nil {
@@ -83,6 +90,16 @@ func (p *partition) take(ctx context.Context) error {
 		return err
 	}
 	p.hold = hold
+	// The lease is renewed from here on, not only once the partition
+	// runs: creating an R3 consumer after a node loss takes seconds (a
+	// raft group is made and elects its leader), longer than a short TTL,
+	// and a hold that lapsed during its take was lost at once ("partition
+	// taken", then "not renewed within its TTL", and the consumers made
+	// again by the next take).
+	renewCtx, stopRenew := context.WithCancel(context.Background())
+	renewed := make(chan struct{})
+	go func() { defer close(renewed); p.renew(renewCtx) }()
+	p.stopRenew = func() { stopRenew(); <-renewed }
 	if err := p.openConsumers(ctx); err != nil {
 		// Nothing of a failed take is left: the request consumer it may
 		// have made is deleted while the lease is still held (the plan
@@ -95,13 +112,58 @@ func (p *partition) take(ctx context.Context) error {
 				p.log.Warn().Err(derr).Msg("could not delete the request consumer of a failed take")
 			}
 		}
+		p.stopRenew()
 		_ = hold.Release(rctx)
 		return err
+	}
+	if err := hold.Err(); err != nil {
+		p.stopRenew()
+		return err // lost during the take: p.lost said so
 	}
 	p.ready.Store(true)
 	p.log.Info().Uint64("epoch", hold.Epoch()).Msg("partition taken")
 	return nil
 }
+
+// consumerAttempt bounds one consumer request of a take. A request sent
+// while the meta leader or a stream leader is elected is dropped, never
+// answered: it is sent again after consumerAttempt, not waited for until
+// the take's end (a delete sent at the end of an election waited 12 s).
+// A creation that waits for its raft group's election is asked again with
+// the same configuration, which the server answers with the consumer once
+// it has a leader (nothing is deleted in between).
+const consumerAttempt = 3 * time.Second
+
+// again runs op with a context of at most consumerAttempt, again after a
+// transient failure (stream.Transient: a timed-out or unanswered request,
+// a 503, no responders), with backoff from 50 ms to 500 ms, until it
+// succeeds, fails otherwise or ctx ends; it returns op's last error. Each
+// op is safe to send again: a delete (not found once done) or a create
+// with the same configuration (the same consumer).
+func again(ctx context.Context, op func(context.Context) error) error {
+	wait := 50 * time.Millisecond
+	for {
+		actx, cancel := context.WithTimeout(ctx, consumerAttempt)
+		err := op(actx)
+		cancel()
+		if err == nil || !stream.Transient(err) || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 500*time.Millisecond)
+	}
+}
+
+// takeTimeout bounds one take (the lease, then the two consumers). An R3
+// consumer created while a node is down may wait for its raft group's
+// first election (4-9 s) before the server answers: with the nats
+// client's 5 s default such creations failed and the next take deleted
+// and made them again. The lease is renewed meanwhile.
+const takeTimeout = 12 * time.Second
 
 // inactive is the InactiveThreshold of a partition's consumers: the server
 // deletes a consumer nobody pulled from for that long, so a SIGKILLed
@@ -113,10 +175,10 @@ func (p *partition) inactive() time.Duration { return 3*p.w.ttl + 5*time.Second 
 func (p *partition) openConsumers(ctx context.Context) error {
 	w := p.w
 	rname := w.topo.RequestConsumerName(p.p)
-	if err := w.topo.Requests.DeleteConsumer(ctx, rname); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+	if err := again(ctx, func(ctx context.Context) error { return w.topo.Requests.DeleteConsumer(ctx, rname) }); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return fmt.Errorf("delete old request consumer %s: %w", rname, err)
 	}
-	rcons, err := w.topo.Requests.CreateConsumer(ctx, jetstream.ConsumerConfig{
+	rcfg := jetstream.ConsumerConfig{
 		Durable:           rname,
 		Description:       "jingwei tool worker " + w.cfg.Owner,
 		FilterSubject:     w.topo.RequestsPartitionSubject(p.p),
@@ -125,6 +187,11 @@ func (p *partition) openConsumers(ctx context.Context) error {
 		MaxAckPending:     w.cfg.MaxHeld,
 		DeliverPolicy:     jetstream.DeliverAllPolicy,
 		InactiveThreshold: p.inactive(),
+	}
+	var rcons jetstream.Consumer
+	err := again(ctx, func(ctx context.Context) (err error) {
+		rcons, err = w.topo.Requests.CreateConsumer(ctx, rcfg)
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("create request consumer %s: %w", rname, err)
@@ -140,19 +207,27 @@ func (p *partition) openConsumers(ctx context.Context) error {
 		DeliverPolicy:     jetstream.DeliverAllPolicy,
 		InactiveThreshold: p.inactive(),
 	}
-	old, err := w.topo.PlanLog.Consumer(ctx, pname)
+	var old jetstream.Consumer
+	err = again(ctx, func(ctx context.Context) (err error) {
+		old, err = w.topo.PlanLog.Consumer(ctx, pname)
+		return err
+	})
 	switch {
 	case err == nil:
 		if floor := old.CachedInfo().AckFloor.Stream; floor > 0 {
 			pcfg.DeliverPolicy, pcfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, floor+1
 		}
-		if err := w.topo.PlanLog.DeleteConsumer(ctx, pname); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		if err := again(ctx, func(ctx context.Context) error { return w.topo.PlanLog.DeleteConsumer(ctx, pname) }); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 			return fmt.Errorf("delete old plan consumer %s: %w", pname, err)
 		}
 	case !errors.Is(err, jetstream.ErrConsumerNotFound):
 		return fmt.Errorf("read plan consumer %s: %w", pname, err)
 	}
-	pcons, err := w.topo.PlanLog.CreateConsumer(ctx, pcfg)
+	var pcons jetstream.Consumer
+	err = again(ctx, func(ctx context.Context) (err error) {
+		pcons, err = w.topo.PlanLog.CreateConsumer(ctx, pcfg)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("create plan consumer %s: %w", pname, err)
 	}
@@ -169,14 +244,10 @@ func (p *partition) lost(err error) {
 	}
 }
 
-// run renews the lease, fetches requests and plans and hands them to their
+// run (the lease renewed since take) fetches requests and plans and hands them to their
 // sessions until the partition is drained, lost or a consumer goes away;
 // then it gives the partition back.
 func (p *partition) run() {
-	renewCtx, stopRenew := context.WithCancel(context.Background())
-	renewed := make(chan struct{})
-	go func() { defer close(renewed); p.renew(renewCtx) }()
-
 	fetchCtx, stopFetch := context.WithCancel(p.work)
 	var fetchers sync.WaitGroup
 	fetchers.Add(3)
@@ -216,7 +287,7 @@ loop:
 	p.waitSessions()
 	// The lease is renewed until it is released: writing the sessions'
 	// budget counts may take longer than its TTL.
-	p.giveBack(reason, func() { stopRenew(); <-renewed })
+	p.giveBack(reason, p.stopRenew)
 }
 
 // waitSessions waits for the session goroutines, keeping their held

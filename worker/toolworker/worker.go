@@ -324,13 +324,18 @@ func (w *Worker) balance(ctx context.Context) {
 	slices.SortFunc(free, func(a, b int) int {
 		return int64cmp(int64(preference(w.cfg.Owner, b)), int64(preference(w.cfg.Owner, a)))
 	})
-	for _, p := range free {
-		if len(mine) >= target || ctx.Err() != nil {
+	// The free partitions up to the share are taken together, the most
+	// preferred first, and the round does not wait for them: a take in
+	// flight counts as the worker's (it is in w.parts), one that fails
+	// leaves its place to another free partition next round. After a node
+	// loss every lease lapses at once and an R3 consumer takes up to a
+	// raft election to create; takes one after another (each up to 5 s
+	// when a request went unanswered) left partitions unowned for 10-20 s.
+	for _, p := range free[:min(len(free), max(target-len(mine), 0))] {
+		if ctx.Err() != nil {
 			return
 		}
-		if pt := w.take(ctx, p); pt != nil {
-			mine = append(mine, pt)
-		}
+		go w.take(ctx, p)
 	}
 }
 
