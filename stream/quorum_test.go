@@ -8,29 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/stream/streamtest"
 )
-
-// plainServer starts a nats-server without JetStream on a random port:
-// every $JS.API request on it is answered "no responders", as on a server
-// whose JetStream cannot be reached.
-func plainServer(t *testing.T) *server.Server {
-	t.Helper()
-	s, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("plain nats-server not ready")
-	}
-	t.Cleanup(s.Shutdown)
-	return s
-}
 
 // TestWatchQuorumMovesToAServerWithJetStream: a connection whose server
 // answers every JetStream request "no responders" while the connection
@@ -38,25 +20,9 @@ func plainServer(t *testing.T) *server.Server {
 // JetStream answers; the reconnect is counted and reported, and the
 // watch then leaves the connection alone.
 func TestWatchQuorumMovesToAServerWithJetStream(t *testing.T) {
-	bad := plainServer(t)
+	bad := streamtest.StartPlain(t)
 	good, _, _ := streamtest.Start(t)
-	var nc *nats.Conn
-	// The pool is randomized: connect until the first server is the bad one.
-	for range 50 {
-		c, err := nats.Connect(bad.ClientURL()+","+good.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if c.ConnectedUrl() == bad.ClientURL() {
-			nc = c
-			break
-		}
-		c.Close()
-	}
-	if nc == nil {
-		t.Fatal("never connected to the server without JetStream first")
-	}
-	t.Cleanup(nc.Close)
+	nc := streamtest.ConnectFirst(t, bad.ClientURL(), good.ClientURL())
 	if _, err := nc.Request("$JS.API.INFO", nil, time.Second); err != nats.ErrNoResponders {
 		t.Fatalf("JetStream on the plain server: %v, want no responders", err)
 	}
@@ -90,7 +56,7 @@ func TestWatchQuorumMovesToAServerWithJetStream(t *testing.T) {
 func TestWatchQuorumLeavesAHealthyConnection(t *testing.T) {
 	good, nc, _ := streamtest.Start(t)
 	w := stream.WatchQuorum(context.Background(), nc, stream.QuorumWatchConfig{After: 200 * time.Millisecond, Every: 50 * time.Millisecond})
-	bad := plainServer(t)
+	bad := streamtest.StartPlain(t)
 	only, err := nats.Connect(bad.ClientURL(), nats.MaxReconnects(-1), nats.IgnoreDiscoveredServers())
 	if err != nil {
 		t.Fatal(err)

@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/rs/zerolog"
 
@@ -134,32 +132,9 @@ func TestWatchQuorumCountsForcedReconnects(t *testing.T) {
 	old := quorumWatch
 	quorumWatch = stream.QuorumWatchConfig{After: 200 * time.Millisecond, Every: 50 * time.Millisecond}
 	t.Cleanup(func() { quorumWatch = old })
-	bad, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go bad.Start()
-	if !bad.ReadyForConnections(10 * time.Second) {
-		t.Fatal("plain server not ready")
-	}
-	t.Cleanup(bad.Shutdown)
+	bad := streamtest.StartPlain(t)
 	good, _, _ := streamtest.Start(t)
-	var nc *nats.Conn
-	for range 50 { // the pool is shuffled: connect until the bad server is first
-		c, err := nats.Connect(bad.ClientURL()+","+good.ClientURL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if c.ConnectedUrl() == bad.ClientURL() {
-			nc = c
-			break
-		}
-		c.Close()
-	}
-	if nc == nil {
-		t.Fatal("never connected to the server without JetStream first")
-	}
-	t.Cleanup(nc.Close)
+	nc := streamtest.ConnectFirst(t, bad.ClientURL(), good.ClientURL())
 	ms := &metricsServer{reg: metrics.NewRegistry()}
 	count := func() float64 {
 		var m dto.Metric
