@@ -30,7 +30,7 @@ func TestLookupRetriedSoonAfterLeaderReturns(t *testing.T) {
 	if err != nil || v != 7 {
 		t.Fatalf("lookup: %d, %v", v, err)
 	}
-	if limit := lookupAttempt + lookupRetryWait + 300*time.Millisecond; took > limit {
+	if limit := lookupRetry.Attempt + lookupRetry.Max + 300*time.Millisecond; took > limit {
 		t.Errorf("answered %s after the leader came back, want within %s", took.Round(time.Millisecond), limit)
 	}
 	if attempts.Load() < 2 {
@@ -40,7 +40,7 @@ func TestLookupRetriedSoonAfterLeaderReturns(t *testing.T) {
 
 // TestLookupNotRetriedForGood: a stream that does not exist, or a refusal,
 // is returned at once; a transient failure that lasts is returned after
-// lookupRetryFor, not retried forever; the caller's context ends it too.
+// lookupRetry.For, not retried forever; the caller's context ends it too.
 func TestLookupNotRetriedForGood(t *testing.T) {
 	var n atomic.Int32
 	start := time.Now()

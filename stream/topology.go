@@ -713,38 +713,59 @@ func ValidateSession(s string) error {
 // drops its request, and it would otherwise wait for its whole context.
 const createTimeout = 5 * time.Second
 
-// lookupAttempt bounds one lookup of a stream or bucket when a topology is
-// opened, and lookupRetryFor how long a lookup that timed out or failed
-// transiently is tried again in place (every lookupRetryWait). A stream
-// whose leader is being elected (nats-server's raft: 4–9 s after the node
-// that led it died) answers nothing, so a lookup sent then waited for
-// jetstream's whole default timeout (5 s) even when the new leader came a
-// moment later — a recovery worker restarted during a node loss started
-// 5 s late (the cluster chaos runs' slowest crash → assessment samples).
-// Past lookupRetryFor the error is returned, as before.
-const (
-	lookupAttempt   = time.Second
-	lookupRetryWait = 100 * time.Millisecond
-	lookupRetryFor  = 10 * time.Second
-)
+// lookupRetry is how a lookup of a stream or bucket when a topology is
+// opened (and each get of ListPlans) is tried: attempts of at most a
+// second, again every 100 ms while one times out or fails transiently, for
+// 10 s. A stream whose leader is being elected (nats-server's raft: 4–9 s
+// after the node that led it died) answers nothing, so a lookup sent then
+// waited for jetstream's whole default timeout (5 s) even when the new
+// leader came a moment later — a recovery worker restarted during a node
+// loss started 5 s late (the cluster chaos runs' slowest crash →
+// assessment samples). Past the 10 s the error is returned, as before.
+var lookupRetry = RetryPolicy{Attempt: time.Second, First: 100 * time.Millisecond, Max: 100 * time.Millisecond, For: 10 * time.Second}
 
-// lookupRetrying runs f with attempts of at most lookupAttempt, again while
-// it fails transiently (Transient: a timeout, a 503) for lookupRetryFor;
-// it returns the last result.
+// lookupRetrying is Retrying with lookupRetry.
 func lookupRetrying[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
-	deadline := time.Now().Add(lookupRetryFor)
+	return Retrying(ctx, lookupRetry, f)
+}
+
+// RetryPolicy says how Retrying tries a request again.
+type RetryPolicy struct {
+	// Attempt bounds each attempt (its context's timeout). Required.
+	Attempt time.Duration
+	// First is the wait after the first failed attempt; each further
+	// wait doubles, up to Max (Max below First means First).
+	First, Max time.Duration
+	// For, when positive, gives up once the next wait would end more
+	// than For after the first attempt began; zero means until ctx ends.
+	For time.Duration
+}
+
+// Retrying runs f with attempts of at most p.Attempt, again after a
+// transient failure (Transient: a timed-out or unanswered request, a 503
+// while a leader is elected, no responders), waiting as p says between
+// attempts, until f succeeds, fails otherwise, ctx ends or p.For has
+// passed; it returns f's last result. A request to a stream whose leader
+// is being elected is dropped without an answer, so a bounded attempt sent
+// again reaches the new leader as soon as it is there, where one unbounded
+// request would wait its whole deadline. f must be safe to send again (a
+// read, a create, a compare-and-set at a revision, a publish with its
+// Msg-Id and expected sequence).
+func Retrying[T any](ctx context.Context, p RetryPolicy, f func(context.Context) (T, error)) (T, error) {
+	start, wait := time.Now(), p.First
 	for {
-		actx, cancel := context.WithTimeout(ctx, lookupAttempt)
+		actx, cancel := context.WithTimeout(ctx, p.Attempt)
 		v, err := f(actx)
 		cancel()
-		if err == nil || ctx.Err() != nil || !Transient(err) || !time.Now().Add(lookupRetryWait).Before(deadline) {
+		if err == nil || ctx.Err() != nil || !Transient(err) || p.For > 0 && !time.Now().Add(wait).Before(start.Add(p.For)) {
 			return v, err
 		}
 		select {
 		case <-ctx.Done():
 			return v, err
-		case <-time.After(lookupRetryWait):
+		case <-time.After(wait):
 		}
+		wait = min(2*wait, max(p.Max, p.First))
 	}
 }
 

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/jingwei/jingwei/worker"
+	"github.com/jingwei/jingwei/stream"
 )
 
 // attemptTimeout bounds one request of orders.create to its buckets. A
@@ -13,28 +13,15 @@ import (
 // 10 s timeout although the new leader answers a re-send at once.
 const attemptTimeout = time.Second
 
-// retrying runs op with a context of at most attemptTimeout, again after a
-// transient failure (worker.Transient: a timed-out or unanswered request,
-// a 503 while a leader is elected, no responders), with backoff from 10 ms
-// to 500 ms, until it succeeds, fails otherwise or ctx ends. It returns
-// op's last error. op must be safe to send again: each caller's re-send
-// is a KV create (refused with ErrKeyExists if an unanswered earlier one
-// landed), a get, or an update at a revision (refused with a revision
-// mismatch).
+// attemptRetry is how orders.create tries each request to its buckets:
+// attempts of attemptTimeout, again after a transient failure with
+// backoff from 10 ms to 500 ms, until its body's context ends.
+var attemptRetry = stream.RetryPolicy{Attempt: attemptTimeout, First: 10 * time.Millisecond, Max: 500 * time.Millisecond}
+
+// retrying is stream.Retrying with attemptRetry. op must be safe to send
+// again: each caller's re-send is a KV create (refused with ErrKeyExists
+// if an unanswered earlier one landed), a get, or an update at a revision
+// (refused with a revision mismatch).
 func retrying[T any](ctx context.Context, op func(context.Context) (T, error)) (T, error) {
-	wait := 10 * time.Millisecond
-	for {
-		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
-		v, err := op(actx)
-		cancel()
-		if err == nil || !worker.Transient(err) || ctx.Err() != nil {
-			return v, err
-		}
-		select {
-		case <-ctx.Done():
-			return v, err
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 500*time.Millisecond)
-	}
+	return stream.Retrying(ctx, attemptRetry, op)
 }
