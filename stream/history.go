@@ -81,35 +81,42 @@ func (t *Topology) loadAfter(ctx context.Context, session string, atLeast uint64
 	case end < atLeast:
 		return nil, logStats{}, fmt.Errorf("stream: session %s: the stream leader's log ends at seq %d, before seq %d that was appended to it", session, end, atLeast)
 	}
-	lim := t.cfg.Limits
-	out, bytes, from := prefix.Events, prefix.bytes, uint64(1)
-	if n := len(out); n > 0 {
-		out, from = slices.Clip(out), out[n-1].Seq+1
+	acc, from := prefix, uint64(1)
+	if n := len(acc.Events); n > 0 {
+		acc.Events, from = slices.Clip(acc.Events), acc.Events[n-1].Seq+1
 	}
 	if from <= end {
 		err = t.readRange(ctx, t.Events.CachedInfo().Config.Name, t.EventsSubject(session), from, end, func(m *jetstream.RawStreamMsg) error {
-			bytes += eventSize(len(m.Data), m.Sequence)
-			if len(out)+1 > lim.MaxEvents {
-				return schema.Errorf(schema.CodeHistoryTooLarge, "session %s has more than %d events (limit)", session, lim.MaxEvents)
-			}
-			if bytes > lim.MaxBytes {
-				return schema.Errorf(schema.CodeHistoryTooLarge, "session %s is larger than %d bytes serialized (limit)", session, lim.MaxBytes)
-			}
-			ev, err := decodeAt(session, m)
-			if err != nil {
-				return err
-			}
-			out = append(out, ev)
-			return nil
+			return acc.add(session, t.cfg.Limits, m)
 		})
 		if err != nil {
 			return nil, logStats{}, err
 		}
 	}
+	out := acc.Events
 	if n := len(out); n == 0 || out[n-1].Seq != end {
 		return nil, logStats{}, fmt.Errorf("stream: session %s: read stopped before seq %d", session, end)
 	}
-	return out, logStats{events: len(out), bytes: bytes}, nil
+	return out, logStats{events: len(out), bytes: acc.bytes}, nil
+}
+
+// add decodes m, the next stored event of session, onto l, once it is
+// counted against lim: one event more than MaxEvents, or a serialized
+// size over MaxBytes, is history_too_large and adds nothing.
+func (l *Loaded) add(session string, lim schema.Limits, m *jetstream.RawStreamMsg) error {
+	if len(l.Events)+1 > lim.MaxEvents {
+		return schema.Errorf(schema.CodeHistoryTooLarge, "session %s has more than %d events (limit)", session, lim.MaxEvents)
+	}
+	bytes := l.bytes + eventSize(len(m.Data), m.Sequence)
+	if bytes > lim.MaxBytes {
+		return schema.Errorf(schema.CodeHistoryTooLarge, "session %s is larger than %d bytes serialized (limit)", session, lim.MaxBytes)
+	}
+	ev, err := decodeAt(session, m)
+	if err != nil {
+		return err
+	}
+	l.Events, l.bytes = append(l.Events, ev), bytes
+	return nil
 }
 
 // Loaded is a session history as LoadHistory read it, with what it weighs

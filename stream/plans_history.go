@@ -11,8 +11,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/jingwei/jingwei/schema"
 )
 
 // LoadForPlan is LoadHistory in one round trip for the short histories
@@ -68,34 +66,21 @@ func (t *Topology) LoadForPlan(ctx context.Context, session string) (Loaded, err
 		return t.LoadHistory(ctx, session)
 	}
 	end := ta.tl.seq
-	lim := t.cfg.Limits
-	var (
-		out   []schema.Event
-		bytes int64
-	)
+	var acc Loaded
 	for _, m := range msgs {
 		if m.Sequence > end {
 			break
 		}
-		bytes += eventSize(len(m.Data), m.Sequence)
-		if len(out)+1 > lim.MaxEvents {
-			return Loaded{}, schema.Errorf(schema.CodeHistoryTooLarge, "session %s has more than %d events (limit)", session, lim.MaxEvents)
-		}
-		if bytes > lim.MaxBytes {
-			return Loaded{}, schema.Errorf(schema.CodeHistoryTooLarge, "session %s is larger than %d bytes serialized (limit)", session, lim.MaxBytes)
-		}
-		ev, err := decodeAt(session, m)
-		if err != nil {
+		if err := acc.add(session, t.cfg.Limits, m); err != nil {
 			return Loaded{}, err
 		}
-		out = append(out, ev)
 	}
-	if n := len(out); n > 0 && out[n-1].Seq == end {
-		return Loaded{Events: out, bytes: bytes}, nil
+	if n := len(acc.Events); n > 0 && acc.Events[n-1].Seq == end {
+		return acc, nil
 	}
 	// Short of the leader's end: the rest as LoadHistory reads it, after
 	// what the batch gave (the limits count both).
-	h, st, err := t.loadAfter(ctx, session, end, Loaded{Events: out, bytes: bytes})
+	h, st, err := t.loadAfter(ctx, session, end, acc)
 	if err != nil {
 		return Loaded{}, err
 	}
