@@ -323,13 +323,18 @@ func (t *Topology) Drop(ctx context.Context) error {
 // SessionOf returns the session token of a jingwei subject
 // (jw.events.s-1 → s-1, and the stored subject of a partitioned stream
 // jw.requests.7.s-1 → s-1), or "" if the subject has no session token.
+// It allocates nothing (the recovery worker calls it for every event it
+// classifies).
 func SessionOf(subject string) string {
-	parts := strings.Split(subject, ".")
-	switch {
-	case len(parts) == 3:
-		return parts[2]
-	case len(parts) == 4 && isDigits(parts[2]):
-		return parts[3]
+	switch strings.Count(subject, ".") {
+	case 2:
+		return subject[strings.LastIndexByte(subject, '.')+1:]
+	case 3:
+		_, rest, _ := strings.Cut(subject, ".")
+		_, rest, _ = strings.Cut(rest, ".")
+		if num, s, _ := strings.Cut(rest, "."); isDigits(num) {
+			return s
+		}
 	}
 	return ""
 }

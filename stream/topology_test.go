@@ -252,3 +252,27 @@ func streamConfig(t *testing.T, js jetstream.JetStream, name string) jetstream.S
 	}
 	return info.Config
 }
+
+// TestSessionOf: SessionOf reads the session token of event and stored
+// request subjects as splitting the subject on its dots does, for
+// well-formed and malformed subjects alike, and allocates nothing.
+func TestSessionOf(t *testing.T) {
+	split := func(subject string) string {
+		parts := strings.Split(subject, ".")
+		switch {
+		case len(parts) == 3:
+			return parts[2]
+		case len(parts) == 4 && parts[2] != "" && strings.Trim(parts[2], "0123456789") == "":
+			return parts[3]
+		}
+		return ""
+	}
+	for _, s := range []string{"jw.events.s-1", "p.events.s-1", "jw.requests.7.s-1", "jw.requests.x7.s-1", "jw.requests..s-1", "jw.events", "jw", "", "jw.events.", "a.b.c.d.e", "jw.requests.12.", "..", "...", "jw.requests.٣.s-1"} {
+		if got, want := stream.SessionOf(s), split(s); got != want {
+			t.Errorf("SessionOf(%q) = %q, want %q", s, got, want)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = stream.SessionOf("jw.requests.7.s-1") }); n != 0 {
+		t.Errorf("SessionOf allocates %.0f times", n)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/worker/service"
 )
 
@@ -240,7 +241,7 @@ func (c *classifier) run(ctx context.Context) error {
 			return fmt.Errorf("%w: delivery %d, want %d", errDeliveriesLost, md.consumer, wantDelivery)
 		}
 		wantDelivery, first = md.consumer+1, false
-		session := sessionOf(m.Subject())
+		session := stream.SessionOf(m.Subject())
 		found, err = c.track.observe(session, md.stream, m.Data(), found[:0])
 		if err != nil {
 			c.log.Warn().Err(err).Str("session", session).Uint64("seq", md.stream).Msg("event does not decode; skipped")

@@ -77,29 +77,3 @@ func parseUint(s string) (uint64, bool) {
 	}
 	return n, true
 }
-
-// sessionOf returns the session token of an event subject as
-// stream.SessionOf does (jw.events.<s> → <s>; <a>.<b>.<digits>.<s> → <s>;
-// "" otherwise), without splitting it into a slice.
-func sessionOf(subject string) string {
-	switch strings.Count(subject, ".") {
-	case 2:
-		return subject[strings.LastIndexByte(subject, '.')+1:]
-	case 3:
-		_, rest, _ := strings.Cut(subject, ".")
-		_, rest, _ = strings.Cut(rest, ".")
-		if num, s, _ := strings.Cut(rest, "."); digits(num) {
-			return s
-		}
-	}
-	return ""
-}
-
-func digits(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return s != ""
-}

@@ -8,8 +8,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/jingwei/jingwei/stream"
 )
 
 // TestParseAckReply: the classifier's reading of a delivery agrees with
@@ -72,9 +70,6 @@ func TestDeliveryOfMatchesMetadata(t *testing.T) {
 		if want := (delivery{md.Sequence.Stream, md.Sequence.Consumer, md.NumPending}); d != want {
 			t.Fatalf("reply %q read as %+v, Metadata says %+v", m.Reply(), d, want)
 		}
-		if got, want := sessionOf(m.Subject()), stream.SessionOf(m.Subject()); got != want {
-			t.Fatalf("sessionOf(%q) = %q, stream.SessionOf %q", m.Subject(), got, want)
-		}
 	}
 	if n != 20 {
 		t.Fatalf("%d deliveries, want 20", n)
@@ -102,12 +97,3 @@ func (p plainMsg) NakWithDelay(time.Duration) error { return nil }
 func (p plainMsg) InProgress() error                { return nil }
 func (p plainMsg) Term() error                      { return nil }
 func (p plainMsg) TermWithReason(string) error      { return nil }
-
-// TestSessionOf: the classifier's session of a subject is stream.SessionOf's.
-func TestSessionOf(t *testing.T) {
-	for _, s := range []string{"jw.events.s-1", "p.events.s-1", "jw.requests.7.s-1", "jw.requests.x7.s-1", "jw.requests..s-1", "jw.events", "jw", "", "jw.events.", "a.b.c.d.e", "jw.requests.12.", "..", "..."} {
-		if got, want := sessionOf(s), stream.SessionOf(s); got != want {
-			t.Errorf("sessionOf(%q) = %q, want %q", s, got, want)
-		}
-	}
-}
