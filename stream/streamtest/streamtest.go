@@ -32,6 +32,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"testing"
 	"time"
 
@@ -154,4 +155,29 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 		}
 		time.Sleep(PollInterval)
 	}
+}
+
+// maxLoadScale caps LoadScaled's factor: a bound stretched further than
+// this no longer says anything about the code under test.
+const maxLoadScale = 3
+
+// LoadScaled returns the latency bound d stretched by how oversubscribed
+// the machine is: d × the 1-minute load average per CPU
+// (/proc/loadavg over runtime.NumCPU), at least 1 and at most 3. A bound
+// a test asserts ("answered within a second") is a claim about the code
+// on a machine that has the CPU for it; on two cores running three times
+// the work the same code takes longer, and the test would report the
+// machine, not the code. Where the load is unknown (no /proc) the bound
+// is d.
+func LoadScaled(d time.Duration) time.Duration {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return d
+	}
+	var load float64
+	if _, err := fmt.Sscan(string(b), &load); err != nil {
+		return d
+	}
+	f := min(max(load/float64(runtime.NumCPU()), 1), maxLoadScale)
+	return time.Duration(float64(d) * f)
 }
