@@ -149,3 +149,29 @@ func TestInspectFirstErrorBeforeSourceFailure(t *testing.T) {
 		}
 	}
 }
+
+// TestInspectFirstErrorHashesCollide: with every id and key hash equal,
+// the duplicate checks still tell calls apart by their ids, tasks and
+// keys, and give the same answers; a valid history stays valid.
+func TestInspectFirstErrorHashesCollide(t *testing.T) {
+	defer recovery.CollideHashes()()
+	for _, tc := range firstErrorCases() {
+		_, err := recovery.Inspect(hist(tc.events...), "c-1")
+		var se *schema.Error
+		if !errors.As(err, &se) || se.Code != schema.CodeCorruptHistory || se.Message != tc.msg {
+			t.Errorf("%s: got %v, want corrupt_history %q", tc.name, err, tc.msg)
+		}
+	}
+	var evs []schema.Event
+	for i := range 50 {
+		id := fmt.Sprintf("c-%d", i)
+		evs = append(evs, with(callEv(id, effect.Idempotent, true), func(c *schema.Call) { c.Operation.Key = "op-" + id }))
+	}
+	for i := range 50 {
+		evs = append(evs, resultEv(fmt.Sprintf("c-%d", i), schema.StatusFailed, ""))
+	}
+	a, err := recovery.Inspect(hist(evs...), "c-7")
+	if err != nil || a.CallID != "c-7" || a.Outcome != schema.OutcomeUncertain {
+		t.Fatalf("valid history with colliding hashes: %+v %v", a, err)
+	}
+}

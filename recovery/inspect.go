@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"slices"
 
 	"github.com/jingwei/jingwei/effect"
@@ -64,6 +65,7 @@ func Inspect(h schema.History, callID string) (schema.Assessment, error) {
 type call struct {
 	id       string
 	seq      uint64
+	n        int32 // the event's position in the history (1-based), for messages
 	tool     string
 	task     string
 	key      string
@@ -82,8 +84,6 @@ type call struct {
 	granted  bool // approval.granted recorded
 }
 
-type opKey struct{ task, key string }
-
 // scan is the state of one pass over a history.
 type scan struct {
 	target  string
@@ -92,14 +92,28 @@ type scan struct {
 	lastSeq uint64   // seq of the previous event
 	chunks  [][]call // the calls in log order, callChunk to a chunk
 	count   int32
-	byID    map[string]int32
-	byOp    map[opKey]struct{} // operation keys in use
-	idx     int32              // the target's index once found, else -1
-	pairs   []argPair          // retries whose argument bytes differ from their prior's
-	canon   []byte             // the target's canonical arguments, once run has checked them
-	digest  string             // and their schema.ArgsDigest
-	fence   uint64             // the highest fence epoch so far, 0 before the first session.fenced
-	fenceAt uint64             // the seq of the first session.fenced with that epoch
+	// byID indexes calls [0, mapped) by id. It is filled only when a
+	// lookup misses the last recentCalls calls (index), so a history whose
+	// started and result events follow their calls closely never builds it.
+	byID   map[string]int32
+	mapped int32
+	// ids and ops hold, per call in log order, the hash of its id and (for
+	// a call with an operation and no retry link) of its task and key,
+	// each with the call's index in the low bits: dups finds a repeated
+	// id or key from them once, by sorting, instead of a map insert per
+	// call (see dups for why the answer is the same).
+	ids, ops []uint64
+	// pendingID is the id of the tool.call being checked once its length
+	// is known, until it is pushed ("" otherwise): if another check of
+	// that event fails, a duplicate id still comes first (firstError).
+	pendingID string
+	tgt       int32     // index of the call with the target's id, else -1
+	idx       int32     // the target's index once verified, else -1
+	pairs     []argPair // retries whose argument bytes differ from their prior's
+	canon     []byte    // the target's canonical arguments, once run has checked them
+	digest    string    // and their schema.ArgsDigest
+	fence     uint64    // the highest fence epoch so far, 0 before the first session.fenced
+	fenceAt   uint64    // the seq of the first session.fenced with that epoch
 	// links holds a copy of every retry's link by the retry's index, kept
 	// only for RequireSignedPlans (nil otherwise)
 	links map[int32]schema.RetryLink
@@ -123,8 +137,7 @@ func scanFor(h schema.History, callID string, keepLinks bool) (*scan, error) {
 	}
 	s := &scan{
 		target: callID,
-		byID:   make(map[string]int32),
-		byOp:   make(map[opKey]struct{}),
+		tgt:    -1,
 		idx:    -1,
 	}
 	if keepLinks {
@@ -133,8 +146,8 @@ func scanFor(h schema.History, callID string, keepLinks bool) (*scan, error) {
 	if err := s.run(h); err != nil {
 		return nil, err
 	}
-	i, ok := s.byID[callID]
-	if !ok {
+	i := s.tgt
+	if i < 0 {
 		return nil, schema.Errorf(schema.CodeUnknownCall, "call %q is not in the history (%d events, %d calls)", callID, s.n, int(s.count))
 	}
 	c := s.at(i)
@@ -173,7 +186,7 @@ func (s *scan) run(h schema.History) error {
 		canon []byte
 	}
 	need := make([]canonArgs, 0, 2*len(s.pairs)+1)
-	target, found := s.byID[s.target]
+	target, found := s.tgt, s.tgt >= 0
 	if found {
 		if c := s.at(target); !c.legacy && (c.status != schema.StatusOK || c.prior >= 0) {
 			need = append(need, canonArgs{idx: target, args: c.args})
@@ -213,6 +226,8 @@ func (s *scan) run(h schema.History) error {
 	return nil
 }
 
+// read checks every event of h in order, then the call ids and operation
+// keys for repeats (dups); the first problem in log order is the error.
 func (s *scan) read(h schema.History) error {
 	if h == nil {
 		return nil
@@ -220,16 +235,105 @@ func (s *scan) read(h schema.History) error {
 	for ev, err := range h {
 		if err != nil {
 			var se *schema.Error
-			if errors.As(err, &se) {
-				return err
+			if !errors.As(err, &se) {
+				err = fmt.Errorf("recovery: reading history after %d events: %w", s.n, err)
 			}
-			return fmt.Errorf("recovery: reading history after %d events: %w", s.n, err)
+			return s.firstError(err)
 		}
 		if err := s.event(&ev); err != nil {
-			return err
+			return s.firstError(err)
 		}
 	}
+	return s.dups()
+}
+
+// firstError returns the error of the first problem in log order, given
+// err, the problem of the current event (or of the source): a repeated
+// call id or operation key among the calls read so far is earlier, and a
+// repeated id of the current tool.call is checked at that event before
+// anything that may have failed after it (onCall's order).
+func (s *scan) firstError(err error) error {
+	if d := s.dups(); d != nil {
+		return d
+	}
+	if id := s.pendingID; id != "" {
+		if i, ok := s.index(id); ok {
+			return schema.Errorf(schema.CodeCorruptHistory, "event %d (seq %d): duplicate call_id %q (first at seq %d)", s.n, s.lastSeq, id, s.at(i).seq)
+		}
+	}
+	return err
+}
+
+// dups returns the corrupt_history error of the first call, in log
+// order, whose id an earlier call has, or that uses the task and key of
+// an earlier call without a retry link (at the same call, the id comes
+// first, as in onCall); nil when there is none. Checking here, once the
+// history has been read or has failed, instead of at each call gives the
+// same answer: nothing a repeat changes later can be reported before it
+// (read and firstError ask dups first), and every other check of the
+// repeating event comes after the id check (firstError) or before the key
+// check (a call is pushed only when all of them passed).
+func (s *scan) dups() error {
+	idAt, idFirst := s.firstRepeat(s.ids, func(a, b *call) bool { return a.id == b.id })
+	opAt, opFirst := s.firstRepeat(s.ops, func(a, b *call) bool { return a.task == b.task && a.key == b.key })
+	switch {
+	case idAt >= 0 && (opAt < 0 || idAt <= opAt):
+		c := s.at(idAt)
+		return schema.Errorf(schema.CodeCorruptHistory, "event %d (seq %d): duplicate call_id %q (first at seq %d)", c.n, c.seq, c.id, s.at(idFirst).seq)
+	case opAt >= 0:
+		c := s.at(opAt)
+		return schema.Errorf(schema.CodeCorruptHistory, "event %d (seq %d): call %q reuses operation key %q of task %q, first used by call %q, without a retry link", c.n, c.seq, c.id, c.key, c.task, s.at(opFirst).id)
+	}
 	return nil
+}
+
+// firstRepeat sorts entries (hash bits above ordBits, a call's index
+// below) and returns the lowest index whose call is the same as an
+// earlier one's, with the first of those; -1, -1 when there is none.
+// Equal hash bits are only candidates: same decides.
+func (s *scan) firstRepeat(entries []uint64, same func(a, b *call) bool) (at, first int32) {
+	slices.Sort(entries)
+	at, first = -1, -1
+	for g := 0; g < len(entries); {
+		e := g + 1
+		for e < len(entries) && entries[e]&^ordMask == entries[g]&^ordMask {
+			e++
+		}
+		// a group of equal hash bits, by index: almost always one call
+		for j := g + 1; j < e && (at < 0 || int32(entries[j]&ordMask) < at); j++ {
+			cj := int32(entries[j] & ordMask)
+			for i := g; i < j; i++ {
+				if ci := int32(entries[i] & ordMask); same(s.at(ci), s.at(cj)) {
+					at, first = cj, ci
+					break
+				}
+			}
+		}
+		g = e
+	}
+	return at, first
+}
+
+// ordBits is how many low bits of an ids or ops entry hold the call's
+// index: every index of a history within schema.MaxHistoryEvents fits.
+const (
+	ordBits = 20
+	ordMask = 1<<ordBits - 1
+)
+
+var _ [ordMask + 1 - schema.MaxHistoryEvents]struct{} // MaxHistoryEvents fits in ordBits
+
+// hashSeed seeds the id and key hashes of every scan: random per process,
+// so that no history is built to make them collide (collisions are
+// correct, only slower).
+var hashSeed = maphash.MakeSeed()
+
+// hashString hashes an id, a task or a key (a variable for the tests,
+// which make every hash collide).
+var hashString = func(s string) uint64 { return maphash.String(hashSeed, s) }
+
+func keyHash(task, key string) uint64 {
+	return hashString(task)*0x9e3779b97f4a7c15 ^ hashString(key)
 }
 
 // corrupt returns a corrupt_history error naming the event's position and seq.
@@ -306,15 +410,14 @@ func (s *scan) onCall(ev *schema.Event) error {
 	if len(c.CallID) > schema.MaxFieldBytes {
 		return s.tooLong(ev, "call_id", len(c.CallID))
 	}
-	// one map operation each for the id and the key: a duplicate shows as a
-	// map that did not grow (the error path finds the first use by a scan)
-	if !added(s.byID, c.CallID, s.count) {
-		return s.corrupt(ev, "duplicate call_id %q (first at seq %d)", c.CallID, s.find(func(o *call) bool { return o.id == c.CallID }).seq)
-	}
+	// a repeated id, or a repeated key without a retry link, is found by
+	// dups once the history is read (or fails); from here on a failing
+	// check of this event still reports a repeated id first (firstError)
+	s.pendingID = c.CallID
 	// The combined form (call.started, docs/protocol.md §5) records the
 	// start with the call: from here on the call is started, exactly as
 	// after a tool.started. Validate refused started with start_marker.
-	nc := call{id: c.CallID, seq: ev.Seq, tool: c.Tool, prior: -1, next: -1, marker: c.StartMarker, started: c.Started, combined: c.Started}
+	nc := call{id: c.CallID, seq: ev.Seq, n: int32(s.n), tool: c.Tool, prior: -1, next: -1, marker: c.StartMarker, started: c.Started, combined: c.Started}
 	op := c.Operation
 	if op != nil {
 		if at, ok := s.stopped[op.Task]; ok {
@@ -336,13 +439,12 @@ func (s *scan) onCall(ev *schema.Event) error {
 			return s.corrupt(ev, "call %q: %v", c.CallID, err)
 		}
 		nc.task, nc.key, nc.contract = op.Task, op.Key, op.Contract
-		ok := opKey{op.Task, op.Key}
 		if r := op.Retry; r != nil {
 			if len(r.PriorCallID) > schema.MaxFieldBytes {
 				return s.tooLong(ev, "retry.prior_call_id of call "+quote(c.CallID), len(r.PriorCallID))
 			}
-			pi, found := s.byID[r.PriorCallID]
-			if !found || pi >= s.count { // pi == s.count: the call retries itself
+			pi, found := s.index(r.PriorCallID)
+			if !found { // a call retrying itself: it is not indexed before push
 				return s.corrupt(ev, "call %q retries call %q, which is not earlier in the history", c.CallID, r.PriorCallID)
 			}
 			p := s.at(pi)
@@ -380,9 +482,8 @@ func (s *scan) onCall(ev *schema.Event) error {
 				nc.args = bytes.Clone(c.Arguments) // the source may reuse its buffer
 				s.pairs = append(s.pairs, argPair{idx: s.count, prior: p.args, args: nc.args})
 			}
-		} else if !added(s.byOp, ok, struct{}{}) {
-			first := s.find(func(o *call) bool { return !o.legacy && o.task == op.Task && o.key == op.Key })
-			return s.corrupt(ev, "call %q reuses operation key %q of task %q, first used by call %q, without a retry link", c.CallID, op.Key, op.Task, first.id)
+		} else {
+			s.ops = append(s.ops, keyHash(op.Task, op.Key)&^ordMask|uint64(s.count))
 		}
 	}
 	if !nc.legacy && nc.args == nil {
@@ -398,22 +499,29 @@ const callChunk = 1024
 
 func (s *scan) at(i int32) *call { return &s.chunks[i/callChunk][i%callChunk] }
 
-// added sets m[k] = v and reports whether k is new, in one map operation.
-func added[K comparable, V any](m map[K]V, k K, v V) bool {
-	n := len(m)
-	m[k] = v
-	return len(m) > n
-}
+// recentCalls is how many of the latest calls index compares before it
+// turns to the map: a started or result event mostly follows its call
+// closely.
+const recentCalls = 8
 
-// find returns the first call that matches, for error messages only (it
-// scans every call).
-func (s *scan) find(match func(*call) bool) *call {
-	for i := int32(0); i < s.count; i++ {
-		if c := s.at(i); match(c) {
-			return c
+// index returns the index of the call with id (the latest one, should
+// there be a repeat dups has yet to report).
+func (s *scan) index(id string) (int32, bool) {
+	for i, end := s.count-1, max(s.count-recentCalls, 0); i >= end; i-- {
+		if s.at(i).id == id {
+			return i, true
 		}
 	}
-	return &call{}
+	if s.mapped < s.count {
+		if s.byID == nil {
+			s.byID = make(map[string]int32)
+		}
+		for ; s.mapped < s.count; s.mapped++ {
+			s.byID[s.at(s.mapped).id] = s.mapped
+		}
+	}
+	i, ok := s.byID[id]
+	return i, ok
 }
 
 // push appends c. The first chunk starts small and grows by append up
@@ -424,6 +532,11 @@ func (s *scan) find(match func(*call) bool) *call {
 // (every handler takes its pointers from at and drops them before it
 // returns; onCall pushes last).
 func (s *scan) push(c call) {
+	s.ids = append(s.ids, hashString(c.id)&^ordMask|uint64(s.count))
+	if c.id == s.target {
+		s.tgt = s.count
+	}
+	s.pendingID = ""
 	if s.count%callChunk == 0 {
 		size := callChunk
 		if s.count == 0 {
@@ -445,7 +558,7 @@ func (s *scan) lookup(ev *schema.Event, id, what string) (*call, error) {
 	if len(id) > schema.MaxFieldBytes {
 		return nil, s.tooLong(ev, what+" call_id", len(id))
 	}
-	i, ok := s.byID[id]
+	i, ok := s.index(id)
 	if !ok {
 		return nil, s.corrupt(ev, "%s for call %q without a prior tool.call", what, id)
 	}
