@@ -108,3 +108,25 @@ func BenchmarkDecodeOnly(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkInspectDecoded times Inspect over the generated history's
+// events already in memory (schema.Events): Inspect's own work — the
+// checks, the per-call state, Validate and the iteration — without the
+// decode, which is most of BenchmarkInspectOnly and most of its noise;
+// cpu-ns/op is the median process CPU time (unix only).
+func BenchmarkInspectDecoded(b *testing.B) {
+	h := testhistory.Generate(testhistory.Config{})
+	b.ReportAllocs()
+	var cpu []float64
+	for b.Loop() {
+		c := cpuTime()
+		a, err := recovery.Inspect(schema.Events(h.Events), h.LastCall)
+		cpu = append(cpu, float64(cpuTime()-c))
+		if err != nil || a.CallID != h.LastCall {
+			b.Fatalf("Inspect: %+v %v", a, err)
+		}
+	}
+	if cpu[0] > 0 {
+		b.ReportMetric(median(cpu), "cpu-ns/op") // every goroutine's, GC included
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math/bits"
 	"slices"
 
 	"github.com/jingwei/jingwei/effect"
@@ -287,29 +288,51 @@ func (s *scan) dups() error {
 	return nil
 }
 
-// firstRepeat sorts entries (hash bits above ordBits, a call's index
-// below) and returns the lowest index whose call is the same as an
-// earlier one's, with the first of those; -1, -1 when there is none.
-// Equal hash bits are only candidates: same decides.
+// firstRepeat returns the lowest index whose call is the same as an
+// earlier one's (same decides; equal hash bits only make two calls
+// candidates), with the first of those; -1, -1 when there is none.
+// entries hold a hash above ordBits and a call's index below, in index
+// order. Instead of sorting them, it spreads them by their top hash bits
+// over about len/4 buckets, keeping index order within each (a counting
+// sort on those bits alone), and compares within a bucket: a few entries
+// each, as the hashes are seeded per process.
 func (s *scan) firstRepeat(entries []uint64, same func(a, b *call) bool) (at, first int32) {
-	slices.Sort(entries)
 	at, first = -1, -1
-	for g := 0; g < len(entries); {
-		e := g + 1
-		for e < len(entries) && entries[e]&^ordMask == entries[g]&^ordMask {
-			e++
-		}
-		// a group of equal hash bits, by index: almost always one call
-		for j := g + 1; j < e && (at < 0 || int32(entries[j]&ordMask) < at); j++ {
-			cj := int32(entries[j] & ordMask)
-			for i := g; i < j; i++ {
-				if ci := int32(entries[i] & ordMask); same(s.at(ci), s.at(cj)) {
+	if len(entries) < 2 {
+		return at, first
+	}
+	shift := 64 - max(bits.Len(uint(len(entries)))-2, 1)
+	count := make([]int32, 1<<(64-shift)+1)
+	for _, e := range entries {
+		count[e>>shift+1]++
+	}
+	for b := 1; b < len(count); b++ {
+		count[b] += count[b-1]
+	}
+	spread := make([]uint64, len(entries))
+	next := slices.Clone(count[:len(count)-1])
+	for _, e := range entries {
+		spread[next[e>>shift]] = e
+		next[e>>shift]++
+	}
+	for b := 0; b+1 < len(count); b++ {
+		bucket := spread[count[b]:count[b+1]]
+		for j := 1; j < len(bucket); j++ {
+			cj := int32(bucket[j] & ordMask)
+			if at >= 0 && cj >= at {
+				break // index order: the rest of the bucket comes later still
+			}
+			for i := range j {
+				ci := int32(bucket[i] & ordMask)
+				if bucket[i]&^ordMask == bucket[j]&^ordMask && same(s.at(ci), s.at(cj)) {
 					at, first = cj, ci
 					break
 				}
 			}
+			if at == cj {
+				break
+			}
 		}
-		g = e
 	}
 	return at, first
 }
