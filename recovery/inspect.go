@@ -129,7 +129,7 @@ type scan struct {
 	// ids and ops hold, per call in log order, the hash of its id and (for
 	// a call with an operation and no retry link) of its task and key,
 	// each with the call's index in the low bits: dups finds a repeated
-	// id or key from them once, by sorting, instead of a map insert per
+	// id or key from them once (firstRepeat), instead of a map insert per
 	// call (see dups for why the answer is the same).
 	ids, ops []uint64
 	// pendingID is the id of the tool.call being checked once its length
