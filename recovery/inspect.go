@@ -62,7 +62,8 @@ func Inspect(h schema.History, callID string) (schema.Assessment, error) {
 // against, never the events themselves. It keeps a copy of its arguments
 // (a history source may reuse its buffers) only while a retry may still
 // compare against them: a call that ended ok can have no valid retry, so
-// its copy is dropped with its result (but the target's is kept). The
+// its copy is dropped with its result (but the target's is kept; a small
+// copy shares its block with others, see copyArgs). The
 // fields are ordered, and the status, stage and contract kept as small
 // codes, so that a call takes 144 bytes: a 100,000-event history holds
 // some 20,000 calls, and their memory is most of Inspect's own.
@@ -136,6 +137,7 @@ type scan struct {
 	// is known, until it is pushed ("" otherwise): if another check of
 	// that event fails, a duplicate id still comes first (firstError).
 	pendingID string
+	argBlock  []byte    // the free end of the block copyArgs copies small arguments into
 	tgt       int32     // index of the call with the target's id, else -1
 	idx       int32     // the target's index once verified, else -1
 	pairs     []argPair // retries whose argument bytes differ from their prior's
@@ -530,7 +532,7 @@ func (s *scan) onCall(ev *schema.Event) error {
 			if bytes.Equal(p.args, c.Arguments) {
 				nc.args = p.args // the same bytes: the same canonical arguments
 			} else {
-				nc.args = bytes.Clone(c.Arguments) // the source may reuse its buffer
+				nc.args = s.copyArgs(c.Arguments) // the source may reuse its buffer
 				s.pairs = append(s.pairs, argPair{idx: s.count, prior: p.args, args: nc.args})
 			}
 		} else {
@@ -538,11 +540,34 @@ func (s *scan) onCall(ev *schema.Event) error {
 		}
 	}
 	if !nc.legacy && nc.args == nil {
-		nc.args = bytes.Clone(c.Arguments) // the source may reuse its buffer
+		nc.args = s.copyArgs(c.Arguments) // the source may reuse its buffer
 	}
 	s.push(nc)
 	return nil
 }
+
+// copyArgs returns a copy of a call's arguments. Small ones (at most
+// smallArgs bytes, most calls') are copied into blocks of argsBlock bytes
+// shared by many calls instead of one allocation each; a block lives as
+// long as the scan (a completed call's copy is not freed early, at most
+// smallArgs bytes per call). Larger ones get their own copy, freed when
+// the call no longer needs it.
+func (s *scan) copyArgs(b []byte) []byte {
+	if len(b) > smallArgs {
+		return bytes.Clone(b)
+	}
+	if len(b) > cap(s.argBlock)-len(s.argBlock) {
+		s.argBlock = make([]byte, 0, argsBlock)
+	}
+	k := len(s.argBlock)
+	s.argBlock = append(s.argBlock, b...)
+	return s.argBlock[k:len(s.argBlock):len(s.argBlock)]
+}
+
+const (
+	smallArgs = 256
+	argsBlock = 16 << 10
+)
 
 // callChunk is how many calls one chunk holds: chunks never move once
 // allocated, so the calls are not copied as a history grows.
