@@ -5,6 +5,8 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"hash/maphash"
+	"math/bits"
 	"slices"
 
 	"github.com/jingwei/jingwei/effect"
@@ -60,20 +62,26 @@ func Inspect(h schema.History, callID string) (schema.Assessment, error) {
 // against, never the events themselves. It keeps a copy of its arguments
 // (a history source may reuse its buffers) only while a retry may still
 // compare against them: a call that ended ok can have no valid retry, so
-// its copy is dropped with its result (but the target's is kept).
+// its copy is dropped with its result (but the target's is kept; a small
+// copy shares its block with others, see copyArgs). The
+// fields are ordered, and the status, stage and contract kept as small
+// codes, so that a call takes 144 bytes: a 100,000-event history holds
+// some 20,000 calls, and their memory is most of Inspect's own.
 type call struct {
 	id       string
-	seq      uint64
 	tool     string
 	task     string
 	key      string
-	contract effect.Contract
+	revision string // of the contract
 	args     []byte // a copy of the arguments while needed, else nil
+	seq      uint64
+	resSeq   uint64 // seq of the result, 0 while none
+	n        int32  // the event's position in the history (1-based), for messages
 	prior    int32  // index of the attempt this one retries, or -1
 	next     int32  // index of the retry that follows this one, or -1
-	status   schema.Status
-	stage    schema.Stage
-	resSeq   uint64 // seq of the result, 0 while none
+	effect   effect.Effect
+	status   uint8 // index in statuses: 0 while no result
+	stage    uint8 // index in stages: 0 for none
 	started  bool
 	marker   bool
 	combined bool // recorded with call.started (the start is in the tool.call)
@@ -82,7 +90,29 @@ type call struct {
 	granted  bool // approval.granted recorded
 }
 
-type opKey struct{ task, key string }
+// contract returns the call's contract.
+func (c *call) contract() effect.Contract {
+	return effect.Contract{Effect: c.effect, Revision: c.revision}
+}
+
+// statuses are the result statuses by their code in call.status (0: no
+// result), stages the rejection stages by theirs in call.stage (0: none).
+var (
+	statuses = [...]schema.Status{"", schema.StatusOK, schema.StatusRejected, schema.StatusFailed, schema.StatusTimeout, schema.StatusCancelled, schema.StatusBudgetExhausted, schema.StatusOutputLimit}
+	stages   = [...]schema.Stage{"", schema.StagePermission, schema.StageArguments, schema.StageGuard, schema.StageApproval, schema.StageBudget}
+)
+
+const statusOK = 1 // statuses[statusOK] == schema.StatusOK
+
+// codeOf returns the index of v in list, or -1.
+func codeOf[T comparable](list []T, v T) int {
+	for i, c := range list {
+		if c == v {
+			return i
+		}
+	}
+	return -1
+}
 
 // scan is the state of one pass over a history.
 type scan struct {
@@ -92,14 +122,29 @@ type scan struct {
 	lastSeq uint64   // seq of the previous event
 	chunks  [][]call // the calls in log order, callChunk to a chunk
 	count   int32
-	byID    map[string]int32
-	byOp    map[opKey]struct{} // operation keys in use
-	idx     int32              // the target's index once found, else -1
-	pairs   []argPair          // retries whose argument bytes differ from their prior's
-	canon   []byte             // the target's canonical arguments, once run has checked them
-	digest  string             // and their schema.ArgsDigest
-	fence   uint64             // the highest fence epoch so far, 0 before the first session.fenced
-	fenceAt uint64             // the seq of the first session.fenced with that epoch
+	// byID indexes calls [0, mapped) by id. It is filled only when a
+	// lookup misses the last recentCalls calls (index), so a history whose
+	// started and result events follow their calls closely never builds it.
+	byID   map[string]int32
+	mapped int32
+	// ids and ops hold, per call in log order, the hash of its id and (for
+	// a call with an operation and no retry link) of its task and key,
+	// each with the call's index in the low bits: dups finds a repeated
+	// id or key from them once (firstRepeat), instead of a map insert per
+	// call (see dups for why the answer is the same).
+	ids, ops []uint64
+	// pendingID is the id of the tool.call being checked once its length
+	// is known, until it is pushed ("" otherwise): if another check of
+	// that event fails, a duplicate id still comes first (firstError).
+	pendingID string
+	argBlock  []byte    // the free end of the block copyArgs copies small arguments into
+	tgt       int32     // index of the call with the target's id, else -1
+	idx       int32     // the target's index once verified, else -1
+	pairs     []argPair // retries whose argument bytes differ from their prior's
+	canon     []byte    // the target's canonical arguments, once run has checked them
+	digest    string    // and their schema.ArgsDigest
+	fence     uint64    // the highest fence epoch so far, 0 before the first session.fenced
+	fenceAt   uint64    // the seq of the first session.fenced with that epoch
 	// links holds a copy of every retry's link by the retry's index, kept
 	// only for RequireSignedPlans (nil otherwise)
 	links map[int32]schema.RetryLink
@@ -123,8 +168,7 @@ func scanFor(h schema.History, callID string, keepLinks bool) (*scan, error) {
 	}
 	s := &scan{
 		target: callID,
-		byID:   make(map[string]int32),
-		byOp:   make(map[opKey]struct{}),
+		tgt:    -1,
 		idx:    -1,
 	}
 	if keepLinks {
@@ -133,8 +177,8 @@ func scanFor(h schema.History, callID string, keepLinks bool) (*scan, error) {
 	if err := s.run(h); err != nil {
 		return nil, err
 	}
-	i, ok := s.byID[callID]
-	if !ok {
+	i := s.tgt
+	if i < 0 {
 		return nil, schema.Errorf(schema.CodeUnknownCall, "call %q is not in the history (%d events, %d calls)", callID, s.n, int(s.count))
 	}
 	c := s.at(i)
@@ -173,9 +217,9 @@ func (s *scan) run(h schema.History) error {
 		canon []byte
 	}
 	need := make([]canonArgs, 0, 2*len(s.pairs)+1)
-	target, found := s.byID[s.target]
+	target, found := s.tgt, s.tgt >= 0
 	if found {
-		if c := s.at(target); !c.legacy && (c.status != schema.StatusOK || c.prior >= 0) {
+		if c := s.at(target); !c.legacy && (c.status != statusOK || c.prior >= 0) {
 			need = append(need, canonArgs{idx: target, args: c.args})
 		} else {
 			found = false
@@ -213,6 +257,8 @@ func (s *scan) run(h schema.History) error {
 	return nil
 }
 
+// read checks every event of h in order, then the call ids and operation
+// keys for repeats (dups); the first problem in log order is the error.
 func (s *scan) read(h schema.History) error {
 	if h == nil {
 		return nil
@@ -220,16 +266,127 @@ func (s *scan) read(h schema.History) error {
 	for ev, err := range h {
 		if err != nil {
 			var se *schema.Error
-			if errors.As(err, &se) {
-				return err
+			if !errors.As(err, &se) {
+				err = fmt.Errorf("recovery: reading history after %d events: %w", s.n, err)
 			}
-			return fmt.Errorf("recovery: reading history after %d events: %w", s.n, err)
+			return s.firstError(err)
 		}
 		if err := s.event(&ev); err != nil {
-			return err
+			return s.firstError(err)
 		}
 	}
+	return s.dups()
+}
+
+// firstError returns the error of the first problem in log order, given
+// err, the problem of the current event (or of the source): a repeated
+// call id or operation key among the calls read so far is earlier, and a
+// repeated id of the current tool.call is checked at that event before
+// anything that may have failed after it (onCall's order).
+func (s *scan) firstError(err error) error {
+	if d := s.dups(); d != nil {
+		return d
+	}
+	if id := s.pendingID; id != "" {
+		if i, ok := s.index(id); ok {
+			return schema.Errorf(schema.CodeCorruptHistory, "event %d (seq %d): duplicate call_id %q (first at seq %d)", s.n, s.lastSeq, id, s.at(i).seq)
+		}
+	}
+	return err
+}
+
+// dups returns the corrupt_history error of the first call, in log
+// order, whose id an earlier call has, or that uses the task and key of
+// an earlier call without a retry link (at the same call, the id comes
+// first, as in onCall); nil when there is none. Checking here, once the
+// history has been read or has failed, instead of at each call gives the
+// same answer: nothing a repeat changes later can be reported before it
+// (read and firstError ask dups first), and every other check of the
+// repeating event comes after the id check (firstError) or before the key
+// check (a call is pushed only when all of them passed).
+func (s *scan) dups() error {
+	idAt, idFirst := s.firstRepeat(s.ids, func(a, b *call) bool { return a.id == b.id })
+	opAt, opFirst := s.firstRepeat(s.ops, func(a, b *call) bool { return a.task == b.task && a.key == b.key })
+	switch {
+	case idAt >= 0 && (opAt < 0 || idAt <= opAt):
+		c := s.at(idAt)
+		return schema.Errorf(schema.CodeCorruptHistory, "event %d (seq %d): duplicate call_id %q (first at seq %d)", c.n, c.seq, c.id, s.at(idFirst).seq)
+	case opAt >= 0:
+		c := s.at(opAt)
+		return schema.Errorf(schema.CodeCorruptHistory, "event %d (seq %d): call %q reuses operation key %q of task %q, first used by call %q, without a retry link", c.n, c.seq, c.id, c.key, c.task, s.at(opFirst).id)
+	}
 	return nil
+}
+
+// firstRepeat returns the lowest index whose call is the same as an
+// earlier one's (same decides; equal hash bits only make two calls
+// candidates), with the first of those; -1, -1 when there is none.
+// entries hold a hash above ordBits and a call's index below, in index
+// order. Instead of sorting them, it spreads them by their top hash bits
+// over about len/4 buckets, keeping index order within each (a counting
+// sort on those bits alone), and compares within a bucket: a few entries
+// each, as the hashes are seeded per process.
+func (s *scan) firstRepeat(entries []uint64, same func(a, b *call) bool) (at, first int32) {
+	at, first = -1, -1
+	if len(entries) < 2 {
+		return at, first
+	}
+	shift := 64 - max(bits.Len(uint(len(entries)))-2, 1)
+	count := make([]int32, 1<<(64-shift)+1)
+	for _, e := range entries {
+		count[e>>shift+1]++
+	}
+	for b := 1; b < len(count); b++ {
+		count[b] += count[b-1]
+	}
+	spread := make([]uint64, len(entries))
+	next := slices.Clone(count[:len(count)-1])
+	for _, e := range entries {
+		spread[next[e>>shift]] = e
+		next[e>>shift]++
+	}
+	for b := 0; b+1 < len(count); b++ {
+		bucket := spread[count[b]:count[b+1]]
+		for j := 1; j < len(bucket); j++ {
+			cj := int32(bucket[j] & ordMask)
+			if at >= 0 && cj >= at {
+				break // index order: the rest of the bucket comes later still
+			}
+			for i := range j {
+				ci := int32(bucket[i] & ordMask)
+				if bucket[i]&^ordMask == bucket[j]&^ordMask && same(s.at(ci), s.at(cj)) {
+					at, first = cj, ci
+					break
+				}
+			}
+			if at == cj {
+				break
+			}
+		}
+	}
+	return at, first
+}
+
+// ordBits is how many low bits of an ids or ops entry hold the call's
+// index: every index of a history within schema.MaxHistoryEvents fits.
+const (
+	ordBits = 20
+	ordMask = 1<<ordBits - 1
+)
+
+var _ [ordMask + 1 - schema.MaxHistoryEvents]struct{} // MaxHistoryEvents fits in ordBits
+
+// hashSeed seeds the id and key hashes of every scan: random per process,
+// so that no history is built to make them collide (collisions are
+// correct, only slower).
+var hashSeed = maphash.MakeSeed()
+
+// hashString hashes an id, a task or a key (a variable for the tests,
+// which make every hash collide).
+var hashString = func(s string) uint64 { return maphash.String(hashSeed, s) }
+
+func keyHash(task, key string) uint64 {
+	return hashString(task)*0x9e3779b97f4a7c15 ^ hashString(key)
 }
 
 // corrupt returns a corrupt_history error naming the event's position and seq.
@@ -306,15 +463,14 @@ func (s *scan) onCall(ev *schema.Event) error {
 	if len(c.CallID) > schema.MaxFieldBytes {
 		return s.tooLong(ev, "call_id", len(c.CallID))
 	}
-	// one map operation each for the id and the key: a duplicate shows as a
-	// map that did not grow (the error path finds the first use by a scan)
-	if !added(s.byID, c.CallID, s.count) {
-		return s.corrupt(ev, "duplicate call_id %q (first at seq %d)", c.CallID, s.find(func(o *call) bool { return o.id == c.CallID }).seq)
-	}
+	// a repeated id, or a repeated key without a retry link, is found by
+	// dups once the history is read (or fails); from here on a failing
+	// check of this event still reports a repeated id first (firstError)
+	s.pendingID = c.CallID
 	// The combined form (call.started, docs/protocol.md §5) records the
 	// start with the call: from here on the call is started, exactly as
 	// after a tool.started. Validate refused started with start_marker.
-	nc := call{id: c.CallID, seq: ev.Seq, tool: c.Tool, prior: -1, next: -1, marker: c.StartMarker, started: c.Started, combined: c.Started}
+	nc := call{id: c.CallID, seq: ev.Seq, n: int32(s.n), tool: c.Tool, prior: -1, next: -1, marker: c.StartMarker, started: c.Started, combined: c.Started}
 	op := c.Operation
 	if op != nil {
 		if at, ok := s.stopped[op.Task]; ok {
@@ -335,14 +491,13 @@ func (s *scan) onCall(ev *schema.Event) error {
 		if err := op.Contract.Validate(); err != nil {
 			return s.corrupt(ev, "call %q: %v", c.CallID, err)
 		}
-		nc.task, nc.key, nc.contract = op.Task, op.Key, op.Contract
-		ok := opKey{op.Task, op.Key}
+		nc.task, nc.key, nc.effect, nc.revision = op.Task, op.Key, op.Contract.Effect, op.Contract.Revision
 		if r := op.Retry; r != nil {
 			if len(r.PriorCallID) > schema.MaxFieldBytes {
 				return s.tooLong(ev, "retry.prior_call_id of call "+quote(c.CallID), len(r.PriorCallID))
 			}
-			pi, found := s.byID[r.PriorCallID]
-			if !found || pi >= s.count { // pi == s.count: the call retries itself
+			pi, found := s.index(r.PriorCallID)
+			if !found { // a call retrying itself: it is not indexed before push
 				return s.corrupt(ev, "call %q retries call %q, which is not earlier in the history", c.CallID, r.PriorCallID)
 			}
 			p := s.at(pi)
@@ -353,7 +508,7 @@ func (s *scan) onCall(ev *schema.Event) error {
 				return s.corrupt(ev, "call %q retries call %q, which has no operation", c.CallID, p.id)
 			case p.next >= 0:
 				return s.corrupt(ev, "call %q retries call %q, which was already retried by call %q (chain forks)", c.CallID, p.id, s.at(p.next).id)
-			case p.status == schema.StatusOK:
+			case p.status == statusOK:
 				return s.corrupt(ev, "call %q retries call %q, which completed (ok at seq %d): no plan is ever issued for a completed call", c.CallID, p.id, p.resSeq)
 			case p.tool != nc.tool:
 				return s.corrupt(ev, "call %q retries call %q with tool %q instead of %q", c.CallID, p.id, nc.tool, p.tool)
@@ -361,8 +516,8 @@ func (s *scan) onCall(ev *schema.Event) error {
 				return s.corrupt(ev, "call %q retries call %q in task %q instead of %q", c.CallID, p.id, nc.task, p.task)
 			case p.key != nc.key:
 				return s.corrupt(ev, "call %q retries call %q with operation key %q instead of %q", c.CallID, p.id, nc.key, p.key)
-			case p.contract != nc.contract:
-				return s.corrupt(ev, "call %q retries call %q under contract %s instead of %s", c.CallID, p.id, nc.contract, p.contract)
+			case p.effect != nc.effect || p.revision != nc.revision:
+				return s.corrupt(ev, "call %q retries call %q under contract %s instead of %s", c.CallID, p.id, op.Contract, p.contract())
 			}
 			nc.prior = pi
 			p.next = s.count
@@ -377,20 +532,42 @@ func (s *scan) onCall(ev *schema.Event) error {
 			if bytes.Equal(p.args, c.Arguments) {
 				nc.args = p.args // the same bytes: the same canonical arguments
 			} else {
-				nc.args = bytes.Clone(c.Arguments) // the source may reuse its buffer
+				nc.args = s.copyArgs(c.Arguments) // the source may reuse its buffer
 				s.pairs = append(s.pairs, argPair{idx: s.count, prior: p.args, args: nc.args})
 			}
-		} else if !added(s.byOp, ok, struct{}{}) {
-			first := s.find(func(o *call) bool { return !o.legacy && o.task == op.Task && o.key == op.Key })
-			return s.corrupt(ev, "call %q reuses operation key %q of task %q, first used by call %q, without a retry link", c.CallID, op.Key, op.Task, first.id)
+		} else {
+			s.ops = append(s.ops, keyHash(op.Task, op.Key)&^ordMask|uint64(s.count))
 		}
 	}
 	if !nc.legacy && nc.args == nil {
-		nc.args = bytes.Clone(c.Arguments) // the source may reuse its buffer
+		nc.args = s.copyArgs(c.Arguments) // the source may reuse its buffer
 	}
 	s.push(nc)
 	return nil
 }
+
+// copyArgs returns a copy of a call's arguments. Small ones (at most
+// smallArgs bytes, most calls') are copied into blocks of argsBlock bytes
+// shared by many calls instead of one allocation each; a block lives as
+// long as the scan (a completed call's copy is not freed early, at most
+// smallArgs bytes per call). Larger ones get their own copy, freed when
+// the call no longer needs it.
+func (s *scan) copyArgs(b []byte) []byte {
+	if len(b) > smallArgs {
+		return bytes.Clone(b)
+	}
+	if len(b) > cap(s.argBlock)-len(s.argBlock) {
+		s.argBlock = make([]byte, 0, argsBlock)
+	}
+	k := len(s.argBlock)
+	s.argBlock = append(s.argBlock, b...)
+	return s.argBlock[k:len(s.argBlock):len(s.argBlock)]
+}
+
+const (
+	smallArgs = 256
+	argsBlock = 16 << 10
+)
 
 // callChunk is how many calls one chunk holds: chunks never move once
 // allocated, so the calls are not copied as a history grows.
@@ -398,22 +575,29 @@ const callChunk = 1024
 
 func (s *scan) at(i int32) *call { return &s.chunks[i/callChunk][i%callChunk] }
 
-// added sets m[k] = v and reports whether k is new, in one map operation.
-func added[K comparable, V any](m map[K]V, k K, v V) bool {
-	n := len(m)
-	m[k] = v
-	return len(m) > n
-}
+// recentCalls is how many of the latest calls index compares before it
+// turns to the map: a started or result event mostly follows its call
+// closely.
+const recentCalls = 8
 
-// find returns the first call that matches, for error messages only (it
-// scans every call).
-func (s *scan) find(match func(*call) bool) *call {
-	for i := int32(0); i < s.count; i++ {
-		if c := s.at(i); match(c) {
-			return c
+// index returns the index of the call with id (the latest one, should
+// there be a repeat dups has yet to report).
+func (s *scan) index(id string) (int32, bool) {
+	for i, end := s.count-1, max(s.count-recentCalls, 0); i >= end; i-- {
+		if s.at(i).id == id {
+			return i, true
 		}
 	}
-	return &call{}
+	if s.mapped < s.count {
+		if s.byID == nil {
+			s.byID = make(map[string]int32)
+		}
+		for ; s.mapped < s.count; s.mapped++ {
+			s.byID[s.at(s.mapped).id] = s.mapped
+		}
+	}
+	i, ok := s.byID[id]
+	return i, ok
 }
 
 // push appends c. The first chunk starts small and grows by append up
@@ -424,6 +608,11 @@ func (s *scan) find(match func(*call) bool) *call {
 // (every handler takes its pointers from at and drops them before it
 // returns; onCall pushes last).
 func (s *scan) push(c call) {
+	s.ids = append(s.ids, hashString(c.id)&^ordMask|uint64(s.count))
+	if c.id == s.target {
+		s.tgt = s.count
+	}
+	s.pendingID = ""
 	if s.count%callChunk == 0 {
 		size := callChunk
 		if s.count == 0 {
@@ -445,7 +634,7 @@ func (s *scan) lookup(ev *schema.Event, id, what string) (*call, error) {
 	if len(id) > schema.MaxFieldBytes {
 		return nil, s.tooLong(ev, what+" call_id", len(id))
 	}
-	i, ok := s.byID[id]
+	i, ok := s.index(id)
 	if !ok {
 		return nil, s.corrupt(ev, "%s for call %q without a prior tool.call", what, id)
 	}
@@ -501,8 +690,12 @@ func (s *scan) onResult(ev *schema.Event) error {
 	} else if c.asked && !c.granted {
 		return s.corrupt(ev, "call %q ends %s while it waits for approval (only rejected may end it before approval.granted)", c.id, r.Status)
 	}
-	c.status, c.stage, c.resSeq = intern(r.Status), r.Stage, ev.Seq
-	if c.status == schema.StatusOK && c.id != s.target {
+	st, sg := codeOf(statuses[1:], r.Status), codeOf(stages[:], r.Stage)
+	if st < 0 || sg < 0 { // Validate refused them: not reached
+		return s.corrupt(ev, "call %q has status %q and stage %q", c.id, r.Status, r.Stage)
+	}
+	c.status, c.stage, c.resSeq = uint8(st+1), uint8(sg), ev.Seq
+	if c.status == statusOK && c.id != s.target {
 		c.args = nil // a retry of a completed call is corrupt: nothing compares them
 	}
 	return nil
@@ -525,11 +718,11 @@ func (s *scan) assess() schema.Assessment {
 		Tool:     c.tool,
 		Task:     c.task,
 		Key:      c.key,
-		Contract: c.contract,
+		Contract: c.contract(),
 		Attempts: n,
 		Chain:    chain,
 	}
-	a.Outcome, a.Evidence, a.Decision = Classify(c.status, c.stage, c.marker, c.started, c.contract)
+	a.Outcome, a.Evidence, a.Decision = Classify(statuses[c.status], stages[c.stage], c.marker, c.started, c.contract())
 	return a
 }
 
@@ -579,17 +772,6 @@ const (
 	// has no tool.started and no result, so its body never ran.
 	EvidenceNotStartedMarker = "not_started_marker"
 )
-
-// intern returns the constant for a valid status, so that a call does not
-// keep the decoded string alive.
-func intern(st schema.Status) schema.Status {
-	for _, c := range [...]schema.Status{schema.StatusOK, schema.StatusRejected, schema.StatusFailed, schema.StatusTimeout, schema.StatusCancelled, schema.StatusBudgetExhausted, schema.StatusOutputLimit} {
-		if st == c {
-			return c
-		}
-	}
-	return st
-}
 
 func quote(s string) string { return fmt.Sprintf("%q", s) }
 

@@ -116,7 +116,7 @@ func (s *scan) authorizeChain(planners, reviewers TrustedKeys) error {
 			Tool:        c.tool,
 			Arguments:   s.canon,
 			ArgsDigest:  s.digest,
-			Contract:    c.contract,
+			Contract:    c.contract(),
 			Key:         c.key,
 			PriorCallID: l.PriorCallID,
 			PriorSeq:    l.PriorSeq,

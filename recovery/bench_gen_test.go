@@ -1,0 +1,142 @@
+package recovery_test
+
+import (
+	"bytes"
+	"io"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/jingwei/jingwei/internal/testhistory"
+	"github.com/jingwei/jingwei/recovery"
+	"github.com/jingwei/jingwei/schema"
+)
+
+// BenchmarkInspectGenerated is BenchmarkInspect over the history the
+// `jingwei bench` row "Inspect vs decode" reads (internal/testhistory's
+// default 100,000 events: combined-form calls, retries with reviews,
+// fences, rejections), reporting the same metrics. Run it with
+// -benchtime 10x or so.
+//
+// Measured on the shared 2-core machine (1 Dec, load average 5-7 from
+// other jobs), test binaries before and after issue 16's rework of the
+// per-call index in alternation, -benchtime 8x-10x: inspect/decode-cpu
+// 1.23-1.39 before, 1.05-1.23 after. Inspect's own work alone
+// (BenchmarkInspectDecoded, no decode) went from 11.5-13.6 ms, 9.2 MB and
+// 19,900 allocations per history to 5.3-6.2 ms CPU, 5.0 MB and 3,700: the
+// two string-keyed map inserts per call were most of it (they are now one
+// pass over per-call hashes after the read, see dups), then the call
+// structs (184 → 144 bytes) and one allocation per call's arguments.
+func BenchmarkInspectGenerated(b *testing.B) {
+	h := testhistory.Generate(testhistory.Config{})
+	data, last := h.JSONL, h.LastCall
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	type sample struct{ wall, cpu time.Duration }
+	timed := func(f func()) sample {
+		runtime.GC()
+		c, w := cpuTime(), time.Now()
+		f()
+		return sample{time.Since(w), cpuTime() - c}
+	}
+	decode := func() {
+		r := schema.NewHistoryReader(bytes.NewReader(data), schema.DefaultLimits)
+		for {
+			_, err := r.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	inspect := func() {
+		a, err := recovery.Inspect(reader(data), last)
+		if err != nil || a.CallID != last {
+			b.Fatalf("Inspect: %+v %v", a, err)
+		}
+	}
+	var decWall, insWall, wallRatio, cpuRatio []float64
+	n := 0
+	for b.Loop() {
+		var d, i sample
+		if n%2 == 0 {
+			d, i = timed(decode), timed(inspect)
+		} else {
+			i, d = timed(inspect), timed(decode)
+		}
+		n++
+		decWall = append(decWall, float64(d.wall))
+		insWall = append(insWall, float64(i.wall))
+		wallRatio = append(wallRatio, float64(i.wall)/float64(d.wall))
+		if d.cpu > 0 {
+			cpuRatio = append(cpuRatio, float64(i.cpu)/float64(d.cpu))
+		}
+	}
+	b.ReportMetric(median(decWall), "decode-ns/op")
+	b.ReportMetric(median(insWall), "inspect-ns/op")
+	b.ReportMetric(median(wallRatio), "inspect/decode")
+	if len(cpuRatio) > 0 {
+		b.ReportMetric(median(cpuRatio), "inspect/decode-cpu")
+	}
+}
+
+// BenchmarkInspectOnly times Inspect alone over the generated history, for
+// profiles (-cpuprofile, -memprofile) of Inspect without the decode-only
+// runs of BenchmarkInspectGenerated.
+func BenchmarkInspectOnly(b *testing.B) {
+	h := testhistory.Generate(testhistory.Config{})
+	data, last := h.JSONL, h.LastCall
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		a, err := recovery.Inspect(reader(data), last)
+		if err != nil || a.CallID != last {
+			b.Fatalf("Inspect: %+v %v", a, err)
+		}
+	}
+}
+
+// BenchmarkDecodeOnly is the decode BenchmarkInspectOnly's Inspect starts
+// from, alone, for comparing profiles.
+func BenchmarkDecodeOnly(b *testing.B) {
+	h := testhistory.Generate(testhistory.Config{})
+	data := h.JSONL
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		r := schema.NewHistoryReader(bytes.NewReader(data), schema.DefaultLimits)
+		for {
+			_, err := r.Next()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+// BenchmarkInspectDecoded times Inspect over the generated history's
+// events already in memory (schema.Events): Inspect's own work — the
+// checks, the per-call state, Validate and the iteration — without the
+// decode, which is most of BenchmarkInspectOnly and most of its noise;
+// cpu-ns/op is the median process CPU time (unix only).
+func BenchmarkInspectDecoded(b *testing.B) {
+	h := testhistory.Generate(testhistory.Config{})
+	b.ReportAllocs()
+	var cpu []float64
+	for b.Loop() {
+		c := cpuTime()
+		a, err := recovery.Inspect(schema.Events(h.Events), h.LastCall)
+		cpu = append(cpu, float64(cpuTime()-c))
+		if err != nil || a.CallID != h.LastCall {
+			b.Fatalf("Inspect: %+v %v", a, err)
+		}
+	}
+	if cpu[0] > 0 {
+		b.ReportMetric(median(cpu), "cpu-ns/op") // every goroutine's, GC included
+	}
+}
