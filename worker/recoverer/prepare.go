@@ -304,10 +304,13 @@ const maxAgainChain = 8
 //     a new message if none was, or the duplicate of the one that was,
 //     whose sequence is checked the same way.
 //
-// The outcome is ensureDeliverable's, with one request where it needs
-// the subject's last message, a read of the whole subject when another
-// plan of the session was published last, and then the publication.
-// After maxAgainChain publications again it is ensureDeliverable.
+// The outcome is ensureDeliverable's (TestDeliverRecentIsEnsureDeliverable).
+// The publication takes the place of its lookup of the plan's latest
+// message — the subject's last message, and the whole subject when
+// another plan of the session was published last — and, when nothing had
+// published the plan yet, of the round trip between that lookup and the
+// publication. After maxAgainChain publications again it is
+// ensureDeliverable.
 func (r *issuer) deliverRecent(ctx context.Context, plan schema.Plan) error {
 	floors := make(chan ackFloor, 1)
 	go func() {
