@@ -73,7 +73,11 @@ func (r *issuer) prepare(ctx context.Context, session, callID string) (schema.Pl
 		// would after a KV create that lost (one plan per call). A
 		// completed review since, or a consumed plan, goes the full way
 		// for its error code (completed, superseded_call, plan_consumed).
-		if err := r.ensureDeliverable(ctx, rec.Plan); err != nil {
+		deliver := r.ensureDeliverable
+		if r.justCreated(rec) {
+			deliver = r.deliverRecent
+		}
+		if err := deliver(ctx, rec.Plan); err != nil {
 			return schema.Plan{}, err
 		}
 		r.settled(session, callID)
@@ -224,6 +228,14 @@ func (r *issuer) ensurePublished(ctx context.Context, plan schema.Plan) error {
 	return r.publishPlan(ctx, plan)
 }
 
+// ackFloor is the answer of a plan consumer's ack-floor read
+// (stream.Topology.PlanConsumerAckFloor).
+type ackFloor struct {
+	floor uint64
+	ok    bool
+	err   error
+}
+
 // ensureDeliverable makes sure a tool worker will see an unused plan: it
 // is published (ensurePublished), and if the tool workers' plan consumer
 // has acknowledged or terminated its latest publication while the plan is
@@ -238,11 +250,6 @@ func (r *issuer) ensurePublished(ctx context.Context, plan schema.Plan) error {
 // moment earlier (an acknowledgement that lands just after either read
 // is left to the next prepare, as it was).
 func (r *issuer) ensureDeliverable(ctx context.Context, plan schema.Plan) error {
-	type ackFloor struct {
-		floor uint64
-		ok    bool
-		err   error
-	}
 	floors := make(chan ackFloor, 1)
 	go func() {
 		floor, ok, err := r.t.PlanConsumerAckFloor(ctx, plan.Session)
@@ -269,6 +276,78 @@ func (r *issuer) ensureDeliverable(ctx context.Context, plan schema.Plan) error 
 	}
 	r.log.Info().Str("session", plan.Session).Str("plan_id", plan.PlanID).Uint64("lost_seq", last).Msg("plan message acknowledged without the plan being used: published again")
 	return nil
+}
+
+// maxAgainChain bounds how many publications of one plan deliverRecent
+// follows through their Msg-Ids before it reads the plan's messages as
+// ensureDeliverable does.
+const maxAgainChain = 8
+
+// deliverRecent is ensureDeliverable for a plan whose record justCreated
+// says was created less than half the JW_PLANS dedup window ago: every
+// publication of it so far is younger still (they all follow the create),
+// so the server remembers each one's Msg-Id and answers a publication of
+// it again as a duplicate carrying the original's stream sequence. The
+// plan is published with its plan id as Msg-Id, alongside the plan
+// consumer's ack-floor read, instead of looking its latest message up
+// first:
+//
+//   - not a duplicate: nothing had published it (its creator crashed
+//     before publishing, or has not yet: its own publication is then the
+//     duplicate) — this one is the plan's message;
+//   - a duplicate at sequence S with no plan consumer yet, or a floor
+//     below S: S is still to be delivered or in a worker's hands (a
+//     publication again follows only an acknowledged one, so none
+//     exists);
+//   - a duplicate at S with the floor at or above S: S was acknowledged,
+//     and the plan is published again with Msg-Id PlanAgainID(plan, S) —
+//     a new message if none was, or the duplicate of the one that was,
+//     whose sequence is checked the same way.
+//
+// The outcome is ensureDeliverable's (TestDeliverRecentIsEnsureDeliverable).
+// The publication takes the place of its lookup of the plan's latest
+// message — the subject's last message, and the whole subject when
+// another plan of the session was published last — and, when nothing had
+// published the plan yet, of the round trip between that lookup and the
+// publication. After maxAgainChain publications again it is
+// ensureDeliverable.
+func (r *issuer) deliverRecent(ctx context.Context, plan schema.Plan) error {
+	floors := make(chan ackFloor, 1)
+	go func() {
+		floor, ok, err := r.t.PlanConsumerAckFloor(ctx, plan.Session)
+		floors <- ackFloor{floor, ok, err}
+	}()
+	data, err := json.Marshal(plan)
+	if err != nil {
+		return err
+	}
+	var (
+		af        ackFloor
+		haveFloor bool
+	)
+	id := plan.PlanID
+	for range maxAgainChain {
+		ack, err := r.publishPlanMsg(ctx, plan.Session, data, id)
+		if err != nil {
+			return fmt.Errorf("recoverer: publish plan %s: %w", plan.PlanID, err)
+		}
+		if !ack.Duplicate {
+			if id == plan.PlanID {
+				r.log.Info().Str("session", plan.Session).Str("call_id", plan.PriorCallID).Str("plan_id", plan.PlanID).Str("basis", string(plan.Basis)).Msg("plan issued")
+			} else {
+				r.log.Info().Str("session", plan.Session).Str("plan_id", plan.PlanID).Str("msg_id", id).Msg("plan message acknowledged without the plan being used: published again")
+			}
+			return nil
+		}
+		if !haveFloor {
+			af, haveFloor = <-floors, true
+		}
+		if af.err != nil || !af.ok || af.floor < ack.Sequence {
+			return af.err // no tool worker ran yet, or still pending or in a worker's hands
+		}
+		id = stream.PlanAgainID(plan.PlanID, ack.Sequence)
+	}
+	return r.ensureDeliverable(ctx, plan)
 }
 
 // justCreated reports whether rec, a plan record another prepare stored,

@@ -29,6 +29,7 @@ type requestTap struct {
 	subs   []*nats.Subscription
 	mu     sync.Mutex
 	counts map[string]int
+	added  int64 // messages counted, over every subscription (mu held)
 }
 
 func tapRequests(tb testing.TB, srv *stream.Embedded, topo *stream.Topology) *requestTap {
@@ -81,21 +82,29 @@ func requestKind(subj, plans string) string {
 func (t *requestTap) add(kind string) {
 	t.mu.Lock()
 	t.counts[kind]++
+	t.added++
 	t.mu.Unlock()
 }
 
 // reset returns the counts so far and starts again from zero, once the
-// copies of everything sent before it have been counted.
+// copies of everything sent before it have been counted: after the flush
+// every copy has reached the tap's connection, and each is counted once
+// no subscription holds one pending and every one handed to a callback
+// (Delivered) has been added — a copy being handled is neither pending
+// nor counted yet.
 func (t *requestTap) reset() map[string]int {
 	_ = t.nc.Flush()
 	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); {
-		idle := true
+		var pending, delivered int64
 		for _, s := range t.subs {
-			if n, _, _ := s.Pending(); n > 0 {
-				idle = false
-			}
+			n, _, _ := s.Pending()
+			d, _ := s.Delivered()
+			pending, delivered = pending+int64(n), delivered+d
 		}
-		if idle {
+		t.mu.Lock()
+		added := t.added
+		t.mu.Unlock()
+		if pending == 0 && added == delivered {
 			break
 		}
 		runtime.Gosched()
