@@ -67,12 +67,15 @@ func (r *issuer) prepare(ctx context.Context, session, callID string) (schema.Pl
 		return schema.Plan{}, err
 	case reviewErr != nil:
 		return schema.Plan{}, reviewErr
-	case err == nil && rec.State == stream.PlanIssued && rec.Plan.Session == session && rec.Plan.PriorCallID == callID &&
-		(review == nil || review.Verdict != schema.VerdictCompleted):
+	case err == nil && rec.State == stream.PlanIssued && (review == nil || review.Verdict != schema.VerdictCompleted):
 		// Issued before and still unused: the stored plan stands, as it
-		// would after a KV create that lost (one plan per call). A
-		// completed review since, or a consumed plan, goes the full way
-		// for its error code (completed, superseded_call, plan_consumed).
+		// would after a KV create that lost (one plan per call) — if it
+		// is the one jingwei issued for this call. A completed review
+		// since, or a consumed plan, goes the full way for its error code
+		// (completed, superseded_call, plan_consumed).
+		if err := r.checkStored(rec.Plan, session, callID); err != nil {
+			return schema.Plan{}, err
+		}
 		deliver := r.ensureDeliverable
 		if r.justCreated(rec) {
 			deliver = r.deliverRecent
@@ -139,6 +142,27 @@ func (r *issuer) prepare(ctx context.Context, session, callID string) (schema.Pl
 	return r.issue(ctx, plan)
 }
 
+// checkStored refuses a jw_plans record this prepare did not create
+// unless it is a plan jingwei issued for the call: the plan id's record
+// must name the same session and prior call and carry the signature of a
+// trusted planner. Any role that may write jw_plans (a tool worker, for
+// its compare-and-set consumption) could store something else under the
+// id before the first prepare; returning it would answer with a plan for
+// another call, or one no tool worker accepts. The answer is
+// plan_untrusted, naming what is wrong, and nothing is published: the
+// record needs an operator (the key is taken, so no plan can be issued for
+// the call until it is removed).
+func (r *issuer) checkStored(p schema.Plan, session, callID string) error {
+	id := recovery.PlanID(session, callID)
+	if p.PlanID != id || p.Session != session || p.PriorCallID != callID {
+		return schema.Errorf(schema.CodePlanUntrusted, "jw_plans holds under plan id %s a record for plan %q of session %q, call %q: not the plan of call %q; nothing issued (an operator must remove the record)", id, p.PlanID, p.Session, p.PriorCallID, callID)
+	}
+	if err := recovery.VerifyPlan(p, r.cfg.TrustedPlanners); err != nil {
+		return schema.Errorf(schema.CodePlanUntrusted, "jw_plans holds plan %s for call %q, but not as jingwei issued it: %v; nothing issued (an operator must remove the record)", id, callID, err)
+	}
+	return nil
+}
+
 // planReadFor bounds how long issue reads again a plan a racing create
 // stored that this replica does not show yet.
 const planReadFor = 10 * time.Second
@@ -173,6 +197,11 @@ func (r *issuer) issue(ctx context.Context, plan schema.Plan) (schema.Plan, erro
 		// Issued before from other facts (a review since): one plan per
 		// call, the first one stands.
 		r.log.Warn().Str("plan_id", plan.PlanID).Str("basis", string(rec.Plan.Basis)).Msg("plan issued before on another basis; returning the stored plan")
+	}
+	if !rec.Created {
+		if err := r.checkStored(rec.Plan, plan.Session, plan.PriorCallID); err != nil {
+			return schema.Plan{}, err
+		}
 	}
 	plan = rec.Plan
 	if rec.State == stream.PlanConsumed {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -524,5 +525,70 @@ func TestForgedRetryGetsNoPlan(t *testing.T) {
 	}
 	if err := recovery.VerifyPlan(good, r.cfg.TrustedPlanners); err != nil {
 		t.Fatalf("the recoverer's own plan does not verify: %v", err)
+	}
+}
+
+// TestPrepareRefusesForeignPlanRecord: a client with write access to
+// jw_plans (a tool worker's role, for its compare-and-set consumption)
+// stores a record under a call's plan id before any prepare — a plan of
+// another call, the right call signed by an unknown key, or a consumed
+// record so signed. Prepare answers plan_untrusted naming the record, on
+// its first try and its repeats, and publishes nothing: it never hands
+// out a plan jingwei did not issue for the call.
+func TestPrepareRefusesForeignPlanRecord(t *testing.T) {
+	ctx := context.Background()
+	e := setup(t, 0)
+	r := e.recoverer("a")
+	w := e.writer("s-fr", "w1")
+	for _, id := range []string{"c-1", "c-2", "c-3", "c-4"} {
+		w.call(id, "orders.create", effect.Idempotent, "k-"+id)
+		w.started(id)
+		w.result(id, schema.StatusTimeout, "")
+	}
+	// The genuine plan of c-4 is the model of what a forger writes.
+	genuine, err := r.Prepare(ctx, "s-fr", "c-4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stranger, _ := nkeys.CreateUser()
+	forge := func(callID string, p schema.Plan, state string) {
+		t.Helper()
+		b, err := json.Marshal(stream.PlanRecord{State: state, Plan: p, ConsumedBy: map[bool]string{true: "c-9"}[state == stream.PlanConsumed]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.topo.Plans.Create(ctx, recovery.PlanID("s-fr", callID), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// c-1: the genuine, signed plan of c-4 stored under c-1's plan id.
+	forge("c-1", genuine, stream.PlanIssued)
+	// c-2: a plan for c-2 signed by a stranger.
+	p2 := genuine
+	p2.PlanID, p2.PriorCallID, p2.Key, p2.Signer, p2.Sig = recovery.PlanID("s-fr", "c-2"), "c-2", "k-c-2", "", ""
+	if p2, err = recovery.SignPlan(stranger, p2); err != nil {
+		t.Fatal(err)
+	}
+	forge("c-2", p2, stream.PlanIssued)
+	// c-3: the same, as a consumed record (prepare's long way).
+	p3 := p2
+	p3.PlanID, p3.PriorCallID, p3.Key, p3.Signer, p3.Sig = recovery.PlanID("s-fr", "c-3"), "c-3", "k-c-3", "", ""
+	if p3, err = recovery.SignPlan(stranger, p3); err != nil {
+		t.Fatal(err)
+	}
+	forge("c-3", p3, stream.PlanConsumed)
+	for _, id := range []string{"c-1", "c-2", "c-3"} {
+		for try := range 2 {
+			p, err := r.Prepare(ctx, "s-fr", id)
+			if schema.CodeOf(err) != schema.CodePlanUntrusted {
+				t.Fatalf("prepare %s (try %d) over a foreign record: %+v %v, want plan_untrusted", id, try, p, err)
+			}
+			if !strings.Contains(err.Error(), recovery.PlanID("s-fr", id)) {
+				t.Fatalf("prepare %s: %v, want the error to name the plan id", id, err)
+			}
+		}
+	}
+	if msgs := e.planMsgs(); len(msgs) != 1 || msgs[genuine.PlanID] != 1 {
+		t.Fatalf("JW_PLANS %v, want only c-4's genuine plan, once", msgs)
 	}
 }
