@@ -38,8 +38,10 @@ type Config struct {
 	// plans a call, every retry in the call's chain must carry a plan
 	// signed by one of them (recovery.RequireSignedPlans), so a retry
 	// tool.call appended by anything but jingwei gets no plan
-	// (unauthorized_retry). Defaults to PlannerKey's public key alone; list
-	// every recoverer's key when several run.
+	// (unauthorized_retry); and a jw_plans record another recoverer
+	// stored is handed out only when its plan verifies against them
+	// (plan_untrusted otherwise). Defaults to PlannerKey's public key
+	// alone; list every recoverer's key when several run.
 	TrustedPlanners recovery.TrustedKeys
 	// AutoPlan, when true, issues a plan for every retry_allowed assessment
 	// the recoverer publishes, without a prepare request. Defaults to false:
