@@ -128,7 +128,23 @@ func (c *classifier) run(ctx context.Context) error {
 		n         int
 		found     []finding
 	)
+	// The assessments of results are grouped per session over a batch of
+	// events (batches); they are published when the batch is settled, or
+	// before, when a session's is full or a fence's assessment of the same
+	// session follows.
+	grouped := newBatches(c.pub)
 	settle := func(ctx context.Context, b *batch) error {
+		if b == &cur {
+			// The batch's grouped assessments go out before its events
+			// are acknowledged.
+			pubN, err := grouped.flush(ctx, acks)
+			if err != nil {
+				return err
+			}
+			if pubN > 0 {
+				cur.upTo = pubN
+			}
+		}
 		if err := acks.settleThrough(ctx, b.upTo); err != nil {
 			return err
 		}
@@ -258,11 +274,23 @@ func (c *classifier) run(ctx context.Context) error {
 					continue
 				}
 			}
-			pubN, err := c.pub.publishAsync(ctx, acks, *a, f.fenced)
+			var pubN uint64
+			if f.fenced {
+				// After the session's grouped assessments, which come
+				// before it in the log.
+				if pubN, err = grouped.flushSession(ctx, acks, f.session); err != nil {
+					return err
+				}
+				pubN, err = c.pub.publishAsync(ctx, acks, *a, true)
+			} else {
+				pubN, err = grouped.add(ctx, acks, a)
+			}
 			if err != nil {
 				return err
 			}
-			cur.upTo = pubN
+			if pubN > 0 {
+				cur.upTo = pubN
+			}
 		}
 		cur.last = m
 		n++
@@ -276,6 +304,13 @@ func (c *classifier) run(ctx context.Context) error {
 			}
 			n = 0
 		case n >= ackBatch:
+			pubN, err := grouped.flush(ctx, acks)
+			if err != nil {
+				return err
+			}
+			if pubN > 0 {
+				cur.upTo = pubN
+			}
 			if err := settle(ctx, &prev); err != nil {
 				return err
 			}
