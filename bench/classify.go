@@ -123,12 +123,12 @@ func (e *env) classify(ctx context.Context, events int) (jw, rawStoring, rawBare
 		// Every finished call has its assessment (stored before the ack),
 		// counted as a reader counts them: by the Jw-Assessment-Id values
 		// of the messages, one per member of a batch.
-		got, msgs, err := countAssessments(ctx, topo)
+		got, total, msgs, err := countAssessments(ctx, topo)
 		if err != nil {
 			return 0, err
 		}
-		if got != f.calls {
-			return 0, fmt.Errorf("recovery worker published %d assessments (in %d messages) for %d finished calls", got, msgs, f.calls)
+		if got != f.calls || total != f.calls {
+			return 0, fmt.Errorf("recovery worker published %d assessments (%d distinct, in %d messages) for %d finished calls", total, got, msgs, f.calls)
 		}
 		return rate(f.events, d), nil
 	}
@@ -182,44 +182,45 @@ func (e *env) classify(ctx context.Context, events int) (jw, rawStoring, rawBare
 
 // countAssessments reads every message of JW_ASSESSMENTS as a reader
 // must (schema.DecodeAssessments: one assessment or a batch) and returns
-// the distinct Jw-Assessment-Id values and the messages; a message that
-// does not decode, or whose header values do not name its members in
-// order, is an error.
-func countAssessments(ctx context.Context, topo *stream.Topology) (assessments, msgs int, err error) {
+// the distinct Jw-Assessment-Id values, all of them (repeats included) and
+// the messages; a message that does not decode, or whose header values do
+// not name its members in order, is an error.
+func countAssessments(ctx context.Context, topo *stream.Topology) (distinct, total, msgs int, err error) {
 	info, err := topo.Assessments.Info(ctx)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	if info.State.Msgs == 0 {
-		return 0, 0, nil
+		return 0, 0, 0, nil
 	}
 	cons, err := topo.JS.OrderedConsumer(ctx, topo.StreamName("ASSESSMENTS"), jetstream.OrderedConsumerConfig{})
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	ids := make(map[string]struct{}, info.State.Msgs)
 	for range info.State.Msgs {
 		m, err := cons.Next(jetstream.FetchMaxWait(10 * time.Second))
 		if err != nil {
-			return 0, 0, fmt.Errorf("read assessments: %w", err)
+			return 0, 0, 0, fmt.Errorf("read assessments: %w", err)
 		}
 		as, err := schema.DecodeAssessments(m.Data())
 		if err != nil {
-			return 0, 0, fmt.Errorf("assessment message on %s: %w", m.Subject(), err)
+			return 0, 0, 0, fmt.Errorf("assessment message on %s: %w", m.Subject(), err)
 		}
 		vals := m.Headers().Values(recoverer.HeaderAssessmentID)
 		if len(vals) != len(as) {
-			return 0, 0, fmt.Errorf("assessment message on %s: %d assessments, %d %s values", m.Subject(), len(as), len(vals), recoverer.HeaderAssessmentID)
+			return 0, 0, 0, fmt.Errorf("assessment message on %s: %d assessments, %d %s values", m.Subject(), len(as), len(vals), recoverer.HeaderAssessmentID)
 		}
 		for i, a := range as {
 			if want := "a." + a.Session + "." + a.CallID + "." + a.Evidence; vals[i] != want {
-				return 0, 0, fmt.Errorf("assessment message on %s: member %d is %s, its header value %s", m.Subject(), i, want, vals[i])
+				return 0, 0, 0, fmt.Errorf("assessment message on %s: member %d is %s, its header value %s", m.Subject(), i, want, vals[i])
 			}
 			ids[vals[i]] = struct{}{}
+			total++
 		}
 		msgs++
 	}
-	return len(ids), msgs, nil
+	return len(ids), total, msgs, nil
 }
 
 // rawAssessment is the storing raw consumer's message: an encoded
