@@ -19,8 +19,8 @@ import (
 // events they came from. A publish whose ack reports anything but a
 // stored message (an error reply, no responders), or never comes (a
 // reconnect in between, ackTimeout), is re-sent synchronously, the same
-// bytes, with its assessment id as Nats-Msg-Id, a batch's with an id of
-// its bytes (batchMsgID) (publisher.publishSync, which retries).
+// bytes, with its id as Nats-Msg-Id (an assessment's, or a batch's id of
+// its bytes, batchMsgID) (publisher.publishSync, which retries).
 //
 // It does what jetstream's PublishMsgAsync did with less: that path parsed
 // every PubAck with encoding/json into a fresh struct and signalled two
@@ -114,8 +114,8 @@ func ackState(m *nats.Msg) uint64 {
 	return ackStored
 }
 
-// publish sends msg (the assessment whose id is id, with dedup also as
-// its Nats-Msg-Id; "" for a batch) and returns its number, for
+// publish sends msg (an assessment or a batch whose id is id, with
+// dedup also as its Nats-Msg-Id) and returns its number, for
 // settleThrough.
 func (a *asyncAcks) publish(ctx context.Context, msg *nats.Msg, id string, dedup bool) (uint64, error) {
 	if len(a.queue)-a.head >= maxInFlight {
@@ -154,9 +154,6 @@ func (a *asyncAcks) settleThrough(ctx context.Context, upTo uint64) error {
 		}
 		if state != ackStored {
 			id := q.id
-			if id == "" { // a batch: an id of its bytes
-				id = batchMsgID(q.msg)
-			}
 			a.p.log.Warn().Str("subject", q.msg.Subject).Str("ack", ackWhy(state)).Int("assessments", len(q.msg.Header.Values(HeaderAssessmentID))).Msg("assessment publish not stored; re-sending")
 			if err := a.p.publishSync(ctx, q.msg, id); err != nil {
 				return err
