@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
@@ -199,7 +200,7 @@ func (c *classifier) run(ctx context.Context) error {
 	wait.reset(ctx, stallCheck)
 	defer wait.stop()
 	for {
-		m, err := it.Next(jetstream.NextContext(wait.ctx))
+		m, err := it.Next(wait.next...)
 		if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 			if quiet := time.Since(lastEvent); quiet < stallCheck {
 				wait.reset(ctx, stallCheck-quiet)
@@ -270,9 +271,10 @@ func (c *classifier) run(ctx context.Context) error {
 		if err != nil {
 			c.log.Warn().Err(err).Str("session", session).Uint64("seq", md.stream).Msg("event does not decode; skipped")
 		}
-		for _, f := range found {
-			a := f.a
-			if a == nil {
+		for i := range found {
+			f := &found[i]
+			a := &f.a
+			if !f.ready {
 				if a, err = c.inspectLoaded(ctx, f.session, f.callID, md.stream); err != nil {
 					// Not classified and not acknowledged: the event is
 					// delivered again once the consumer restarts.
@@ -472,16 +474,20 @@ func (c *classifier) loadThrough(ctx context.Context, session, callID string, se
 	}
 }
 
-// deadlineCtx is a context with a deadline that is replaced as a whole.
+// deadlineCtx is a context with a deadline that is replaced as a whole,
+// and the Next option that waits on it (made once per context: an option
+// made per event was two allocations per event).
 type deadlineCtx struct {
 	ctx    context.Context
 	cancel context.CancelFunc
+	next   []jetstream.NextOpt
 }
 
 // reset replaces the context by one of parent ending after d.
 func (w *deadlineCtx) reset(parent context.Context, d time.Duration) {
 	w.stop()
 	w.ctx, w.cancel = context.WithTimeout(parent, d)
+	w.next = []jetstream.NextOpt{jetstream.NextContext(w.ctx)}
 }
 
 // stop releases the context's timer.
@@ -516,10 +522,13 @@ func newBackoff(initial, maxInterval, maxElapsed time.Duration) *backoff.Exponen
 
 // finding is what the classifier concluded from one event: an assessment
 // ready to publish, or a call whose assessment needs its loaded history.
+// The assessment is held by value (a pointer was one allocation per
+// finished call): the classifier reuses its slice of findings.
 type finding struct {
 	session string
 	callID  string
-	a       *schema.Assessment // nil: load the history and Inspect callID
+	a       schema.Assessment
+	ready   bool // a holds the assessment; false: load the history and Inspect callID
 	// fenced: the call was closed by a session.fenced (its assessment is
 	// published with its id as Nats-Msg-Id).
 	fenced bool
@@ -532,17 +541,22 @@ type tracker struct {
 	sessions map[string]*recovery.OpenCalls[*openCall]
 	// corrupt holds the sessions with an event that does not decode: their
 	// history is corrupt_history for Inspect (every call of it), so the
-	// classifier assesses nothing more of them either.
+	// classifier assesses nothing more of them either. Only observe (the
+	// classifier's goroutine) reads and writes it: it is read without mu,
+	// written with mu held.
 	corrupt map[string]struct{}
 	// fences holds the highest session.fenced epoch seen per session: an
 	// event below it was written by a fenced writer, which makes the
 	// history corrupt for Inspect, so here too.
 	fences map[string]uint64
 	open   int
-	seen   uint64
+	seen   atomic.Uint64 // events observed (read by counts without mu)
 	// spare holds emptied per-session call sets for reuse: a session
 	// with one call at a time empties its set with every result.
 	spare []*recovery.OpenCalls[*openCall]
+	// freeCalls holds closed calls for reuse (one allocation per call
+	// otherwise); nothing refers to a call once it is closed.
+	freeCalls []*openCall
 	// approvals tracks waiting calls and stopped tasks for status
 	// (approvals.go).
 	approvals *approvalTrack
@@ -582,20 +596,17 @@ func (t *tracker) markCorrupt(session string) {
 // the history corrupt there, so here it makes the session corrupt: its open
 // calls are dropped and nothing more of it is assessed (the error is
 // returned, for the log, for the first such event only).
+//
+// It takes t.mu once per event, after decoding (status reads the tracker
+// meanwhile). Only the classifier's goroutine calls it.
 func (t *tracker) observe(session string, seq uint64, data []byte, out []finding) ([]finding, error) {
-	t.mu.Lock()
-	_, corrupt := t.corrupt[session]
-	if corrupt {
-		t.seen++
-	}
-	t.mu.Unlock()
-	if corrupt {
+	t.seen.Add(1)
+	if _, corrupt := t.corrupt[session]; corrupt { // only this goroutine writes corrupt
 		return out, nil
 	}
 	ev, err := schema.DecodeEvent(data)
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.seen++
 	if err != nil {
 		t.markCorrupt(session)
 		return out, err
@@ -621,7 +632,8 @@ func (t *tracker) observe(session string, seq uint64, data []byte, out []finding
 	case schema.TypeCall:
 		call := ev.Call
 		// call.Started: the combined form, a tool.call and its tool.started in one.
-		c := &openCall{id: call.CallID, tool: call.Tool, epoch: ev.Epoch, seq: seq, marker: call.StartMarker, started: call.Started}
+		c := t.newCall()
+		*c = openCall{id: call.CallID, tool: call.Tool, epoch: ev.Epoch, seq: seq, marker: call.StartMarker, started: call.Started}
 		if op := call.Operation; op != nil {
 			c.task, c.key, c.contract, c.retry = op.Task, op.Key, op.Contract, op.Retry != nil
 		} else {
@@ -651,9 +663,9 @@ func (t *tracker) observe(session string, seq uint64, data []byte, out []finding
 			out = append(out, finding{session: session, callID: id})
 		case c.legacy:
 		default:
-			a := c.assess(session, ev.Result.Status, ev.Result.Stage)
-			out = append(out, finding{session: session, callID: c.id, a: &a})
+			out = append(out, finding{session: session, callID: c.id, a: c.assess(session, ev.Result.Status, ev.Result.Stage), ready: true})
 		}
+		t.freeCall(c)
 	case schema.TypeApprovalRequested, schema.TypeApprovalGranted:
 		// A call waiting for approval survives fences (recovery.OpenCalls).
 		if calls := t.sessions[session]; calls != nil {
@@ -673,9 +685,9 @@ func (t *tracker) observe(session string, seq uint64, data []byte, out []finding
 					out = append(out, finding{session: session, callID: id, fenced: true})
 				case c.legacy:
 				default:
-					a := c.assess(session, "", "")
-					out = append(out, finding{session: session, callID: id, a: &a, fenced: true})
+					out = append(out, finding{session: session, callID: id, a: c.assess(session, "", ""), ready: true, fenced: true})
 				}
+				t.freeCall(c)
 			})
 		}
 	}
@@ -710,6 +722,28 @@ func (t *tracker) closed(session string, calls *recovery.OpenCalls[*openCall]) {
 // maxSpare bounds the emptied call sets the tracker keeps for reuse.
 const maxSpare = 64
 
+// maxFreeCalls bounds the closed calls the tracker keeps for reuse.
+const maxFreeCalls = 1024
+
+// newCall returns a call to fill: a closed one, or a new one. t.mu is
+// held.
+func (t *tracker) newCall() *openCall {
+	if n := len(t.freeCalls); n > 0 {
+		c := t.freeCalls[n-1]
+		t.freeCalls = t.freeCalls[:n-1]
+		return c
+	}
+	return new(openCall)
+}
+
+// freeCall keeps a closed call (nil: none) for reuse. t.mu is held.
+func (t *tracker) freeCall(c *openCall) {
+	if c != nil && len(t.freeCalls) < maxFreeCalls {
+		*c = openCall{}
+		t.freeCalls = append(t.freeCalls, c)
+	}
+}
+
 // newCalls returns an empty call set for a session. t.mu is held.
 func (t *tracker) newCalls() *recovery.OpenCalls[*openCall] {
 	if n := len(t.spare); n > 0 {
@@ -725,7 +759,7 @@ func (t *tracker) newCalls() *recovery.OpenCalls[*openCall] {
 func (t *tracker) counts() (seen uint64, open int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.seen, t.open
+	return t.seen.Load(), t.open
 }
 
 // list returns the open calls of session, or of every session when
