@@ -550,7 +550,10 @@ type tracker struct {
 	// history corrupt for Inspect, so here too.
 	fences map[string]uint64
 	open   int
-	seen   atomic.Uint64 // events observed (read by counts without mu)
+	// seen counts the events observed: atomic, because an event of a
+	// corrupt session is counted without mu; every other one with mu
+	// held, with its effect.
+	seen atomic.Uint64
 	// spare holds emptied per-session call sets for reuse: a session
 	// with one call at a time empties its set with every result.
 	spare []*recovery.OpenCalls[*openCall]
@@ -600,13 +603,16 @@ func (t *tracker) markCorrupt(session string) {
 // It takes t.mu once per event, after decoding (status reads the tracker
 // meanwhile). Only the classifier's goroutine calls it.
 func (t *tracker) observe(session string, seq uint64, data []byte, out []finding) ([]finding, error) {
-	t.seen.Add(1)
 	if _, corrupt := t.corrupt[session]; corrupt { // only this goroutine writes corrupt
+		t.seen.Add(1)
 		return out, nil
 	}
 	ev, err := schema.DecodeEvent(data)
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	// Counted with the event's effect, under mu: counts (status) never
+	// sees an event counted and not yet applied.
+	t.seen.Add(1)
 	if err != nil {
 		t.markCorrupt(session)
 		return out, err
