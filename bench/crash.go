@@ -88,13 +88,16 @@ func (e *env) crash(ctx context.Context, rounds, sessions int) ([]float64, error
 	defer evSub.Unsubscribe()
 	asSub, err := e.nc.Subscribe(topo.AssessmentsSubject("*"), func(m *nats.Msg) {
 		at := time.Now()
-		var a schema.Assessment
-		if json.Unmarshal(m.Data, &a) != nil {
+		// One assessment or a batch (docs/protocol.md §5.4).
+		as, err := schema.DecodeAssessments(m.Data)
+		if err != nil {
 			return
 		}
 		mu.Lock()
-		if _, ok := assessed[a.CallID]; !ok {
-			assessed[a.CallID] = at
+		for _, a := range as {
+			if _, ok := assessed[a.CallID]; !ok {
+				assessed[a.CallID] = at
+			}
 		}
 		mu.Unlock()
 	})

@@ -32,6 +32,11 @@ type fillSpec struct {
 	// open sessions (the first ones) end with one more call that is
 	// started but has no result.
 	open int
+	// interleave writes the sessions' calls round-robin, call by call
+	// (session 0's first call, session 1's first call, …, session 0's
+	// second call, …), as a fleet of agents writes them; otherwise each
+	// session's calls are written together, one session after the other.
+	interleave bool
 }
 
 // filled is what fill wrote.
@@ -108,30 +113,56 @@ func fill(ctx context.Context, nc *nats.Conn, topo *stream.Topology, spec fillSp
 		return nil
 	}
 	hole := []byte(idHole)
-	for s := range spec.sessions {
+	type sessionFill struct {
+		name, subj string
+		tpl        [][]byte
+		calls      int
+	}
+	sessions := make([]sessionFill, spec.sessions)
+	for s := range sessions {
 		session := fmt.Sprintf("%s-%d", spec.name, s)
-		subj := topo.EventsSubject(session)
 		tpl, err := callTemplates(session)
 		if err != nil {
 			return filled{}, err
 		}
-		calls := perSession
+		sessions[s] = sessionFill{name: session, subj: topo.EventsSubject(session), tpl: tpl, calls: perSession}
 		if s < spec.open {
-			calls++
+			sessions[s].calls++
 		}
-		for c := range calls {
-			num := []byte(fmt.Sprintf("%010d", c))
-			evs := tpl
-			if c == perSession { // the open call: no result
-				evs = tpl[:2]
-				f.open = append(f.open, session)
-			} else {
-				f.calls++
+	}
+	// call writes call c of session s.
+	call := func(s *sessionFill, c int) error {
+		num := []byte(fmt.Sprintf("%010d", c))
+		evs := s.tpl
+		if c == perSession { // the open call: no result
+			evs = s.tpl[:2]
+			f.open = append(f.open, s.name)
+		} else {
+			f.calls++
+		}
+		for _, t := range evs {
+			if err := pub(s.subj, bytes.ReplaceAll(t, hole, num)); err != nil {
+				return err
 			}
-			for _, t := range evs {
-				if err := pub(subj, bytes.ReplaceAll(t, hole, num)); err != nil {
-					return filled{}, err
+		}
+		return nil
+	}
+	if spec.interleave {
+		for c := range perSession + 1 {
+			for s := range sessions {
+				if c < sessions[s].calls {
+					if err := call(&sessions[s], c); err != nil {
+						return filled{}, err
+					}
 				}
+			}
+		}
+		return f, flush()
+	}
+	for s := range sessions {
+		for c := range sessions[s].calls {
+			if err := call(&sessions[s], c); err != nil {
+				return filled{}, err
 			}
 		}
 	}

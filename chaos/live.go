@@ -133,14 +133,17 @@ func (l *live) onEvent(m jetstream.Msg) {
 }
 
 func (l *live) onAssessment(m jetstream.Msg) {
-	a, err := schema.DecodeAssessment(m.Data())
-	if err != nil || !strings.HasPrefix(a.Session, l.prefix) {
+	// One assessment or a batch of one session's (docs/protocol.md §5.4).
+	as, err := schema.DecodeAssessments(m.Data())
+	if err != nil || !strings.HasPrefix(as[0].Session, l.prefix) {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.last = time.Now()
-	l.assessed[callKey{a.Session, a.CallID}] = a
+	for _, a := range as {
+		l.assessed[callKey{a.Session, a.CallID}] = a
+	}
 }
 
 // openCalls returns the calls an owner appended that have no result yet.

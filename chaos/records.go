@@ -169,14 +169,23 @@ func readSnapshot(ctx context.Context, js jetstream.JetStream, sessionPrefix, ma
 		if !mine(m.Subject, "assessments") {
 			continue
 		}
-		a, err := schema.DecodeAssessment(m.Data)
+		// One assessment or a batch of them (docs/protocol.md §5.4): each
+		// member is one entry, with its own Jw-Assessment-Id value.
+		as, err := schema.DecodeAssessments(m.Data)
 		if err != nil {
 			s.Undecodable[streamAssessments]++
-			if json.Unmarshal(m.Data, &a) != nil {
+			if as = looseAssessments(m.Data); as == nil {
 				continue
 			}
 		}
-		s.Assessments = append(s.Assessments, assessmentMsg{Seq: m.Seq, Time: m.Time, ID: m.Header.Get(headerAssessmentID), Assessment: a})
+		ids := m.Header.Values(headerAssessmentID)
+		for i, a := range as {
+			id := ""
+			if len(ids) == len(as) {
+				id = ids[i]
+			}
+			s.Assessments = append(s.Assessments, assessmentMsg{Seq: m.Seq, Time: m.Time, ID: id, Assessment: a})
+		}
 	}
 	if msgs, err = read(streamReviews); err != nil {
 		return nil, err
@@ -299,4 +308,19 @@ func pendingRequests(ctx context.Context, js jetstream.JetStream, sessionPrefix 
 		}
 	}
 	return n, nil
+}
+
+// looseAssessments reads an assessment message the strict decoder refused
+// with encoding/json, an object or an array of them, so the invariants
+// still see what it says; nil if it is neither.
+func looseAssessments(data []byte) []schema.Assessment {
+	var one schema.Assessment
+	if json.Unmarshal(data, &one) == nil {
+		return []schema.Assessment{one}
+	}
+	var many []schema.Assessment
+	if json.Unmarshal(data, &many) == nil && len(many) > 0 {
+		return many
+	}
+	return nil
 }

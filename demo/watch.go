@@ -39,11 +39,16 @@ func newWatcher(nc *nats.Conn, topo *stream.Topology) (*watcher, error) {
 	}
 	w.subs = append(w.subs, sub)
 	sub, err = nc.Subscribe(topo.AssessmentsSubject("*"), func(m *nats.Msg) {
-		var a schema.Assessment
-		if json.Unmarshal(m.Data, &a) != nil {
+		// One assessment or a batch of a session's (docs/protocol.md §5.4).
+		as, err := schema.DecodeAssessments(m.Data)
+		if err != nil {
 			return
 		}
-		w.update(func() { w.assessments[a.CallID] = a })
+		w.update(func() {
+			for _, a := range as {
+				w.assessments[a.CallID] = a
+			}
+		})
 	})
 	if err != nil {
 		w.close()

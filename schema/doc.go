@@ -15,7 +15,8 @@
 // decoder accepts canonicalizes, and no two readers of a message can see
 // different values in it. On top of that, DecodeEvent (and HistoryReader,
 // and the recovery worker's classifier, which uses DecodeEvent),
-// DecodeReview, DecodeRequest, DecodePlan and DecodeAssessment refuse a
+// DecodeReview, DecodeRequest, DecodePlan and DecodeAssessment (and
+// DecodeAssessments, for each member of a batch) refuse a
 // member name that differs from one of the message's own fields only in
 // case (a reader configured case-insensitive, as Jackson or
 // System.Text.Json can be, would bind it), and a required member that has

@@ -9,8 +9,10 @@ import (
 var files embed.FS
 
 // SchemaFiles names the JSON Schema files (draft 2020-12) Files holds: one
-// per message on the wire (events, reviews, plans, assessments, tool
-// requests, approvals, approval requests and task stops), one per body of the `jingwei` services (target, status
+// per message on the wire (events, reviews, plans, assessment messages —
+// assessmentmessage.schema.json: one assessment, assessment.schema.json,
+// or a batch of them —, tool requests, approvals, approval requests and
+// task stops), one per body of the `jingwei` services (target, status
 // request, status answer; call answers with an event, inspect with an
 // assessment, prepare with a plan), the error body, and the jw_plans
 // record. Their $id is SchemaBaseURL + name, and they
@@ -21,6 +23,7 @@ var SchemaFiles = []string{
 	"review.schema.json",
 	"plan.schema.json",
 	"assessment.schema.json",
+	"assessmentmessage.schema.json",
 	"request.schema.json",
 	"target.schema.json",
 	"statusrequest.schema.json",

@@ -130,7 +130,7 @@ func FuzzDecoders(f *testing.F) {
 		}
 	}
 	for _, s := range []string{
-		okCall, okPlan, okReview, okAssessment,
+		okCall, okPlan, okReview, okAssessment, "[" + okAssessment + "," + okAssessment + "]",
 		ev(`"type":"tool.progress","call":{"x":1}`),
 		call(`{"call_id":"c-1","tool":"t","arguments":{"a":1,"\u0061":2}}`),
 		op(`{"task":"t","key":"k","contract":{"revision":"r"},"retry":{"prior_call_id":"c-0","prior_seq":3,"plan_id":"p-1","basis":"reviewed_not_executed","issued_at":"2026-11-29T10:00:00Z","signer":"` + testSigner + `","sig":"c2ln","review":{"v":1,"session":"s-1","call_id":"c-0","operator":"alice","evidence":"t-1","verdict":"not_executed"}}}`),
@@ -229,6 +229,19 @@ func checkDecoders(t *testing.T, data []byte) {
 			t.Fatalf("assessment changed through EncodeAssessment: %+v, %+v (%v)", a, back, err)
 		}
 	}
+	if as, err := schema.DecodeAssessments(data); accepted("DecodeAssessments", err) {
+		b, err := schema.EncodeAssessments(as)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := schema.DecodeAssessments(b)
+		if err != nil || !reflect.DeepEqual(as, back) {
+			t.Fatalf("assessments changed through EncodeAssessments: %+v, %+v (%v)", as, back, err)
+		}
+		if a, err := schema.DecodeAssessment(data); (err == nil) != (len(as) == 1 && firstNonSpace(data) == '{') || err == nil && !reflect.DeepEqual(a, as[0]) {
+			t.Fatalf("DecodeAssessment %+v (%v) disagrees with DecodeAssessments %+v", a, err, as)
+		}
+	}
 }
 
 func normPlan(p schema.Plan) schema.Plan {
@@ -254,4 +267,14 @@ func roundTrip[T any](t *testing.T, v T, decode func([]byte) (T, error), same fu
 	if !same(v, back) {
 		t.Fatalf("changed through json.Marshal:\n%+v\n%+v", v, back)
 	}
+}
+
+// firstNonSpace returns the first byte of b after JSON whitespace, or 0.
+func firstNonSpace(b []byte) byte {
+	for _, c := range b {
+		if c != ' ' && c != '\t' && c != '\r' && c != '\n' {
+			return c
+		}
+	}
+	return 0
 }

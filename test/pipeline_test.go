@@ -588,9 +588,14 @@ func assessmentOf(t *testing.T, js jetstream.JetStream, topo *stream.Topology, s
 		if err != nil {
 			t.Fatal(err)
 		}
-		var a schema.Assessment
-		if json.Unmarshal(m.Data(), &a) == nil && a.CallID == callID {
-			out, found = a, true
+		as, err := schema.DecodeAssessments(m.Data()) // one or a batch
+		if err != nil {
+			t.Fatalf("assessment message on %s: %v", m.Subject(), err)
+		}
+		for _, a := range as {
+			if a.CallID == callID {
+				out, found = a, true
+			}
 		}
 	}
 	return out, found

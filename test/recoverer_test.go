@@ -84,15 +84,30 @@ func TestRecovererWithToolWorker(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Assessments arrive one by one or in batches (docs/protocol.md
+	// §5.4): next returns them one at a time.
+	var queued []schema.Assessment
+	next := func(what string) schema.Assessment {
+		t.Helper()
+		for len(queued) == 0 {
+			m, err := assessments.NextMsgWithContext(ctx)
+			if err != nil {
+				t.Fatalf("no assessment of %s: %v", what, err)
+			}
+			as, err := schema.DecodeAssessments(m.Data)
+			if err != nil {
+				t.Fatalf("assessment message on %s: %v", m.Subject, err)
+			}
+			queued = as
+		}
+		a := queued[0]
+		queued = queued[1:]
+		return a
+	}
 	waitAssessment := func(callID string) schema.Assessment {
 		t.Helper()
 		for {
-			m, err := assessments.NextMsgWithContext(ctx)
-			if err != nil {
-				t.Fatalf("no assessment of %s: %v", callID, err)
-			}
-			var a schema.Assessment
-			if json.Unmarshal(m.Data, &a) == nil && a.CallID == callID {
+			if a := next(callID); a.CallID == callID {
 				return a
 			}
 		}
@@ -146,12 +161,7 @@ func TestRecovererWithToolWorker(t *testing.T) {
 	retryDone := func(session, prior string) schema.Assessment {
 		t.Helper()
 		for {
-			m, err := assessments.NextMsgWithContext(ctx)
-			if err != nil {
-				t.Fatalf("no assessment of the retry of %s: %v", prior, err)
-			}
-			var a schema.Assessment
-			if json.Unmarshal(m.Data, &a) == nil && a.Session == session && len(a.Chain) == 2 && a.Chain[0] == prior {
+			if a := next("the retry of " + prior); a.Session == session && len(a.Chain) == 2 && a.Chain[0] == prior {
 				return a
 			}
 		}

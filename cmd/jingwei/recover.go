@@ -26,7 +26,9 @@ Runs the recovery worker and the 'jingwei' NATS micro service (jw.api.inspect,
 jw.api.prepare, jw.api.status; 'nats micro ls' lists it; jw.api.call is served
 by the tool workers, 'jingwei worker'):
 
-  - publishes an assessment on jw.assessments.<session> for every finished call;
+  - publishes an assessment on jw.assessments.<session> for every finished call
+    (a session's assessments of results in batches: one message carries one
+    assessment or an array of them, docs/protocol.md §5.4);
   - when a session's lease expires with calls open, takes the session over
     (new epoch, session.fenced, load, inspect) and publishes their assessments;
     on start it first takes over what expired while it was down;

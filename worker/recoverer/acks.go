@@ -18,8 +18,9 @@ import (
 // classifier settles its publishes in order before it acknowledges the
 // events they came from. A publish whose ack reports anything but a
 // stored message (an error reply, no responders), or never comes (a
-// reconnect in between, ackTimeout), is re-sent synchronously with its
-// assessment id as Nats-Msg-Id (publisher.publishSync, which retries).
+// reconnect in between, ackTimeout), is re-sent synchronously, the same
+// bytes, with its id as Nats-Msg-Id (an assessment's, or a batch's id of
+// its bytes, batchMsgID) (publisher.publishSync, which retries).
 //
 // It does what jetstream's PublishMsgAsync did with less: that path parsed
 // every PubAck with encoding/json into a fresh struct and signalled two
@@ -55,9 +56,9 @@ const (
 	ackNoStream = 3 // no responders: nothing stored it
 )
 
-// maxInFlight is how many async assessment publishes may be unsettled:
-// two batches of events' worth when every event closes a call.
-const maxInFlight = 2 * ackBatch
+// maxInFlight is how many async assessment publishes (messages: one
+// assessment, or a batch of them) may be unsettled.
+const maxInFlight = 512
 
 // ackTimeout is how long a publish's ack is waited for before the
 // assessment is re-sent (a PubAck lost on a connection that died).
@@ -113,8 +114,9 @@ func ackState(m *nats.Msg) uint64 {
 	return ackStored
 }
 
-// publish sends msg (the assessment whose id is id; with dedup also as its
-// Nats-Msg-Id) and returns its number, for settleThrough.
+// publish sends msg (an assessment or a batch whose id is id, with
+// dedup also as its Nats-Msg-Id) and returns its number, for
+// settleThrough.
 func (a *asyncAcks) publish(ctx context.Context, msg *nats.Msg, id string, dedup bool) (uint64, error) {
 	if len(a.queue)-a.head >= maxInFlight {
 		if err := a.settleThrough(ctx, a.queue[a.head].n); err != nil {
@@ -151,8 +153,9 @@ func (a *asyncAcks) settleThrough(ctx context.Context, upTo uint64) error {
 			return err
 		}
 		if state != ackStored {
-			a.p.log.Warn().Str("subject", q.msg.Subject).Str("ack", ackWhy(state)).Msg("assessment publish not stored; re-sending")
-			if err := a.p.publishSync(ctx, q.msg, q.id); err != nil {
+			id := q.id
+			a.p.log.Warn().Str("subject", q.msg.Subject).Str("ack", ackWhy(state)).Int("assessments", len(q.msg.Header.Values(HeaderAssessmentID))).Msg("assessment publish not stored; re-sending")
+			if err := a.p.publishSync(ctx, q.msg, id); err != nil {
 				return err
 			}
 		}

@@ -11,7 +11,9 @@
 //
 //   - the publisher (publish.go) puts assessments on
 //     jw.assessments.<session>, async for the classifier, with a Msg-Id
-//     for calls closed by a fence and after a load;
+//     for calls closed by a fence and after a load; the classifier's
+//     assessments of results go out in batches, one message per session
+//     and ack batch (batch.go, docs/protocol.md §5.4);
 //   - the classifier (classify.go) consumes jw.events.> and keeps the open
 //     calls (recovery.OpenCalls) to assess every call that finishes;
 //   - the takeovers (takeover.go) watch the expiry of session and
@@ -139,8 +141,9 @@
 // a session between them. Several recoverers with distinct names each see
 // every event and each publish its assessments: a consumer of
 // jw.assessments that wants each once drops repeats by the
-// Jw-Assessment-Id header (the same for the same assessment from any
-// recoverer, and after a redelivery). Plans are issued once whatever the
+// Jw-Assessment-Id header's values, one per assessment of the message (the
+// same for the same assessment from any recoverer, and after a
+// redelivery). Plans are issued once whatever the
 // number of recoverers. The micro service endpoints are load balanced over
 // all of them (one queue group).
 //

@@ -18,17 +18,22 @@ import (
 // HeaderAssessmentID carries an assessment's identity,
 // "a.<session>.<call_id>.<evidence>": the same for the same assessment from
 // any recoverer, so consumers can drop repeats (a redelivery after a
-// crash, several recoverers). Assessments of calls closed by a fence, and
-// those published after a load, also use it as Nats-Msg-Id; the
-// classifier's assessments of results do not, because server-side dedup
-// costs a third of its throughput (a redelivery after a crash may repeat
-// those: count them by this header).
+// crash, several recoverers). A message that carries a batch of
+// assessments (schema.DecodeAssessments) has one value of the header per
+// assessment, in the batch's order (nats.Header.Values): count call
+// outcomes by those values, not by messages. Assessments of calls closed
+// by a fence, and those a takeover publishes, are single messages with
+// their id also as Nats-Msg-Id; the classifier's assessments of results
+// are batched per session and published without it, because
+// server-side dedup costs a third of its throughput (a redelivery after
+// a crash may repeat those: count them by this header).
 const HeaderAssessmentID = "Jw-Assessment-Id"
 
 // publisher publishes assessments on jw.assessments.<session> (async for
-// the classifier, see asyncAcks; sync after a load) and, for the issuer,
-// any message with a Msg-Id (publishSync). Every published assessment is
-// passed to noted.
+// the classifier, see asyncAcks and batches; sync after a load) and, for
+// the issuer, any message with a Msg-Id (publishSync). Every assessment is
+// passed to noted when it is handed to the publish (a batched one when it
+// joins its batch).
 type publisher struct {
 	*base
 	noted func(schema.Assessment)
@@ -51,7 +56,7 @@ type pending struct {
 // same assessment from several recoverers, or after a redelivery, one
 // message.
 func (p *publisher) assessmentMsg(a schema.Assessment) (msg *nats.Msg, id string) {
-	id = "a." + a.Session + "." + a.CallID + "." + a.Evidence
+	id = assessmentID(&a)
 	// The header map is made with its one member (HeaderAssessmentID is
 	// in canonical form): NewMsg's empty map grown by Set was a sixth of
 	// the classifier's allocations.

@@ -15,7 +15,8 @@ import (
 
 // rebuildAwaiting fills the awaiting-review set from durable state, so
 // that jw.api.status says after a restart what it said before: every
-// assessment on JW_ASSESSMENTS in stream order (the latest of a call
+// assessment on JW_ASSESSMENTS in stream order, a batch's members in
+// their order (schema.DecodeAssessments; the latest of a call
 // decides: needs_review adds it, anything else removes it), then every call
 // a trusted completed review settled (JW_REVIEWS, folded as prepare folds
 // them) and every call a plan was issued for (jw_plans) is removed. The
@@ -40,19 +41,23 @@ func (r *Recoverer) rebuildAwaiting(ctx context.Context) error {
 	skipped := 0
 	for subj := range info.State.Subjects {
 		err := r.t.ReadSubject(ctx, streamName, subj, func(m *jetstream.RawStreamMsg) error {
-			a, err := schema.DecodeAssessment(m.Data)
+			// One assessment or a batch, its members in log order (a
+			// stable sort keeps them so).
+			as, err := schema.DecodeAssessments(m.Data)
 			if err != nil {
 				skipped++
 				return nil
 			}
-			all = append(all, seqd{m.Sequence, a})
+			for _, a := range as {
+				all = append(all, seqd{m.Sequence, a})
+			}
 			return nil
 		})
 		if err != nil {
 			return fmt.Errorf("recoverer: rebuild awaiting review: %w", err)
 		}
 	}
-	sort.Slice(all, func(i, j int) bool { return all[i].seq < all[j].seq })
+	sort.SliceStable(all, func(i, j int) bool { return all[i].seq < all[j].seq })
 	w := newAwaiting(r.awaiting.max)
 	for _, s := range all {
 		w.note(s.a)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -148,11 +149,17 @@ func errText(st schema.Status) string {
 	return "test: " + string(st)
 }
 
-// assessments collects every assessment published, by session and call.
+// assessments collects every assessment published, by session and call,
+// each member of a batch message on its own, and checks every message as
+// a reader must read it: schema.DecodeAssessments, on the message's
+// session, one Jw-Assessment-Id value per assessment, in order.
 type assessments struct {
-	mu  sync.Mutex
-	m   map[[2]string][]schema.Assessment
-	all int
+	mu   sync.Mutex
+	m    map[[2]string][]schema.Assessment
+	all  int
+	msgs int // messages (a batch is one)
+	// bad lists the messages that are not read as above.
+	bad []string
 }
 
 func (e *env) assessments() *assessments {
@@ -165,20 +172,41 @@ func (e *env) assessments() *assessments {
 	}
 	as := &assessments{m: map[[2]string][]schema.Assessment{}}
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		var a schema.Assessment
-		if err := json.Unmarshal(m.Data(), &a); err != nil {
+		got, err := schema.DecodeAssessments(m.Data())
+		as.mu.Lock()
+		defer as.mu.Unlock()
+		if err != nil {
+			as.bad = append(as.bad, fmt.Sprintf("%s: %v", m.Subject(), err))
 			return
 		}
-		as.mu.Lock()
-		k := [2]string{a.Session, a.CallID}
-		as.m[k] = append(as.m[k], a)
-		as.all++
-		as.mu.Unlock()
+		ids := m.Headers().Values(HeaderAssessmentID)
+		if len(ids) != len(got) {
+			as.bad = append(as.bad, fmt.Sprintf("%s: %d assessments, %d %s values %q", m.Subject(), len(got), len(ids), HeaderAssessmentID, ids))
+		}
+		as.msgs++
+		for i, a := range got {
+			if a.Session != stream.SessionOf(m.Subject()) {
+				as.bad = append(as.bad, fmt.Sprintf("%s: an assessment of %s", m.Subject(), a.Session))
+			}
+			if i < len(ids) && ids[i] != assessmentID(&a) {
+				as.bad = append(as.bad, fmt.Sprintf("%s: member %d has id %q, header says %q", m.Subject(), i, assessmentID(&a), ids[i]))
+			}
+			k := [2]string{a.Session, a.CallID}
+			as.m[k] = append(as.m[k], a)
+			as.all++
+		}
 	})
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	e.t.Cleanup(cc.Stop)
+	e.t.Cleanup(func() {
+		cc.Stop()
+		as.mu.Lock()
+		defer as.mu.Unlock()
+		for _, b := range as.bad {
+			e.t.Errorf("assessment message not readable as the protocol says: %s", b)
+		}
+	})
 	return as
 }
 

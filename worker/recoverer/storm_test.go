@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
@@ -131,9 +133,14 @@ func stormCount(t *testing.T, e *env, as *assessments, name string, calls map[st
 		if err != nil {
 			t.Fatal(err)
 		}
-		var a schema.Assessment
-		if err := json.Unmarshal(m.Data, &a); err != nil {
-			t.Fatal(err)
+		// A fence's assessments are single messages, with their id as
+		// Nats-Msg-Id (a storm repeats them).
+		a, err := schema.DecodeAssessment(m.Data)
+		if err != nil {
+			t.Fatalf("message %d: %v (a fence's assessment is one object)", seq, err)
+		}
+		if got, want := m.Header.Get(jetstream.MsgIDHeader), assessmentID(&a); got != want {
+			t.Fatalf("message %d: Nats-Msg-Id %q, want the assessment id %q", seq, got, want)
 		}
 		stored[a.Session+"/"+a.CallID]++
 	}

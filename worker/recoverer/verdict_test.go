@@ -131,14 +131,14 @@ func TestContractWithoutEffectIsUnknown(t *testing.T) {
 			t.Fatalf("event %d: %v", i+1, err)
 		}
 	}
-	if len(found) != 1 || found[0].a == nil {
+	if len(found) != 1 || !found[0].ready {
 		t.Fatalf("classifier found %+v", found)
 	}
 	want, err := recovery.Inspect(schema.NewHistoryReader(strings.NewReader(strings.Join(lines, "\n")), schema.Limits{}).All(), "c-1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := *found[0].a
+	got := found[0].a
 	if got.Contract.Effect != effect.Unknown || got.Outcome != schema.OutcomeUncertain || got.Decision != schema.DecisionNeedsReview {
 		t.Fatalf("classifier assessed %+v", got)
 	}
@@ -180,7 +180,7 @@ func TestStaleEpochSameVerdict(t *testing.T) {
 			errs = append(errs, err)
 		}
 	}
-	if len(all) != 1 || all[0].a == nil || all[0].callID != "c-1" || all[0].a.Outcome != schema.OutcomeUncertain || all[0].a.Evidence != recovery.EvidenceNoResult {
+	if len(all) != 1 || !all[0].ready || all[0].callID != "c-1" || all[0].a.Outcome != schema.OutcomeUncertain || all[0].a.Evidence != recovery.EvidenceNoResult {
 		t.Fatalf("classifier found %+v, want one assessment of c-1: uncertain, no result", all)
 	}
 	if len(errs) != 1 || !errors.Is(errs[0], schema.ErrCorruptHistory) || !strings.Contains(errs[0].Error(), "epoch 1") {
