@@ -29,6 +29,7 @@ type openCall struct {
 	seq      uint64
 	marker   bool
 	started  bool
+	combined bool // started by its tool.call (call.started), not a tool.started
 	retry    bool // a retry: its assessment needs the chain, so it is loaded
 	legacy   bool // no operation: no assessment (legacy_call)
 }
@@ -632,6 +633,10 @@ func (t *tracker) observe(session string, seq uint64, data []byte, out []finding
 		t.markCorrupt(session)
 		return out, schema.Errorf(schema.CodeCorruptHistory, "session.fenced at seq %d has epoch %d, below the earlier fence's %d", seq, ev.Fence.Epoch, fence)
 	}
+	if err := t.misordered(session, seq, &ev); err != nil {
+		t.markCorrupt(session)
+		return out, err
+	}
 	// DecodeEvent guarantees the body of a known type.
 	t.approvals.observe(session, seq, &ev)
 	switch ev.Type {
@@ -639,7 +644,7 @@ func (t *tracker) observe(session string, seq uint64, data []byte, out []finding
 		call := ev.Call
 		// call.Started: the combined form, a tool.call and its tool.started in one.
 		c := t.newCall()
-		*c = openCall{id: call.CallID, tool: call.Tool, epoch: ev.Epoch, seq: seq, marker: call.StartMarker, started: call.Started}
+		*c = openCall{id: call.CallID, tool: call.Tool, epoch: ev.Epoch, seq: seq, marker: call.StartMarker, started: call.Started, combined: call.Started}
 		if op := call.Operation; op != nil {
 			c.task, c.key, c.contract, c.retry = op.Task, op.Key, op.Contract, op.Retry != nil
 		} else {
@@ -698,6 +703,46 @@ func (t *tracker) observe(session string, seq uint64, data []byte, out []finding
 		}
 	}
 	return out, nil
+}
+
+// misordered applies to an event of a call the tracker holds open the
+// rules of a call's own order that Inspect applies (recovery.Inspect),
+// where a call already started — by a tool.started, or by its tool.call in
+// the combined form (call.started) — gets a second start, an approval, or
+// a rejection: the history is corrupt there, and Inspect would answer
+// corrupt_history for its calls, so the classifier must not assess them
+// from its own state. Calls it does not hold (opened before a restart)
+// are assessed from the loaded log, by Inspect itself. t.mu is held.
+func (t *tracker) misordered(session string, seq uint64, ev *schema.Event) error {
+	var id, what string
+	switch ev.Type {
+	case schema.TypeStarted:
+		id, what = ev.Started.CallID, "tool.started"
+	case schema.TypeApprovalRequested:
+		id, what = ev.ApprovalRequest.CallID, "approval.requested"
+	case schema.TypeApprovalGranted:
+		id, what = ev.Approval.CallID, "approval.granted"
+	case schema.TypeResult:
+		if ev.Result.Status != schema.StatusRejected {
+			return nil
+		}
+		id, what = ev.Result.CallID, "a rejection"
+	default:
+		return nil
+	}
+	calls := t.sessions[session]
+	if calls == nil {
+		return nil
+	}
+	c, ok := calls.Get(id)
+	if !ok || !c.started {
+		return nil
+	}
+	how := "after its tool.started"
+	if c.combined {
+		how = "whose tool.call recorded it started (started: true)"
+	}
+	return schema.Errorf(schema.CodeCorruptHistory, "event at seq %d: %s for call %q, %s", seq, what, id, how)
 }
 
 // drop removes and returns an open call (nil if not tracked). t.mu is held.

@@ -102,3 +102,62 @@ func TestCombinedFormSameVerdict(t *testing.T) {
 		t.Fatalf("%d calls still tracked after the fence", open)
 	}
 }
+
+// TestMisorderedCallCorruptsSession: a call already started — by its
+// tool.call in the combined form, or by a tool.started — that gets a
+// second start, an approval request or a rejection makes its history
+// corrupt, for the incremental classifier exactly as for Inspect: the
+// classifier reports corrupt_history at that event, drops the session's
+// open calls and assesses nothing more of it (not even the call's later
+// result), where Inspect answers corrupt_history.
+func TestMisorderedCallCorruptsSession(t *testing.T) {
+	ev := func(seq int, body string) string {
+		return fmt.Sprintf(`{"v":1,"seq":%d,"session":"s-1","epoch":1,"at":"2026-11-30T10:00:%02dZ",%s}`, seq, seq, body)
+	}
+	call := func(flags string) string {
+		return `"type":"tool.call","call":{"call_id":"c-1","tool":"t","arguments":{},` + flags +
+			`,"operation":{"task":"t-1","key":"k-1","contract":{"effect":"idempotent","revision":"v1"}}}`
+	}
+	const combined, marker = `"start_marker":false,"started":true`, `"start_marker":true`
+	started := `"type":"tool.started","started":{"call_id":"c-1"}`
+	asks := `"type":"approval.requested","approval_request":{"call_id":"c-1","deadline":"2026-11-30T11:00:00Z"}`
+	rejected := `"type":"tool.result","result":{"call_id":"c-1","status":"rejected","stage":"guard","retryable":false}`
+	ok := `"type":"tool.result","result":{"call_id":"c-1","status":"ok","retryable":false}`
+	cases := map[string][]string{
+		"combined, then tool.started":       {call(combined), started},
+		"combined, then approval.requested": {call(combined), asks},
+		"combined, then rejected":           {call(combined), rejected},
+		"started twice":                     {call(marker), started, started},
+		"tool.started, then approval asked": {call(marker), started, asks},
+		"tool.started, then rejected":       {call(marker), started, rejected},
+	}
+	for name, bodies := range cases {
+		t.Run(name, func(t *testing.T) {
+			var lines []string
+			for i, b := range bodies {
+				lines = append(lines, ev(i+1, b))
+			}
+			tr := newTracker()
+			for i, l := range lines {
+				found, err := tr.observe("s-1", uint64(i+1), []byte(l), nil)
+				last := i == len(lines)-1
+				if !last && (err != nil || len(found) > 0) {
+					t.Fatalf("event %d: %v %v, want it taken", i+1, found, err)
+				}
+				if last && schema.CodeOf(err) != schema.CodeCorruptHistory {
+					t.Fatalf("event %d: %v, want corrupt_history", i+1, err)
+				}
+			}
+			if _, err := recovery.Inspect(schema.NewHistoryReader(strings.NewReader(strings.Join(lines, "\n")), schema.Limits{}).All(), "c-1"); schema.CodeOf(err) != schema.CodeCorruptHistory {
+				t.Fatalf("Inspect: %v, want corrupt_history (the classifier must agree with it)", err)
+			}
+			if _, open := tr.counts(); open != 0 {
+				t.Fatalf("%d calls still tracked in a corrupt session", open)
+			}
+			found, err := tr.observe("s-1", uint64(len(lines)+1), []byte(ev(len(lines)+1, ok)), nil)
+			if err != nil || len(found) > 0 {
+				t.Fatalf("the call's result after the corruption: %v %v, want nothing assessed", found, err)
+			}
+		})
+	}
+}
