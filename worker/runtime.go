@@ -836,14 +836,23 @@ func (r *Runtime) writeContext(ctx context.Context) (context.Context, context.Ca
 	return context.WithTimeout(context.WithoutCancel(ctx), r.cfg.WriteTimeout)
 }
 
-// append stamps and appends one event under its own write context; a fenced
-// log fences the runtime.
+// append stamps and appends one event under its own write context (see
+// writeContext); a fenced log fences the runtime. A *stream.Log is given
+// the bound instead (AppendFor: the same bound without a context made
+// per append). Only the Log itself: an Appender that wraps one (embeds
+// it, overriding Append) has its own Append called.
 func (r *Runtime) append(ctx context.Context, ev schema.Event) (uint64, error) {
 	ev.V, ev.Session, ev.At = schema.Version, r.cfg.Session, r.cfg.Now().UTC()
-	wctx, cancel := r.writeContext(ctx)
-	defer cancel()
 	start := time.Now()
-	seq, err := r.cfg.Log.Append(wctx, ev)
+	var seq uint64
+	var err error
+	if l, ok := r.cfg.Log.(*stream.Log); ok {
+		seq, err = l.AppendFor(ctx, ev, r.cfg.WriteTimeout)
+	} else {
+		wctx, cancel := r.writeContext(ctx)
+		seq, err = r.cfg.Log.Append(wctx, ev)
+		cancel()
+	}
 	if o := r.cfg.Observer; o != nil {
 		o.Appended(ev, time.Since(start), err)
 	}
