@@ -393,10 +393,18 @@ func (l *Log) append(ctx context.Context, ev schema.Event, until time.Time) (uin
 	// AppendEvent validates too (required fields, field lengths, valid
 	// JSON): an invalid event is refused with its *schema.Error and
 	// nothing is written, without waiting for an append in flight.
-	payload, err := schema.AppendEvent(nil, &ev)
+	buf := payloadBufs.Get().(*[]byte)
+	payload, err := schema.AppendEvent((*buf)[:0], &ev)
 	if err != nil {
+		payloadBufs.Put(buf)
 		return 0, fmt.Errorf("stream: append to %s: %w", l.session, err)
 	}
+	defer func() {
+		if cap(payload) <= maxPooledPayload {
+			*buf = payload[:0]
+			payloadBufs.Put(buf)
+		}
+	}()
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -416,6 +424,19 @@ func (l *Log) append(ctx context.Context, ev schema.Event, until time.Time) (uin
 	l.n++
 	return l.send(ctx, payload, l.idPre+strconv.FormatUint(l.n, 10), until)
 }
+
+// payloadBufs holds the buffers appends encode their events into: a
+// publish copies the payload into the connection's buffer before it
+// returns, and nothing else keeps it (resolve reads the log, appended
+// only its length), so the buffer is reused once the append returns.
+// Buffers grown beyond maxPooledPayload (a large output) are dropped.
+var payloadBufs = sync.Pool{New: func() any {
+	b := make([]byte, 0, 1024)
+	return &b
+}}
+
+// maxPooledPayload is the largest buffer payloadBufs keeps.
+const maxPooledPayload = 64 << 10
 
 // appendMsgs holds the messages appends are sent in, each with the
 // headers every append carries (Jw-Epoch, Jw-Owner, Nats-Msg-Id,
