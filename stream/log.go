@@ -375,7 +375,10 @@ func (l *Log) Append(ctx context.Context, ev schema.Event) (uint64, error) {
 // timer per publish, as Append does, instead of a context of its own and
 // the publish's context registered with it.
 func (l *Log) AppendFor(ctx context.Context, ev schema.Event, d time.Duration) (uint64, error) {
-	return l.append(context.WithoutCancel(ctx), ev, time.Now().Add(d))
+	if _, ok := ctx.Deadline(); ok || ctx.Done() != nil {
+		ctx = context.WithoutCancel(ctx) // a context that never ends (Background) is kept as it is
+	}
+	return l.append(ctx, ev, time.Now().Add(d))
 }
 
 // append is Append that also ends at until (zero: only when ctx ends).

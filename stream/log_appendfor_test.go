@@ -35,6 +35,14 @@ func TestAppendForOutlivesItsCaller(t *testing.T) {
 	if last.Seq != seq || last.Started == nil || last.Started.CallID != "c-1" {
 		t.Fatalf("AppendFor returned seq %d; the log ends with %+v", seq, last)
 	}
+	// A caller whose own deadline passed is gone too: AppendFor's bound
+	// is d, not the caller's deadline.
+	expired, cancel2 := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel2()
+	seq2, err := l.AppendFor(expired, started("c-2"), 5*time.Second)
+	if err != nil || seq2 <= seq {
+		t.Fatalf("AppendFor under an expired deadline: seq %d, %v", seq2, err)
+	}
 	for _, ev := range h {
 		if ev.Started != nil && ev.Started.CallID == "c-0" {
 			t.Fatalf("the refused Append is on the log: %+v", ev)
