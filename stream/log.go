@@ -503,12 +503,22 @@ func (l *Log) send(ctx context.Context, payload []byte, id string, until time.Ti
 
 	var b *backoff.ExponentialBackOff // made on the first retry only
 	var firstErr time.Time
+	// A context that never ends (AppendFor's) needs no context per
+	// attempt: the request is bounded by its timeout alone.
+	endless := ctx.Done() == nil
 	for {
 		msg.Header[jetstream.ExpectedLastSubjSeqHeader][0] = strconv.FormatUint(l.last, 10)
-		actx, cancel := context.WithTimeout(ctx, attempt())
 		want := l.t.Events.CachedInfo().Config.Name
-		stream, seq, err := publishAck(actx, l.t.JS.Conn(), msg, want)
-		cancel()
+		var stream string
+		var seq uint64
+		var err error
+		if d := attempt(); endless && d > 0 {
+			stream, seq, err = publishAckWithin(l.t.JS.Conn(), msg, want, d)
+		} else {
+			actx, cancel := context.WithTimeout(ctx, d)
+			stream, seq, err = publishAck(actx, l.t.JS.Conn(), msg, want)
+			cancel()
+		}
 		if err == nil && stream != want {
 			// Not JW_EVENTS's answer (a reply forged by another client):
 			// the log itself says whether the event is in.
