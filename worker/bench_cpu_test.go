@@ -44,7 +44,9 @@ func (nopCounter) Reconcile(context.Context, string, string, int64, int64) (stre
 
 // BenchmarkRuntimeCallCPU measures the runtime's own cost of a call with a
 // no-op tool: a log that acknowledges at once (after encoding the event, as
-// stream.Log does) and a counter in memory.
+// stream.Log does) and a counter in memory. Such a log is not a
+// *stream.Log, so each append also pays for a write context (writeContext),
+// which a *stream.Log's appends do not (AppendFor).
 func BenchmarkRuntimeCallCPU(b *testing.B) {
 	reg, err := worker.NewRegistry(worker.Tool{
 		Metadata: effect.Metadata{Name: "noop"}.WithEffect(effect.ReadOnly, "noop-v1"),
