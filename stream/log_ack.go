@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -32,11 +33,15 @@ func publishAck(ctx context.Context, nc *nats.Conn, msg *nats.Msg, want string) 
 
 // publishAckWithin is publishAck bounded by d instead of a context (d > 0):
 // nats.go's request with a timeout takes its timer from a pool, where a
-// context made per publish costs a timer and a context of its own. It
-// gives up with nats.ErrTimeout (transient, as context.DeadlineExceeded
-// is). For a caller whose context never ends (Log.AppendFor).
+// context made per publish costs a timer and a context of its own. For a
+// caller whose context never ends (Log.AppendFor). It gives up with
+// context.DeadlineExceeded, as publishAck under a context with a timeout
+// of d does (nats.go says nats.ErrTimeout).
 func publishAckWithin(nc *nats.Conn, msg *nats.Msg, want string, d time.Duration) (stream string, seq uint64, err error) {
 	resp, err := nc.RequestMsg(msg, d)
+	if errors.Is(err, nats.ErrTimeout) {
+		err = context.DeadlineExceeded
+	}
 	return readAck(resp, err, want)
 }
 

@@ -107,8 +107,8 @@ func TestPublishAckAsJetStream(t *testing.T) {
 		t.Fatalf("no responders: publishAckWithin %v", err)
 	}
 
-	// Nobody answers: the timeout form gives up after its bound with a
-	// transient error, as the context form does with DeadlineExceeded.
+	// Nobody answers: the timeout form gives up after its bound with the
+	// context form's error, DeadlineExceeded (transient).
 	silent, err := nc.Subscribe("fake.silent", func(*nats.Msg) {})
 	if err != nil {
 		t.Fatal(err)
@@ -116,7 +116,12 @@ func TestPublishAckAsJetStream(t *testing.T) {
 	defer func() { _ = silent.Unsubscribe() }()
 	start := time.Now()
 	_, _, err = publishAckWithin(nc, &nats.Msg{Subject: "fake.silent", Header: nats.Header{}}, "JW_EVENTS", 200*time.Millisecond)
-	if took := time.Since(start); !errors.Is(err, nats.ErrTimeout) || !Transient(err) || took < 200*time.Millisecond || took > 2*time.Second {
-		t.Fatalf("no answer: publishAckWithin %v after %v, want nats.ErrTimeout after 200ms", err, took)
+	if took := time.Since(start); !errors.Is(err, context.DeadlineExceeded) || !Transient(err) || took < 200*time.Millisecond || took > 2*time.Second {
+		t.Fatalf("no answer: publishAckWithin %v after %v, want context.DeadlineExceeded after 200ms", err, took)
+	}
+	actx, acancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer acancel()
+	if _, _, cerr := publishAck(actx, nc, &nats.Msg{Subject: "fake.silent", Header: nats.Header{}}, "JW_EVENTS"); cerr == nil || cerr.Error() != err.Error() {
+		t.Fatalf("no answer: publishAck %v, publishAckWithin %v: want the same error", cerr, err)
 	}
 }
