@@ -503,9 +503,10 @@ func (l *Log) send(ctx context.Context, payload []byte, id string, until time.Ti
 
 	var b *backoff.ExponentialBackOff // made on the first retry only
 	var firstErr time.Time
-	// A context that never ends (AppendFor's) needs no context per
-	// attempt: the request is bounded by its timeout alone.
-	endless := ctx.Done() == nil
+	// AppendFor's context never ends: its attempts need no context of
+	// their own, the request is bounded by its timeout alone. (Append
+	// keeps one per attempt, as before, whatever its context.)
+	endless := !until.IsZero() && ctx.Done() == nil
 	for {
 		msg.Header[jetstream.ExpectedLastSubjSeqHeader][0] = strconv.FormatUint(l.last, 10)
 		want := l.t.Events.CachedInfo().Config.Name
