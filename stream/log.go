@@ -321,7 +321,7 @@ func (l *Log) appendFence(ctx context.Context) (uint64, error) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.send(ctx, payload, l.idPre+"fence")
+	return l.send(ctx, payload, l.idPre+"fence", time.Time{})
 }
 
 // fenceReserve is the room at the end of a history that only
@@ -363,6 +363,26 @@ func eventSize(payload int, seq uint64) int64 {
 // history_too_large *schema.Error and nothing is written; the Log stays
 // usable.
 func (l *Log) Append(ctx context.Context, ev schema.Event) (uint64, error) {
+	return l.append(ctx, ev, time.Time{})
+}
+
+// AppendFor is Append for an event that must be written even if its
+// caller goes away (a tool.result after the caller's context ended): it
+// runs under ctx's values but not its cancellation, and gives up once d
+// has passed (d <= 0: at once), with an error matching
+// context.DeadlineExceeded, as Append under
+// context.WithTimeout(context.WithoutCancel(ctx), d) would. It costs one
+// timer per publish, as Append does, instead of a context of its own and
+// the publish's context registered with it.
+func (l *Log) AppendFor(ctx context.Context, ev schema.Event, d time.Duration) (uint64, error) {
+	if _, ok := ctx.Deadline(); ok || ctx.Done() != nil {
+		ctx = context.WithoutCancel(ctx) // a context that never ends (Background) is kept as it is
+	}
+	return l.append(ctx, ev, time.Now().Add(d))
+}
+
+// append is Append that also ends at until (zero: only when ctx ends).
+func (l *Log) append(ctx context.Context, ev schema.Event, until time.Time) (uint64, error) {
 	if ev.Type == "" {
 		return 0, errors.New("stream: Append: event has no type")
 	}
@@ -376,10 +396,18 @@ func (l *Log) Append(ctx context.Context, ev schema.Event) (uint64, error) {
 	// AppendEvent validates too (required fields, field lengths, valid
 	// JSON): an invalid event is refused with its *schema.Error and
 	// nothing is written, without waiting for an append in flight.
-	payload, err := schema.AppendEvent(nil, &ev)
+	buf := payloadBufs.Get().(*[]byte)
+	payload, err := schema.AppendEvent((*buf)[:0], &ev)
 	if err != nil {
+		payloadBufs.Put(buf)
 		return 0, fmt.Errorf("stream: append to %s: %w", l.session, err)
 	}
+	defer func() {
+		if cap(payload) <= maxPooledPayload {
+			*buf = payload[:0]
+			payloadBufs.Put(buf)
+		}
+	}()
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -397,8 +425,21 @@ func (l *Log) Append(ctx context.Context, ev schema.Event) (uint64, error) {
 	}
 
 	l.n++
-	return l.send(ctx, payload, l.idPre+strconv.FormatUint(l.n, 10))
+	return l.send(ctx, payload, l.idPre+strconv.FormatUint(l.n, 10), until)
 }
+
+// payloadBufs holds the buffers appends encode their events into: a
+// publish copies the payload into the connection's buffer before it
+// returns, and nothing else keeps it (resolve reads the log, appended
+// only its length), so the buffer is reused once the append returns.
+// Buffers grown beyond maxPooledPayload (a large output) are dropped.
+var payloadBufs = sync.Pool{New: func() any {
+	b := make([]byte, 0, 1024)
+	return &b
+}}
+
+// maxPooledPayload is the largest buffer payloadBufs keeps.
+const maxPooledPayload = 64 << 10
 
 // appendMsgs holds the messages appends are sent in, each with the
 // headers every append carries (Jw-Epoch, Jw-Owner, Nats-Msg-Id,
@@ -428,9 +469,9 @@ func (l *Log) message() *nats.Msg {
 }
 
 // send publishes payload with Msg-Id id after l.last, re-sending after
-// transport errors and resolving refusals through the log (see resolve).
-// l.mu is held.
-func (l *Log) send(ctx context.Context, payload []byte, id string) (uint64, error) {
+// transport errors and resolving refusals through the log (see resolve),
+// until ctx ends or, if it is not zero, until passes. l.mu is held.
+func (l *Log) send(ctx context.Context, payload []byte, id string, until time.Time) (uint64, error) {
 	// The headers jetstream.WithMsgID and WithExpectLastSequencePerSubject
 	// would set, set directly on the pooled message: the same bytes on the
 	// wire without the options' allocations.
@@ -442,14 +483,43 @@ func (l *Log) send(ctx context.Context, payload []byte, id string) (uint64, erro
 		appendMsgs.Put(msg)
 	}()
 
+	// ended is ctx's error, or DeadlineExceeded once until has passed.
+	ended := func() error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if !until.IsZero() && !time.Now().Before(until) {
+			return context.DeadlineExceeded
+		}
+		return nil
+	}
+	// attempt bounds one request: RequestTimeout, and no later than until.
+	attempt := func() time.Duration {
+		if until.IsZero() {
+			return l.t.cfg.RequestTimeout
+		}
+		return min(l.t.cfg.RequestTimeout, time.Until(until))
+	}
+
 	var b *backoff.ExponentialBackOff // made on the first retry only
 	var firstErr time.Time
+	// AppendFor's context never ends: its attempts need no context of
+	// their own, the request is bounded by its timeout alone. (Append
+	// keeps one per attempt, as before, whatever its context.)
+	endless := !until.IsZero() && ctx.Done() == nil
 	for {
 		msg.Header[jetstream.ExpectedLastSubjSeqHeader][0] = strconv.FormatUint(l.last, 10)
-		actx, cancel := context.WithTimeout(ctx, l.t.cfg.RequestTimeout)
 		want := l.t.Events.CachedInfo().Config.Name
-		stream, seq, err := publishAck(actx, l.t.JS.Conn(), msg, want)
-		cancel()
+		var stream string
+		var seq uint64
+		var err error
+		if d := attempt(); endless && d > 0 {
+			stream, seq, err = publishAckWithin(l.t.JS.Conn(), msg, want, d)
+		} else {
+			actx, cancel := context.WithTimeout(ctx, d)
+			stream, seq, err = publishAck(actx, l.t.JS.Conn(), msg, want)
+			cancel()
+		}
 		if err == nil && stream != want {
 			// Not JW_EVENTS's answer (a reply forged by another client):
 			// the log itself says whether the event is in.
@@ -459,13 +529,13 @@ func (l *Log) send(ctx context.Context, payload []byte, id string) (uint64, erro
 			l.appended(seq, len(payload))
 			return seq, nil
 		}
-		if ctx.Err() != nil {
+		if end := ended(); end != nil {
 			// The event may or may not be stored; the next append resolves it.
-			return 0, fmt.Errorf("stream: append to %s: %w", l.session, ctx.Err())
+			return 0, fmt.Errorf("stream: append to %s: %w", l.session, end)
 		}
 		retry := false
 		if isWrongLastSeq(err) || errors.Is(err, errForeignAck) {
-			actx, cancel := context.WithTimeout(ctx, l.t.cfg.RequestTimeout)
+			actx, cancel := context.WithTimeout(ctx, attempt())
 			seq, done, rerr := l.resolve(actx, id)
 			cancel()
 			switch {
@@ -490,10 +560,16 @@ func (l *Log) send(ctx context.Context, payload []byte, id string) (uint64, erro
 			return 0, fmt.Errorf("stream: append to %s: %w", l.session, err)
 		}
 		l.t.log.Debug().Err(err).Str("session", l.session).Msg("append: retrying")
+		wait := b.NextBackOff()
+		if !until.IsZero() {
+			wait = min(wait, time.Until(until))
+		}
 		select {
 		case <-ctx.Done():
-			return 0, fmt.Errorf("stream: append to %s: %w", l.session, ctx.Err())
-		case <-time.After(b.NextBackOff()):
+		case <-time.After(wait):
+		}
+		if end := ended(); end != nil {
+			return 0, fmt.Errorf("stream: append to %s: %w", l.session, end)
 		}
 	}
 }

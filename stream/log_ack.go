@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -26,6 +28,26 @@ import (
 // returned stream is want itself when the reply names it (no copy).
 func publishAck(ctx context.Context, nc *nats.Conn, msg *nats.Msg, want string) (stream string, seq uint64, err error) {
 	resp, err := nc.RequestMsgWithContext(ctx, msg)
+	return readAck(resp, err, want)
+}
+
+// publishAckWithin is publishAck bounded by d instead of a context (d > 0):
+// nats.go's request with a timeout takes its timer from a pool, where a
+// context made per publish costs a timer and a context of its own. For a
+// caller whose context never ends (Log.AppendFor). It gives up with
+// context.DeadlineExceeded, as publishAck under a context with a timeout
+// of d does (nats.go says nats.ErrTimeout).
+func publishAckWithin(nc *nats.Conn, msg *nats.Msg, want string, d time.Duration) (stream string, seq uint64, err error) {
+	resp, err := nc.RequestMsg(msg, d)
+	if errors.Is(err, nats.ErrTimeout) {
+		err = context.DeadlineExceeded
+	}
+	return readAck(resp, err, want)
+}
+
+// readAck is what publishAck returns for the request's reply resp (or its
+// error err).
+func readAck(resp *nats.Msg, err error, want string) (stream string, seq uint64, _ error) {
 	if err != nil {
 		return "", 0, err
 	}

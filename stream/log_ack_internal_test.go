@@ -73,7 +73,12 @@ func TestPublishAckAsJetStream(t *testing.T) {
 		ack, jerr := topo.JS.PublishMsg(ctx, &nats.Msg{Subject: "fake.publish", Data: []byte("x"), Header: nats.Header{}})
 		stream, seq, err := publishAck(ctx, nc, &nats.Msg{Subject: "fake.publish", Data: []byte("x"), Header: nats.Header{}}, "JW_EVENTS")
 		cancel()
+		// The timeout form reads every reply the same way.
+		wstream, wseq, werr := publishAckWithin(nc, &nats.Msg{Subject: "fake.publish", Data: []byte("x"), Header: nats.Header{}}, "JW_EVENTS", 5*time.Second)
 		_ = sub.Unsubscribe()
+		if wstream != stream || wseq != seq || (werr == nil) != (err == nil) || werr != nil && werr.Error() != err.Error() {
+			t.Fatalf("reply %s: publishAckWithin %s/%d %v, publishAck %s/%d %v", reply, wstream, wseq, werr, stream, seq, err)
+		}
 		if (err == nil) != (jerr == nil) {
 			t.Fatalf("reply %s: publishAck error %v, jetstream %v", reply, err, jerr)
 		}
@@ -97,5 +102,26 @@ func TestPublishAckAsJetStream(t *testing.T) {
 	_, _, err := publishAck(ctx, nc, &nats.Msg{Subject: "nobody.here", Header: nats.Header{}}, "JW_EVENTS")
 	if !errors.Is(jerr, jetstream.ErrNoStreamResponse) || !errors.Is(err, nats.ErrNoResponders) || !Transient(err) || !Transient(jerr) {
 		t.Fatalf("no responders: publishAck %v, jetstream %v", err, jerr)
+	}
+	if _, _, err := publishAckWithin(nc, &nats.Msg{Subject: "nobody.here", Header: nats.Header{}}, "JW_EVENTS", 5*time.Second); !errors.Is(err, nats.ErrNoResponders) {
+		t.Fatalf("no responders: publishAckWithin %v", err)
+	}
+
+	// Nobody answers: the timeout form gives up after its bound with the
+	// context form's error, DeadlineExceeded (transient).
+	silent, err := nc.Subscribe("fake.silent", func(*nats.Msg) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = silent.Unsubscribe() }()
+	start := time.Now()
+	_, _, err = publishAckWithin(nc, &nats.Msg{Subject: "fake.silent", Header: nats.Header{}}, "JW_EVENTS", 200*time.Millisecond)
+	if took := time.Since(start); !errors.Is(err, context.DeadlineExceeded) || !Transient(err) || took < 200*time.Millisecond || took > 2*time.Second {
+		t.Fatalf("no answer: publishAckWithin %v after %v, want context.DeadlineExceeded after 200ms", err, took)
+	}
+	actx, acancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer acancel()
+	if _, _, cerr := publishAck(actx, nc, &nats.Msg{Subject: "fake.silent", Header: nats.Header{}}, "JW_EVENTS"); cerr == nil || cerr.Error() != err.Error() {
+		t.Fatalf("no answer: publishAck %v, publishAckWithin %v: want the same error", cerr, err)
 	}
 }

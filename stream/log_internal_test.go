@@ -88,7 +88,7 @@ func TestAckLostResolvedByTailReRead(t *testing.T) {
 				ownSeq = publishAs(t, topo, "s-1", id, "w1", 5, max(before, ownSeq), ev)
 			}
 			l.mu.Lock()
-			seq, err := l.send(ctx, payload, id) // the re-send
+			seq, err := l.send(ctx, payload, id, time.Time{}) // the re-send
 			l.mu.Unlock()
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) {

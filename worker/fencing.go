@@ -37,7 +37,23 @@ type fenceKey struct{}
 // WithFence returns ctx carrying f, as the runtime passes it to a body.
 // Tests of a body use it to run the body with a token of their choosing.
 func WithFence(ctx context.Context, f Fence) context.Context {
-	return context.WithValue(ctx, fenceKey{}, f)
+	return &fenced{Context: ctx, f: f}
+}
+
+// fenced is context.WithValue(ctx, fenceKey{}, f) in one allocation (the
+// runtime makes one per call), without f boxed until it is asked for.
+type fenced struct {
+	context.Context
+	f Fence
+}
+
+// Value returns the Fence for fenceKey, and what the parent holds for
+// any other key.
+func (c *fenced) Value(key any) any {
+	if _, ok := key.(fenceKey); ok {
+		return c.f
+	}
+	return c.Context.Value(key)
 }
 
 // FencingToken returns the fencing token of the call whose body runs under

@@ -402,17 +402,26 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 	// A stopped task records nothing more (a plan for it is not consumed
 	// either); the read lock keeps a task.stopped from coming between this
 	// check and the tool.call.
+	// unlockStop runs on this goroutine only (at the tool.call, or on
+	// return): a flag, not a sync.Once.
 	r.smu.RLock()
-	unlockStop := sync.OnceFunc(r.smu.RUnlock)
+	stopLocked := true
+	unlockStop := func() {
+		if stopLocked {
+			stopLocked = false
+			r.smu.RUnlock()
+		}
+	}
 	defer unlockStop()
 	if err := r.refuseStopped(task); err != nil {
 		return Result{}, err
 	}
 
 	// Steps 1-2: a fresh call id; the plan's key for a retry, else a new one.
-	callID := "c-" + randomID()
+	var callID string
 	var op schema.Operation
 	if opts.Retry != nil {
+		callID = randomID("c-")
 		if err := r.roomForRetry(args); err != nil {
 			return Result{}, err
 		}
@@ -440,7 +449,9 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 			r.cfg.Logger.Info().Str("session", r.cfg.Session).Str("call_id", callID).Str("plan_id", opts.Retry.PlanID).Msg("plan consumed by a fenced writer whose attempt never reached the log: completing that attempt")
 		}
 	} else {
-		op = schema.Operation{Task: task, Key: "op-" + randomID(), Contract: t.Metadata.Contract}
+		var key string
+		callID, key = randomIDs("c-", "op-")
+		op = schema.Operation{Task: task, Key: key, Contract: t.Metadata.Contract}
 	}
 	res := Result{CallID: callID, Operation: op}
 	// The call's logger is built only when something is logged.
@@ -836,14 +847,26 @@ func (r *Runtime) writeContext(ctx context.Context) (context.Context, context.Ca
 	return context.WithTimeout(context.WithoutCancel(ctx), r.cfg.WriteTimeout)
 }
 
-// append stamps and appends one event under its own write context; a fenced
-// log fences the runtime.
+// append stamps and appends one event under its own write context (see
+// writeContext); a fenced log fences the runtime. A *stream.Log is given
+// the bound instead (AppendFor: the same bound without a context made
+// per append). Only the Log itself: an Appender that wraps one (embeds
+// it, overriding Append) has its own Append called.
 func (r *Runtime) append(ctx context.Context, ev schema.Event) (uint64, error) {
 	ev.V, ev.Session, ev.At = schema.Version, r.cfg.Session, r.cfg.Now().UTC()
-	wctx, cancel := r.writeContext(ctx)
-	defer cancel()
-	start := time.Now()
-	seq, err := r.cfg.Log.Append(wctx, ev)
+	var start time.Time
+	if r.cfg.Observer != nil {
+		start = time.Now()
+	}
+	var seq uint64
+	var err error
+	if l, ok := r.cfg.Log.(*stream.Log); ok {
+		seq, err = l.AppendFor(ctx, ev, r.cfg.WriteTimeout)
+	} else {
+		wctx, cancel := r.writeContext(ctx)
+		seq, err = r.cfg.Log.Append(wctx, ev)
+		cancel()
+	}
 	if o := r.cfg.Observer; o != nil {
 		o.Appended(ev, time.Since(start), err)
 	}
@@ -857,16 +880,32 @@ func (r *Runtime) append(ctx context.Context, ev schema.Event) (uint64, error) {
 	return 0, &schema.Error{Code: schema.CodeLog, CallID: ev.CallID(), Message: "append " + ev.Type + ": " + err.Error(), Err: err}
 }
 
-// randomID returns 32 hex digits from crypto/rand.
-func randomID() string {
+// randomID returns prefix and 32 hex digits from crypto/rand.
+func randomID(prefix string) string {
 	var b [defaultRandomIDBytes]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand panics instead)
+	return hexID(prefix, b[:])
+}
+
+// randomIDs is two randomIDs (a call id and an operation key) from one
+// read of crypto/rand.
+func randomIDs(prefix1, prefix2 string) (string, string) {
+	var b [2 * defaultRandomIDBytes]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand panics instead)
+	return hexID(prefix1, b[:defaultRandomIDBytes]), hexID(prefix2, b[defaultRandomIDBytes:])
+}
+
+// hexID returns prefix and b in lower-case hex, in one allocation.
+func hexID(prefix string, b []byte) string {
 	const hex = "0123456789abcdef"
-	out := make([]byte, 2*len(b))
-	for i, c := range b {
-		out[2*i], out[2*i+1] = hex[c>>4], hex[c&15]
+	var out strings.Builder
+	out.Grow(len(prefix) + 2*len(b))
+	out.WriteString(prefix)
+	for _, c := range b {
+		out.WriteByte(hex[c>>4])
+		out.WriteByte(hex[c&15])
 	}
-	return string(out)
+	return out.String()
 }
 
 // sessionLog returns the runtime's logger with the session: built when a
