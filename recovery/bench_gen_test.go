@@ -3,9 +3,7 @@ package recovery_test
 import (
 	"bytes"
 	"io"
-	"runtime"
 	"testing"
-	"time"
 
 	"github.com/jingwei/jingwei/internal/testhistory"
 	"github.com/jingwei/jingwei/recovery"
@@ -32,13 +30,6 @@ func BenchmarkInspectGenerated(b *testing.B) {
 	data, last := h.JSONL, h.LastCall
 	b.SetBytes(int64(len(data)))
 	b.ReportAllocs()
-	type sample struct{ wall, cpu time.Duration }
-	timed := func(f func()) sample {
-		runtime.GC()
-		c, w := cpuTime(), time.Now()
-		f()
-		return sample{time.Since(w), cpuTime() - c}
-	}
 	decode := func() {
 		r := schema.NewHistoryReader(bytes.NewReader(data), schema.DefaultLimits)
 		for {
@@ -57,29 +48,7 @@ func BenchmarkInspectGenerated(b *testing.B) {
 			b.Fatalf("Inspect: %+v %v", a, err)
 		}
 	}
-	var decWall, insWall, wallRatio, cpuRatio []float64
-	n := 0
-	for b.Loop() {
-		var d, i sample
-		if n%2 == 0 {
-			d, i = timed(decode), timed(inspect)
-		} else {
-			i, d = timed(inspect), timed(decode)
-		}
-		n++
-		decWall = append(decWall, float64(d.wall))
-		insWall = append(insWall, float64(i.wall))
-		wallRatio = append(wallRatio, float64(i.wall)/float64(d.wall))
-		if d.cpu > 0 {
-			cpuRatio = append(cpuRatio, float64(i.cpu)/float64(d.cpu))
-		}
-	}
-	b.ReportMetric(median(decWall), "decode-ns/op")
-	b.ReportMetric(median(insWall), "inspect-ns/op")
-	b.ReportMetric(median(wallRatio), "inspect/decode")
-	if len(cpuRatio) > 0 {
-		b.ReportMetric(median(cpuRatio), "inspect/decode-cpu")
-	}
+	alternateInspectDecode(b, decode, inspect)
 }
 
 // BenchmarkInspectOnly times Inspect alone over the generated history, for

@@ -47,13 +47,6 @@ func BenchmarkInspect(b *testing.B) {
 	data, last := genHistory(make([]byte, 0, 17<<20), schema.MaxHistoryEvents)
 	b.SetBytes(int64(len(data)))
 	b.ReportAllocs()
-	type sample struct{ wall, cpu time.Duration }
-	timed := func(f func()) sample {
-		runtime.GC() // neither run pays for the other's garbage
-		c, w := cpuTime(), time.Now()
-		f()
-		return sample{time.Since(w), cpuTime() - c}
-	}
 	decode := func() {
 		h := schema.NewHistoryReader(bytes.NewReader(data), schema.DefaultLimits)
 		n := 0
@@ -76,6 +69,20 @@ func BenchmarkInspect(b *testing.B) {
 		if err != nil || a.CallID != last {
 			b.Fatalf("Inspect: %+v %v", a, err)
 		}
+	}
+	alternateInspectDecode(b, decode, inspect)
+}
+
+// alternateInspectDecode times decode and inspect alternately (each first
+// in every other iteration) and reports the medians of their wall times
+// and of the per-iteration ratios, wall and CPU.
+func alternateInspectDecode(b *testing.B, decode, inspect func()) {
+	type sample struct{ wall, cpu time.Duration }
+	timed := func(f func()) sample {
+		runtime.GC() // neither run pays for the other's garbage
+		c, w := cpuTime(), time.Now()
+		f()
+		return sample{time.Since(w), cpuTime() - c}
 	}
 	var decWall, insWall, wallRatio, cpuRatio []float64
 	n := 0
