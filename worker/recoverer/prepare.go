@@ -356,7 +356,7 @@ func (r *issuer) deliverRecent(ctx context.Context, plan schema.Plan) error {
 	)
 	id := plan.PlanID
 	for range maxAgainChain {
-		ack, err := r.publishPlanMsg(ctx, plan.Session, data, id)
+		ack, err := r.pub.publishAcked(ctx, &nats.Msg{Subject: r.t.PlansSubject(plan.Session), Data: data}, id)
 		if err != nil {
 			return fmt.Errorf("recoverer: publish plan %s: %w", plan.PlanID, err)
 		}

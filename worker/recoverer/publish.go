@@ -85,9 +85,19 @@ func (p *publisher) publishAsync(ctx context.Context, acks *asyncAcks, a schema.
 // publishSync publishes msg with Msg-Id id, retrying transport errors with
 // backoff until ctx ends.
 func (p *publisher) publishSync(ctx context.Context, msg *nats.Msg, id string) error {
+	_, err := p.publishAcked(ctx, msg, id)
+	return err
+}
+
+// publishAcked is publishSync returning the server's acknowledgement: for
+// a Msg-Id the server already holds, Duplicate set and the sequence of the
+// message first published with it (a racing publication of the same id
+// still being stored is found as its duplicate a moment later).
+func (p *publisher) publishAcked(ctx context.Context, msg *nats.Msg, id string) (*jetstream.PubAck, error) {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval, b.MaxInterval, b.MaxElapsedTime = 20*time.Millisecond, 2*time.Second, 30*time.Second
-	return backoff.Retry(func() error {
+	var ack *jetstream.PubAck
+	err := backoff.Retry(func() error {
 		m := nats.NewMsg(msg.Subject)
 		m.Data = msg.Data
 		for k, v := range msg.Header {
@@ -95,12 +105,17 @@ func (p *publisher) publishSync(ctx context.Context, msg *nats.Msg, id string) e
 				m.Header[k] = v
 			}
 		}
-		_, err := p.t.JS.PublishMsg(ctx, m, jetstream.WithMsgID(id))
-		if err != nil && !publishRetryable(err) {
-			return backoff.Permanent(err)
+		a, err := p.t.JS.PublishMsg(ctx, m, jetstream.WithMsgID(id))
+		if err != nil {
+			if !publishRetryable(err) {
+				return backoff.Permanent(err)
+			}
+			return err
 		}
-		return err
+		ack = a
+		return nil
 	}, backoff.WithContext(b, ctx))
+	return ack, err
 }
 
 // publishRetryable reports whether a publish with a Msg-Id may be sent
