@@ -265,6 +265,18 @@ type ackFloor struct {
 	err   error
 }
 
+// readAckFloor reads the plan consumer's ack floor for session
+// (Topology.PlanConsumerAckFloor) meanwhile: the answer comes on the
+// channel returned.
+func (r *issuer) readAckFloor(ctx context.Context, session string) <-chan ackFloor {
+	floors := make(chan ackFloor, 1)
+	go func() {
+		floor, ok, err := r.t.PlanConsumerAckFloor(ctx, session)
+		floors <- ackFloor{floor, ok, err}
+	}()
+	return floors
+}
+
 // ensureDeliverable makes sure a tool worker will see an unused plan: it
 // is published (ensurePublished), and if the tool workers' plan consumer
 // has acknowledged or terminated its latest publication while the plan is
@@ -279,11 +291,7 @@ type ackFloor struct {
 // moment earlier (an acknowledgement that lands just after either read
 // is left to the next prepare, as it was).
 func (r *issuer) ensureDeliverable(ctx context.Context, plan schema.Plan) error {
-	floors := make(chan ackFloor, 1)
-	go func() {
-		floor, ok, err := r.t.PlanConsumerAckFloor(ctx, plan.Session)
-		floors <- ackFloor{floor, ok, err}
-	}()
+	floors := r.readAckFloor(ctx, plan.Session)
 	last, err := r.t.PlanMessage(ctx, plan.Session, plan.PlanID)
 	af := <-floors
 	if err != nil {
@@ -341,11 +349,7 @@ const maxAgainChain = 8
 // publication. After maxAgainChain publications again it is
 // ensureDeliverable.
 func (r *issuer) deliverRecent(ctx context.Context, plan schema.Plan) error {
-	floors := make(chan ackFloor, 1)
-	go func() {
-		floor, ok, err := r.t.PlanConsumerAckFloor(ctx, plan.Session)
-		floors <- ackFloor{floor, ok, err}
-	}()
+	floors := r.readAckFloor(ctx, plan.Session)
 	data, err := json.Marshal(plan)
 	if err != nil {
 		return err
