@@ -226,7 +226,7 @@ func countAssessments(ctx context.Context, topo *stream.Topology) (distinct, tot
 			return 0, 0, 0, fmt.Errorf("assessment message on %s: %d assessments, %d %s values", m.Subject(), len(as), len(vals), recoverer.HeaderAssessmentID)
 		}
 		for i, a := range as {
-			if want := "a." + a.Session + "." + a.CallID + "." + a.Evidence; vals[i] != want {
+			if want := a.ID(); vals[i] != want {
 				return 0, 0, 0, fmt.Errorf("assessment message on %s: member %d is %s, its header value %s", m.Subject(), i, want, vals[i])
 			}
 			ids[vals[i]] = struct{}{}

@@ -53,7 +53,7 @@ func TestReadSnapshotAssessmentBatches(t *testing.T) {
 		}
 		calls = append(calls, assessment(s, id))
 	}
-	idOf := func(a schema.Assessment) string { return "a." + a.Session + "." + a.CallID + "." + a.Evidence }
+	idOf := func(a schema.Assessment) string { return a.ID() }
 	publish := func(as []schema.Assessment, ids ...string) {
 		t.Helper()
 		data, err := schema.EncodeAssessments(as)

@@ -278,7 +278,7 @@ func assessmentsRepeated(x *index) Row {
 	for _, a := range x.snap.Assessments {
 		id := a.ID
 		if id == "" {
-			id = fmt.Sprintf("a.%s.%s.%s", a.Assessment.Session, a.Assessment.CallID, a.Assessment.Evidence)
+			id = a.Assessment.ID()
 		}
 		byID[id]++
 	}

@@ -116,3 +116,11 @@ func AppendAssessments(dst []byte, as []Assessment) ([]byte, error) {
 	}
 	return append(b, ']'), nil
 }
+
+// ID returns a's identity, "a.<session>.<call_id>.<evidence>": the value
+// of its Jw-Assessment-Id header (docs/protocol.md §5.4), the same for the
+// same call outcome from any recovery worker, by which readers count call
+// outcomes.
+func (a *Assessment) ID() string {
+	return "a." + a.Session + "." + a.CallID + "." + a.Evidence
+}

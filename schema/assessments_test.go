@@ -136,3 +136,11 @@ func TestEncodeAssessments(t *testing.T) {
 		t.Errorf("mixed sessions: %v, want ErrInvalidAssessment naming the session", err)
 	}
 }
+
+// The assessment id is the contract's literal form (docs/protocol.md §5.4).
+func TestAssessmentID(t *testing.T) {
+	a := schema.Assessment{Session: "s-1", CallID: "c-2", Evidence: "no_result"}
+	if got, want := a.ID(), "a.s-1.c-2.no_result"; got != want {
+		t.Fatalf("ID() = %q, want %q", got, want)
+	}
+}

@@ -68,7 +68,7 @@ func (b *batches) add(ctx context.Context, acks *asyncAcks, a *schema.Assessment
 		b.index[a.Session] = i
 	}
 	g := &b.groups[i]
-	id := assessmentID(a)
+	id := a.ID()
 	mark := len(g.buf)
 	if len(g.ids) > 0 {
 		g.buf = append(g.buf, ',')
@@ -158,12 +158,6 @@ func (b *batches) publish(ctx context.Context, acks *asyncAcks, g *batchGroup) (
 	g.buf[0] = '['
 	g.ids = make([]string, 0, min(max(cap(g.ids), 4), maxBatchAssessments))
 	return n, nil
-}
-
-// assessmentID is a's identity, "a.<session>.<call_id>.<evidence>"
-// (HeaderAssessmentID).
-func assessmentID(a *schema.Assessment) string {
-	return "a." + a.Session + "." + a.CallID + "." + a.Evidence
 }
 
 // batchMsgID is a batch message's Nats-Msg-Id: "b.<count>.<sha256 of the

@@ -108,7 +108,7 @@ func TestBatchesAsTheContractSays(t *testing.T) {
 			t.Fatalf("message %d: %d assessments, %d ids", m.seq, len(m.members), len(m.ids))
 		}
 		for i, a := range m.members {
-			if a.Session != session || m.ids[i] != assessmentID(&a) {
+			if a.Session != session || m.ids[i] != a.ID() {
 				t.Errorf("message %d member %d: %s/%s with id %s", m.seq, i, a.Session, a.CallID, m.ids[i])
 			}
 		}
@@ -272,7 +272,7 @@ func TestFencedAssessmentAfterItsSessionBatch(t *testing.T) {
 		t.Errorf("first message %s, want the batch of c-1..c-3", b.data)
 	}
 	f := msgs[1]
-	if len(f.members) != 1 || f.members[0].CallID != "c-open" || f.data[0] != '{' || f.msgID != assessmentID(&f.members[0]) || f.members[0].Decision != schema.DecisionNeedsReview {
+	if len(f.members) != 1 || f.members[0].CallID != "c-open" || f.data[0] != '{' || f.msgID != f.members[0].ID() || f.members[0].Decision != schema.DecisionNeedsReview {
 		t.Errorf("second message %s (Msg-Id %q), want the fence's single assessment of c-open with its id as Msg-Id", f.data, f.msgID)
 	}
 }
@@ -331,7 +331,7 @@ func TestStatusRebuiltFromBatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	msg, _ := first.pub.assessmentMsg(later)
-	msg.Data, msg.Header[HeaderAssessmentID] = data, []string{assessmentID(&later), assessmentID(&other)}
+	msg.Data, msg.Header[HeaderAssessmentID] = data, []string{later.ID(), other.ID()}
 	if _, err := e.topo.JS.PublishMsg(context.Background(), msg); err != nil {
 		t.Fatal(err)
 	}

@@ -56,7 +56,7 @@ type pending struct {
 // same assessment from several recoverers, or after a redelivery, one
 // message.
 func (p *publisher) assessmentMsg(a schema.Assessment) (msg *nats.Msg, id string) {
-	id = assessmentID(&a)
+	id = a.ID()
 	// The header map is made with its one member (HeaderAssessmentID is
 	// in canonical form): NewMsg's empty map grown by Set was a sixth of
 	// the classifier's allocations.

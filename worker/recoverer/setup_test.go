@@ -188,8 +188,8 @@ func (e *env) assessments() *assessments {
 			if a.Session != stream.SessionOf(m.Subject()) {
 				as.bad = append(as.bad, fmt.Sprintf("%s: an assessment of %s", m.Subject(), a.Session))
 			}
-			if i < len(ids) && ids[i] != assessmentID(&a) {
-				as.bad = append(as.bad, fmt.Sprintf("%s: member %d has id %q, header says %q", m.Subject(), i, assessmentID(&a), ids[i]))
+			if i < len(ids) && ids[i] != a.ID() {
+				as.bad = append(as.bad, fmt.Sprintf("%s: member %d has id %q, header says %q", m.Subject(), i, a.ID(), ids[i]))
 			}
 			k := [2]string{a.Session, a.CallID}
 			as.m[k] = append(as.m[k], a)

@@ -143,7 +143,7 @@ func stormCount(t *testing.T, e *env, as *assessments, name string, calls map[st
 		if err != nil {
 			t.Fatalf("message %d: %v (a fence's assessment is one object)", seq, err)
 		}
-		if got, want := m.Header.Get(jetstream.MsgIDHeader), assessmentID(&a); got != want {
+		if got, want := m.Header.Get(jetstream.MsgIDHeader), a.ID(); got != want {
 			t.Fatalf("message %d: Nats-Msg-Id %q, want the assessment id %q", seq, got, want)
 		}
 		stored[a.Session+"/"+a.CallID]++
