@@ -143,16 +143,24 @@ func (c *classifier) run(ctx context.Context) error {
 	// before, when a session's is full or a fence's assessment of the same
 	// session follows.
 	grouped := newBatches(c.pub)
+	// published records in cur the number of a publish that carries one
+	// of its assessments (0: nothing was published).
+	published := func(pubN uint64) {
+		if pubN > 0 {
+			cur.upTo = pubN
+		}
+	}
+	// flushGrouped publishes the grouped assessments into cur: they go out
+	// before its events are acknowledged.
+	flushGrouped := func(ctx context.Context) error {
+		pubN, err := grouped.flush(ctx, acks)
+		published(pubN)
+		return err
+	}
 	settle := func(ctx context.Context, b *batch) error {
 		if b == &cur {
-			// The batch's grouped assessments go out before its events
-			// are acknowledged.
-			pubN, err := grouped.flush(ctx, acks)
-			if err != nil {
+			if err := flushGrouped(ctx); err != nil {
 				return err
-			}
-			if pubN > 0 {
-				cur.upTo = pubN
 			}
 		}
 		if err := acks.settleThrough(ctx, b.upTo); err != nil {
@@ -299,9 +307,7 @@ func (c *classifier) run(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			if pubN > 0 {
-				cur.upTo = pubN
-			}
+			published(pubN)
 		}
 		cur.last = m
 		n++
@@ -315,12 +321,8 @@ func (c *classifier) run(ctx context.Context) error {
 			}
 			n = 0
 		case n >= ackBatch:
-			pubN, err := grouped.flush(ctx, acks)
-			if err != nil {
+			if err := flushGrouped(ctx); err != nil {
 				return err
-			}
-			if pubN > 0 {
-				cur.upTo = pubN
 			}
 			if err := settle(ctx, &prev); err != nil {
 				return err
