@@ -3,6 +3,8 @@ package chaos
 import (
 	"fmt"
 	"strings"
+
+	"github.com/jingwei/jingwei/internal/ports"
 )
 
 // network is the loopback wiring of a chaos cluster: each node's client
@@ -20,7 +22,7 @@ type network struct {
 // newNetwork picks the ports of n nodes and starts the proxies (n = 1: one
 // node, no proxies).
 func newNetwork(n int) (*network, error) {
-	ports, err := freePorts(2 * n)
+	ports, err := ports.Free(2 * n)
 	if err != nil {
 		return nil, err
 	}

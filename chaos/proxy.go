@@ -172,25 +172,3 @@ func (b *blackhole) Close() {
 	b.ln.Close()
 	b.wg.Wait()
 }
-
-// freePorts returns n free TCP ports on loopback (free when asked: another
-// process may take one before it is used, which the start of a node then
-// reports).
-func freePorts(n int) ([]int, error) {
-	ports := make([]int, n)
-	var lns []net.Listener
-	defer func() {
-		for _, l := range lns {
-			l.Close()
-		}
-	}()
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		lns = append(lns, l)
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-	}
-	return ports, nil
-}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -13,23 +12,20 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jingwei/jingwei/effect"
+	"github.com/jingwei/jingwei/internal/ports"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 )
 
-// freePorts returns n free TCP ports on loopback.
+// freePorts returns n free TCP ports on loopback, outside the ephemeral
+// range (the servers bind them after the check).
 func freePorts(t *testing.T, n int) []int {
 	t.Helper()
-	ports := make([]int, n)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-		defer l.Close()
+	p, err := ports.Free(n)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return ports
+	return p
 }
 
 // startCluster starts a 3-node JetStream cluster on loopback in this
