@@ -252,12 +252,30 @@ func (t *Topology) fenceLoad(ctx context.Context, session, owner string, epoch u
 	if epoch == 0 || epoch > schema.MaxEpoch {
 		return nil, nil, 0, false, fmt.Errorf("%w: %d (want 1 to %d)", ErrInvalidEpoch, epoch, uint64(schema.MaxEpoch))
 	}
+	// A fence is one attempt after the tail as the leader has it: read the
+	// tail, publish the fence after it, and on a refusal (a message got in
+	// between) read the tail again at once. An old writer appending back to
+	// back takes a turn per round trip, and a fence that slept between its
+	// attempts or re-read more than the tail lost nearly every race: it
+	// could take seconds, or a whole history, to get in. Waits are only for
+	// transport errors, and the answer of such an attempt is the tail: a
+	// fence stored without its acknowledgement is found there by its
+	// Msg-Id.
 	b := newBackoff(time.Millisecond, 100*time.Millisecond)
 	idPre := nuid.Next() + "-"
+	fenceID := idPre + "fence"
+	var counted bool
+	var count int        // the subject's messages, counted at or after countedAt
+	var countedAt uint64 // the tail's sequence when counted
 	for {
 		tl, ok, err := t.lastMsg(ctx, session)
 		if err != nil {
 			return nil, nil, 0, false, err
+		}
+		if ok && tl.msgID == fenceID {
+			// An attempt whose answer was lost is in, and nothing followed.
+			l := &Log{t: t, session: session, owner: owner, subject: t.EventsSubject(session), epoch: epoch, idPre: idPre}
+			return t.fenced(ctx, l, tl.seq, prefix)
 		}
 		if ok && supersedes(tl.epoch, tl.owner, epoch, owner) {
 			return nil, nil, 0, false, fmt.Errorf("%w: session %s is at epoch %d (owner %q), fence has epoch %d", ErrFenced, session, tl.epoch, tl.owner, epoch)
@@ -277,34 +295,34 @@ func (t *Topology) fenceLoad(ctx context.Context, session, owner string, epoch u
 			l.events, l.bytes = st.events, st.bytes
 			return l, h, tl.seq, true, nil
 		}
-		if ok {
-			// A log with no room left even for a fence is closed:
-			// nothing more can be appended to it by anyone, so it stands
-			// confirmed as it is (see ErrLogClosed).
-			n, err := t.subjectCount(ctx, session)
-			if err != nil {
+		// A log with no room left even for a fence is closed: nothing more
+		// can be appended to it by anyone, so it stands confirmed as it is
+		// (see ErrLogClosed). The subject gains at most one message per
+		// stream sequence, so after the first count it is counted again
+		// only when that bound reaches the limit.
+		if ok && (!counted || count+int(tl.seq-countedAt)+1 > t.cfg.Limits.MaxEvents) {
+			if count, err = t.subjectCount(ctx, session); err != nil {
 				return nil, nil, 0, false, err
 			}
-			if n+1 > t.cfg.Limits.MaxEvents {
-				return nil, nil, 0, false, fmt.Errorf("%w: session %s holds %d events (limit %d)", ErrLogClosed, session, n, t.cfg.Limits.MaxEvents)
+			counted, countedAt = true, tl.seq
+			if count+1 > t.cfg.Limits.MaxEvents {
+				return nil, nil, 0, false, fmt.Errorf("%w: session %s holds %d events (limit %d)", ErrLogClosed, session, count, t.cfg.Limits.MaxEvents)
 			}
 		}
 		// Limits are measured once the fence is in (the read would only
 		// give an older writer more time to get in between).
 		l := &Log{t: t, session: session, owner: owner, subject: t.EventsSubject(session), epoch: epoch, idPre: idPre, last: tl.seq}
-		seq, err := l.appendFence(ctx)
-		if err == nil {
-			h, st, err := t.loadAfter(ctx, session, seq, prefix)
-			if err != nil {
-				return nil, nil, 0, false, err
-			}
-			l.events, l.bytes = st.events, st.bytes
-			return l, h, seq, false, nil
-		}
-		if !errors.Is(err, ErrConflict) {
+		seq, err := l.publishFence(ctx, fenceID)
+		switch {
+		case err == nil:
+			return t.fenced(ctx, l, seq, prefix)
+		case errors.Is(err, ErrConflict):
+			continue // an older writer got in first: the new tail, at once
+		case ctx.Err() != nil:
+			return nil, nil, 0, false, ctx.Err()
+		case !Transient(err) && !errors.Is(err, errForeignAck):
 			return nil, nil, 0, false, err
 		}
-		// An older writer got in first; try again from the new tail.
 		select {
 		case <-ctx.Done():
 			return nil, nil, 0, false, ctx.Err()
@@ -313,15 +331,47 @@ func (t *Topology) fenceLoad(ctx context.Context, session, owner string, epoch u
 	}
 }
 
-func (l *Log) appendFence(ctx context.Context) (uint64, error) {
+// fenced loads into l, the new writer, the history through its fence at
+// seq.
+func (t *Topology) fenced(ctx context.Context, l *Log, seq uint64, prefix Loaded) (*Log, []schema.Event, uint64, bool, error) {
+	h, st, err := t.loadAfter(ctx, l.session, seq, prefix)
+	if err != nil {
+		return nil, nil, 0, false, err
+	}
+	l.last = seq
+	l.events, l.bytes = st.events, st.bytes
+	return l, h, seq, false, nil
+}
+
+// publishFence sends the fence event with Msg-Id id once, expecting l.last
+// at the tail. A refusal because another message is there is ErrConflict;
+// an acknowledgement from another stream is errForeignAck; a transport
+// error is returned as it is (the fence may be stored: the tail says).
+func (l *Log) publishFence(ctx context.Context, id string) (uint64, error) {
 	ev := schema.Event{V: schema.Version, Session: l.session, Epoch: l.epoch, At: time.Now().UTC(), Type: schema.TypeFenced, Fence: &schema.Fence{Epoch: l.epoch, Owner: l.owner}}
 	payload, err := schema.EncodeEvent(ev)
 	if err != nil {
 		return 0, err
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.send(ctx, payload, l.idPre+"fence", time.Time{})
+	msg := l.message()
+	defer func() {
+		msg.Data = nil
+		appendMsgs.Put(msg)
+	}()
+	msg.Data = payload
+	msg.Header[jetstream.MsgIDHeader][0] = id
+	msg.Header[jetstream.ExpectedLastSubjSeqHeader][0] = strconv.FormatUint(l.last, 10)
+	want := l.t.Events.CachedInfo().Config.Name
+	actx, cancel := context.WithTimeout(ctx, l.t.cfg.RequestTimeout)
+	defer cancel()
+	stream, seq, err := publishAck(actx, l.t.JS.Conn(), msg, want)
+	switch {
+	case err == nil && stream != want:
+		return 0, fmt.Errorf("%w: from stream %q", errForeignAck, stream)
+	case isWrongLastSeq(err):
+		return 0, fmt.Errorf("%w: session %s: a message follows %d: %v", ErrConflict, l.session, l.last, err)
+	}
+	return seq, err
 }
 
 // fenceReserve is the room at the end of a history that only

@@ -516,3 +516,127 @@ func TestAppendIgnoresForgedAcks(t *testing.T) {
 		t.Fatal("no forged ack was sent")
 	}
 }
+
+// TestFenceGetsPastABusyWriter: a takeover's fence gets in while an old
+// writer appends back to back — a Log, and a plain JetStream client that
+// publishes its next event the moment its last is acknowledged (the
+// fastest writer there can be). A fence that re-read more than the tail or
+// slept between its attempts lost nearly every race: the old writer filled
+// the whole history (99,900 events) before it got in. The bound is the old
+// writer's appends while Fence runs: each attempt costs the fence two
+// round trips (the tail, the publish) against one of the writer's, so it
+// wins within a few turns; the bound leaves a wide margin for a loaded
+// machine.
+func TestFenceGetsPastABusyWriter(t *testing.T) {
+	const bound = 500
+	writers := []struct {
+		name string
+		run  func(t *testing.T, topo *stream.Topology, js jetstream.JetStream, stop <-chan struct{}, acked func())
+	}{
+		{"log", func(t *testing.T, topo *stream.Topology, _ jetstream.JetStream, stop <-chan struct{}, acked func()) {
+			old, err := topo.OpenLog(context.Background(), "s-1", "w1", 1)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := old.Append(context.Background(), started(fmt.Sprintf("w1-%d", i))); err != nil {
+					if !errors.Is(err, stream.ErrFenced) {
+						t.Errorf("old writer: %v", err)
+					}
+					return
+				}
+				acked()
+			}
+		}},
+		{"raw client", func(t *testing.T, topo *stream.Topology, js jetstream.JetStream, stop <-chan struct{}, acked func()) {
+			subj := topo.EventsSubject("s-1")
+			var last uint64
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ev := fmt.Sprintf(`{"v":1,"session":"s-1","epoch":1,"at":"2026-12-01T10:00:00Z","type":"tool.started","started":{"call_id":"w1-%d"}}`, i)
+				msg := &nats.Msg{Subject: subj, Data: []byte(ev), Header: nats.Header{stream.HeaderEpoch: {"1"}, stream.HeaderOwner: {"w1"}}}
+				ack, err := js.PublishMsg(context.Background(), msg, jetstream.WithExpectLastSequencePerSubject(last))
+				if err != nil {
+					var apiErr *jetstream.APIError
+					if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
+						t.Errorf("raw writer: %v", err)
+					}
+					return // fenced: the log moved on without it
+				}
+				last = ack.Sequence
+				acked()
+			}
+		}},
+	}
+	for _, w := range writers {
+		t.Run(w.name, func(t *testing.T) {
+			_, nc, topo := streamtest.Start(t)
+			js, err := jetstream.New(nc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var mu sync.Mutex
+			var appends int
+			var fencing bool
+			var during int // appends acknowledged while Fence ran
+			first := make(chan struct{})
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				w.run(t, topo, js, stop, func() {
+					mu.Lock()
+					defer mu.Unlock()
+					appends++
+					if fencing {
+						during++
+					}
+					if appends == 50 {
+						close(first)
+					}
+				})
+			}()
+			<-first
+			mu.Lock()
+			fencing = true
+			mu.Unlock()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			started := time.Now()
+			_, err = topo.Fence(ctx, "s-1", "w3", 3)
+			took := time.Since(started)
+			mu.Lock()
+			fencing = false
+			n := during
+			mu.Unlock()
+			close(stop)
+			wg.Wait()
+			if err != nil {
+				t.Fatalf("Fence: %v (after %s, %d appends of the old writer meanwhile)", err, took, n)
+			}
+			t.Logf("fenced in %s; the old writer appended %d events meanwhile", took, n)
+			if n > bound {
+				t.Fatalf("the old writer appended %d events while Fence ran (%s), want at most %d", n, took, bound)
+			}
+			// Nothing of the old writer follows the fence.
+			evs, err := topo.Load(context.Background(), "s-1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if last := evs[len(evs)-1]; last.Type != schema.TypeFenced || last.Epoch != 3 {
+				t.Fatalf("the log ends with %s at epoch %d, want the fence at 3", last.Type, last.Epoch)
+			}
+		})
+	}
+}
