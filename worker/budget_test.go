@@ -180,3 +180,60 @@ func TestDeferredCountsConcurrentCalls(t *testing.T) {
 		t.Fatalf("stored %+v, log has %d tool.call (want 30)", u, n)
 	}
 }
+
+// slowCounter is a Counter whose writes take a while (a jw_budget leader
+// far away): each Add waits, then counts.
+type slowCounter struct {
+	worker.Counter
+	wait time.Duration
+}
+
+func (c slowCounter) Add(ctx context.Context, session, task string, limit int64) (stream.Usage, error) {
+	time.Sleep(c.wait)
+	return c.Counter.Add(ctx, session, task, limit)
+}
+
+// TestCallReturnsAfterItsCount: an attempt counted alongside its tool.call
+// is counted by the time the call returns, on every path — a call refused
+// before the budget stage (which never waits for the count) and a call
+// whose tool.call did not reach the log. A count still in flight after the
+// return would be lost with the process, and it made a caller's
+// before/after reading of the budget race (TestPlanCompletedByNextOwner
+// failed 1 run in 30 on it).
+func TestCallReturnsAfterItsCount(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name string
+		mod  func(l *live, c *worker.Config)
+		want string // the call's error code
+	}{
+		{"refused at stage permission", func(_ *live, c *worker.Config) {
+			c.Permission = worker.HookFunc(func(context.Context, worker.Admission) error { return errors.New("not this agent") })
+		}, string(schema.CodeRejected)},
+		{"tool.call not recorded", func(l *live, c *worker.Config) {
+			lg, err := l.topo.OpenLog(ctx, "s-1", "host", 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.Log = appendFails{lg, schema.TypeCall, errors.New("injected: the server went away")}
+		}, string(schema.CodeLog)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l := liveSetup(t)
+			rt := l.runtime(t, "s-1", tools.OrdersRevision, func(cfg *worker.Config) {
+				cfg.Budget = slowCounter{stream.NewBudget(l.topo.Budget), 300 * time.Millisecond}
+				c.mod(l, cfg)
+			})
+			res, err := rt.CallWithOptions(ctx, tools.CatalogLookup, lookupArgs, worker.CallOptions{Task: "t-1"})
+			if got := string(schema.CodeOf(err)); got != c.want {
+				t.Fatalf("call: %+v, %v; want code %q", res, err, c.want)
+			}
+			if c.want == string(schema.CodeRejected) && (res.Status != schema.StatusRejected || res.Stage != schema.StagePermission) {
+				t.Fatalf("call: %+v, want rejected", res)
+			}
+			if u := l.storedCalls(t, "s-1", "t-1"); u.ToolCalls != 1 {
+				t.Fatalf("jw_budget holds %d calls of t-1 when the call returned, want 1", u.ToolCalls)
+			}
+		})
+	}
+}

@@ -528,6 +528,11 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 	// on the safe side). From here on every write runs even if the caller
 	// goes away, each bounded by WriteTimeout.
 	budgetStage := r.count(ctx, task)
+	// The call returns only once its count is written (or failed), on
+	// every path: a refusal before the budget stage and a tool.call that
+	// did not reach the log too, so a caller that returns, or a process
+	// that exits after it, leaves no count in flight.
+	defer budgetStage()
 	seq, err := r.append(ctx, callEv(false))
 	if err != nil {
 		lg().Error().Err(err).Msg("tool.call not recorded")
@@ -653,7 +658,12 @@ func (r *Runtime) count(ctx context.Context, task string) func() (stream.Usage, 
 		u, err := r.countNow(cctx, task)
 		countc <- counted{u, err}
 	}()
-	return func() (stream.Usage, error) { c := <-countc; return c.u, c.err }
+	var once sync.Once
+	var c counted
+	return func() (stream.Usage, error) {
+		once.Do(func() { c = <-countc })
+		return c.u, c.err
+	}
 }
 
 // deferred counts one call of task in memory and returns the usage after
