@@ -8,6 +8,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/jingwei/jingwei/internal/pause"
 )
 
 // plannedFault is one fault of the schedule, drawn from the seed before
@@ -93,19 +95,7 @@ func (l *faultLog) count(kind string) int {
 }
 
 // sleepCtx waits d or until ctx ends; it reports whether d passed.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
+func sleepCtx(ctx context.Context, d time.Duration) bool { return pause.For(ctx, d) == nil }
 
 // waitListening waits until addr accepts TCP connections.
 func waitListening(ctx context.Context, addr string, d time.Duration) error {

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jingwei/jingwei/internal/pause"
+
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -258,19 +260,32 @@ func (t *Topology) fenceLoad(ctx context.Context, session, owner string, epoch u
 	// back takes a turn per round trip, and a fence that slept between its
 	// attempts or re-read more than the tail lost nearly every race: it
 	// could take seconds, or a whole history, to get in. Waits are only for
-	// transport errors, and the answer of such an attempt is the tail: a
-	// fence stored without its acknowledgement is found there by its
-	// Msg-Id.
+	// transport errors (the answer of such an attempt is the tail: a fence
+	// stored without its acknowledgement is found there by its Msg-Id) and
+	// for a refusal after which the tail has not moved.
 	b := newBackoff(time.Millisecond, 100*time.Millisecond)
 	idPre := nuid.Next() + "-"
 	fenceID := idPre + "fence"
 	var counted bool
 	var count int        // the subject's messages, counted at or after countedAt
 	var countedAt uint64 // the tail's sequence when counted
+	var refused struct { // the last refused attempt
+		ok  bool
+		seq uint64 // the tail it was published after
+	}
 	for {
 		tl, ok, err := t.lastMsg(ctx, session)
 		if err != nil {
 			return nil, nil, 0, false, err
+		}
+		if refused.ok && tl.seq == refused.seq {
+			// Refused, yet the leader's tail has not moved: a write still
+			// in flight. Wait instead of spinning on it.
+			if err := pause.For(ctx, b.NextBackOff()); err != nil {
+				return nil, nil, 0, false, err
+			}
+			refused.ok = false
+			continue
 		}
 		if ok && tl.msgID == fenceID {
 			// An attempt whose answer was lost is in, and nothing followed.
@@ -317,16 +332,15 @@ func (t *Topology) fenceLoad(ctx context.Context, session, owner string, epoch u
 		case err == nil:
 			return t.fenced(ctx, l, seq, prefix)
 		case errors.Is(err, ErrConflict):
+			refused.ok, refused.seq = true, tl.seq
 			continue // an older writer got in first: the new tail, at once
 		case ctx.Err() != nil:
 			return nil, nil, 0, false, ctx.Err()
 		case !Transient(err) && !errors.Is(err, errForeignAck):
 			return nil, nil, 0, false, err
 		}
-		select {
-		case <-ctx.Done():
-			return nil, nil, 0, false, ctx.Err()
-		case <-time.After(b.NextBackOff()):
+		if err := pause.For(ctx, b.NextBackOff()); err != nil {
+			return nil, nil, 0, false, err
 		}
 	}
 }

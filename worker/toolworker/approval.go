@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jingwei/jingwei/internal/pause"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -264,16 +266,7 @@ func (s *session) resume() {
 }
 
 // sleepCtx waits d; false if ctx ended first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
+func sleepCtx(ctx context.Context, d time.Duration) bool { return pause.For(ctx, d) == nil }
 
 // confirmed runs once the session's runtime exists: calls a crashed owner
 // left waiting past their deadline end now, the others are asked again

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/jingwei/jingwei/internal/pause"
+
 	"github.com/jingwei/jingwei/worker"
 )
 
@@ -48,16 +50,10 @@ func (d Delay) Wrap(tools ...worker.Tool) []worker.Tool {
 	return out
 }
 
+// wait is the delay d (none if d <= 0, whatever ctx).
 func wait(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return nil
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return pause.For(ctx, d)
 }
