@@ -3,14 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jingwei/jingwei/internal/ports"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/rs/zerolog"
@@ -40,12 +42,13 @@ func (s *syncBuffer) String() string {
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	// A port below the ephemeral range: one the kernel hands to a listen on
+	// port 0 could be taken again before the process started here binds it.
+	p, err := ports.Free(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return fmt.Sprintf("127.0.0.1:%d", p[0])
 }
 
 func healthz(addr string) (int, string) {
