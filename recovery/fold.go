@@ -51,7 +51,13 @@ type ReviewFold struct {
 //     review like any other and is rejected too: order in the stream, not
 //     the review's own at, decides.
 //   - otherwise the latest trusted review decides. Earlier trusted reviews
-//     stand (they were not wrong when given) but no longer decide.
+//     stand (they were not wrong when given) but no longer decide. A
+//     review published again byte for byte (the same signer and signature
+//     as an earlier standing one: ed25519 signs the same review the same
+//     way; unsigned reviews are never taken for replays) stands but counts
+//     where it first appeared: a replay says nothing new, so an old
+//     not_executed replayed after its reviewer's later uncertain never
+//     decides again (replaying needs no key).
 //   - reviews the caller did not accept change nothing; their Err is
 //     passed through.
 //
@@ -63,6 +69,7 @@ type ReviewFold struct {
 func FoldReviews(session, callID string, entries []ReviewEntry) ReviewFold {
 	f := ReviewFold{Decides: -1, Rejected: make([]error, len(entries))}
 	final := -1 // the first trusted completed review
+	seen := map[[2]string]bool{}
 	for i := range entries {
 		e := &entries[i]
 		r := &e.Review
@@ -77,7 +84,12 @@ func FoldReviews(session, callID string, entries []ReviewEntry) ReviewFold {
 			c := &entries[final].Review
 			f.Rejected[i] = schema.Errorf(schema.CodeReviewConflict, "review at %s of call %q by %q (verdict %s, evidence %q) contradicts the completed review at %s by %q (evidence %q): completed is final",
 				at(entries, i), callID, r.Operator, r.Verdict, r.Evidence, at(entries, final), c.Operator, c.Evidence)
+		case r.Sig != "" && seen[[2]string{r.Signer, r.Sig}]:
+			// a replay of a standing review: it stands where it first came
 		default:
+			if r.Sig != "" {
+				seen[[2]string{r.Signer, r.Sig}] = true
+			}
 			f.Decides = i
 			if r.Verdict == schema.VerdictCompleted && final < 0 {
 				final = i
