@@ -99,12 +99,28 @@ func Start(ctx context.Context, cfg Config, endpoints ...Endpoint) (micro.Servic
 	return svc, nil
 }
 
+// consumerAckPrefix begins the reply subject of every message a JetStream
+// consumer delivers (its ack subject, with or without a domain).
+const consumerAckPrefix = "$JS.ACK."
+
 // handler answers each request through req before it returns: micro reads
 // the request's state for its stats once the handler returns, so the
 // answer must not be sent from another goroutine after that (a data race,
 // and an error micro would not count).
+//
+// A message a JetStream consumer delivered on an endpoint's subject (its
+// reply subject is the consumer's ack subject) is dropped unanswered and
+// never handled: a consumer's deliver subject is not checked against its
+// creator's permissions, so a role that may not publish on the endpoint
+// (a worker on jw.api.prepare) could otherwise have a stream's message
+// delivered there as a request. Clients' requests reply on an inbox or,
+// through an account's import, on _R_.….
 func handler(ctx context.Context, log zerolog.Logger, h Handler) micro.Handler {
 	return micro.HandlerFunc(func(req micro.Request) {
+		if strings.HasPrefix(req.Reply(), consumerAckPrefix) {
+			log.Warn().Str("subject", req.Subject()).Str("reply", req.Reply()).Msg("service request delivered by a JetStream consumer dropped: only clients ask")
+			return
+		}
 		v, err := h(ctx, req.Data())
 		if req.Reply() == "" {
 			return // a publish without a reply subject asks for no answer
