@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -111,10 +112,11 @@ type tail struct {
 	msgID string
 	fence bool
 	size  int
+	data  []byte // the payload, for a writer to tell its own event from one under its Msg-Id
 }
 
 func (t *Topology) readMsg(m *jetstream.RawStreamMsg) tail {
-	tl := tail{seq: m.Sequence, msgID: m.Header.Get(jetstream.MsgIDHeader), owner: m.Header.Get(HeaderOwner), size: len(m.Data)}
+	tl := tail{seq: m.Sequence, msgID: m.Header.Get(jetstream.MsgIDHeader), owner: m.Header.Get(HeaderOwner), size: len(m.Data), data: m.Data}
 	if e, err := strconv.ParseUint(m.Header.Get(HeaderEpoch), 10, 64); err == nil {
 		tl.epoch = e
 	}
@@ -600,7 +602,7 @@ func (l *Log) send(ctx context.Context, payload []byte, id string, until time.Ti
 		retry := false
 		if isWrongLastSeq(err) || errors.Is(err, errForeignAck) {
 			actx, cancel := context.WithTimeout(ctx, attempt())
-			seq, done, rerr := l.resolve(actx, id)
+			seq, done, rerr := l.resolve(actx, id, payload)
 			cancel()
 			switch {
 			case done:
@@ -647,12 +649,16 @@ func (l *Log) appended(seq uint64, payload int) {
 // resolve runs after a wrong-last-sequence refusal and reads the log
 // forward from the writer's last known message. Events of this Log whose
 // acks were lost earlier (an append cancelled mid-flight) are taken into
-// account as they are met. done is true if the event with Msg-Id id is
-// there: the append happened, its ack was lost. A message by anyone else
+// account as they are met. done is true if the event with Msg-Id id and
+// this payload is there: the append happened, its ack was lost. Msg-Ids
+// are predictable (the prefix is on every event the Log stored), so a
+// message under id with another payload is someone else's (taking it for
+// this append's would let a forged event stand in for a tool.started the
+// Log then acts on). A message by anyone else
 // stops the Log with ErrFenced or ErrConflict (returned as err). If nothing
 // (more) follows yet — a replicated write still in flight — all are zero
 // and the caller re-sends.
-func (l *Log) resolve(ctx context.Context, id string) (seq uint64, done bool, err error) {
+func (l *Log) resolve(ctx context.Context, id string, payload []byte) (seq uint64, done bool, err error) {
 	for {
 		next, ok, err := l.t.nextMsg(ctx, l.session, l.last+1)
 		if err != nil {
@@ -661,10 +667,10 @@ func (l *Log) resolve(ctx context.Context, id string) (seq uint64, done bool, er
 		if !ok {
 			return 0, false, nil
 		}
-		if next.msgID == id {
+		if next.msgID == id && bytes.Equal(next.data, payload) {
 			return next.seq, true, nil
 		}
-		if strings.HasPrefix(next.msgID, l.idPre) {
+		if next.msgID != id && strings.HasPrefix(next.msgID, l.idPre) {
 			l.appended(next.seq, next.size)
 			continue
 		}
