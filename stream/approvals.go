@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/jingwei/jingwei/schema"
 )
@@ -135,7 +136,10 @@ func StopSubject(prefix, session string) string { return ApprovalsSubject(prefix
 // PublishStop publishes a task stop on jw.approvals.<session>.stop with js
 // (a host's connection) and waits for JetStream's acknowledgement. The
 // tool worker that owns (or takes) the session records it as task.stopped
-// on the session log.
+// on the session log. The stop's Nats-Msg-Id is stop.<session>.<task>, so
+// a stop published twice is stored once; should another client's message
+// hold that id (a duplicate acknowledgement whose stored message is not a
+// stop of the task), the stop is published once more under a random id.
 func PublishStop(ctx context.Context, js jetstream.JetStream, prefix string, s schema.StopRequest) (*jetstream.PubAck, error) {
 	if prefix == "" {
 		prefix = DefaultPrefix
@@ -150,12 +154,38 @@ func PublishStop(ctx context.Context, js jetstream.JetStream, prefix string, s s
 	if err != nil {
 		return nil, err
 	}
-	ack, err := js.Publish(ctx, StopSubject(prefix, s.Session), b, jetstream.WithMsgID("stop."+s.Session+"."+s.Task))
-	if err != nil {
-		return nil, fmt.Errorf("stream: publish stop of %s/%s: %w", s.Session, s.Task, err)
+	subj, id := StopSubject(prefix, s.Session), "stop."+s.Session+"."+s.Task
+	for try := 0; ; try++ {
+		ack, err := js.Publish(ctx, subj, b, jetstream.WithMsgID(id))
+		if err != nil {
+			return nil, fmt.Errorf("stream: publish stop of %s/%s: %w", s.Session, s.Task, err)
+		}
+		if ack.Stream != streamName(prefix, "APPROVALS") {
+			return nil, fmt.Errorf("stream: publish stop of %s/%s: %w: from stream %q", s.Session, s.Task, errForeignAck, ack.Stream)
+		}
+		if !ack.Duplicate || try > 0 {
+			return ack, nil
+		}
+		// JW_APPROVALS deduplicates over the whole stream, and the id is
+		// predictable: a duplicate is this stop only if the message stored
+		// under the id is a stop of this task. Another client's message
+		// (an approver may publish on jw.approvals.<session> with any
+		// headers) would drop the stop: it is published again under an id
+		// nobody can have taken (a second stop of a task changes nothing).
+		st, err := js.Stream(ctx, streamName(prefix, "APPROVALS"))
+		if err != nil {
+			return nil, fmt.Errorf("stream: publish stop of %s/%s: check duplicate: %w", s.Session, s.Task, err)
+		}
+		m, err := st.GetMsg(ctx, ack.Sequence)
+		if err != nil {
+			return nil, fmt.Errorf("stream: publish stop of %s/%s: check duplicate: %w", s.Session, s.Task, err)
+		}
+		var stored struct {
+			Task string `json:"task"`
+		}
+		if m.Subject == subj && json.Unmarshal(m.Data, &stored) == nil && stored.Task == s.Task {
+			return ack, nil
+		}
+		id += "." + nuid.Next()
 	}
-	if ack.Stream != streamName(prefix, "APPROVALS") {
-		return nil, fmt.Errorf("stream: publish stop of %s/%s: %w: from stream %q", s.Session, s.Task, errForeignAck, ack.Stream)
-	}
-	return ack, nil
 }
