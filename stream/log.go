@@ -68,6 +68,21 @@ func (l *Log) Owner() string { return l.owner }
 // Epoch returns the writer's epoch, stamped on every event it appends.
 func (l *Log) Epoch() uint64 { return l.epoch }
 
+// EventAt returns the event stored at stream sequence seq of the session
+// log, read from the stream leader. ok is false when seq holds no message
+// of this session; a message there that does not decode is an error.
+func (l *Log) EventAt(ctx context.Context, seq uint64) (ev schema.Event, ok bool, err error) {
+	m, ok, err := l.t.leaderGet(ctx, l.t.Events.CachedInfo().Config.Name, msgGetRequest{Seq: seq, NextFor: l.subject})
+	if err != nil || !ok || m.Sequence != seq {
+		return schema.Event{}, false, err
+	}
+	if ev, err = schema.DecodeEvent(m.Data); err != nil {
+		return schema.Event{}, false, fmt.Errorf("stream: event %d of %s: %w", seq, l.session, err)
+	}
+	ev.Seq = seq
+	return ev, true, nil
+}
+
 // LastSeq returns the stream sequence of the last message on the session
 // log as far as this writer knows (0 for an empty log).
 func (l *Log) LastSeq() uint64 {

@@ -48,6 +48,14 @@ type Attempt struct {
 	// the history it loaded after fencing the session, that the log holds
 	// no retry of the plan's prior call.
 	MayComplete bool
+	// Prior, when set, reads the event at a stream sequence of the
+	// session log (stream.Log.EventAt): the plan must then retry the call
+	// recorded at its prior_seq — that call's tool.call, with the plan's
+	// tool, task, key, contract and canonical arguments — or it is refused
+	// with plan_mismatch (field prior_call_id), so a trusted signature
+	// alone cannot run an action that was never recorded, or a recorded
+	// one with other arguments. Nil: not checked.
+	Prior func(ctx context.Context, seq uint64) (schema.Event, bool, error)
 }
 
 // Taken is what TakeOperation grants: the operation the attempt records,
@@ -68,7 +76,8 @@ type Taken struct {
 // verifies against at.Planners (so a record written straight into
 // jw_plans, or altered there, authorizes nothing), and must name the
 // attempt's session, task and tool, the same canonical arguments and the
-// tool's current contract; then it is
+// tool's current contract, and (with at.Prior) retry the call recorded at
+// its prior_seq; then it is
 // consumed with a compare-and-set from issued to consumed, so of any number
 // of concurrent takers in any number of processes exactly one succeeds. It
 // returns the operation the attempt must record: the plan's task, key and
@@ -134,6 +143,22 @@ func TakeOperation(ctx context.Context, plans PlanStore, at Attempt, plan schema
 	}
 	if got != issued.ArgsDigest {
 		return Taken{}, mismatch("arguments", "was prepared for other arguments (%s, the call has %s)", issued.ArgsDigest, got)
+	}
+	if at.Prior != nil {
+		ev, ok, err := at.Prior(ctx, issued.PriorSeq)
+		if err != nil {
+			return Taken{}, fmt.Errorf("worker: read the prior call of plan %s: %w", plan.PlanID, err)
+		}
+		c := ev.Call
+		same := ok && c != nil && c.Operation != nil && c.CallID == issued.PriorCallID && c.Tool == issued.Tool &&
+			c.Operation.Task == issued.Task && c.Operation.Key == issued.Key && c.Operation.Contract == issued.Contract
+		if same {
+			d, err := schema.ArgsDigest(c.Arguments)
+			same = err == nil && d == issued.ArgsDigest
+		}
+		if !same {
+			return Taken{}, mismatch("prior_call_id", "seq %d of the log is not call %s with the plan's tool, task, key, contract and arguments", issued.PriorSeq, issued.PriorCallID)
+		}
 	}
 	taken := Taken{CallID: at.CallID}
 	if completing {

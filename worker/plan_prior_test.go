@@ -7,6 +7,7 @@ import (
 
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/tools"
 	"github.com/jingwei/jingwei/worker"
 )
@@ -35,6 +36,10 @@ func TestPlanMustRetryItsPriorCall(t *testing.T) {
 			p.PriorCallID, p.PriorSeq, p.Key = "c-never", 1, "op-made-up"
 			p.PlanID = recovery.PlanID("s-1", "c-never")
 		}},
+		{"prior_seq not a tool.call", func(p *schema.Plan) {
+			p.PriorCallID, p.PriorSeq, p.Key = "c-seq", 2, "op-made-up-2"
+			p.PlanID = recovery.PlanID("s-1", "c-seq")
+		}},
 		{"other arguments than the prior call", func(p *schema.Plan) {
 			p.Arguments = json.RawMessage(`{"qty":500,"sku":"A-1"}`)
 			p.ArgsDigest, _ = schema.ArgsDigest(p.Arguments)
@@ -57,7 +62,7 @@ func TestPlanMustRetryItsPriorCall(t *testing.T) {
 			before := l.snap(t, "s-1", forged.PlanID)
 			res, err := rt.CallWithOptions(ctx, forged.Tool, forged.Arguments, worker.CallOptions{Task: forged.Task, Retry: &forged})
 			after := l.snap(t, "s-1", forged.PlanID)
-			if err == nil || after.orders != before.orders || after.events != before.events {
+			if schema.CodeOf(err) != schema.CodePlanMismatch || after.orders != before.orders || after.events != before.events || after.state != stream.PlanIssued {
 				t.Errorf("HOLE: a signed plan for no prior attempt ran: call %s %s, err %v; orders %d → %d, events %d → %d",
 					res.CallID, res.Status, err, before.orders, after.orders, before.events, after.events)
 			}

@@ -291,6 +291,18 @@ func (r *Runtime) epoch() uint64 {
 	return 0
 }
 
+// priorReader returns the Log's EventAt (a *stream.Log's), for
+// TakeOperation to check a plan against its prior call; nil if the Log
+// cannot read its events.
+func (r *Runtime) priorReader() func(context.Context, uint64) (schema.Event, bool, error) {
+	if er, ok := r.cfg.Log.(interface {
+		EventAt(context.Context, uint64) (schema.Event, bool, error)
+	}); ok {
+		return er.EventAt
+	}
+	return nil
+}
+
 // retryEvents is the most a retry records: tool.call, tool.started and
 // tool.result (two in the combined form).
 const retryEvents = 3
@@ -438,7 +450,7 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 		taken, err := TakeOperation(ctx, r.cfg.Plans, Attempt{
 			Session: r.cfg.Session, Task: task, Tool: tool, Arguments: args,
 			Contract: t.Metadata.Contract, CallID: callID, Planners: r.cfg.TrustedPlanners,
-			Epoch: r.epoch(), MayComplete: known,
+			Epoch: r.epoch(), MayComplete: known, Prior: r.priorReader(),
 		}, *opts.Retry)
 		if err != nil {
 			r.cfg.Logger.Info().Str("session", r.cfg.Session).Err(err).Str("tool", tool).Str("plan_id", opts.Retry.PlanID).Msg("retry plan refused")
