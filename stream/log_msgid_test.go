@@ -95,3 +95,40 @@ func TestLogOwnEventIsRecognizedByContent(t *testing.T) {
 		}
 	}
 }
+
+// TestLogEventAt: a writer with the worker's permissions reads an event of
+// its session log by stream sequence (what a runtime checks a plan's prior
+// call with); a sequence that holds another session's message, or none,
+// is not found.
+func TestLogEventAt(t *testing.T) {
+	rs := startRoleServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, w := rs.asRole(t, stream.RoleWorker, stream.TopologyConfig{})
+	a, err := w.OpenLog(ctx, "s-a", "tw-1", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := w.OpenLog(ctx, "s-b", "tw-1", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := schema.Event{Type: schema.TypeCall, Call: &schema.Call{CallID: "c-1", Tool: "t", Arguments: []byte(`{"x":1}`)}}
+	seqA, err := a.Append(ctx, call)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seqB, err := b.Append(ctx, call)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, ok, err := a.EventAt(ctx, seqA)
+	if err != nil || !ok || ev.Seq != seqA || ev.Session != "s-a" || ev.Call == nil || ev.Call.CallID != "c-1" {
+		t.Fatalf("EventAt(%d) = %+v %v %v", seqA, ev, ok, err)
+	}
+	for _, seq := range []uint64{seqB, seqB + 10} {
+		if ev, ok, err := a.EventAt(ctx, seq); err != nil || ok {
+			t.Errorf("s-a EventAt(%d) = %+v %v %v, want not found", seq, ev, ok, err)
+		}
+	}
+}
