@@ -1,0 +1,80 @@
+package toolworker_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/streamtest"
+	"github.com/jingwei/jingwei/worker"
+	"github.com/jingwei/jingwei/worker/service"
+	"github.com/jingwei/jingwei/worker/toolworker"
+)
+
+// TestWorkerSurvivesServerRestart: the server is stopped and started again
+// on the same store and address under a live tool worker (its own gateway
+// included). Without a process restart the worker takes its partitions
+// back and runs a published request, and jw.api.call answers a new call
+// with its stored result. (The recoverer's twin is
+// recoverer.TestSurvivesServerRestart; no test restarted the server under a
+// tool worker.)
+func TestWorkerSurvivesServerRestart(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	srv, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{Dir: dir, Listen: "127.0.0.1:-1", Sync: stream.SyncInterval})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse(srv.ClientURL())
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	topo, err := stream.EnsureTopology(ctx, js, stream.TopologyConfig{LeaseTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newProbe()
+	start(t, toolworker.Config{Topology: topo, Registry: registry(t, p.tools()...), PollInterval: 50 * time.Millisecond, CallTimeout: 20 * time.Second})
+
+	publish(t, topo, "s-a", "r-1", "echo", `{"n":1}`)
+	streamtest.Eventually(t, 20*time.Second, "first request run", func() bool { return len(p.ran("s-a")) == 1 })
+
+	srv.Shutdown()
+	srv2, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{Dir: dir, Listen: u.Host, Sync: stream.SyncInterval})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv2.Shutdown)
+	streamtest.Eventually(t, 20*time.Second, "client reconnected", nc.IsConnected)
+
+	// A published request, on the session the worker owned before and on
+	// a new one.
+	streamtest.Eventually(t, 20*time.Second, "request published after the restart", func() bool {
+		b, _ := json.Marshal(schema.Request{V: 1, RequestID: "r-2", Session: "s-a", Task: worker.DefaultTask, Tool: "echo", Arguments: json.RawMessage(`{"n":2}`)})
+		_, err := topo.JS.Publish(ctx, topo.RequestsSubject("s-a"), b, jetstream.WithMsgID("r-2"))
+		return err == nil
+	})
+	publish(t, topo, "s-b", "r-3", "echo", `{"n":3}`)
+	streamtest.Eventually(t, 45*time.Second, "requests run after the restart", func() bool {
+		return len(p.ran("s-a")) == 2 && len(p.ran("s-b")) == 1
+	})
+	// jw.api.call through the worker's own gateway.
+	cl := service.NewClient(nc, service.ClientConfig{Prefix: topo.Prefix, Timeout: 30 * time.Second})
+	var ev schema.Event
+	streamtest.Eventually(t, 45*time.Second, "gateway answers after the restart", func() bool {
+		ev, err = cl.Call(ctx, schema.Request{V: 1, RequestID: "r-4", Session: "s-c", Task: worker.DefaultTask, Tool: "echo", Arguments: json.RawMessage(`{"n":4}`)})
+		return err == nil
+	})
+	if ev.Result == nil || ev.Result.Status != schema.StatusOK {
+		t.Fatalf("call after the restart: %+v", ev)
+	}
+}
