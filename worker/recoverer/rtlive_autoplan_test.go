@@ -1,0 +1,162 @@
+package recoverer
+
+import (
+	"context"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/jingwei/jingwei/effect"
+	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/streamtest"
+)
+
+// holdProxy forwards TCP connections to a NATS server and can hold every
+// byte in both directions (sockets open): to the server its client looks
+// frozen, to the client the server looks gone without a disconnect — a
+// cut-off node, an election longer than a request's retries.
+type holdProxy struct {
+	ln     net.Listener
+	mu     sync.Mutex
+	thawed chan struct{} // nil: not held
+}
+
+func newHoldProxy(t *testing.T, target string) *holdProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &holdProxy{ln: ln}
+	t.Cleanup(func() { _ = ln.Close(); p.release() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			go p.pipe(s, c)
+			go p.pipe(c, s)
+		}
+	}()
+	return p
+}
+
+func (p *holdProxy) hold() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.thawed == nil {
+		p.thawed = make(chan struct{})
+	}
+}
+
+func (p *holdProxy) release() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.thawed != nil {
+		close(p.thawed)
+		p.thawed = nil
+	}
+}
+
+func (p *holdProxy) pipe(dst, src net.Conn) {
+	defer func() { _ = dst.Close(); _ = src.Close() }()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			ch := p.thawed
+			p.mu.Unlock()
+			if ch != nil {
+				<-ch
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// assessedHook calls fn for every published assessment.
+type assessedHook struct{ fn func(schema.Assessment) }
+
+func (h assessedHook) Assessed(a schema.Assessment)                         { h.fn(a) }
+func (h assessedHook) TookOver(string, []schema.Event, []schema.Assessment) {}
+
+// logHook calls fn with every log line.
+type logHook struct{ fn func(string) }
+
+func (h logHook) Write(b []byte) (int, error) { h.fn(string(b)); return len(b), nil }
+
+// TestAutoPlanSurvivesATransientOutage: with AutoPlan on, "a plan for
+// every retry_allowed assessment the recoverer publishes". The recovery
+// worker's connection to JetStream is held (a cut-off node, a long
+// election) from the moment it published a retry_allowed assessment, until
+// its auto-planner has failed to issue the plan; then the connection
+// works again. The plan must still be issued: the auto-planner drops a
+// call whose prepare failed for a transient reason, it is in no durable
+// queue, and nothing issues its plan afterwards (nor after a restart).
+func TestAutoPlanSurvivesATransientOutage(t *testing.T) {
+	e := setup(t, 0)
+	srvURL := e.nc.ConnectedUrl()
+	px := newHoldProxy(t, strings.TrimPrefix(srvURL, "nats://"))
+	nc1, err := nats.Connect("nats://"+px.ln.Addr().String(), nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc1.Close)
+	js1, _ := jetstream.New(nc1)
+	ctx := context.Background()
+	topo1, err := stream.OpenTopology(ctx, js1, stream.TopologyConfig{LeaseMarkerTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once, thawOnce sync.Once
+	thaw := func() { thawOnce.Do(px.release) }
+	tw := zerolog.NewTestWriter(t)
+	logger := zerolog.New(zerolog.MultiLevelWriter(tw, logHook{func(line string) {
+		if strings.Contains(line, "auto-plan") && strings.Contains(line, `"error"`) {
+			thaw() // the auto-planner gave up on it: the outage ends
+		}
+	}})).Level(zerolog.InfoLevel)
+	r, err := New(Config{Topology: topo1, Name: "a", PlannerKey: e.planner, AutoPlan: true, DisableService: true, Logger: logger,
+		Observer: assessedHook{func(a schema.Assessment) {
+			if a.CallID == "safe" && a.Decision == schema.DecisionRetryAllowed {
+				once.Do(func() {
+					px.hold()
+					// Whatever the auto-planner does, the outage ends
+					// after 30 s.
+					time.AfterFunc(30*time.Second, thaw)
+				})
+			}
+		}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.run(r)
+	<-r.Ready()
+	w := e.writer("s-auto", "w1")
+	w.call("safe", "orders.create", effect.Idempotent, "k-1")
+	w.started("safe")
+	w.result("safe", schema.StatusFailed, "")
+
+	streamtest.Eventually(t, 60*time.Second, "the retry_allowed call's plan issued once JetStream answers again", func() bool {
+		return len(e.planMsgs()) == 1
+	})
+}
