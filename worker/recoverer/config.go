@@ -44,7 +44,9 @@ type Config struct {
 	// alone; list every recoverer's key when several run.
 	TrustedPlanners recovery.TrustedKeys
 	// AutoPlan, when true, issues a plan for every retry_allowed assessment
-	// the recoverer publishes, without a prepare request. Defaults to false:
+	// the recoverer publishes, without a prepare request (one whose prepare
+	// fails for a transient reason is tried again every second while the
+	// recoverer runs; the queue lives in memory). Defaults to false:
 	// plans are issued on explicit prepare requests only.
 	AutoPlan bool
 	// Name identifies this recoverer: it names its durable consumers

@@ -450,7 +450,13 @@ func (r *issuer) queue(session, callID string) {
 	}
 }
 
-// autoPlan issues plans for queued retry_allowed assessments (AutoPlan).
+// autoPlanRetry is how long the auto-planner waits before it tries again a
+// plan it could not issue for a transient reason (stream.Transient).
+const autoPlanRetry = time.Second
+
+// autoPlan issues plans for queued retry_allowed assessments (AutoPlan); a
+// prepare that fails for a transient reason is queued again after
+// autoPlanRetry.
 func (r *issuer) autoPlan(ctx context.Context) error {
 	for {
 		select {
@@ -459,6 +465,18 @@ func (r *issuer) autoPlan(ctx context.Context) error {
 		case f := <-r.auto:
 			session, callID := f[0], f[1]
 			p, err := r.prepare(ctx, session, callID)
+			if err != nil && ctx.Err() == nil && stream.Transient(err) {
+				// JetStream unreachable for a while (a cut-off node, an
+				// election): the call is in no durable queue, so it is
+				// queued again rather than left without its plan.
+				r.log.Warn().Err(err).Str("session", session).Str("call_id", callID).Dur("retry_in", autoPlanRetry).Msg("auto-plan: no plan yet; tried again")
+				time.AfterFunc(autoPlanRetry, func() {
+					if ctx.Err() == nil {
+						r.queue(session, callID)
+					}
+				})
+				continue
+			}
 			if err != nil {
 				r.log.Info().Err(err).Str("session", session).Str("call_id", callID).Msg("auto-plan: no plan")
 				continue
