@@ -160,3 +160,84 @@ func TestAutoPlanSurvivesATransientOutage(t *testing.T) {
 		return len(e.planMsgs()) == 1
 	})
 }
+
+// TestAutoPlanSurvivesARestart: with AutoPlan on, the recovery worker
+// publishes a retry_allowed assessment (its events acknowledged) while
+// jw_plans cannot take a write (its stream has lost its subjects, as a
+// bucket whose leader is gone takes none), so the auto-planner cannot
+// issue the plan yet; the recovery worker is stopped then (a crash, a
+// deploy), jw_plans works again, and a recovery worker of the same name
+// and configuration starts. It must issue the plan: nothing else will (an
+// explicit prepare aside) — the retry_allowed call is on no awaiting list.
+func TestAutoPlanSurvivesARestart(t *testing.T) {
+	e := setup(t, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	bg := context.Background()
+	plansStream, err := e.topo.JS.Stream(bg, "KV_"+e.topo.Prefix+"_plans")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plansCfg := plansStream.CachedInfo().Config
+	broken := plansCfg
+	broken.Subjects = []string{"rtlive.nowhere.>"}
+	var once sync.Once
+	var transientSeen sync.Once
+	failed := make(chan struct{})
+	logger := zerolog.New(zerolog.MultiLevelWriter(zerolog.NewTestWriter(t), logHook{func(line string) {
+		if strings.Contains(line, "auto-plan") && strings.Contains(line, "safe") && strings.Contains(line, `"error"`) {
+			transientSeen.Do(func() { close(failed) })
+		}
+	}})).Level(zerolog.InfoLevel)
+	r, err := New(Config{Topology: e.topo, Name: "a", PlannerKey: e.planner, AutoPlan: true, DisableService: true, Logger: logger,
+		Observer: assessedHook{func(a schema.Assessment) {
+			if a.CallID == "safe" && a.Decision == schema.DecisionRetryAllowed {
+				once.Do(func() {
+					if _, err := e.topo.JS.UpdateStream(bg, broken); err != nil {
+						t.Errorf("break jw_plans: %v", err)
+					}
+				})
+			}
+		}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	<-r.Ready()
+	w := e.writer("s-auto", "w1")
+	w.call("safe", "orders.create", effect.Idempotent, "k-1")
+	w.started("safe")
+	resultSeq := w.append(schema.Event{Type: schema.TypeResult, Result: &schema.Result{CallID: "safe", Status: schema.StatusFailed, Error: "test: failed"}})
+	select {
+	case <-failed:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the auto-planner never failed to issue the plan")
+	}
+	streamtest.Eventually(t, 30*time.Second, "the call's events acknowledged", func() bool {
+		c, err := e.topo.Events.Consumer(bg, r.consumerName("events"))
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(bg)
+		return err == nil && info.AckFloor.Stream >= resultSeq
+	})
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first recovery worker did not stop")
+	}
+	if _, err := e.topo.JS.UpdateStream(bg, plansCfg); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(e.planMsgs()); n != 0 {
+		t.Fatalf("a plan was issued while jw_plans took no write: %d", n)
+	}
+	e.run(e.recoverer("a", func(c *Config) { c.AutoPlan = true; c.DisableService = true }))
+	streamtest.Eventually(t, 30*time.Second, "the restarted recovery worker issued the retry_allowed call's plan", func() bool {
+		return len(e.planMsgs()) == 1
+	})
+}
