@@ -46,7 +46,8 @@ type Config struct {
 	// AutoPlan, when true, issues a plan for every retry_allowed assessment
 	// the recoverer publishes, without a prepare request (one whose prepare
 	// fails for a transient reason is tried again every second while the
-	// recoverer runs; the queue lives in memory). Defaults to false:
+	// recoverer runs; at start, every call whose latest assessment is
+	// retry_allowed and that has no plan is queued again). Defaults to false:
 	// plans are issued on explicit prepare requests only.
 	AutoPlan bool
 	// Name identifies this recoverer: it names its durable consumers

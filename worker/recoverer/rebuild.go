@@ -22,7 +22,9 @@ import (
 // them) and every call a plan was issued for (jw_plans) is removed. The
 // live path (noted, settled) keeps the set up to date from then on. It
 // reads every assessment once: its cost grows with the assessments kept
-// in JW_ASSESSMENTS.
+// in JW_ASSESSMENTS. With AutoPlan it also queues for the auto-planner
+// every call whose latest assessment is retry_allowed and that has no
+// plan in jw_plans.
 func (r *Recoverer) rebuildAwaiting(ctx context.Context) error {
 	streamName := r.t.StreamName("ASSESSMENTS")
 	st, err := r.t.JS.Stream(ctx, streamName)
@@ -59,8 +61,23 @@ func (r *Recoverer) rebuildAwaiting(ctx context.Context) error {
 	}
 	sort.SliceStable(all, func(i, j int) bool { return all[i].seq < all[j].seq })
 	w := newAwaiting(r.awaiting.max)
+	// With AutoPlan, the calls whose latest assessment is retry_allowed
+	// and that have no plan yet are queued again below: the auto-plan
+	// queue of an earlier run lived in its memory only.
+	var unplanned map[callKey]bool
+	if r.cfg.AutoPlan {
+		unplanned = map[callKey]bool{}
+	}
 	for _, s := range all {
 		w.note(s.a)
+		if unplanned != nil {
+			k := callKey{s.a.Session, s.a.CallID}
+			if s.a.Decision == schema.DecisionRetryAllowed {
+				unplanned[k] = true
+			} else {
+				delete(unplanned, k)
+			}
+		}
 	}
 	// Settled by a completed review: read each session's reviews once.
 	bySession := map[string][]string{}
@@ -82,8 +99,12 @@ func (r *Recoverer) rebuildAwaiting(ctx context.Context) error {
 	}
 	for _, rec := range recs {
 		w.forget(rec.Plan.Session, rec.Plan.PriorCallID)
+		delete(unplanned, callKey{rec.Plan.Session, rec.Plan.PriorCallID})
 	}
 	r.awaiting.replace(w)
+	for k := range unplanned {
+		r.issuer.queue(k.session, k.callID)
+	}
 	r.log.Info().Int("assessments", len(all)).Int("undecodable", skipped).Int("awaiting_review", len(w.calls)).Msg("awaiting review rebuilt from JW_ASSESSMENTS, JW_REVIEWS and jw_plans")
 	return nil
 }
