@@ -9,9 +9,11 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/stream/streamtest"
+	"github.com/jingwei/jingwei/tools"
 	"github.com/jingwei/jingwei/worker"
 	"github.com/jingwei/jingwei/worker/service"
 	"github.com/jingwei/jingwei/worker/toolworker"
@@ -76,5 +78,75 @@ func TestWorkerSurvivesServerRestart(t *testing.T) {
 	})
 	if ev.Result == nil || ev.Result.Status != schema.StatusOK {
 		t.Fatalf("call after the restart: %+v", ev)
+	}
+}
+
+// TestPlanRunsAfterServerRestart: a call fails after its write, the server
+// is stopped and started again on the same store under the live worker,
+// and only then is the retry plan issued and published: the worker's plan
+// consumer (and request consumer) came back with the connection, and the
+// retry runs exactly once. (No test restarted the server under a tool
+// worker's plan consumer.)
+func TestPlanRunsAfterServerRestart(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	srv, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{Dir: dir, Listen: "127.0.0.1:-1", Sync: stream.SyncInterval})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse(srv.ClientURL())
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, _ := jetstream.New(nc)
+	topo, err := stream.EnsureTopology(ctx, js, stream.TopologyConfig{LeaseTTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl, err := tools.New(ctx, tools.Config{JS: topo.JS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const s = "plan-restart"
+	tl.FailAfterWrite(1)
+	publish(t, topo, s, "r-1", tools.OrdersCreate, `{"sku":"A-1","qty":2}`)
+	start(t, toolworker.Config{Topology: topo, Registry: registry(t, tl.List()...), PollInterval: 50 * time.Millisecond, IdleTimeout: 200 * time.Millisecond, DisableGateway: true})
+	streamtest.Eventually(t, 20*time.Second, "first attempt recorded", func() bool { return results(t, topo, s) == 1 })
+	first := calls(t, topo, s)[0]
+
+	srv.Shutdown()
+	srv2, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{Dir: dir, Listen: u.Host, Sync: stream.SyncInterval})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv2.Shutdown)
+	streamtest.Eventually(t, 20*time.Second, "client reconnected", nc.IsConnected)
+
+	streamtest.Eventually(t, 30*time.Second, "session given back", func() bool {
+		_, ok, err := topo.LeaseHolder(ctx, s)
+		return err == nil && !ok
+	})
+	plan, err := recovery.PrepareRetry(schema.Events(history(t, topo, s)), first.CallID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan = signPlan(t, plan)
+	streamtest.Eventually(t, 20*time.Second, "plan issued", func() bool {
+		_, err := stream.NewPlans(topo.Plans).Issue(ctx, plan)
+		return err == nil
+	})
+	pb, _ := json.Marshal(plan)
+	if _, err := topo.JS.Publish(ctx, topo.PlansSubject(s), pb, jetstream.WithMsgID(plan.PlanID)); err != nil {
+		t.Fatal(err)
+	}
+	streamtest.Eventually(t, 45*time.Second, "retry recorded after the restart", func() bool { return results(t, topo, s) == 2 })
+	cs := calls(t, topo, s)
+	if len(cs) != 2 || cs[1].Operation.Retry == nil || cs[1].Operation.Retry.PlanID != plan.PlanID {
+		t.Fatalf("calls %+v", cs)
+	}
+	if orders, err := tl.Orders(ctx); err != nil || len(orders) != 1 {
+		t.Fatalf("orders %+v %v, want exactly one", orders, err)
 	}
 }
