@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/tools"
 )
 
@@ -102,7 +103,7 @@ func (w *workload) publish(ctx context.Context, js jetstream.JetStream, t0 time.
 		body, _ := json.Marshal(schema.Request{V: schema.Version, RequestID: a.RequestID, Session: a.Session, Task: a.Task, Tool: a.Tool, Arguments: w.args[p.Action]})
 		var opts []jetstream.PublishOpt
 		if p.MsgID {
-			opts = append(opts, jetstream.WithMsgID(a.RequestID))
+			opts = append(opts, jetstream.WithMsgID(stream.RequestMsgID(a.Session, a.RequestID)))
 		}
 		tries := 0
 		var ack *jetstream.PubAck

@@ -17,9 +17,24 @@ import (
 // answerMsgID is the Nats-Msg-Id of the answer to a request: the same for
 // every worker that answers it, so an answer is stored once per dedup
 // window however often the request is delivered.
-func answerMsgID(session, requestID string) string {
+func answerMsgID(session, requestID string) string { return scopedID("answer.", session, requestID) }
+
+// RequestMsgID is the Nats-Msg-Id a tool request is published with on
+// jw.requests.<session> (docs/protocol.md §12):
+// "request.<session>.<first 16 bytes of sha256(request_id), hex>". Request
+// ids are the agent's and count per session (its log, its answers), while
+// JW_REQUESTS deduplicates Msg-Ids across all sessions: the bare request id
+// made r-1 of one session a duplicate of r-1 of another, dropped without a
+// call or an answer. The id is hashed (it may be 1,024 bytes of anything).
+func RequestMsgID(session, requestID string) string {
+	return scopedID("request.", session, requestID)
+}
+
+// scopedID is kind + session + "." + the hex of the first 16 bytes of
+// sha256(requestID).
+func scopedID(kind, session, requestID string) string {
 	h := sha256.Sum256([]byte(requestID))
-	return "answer." + session + "." + hex.EncodeToString(h[:16])
+	return kind + session + "." + hex.EncodeToString(h[:16])
 }
 
 // PublishAnswer records the answer to a tool request that could not become

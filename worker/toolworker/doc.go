@@ -118,7 +118,7 @@
 // Every worker serves jw.api.call as the micro service "jingwei-gateway"
 // (service.GatewayName) unless Config.DisableGateway is set; [Gateway] is
 // usable on its own too. A call publishes the request on
-// jw.requests.<session> (Nats-Msg-Id from session and request id) and polls the stored
+// jw.requests.<session> (Nats-Msg-Id stream.RequestMsgID) and polls the stored
 // session log for the tool.call carrying its request id and that call's
 // tool.result, which it answers with; never a message from the wire. A
 // request id already in the log is answered from the log without running

@@ -2,8 +2,6 @@ package toolworker
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -87,7 +85,7 @@ func (g *Gateway) Serve(ctx context.Context) (micro.Service, error) {
 const gatewayWorkers = 64
 
 // Call publishes the tool request q on jw.requests.<session> (Nats-Msg-Id
-// from session and request_id: requestMsgID) and waits, up to GatewayConfig.CallTimeout, for the tool.result of
+// stream.RequestMsgID) and waits, up to GatewayConfig.CallTimeout, for the tool.result of
 // the tool.call that carries its request id on the session log, which it
 // returns. The answer is read from the stored log only (Topology.LoadFrom,
 // polled), never from a message on the wire: a publish JetStream refused to
@@ -116,7 +114,7 @@ func (g *Gateway) Call(ctx context.Context, q schema.Request) (schema.Event, err
 	if err != nil {
 		return schema.Event{}, err
 	}
-	if _, err := g.t.JS.Publish(ctx, g.t.RequestsSubject(q.Session), data, jetstream.WithMsgID(requestMsgID(q.Session, q.RequestID))); err != nil {
+	if _, err := g.t.JS.Publish(ctx, g.t.RequestsSubject(q.Session), data, jetstream.WithMsgID(stream.RequestMsgID(q.Session, q.RequestID))); err != nil {
 		return schema.Event{}, fmt.Errorf("toolworker: publish request %s: %w", q.RequestID, err)
 	}
 	f := resultFinder{requestID: q.RequestID}
@@ -155,18 +153,6 @@ func (g *Gateway) Call(ctx context.Context, q schema.Request) (schema.Event, err
 		case <-ctx.Done():
 		}
 	}
-}
-
-// requestMsgID is the Nats-Msg-Id Call publishes a request with. Request
-// ids are the agent's and count per session (a session's log, its answers
-// under session and request id), while JW_REQUESTS deduplicates Msg-Ids
-// across all sessions: the bare request id would make r-1 of one session
-// a duplicate of r-1 of another, dropped without a call or an answer. The
-// id is hashed (it may be 1,024 bytes of anything) and prefixed with the
-// session, as the answers' Msg-Id is (stream.PublishAnswer).
-func requestMsgID(session, requestID string) string {
-	h := sha256.Sum256([]byte(requestID))
-	return "request." + session + "." + hex.EncodeToString(h[:16])
 }
 
 // callPoll is the longest Call waits between two reads of the log.
