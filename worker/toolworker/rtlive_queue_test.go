@@ -1,0 +1,81 @@
+package toolworker_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream/streamtest"
+	"github.com/jingwei/jingwei/worker/service"
+)
+
+// TestGatewayCallsNotQueuedBehindSlowCalls: the gateway has 64 workers;
+// a call waits behind another only when all 64 are busy. 32 calls that
+// nobody runs are sent at once (each waits out the 10 s call timeout), and
+// 100 malformed requests (invalid_request, judged at once, nothing
+// published) while they wait. Every one of the 32 must be published within
+// 5 s, and every malformed request answered within 2 s. The micro
+// endpoints are 64 queue subscriptions that the server picks from at
+// random, busy or not, each answering its own requests one after the
+// other: a request that lands on a subscription whose handler waits for a
+// slow call waits with it, for up to the call timeout (30 s by default —
+// also the service client's default timeout: the caller gets no_answer
+// while most of the gateway is idle). The recoverer's service (8 workers
+// an endpoint) has the same queueing behind a slow inspect/prepare/status.
+func TestGatewayCallsNotQueuedBehindSlowCalls(t *testing.T) {
+	const callTimeout, nSlow = 10 * time.Second, 32
+	topo, nc := gatewaySetup(t, callTimeout)
+	t0 := time.Now()
+	var slow sync.WaitGroup
+	for i := range nSlow {
+		slow.Add(1)
+		go func() {
+			defer slow.Done()
+			b, _ := json.Marshal(schema.Request{V: 1, RequestID: fmt.Sprintf("slow-%d", i), Session: fmt.Sprintf("s-slow-%d", i), Task: "t", Tool: "nobody.runs", Arguments: json.RawMessage(`{}`)})
+			_, _ = nc.Request(topo.APISubject(service.EndpointCall), b, 4*callTimeout)
+		}()
+	}
+	defer slow.Wait()
+	streamtest.Eventually(t, callTimeout/2, "a third of the slow calls published", func() bool { return waiting(t, topo) >= nSlow/3 })
+	// The quick requests are sent together, while the slow calls wait.
+	var mu sync.Mutex
+	var late []string
+	var quick sync.WaitGroup
+	for i := range 100 {
+		quick.Add(1)
+		go func() {
+			defer quick.Done()
+			t0 := time.Now()
+			m, err := nc.Request(topo.APISubject(service.EndpointCall), []byte(`{"v":1}`), 4*callTimeout)
+			d := time.Since(t0)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				t.Errorf("malformed request %d: %v", i, err)
+			case m.Header.Get("Nats-Service-Error-Code") != string(schema.CodeInvalidRequest):
+				t.Errorf("malformed request %d: answer %q %s", i, m.Header.Get("Nats-Service-Error-Code"), m.Data)
+			case d > 2*time.Second:
+				late = append(late, fmt.Sprintf("#%d after %s", i, d.Round(time.Millisecond)))
+			}
+		}()
+	}
+	// When were all slow calls published?
+	var allIn time.Duration
+	for deadline := time.Now().Add(4 * callTimeout); time.Now().Before(deadline); time.Sleep(streamtest.PollInterval) {
+		if waiting(t, topo) >= nSlow {
+			allIn = time.Since(t0)
+			break
+		}
+	}
+	quick.Wait()
+	if allIn == 0 || allIn > 5*time.Second {
+		t.Errorf("%d calls sent at once to a gateway of 64 workers were all published only after %s (0: never), want within 5s: calls queued behind calls", nSlow, allIn.Round(time.Millisecond))
+	}
+	if len(late) > 0 {
+		t.Errorf("%d of 100 requests judged at once were answered late, behind a slow call, while most gateway workers were idle: %v", len(late), late)
+	}
+}
