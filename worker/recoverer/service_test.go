@@ -135,7 +135,7 @@ func TestServiceEndpoints(t *testing.T) {
 	}
 	var nErr int
 	for _, ep := range stats.Endpoints {
-		nErr += ep.NumErrors
+		nErr += service.Errors(ep)
 	}
 	if nErr != errorsSent {
 		t.Fatalf("micro stats count %d errors, want %d", nErr, errorsSent)

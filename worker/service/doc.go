@@ -37,9 +37,13 @@
 //
 // Start registers a micro service and its endpoints on one connection (one
 // connection carries one micro service: under jingwei's roles each request
-// may be answered once). A handler returns a value or an error; the answer
-// is sent through the micro request before the handler returns, so `nats
-// micro stats` counts every request and every error answer. Concurrency
-// comes from Config.Workers endpoint workers per endpoint, in one queue
-// group.
+// may be answered once). A handler returns a value or an error. Each
+// endpoint has Config.Workers micro endpoints in one queue group, which
+// the server picks from at random; a worker runs the handler in a
+// goroutine and waits Config.AnswerWait for it: an answer in time is sent
+// through the micro request (micro counts it, its error and its time), a
+// later one by that goroutine on the reply subject in micro's format, and
+// counted in the endpoint's stats data (EndpointData; Errors adds both).
+// So a slow request never holds a worker, and a quick one never waits
+// behind it; Config.MaxInFlight bounds the requests being answered.
 package service

@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -30,9 +33,12 @@ type Endpoint struct {
 	Handler Handler
 }
 
-// DefaultWorkers is how many requests of one endpoint a service answers at
-// once (Config.Workers).
+// DefaultWorkers is how many micro endpoints take one endpoint's requests
+// (Config.Workers).
 const DefaultWorkers = 8
+
+// DefaultAnswerWait is Config.AnswerWait's default.
+const DefaultAnswerWait = 25 * time.Millisecond
 
 // Config configures Start. Conn and Name are required.
 type Config struct {
@@ -49,13 +55,23 @@ type Config struct {
 	Description string
 	// Metadata is the service's metadata (e.g. which process serves it).
 	Metadata map[string]string
-	// Workers is how many requests of each endpoint are answered at once.
-	// Each worker is a micro endpoint of the same name and subject in one
-	// queue group, and answers through the request inside its handler, so
-	// micro counts every request, error and its processing time (`nats
-	// micro stats`); a request waits behind the one its worker is
-	// answering. Defaults to DefaultWorkers.
+	// Workers is how many micro endpoints of the same name and subject, in
+	// one queue group, take each endpoint's requests: the server hands a
+	// request to one of them at random. Defaults to DefaultWorkers.
 	Workers int
+	// AnswerWait is how long a worker waits for its request's answer
+	// before it leaves the request to a goroutine of its own and takes the
+	// next one. An answer within it goes through micro's request, so
+	// micro counts it, its error and its processing time (`nats micro
+	// stats`); a later one is published on the reply subject in micro's
+	// format by that goroutine, and counted in the endpoint's stats data
+	// (EndpointData). So no request waits behind a slow one for more than
+	// AnswerWait. Defaults to DefaultAnswerWait.
+	AnswerWait time.Duration
+	// MaxInFlight is how many requests of each endpoint are being answered
+	// at once; at the limit, workers wait for one to end before they take
+	// the next. Defaults to 16 × Workers.
+	MaxInFlight int
 	// Logger receives the answers that could not be sent and the internal
 	// errors (code internal) answered. Defaults to zerolog.Nop().
 	Logger zerolog.Logger
@@ -72,23 +88,37 @@ func Start(ctx context.Context, cfg Config, endpoints ...Endpoint) (micro.Servic
 	if cfg.Workers <= 0 {
 		cfg.Workers = DefaultWorkers
 	}
+	if cfg.AnswerWait <= 0 {
+		cfg.AnswerWait = DefaultAnswerWait
+	}
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = 16 * cfg.Workers
+	}
+	for _, e := range endpoints {
+		if e.Handler == nil {
+			return nil, fmt.Errorf("%w: endpoint %s has no handler", ErrInvalidConfig, e.Name)
+		}
+	}
 	svc, err := micro.AddService(cfg.Conn, micro.Config{
 		Name:        cfg.Name,
 		Version:     Version,
 		Description: cfg.Description,
 		Metadata:    cfg.Metadata,
+		StatsHandler: func(ep *micro.Endpoint) any {
+			if w, ok := ep.Handler.(*worker); ok {
+				return w.data()
+			}
+			return nil
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("service: %s: %w", cfg.Name, err)
 	}
 	for _, e := range endpoints {
-		if e.Handler == nil {
-			_ = svc.Stop()
-			return nil, fmt.Errorf("%w: endpoint %s has no handler", ErrInvalidConfig, e.Name)
-		}
-		h := handler(ctx, cfg.Logger, e.Handler)
+		slots := make(chan struct{}, cfg.MaxInFlight)
 		for range cfg.Workers {
-			if err := svc.AddEndpoint(e.Name, h,
+			w := &worker{ctx: ctx, nc: cfg.Conn, log: cfg.Logger, h: e.Handler, wait: cfg.AnswerWait, slots: slots}
+			if err := svc.AddEndpoint(e.Name, w,
 				micro.WithEndpointSubject(stream.APISubject(cfg.Prefix, e.Name)),
 				micro.WithEndpointMetadata(EndpointMetadata(e.Name))); err != nil {
 				_ = svc.Stop()
@@ -103,10 +133,18 @@ func Start(ctx context.Context, cfg Config, endpoints ...Endpoint) (micro.Servic
 // consumer delivers (its ack subject, with or without a domain).
 const consumerAckPrefix = "$JS.ACK."
 
-// handler answers each request through req before it returns: micro reads
-// the request's state for its stats once the handler returns, so the
-// answer must not be sent from another goroutine after that (a data race,
-// and an error micro would not count).
+// worker is one micro endpoint of an endpoint: it takes a request, runs
+// its handler in a goroutine (holding one of the endpoint's in-flight
+// slots) and waits up to wait for the answer. An answer in time is sent
+// through the micro request before Handle returns — micro reads the
+// request's state for its stats once Handle returns, so answering through
+// it from another goroutine would be a data race and an error micro would
+// not count. A later answer is published by the goroutine itself, on the
+// reply subject in micro's format, and counted here. So a slow request
+// (a call waiting for its result, a prepare during an election) holds its
+// worker for at most wait, and the server, which hands requests to the
+// endpoints of a queue group at random whether busy or not, never leaves
+// a quick one waiting behind it.
 //
 // A message a JetStream consumer delivered on an endpoint's subject (its
 // reply subject is the consumer's ack subject) is dropped unanswered and
@@ -115,42 +153,149 @@ const consumerAckPrefix = "$JS.ACK."
 // (a worker on jw.api.prepare) could otherwise have a stream's message
 // delivered there as a request. Clients' requests reply on an inbox or,
 // through an account's import, on _R_.….
-func handler(ctx context.Context, log zerolog.Logger, h Handler) micro.Handler {
-	return micro.HandlerFunc(func(req micro.Request) {
-		if strings.HasPrefix(req.Reply(), consumerAckPrefix) {
-			log.Warn().Str("subject", req.Subject()).Str("reply", req.Reply()).Msg("service request delivered by a JetStream consumer dropped: only clients ask")
+type worker struct {
+	ctx   context.Context
+	nc    *nats.Conn
+	log   zerolog.Logger
+	h     Handler
+	wait  time.Duration
+	slots chan struct{}
+
+	detached, detachedErrors atomic.Uint64
+	lastError                atomic.Pointer[string]
+}
+
+// EndpointData is the stats data of each micro endpoint (`nats micro
+// stats`, EndpointStats.Data): the answers it left to a goroutine of its
+// own (Config.AnswerWait), which micro's own counters do not see, and how
+// many of them were errors. An endpoint's errors are NumErrors +
+// DetachedErrors.
+type EndpointData struct {
+	Detached          uint64 `json:"detached"`
+	DetachedErrors    uint64 `json:"detached_errors"`
+	LastDetachedError string `json:"last_detached_error,omitempty"`
+}
+
+// Errors is an endpoint's error answers in `nats micro stats`: micro's
+// NumErrors plus the DetachedErrors of its data.
+func Errors(ep *micro.EndpointStats) int {
+	var d EndpointData
+	if len(ep.Data) > 0 {
+		_ = json.Unmarshal(ep.Data, &d)
+	}
+	return ep.NumErrors + int(d.DetachedErrors)
+}
+
+func (w *worker) data() EndpointData {
+	d := EndpointData{Detached: w.detached.Load(), DetachedErrors: w.detachedErrors.Load()}
+	if p := w.lastError.Load(); p != nil {
+		d.LastDetachedError = *p
+	}
+	return d
+}
+
+// answer is a handler's outcome, encoded: the body, and for an error
+// answer its code and one-line description.
+type answer struct {
+	body       []byte
+	code, desc string
+}
+
+// Handle implements micro.Handler.
+func (w *worker) Handle(req micro.Request) {
+	if strings.HasPrefix(req.Reply(), consumerAckPrefix) {
+		w.log.Warn().Str("subject", req.Subject()).Str("reply", req.Reply()).Msg("service request delivered by a JetStream consumer dropped: only clients ask")
+		return
+	}
+	select {
+	case w.slots <- struct{}{}:
+	case <-w.ctx.Done():
+		return
+	}
+	subject, reply, data := req.Subject(), req.Reply(), req.Data()
+	done := make(chan answer, 1)
+	var mu sync.Mutex
+	left := false // the worker went on: the goroutine answers
+	go func() {
+		defer func() { <-w.slots }()
+		a := w.run(subject, data)
+		mu.Lock()
+		if !left {
+			done <- a
+			mu.Unlock()
 			return
 		}
-		v, err := h(ctx, req.Data())
-		if req.Reply() == "" {
-			return // a publish without a reply subject asks for no answer
+		mu.Unlock()
+		w.detached.Add(1)
+		if a.code != "" {
+			w.detachedErrors.Add(1)
+			last := a.code + ": " + a.desc
+			w.lastError.Store(&last)
 		}
-		var body []byte
-		if err == nil {
-			if body, err = json.Marshal(v); err != nil {
-				err = fmt.Errorf("service: encode answer: %w", err)
-			}
-		}
-		if err == nil {
-			if rerr := req.Respond(body); rerr != nil {
-				log.Warn().Err(rerr).Str("subject", req.Subject()).Msg("service answer not sent")
-			}
+		if reply == "" {
 			return
 		}
-		if !errors.As(err, new(*schema.Error)) {
-			log.Error().Err(err).Str("subject", req.Subject()).Msg("service request failed")
+		msg := &nats.Msg{Subject: reply, Data: a.body}
+		if a.code != "" {
+			msg.Header = nats.Header{micro.ErrorHeader: {a.desc}, micro.ErrorCodeHeader: {a.code}}
 		}
-		eb := schema.NewErrorBody(err)
-		// The description travels in a header: one line, never empty.
-		desc := strings.NewReplacer("\r", " ", "\n", " ").Replace(eb.Error.Message)
-		if desc == "" {
-			desc = string(eb.Error.Code)
+		if err := w.nc.PublishMsg(msg); err != nil {
+			w.log.Warn().Err(err).Str("subject", subject).Msg("service answer not sent")
 		}
-		b, _ := json.Marshal(eb)
-		if rerr := req.Error(string(eb.Error.Code), desc, b); rerr != nil {
-			log.Warn().Err(rerr).Str("subject", req.Subject()).Msg("service error answer not sent")
+	}()
+	t := time.NewTimer(w.wait)
+	defer t.Stop()
+	var a answer
+	select {
+	case a = <-done:
+	case <-t.C:
+		mu.Lock()
+		select {
+		case a = <-done:
+			mu.Unlock()
+		default:
+			left = true
+			mu.Unlock()
+			return
 		}
-	})
+	}
+	if req.Reply() == "" {
+		return // a publish without a reply subject asks for no answer
+	}
+	if a.code == "" {
+		if err := req.Respond(a.body); err != nil {
+			w.log.Warn().Err(err).Str("subject", subject).Msg("service answer not sent")
+		}
+		return
+	}
+	if err := req.Error(a.code, a.desc, a.body); err != nil {
+		w.log.Warn().Err(err).Str("subject", subject).Msg("service error answer not sent")
+	}
+}
+
+// run runs the handler on data and encodes its outcome.
+func (w *worker) run(subject string, data []byte) answer {
+	v, err := w.h(w.ctx, data)
+	var body []byte
+	if err == nil {
+		if body, err = json.Marshal(v); err != nil {
+			err = fmt.Errorf("service: encode answer: %w", err)
+		}
+	}
+	if err == nil {
+		return answer{body: body}
+	}
+	if !errors.As(err, new(*schema.Error)) {
+		w.log.Error().Err(err).Str("subject", subject).Msg("service request failed")
+	}
+	eb := schema.NewErrorBody(err)
+	// The description travels in a header: one line, never empty.
+	desc := strings.NewReplacer("\r", " ", "\n", " ").Replace(eb.Error.Message)
+	if desc == "" {
+		desc = string(eb.Error.Code)
+	}
+	b, _ := json.Marshal(eb)
+	return answer{body: b, code: string(eb.Error.Code), desc: desc}
 }
 
 // DecodeBody decodes a request body strictly (schema.Unmarshal) into v; a

@@ -81,7 +81,8 @@ func (g *Gateway) Serve(ctx context.Context) (micro.Service, error) {
 	}})
 }
 
-// gatewayWorkers is how many calls one gateway waits for at once.
+// gatewayWorkers is how many micro endpoints take a gateway's calls; it
+// waits for up to 16 times as many at once (service.Config.MaxInFlight).
 const gatewayWorkers = 64
 
 // Call publishes the tool request q on jw.requests.<session> (Nats-Msg-Id
