@@ -46,7 +46,18 @@ func (r *reviewChecker) check(subjectSession string, data []byte) (schema.Review
 type reviewChecker struct {
 	*base
 	settled func(session, callID string)
+	// load reads a session's log for a check (nil: Topology.Load); a test
+	// makes it fail.
+	load func(ctx context.Context, session string) ([]schema.Event, error)
 }
+
+// errUnchecked is a review whose check could not be made (the session's
+// log or its reviews could not be read): it is neither accepted nor
+// rejected, and delivered again.
+var errUnchecked = errors.New("review not checked")
+
+// recheckAfter is how long an unchecked review waits for its redelivery.
+const recheckAfter = time.Second
 
 // run checks every review on jw.reviews.> as it arrives and logs
 // it accepted or rejected: signed by a trusted key, for its subject's
@@ -87,6 +98,16 @@ func (r *reviewChecker) run(ctx context.Context) error {
 		}
 		rv, err := r.accept(ctx, session, seq, m.Data())
 		lg := r.log.With().Str("session", session).Str("call_id", rv.CallID).Str("operator", rv.Operator).Str("signer", rv.Signer).Str("verdict", string(rv.Verdict)).Uint64("seq", seq).Logger()
+		if errors.Is(err, errUnchecked) {
+			// Not judged: a review acknowledged unjudged would be forgotten
+			// (a completed one would leave its call awaiting review until a
+			// restart). It comes again after recheckAfter.
+			lg.Warn().Err(err).Dur("retry_in", recheckAfter).Msg("review not checked yet; delivered again")
+			if err := m.NakWithDelay(recheckAfter); err != nil {
+				return fmt.Errorf("nak review: %w", err)
+			}
+			continue
+		}
 		switch {
 		case errors.Is(err, schema.ErrReviewConflict):
 			lg.Warn().Err(err).Str("code", string(schema.CodeReviewConflict)).Msg("review rejected: it contradicts a completed review on record")
@@ -115,16 +136,23 @@ func (r *reviewChecker) accept(ctx context.Context, session string, seq uint64, 
 	if err != nil {
 		return rv, err
 	}
-	h, err := r.t.Load(ctx, session)
+	load := r.load
+	if load == nil {
+		load = r.t.Load
+	}
+	h, err := load(ctx, session)
 	if err != nil {
-		return rv, err
+		if errors.As(err, new(*schema.Error)) {
+			return rv, err // the log is what it is (too large, corrupt): judged
+		}
+		return rv, fmt.Errorf("%w: %w", errUnchecked, err)
 	}
 	if _, err := inspect(h, rv.CallID); err != nil {
 		return rv, fmt.Errorf("review of call %q: %w", rv.CallID, err)
 	}
 	checks, err := r.list(ctx, session, rv.CallID)
 	if err != nil {
-		return rv, err
+		return rv, fmt.Errorf("%w: %w", errUnchecked, err)
 	}
 	for _, c := range checks {
 		if c.Seq == seq && !c.Accepted && c.Code == string(schema.CodeReviewConflict) {
