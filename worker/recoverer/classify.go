@@ -115,6 +115,7 @@ func (c *classifier) run(ctx context.Context) error {
 	// settled and acknowledged, and the next run starts from the ack floor
 	// (start resets the consumer), where the lost events come again.
 	wantDelivery, first := c.delivered+1, true
+	ownStream, ownName := cons.CachedInfo().Stream, cons.CachedInfo().Name
 	it, err := cons.Messages(jetstream.PullMaxMessages(pullBatch))
 	if err != nil {
 		return fmt.Errorf("events consumer: %w", err)
@@ -261,6 +262,14 @@ func (c *classifier) run(ctx context.Context) error {
 		md, err := deliveryOf(m)
 		if err != nil {
 			return fmt.Errorf("events consumer: %w", err)
+		}
+		if md.streamName != ownStream || md.consumerName != ownName {
+			// Another consumer's delivery on this consumer's inbox (a push
+			// consumer's deliver subject is its creator's choice, checked
+			// against no permission): not an event of the log. Neither
+			// classified nor acknowledged.
+			c.log.Warn().Str("stream", md.streamName).Str("consumer", md.consumerName).Str("subject", m.Subject()).Msg("events consumer: a message another consumer delivered on its inbox dropped")
+			continue
 		}
 		// A reset numbers the deliveries from 1 again; the first of a run
 		// may follow the last of the consumer's (a reset, or none needed)

@@ -11,6 +11,11 @@ import (
 // many messages the consumer still has pending.
 type delivery struct {
 	stream, consumer, pending uint64
+	// streamName and consumerName are the consumer's, from the ack
+	// subject: a message on the consumer's inbox that another consumer
+	// delivered (a push consumer's deliver subject is anyone's choice)
+	// names another.
+	streamName, consumerName string
 }
 
 // deliveryOf reads the delivery of m from its reply subject without
@@ -24,7 +29,7 @@ func deliveryOf(m jetstream.Msg) (delivery, error) {
 	if err != nil {
 		return delivery{}, err
 	}
-	return delivery{stream: md.Sequence.Stream, consumer: md.Sequence.Consumer, pending: md.NumPending}, nil
+	return delivery{stream: md.Sequence.Stream, consumer: md.Sequence.Consumer, pending: md.NumPending, streamName: md.Stream, consumerName: md.Consumer}, nil
 }
 
 // parseAckReply reads a JetStream ack subject, either form:
@@ -47,15 +52,23 @@ func parseAckReply(reply string) (delivery, bool) {
 		return delivery{}, false
 	}
 	rest := reply
-	for range at {
-		_, rest, _ = strings.Cut(rest, ".")
+	var streamName, consumerName string
+	for i := range at {
+		var tok string
+		tok, rest, _ = strings.Cut(rest, ".")
+		switch i {
+		case at - 3:
+			streamName = tok
+		case at - 2:
+			consumerName = tok
+		}
 	}
 	// <sseq>.<cseq>.<tm>.<pending>
 	sseq, rest, _ := strings.Cut(rest, ".")
 	cseq, rest, _ := strings.Cut(rest, ".")
 	_, rest, _ = strings.Cut(rest, ".")
 	pend, _, _ := strings.Cut(rest, ".")
-	var d delivery
+	d := delivery{streamName: streamName, consumerName: consumerName}
 	var ok1, ok2, ok3 bool
 	d.stream, ok1 = parseUint(sseq)
 	d.consumer, ok2 = parseUint(cseq)

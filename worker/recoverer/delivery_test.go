@@ -19,10 +19,10 @@ func TestParseAckReply(t *testing.T) {
 		want  delivery
 		ok    bool
 	}{
-		{"$JS.ACK.JW_EVENTS.rec.1.42.7.1700000000000000000.99", delivery{42, 7, 99}, true},
-		{"$JS.ACK._.ACCHASH.JW_EVENTS.rec.2.42.7.1700000000000000000.0.RANDOM", delivery{42, 7, 0}, true},
-		{"$JS.ACK.hub.ACCHASH.JW_EVENTS.rec.2.42.7.1700000000000000000.5", delivery{42, 7, 5}, true},
-		{"$JS.ACK.hub.ACCHASH.JW_EVENTS.rec.2.42.7.1700000000000000000.5.tok.more", delivery{42, 7, 5}, true},
+		{"$JS.ACK.JW_EVENTS.rec.1.42.7.1700000000000000000.99", delivery{42, 7, 99, "JW_EVENTS", "rec"}, true},
+		{"$JS.ACK._.ACCHASH.JW_EVENTS.rec.2.42.7.1700000000000000000.0.RANDOM", delivery{42, 7, 0, "JW_EVENTS", "rec"}, true},
+		{"$JS.ACK.hub.ACCHASH.JW_EVENTS.rec.2.42.7.1700000000000000000.5", delivery{42, 7, 5, "JW_EVENTS", "rec"}, true},
+		{"$JS.ACK.hub.ACCHASH.JW_EVENTS.rec.2.42.7.1700000000000000000.5.tok.more", delivery{42, 7, 5, "JW_EVENTS", "rec"}, true},
 		{"$JS.ACK.JW_EVENTS.rec.1.42.7.1700000000000000000", delivery{}, false},       // 8 tokens
 		{"$JS.ACK.JW_EVENTS.rec.1.42.7.17.99.x", delivery{}, false},                   // 10 tokens
 		{"$JS.ACK.JW_EVENTS.rec.1.4x.7.1700000000000000000.99", delivery{}, false},    // not a number
@@ -67,7 +67,7 @@ func TestDeliveryOfMatchesMetadata(t *testing.T) {
 		if !ok {
 			t.Fatalf("reply %q not read", m.Reply())
 		}
-		if want := (delivery{md.Sequence.Stream, md.Sequence.Consumer, md.NumPending}); d != want {
+		if want := (delivery{md.Sequence.Stream, md.Sequence.Consumer, md.NumPending, md.Stream, md.Consumer}); d != want {
 			t.Fatalf("reply %q read as %+v, Metadata says %+v", m.Reply(), d, want)
 		}
 	}

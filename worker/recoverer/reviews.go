@@ -78,6 +78,7 @@ func (r *reviewChecker) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("reviews consumer: %w", err)
 	}
+	own := cons.CachedInfo()
 	it, err := cons.Messages(jetstream.PullMaxMessages(64))
 	if err != nil {
 		return fmt.Errorf("reviews consumer: %w", err)
@@ -92,10 +93,15 @@ func (r *reviewChecker) run(ctx context.Context) error {
 			return fmt.Errorf("reviews consumer: %w", err)
 		}
 		session := stream.SessionOf(m.Subject())
-		var seq uint64
-		if md, err := m.Metadata(); err == nil {
-			seq = md.Sequence.Stream
+		md, err := m.Metadata()
+		if err != nil || md.Stream != own.Stream || md.Consumer != own.Name {
+			// Not a delivery of this consumer (another consumer's, on its
+			// inbox: a push consumer's deliver subject is its creator's
+			// choice): not a review of the stream. Dropped unacknowledged.
+			r.log.Warn().Str("subject", m.Subject()).Str("reply", m.Reply()).Msg("reviews consumer: a message another consumer delivered on its inbox dropped")
+			continue
 		}
+		seq := md.Sequence.Stream
 		rv, err := r.accept(ctx, session, seq, m.Data())
 		lg := r.log.With().Str("session", session).Str("call_id", rv.CallID).Str("operator", rv.Operator).Str("signer", rv.Signer).Str("verdict", string(rv.Verdict)).Uint64("seq", seq).Logger()
 		if errors.Is(err, errUnchecked) {

@@ -383,6 +383,7 @@ func (p *partition) renew(ctx context.Context) {
 // ctx ends. A consumer that went away (deleted by a new owner, or by the
 // server) ends the partition.
 func (p *partition) fetch(ctx context.Context, cons jetstream.Consumer, plans bool) {
+	own := cons.CachedInfo()
 	for ctx.Err() == nil {
 		// The pull ends with its context at the latest: a pull the server
 		// never answers (its consumer deleted meanwhile) cannot stall the
@@ -394,6 +395,16 @@ func (p *partition) fetch(ctx context.Context, cons jetstream.Consumer, plans bo
 				if ctx.Err() != nil {
 					// Left unacknowledged: the next owner's consumer
 					// delivers it again.
+					continue
+				}
+				if md, err := m.Metadata(); err != nil || md.Stream != own.Stream || md.Consumer != own.Name {
+					// Another consumer's delivery on this pull's inbox: a
+					// push consumer's deliver subject is its creator's
+					// choice (checked against no permission), so a client
+					// with another role could hand the partition a
+					// "request" that is in no work queue. Dropped
+					// unacknowledged.
+					p.log.Warn().Str("subject", m.Subject()).Str("reply", m.Reply()).Bool("plans", plans).Msg("a message another consumer delivered on the partition's inbox dropped")
 					continue
 				}
 				p.dispatch(ctx, m, plans)

@@ -1,0 +1,97 @@
+package toolworker_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/streamtest"
+	"github.com/jingwei/jingwei/worker"
+	"github.com/jingwei/jingwei/worker/toolworker"
+)
+
+// TestPartitionIgnoresAnotherConsumersDeliveries: a push consumer's
+// deliver subject is checked against no permission, so a client of the
+// trusted account (the recoverer's role may not touch the work queue) can
+// have a consumer of another stream deliver on a partition's pull inbox a
+// message that reads as a tool request of one of its sessions. The
+// partition runs only its own consumer's deliveries (by the stream and
+// consumer the ack subject names): the phantom request, which is in no
+// work queue, never runs. Before, the worker ran it as a tool call (a
+// client learns a pull's inbox from the heartbeats the server sends there,
+// which every _INBOX.> subscriber of the account receives).
+func TestPartitionIgnoresAnotherConsumersDeliveries(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	topo := setup(t)
+	p := newProbe()
+	start(t, toolworker.Config{Topology: topo, Registry: registry(t, p.tools()...), PollInterval: 50 * time.Millisecond})
+	nc := topo.JS.Conn()
+	const session = "s-x"
+	request := func(id string, n int) []byte {
+		b, _ := json.Marshal(schema.Request{V: 1, RequestID: id, Session: session, Task: worker.DefaultTask, Tool: "echo", Arguments: json.RawMessage(fmt.Sprintf(`{"n":%d}`, n))})
+		return b
+	}
+
+	// The inbox the partition of s-x pulls its requests on.
+	var mu sync.Mutex
+	var inbox string
+	next := "$JS.API.CONSUMER.MSG.NEXT." + topo.StreamName("REQUESTS") + "." + topo.RequestConsumerName(topo.PartitionOf(session))
+	sub, err := nc.Subscribe(next, func(m *nats.Msg) {
+		mu.Lock()
+		inbox = m.Reply
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+
+	// A real request runs.
+	if _, err := topo.JS.Publish(ctx, topo.RequestsSubject(session), request("r-1", 1), jetstream.WithMsgID(stream.RequestMsgID(session, "r-1"))); err != nil {
+		t.Fatal(err)
+	}
+	streamtest.Eventually(t, 20*time.Second, "r-1 runs", func() bool { return slices.Equal(p.ran(session), []int{1}) })
+	streamtest.Eventually(t, 10*time.Second, "the partition's pull inbox seen", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return inbox != ""
+	})
+	mu.Lock()
+	deliverTo := inbox
+	mu.Unlock()
+
+	// A phantom request, stored on another stream under a subject of the
+	// session, delivered on that inbox.
+	if _, err := topo.JS.Publish(ctx, topo.AnswersSubject(session), request("r-phantom", 9)); err != nil {
+		t.Fatal(err)
+	}
+	c, err := topo.Answers.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable: "intruder", FilterSubject: topo.AnswersSubject(session), DeliverSubject: deliverTo,
+		AckPolicy: jetstream.AckNonePolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	streamtest.Eventually(t, 10*time.Second, "the phantom delivered", func() bool {
+		info, err := c.Info(ctx)
+		return err == nil && info.Delivered.Consumer >= 1
+	})
+	// A real request after it runs, and the phantom never did.
+	if _, err := topo.JS.Publish(ctx, topo.RequestsSubject(session), request("r-2", 2), jetstream.WithMsgID(stream.RequestMsgID(session, "r-2"))); err != nil {
+		t.Fatal(err)
+	}
+	streamtest.Eventually(t, 20*time.Second, "r-2 runs", func() bool { return slices.Contains(p.ran(session), 2) })
+	if got := p.ran(session); !slices.Equal(got, []int{1, 2}) {
+		t.Fatalf("runs of %s: %v, want [1 2] (the phantom request is 9)", session, got)
+	}
+}
