@@ -1,12 +1,8 @@
 package recoverer
 
 import (
-	"context"
-	"net/url"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/schema"
@@ -17,23 +13,7 @@ import (
 // TestSurvivesServerRestart: the server goes away and comes back (same
 // store, same address); the recoverer keeps classifying.
 func TestSurvivesServerRestart(t *testing.T) {
-	ctx := context.Background()
-	dir := t.TempDir()
-	srv, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{Dir: dir, Listen: "127.0.0.1:-1", Sync: stream.SyncInterval})
-	if err != nil {
-		t.Fatal(err)
-	}
-	u, _ := url.Parse(srv.ClientURL())
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
-	topo, err := stream.EnsureTopology(ctx, js, stream.TopologyConfig{LeaseTTL: time.Second, LeaseMarkerTTL: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, nc, topo := streamtest.StartRestartable(t, stream.TopologyConfig{LeaseTTL: time.Second, LeaseMarkerTTL: time.Second})
 	e := &env{t: t, nc: nc, topo: topo}
 	r := e.recoverer("a", func(c *Config) { c.DisableService = true })
 	e.run(r)
@@ -43,13 +23,7 @@ func TestSurvivesServerRestart(t *testing.T) {
 	w.result("c-1", schema.StatusOK, "")
 	streamtest.Eventually(t, 5*time.Second, "first call classified", func() bool { return r.Stats().EventsSeen >= 2 })
 
-	srv.Shutdown()
-	srv2, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{Dir: dir, Listen: u.Host, Sync: stream.SyncInterval})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv2.Shutdown)
-	streamtest.Eventually(t, 10*time.Second, "client reconnected", nc.IsConnected)
+	srv.Restart()
 
 	as := e.assessments()
 	w2 := e.writer("s-2", "w1")

@@ -1,16 +1,13 @@
 package recoverer
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"net/url"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/jingwei/jingwei/effect"
@@ -22,38 +19,10 @@ import (
 
 // restartableEnv is an env on an embedded server that the test can stop
 // and start again on the same store and address.
-func restartableEnv(t *testing.T) (*env, *stream.Embedded, func() *stream.Embedded) {
+func restartableEnv(t *testing.T) (*env, *streamtest.Restartable) {
 	t.Helper()
-	ctx := context.Background()
-	dir := t.TempDir()
-	srv, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{Dir: dir, Listen: "127.0.0.1:-1", Sync: stream.SyncInterval})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Shutdown)
-	u, _ := url.Parse(srv.ClientURL())
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
-	topo, err := stream.EnsureTopology(ctx, js, stream.TopologyConfig{LeaseTTL: time.Second, LeaseMarkerTTL: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	restart := func() *stream.Embedded {
-		t.Helper()
-		srv.Shutdown()
-		srv2, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{Dir: dir, Listen: u.Host, Sync: stream.SyncInterval})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(srv2.Shutdown)
-		streamtest.Eventually(t, 20*time.Second, "client reconnected", nc.IsConnected)
-		return srv2
-	}
-	return &env{t: t, nc: nc, topo: topo, planner: newPlanner(t)}, srv, restart
+	srv, nc, topo := streamtest.StartRestartable(t, stream.TopologyConfig{LeaseTTL: time.Second, LeaseMarkerTTL: time.Second})
+	return &env{t: t, nc: nc, topo: topo, planner: newPlanner(t)}, srv
 }
 
 // answer sends body to endpoint and returns the answer's error code ("" for
@@ -74,7 +43,7 @@ func answer(t *testing.T, nc *nats.Conn, subj string, body []byte, d time.Durati
 // and the prepare answers the plan of a call failed before the restart.
 // (TestSurvivesServerRestart runs with DisableService.)
 func TestServiceAnswersAfterServerRestart(t *testing.T) {
-	e, _, restart := restartableEnv(t)
+	e, srv := restartableEnv(t)
 	r := e.recoverer("a")
 	e.run(r)
 	<-r.Ready()
@@ -85,7 +54,7 @@ func TestServiceAnswersAfterServerRestart(t *testing.T) {
 	w.result("c-1", schema.StatusFailed, "")
 	as.wait(t, "s-r", "c-1", 10*time.Second)
 
-	restart()
+	srv.Restart()
 	target, _ := json.Marshal(service.Target{Session: "s-r", CallID: "c-1"})
 	for _, ep := range []string{service.EndpointInspect, service.EndpointPrepare, service.EndpointStatus} {
 		var code string
@@ -110,7 +79,7 @@ func TestServiceAnswersAfterServerRestart(t *testing.T) {
 // body — still gets an answer (an error), each within 30 s, none lost.
 // (No test sent a service request while JetStream was unavailable.)
 func TestServiceAnswersWhileJetStreamIsDown(t *testing.T) {
-	e, srv, _ := restartableEnv(t)
+	e, srv := restartableEnv(t)
 	r := e.recoverer("a")
 	e.run(r)
 	<-r.Ready()
@@ -125,7 +94,7 @@ func TestServiceAnswersWhileJetStreamIsDown(t *testing.T) {
 		return err == nil && code == ""
 	})
 
-	if err := srv.Server().ShutdownJetStream(); err != nil {
+	if err := srv.Embedded().Server().ShutdownJetStream(); err != nil {
 		t.Fatal(err)
 	}
 	type req struct {

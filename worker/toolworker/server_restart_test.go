@@ -3,7 +3,6 @@ package toolworker_test
 import (
 	"context"
 	"encoding/json"
-	"net/url"
 	"testing"
 	"time"
 
@@ -28,41 +27,20 @@ import (
 // tool worker.)
 func TestWorkerSurvivesServerRestart(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	srv, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{Dir: dir, Listen: "127.0.0.1:-1", Sync: stream.SyncInterval})
-	if err != nil {
-		t.Fatal(err)
-	}
-	u, _ := url.Parse(srv.ClientURL())
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
-	topo, err := stream.EnsureTopology(ctx, js, stream.TopologyConfig{LeaseTTL: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, nc, topo := streamtest.StartRestartable(t, stream.TopologyConfig{LeaseTTL: time.Second})
 	p := newProbe()
 	start(t, toolworker.Config{Topology: topo, Registry: registry(t, p.tools()...), PollInterval: 50 * time.Millisecond, CallTimeout: 20 * time.Second})
 
 	publish(t, topo, "s-a", "r-1", "echo", `{"n":1}`)
 	streamtest.Eventually(t, 20*time.Second, "first request run", func() bool { return len(p.ran("s-a")) == 1 })
 
-	srv.Shutdown()
-	srv2, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{Dir: dir, Listen: u.Host, Sync: stream.SyncInterval})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv2.Shutdown)
-	streamtest.Eventually(t, 20*time.Second, "client reconnected", nc.IsConnected)
+	srv.Restart()
 
 	// A published request, on the session the worker owned before and on
 	// a new one.
 	streamtest.Eventually(t, 20*time.Second, "request published after the restart", func() bool {
 		b, _ := json.Marshal(schema.Request{V: 1, RequestID: "r-2", Session: "s-a", Task: worker.DefaultTask, Tool: "echo", Arguments: json.RawMessage(`{"n":2}`)})
-		_, err := topo.JS.Publish(ctx, topo.RequestsSubject("s-a"), b, jetstream.WithMsgID("r-2"))
+		_, err := topo.JS.Publish(ctx, topo.RequestsSubject("s-a"), b, jetstream.WithMsgID(stream.RequestMsgID("s-a", "r-2")))
 		return err == nil
 	})
 	publish(t, topo, "s-b", "r-3", "echo", `{"n":3}`)
@@ -72,6 +50,7 @@ func TestWorkerSurvivesServerRestart(t *testing.T) {
 	// jw.api.call through the worker's own gateway.
 	cl := service.NewClient(nc, service.ClientConfig{Prefix: topo.Prefix, Timeout: 30 * time.Second})
 	var ev schema.Event
+	var err error
 	streamtest.Eventually(t, 45*time.Second, "gateway answers after the restart", func() bool {
 		ev, err = cl.Call(ctx, schema.Request{V: 1, RequestID: "r-4", Session: "s-c", Task: worker.DefaultTask, Tool: "echo", Arguments: json.RawMessage(`{"n":4}`)})
 		return err == nil
@@ -89,22 +68,7 @@ func TestWorkerSurvivesServerRestart(t *testing.T) {
 // worker's plan consumer.)
 func TestPlanRunsAfterServerRestart(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	srv, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{Dir: dir, Listen: "127.0.0.1:-1", Sync: stream.SyncInterval})
-	if err != nil {
-		t.Fatal(err)
-	}
-	u, _ := url.Parse(srv.ClientURL())
-	nc, err := srv.Connect()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, _ := jetstream.New(nc)
-	topo, err := stream.EnsureTopology(ctx, js, stream.TopologyConfig{LeaseTTL: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, _, topo := streamtest.StartRestartable(t, stream.TopologyConfig{LeaseTTL: time.Second})
 	tl, err := tools.New(ctx, tools.Config{JS: topo.JS})
 	if err != nil {
 		t.Fatal(err)
@@ -116,13 +80,7 @@ func TestPlanRunsAfterServerRestart(t *testing.T) {
 	streamtest.Eventually(t, 20*time.Second, "first attempt recorded", func() bool { return results(t, topo, s) == 1 })
 	first := calls(t, topo, s)[0]
 
-	srv.Shutdown()
-	srv2, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{Dir: dir, Listen: u.Host, Sync: stream.SyncInterval})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv2.Shutdown)
-	streamtest.Eventually(t, 20*time.Second, "client reconnected", nc.IsConnected)
+	srv.Restart()
 
 	streamtest.Eventually(t, 30*time.Second, "session given back", func() bool {
 		_, ok, err := topo.LeaseHolder(ctx, s)
