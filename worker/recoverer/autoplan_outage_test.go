@@ -2,7 +2,6 @@ package recoverer
 
 import (
 	"context"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -17,81 +16,6 @@ import (
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/stream/streamtest"
 )
-
-// holdProxy forwards TCP connections to a NATS server and can hold every
-// byte in both directions (sockets open): to the server its client looks
-// frozen, to the client the server looks gone without a disconnect — a
-// cut-off node, an election longer than a request's retries.
-type holdProxy struct {
-	ln     net.Listener
-	mu     sync.Mutex
-	thawed chan struct{} // nil: not held
-}
-
-func newHoldProxy(t *testing.T, target string) *holdProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &holdProxy{ln: ln}
-	t.Cleanup(func() { _ = ln.Close(); p.release() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			go p.pipe(s, c)
-			go p.pipe(c, s)
-		}
-	}()
-	return p
-}
-
-func (p *holdProxy) hold() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.thawed == nil {
-		p.thawed = make(chan struct{})
-	}
-}
-
-func (p *holdProxy) release() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.thawed != nil {
-		close(p.thawed)
-		p.thawed = nil
-	}
-}
-
-func (p *holdProxy) pipe(dst, src net.Conn) {
-	defer func() { _ = dst.Close(); _ = src.Close() }()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			p.mu.Lock()
-			ch := p.thawed
-			p.mu.Unlock()
-			if ch != nil {
-				<-ch
-			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
 
 // assessedHook calls fn for every published assessment.
 type assessedHook struct{ fn func(schema.Assessment) }
@@ -115,8 +39,8 @@ func (h logHook) Write(b []byte) (int, error) { h.fn(string(b)); return len(b), 
 func TestAutoPlanSurvivesATransientOutage(t *testing.T) {
 	e := setup(t, 0)
 	srvURL := e.nc.ConnectedUrl()
-	px := newHoldProxy(t, strings.TrimPrefix(srvURL, "nats://"))
-	nc1, err := nats.Connect("nats://"+px.ln.Addr().String(), nats.MaxReconnects(-1))
+	px := streamtest.NewFreezeProxy(t, srvURL)
+	nc1, err := nats.Connect(px.URL(), nats.MaxReconnects(-1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +52,7 @@ func TestAutoPlanSurvivesATransientOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	var once, thawOnce sync.Once
-	thaw := func() { thawOnce.Do(px.release) }
+	thaw := func() { thawOnce.Do(px.Thaw) }
 	tw := zerolog.NewTestWriter(t)
 	logger := zerolog.New(zerolog.MultiLevelWriter(tw, logHook{func(line string) {
 		if strings.Contains(line, "auto-plan") && strings.Contains(line, `"error"`) {
@@ -139,7 +63,7 @@ func TestAutoPlanSurvivesATransientOutage(t *testing.T) {
 		Observer: assessedHook{func(a schema.Assessment) {
 			if a.CallID == "safe" && a.Decision == schema.DecisionRetryAllowed {
 				once.Do(func() {
-					px.hold()
+					px.Freeze()
 					// Whatever the auto-planner does, the outage ends
 					// after 30 s.
 					time.AfterFunc(30*time.Second, thaw)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
 	"slices"
 	"sync"
 	"testing"
@@ -21,88 +20,6 @@ import (
 	"github.com/jingwei/jingwei/worker/fence"
 	"github.com/jingwei/jingwei/worker/toolworker"
 )
-
-// freezeProxy forwards TCP connections to a NATS server and can stop
-// forwarding in both directions (the sockets stay open, the bytes wait):
-// to the server, a client behind it looks like a process frozen with
-// SIGSTOP — nothing it sends arrives, nothing is read — until thaw.
-type freezeProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	thawed chan struct{} // nil: not frozen
-}
-
-func newFreezeProxy(t *testing.T, target string) *freezeProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &freezeProxy{ln: ln, target: target}
-	t.Cleanup(func() { _ = ln.Close(); p.thaw() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			go p.pipe(s, c)
-			go p.pipe(c, s)
-		}
-	}()
-	return p
-}
-
-func (p *freezeProxy) url() string { return "nats://" + p.ln.Addr().String() }
-
-func (p *freezeProxy) freeze() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.thawed == nil {
-		p.thawed = make(chan struct{})
-	}
-}
-
-func (p *freezeProxy) thaw() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.thawed != nil {
-		close(p.thawed)
-		p.thawed = nil
-	}
-}
-
-func (p *freezeProxy) wait() {
-	p.mu.Lock()
-	ch := p.thawed
-	p.mu.Unlock()
-	if ch != nil {
-		<-ch
-	}
-}
-
-func (p *freezeProxy) pipe(dst, src net.Conn) {
-	defer func() { _ = dst.Close(); _ = src.Close() }()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			p.wait()
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
 
 // TestFrozenWorkerWritesNothingAfterTakeover: a tool worker is frozen (all
 // of its NATS traffic held, as SIGSTOP holds a process) while the body of a
@@ -126,8 +43,8 @@ func TestFrozenWorkerWritesNothingAfterTakeover(t *testing.T) {
 	subj := fence.KeySubject(bucket, key)
 
 	// The worker's own connection, through the proxy.
-	px := newFreezeProxy(t, srv.ClientURL()[len("nats://"):])
-	nc1, err := nats.Connect(px.url(), nats.MaxReconnects(-1))
+	px := streamtest.NewFreezeProxy(t, srv.ClientURL())
+	nc1, err := nats.Connect(px.URL(), nats.MaxReconnects(-1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +86,7 @@ func TestFrozenWorkerWritesNothingAfterTakeover(t *testing.T) {
 		t.Fatal("body never started")
 	}
 
-	px.freeze()
+	px.Freeze()
 	// The next owner: a second worker takes the partition once the frozen
 	// worker's lease expired, and fences the session to run r-2 there.
 	p := newProbe()
@@ -198,7 +115,7 @@ func TestFrozenWorkerWritesNothingAfterTakeover(t *testing.T) {
 	}
 
 	// Resumed.
-	px.thaw()
+	px.Thaw()
 	close(gate)
 	select {
 	case err := <-wrote:
