@@ -54,6 +54,7 @@ func (w *Worker) approvalConsumer(ctx context.Context) (jetstream.Consumer, erro
 // consumeApprovals routes every answer to its session's owner in this
 // process, taking the session if nobody owns it.
 func (w *Worker) consumeApprovals(ctx context.Context, cons jetstream.Consumer) {
+	own := cons.CachedInfo()
 	for ctx.Err() == nil {
 		fctx, cancel := context.WithTimeout(ctx, pullWait)
 		m, err := cons.Next(jetstream.FetchContext(fctx))
@@ -66,6 +67,13 @@ func (w *Worker) consumeApprovals(ctx context.Context, cons jetstream.Consumer) 
 				case <-time.After(w.cfg.PlanRetryDelay):
 				}
 			}
+			continue
+		}
+		if md, err := m.Metadata(); err != nil || md.Stream != own.Stream || md.Consumer != own.Name {
+			// Another consumer's delivery on this pull's inbox (see
+			// partition.fetch): a task stop that way would be a stop no
+			// host published. Dropped unacknowledged.
+			w.log.Warn().Str("subject", m.Subject()).Str("reply", m.Reply()).Msg("a message another consumer delivered on the approvals consumer's inbox dropped")
 			continue
 		}
 		w.routeApproval(ctx, m)

@@ -95,3 +95,72 @@ func TestPartitionIgnoresAnotherConsumersDeliveries(t *testing.T) {
 		t.Fatalf("runs of %s: %v, want [1 2] (the phantom request is 9)", session, got)
 	}
 }
+
+// TestApprovalsConsumerIgnoresAnotherConsumersDeliveries: task stops are
+// not signed — the server lets only hosts publish them. A message that
+// reads as a stop, stored by another client on a stream it may write (a
+// scratch stream here; a KV key "<session>.stop" for a trusted role) and
+// delivered by another consumer on the approvals consumer's pull inbox,
+// stops nothing: the session's log gets no task.stopped and its task still
+// runs calls. Before, the worker recorded the stop.
+func TestApprovalsConsumerIgnoresAnotherConsumersDeliveries(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	topo := setup(t)
+	p := newProbe()
+	start(t, toolworker.Config{Topology: topo, Registry: registry(t, p.tools()...), PollInterval: 50 * time.Millisecond})
+	nc := topo.JS.Conn()
+	const session = "s-y"
+
+	var mu sync.Mutex
+	var inbox string
+	sub, err := nc.Subscribe("$JS.API.CONSUMER.MSG.NEXT."+topo.StreamName("APPROVALS")+"."+topo.ApprovalConsumerName(), func(m *nats.Msg) {
+		mu.Lock()
+		inbox = m.Reply
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	publish(t, topo, session, "r-1", "echo", `{"n":1}`)
+	streamtest.Eventually(t, 20*time.Second, "r-1 runs", func() bool { return slices.Equal(p.ran(session), []int{1}) })
+	streamtest.Eventually(t, 10*time.Second, "the approvals consumer's pull inbox seen", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return inbox != ""
+	})
+	mu.Lock()
+	deliverTo := inbox
+	mu.Unlock()
+
+	scratch, err := topo.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "SCRATCH", Subjects: []string{"zz.scratch.>"}, Storage: jetstream.MemoryStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, _ := json.Marshal(schema.StopRequest{V: 1, Session: session, Task: worker.DefaultTask, Reason: "phantom", At: time.Now().UTC().Format(time.RFC3339)})
+	if _, err := topo.JS.Publish(ctx, "zz.scratch."+session+".stop", stop); err != nil {
+		t.Fatal(err)
+	}
+	c, err := scratch.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable: "intruder", DeliverSubject: deliverTo, AckPolicy: jetstream.AckNonePolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	streamtest.Eventually(t, 10*time.Second, "the phantom stop delivered", func() bool {
+		info, err := c.Info(ctx)
+		return err == nil && info.Delivered.Consumer >= 1
+	})
+	publish(t, topo, session, "r-2", "echo", `{"n":2}`)
+	streamtest.Eventually(t, 20*time.Second, "r-2 runs", func() bool { return slices.Contains(p.ran(session), 2) })
+	h, err := topo.Load(ctx, session)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range h {
+		if ev.Type == schema.TypeTaskStopped {
+			t.Fatalf("the log of %s records a task stop no host published: %+v", session, ev.Stop)
+		}
+	}
+}
