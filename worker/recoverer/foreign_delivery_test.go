@@ -1,14 +1,11 @@
 package recoverer
 
 import (
-	"context"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/jingwei/jingwei/effect"
@@ -29,33 +26,14 @@ import (
 // event of the log.
 func TestClassifierIgnoresAnotherConsumersDeliveries(t *testing.T) {
 	e := setup(t, 0)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
 	as := e.assessments()
 
-	// The inbox the classifier pulls on, learnt from its pull requests.
-	var mu sync.Mutex
-	var inbox string
 	var logs logLines
 	r := e.recoverer("a", func(c *Config) { c.Logger = zerolog.New(&logs) })
-	next := "$JS.API.CONSUMER.MSG.NEXT." + e.topo.StreamName("EVENTS") + "." + r.consumerName("events")
-	sub, err := e.nc.Subscribe(next, func(m *nats.Msg) {
-		mu.Lock()
-		inbox = m.Reply // the latest pull's: the one the classifier reads now
-		mu.Unlock()
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
-
+	// The inbox the classifier pulls on, learnt from its pull requests.
+	inbox := streamtest.WatchPullInbox(t, e.nc, e.topo.StreamName("EVENTS"), r.consumerName("events"))
 	e.run(r)
 	started(t, r)
-	streamtest.Eventually(t, 10*time.Second, "the classifier's pull inbox seen", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return inbox != ""
-	})
 
 	w := e.writer("s-x", "w-x")
 	w.call("c-1", "orders.create", effect.Idempotent, "k-1")
@@ -65,21 +43,9 @@ func TestClassifierIgnoresAnotherConsumersDeliveries(t *testing.T) {
 	streamtest.Eventually(t, 5*time.Second, "the three events seen", func() bool { return r.Stats().EventsSeen >= 3 })
 	seen := r.Stats().EventsSeen
 
-	mu.Lock()
-	deliverTo := inbox
-	mu.Unlock()
+	deliverTo := inbox()
 	t.Logf("the classifier pulls on %s", deliverTo)
-	c, err := e.topo.JS.CreateOrUpdateConsumer(ctx, e.topo.StreamName("EVENTS"), jetstream.ConsumerConfig{
-		Durable: "intruder", FilterSubject: e.topo.EventsSubject("s-x"), DeliverSubject: deliverTo,
-		AckPolicy: jetstream.AckNonePolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	streamtest.Eventually(t, 10*time.Second, "the copies delivered", func() bool {
-		info, err := c.Info(ctx)
-		return err == nil && info.Delivered.Consumer >= 3
-	})
+	streamtest.Intrude(t, e.topo.Events, e.topo.EventsSubject("s-x"), deliverTo, 3)
 
 	// The next real event is classified; the copies changed nothing.
 	w.call("c-2", "orders.create", effect.Idempotent, "k-2")

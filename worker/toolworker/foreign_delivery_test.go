@@ -5,11 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jingwei/jingwei/schema"
@@ -43,49 +41,19 @@ func TestPartitionIgnoresAnotherConsumersDeliveries(t *testing.T) {
 	}
 
 	// The inbox the partition of s-x pulls its requests on.
-	var mu sync.Mutex
-	var inbox string
-	next := "$JS.API.CONSUMER.MSG.NEXT." + topo.StreamName("REQUESTS") + "." + topo.RequestConsumerName(topo.PartitionOf(session))
-	sub, err := nc.Subscribe(next, func(m *nats.Msg) {
-		mu.Lock()
-		inbox = m.Reply
-		mu.Unlock()
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
+	inbox := streamtest.WatchPullInbox(t, nc, topo.StreamName("REQUESTS"), topo.RequestConsumerName(topo.PartitionOf(session)))
 
 	// A real request runs.
 	if _, err := topo.JS.Publish(ctx, topo.RequestsSubject(session), request("r-1", 1), jetstream.WithMsgID(stream.RequestMsgID(session, "r-1"))); err != nil {
 		t.Fatal(err)
 	}
 	streamtest.Eventually(t, 20*time.Second, "r-1 runs", func() bool { return slices.Equal(p.ran(session), []int{1}) })
-	streamtest.Eventually(t, 10*time.Second, "the partition's pull inbox seen", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return inbox != ""
-	})
-	mu.Lock()
-	deliverTo := inbox
-	mu.Unlock()
-
 	// A phantom request, stored on another stream under a subject of the
 	// session, delivered on that inbox.
 	if _, err := topo.JS.Publish(ctx, topo.AnswersSubject(session), request("r-phantom", 9)); err != nil {
 		t.Fatal(err)
 	}
-	c, err := topo.Answers.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable: "intruder", FilterSubject: topo.AnswersSubject(session), DeliverSubject: deliverTo,
-		AckPolicy: jetstream.AckNonePolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	streamtest.Eventually(t, 10*time.Second, "the phantom delivered", func() bool {
-		info, err := c.Info(ctx)
-		return err == nil && info.Delivered.Consumer >= 1
-	})
+	streamtest.Intrude(t, topo.Answers, topo.AnswersSubject(session), inbox(), 1)
 	// A real request after it runs, and the phantom never did.
 	if _, err := topo.JS.Publish(ctx, topo.RequestsSubject(session), request("r-2", 2), jetstream.WithMsgID(stream.RequestMsgID(session, "r-2"))); err != nil {
 		t.Fatal(err)
@@ -112,28 +80,9 @@ func TestApprovalsConsumerIgnoresAnotherConsumersDeliveries(t *testing.T) {
 	nc := topo.JS.Conn()
 	const session = "s-y"
 
-	var mu sync.Mutex
-	var inbox string
-	sub, err := nc.Subscribe("$JS.API.CONSUMER.MSG.NEXT."+topo.StreamName("APPROVALS")+"."+topo.ApprovalConsumerName(), func(m *nats.Msg) {
-		mu.Lock()
-		inbox = m.Reply
-		mu.Unlock()
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
+	inbox := streamtest.WatchPullInbox(t, nc, topo.StreamName("APPROVALS"), topo.ApprovalConsumerName())
 	publish(t, topo, session, "r-1", "echo", `{"n":1}`)
 	streamtest.Eventually(t, 20*time.Second, "r-1 runs", func() bool { return slices.Equal(p.ran(session), []int{1}) })
-	streamtest.Eventually(t, 10*time.Second, "the approvals consumer's pull inbox seen", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return inbox != ""
-	})
-	mu.Lock()
-	deliverTo := inbox
-	mu.Unlock()
-
 	scratch, err := topo.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "SCRATCH", Subjects: []string{"zz.scratch.>"}, Storage: jetstream.MemoryStorage})
 	if err != nil {
 		t.Fatal(err)
@@ -142,16 +91,7 @@ func TestApprovalsConsumerIgnoresAnotherConsumersDeliveries(t *testing.T) {
 	if _, err := topo.JS.Publish(ctx, "zz.scratch."+session+".stop", stop); err != nil {
 		t.Fatal(err)
 	}
-	c, err := scratch.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable: "intruder", DeliverSubject: deliverTo, AckPolicy: jetstream.AckNonePolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	streamtest.Eventually(t, 10*time.Second, "the phantom stop delivered", func() bool {
-		info, err := c.Info(ctx)
-		return err == nil && info.Delivered.Consumer >= 1
-	})
+	streamtest.Intrude(t, scratch, "", inbox(), 1)
 	publish(t, topo, session, "r-2", "echo", `{"n":2}`)
 	streamtest.Eventually(t, 20*time.Second, "r-2 runs", func() bool { return slices.Contains(p.ran(session), 2) })
 	h, err := topo.Load(ctx, session)
