@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -213,19 +212,22 @@ func (w *worker) Handle(req micro.Request) {
 		return
 	}
 	subject, reply, data := req.Subject(), req.Reply(), req.Data()
+	// Whoever moves the request off answering first decides who answers:
+	// the goroutine with its outcome (answered), or the worker when wait
+	// has passed (left: the goroutine answers itself).
+	const (
+		answered = 1
+		left     = 2
+	)
+	var state atomic.Int32
 	done := make(chan answer, 1)
-	var mu sync.Mutex
-	left := false // the worker went on: the goroutine answers
 	go func() {
 		defer func() { <-w.slots }()
 		a := w.run(subject, data)
-		mu.Lock()
-		if !left {
+		if state.CompareAndSwap(0, answered) {
 			done <- a
-			mu.Unlock()
 			return
 		}
-		mu.Unlock()
 		w.detached.Add(1)
 		if a.code != "" {
 			w.detachedErrors.Add(1)
@@ -249,15 +251,10 @@ func (w *worker) Handle(req micro.Request) {
 	select {
 	case a = <-done:
 	case <-t.C:
-		mu.Lock()
-		select {
-		case a = <-done:
-			mu.Unlock()
-		default:
-			left = true
-			mu.Unlock()
+		if state.CompareAndSwap(0, left) {
 			return
 		}
+		a = <-done // answered meanwhile: it is there, or on its way
 	}
 	if req.Reply() == "" {
 		return // a publish without a reply subject asks for no answer
