@@ -11,13 +11,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jingwei/jingwei/internal/pause"
-
 	"github.com/cenkalti/backoff/v4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
+	"github.com/jingwei/jingwei/internal/pause"
 	"github.com/jingwei/jingwei/schema"
 )
 
@@ -645,10 +644,7 @@ func (l *Log) send(ctx context.Context, payload []byte, id string, until time.Ti
 		if !until.IsZero() {
 			wait = min(wait, time.Until(until))
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(wait):
-		}
+		_ = pause.For(ctx, wait) // ended says why it stopped
 		if end := ended(); end != nil {
 			return 0, fmt.Errorf("stream: append to %s: %w", l.session, end)
 		}

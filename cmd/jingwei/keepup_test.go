@@ -12,11 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jingwei/jingwei/internal/ports"
-
 	dto "github.com/prometheus/client_model/go"
 	"github.com/rs/zerolog"
 
+	"github.com/jingwei/jingwei/internal/ports"
 	"github.com/jingwei/jingwei/metrics"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/stream/streamtest"

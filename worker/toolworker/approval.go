@@ -8,11 +8,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jingwei/jingwei/internal/pause"
-
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jingwei/jingwei/internal/pause"
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"

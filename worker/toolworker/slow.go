@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/jingwei/jingwei/internal/pause"
-
 	"github.com/jingwei/jingwei/worker"
 )
 
