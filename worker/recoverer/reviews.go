@@ -93,11 +93,10 @@ func (r *reviewChecker) run(ctx context.Context) error {
 			return fmt.Errorf("reviews consumer: %w", err)
 		}
 		session := stream.SessionOf(m.Subject())
-		md, err := m.Metadata()
-		if err != nil || md.Stream != own.Stream || md.Consumer != own.Name {
-			// Not a delivery of this consumer (another consumer's, on its
-			// inbox: a push consumer's deliver subject is its creator's
-			// choice): not a review of the stream. Dropped unacknowledged.
+		md, ok := stream.DeliveredBy(m, own)
+		if !ok {
+			// Another consumer's delivery on this consumer's inbox: not a
+			// review of the stream.
 			r.log.Warn().Str("subject", m.Subject()).Str("reply", m.Reply()).Msg("reviews consumer: a message another consumer delivered on its inbox dropped")
 			continue
 		}

@@ -68,10 +68,9 @@ func (w *Worker) consumeApprovals(ctx context.Context, cons jetstream.Consumer) 
 			}
 			continue
 		}
-		if md, err := m.Metadata(); err != nil || md.Stream != own.Stream || md.Consumer != own.Name {
-			// Another consumer's delivery on this pull's inbox (see
-			// partition.fetch): a task stop that way would be a stop no
-			// host published. Dropped unacknowledged.
+		if _, ok := stream.DeliveredBy(m, own); !ok {
+			// Another consumer's delivery on this pull's inbox: a task
+			// stop that way would be a stop no host published.
 			w.log.Warn().Str("subject", m.Subject()).Str("reply", m.Reply()).Msg("a message another consumer delivered on the approvals consumer's inbox dropped")
 			continue
 		}

@@ -397,13 +397,10 @@ func (p *partition) fetch(ctx context.Context, cons jetstream.Consumer, plans bo
 					// delivers it again.
 					continue
 				}
-				if md, err := m.Metadata(); err != nil || md.Stream != own.Stream || md.Consumer != own.Name {
+				if _, ok := stream.DeliveredBy(m, own); !ok {
 					// Another consumer's delivery on this pull's inbox: a
-					// push consumer's deliver subject is its creator's
-					// choice (checked against no permission), so a client
-					// with another role could hand the partition a
-					// "request" that is in no work queue. Dropped
-					// unacknowledged.
+					// client with another role could hand the partition a
+					// "request" that is in no work queue.
 					p.log.Warn().Str("subject", m.Subject()).Str("reply", m.Reply()).Bool("plans", plans).Msg("a message another consumer delivered on the partition's inbox dropped")
 					continue
 				}
