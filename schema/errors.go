@@ -124,6 +124,23 @@ const (
 	// log): no new call of the task is recorded and no plan is issued for
 	// its calls.
 	CodeTaskStopped Code = "task_stopped"
+	// CodeRequestConflict: a request whose request_id is already bound to
+	// another request of the session (another tool, task or arguments, or
+	// another sender): refused, never answered with the other request's
+	// result.
+	CodeRequestConflict Code = "request_conflict"
+	// CodeBusy: the service holds as many requests of this caller (or of
+	// this session) as it takes at once; nothing was published or run.
+	// Ask again later.
+	CodeBusy Code = "busy"
+	// CodeForbidden: the caller's credentials do not cover the session it
+	// names (an agent scoped to other sessions): refused, nothing read or
+	// published.
+	CodeForbidden Code = "forbidden"
+	// CodeStreamReplaced: a protected stream was deleted and re-created, or
+	// otherwise lost history, since setup recorded its identity: recovery
+	// and prepare refuse to act on it until an operator confirms.
+	CodeStreamReplaced Code = "stream_replaced"
 	// CodeInternal: anything else (the server unreachable, a failed write);
 	// an error that is not an *Error travels with this code.
 	CodeInternal Code = "internal"
@@ -269,6 +286,11 @@ var (
 	ErrResultPending = &Error{Code: CodeResultPending}
 	ErrNoAnswer      = &Error{Code: CodeNoAnswer}
 	ErrInternal      = &Error{Code: CodeInternal}
+
+	ErrRequestConflict = &Error{Code: CodeRequestConflict}
+	ErrBusy            = &Error{Code: CodeBusy}
+	ErrForbidden       = &Error{Code: CodeForbidden}
+	ErrStreamReplaced  = &Error{Code: CodeStreamReplaced}
 
 	ErrInvalidApproval = &Error{Code: CodeInvalidApproval}
 	ErrApprovalPending = &Error{Code: CodeApprovalPending}
