@@ -63,7 +63,7 @@
 // payment of its is started and not yet charged; while it is frozen the
 // host and the reviewer handle the calls it left (the reviewer raises the
 // ledger's fence, truthfully finds no charge, signs not_executed, the
-// retry charges), then SIGCONT lets it run: the zombie of issue 12, whose
+// retry charges), then SIGCONT lets it run: the zombie writer, whose
 // late charge the ledger refuses because its fencing token is older than
 // the fence (package worker/fence).
 //

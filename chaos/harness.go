@@ -571,7 +571,7 @@ func errString(err error) string {
 // calls it left while it is frozen — the reviewer finds no charge and signs
 // not_executed, the retry charges — and SIGCONT comes after more than a
 // lease TTL, so the frozen worker's own charge lands after a truthful
-// review: the zombie of issue 12. fctx ends with the workload: a pause not
+// review: the zombie writer. fctx ends with the workload: a pause not
 // started by then is skipped; one started still resumes.
 func (h *harness) pause(ctx, fctx context.Context, pf plannedFault) {
 	// Lead time: the target is restarted early with bodies that wait

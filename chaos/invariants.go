@@ -271,8 +271,8 @@ func closedUnassessed(x *index) Row {
 }
 
 // assessmentsRepeated: assessment messages beyond the first of one
-// Jw-Assessment-Id (one call outcome). Reported, not a must: deduplicating
-// them is issue 17's.
+// Jw-Assessment-Id (one call outcome). Reported, not a must: a repeated
+// assessment is harmless (readers key on the id), only wasteful.
 func assessmentsRepeated(x *index) Row {
 	byID := map[string]int{}
 	for _, a := range x.snap.Assessments {
@@ -291,7 +291,7 @@ func assessmentsRepeated(x *index) Row {
 		}
 	}
 	sort.Strings(ex)
-	return infoRow(rowRepeated, extra, ex, "assessment messages beyond one per Jw-Assessment-Id (issue 17)")
+	return infoRow(rowRepeated, extra, ex, "assessment messages beyond one per Jw-Assessment-Id (harmless: readers key on the id)")
 }
 
 // wrongAssessments: assessments whose outcome, evidence or decision

@@ -17,7 +17,7 @@ import (
 // -benchtime 10x or so.
 //
 // Measured on the shared 2-core machine (1 Dec, load average 5-7 from
-// other jobs), test binaries before and after issue 16's rework of the
+// other jobs), test binaries before and after the rework of the
 // per-call index in alternation, -benchtime 8x-10x: inspect/decode-cpu
 // 1.23-1.39 before, 1.05-1.23 after. Inspect's own work alone
 // (BenchmarkInspectDecoded, no decode) went from 11.5-13.6 ms, 9.2 MB and

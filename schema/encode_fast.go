@@ -9,7 +9,7 @@ import (
 
 // The session log's writers encode every event they append: Log.Append
 // spends more on EncodeEvent than on anything else it adds to the raw
-// publish (issue 16). encodeEventReflect, the reference, encodes with
+// publish. encodeEventReflect, the reference, encodes with
 // encoding/json's reflection and then decodes its own output with
 // DecodeEvent's reader, which proves DecodeEvent accepts it. appendEvent
 // writes the same bytes field by field and proves the same thing without

@@ -180,7 +180,7 @@ func (s *approvalStack) leaseGone(session string) {
 	})
 }
 
-// TestApprovalSurvivesWorkerCrash is issue 14's crash-while-waiting test
+// TestApprovalSurvivesWorkerCrash is the crash-while-waiting test
 // through real processes: a tool worker is SIGKILLed while two payments
 // wait for approval; with no worker running (the recovery worker meanwhile
 // takes the sessions over: the waiting calls survive its fence), one is

@@ -94,7 +94,7 @@ func TestDemo(t *testing.T) {
 			if attempts["orders.create"] != 2 || attempts["payments.charge"] != wantPay {
 				t.Errorf("attempts %v; want orders.create 2, payments.charge %d", attempts, wantPay)
 			}
-			// Since issue 14 the story goes on with a payment that waits for
+			// The story goes on with a payment that waits for
 			// approval across a killed worker: a fourth child.
 			if len(rep.Children) != 4 || rep.Killed == 0 {
 				t.Errorf("children %v, killed %d; want 4 children, one killed", rep.Children, rep.Killed)

@@ -21,7 +21,7 @@ import (
 // fleetLeaseTTL is the lease TTL of every process of the fleet test.
 const fleetLeaseTTL = 2 * time.Second
 
-// TestFleetChurn is issue 17's churn test: tool worker processes share the
+// TestFleetChurn is the churn test: tool worker processes share the
 // partitions while requests of many sessions keep coming; one worker is
 // SIGKILLed and another joins. Every request becomes exactly one tool.call,
 // in publish order per session; the consumers on the request queue never

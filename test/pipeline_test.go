@@ -31,7 +31,7 @@ import (
 // how soon a killed worker's sessions are taken over.
 const pipelineLeaseTTL = "2s"
 
-// TestPipelineCrashAndRecovery is issue 5's multi-process test: an embedded
+// TestPipelineCrashAndRecovery is the multi-process test: an embedded
 // server in the test process, a recovery worker and two tool workers as
 // processes of the real binary. The first tool worker is killed (SIGKILL)
 // while the bodies of orders.create and payments.charge have done their

@@ -15,7 +15,7 @@ import (
 	"github.com/jingwei/jingwei/worker"
 )
 
-// TestRuntimeReferenceScenario is the reference scenario of issue 4 on an
+// TestRuntimeReferenceScenario is the reference scenario on an
 // embedded server: orders.create writes its order and then fails; the host
 // inspects the confirmed history and issues a plan; the approval hook refuses
 // the first retry (spending the plan); the host re-inspects, issues a new

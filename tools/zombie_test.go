@@ -15,7 +15,7 @@ import (
 	"github.com/jingwei/jingwei/worker/fence"
 )
 
-// TestZombieChargeRefused is the SIGSTOP scenario of issue 12 in one
+// TestZombieChargeRefused is the SIGSTOP (zombie writer) scenario in one
 // process: a writer's payments.charge body is blocked (as a frozen process
 // is) before its side effect while it loses its lease; a recoverer takes
 // the session over and fences it; the reviewer raises the ledger's fence

@@ -20,8 +20,8 @@ import (
 //
 //   - raw: three raw fenced appends per operation (Log.Append of a
 //     tool.call, a tool.started and a tool.result of the same shape on a
-//     session of its own). ratio = runtime calls/s ÷ raw ops/s; issue 4
-//     targets ≥ 0.85.
+//     session of its own). ratio = runtime calls/s ÷ raw ops/s; the
+//     target is ≥ 0.85.
 //   - same_writes: the same three appends plus one jw_budget count written
 //     at once (Budget.Add), i.e. every durable write of a call whose count
 //     cannot be deferred. ratio_same_writes = runtime ÷ that.

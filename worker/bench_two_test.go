@@ -24,7 +24,7 @@ import (
 // of 100 on one embedded server: calls/s through the runtime with a no-op
 // tool (the combined form: tool.call{started}, tool.result) against raw
 // "calls"/s of two publishes with the expected-last-subject-sequence
-// header of the same payloads (ratio; issue 16 targets ≥ 0.9), and
+// header of the same payloads (ratio; the target is ≥ 0.9), and
 // against two Log.Append of the same events (ratio_log: what the runtime
 // adds to the log's own appends).
 func BenchmarkRuntimeCallTwo(b *testing.B) {

@@ -35,7 +35,7 @@ func ledger(t *testing.T) (*fence.Store, jetstream.JetStream) {
 	return s, topo.JS
 }
 
-// The zombie of issue 12: epoch 1 starts, a takeover fences the session, a
+// The zombie writer: epoch 1 starts, a takeover fences the session, a
 // reviewer raises the store's fence at the fence's epoch before checking,
 // the retry (epoch 3) charges; the old writer's late charge is refused.
 func TestLateWriteOfFencedWriterRefused(t *testing.T) {

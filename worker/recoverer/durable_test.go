@@ -149,7 +149,7 @@ func keysOf(as []schema.Assessment) []string {
 	return out
 }
 
-// TestCallOpenedBeforeRestartFencedAfter is issue 12's "assessments never
+// TestCallOpenedBeforeRestartFencedAfter is the chaos run's "assessments never
 // published": a call opened (and acknowledged by the classifier) before a
 // recovery-worker restart, then fenced by a new owner after it, is
 // assessed exactly once by the restarted recoverer, and it is listed as

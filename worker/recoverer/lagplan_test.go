@@ -28,7 +28,7 @@ func (k *laggingKV) Get(ctx context.Context, key string) (jetstream.KeyValueEntr
 	return k.KeyValue.Get(ctx, key)
 }
 
-// TestRacingPrepareOnLaggingReplica is issue 12's "concurrent prepares
+// TestRacingPrepareOnLaggingReplica is the chaos run's "concurrent prepares
 // answer internal (plan not issued)": a prepare whose KV create lost to
 // another recoverer's, and whose read of the winner's plan is served by a
 // replica behind, returns the stored plan, not an error.

@@ -10,7 +10,7 @@ import (
 	"github.com/jingwei/jingwei/schema"
 )
 
-// TestShortHistoryNeverClassified is issue 12's wrong assessment on a
+// TestShortHistoryNeverClassified is a wrong assessment seen on a
 // cluster: a retry that ended ok, whose history is read from a replica
 // behind the consumer, looks open (no result yet) and would be assessed
 // uncertain / needs_review. The classifier's history reads here come back
