@@ -31,7 +31,7 @@ const (
 // MaxRevisionBytes is the longest contract revision accepted (docs/protocol.md §14).
 const MaxRevisionBytes = 1024
 
-var wire = [...]string{
+var wire = []string{
 	Unknown:       "unknown",
 	ReadOnly:      "read_only",
 	Idempotent:    "idempotent",
