@@ -1,11 +1,10 @@
 package effect
 
-// AddKind appends an effect kind to the table for a test and returns it
-// with a function that removes it again. It is the only way to add a kind
-// other than a row in effect.go, and it exists in tests only: production
-// code cannot add kinds at run time. Not for parallel tests.
+// AddKind appends a row to the effect table for a test and returns its
+// effect with a function that removes it again. It is the only way to add
+// an effect other than a row in effect.go, and it exists in tests only:
+// production code cannot add effects at run time. Not for parallel tests.
 func AddKind(name string, safe bool) (e Effect, remove func()) {
-	wire = append(wire, name)
-	_ = safe
-	return Effect(len(wire) - 1), func() { wire = wire[:len(wire)-1] }
+	kinds = append(kinds, kind{name: name, safe: safe})
+	return Effect(len(kinds) - 1), func() { kinds = kinds[:len(kinds)-1] }
 }

@@ -50,6 +50,9 @@ type fieldError struct {
 func (e *fieldError) Error() string {
 	msg := e.path + ": "
 	if e.want == "" {
+		if e.err == nil {
+			return msg + "invalid value"
+		}
 		return msg + e.err.Error()
 	}
 	if e.kind != 0 {
@@ -650,19 +653,12 @@ func (d *eventReader) effect(path string, e *effect.Effect) error {
 			d.scratch, _ = jsontext.AppendUnquote(d.scratch[:0], v)
 			s = d.scratch
 		}
-		switch string(s) {
-		case "unknown":
-			*e = effect.Unknown
-		case "read_only":
-			*e = effect.ReadOnly
-		case "idempotent":
-			*e = effect.Idempotent
-		case "non_idempotent":
-			*e = effect.NonIdempotent
-		default:
+		k, ok := effect.Lookup(s)
+		if !ok {
 			_, err := effect.Parse(string(s))
 			return &fieldError{path: path, err: err}
 		}
+		*e = k
 		return nil
 	case 'n':
 		if _, err := d.dec.ReadValue(); err != nil {

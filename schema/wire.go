@@ -40,8 +40,8 @@ type wireContract struct {
 }
 
 // wireEffect is a contract's effect: absent means effect.Unknown (docs/protocol.md
-// §5.1), null is refused (no schema allows it), a string must be one of the
-// four wire values.
+// §5.1), null is refused (no schema allows it), a string must be one of
+// effect's wire values.
 type wireEffect struct{ e effect.Effect }
 
 // UnmarshalJSONFrom implements json.UnmarshalerFrom.
