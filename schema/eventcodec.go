@@ -138,7 +138,7 @@ func (d *eventReader) unquote(v []byte) string {
 	return string(d.scratch)
 }
 
-// internOrCopy returns the wire values every event repeats without
+// internOrCopy returns the event types every event repeats without
 // allocating, anything else as a new string.
 func internOrCopy(v []byte) string {
 	switch string(v) {
@@ -150,14 +150,47 @@ func internOrCopy(v []byte) string {
 		return TypeResult
 	case TypeFenced:
 		return TypeFenced
-	case "ok":
-		return "ok"
-	case "failed":
-		return "failed"
 	case "":
 		return ""
 	}
 	return string(v)
+}
+
+// strBytes reads a string member and returns its content, which aliases
+// the decoder's buffer or the scratch buffer until the next read (null:
+// nil).
+func (d *eventReader) strBytes(path string) ([]byte, error) {
+	v, err := d.dec.ReadValue()
+	if err != nil {
+		return nil, err
+	}
+	switch v[0] {
+	case '"':
+		if bytes.IndexByte(v, '\\') < 0 {
+			return v[1 : len(v)-1], nil
+		}
+		d.scratch, _ = jsontext.AppendUnquote(d.scratch[:0], v)
+		return d.scratch, nil
+	case 'n':
+		return nil, nil
+	}
+	return nil, wrongValue(path, "a string", v)
+}
+
+// readEnum reads a string member whose value is mostly one of a wire
+// enum's (a status, a stage): a declared value is returned from the table,
+// without allocating; any other is copied, for Validate to refuse.
+func readEnum[T ~string](d *eventReader, path string, table []T) (T, error) {
+	s, err := d.strBytes(path)
+	if err != nil {
+		return "", err
+	}
+	for _, v := range table {
+		if string(v) == string(s) {
+			return v, nil
+		}
+	}
+	return T(s), nil
 }
 
 // uint reads a non-negative integer member; present is false for null.
@@ -781,18 +814,15 @@ func (d *eventReader) result(path string) (*Result, error) {
 	r := new(Result)
 	var err error
 	for d.member(&err) {
-		var s string
 		switch string(d.name) {
 		case "call_id":
 			r.CallID, err = d.str("result.call_id")
 		case "status":
-			s, err = d.str("result.status")
-			r.Status = Status(s)
+			r.Status, err = readEnum(d, "result.status", statuses)
 		case "retryable":
 			r.Retryable, err = d.bool("result.retryable")
 		case "stage":
-			s, err = d.str("result.stage")
-			r.Stage = Stage(s)
+			r.Stage, err = readEnum(d, "result.stage", stages)
 		case "output":
 			r.Output, err = d.raw()
 		case "error":

@@ -401,7 +401,7 @@ func (r *Result) validate() error {
 	}
 	switch {
 	case r.Status == StatusRejected && !r.Stage.Valid():
-		return Errorf(CodeCorruptHistory, "rejected result has stage %s, want permission, arguments, guard, approval or budget", quoteShort([]byte(r.Stage)))
+		return Errorf(CodeCorruptHistory, "rejected result has stage %s, want %s", quoteShort([]byte(r.Stage)), orList(stages))
 	case r.Status != StatusRejected && r.Stage != "":
 		return Errorf(CodeCorruptHistory, "result with status %s has a stage (only rejected results do)", r.Status)
 	}
