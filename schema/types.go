@@ -46,24 +46,6 @@ type Event struct {
 	Stop            *Stop            `json:"stop,omitempty"`
 }
 
-// CallID returns the call id the event refers to, or "" for events that refer
-// to no call (session.fenced, unknown types).
-func (e *Event) CallID() string {
-	switch {
-	case e.Call != nil:
-		return e.Call.CallID
-	case e.Started != nil:
-		return e.Started.CallID
-	case e.Result != nil:
-		return e.Result.CallID
-	case e.ApprovalRequest != nil:
-		return e.ApprovalRequest.CallID
-	case e.Approval != nil:
-		return e.Approval.CallID
-	}
-	return ""
-}
-
 // Call is the body of a tool.call event: one attempt to run one tool.
 type Call struct {
 	CallID    string          `json:"call_id"`

@@ -19,7 +19,6 @@ import (
 
 // Field names of each object, for checkCase.
 var (
-	envelopeFields   = []string{"v", "seq", "session", "epoch", "at", "type", "call", "started", "result", "fence", "approval_request", "approval", "stop"}
 	callFields       = []string{"call_id", "tool", "arguments", "request_id", "provider_call_id", "start_marker", "started", "operation"}
 	startedFields    = []string{"call_id"}
 	resultFields     = []string{"call_id", "status", "stage", "retryable", "output", "error"}
