@@ -6,7 +6,10 @@
 // package is pure: no I/O, no NATS.
 package effect
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Effect is what a tool promises about its side effects. The zero value is
 // Unknown, which recovery treats like NonIdempotent.
@@ -31,38 +34,80 @@ const (
 // MaxRevisionBytes is the longest contract revision accepted (docs/protocol.md §14).
 const MaxRevisionBytes = 1024
 
-var wire = [...]string{
-	Unknown:       "unknown",
-	ReadOnly:      "read_only",
-	Idempotent:    "idempotent",
-	NonIdempotent: "non_idempotent",
+// kind is one row of the effect table: everything the code knows about an
+// effect besides its constant.
+type kind struct {
+	// name is the wire value.
+	name string
+	// safe says an uncertain call under this effect may be retried
+	// without a review (Safe).
+	safe bool
+}
+
+// kinds is the effect table, indexed by Effect: the one place an effect is
+// declared. Adding an effect is a constant above, a row here, the value in
+// the JSON Schema files' effect enum (schema checks that they agree) and a
+// test; every reader and writer of contracts derives from this table.
+var kinds = []kind{
+	Unknown:       {name: "unknown"},
+	ReadOnly:      {name: "read_only", safe: true},
+	Idempotent:    {name: "idempotent", safe: true},
+	NonIdempotent: {name: "non_idempotent"},
 }
 
 // String returns the wire value: "unknown", "read_only", "idempotent" or
 // "non_idempotent". An out-of-range value prints as "effect(N)".
 func (e Effect) String() string {
-	if int(e) < len(wire) {
-		return wire[e]
+	if int(e) < len(kinds) {
+		return kinds[e].name
 	}
 	return fmt.Sprintf("effect(%d)", uint8(e))
 }
 
-// Valid reports whether e is one of the four declared effects.
-func (e Effect) Valid() bool { return int(e) < len(wire) }
+// Valid reports whether e is one of the declared effects.
+func (e Effect) Valid() bool { return int(e) < len(kinds) }
 
 // Safe reports whether an uncertain call under this effect may be retried
 // without a review: true for ReadOnly and Idempotent only.
-func (e Effect) Safe() bool { return e == ReadOnly || e == Idempotent }
+func (e Effect) Safe() bool { return int(e) < len(kinds) && kinds[e].safe }
 
 // Parse returns the effect for a wire value. The empty string is not
 // accepted: a contract on the wire always names its effect.
 func Parse(s string) (Effect, error) {
-	for i, w := range wire {
-		if w == s {
+	for i, k := range kinds {
+		if k.name == s {
 			return Effect(i), nil
 		}
 	}
-	return Unknown, fmt.Errorf("%w: %q (want unknown, read_only, idempotent or non_idempotent)", ErrUnknownEffect, s)
+	return Unknown, fmt.Errorf("%w: %q (want %s)", ErrUnknownEffect, s, names())
+}
+
+// Lookup returns the effect whose wire value is name, and false if there
+// is none. It is Parse for a decoder: it does not allocate, and name may
+// alias a buffer the caller reuses.
+func Lookup(name []byte) (Effect, bool) {
+	for i, k := range kinds {
+		if k.name == string(name) {
+			return Effect(i), true
+		}
+	}
+	return Unknown, false
+}
+
+// names lists the wire values for a message: "a, b, c or d".
+func names() string {
+	var b strings.Builder
+	for i, k := range kinds {
+		switch {
+		case i == 0:
+		case i == len(kinds)-1:
+			b.WriteString(" or ")
+		default:
+			b.WriteString(", ")
+		}
+		b.WriteString(k.name)
+	}
+	return b.String()
 }
 
 // MarshalText implements encoding.TextMarshaler with the wire value.
@@ -70,7 +115,7 @@ func (e Effect) MarshalText() ([]byte, error) {
 	if !e.Valid() {
 		return nil, fmt.Errorf("%w: %d", ErrUnknownEffect, uint8(e))
 	}
-	return []byte(wire[e]), nil
+	return []byte(kinds[e].name), nil
 }
 
 // UnmarshalText implements encoding.TextUnmarshaler; see Parse.

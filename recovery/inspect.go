@@ -96,13 +96,13 @@ func (c *call) contract() effect.Contract {
 }
 
 // statuses are the result statuses by their code in call.status (0: no
-// result), stages the rejection stages by theirs in call.stage (0: none).
+// result), stages the rejection stages by theirs in call.stage (0: none):
+// schema's tables, behind a zero code.
 var (
-	statuses = [...]schema.Status{"", schema.StatusOK, schema.StatusRejected, schema.StatusFailed, schema.StatusTimeout, schema.StatusCancelled, schema.StatusBudgetExhausted, schema.StatusOutputLimit}
-	stages   = [...]schema.Stage{"", schema.StagePermission, schema.StageArguments, schema.StageGuard, schema.StageApproval, schema.StageBudget}
+	statuses = append([]schema.Status{""}, schema.Statuses()...)
+	stages   = append([]schema.Stage{""}, schema.Stages()...)
+	statusOK = uint8(codeOf(statuses, schema.StatusOK))
 )
-
-const statusOK = 1 // statuses[statusOK] == schema.StatusOK
 
 // codeOf returns the index of v in list, or -1.
 func codeOf[T comparable](list []T, v T) int {
@@ -690,7 +690,7 @@ func (s *scan) onResult(ev *schema.Event) error {
 	} else if c.asked && !c.granted {
 		return s.corrupt(ev, "call %q ends %s while it waits for approval (only rejected may end it before approval.granted)", c.id, r.Status)
 	}
-	st, sg := codeOf(statuses[1:], r.Status), codeOf(stages[:], r.Stage)
+	st, sg := codeOf(statuses[1:], r.Status), codeOf(stages, r.Stage)
 	if st < 0 || sg < 0 { // Validate refused them: not reached
 		return s.corrupt(ev, "call %q has status %q and stage %q", c.id, r.Status, r.Stage)
 	}

@@ -137,84 +137,77 @@ func (w *wireApproval) approval() *Approval {
 		Reason: w.Reason, At: w.At, Signer: w.Signer, Sig: w.Sig}
 }
 
-// decodeMarkBody decodes one of the bodies of the approval and stop events
-// (rare events: by reflection, under the same strict rules as the rest).
-func decodeMarkBody(name string, raw []byte, ev *Event) error {
-	switch name {
-	case "approval_request":
-		var w wireApprovalRequest
-		if err := strictUnmarshal(raw, &w); err != nil {
-			return err
-		}
-		if err := w.checkCase(name); err != nil {
-			return err
-		}
-		ev.ApprovalRequest = &ApprovalRequest{CallID: w.CallID, Deadline: w.Deadline}
-	case "approval":
-		var w wireApproval
-		if err := strictUnmarshal(raw, &w); err != nil {
-			return err
-		}
-		if err := w.checkCase(name); err != nil {
-			return err
-		}
-		ev.Approval = w.approval()
-	case "stop":
-		var w wireStop
-		if err := strictUnmarshal(raw, &w); err != nil {
-			return err
-		}
-		if err := w.checkCase(name); err != nil {
-			return err
-		}
-		ev.Stop = &Stop{Task: w.Task, By: w.By, Reason: w.Reason}
+// readApprovalRequest, readApproval and readStop read the bodies of the
+// approval and stop events (rare events: by reflection, under the same
+// strict rules as the rest).
+func readApprovalRequest(d *eventReader) (*ApprovalRequest, error) {
+	var w wireApprovalRequest
+	if err := d.reflect(&w); err != nil {
+		return nil, err
+	}
+	if err := w.checkCase("approval_request"); err != nil {
+		return nil, err
+	}
+	return &ApprovalRequest{CallID: w.CallID, Deadline: w.Deadline}, nil
+}
+
+func readApproval(d *eventReader) (*Approval, error) {
+	var w wireApproval
+	if err := d.reflect(&w); err != nil {
+		return nil, err
+	}
+	if err := w.checkCase("approval"); err != nil {
+		return nil, err
+	}
+	return w.approval(), nil
+}
+
+func readStop(d *eventReader) (*Stop, error) {
+	var w wireStop
+	if err := d.reflect(&w); err != nil {
+		return nil, err
+	}
+	if err := w.checkCase("stop"); err != nil {
+		return nil, err
+	}
+	return &Stop{Task: w.Task, By: w.By, Reason: w.Reason}, nil
+}
+
+// checkApprovalRequest checks an approval.requested body.
+func checkApprovalRequest(r *ApprovalRequest, _ string) error {
+	if err := checkID("approval_request.call_id", r.CallID); err != nil {
+		return err
+	}
+	if r.Deadline.IsZero() {
+		return Errorf(CodeCorruptHistory, "approval_request lacks deadline")
 	}
 	return nil
 }
 
-// validateMark checks the body of an approval or stop event.
-func (e *Event) validateMark(bodies int) error {
-	switch e.Type {
-	case TypeApprovalRequested:
-		if e.ApprovalRequest == nil || bodies != 1 {
-			return Errorf(CodeCorruptHistory, "approval.requested must carry an approval_request body and no other")
-		}
-		if err := checkID("approval_request.call_id", e.ApprovalRequest.CallID); err != nil {
-			return err
-		}
-		if e.ApprovalRequest.Deadline.IsZero() {
-			return Errorf(CodeCorruptHistory, "approval_request lacks deadline")
-		}
-	case TypeApprovalGranted:
-		if e.Approval == nil || bodies != 1 {
-			return Errorf(CodeCorruptHistory, "approval.granted must carry an approval body and no other")
-		}
-		if err := e.Approval.check(CodeCorruptHistory); err != nil {
-			return err
-		}
-		if e.Approval.Decision != Approved {
-			return Errorf(CodeCorruptHistory, "approval.granted carries decision %q, want approved", e.Approval.Decision)
-		}
-		if e.Approval.Session != e.Session {
-			return Errorf(CodeCorruptHistory, "approval.granted carries an approval of session %q", e.Approval.Session)
-		}
-	case TypeTaskStopped:
-		if e.Stop == nil || bodies != 1 {
-			return Errorf(CodeCorruptHistory, "task.stopped must carry a stop body and no other")
-		}
-		if !ValidSession(e.Stop.Task) {
-			return Errorf(CodeCorruptHistory, "stop.task %s must be 1-128 bytes of [A-Za-z0-9_-]", quoteShort([]byte(e.Stop.Task)))
-		}
-		if e.Stop.By != StoppedByHost && e.Stop.By != StoppedByBudget {
-			return Errorf(CodeCorruptHistory, "stop.by %s must be host or budget", quoteShort([]byte(e.Stop.By)))
-		}
-		return checkLen("stop.reason", e.Stop.Reason)
+// checkApprovalGranted checks an approval.granted body: a valid approval
+// of the event's session that approves.
+func checkApprovalGranted(a *Approval, session string) error {
+	if err := a.check(CodeCorruptHistory); err != nil {
+		return err
+	}
+	if a.Decision != Approved {
+		return Errorf(CodeCorruptHistory, "approval.granted carries decision %q, want approved", a.Decision)
+	}
+	if a.Session != session {
+		return Errorf(CodeCorruptHistory, "approval.granted carries an approval of session %q", a.Session)
 	}
 	return nil
 }
 
-func isMarkType(t string) bool {
-	return t == TypeApprovalRequested || t == TypeApprovalGranted || t == TypeTaskStopped
+// checkStop checks a task.stopped body.
+func checkStop(s *Stop, _ string) error {
+	if !ValidSession(s.Task) {
+		return Errorf(CodeCorruptHistory, "stop.task %s must be 1-128 bytes of [A-Za-z0-9_-]", quoteShort([]byte(s.Task)))
+	}
+	if s.By != StoppedByHost && s.By != StoppedByBudget {
+		return Errorf(CodeCorruptHistory, "stop.by %s must be host or budget", quoteShort([]byte(s.By)))
+	}
+	return checkLen("stop.reason", s.Reason)
 }
 
 // Validate checks an approval's fields as approval.schema.json does:

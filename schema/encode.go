@@ -22,13 +22,14 @@ func EncodeEvent(ev Event) ([]byte, error) {
 // and returning the extended slice; ev is not modified. On error dst is
 // returned as it was (its spare capacity may have been written).
 func AppendEvent(dst []byte, ev *Event) ([]byte, error) {
-	if err := ev.Validate(); err != nil {
+	typ, err := ev.validate()
+	if err != nil {
 		return dst, err
 	}
 	if dst == nil {
-		dst = make([]byte, 0, encodedSizeHint(ev))
+		dst = make([]byte, 0, encodedSizeHint(ev, typ))
 	}
-	if b, ok := appendEvent(dst, ev); ok {
+	if b, ok := appendEventOf(dst, ev, typ); ok {
 		return b, nil
 	}
 	line, err := encodeEventReflect(*ev)
@@ -38,23 +39,26 @@ func AppendEvent(dst []byte, ev *Event) ([]byte, error) {
 	return append(dst, line...), nil
 }
 
-// encodedSizeHint is a guess at the length of ev's line, enough for most
-// events in one allocation.
-func encodedSizeHint(ev *Event) int {
+// encodedSizeHint is a guess at the length of the line of ev, an event of
+// type typ (nil: unknown), enough for most events in one allocation.
+func encodedSizeHint(ev *Event, typ *eventType) int {
 	n := 160 + len(ev.Session) + len(ev.Type)
-	switch {
-	case ev.Call != nil:
-		n += 160 + len(ev.Call.CallID) + len(ev.Call.Tool) + len(ev.Call.Arguments) + len(ev.Call.RequestID) + len(ev.Call.ProviderCallID)
-		if op := ev.Call.Operation; op != nil {
-			n += len(op.Task) + len(op.Key) + len(op.Contract.Revision)
-			if op.Retry != nil {
-				n += 512
-			}
+	if typ != nil {
+		if b := &bodies[typ.body]; b.size != nil {
+			n += b.size(b.get(ev))
 		}
-	case ev.Result != nil:
-		n += 64 + len(ev.Result.CallID) + len(ev.Result.Output) + len(ev.Result.Error)
-	case ev.Fence != nil:
-		n += len(ev.Fence.Owner)
+	}
+	return n
+}
+
+// callSize is encodedSizeHint's guess for a call body.
+func callSize(c *Call) int {
+	n := 160 + len(c.CallID) + len(c.Tool) + len(c.Arguments) + len(c.RequestID) + len(c.ProviderCallID)
+	if op := c.Operation; op != nil {
+		n += len(op.Task) + len(op.Key) + len(op.Contract.Revision)
+		if op.Retry != nil {
+			n += 512
+		}
 	}
 	return n
 }

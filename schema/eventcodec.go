@@ -50,6 +50,9 @@ type fieldError struct {
 func (e *fieldError) Error() string {
 	msg := e.path + ": "
 	if e.want == "" {
+		if e.err == nil {
+			return msg + "invalid value"
+		}
 		return msg + e.err.Error()
 	}
 	if e.kind != 0 {
@@ -129,32 +132,60 @@ func (d *eventReader) str(path string) (string, error) {
 // unquote returns the content of a valid JSON string.
 func (d *eventReader) unquote(v []byte) string {
 	if bytes.IndexByte(v, '\\') < 0 {
-		return internOrCopy(v[1 : len(v)-1])
+		return string(v[1 : len(v)-1])
 	}
 	d.scratch, _ = jsontext.AppendUnquote(d.scratch[:0], v)
 	return string(d.scratch)
 }
 
-// internOrCopy returns the wire values every event repeats without
-// allocating, anything else as a new string.
-func internOrCopy(v []byte) string {
-	switch string(v) {
-	case TypeCall:
-		return TypeCall
-	case TypeStarted:
-		return TypeStarted
-	case TypeResult:
-		return TypeResult
-	case TypeFenced:
-		return TypeFenced
-	case "ok":
-		return "ok"
-	case "failed":
-		return "failed"
-	case "":
-		return ""
+// strBytes reads a string member and returns its content, which aliases
+// the decoder's buffer or the scratch buffer until the next read (null:
+// nil).
+func (d *eventReader) strBytes(path string) ([]byte, error) {
+	v, err := d.dec.ReadValue()
+	if err != nil {
+		return nil, err
 	}
-	return string(v)
+	switch v[0] {
+	case '"':
+		if bytes.IndexByte(v, '\\') < 0 {
+			return v[1 : len(v)-1], nil
+		}
+		d.scratch, _ = jsontext.AppendUnquote(d.scratch[:0], v)
+		return d.scratch, nil
+	case 'n':
+		return nil, nil
+	}
+	return nil, wrongValue(path, "a string", v)
+}
+
+// readEnum reads a string member whose value is mostly one of a wire
+// enum's (a status, a stage): a declared value is returned from the table,
+// without allocating; any other is copied, for Validate to refuse.
+func readEnum[T ~string](d *eventReader, path string, table []T) (T, error) {
+	s, err := d.strBytes(path)
+	if err != nil {
+		return "", err
+	}
+	for _, v := range table {
+		if string(v) == string(s) {
+			return v, nil
+		}
+	}
+	return T(s), nil
+}
+
+// eventType reads the type member: a declared type comes with its row of
+// the table, and its name from the table, without allocating.
+func (d *eventReader) eventType() (string, *eventType, error) {
+	s, err := d.strBytes("type")
+	if err != nil {
+		return "", nil, err
+	}
+	if t := eventTypeNamed(s); t != nil {
+		return t.name, t, nil
+	}
+	return string(s), nil, nil
 }
 
 // uint reads a non-negative integer member; present is false for null.
@@ -381,17 +412,14 @@ func (d *eventReader) member(err *error) bool {
 	return more && e == nil
 }
 
-// pending holds the bodies read before the event's type: decoded once the
-// type is known.
-type pending struct{ call, started, result, fence, approvalRequest, approval, stop []byte }
-
 // event decodes the event at the decoder.
 func (d *eventReader) event() (Event, error) {
 	var (
 		ev       Event
 		epochSet bool
 		typeSet  bool
-		pend     pending
+		typ      *eventType // the event's type once read, nil while unknown
+		pending  [numBodies][]byte
 		err      error
 	)
 	if ok, err := d.object(""); !ok {
@@ -399,22 +427,6 @@ func (d *eventReader) event() (Event, error) {
 			err = Errorf(CodeCorruptHistory, "event is not a JSON object")
 		}
 		return ev, err
-	}
-	body := func(into *[]byte) error {
-		// A body is read for a known type, skipped for an unknown one,
-		// kept raw until the type is known otherwise.
-		if !typeSet {
-			v, err := d.dec.ReadValue()
-			if err != nil {
-				return err
-			}
-			if err := d.numbers(v); err != nil {
-				return err
-			}
-			*into = bytes.Clone(v)
-			return nil
-		}
-		return d.skip()
 	}
 	for d.member(&err) {
 		switch string(d.name) {
@@ -429,40 +441,14 @@ func (d *eventReader) event() (Event, error) {
 		case "at":
 			ev.At, err = d.time("at")
 		case "type":
-			ev.Type, err = d.str("type")
+			ev.Type, typ, err = d.eventType()
 			typeSet = true
-		case "call":
-			if typeSet && knownType(ev.Type) {
-				ev.Call, err = d.call("call")
-			} else {
-				err = body(&pend.call)
-			}
-		case "started":
-			if typeSet && knownType(ev.Type) {
-				ev.Started, err = d.started("started")
-			} else {
-				err = body(&pend.started)
-			}
-		case "result":
-			if typeSet && knownType(ev.Type) {
-				ev.Result, err = d.result("result")
-			} else {
-				err = body(&pend.result)
-			}
-		case "fence":
-			if typeSet && knownType(ev.Type) {
-				ev.Fence, err = d.fence("fence")
-			} else {
-				err = body(&pend.fence)
-			}
-		case "approval_request":
-			err = d.markBody(&ev, typeSet, "approval_request", &pend.approvalRequest)
-		case "approval":
-			err = d.markBody(&ev, typeSet, "approval", &pend.approval)
-		case "stop":
-			err = d.markBody(&ev, typeSet, "stop", &pend.stop)
 		default:
-			err = d.unknown("", envelopeFields)
+			if i := bodyNamed(d.name); i >= 0 {
+				err = d.body(i, &ev, typ, typeSet, &pending[i])
+			} else {
+				err = d.unknown("", envelopeFields)
+			}
 		}
 	}
 	if err != nil {
@@ -473,8 +459,8 @@ func (d *eventReader) event() (Event, error) {
 	}
 	// Bodies that came before the type, of a known type: decode them now
 	// (from copies, so nothing aliases a reader buffer).
-	if knownType(ev.Type) {
-		if err := d.pendingBodies(&ev, &pend); err != nil {
+	if typ != nil {
+		if err := d.pendingBodies(&ev, &pending); err != nil {
 			return ev, err
 		}
 	}
@@ -491,11 +477,17 @@ func (d *eventReader) event() (Event, error) {
 	return ev, nil
 }
 
-// markBody reads the body of an approval or stop event: decoded when the
-// type is known, skipped for another type, kept raw until the type is
-// known otherwise.
-func (d *eventReader) markBody(ev *Event, typeSet bool, name string, into *[]byte) error {
-	if typeSet && !knownType(ev.Type) {
+// body reads the member of body i: decoded when the event's type is known
+// (whichever body the type carries: Validate then refuses a body that
+// does not match), skipped when it is unknown, kept raw in pending until
+// the type is read otherwise.
+func (d *eventReader) body(i int, ev *Event, typ *eventType, typeSet bool, pending *[]byte) error {
+	switch {
+	case typ != nil:
+		p, err := bodies[i].read(d)
+		bodies[i].put(ev, p)
+		return err
+	case typeSet:
 		return d.skip()
 	}
 	v, err := d.dec.ReadValue()
@@ -505,51 +497,46 @@ func (d *eventReader) markBody(ev *Event, typeSet bool, name string, into *[]byt
 	if err := d.numbers(v); err != nil {
 		return err
 	}
-	if !typeSet {
-		*into = bytes.Clone(v)
-		return nil
-	}
-	return decodeMarkBody(name, v, ev)
+	*pending = bytes.Clone(v)
+	return nil
 }
 
-func (d *eventReader) pendingBodies(ev *Event, p *pending) error {
-	for _, b := range []struct {
-		raw  []byte
-		name string
-	}{{p.approvalRequest, "approval_request"}, {p.approval, "approval"}, {p.stop, "stop"}} {
-		if b.raw != nil {
-			if err := decodeMarkBody(b.name, b.raw, ev); err != nil {
+// reflect reads the value at the decoder into w, a wire struct, by
+// v2's reflection under the package's strict rules (the bodies of rare
+// events), its numbers checked first.
+func (d *eventReader) reflect(w any) error {
+	v, err := d.dec.ReadValue()
+	if err != nil {
+		return err
+	}
+	if err := d.numbers(v); err != nil {
+		return err
+	}
+	return strictUnmarshal(v, w)
+}
+
+// pendingBodies decodes the bodies read before the type, each with a
+// reader of its own: first those decoded by reflection (the rare ones the
+// fast encoder leaves to the reference), then the others, each group in
+// table order.
+func (d *eventReader) pendingBodies(ev *Event, pending *[numBodies][]byte) error {
+	for _, rare := range [...]bool{true, false} {
+		for i, raw := range pending {
+			if raw == nil || (bodies[i].append == nil) != rare {
+				continue
+			}
+			sub := &eventReader{r: getReader(raw), line: raw}
+			sub.dec = sub.r.dec
+			p, err := bodies[i].read(sub)
+			bodies[i].put(ev, p)
+			putReader(sub.r)
+			if err != nil {
 				return err
 			}
+			d.noContract = d.noContract || sub.noContract
+			d.noEvidence = d.noEvidence || sub.noEvidence
+			d.noFenceEpoch = d.noFenceEpoch || sub.noFenceEpoch
 		}
-	}
-	for _, b := range []struct {
-		raw  []byte
-		name string
-	}{{p.call, "call"}, {p.started, "started"}, {p.result, "result"}, {p.fence, "fence"}} {
-		if b.raw == nil {
-			continue
-		}
-		sub := &eventReader{r: getReader(b.raw), line: b.raw}
-		sub.dec = sub.r.dec
-		var err error
-		switch b.name {
-		case "call":
-			ev.Call, err = sub.call("call")
-		case "started":
-			ev.Started, err = sub.started("started")
-		case "result":
-			ev.Result, err = sub.result("result")
-		case "fence":
-			ev.Fence, err = sub.fence("fence")
-		}
-		putReader(sub.r)
-		if err != nil {
-			return err
-		}
-		d.noContract = d.noContract || sub.noContract
-		d.noEvidence = d.noEvidence || sub.noEvidence
-		d.noFenceEpoch = d.noFenceEpoch || sub.noFenceEpoch
 	}
 	return nil
 }
@@ -650,19 +637,12 @@ func (d *eventReader) effect(path string, e *effect.Effect) error {
 			d.scratch, _ = jsontext.AppendUnquote(d.scratch[:0], v)
 			s = d.scratch
 		}
-		switch string(s) {
-		case "unknown":
-			*e = effect.Unknown
-		case "read_only":
-			*e = effect.ReadOnly
-		case "idempotent":
-			*e = effect.Idempotent
-		case "non_idempotent":
-			*e = effect.NonIdempotent
-		default:
+		k, ok := effect.Lookup(s)
+		if !ok {
 			_, err := effect.Parse(string(s))
 			return &fieldError{path: path, err: err}
 		}
+		*e = k
 		return nil
 	case 'n':
 		if _, err := d.dec.ReadValue(); err != nil {
@@ -785,18 +765,15 @@ func (d *eventReader) result(path string) (*Result, error) {
 	r := new(Result)
 	var err error
 	for d.member(&err) {
-		var s string
 		switch string(d.name) {
 		case "call_id":
 			r.CallID, err = d.str("result.call_id")
 		case "status":
-			s, err = d.str("result.status")
-			r.Status = Status(s)
+			r.Status, err = readEnum(d, "result.status", statuses)
 		case "retryable":
 			r.Retryable, err = d.bool("result.retryable")
 		case "stage":
-			s, err = d.str("result.stage")
-			r.Stage = Stage(s)
+			r.Stage, err = readEnum(d, "result.stage", stages)
 		case "output":
 			r.Output, err = d.raw()
 		case "error":

@@ -160,8 +160,7 @@ func DecodeHistory(r io.Reader, lim Limits) ([]Event, error) {
 // missing or null, a value of the wrong type, or a body that does not match
 // its type (see Validate). An over-long field is field_too_long. Unknown
 // members are ignored; an event of an unknown type is kept with its
-// envelope only (Call, Started, Result and Fence are nil, and the members
-// named like them are not looked into beyond the rules every JSON input
+// envelope only (its bodies are nil, and the members named like them are not looked into beyond the rules every JSON input
 // obeys). A contract without an effect decodes as effect.Unknown. Safe for
 // concurrent use.
 func DecodeEvent(b []byte) (Event, error) { return decodeEvent(b) }
@@ -183,14 +182,6 @@ func trimJSONSpace(b []byte) []byte {
 	return b
 }
 
-func knownType(t string) bool {
-	switch t {
-	case TypeCall, TypeStarted, TypeResult, TypeFenced, TypeApprovalRequested, TypeApprovalGranted, TypeTaskStopped:
-		return true
-	}
-	return false
-}
-
 // Validate checks an event's values against docs/protocol.md §5 and §14 (presence of
 // members that have a valid zero value, such as epoch, is checked by
 // DecodeEvent, which sees the JSON). It returns a corrupt_history *Error
@@ -205,61 +196,58 @@ func knownType(t string) bool {
 // unpadded base64url), and a field_too_long *Error for an operation key,
 // call id, request id, contract revision, review operator or evidence over
 // MaxFieldBytes bytes, and a call with both started and start_marker true
-// (corrupt_history). An event of an unknown type must carry none of the
-// four bodies (DecodeEvent drops them); its envelope is checked as usual.
+// (corrupt_history); the approval and stop bodies are checked as
+// approval.go says. An event of an unknown type must carry none of the
+// bodies (DecodeEvent drops them); its envelope is checked as usual. The
+// types and their bodies are the table of eventtypes.go.
 func (e *Event) Validate() error {
+	_, err := e.validate()
+	return err
+}
+
+// validate is Validate, returning the row of the event's type as well
+// (nil for an unknown type).
+func (e *Event) validate() (*eventType, error) {
 	if e.V != Version {
-		return Errorf(CodeCorruptHistory, "event has schema version %d, want %d", e.V, Version)
+		return nil, Errorf(CodeCorruptHistory, "event has schema version %d, want %d", e.V, Version)
 	}
 	if e.Epoch > MaxEpoch {
-		return Errorf(CodeCorruptHistory, "event epoch %d is above %d (2^53-1, schema.MaxEpoch)", e.Epoch, uint64(MaxEpoch))
+		return nil, Errorf(CodeCorruptHistory, "event epoch %d is above %d (2^53-1, schema.MaxEpoch)", e.Epoch, uint64(MaxEpoch))
 	}
 	if !ValidSession(e.Session) {
-		return Errorf(CodeCorruptHistory, "event has session %s, want 1-%d bytes of [A-Za-z0-9_-]", quoteShort([]byte(e.Session)), MaxSessionBytes)
+		return nil, Errorf(CodeCorruptHistory, "event has session %s, want 1-%d bytes of [A-Za-z0-9_-]", quoteShort([]byte(e.Session)), MaxSessionBytes)
 	}
 	if e.At.IsZero() {
-		return Errorf(CodeCorruptHistory, "event lacks at")
+		return nil, Errorf(CodeCorruptHistory, "event lacks at")
 	}
 	if e.Type == "" {
-		return Errorf(CodeCorruptHistory, "event lacks type")
+		return nil, Errorf(CodeCorruptHistory, "event lacks type")
 	}
-	bodies := 0
-	for _, set := range []bool{e.Call != nil, e.Started != nil, e.Result != nil, e.Fence != nil, e.ApprovalRequest != nil, e.Approval != nil, e.Stop != nil} {
-		if set {
-			bodies++
+	n := e.bodyCount()
+	t := eventTypeOf(e.Type)
+	if t == nil {
+		if n != 0 {
+			return nil, Errorf(CodeCorruptHistory, "event of type %s carries a body of a known type", quoteShort([]byte(e.Type)))
+		}
+		return nil, nil
+	}
+	b := &bodies[t.body]
+	p := b.get(e)
+	if p == nil || n != 1 {
+		return t, Errorf(CodeCorruptHistory, "%s must carry %s %s body and no other", t.name, article(b.member), b.member)
+	}
+	if t.check != nil {
+		if err := t.check(p, e.Session); err != nil {
+			return t, err
 		}
 	}
-	switch e.Type {
-	case TypeCall:
-		if e.Call == nil || bodies != 1 {
-			return Errorf(CodeCorruptHistory, "tool.call must carry a call body and no other")
-		}
-		return e.Call.validate()
-	case TypeStarted:
-		if e.Started == nil || bodies != 1 {
-			return Errorf(CodeCorruptHistory, "tool.started must carry a started body and no other")
-		}
-		if err := checkID("started.call_id", e.Started.CallID); err != nil {
-			return err
-		}
-	case TypeResult:
-		if e.Result == nil || bodies != 1 {
-			return Errorf(CodeCorruptHistory, "tool.result must carry a result body and no other")
-		}
-		return e.Result.validate()
-	case TypeFenced:
-		if e.Fence == nil || bodies != 1 {
-			return Errorf(CodeCorruptHistory, "session.fenced must carry a fence body and no other")
-		}
-		if e.Fence.Epoch > MaxEpoch {
-			return Errorf(CodeCorruptHistory, "fence.epoch %d is above %d (2^53-1, schema.MaxEpoch)", e.Fence.Epoch, uint64(MaxEpoch))
-		}
-	case TypeApprovalRequested, TypeApprovalGranted, TypeTaskStopped:
-		return e.validateMark(bodies)
-	default:
-		if bodies != 0 {
-			return Errorf(CodeCorruptHistory, "event of type %s carries a body of a known type", quoteShort([]byte(e.Type)))
-		}
+	return t, nil
+}
+
+// checkFence checks a session.fenced body.
+func checkFence(f *Fence, _ string) error {
+	if f.Epoch > MaxEpoch {
+		return Errorf(CodeCorruptHistory, "fence.epoch %d is above %d (2^53-1, schema.MaxEpoch)", f.Epoch, uint64(MaxEpoch))
 	}
 	return nil
 }
@@ -401,7 +389,7 @@ func (r *Result) validate() error {
 	}
 	switch {
 	case r.Status == StatusRejected && !r.Stage.Valid():
-		return Errorf(CodeCorruptHistory, "rejected result has stage %s, want permission, arguments, guard, approval or budget", quoteShort([]byte(r.Stage)))
+		return Errorf(CodeCorruptHistory, "rejected result has stage %s, want %s", quoteShort([]byte(r.Stage)), orList(stages))
 	case r.Status != StatusRejected && r.Stage != "":
 		return Errorf(CodeCorruptHistory, "result with status %s has a stage (only rejected results do)", r.Status)
 	}

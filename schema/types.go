@@ -2,6 +2,8 @@ package schema
 
 import (
 	"encoding/json"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jingwei/jingwei/effect"
@@ -42,24 +44,6 @@ type Event struct {
 	ApprovalRequest *ApprovalRequest `json:"approval_request,omitempty"`
 	Approval        *Approval        `json:"approval,omitempty"`
 	Stop            *Stop            `json:"stop,omitempty"`
-}
-
-// CallID returns the call id the event refers to, or "" for events that refer
-// to no call (session.fenced, unknown types).
-func (e *Event) CallID() string {
-	switch {
-	case e.Call != nil:
-		return e.Call.CallID
-	case e.Started != nil:
-		return e.Started.CallID
-	case e.Result != nil:
-		return e.Result.CallID
-	case e.ApprovalRequest != nil:
-		return e.ApprovalRequest.CallID
-	case e.Approval != nil:
-		return e.Approval.CallID
-	}
-	return ""
 }
 
 // Call is the body of a tool.call event: one attempt to run one tool.
@@ -147,14 +131,18 @@ const (
 	StatusOutputLimit     Status = "output_limit"
 )
 
-// Valid reports whether s is one of the seven statuses.
-func (s Status) Valid() bool {
-	switch s {
-	case StatusOK, StatusRejected, StatusFailed, StatusTimeout, StatusCancelled, StatusBudgetExhausted, StatusOutputLimit:
-		return true
-	}
-	return false
-}
+// statuses is the result status table: the one list of statuses that
+// Valid, Statuses, the event decoder and recovery derive from. Adding a
+// status is a constant above, a row here, the value in event.schema.json's
+// status enum (TestEnumsMatchSchemaFiles) and its tests.
+var statuses = []Status{StatusOK, StatusRejected, StatusFailed, StatusTimeout, StatusCancelled, StatusBudgetExhausted, StatusOutputLimit}
+
+// Valid reports whether s is one of the declared statuses.
+func (s Status) Valid() bool { return slices.Contains(statuses, s) }
+
+// Statuses returns the declared result statuses in the order of
+// docs/protocol.md §5, as a new slice.
+func Statuses() []Status { return slices.Clone(statuses) }
 
 // Stage is the admission stage that refused a call (only with StatusRejected).
 type Stage string
@@ -168,13 +156,33 @@ const (
 	StageBudget     Stage = "budget"
 )
 
-// Valid reports whether s is one of the five admission stages.
-func (s Stage) Valid() bool {
-	switch s {
-	case StagePermission, StageArguments, StageGuard, StageApproval, StageBudget:
-		return true
+// stages is the admission stage table, in the order the runtime runs
+// them: the one list of stages that Valid, Stages, the event decoder and
+// recovery derive from. Adding a stage is a constant above, a row here,
+// the value in event.schema.json's stage enum and its tests.
+var stages = []Stage{StagePermission, StageArguments, StageGuard, StageApproval, StageBudget}
+
+// Valid reports whether s is one of the declared admission stages.
+func (s Stage) Valid() bool { return slices.Contains(stages, s) }
+
+// Stages returns the declared admission stages in the order the runtime
+// runs them, as a new slice.
+func Stages() []Stage { return slices.Clone(stages) }
+
+// orList lists values for a message: "a, b, c or d".
+func orList[T ~string](values []T) string {
+	var b strings.Builder
+	for i, v := range values {
+		switch {
+		case i == 0:
+		case i == len(values)-1:
+			b.WriteString(" or ")
+		default:
+			b.WriteString(", ")
+		}
+		b.WriteString(string(v))
 	}
-	return false
+	return b.String()
 }
 
 // Result is the body of a tool.result event.

@@ -19,7 +19,6 @@ import (
 
 // Field names of each object, for checkCase.
 var (
-	envelopeFields   = []string{"v", "seq", "session", "epoch", "at", "type", "call", "started", "result", "fence", "approval_request", "approval", "stop"}
 	callFields       = []string{"call_id", "tool", "arguments", "request_id", "provider_call_id", "start_marker", "started", "operation"}
 	startedFields    = []string{"call_id"}
 	resultFields     = []string{"call_id", "status", "stage", "retryable", "output", "error"}
@@ -40,8 +39,8 @@ type wireContract struct {
 }
 
 // wireEffect is a contract's effect: absent means effect.Unknown (docs/protocol.md
-// §5.1), null is refused (no schema allows it), a string must be one of the
-// four wire values.
+// §5.1), null is refused (no schema allows it), a string must be one of
+// effect's wire values.
 type wireEffect struct{ e effect.Effect }
 
 // UnmarshalJSONFrom implements json.UnmarshalerFrom.
