@@ -22,6 +22,7 @@ import (
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/tools"
+	"github.com/jingwei/jingwei/worker/service"
 )
 
 var consoleURLRE = regexp.MustCompile(`jingwei console on (http://\S+)/ `)
@@ -423,4 +424,103 @@ func TestConsoleRoles(t *testing.T) {
 	if !rep.OK {
 		t.Fatalf("role check of the console's roles failed: %+v", rep.Failures())
 	}
+}
+
+// curlPost posts form as curl does: no Origin, no Sec-Fetch-Site, the
+// cookies of jar (curl -b). It does not follow the redirect.
+func curlPost(t *testing.T, c *http.Client, u string, form url.Values) int {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, u, strings.NewReader(form.Encode()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestConsoleCurlSecondCharge reproduces the second charge from any local
+// process: with nothing but an HTTP client (no Origin, no Sec-Fetch-Site,
+// no login), read the CSRF token off the call's page, sign not_executed
+// for a payment that may have charged, and prepare the plan. The console
+// must neither serve the page nor sign nor prepare: no review is
+// published and no plan issued.
+func TestConsoleCurlSecondCharge(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	natsURL, _, _ := startServe(t, dir)
+	base := startConsole(t, natsURL, dir, "")
+	openPayment(t, natsURL, dir, "curl-1", "c-curl-1", `{"account":"acct-1","amount_cents":700}`)
+	waitAwaiting(t, natsURL, dir, "curl-1", "c-curl-1")
+
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar, Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Get(base + "/call?session=curl-1&call=c-curl-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("GET the call's page without a login: status %d, want 401", resp.StatusCode)
+	}
+	token := ""
+	if m := csrfRE.FindStringSubmatch(string(body)); m != nil {
+		token = m[1]
+		t.Errorf("the call's page served a CSRF token to a client without a login")
+	}
+	decide := curlPost(t, c, base+"/decide", url.Values{"csrf": {token}, "kind": {"review"}, "session": {"curl-1"}, "call": {"c-curl-1"},
+		"choice": {"not_executed"}, "operator": {"mallory"}, "evidence": {"trust me"}})
+	prepare := curlPost(t, c, base+"/prepare", url.Values{"csrf": {token}, "session": {"curl-1"}, "call": {"c-curl-1"}})
+	if decide < 400 || prepare < 400 {
+		t.Errorf("curl POST /decide: %d, POST /prepare: %d; want both refused", decide, prepare)
+	}
+	nc := connectRole(t, natsURL, dir, stream.RoleHost)
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	s, err := js.Stream(context.Background(), "JW_REVIEWS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 0 {
+		t.Errorf("%d reviews published for a client without a login, want 0", info.State.Msgs)
+	}
+	topo, err := stream.OpenTopology(context.Background(), js, stream.TopologyConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plans, err := topo.ListPlans(context.Background(), "curl-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plans) != 0 {
+		t.Errorf("a plan was issued for a client without a login: %+v", plans[0].Plan)
+	}
+}
+
+// waitAwaiting waits until jw.api.status lists the call awaiting review.
+func waitAwaiting(t *testing.T, url, data, session, callID string) {
+	t.Helper()
+	nc := connectRole(t, url, data, stream.RoleReviewer)
+	defer nc.Close()
+	cl := service.NewClient(nc, service.ClientConfig{Timeout: 5 * time.Second})
+	streamtest.Eventually(t, 30*time.Second, "call "+callID+" awaits review", func() bool {
+		st, err := cl.Status(context.Background(), service.StatusRequest{Session: session})
+		if err != nil {
+			return false
+		}
+		for _, a := range st.AwaitingReview {
+			if a.CallID == callID {
+				return true
+			}
+		}
+		return false
+	})
 }
