@@ -3,8 +3,8 @@ package console
 import (
 	"context"
 	"crypto/rand"
-	"encoding/base64"
 	"embed"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"html/template"
