@@ -262,7 +262,11 @@ func TestConsoleBrowser(t *testing.T) {
 	screenshot(t, ctx, "console-untrusted")
 
 	// Bob signs not_executed with his key; the plan; one retry.
+	do(t, ctx, "the call's page again", chromedp.Navigate(base+"/call?session=pay-2&call=c-pay-2"), chromedp.WaitVisible(chromedp.CSS("form.decide")))
 	useKey(t, ctx, bob)
+	if s := textOf(t, ctx, "#my-trust"); !strings.Contains(s, "a trusted reviewer") || strings.Contains(s, "NOT") {
+		t.Fatalf("bob's key is not shown trusted: %q", s)
+	}
 	screenshot(t, ctx, "console-call")
 	do(t, ctx, "bob signs not_executed",
 		chromedp.Click(chromedp.CSS(`input[name=choice][value=not_executed]`)),

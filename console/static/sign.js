@@ -174,14 +174,19 @@
     var inR = rv.knows && Object.prototype.hasOwnProperty.call(rv.names, me.pub);
     var inA = ap.knows && Object.prototype.hasOwnProperty.call(ap.names, me.pub);
     el("my-name").textContent = rn || an || "";
-    var parts = [];
-    if (rv.knows) parts.push(inR ? "a trusted reviewer" : "NOT a trusted reviewer key: reviews signed with it are refused");
-    if (ap.knows) parts.push(inA ? "a trusted approver" : "not a trusted approver key");
-    var msg = parts.length ? parts.join("; ") + "." : "The console does not know the trusted keys; the recovery worker judges.";
-    if ((rv.knows && !inR) || (ap.knows && !inA)) msg += " To be trusted, an administrator adds the line “" + me.pub + " <your name>” to the trust file.";
+    var parts = [], line = " To be trusted, an administrator adds the line “" + me.pub + " <your name>” to the trust file.";
+    if (inR) parts.push("a trusted reviewer");
+    if (inA) parts.push("a trusted approver");
+    var untrusted = !parts.length && rv.knows;
+    var msg;
+    if (parts.length) msg = "Your key is " + parts.join(" and ") + ".";
+    else if (rv.knows && ap.knows) msg = "NOT a trusted reviewer or approver key: what you sign with it is refused." + line;
+    else if (rv.knows) msg = "NOT a trusted reviewer key: reviews signed with it are refused." + line;
+    else if (ap.knows) msg = "Not a trusted approver key (answers signed with it are refused); the console does not know the trusted reviewers: the recovery worker judges your reviews.";
+    else msg = "The console does not know the trusted keys: the recovery worker and the tool workers judge what you sign.";
     el("my-trust").textContent = msg;
     el("mykey-state").textContent = me.made ? "Your key was made in this browser and cannot be exported; to sign on the command line too, make a key with jingwei keys new and import its seed instead." : "Your key was imported from your seed.";
-    panel.classList.toggle("untrusted", rv.knows && !inR);
+    panel.classList.toggle("untrusted", untrusted);
   }
   function refresh() { return load().then(render, function (e) { showError("cannot read your key: " + e); }); }
 
