@@ -151,6 +151,8 @@ func useKey(t *testing.T, ctx context.Context, p person) {
 // forgetKey drops the browser's key, if it holds one.
 func forgetKey(t *testing.T, ctx context.Context) {
 	t.Helper()
+	// The panel shows the stored key once it has read it (data-ready).
+	do(t, ctx, "the key panel is ready", chromedp.WaitReady(chromedp.CSS("#mykey[data-ready]")))
 	has, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`!document.getElementById("mykey-have").hidden`))
 	if err != nil {
 		t.Fatal(err)

@@ -188,7 +188,12 @@
     el("mykey-state").textContent = me.made ? "Your key was made in this browser and cannot be exported; to sign on the command line too, make a key with jingwei keys new and import its seed instead." : "Your key was imported from your seed.";
     panel.classList.toggle("untrusted", untrusted);
   }
-  function refresh() { return load().then(render, function (e) { showError("cannot read your key: " + e); }); }
+  // refresh shows the stored key; the panel carries data-ready once it
+  // shows what this browser holds.
+  function refresh() {
+    return load().then(render, function (e) { showError("cannot read your key: " + e); })
+      .then(function () { el("mykey").setAttribute("data-ready", "1"); });
+  }
 
   function supported() {
     return window.crypto && crypto.subtle && window.indexedDB;
