@@ -1,9 +1,11 @@
 package console
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/jingwei/jingwei/recovery"
@@ -131,23 +133,50 @@ func approvalOf(h []schema.Event, callID string) approvalState {
 	return st
 }
 
-// submitApproval signs an answer (approved or denied) with the console's
-// approver key, publishes it as `jingwei approve`/`deny` do
+// checkApproval checks an answer signed in the browser before it is
+// published: well formed, bound to this call, a signature that verifies
+// under its signer's key (recovery.VerifyApproval), and a signer among the
+// trusted approvers when the console knows them.
+func (c *Console) checkApproval(session, call string, signed []byte) (schema.Approval, error) {
+	a, err := schema.DecodeApproval(signed)
+	if err != nil {
+		return a, err
+	}
+	if strings.TrimSpace(a.Approver) == "" {
+		return a, schema.Errorf(schema.CodeInvalidApproval, "the answer's approver is blank")
+	}
+	if err := recovery.VerifyApproval(a, session, call, recovery.TrustedKeys{a.Signer: {}}); err != nil {
+		return a, err
+	}
+	if t := c.cfg.TrustedApprovers; t != nil && !t.Has(a.Signer) {
+		return a, schema.Errorf(schema.CodeInvalidApproval, "the answer is signed by %s, which is not among the approvers the tool workers trust: they would refuse it", a.Signer)
+	}
+	return a, nil
+}
+
+// relayApproval checks an answer signed in the browser (checkApproval),
+// publishes it as `jingwei approve`/`deny` do
 // (service.Client.SubmitApproval) and waits, at most ApprovalWait, for the
 // session log to show what the tool worker made of it.
-func (c *Console) submitApproval(ctx context.Context, session, call, decision, approver, reason string) flash {
+func (c *Console) relayApproval(ctx context.Context, session, call string, signed []byte) flash {
 	fl := flash{Kind: "approval"}
-	d := schema.ApprovalDecision(decision)
+	a, err := c.checkApproval(session, call, signed)
+	d := a.Decision
 	refuse := func(title string, code schema.Code, msg, hint, result string) flash {
 		fl.Title, fl.Code, fl.Message, fl.Hint = title, string(code), msg, hint
 		c.cfg.Metrics.Answered(d, result)
-		c.cfg.Logger.Info().Str("session", session).Str("call_id", call).Str("decision", decision).Str("code", string(code)).Msg("console: answer not honoured")
+		c.cfg.Logger.Info().Str("session", session).Str("call_id", call).Str("decision", string(d)).Str("signer", a.Signer).Str("code", string(code)).Msg("console: answer not honoured")
 		return fl
 	}
-	if c.cfg.Approver == nil {
-		return refuse("Not signed", schema.CodeBadRequest, "the console has no approver key",
-			"Start the console with --approver-key (jingwei serve keeps one in DATA/approver.nk).", "refused")
+	if err != nil {
+		p := newProblem(err)
+		hint := "Only an answer signed by a person's own key counts; the console signs nothing."
+		if a.Signer != "" && c.cfg.TrustedApprovers != nil && !c.cfg.TrustedApprovers.Has(a.Signer) {
+			hint = "Ask an administrator to add the line “" + a.Signer + " <your name>” to the approvers file the tool workers trust (worker --trust-approvers, <auth dir>/approvers)."
+		}
+		return refuse("Refused: nothing published", schema.Code(cmp.Or(p.Code, string(schema.CodeInvalidApproval))), p.Message, hint, "refused")
 	}
+	who := signedBy(c.approverName(a.Signer), a.Signer)
 	// A call that does not wait would refuse the answer: say so before
 	// publishing anything (an answer is bound to one waiting call).
 	h, err := c.sessionLog(ctx, session)
@@ -167,26 +196,12 @@ func (c *Console) submitApproval(ctx context.Context, session, call, decision, a
 		}
 		return refuse("Refused: nothing published", schema.CodeInvalidApproval, msg, "An answer is honoured once, for its own waiting call; a retry asks again as a new call.", "late")
 	}
-	a, err := recovery.SignApproval(c.cfg.Approver, schema.Approval{V: schema.Version, Session: session, CallID: call, Decision: d,
-		Approver: approver, Reason: reason, At: c.cfg.Now().UTC().Format(time.RFC3339)})
-	if err != nil {
-		p := newProblem(err)
-		return refuse("Not signed", schema.Code(p.Code), p.Message, "", "refused")
-	}
 	rc, err := c.reviewer.SubmitApproval(ctx, a)
 	if err != nil {
 		p := newProblem(err)
 		return refuse("Refused: nothing published", schema.Code(p.Code), p.Message, p.Hint, "refused")
 	}
-	c.cfg.Logger.Info().Str("session", session).Str("call_id", call).Str("decision", decision).Str("approver", approver).Msg("console: answer published")
-	if t := c.cfg.TrustedApprovers; t != nil {
-		if _, ok := t[a.Signer]; !ok {
-			return refuse("Published but refused by the tool workers", schema.CodeInvalidApproval,
-				fmt.Sprintf("the answer is signed by %s, which is not among the approvers the tool workers trust: they refuse it, and the call still waits", a.Signer),
-				"The answer stays in JW_APPROVALS (the audit trail) and changes nothing. Sign with an approver key the workers trust (worker --trust-approvers; jingwei serve trusts DATA/approver.nk).",
-				"unanswered")
-		}
-	}
+	c.cfg.Logger.Info().Str("session", session).Str("call_id", call).Str("decision", string(d)).Str("signer", a.Signer).Str("name", c.cfg.ApproverNames.Name(a.Signer)).Msg("console: answer published")
 	// What the tool worker made of it, as the session log says.
 	deadline := time.Now().Add(c.cfg.ApprovalWait)
 	for {
@@ -199,10 +214,10 @@ func (c *Console) submitApproval(ctx context.Context, session, call, decision, a
 				c.cfg.Metrics.Answered(d, "honoured")
 				switch {
 				case r.Granted:
-					fl.Title = fmt.Sprintf("Approved: approval.granted recorded (seq %d)", r.Seq)
+					fl.Title = fmt.Sprintf("Approved by %s: approval.granted recorded (seq %d)", who, r.Seq)
 					fl.Hint = "The tool worker starts the call's body now, once: its result appears in the chain below. The approval is bound to this call: a retry asks again."
 				case d == schema.Denied:
-					fl.Title = fmt.Sprintf("Denied: the call ended rejected at stage approval (seq %d)", r.Seq)
+					fl.Title = fmt.Sprintf("Denied by %s: the call ended rejected at stage approval (seq %d)", who, r.Seq)
 					fl.Hint = "The body never ran. " + r.Why
 				default:
 					fl.OK = false

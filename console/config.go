@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nkeys"
 	"github.com/rs/zerolog"
 
 	"github.com/jingwei/jingwei/metrics"
@@ -27,47 +26,61 @@ const (
 	// DefaultPollInterval is how often the console asks for the recovery
 	// worker's status to push changes to the open pages.
 	DefaultPollInterval = time.Second
-	// MaxFormBytes bounds the body of a POST: a decision's operator and
-	// evidence are at most schema.MaxFieldBytes each.
+	// MaxFormBytes bounds the body of a POST: a signed decision's operator
+	// and evidence are at most schema.MaxFieldBytes each.
 	MaxFormBytes = 16 << 10
+	// MinTokenBytes is the shortest Config.Token the console accepts.
+	MinTokenBytes = 16
 	// MaxDetailed is how many calls awaiting review the front page shows
 	// with their details; the rest are listed in a table.
 	MaxDetailed = 20
 )
 
-// Config configures a Console. Reviewer, Host and Key are required; every
-// other field has a default.
+// Config configures a Console. Reviewer and Host are required; every
+// other field has a default. The console holds no signing key: reviews and
+// approvals are signed by each person in their browser with their own key
+// (or with `jingwei review`/`approve --key`), and the console only checks
+// and relays them.
 type Config struct {
-	// Reviewer is a connection as the reviewer role: the console publishes
-	// its signed reviews on <prefix>.reviews.<session> and asks
-	// jw.api.status and jw.api.inspect on it. Required. The caller keeps
-	// it and closes it after the console stopped.
+	// Reviewer is a connection as the reviewer role: the console relays
+	// the signed reviews and answers people make in their browsers on
+	// <prefix>.reviews.<session> and <prefix>.approvals.<session>, and
+	// asks jw.api.status and jw.api.inspect on it. The role may publish
+	// reviews but holds no trusted key: only a person's signature makes a
+	// review count. Required. The caller keeps it and closes it after the
+	// console stopped.
 	Reviewer *nats.Conn
 	// Host is a connection as the host role: the console reads the session
 	// logs, the streams' metadata and jw_plans, and asks jw.api.prepare on
 	// it. Required; it may be the same connection as Reviewer only on a
 	// server without authorization. The caller closes it.
 	Host *nats.Conn
-	// Key is the reviewer key the console signs reviews with (an nkey user
-	// key pair, as `jingwei review --key` reads it). The recovery worker
-	// accepts only reviews by the keys it trusts. Required.
-	Key nkeys.KeyPair
-	// Approver is the approver key the console signs its answers to calls
-	// waiting for approval with (approved, denied; an nkey user key pair,
-	// as `jingwei approve --key` reads it), published on
-	// <prefix>.approvals.<session> on the Reviewer connection. The tool
-	// workers honour only answers by the keys they trust as approvers
-	// (worker --trust-approvers; `jingwei serve` trusts DATA/approver.nk).
-	// Nil means the console shows the calls waiting for approval but
-	// offers no form to answer them. It may be the same key as Key.
-	Approver nkeys.KeyPair
+	// Token is the login secret: a browser opens <console>/login?token=
+	// Token once and gets a cookie; every other request without that
+	// cookie is answered 401. At least MinTokenBytes long. Empty means New
+	// makes a random one (Console.Token returns it, `jingwei console`
+	// prints the login URL).
+	Token string
+	// TrustedReviewers are the reviewer keys the recovery worker trusts,
+	// when the console knows them (`jingwei console --trust-reviewers`,
+	// the file `recover --trust-reviewers` reads): a review signed by
+	// another key is refused before anything is published. Nil means
+	// unknown: the console relays every well-signed review and reports
+	// how the recovery worker judges it.
+	TrustedReviewers recovery.TrustedKeys
+	// ReviewerNames are the names the trusted reviewers file gives its
+	// keys: every review on a page shows its signer's name. Nil names no
+	// one (the keys are shown).
+	ReviewerNames recovery.KeyNames
 	// TrustedApprovers are the approver keys the tool workers trust, when
 	// the console knows them (`jingwei console` reads <auth dir>/approvers
-	// or --trust-approvers): an answer signed by another key is then
-	// reported refused (invalid_approval) at once. Nil means unknown: the
-	// console judges an answer by what the session log shows within
-	// ApprovalWait only.
+	// or --trust-approvers): an answer signed by another key is refused
+	// before anything is published. Nil means unknown: the console judges
+	// an answer by what the session log shows within ApprovalWait only.
 	TrustedApprovers recovery.TrustedKeys
+	// ApproverNames are the names the approvers file gives its keys. Nil
+	// names no one.
+	ApproverNames recovery.KeyNames
 	// ApprovalWait is how long the console waits after publishing an
 	// answer for the session log to show its outcome (approval.granted,
 	// or the call rejected at stage approval). Defaults to
@@ -91,11 +104,9 @@ type Config struct {
 	// Logger receives the console's log (failed polls, published
 	// decisions). The zero value logs nothing.
 	Logger zerolog.Logger
-	// Metrics counts the reviews the console signs and the plans it asks
-	// for (metrics.NewConsole). Nil counts nothing.
+	// Metrics counts the reviews and answers the console relays and the
+	// plans it asks for (metrics.NewConsole). Nil counts nothing.
 	Metrics *metrics.Console
-	// Now is the clock reviews are stamped with. Defaults to time.Now.
-	Now func() time.Time
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -109,9 +120,6 @@ func (c Config) WithDefaults() Config {
 	if c.PollInterval <= 0 {
 		c.PollInterval = DefaultPollInterval
 	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
 	if c.ApprovalWait <= 0 {
 		c.ApprovalWait = DefaultApprovalWait
 	}
@@ -124,18 +132,10 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: Reviewer (a connection as the reviewer role) is required", ErrInvalidConfig)
 	case c.Host == nil:
 		return fmt.Errorf("%w: Host (a connection as the host role) is required", ErrInvalidConfig)
-	case c.Key == nil:
-		return fmt.Errorf("%w: Key (the reviewer signing key) is required", ErrInvalidConfig)
+	case c.Token != "" && len(c.Token) < MinTokenBytes:
+		return fmt.Errorf("%w: Token must be at least %d bytes (or empty: the console makes one)", ErrInvalidConfig, MinTokenBytes)
 	case !schema.ValidSession(c.Prefix):
 		return fmt.Errorf("%w: Prefix %q: want [A-Za-z0-9_-]+", ErrInvalidConfig, c.Prefix)
-	}
-	if pub, err := c.Key.PublicKey(); err != nil || !nkeys.IsValidPublicUserKey(pub) {
-		return fmt.Errorf("%w: Key must be an nkey user key pair (a seed starting SU)", ErrInvalidConfig)
-	}
-	if c.Approver != nil {
-		if pub, err := c.Approver.PublicKey(); err != nil || !nkeys.IsValidPublicUserKey(pub) {
-			return fmt.Errorf("%w: Approver must be an nkey user key pair (a seed starting SU)", ErrInvalidConfig)
-		}
 	}
 	for _, h := range c.AllowedHosts {
 		if strings.TrimSpace(h) == "" {

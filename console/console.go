@@ -4,12 +4,14 @@ import (
 	"context"
 	"crypto/rand"
 	"embed"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
 	"net"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 
@@ -38,6 +40,7 @@ type Console struct {
 	tmpl     *template.Template
 	mux      *http.ServeMux
 	secret   [32]byte
+	token    string
 	cop      *http.CrossOriginProtection
 
 	live    *hub
@@ -60,16 +63,12 @@ func New(cfg Config) (*Console, error) {
 	if err != nil {
 		return nil, fmt.Errorf("console: jetstream on the host connection: %w", err)
 	}
-	tmpl, err := template.New("").Funcs(funcs).ParseFS(templateFS, "templates/*.html")
-	if err != nil {
-		return nil, fmt.Errorf("console: templates: %w", err)
-	}
 	c := &Console{
 		cfg:      cfg,
 		reviewer: service.NewClient(cfg.Reviewer, service.ClientConfig{Prefix: cfg.Prefix, Timeout: cfg.Timeout}),
 		host:     service.NewClient(cfg.Host, service.ClientConfig{Prefix: cfg.Prefix, Timeout: cfg.Timeout}),
 		hostJS:   js,
-		tmpl:     tmpl,
+		token:    cfg.Token,
 		cop:      http.NewCrossOriginProtection(),
 		live:     newHub(),
 		flashes:  newFlashes(),
@@ -77,9 +76,31 @@ func New(cfg Config) (*Console, error) {
 	if _, err := rand.Read(c.secret[:]); err != nil {
 		return nil, err
 	}
+	if c.token == "" {
+		var b [24]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return nil, err
+		}
+		c.token = base64.RawURLEncoding.EncodeToString(b[:])
+	}
+	c.tmpl, err = template.New("").Funcs(funcs).Funcs(template.FuncMap{
+		"reviewerName": c.reviewerName,
+		"approverName": c.approverName,
+	}).ParseFS(templateFS, "templates/*.html")
+	if err != nil {
+		return nil, fmt.Errorf("console: templates: %w", err)
+	}
 	c.routes()
 	return c, nil
 }
+
+// Token returns the console's login secret (Config.Token, or the one New
+// made): a browser logs in once at /login?token=<Token>.
+func (c *Console) Token() string { return c.token }
+
+// LoginPath returns the path and query a browser opens to log in:
+// /login?token=<Token>.
+func (c *Console) LoginPath() string { return "/login?token=" + url.QueryEscape(c.token) }
 
 // topology returns the topology, looked up on the host connection once.
 func (c *Console) topology(ctx context.Context) (*stream.Topology, error) {
@@ -100,6 +121,7 @@ func (c *Console) topology(ctx context.Context) (*stream.Topology, error) {
 
 func (c *Console) routes() {
 	m := http.NewServeMux()
+	m.HandleFunc("GET /login", c.handleLogin)
 	m.HandleFunc("GET /{$}", c.handleAwaiting)
 	m.HandleFunc("GET /call", c.handleCall)
 	m.HandleFunc("GET /sessions", c.handleSessions)
@@ -121,7 +143,9 @@ const csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 's
 	"form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 
 // ServeHTTP answers one request: it refuses a Host the console does not
-// answer to (421), sets the security headers and routes the request.
+// answer to (421) and a request without the login cookie (401; /login
+// excepted, which sets it), sets the security headers and routes the
+// request.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Content-Security-Policy", csp)
@@ -131,6 +155,10 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Cache-Control", "no-store")
 	if !c.cfg.hostAllowed(r.Host) {
 		http.Error(w, fmt.Sprintf("%v: the console does not answer to host %q", ErrForbidden, r.Host), http.StatusMisdirectedRequest)
+		return
+	}
+	if r.URL.Path != "/login" && c.loginID(r) == "" {
+		http.Error(w, fmt.Sprintf("%v: open the login URL the console printed at start (…/login?token=…)", ErrUnauthorized), http.StatusUnauthorized)
 		return
 	}
 	c.mux.ServeHTTP(w, r)

@@ -11,3 +11,7 @@ var ErrInvalidConfig = errors.New("console: invalid config")
 // answer to, no or a wrong CSRF token). The response is 403 (421 for a
 // Host) with the reason as text.
 var ErrForbidden = errors.New("console: forbidden")
+
+// ErrUnauthorized is why a request without the console's login is refused:
+// no login cookie, or a wrong token at /login. The response is 401.
+var ErrUnauthorized = errors.New("console: login required")

@@ -41,20 +41,20 @@ type page struct {
 	// Nav is the active tab: "awaiting", "sessions", "plans", "stopped".
 	Nav  string
 	CSRF string
-	// Key is the console's reviewer public key.
-	Key string
-	// Approver is the console's approver public key ("" without one).
-	Approver string
-	Data     any
-	Flash    *flash
+	// Reviewers and Approvers are the trusted keys the console knows,
+	// with their names, for the browser's key panel (nil: unknown).
+	Reviewers, Approvers []namedKey
+	// KnowsReviewers and KnowsApprovers say whether the console knows the
+	// trusted keys of each kind.
+	KnowsReviewers, KnowsApprovers bool
+	Data                           any
+	Flash                          *flash
 }
 
 func (c *Console) render(w http.ResponseWriter, r *http.Request, name string, p page) {
-	p.CSRF = c.csrfToken(c.browserID(w, r))
-	p.Key, _ = c.cfg.Key.PublicKey()
-	if c.cfg.Approver != nil {
-		p.Approver, _ = c.cfg.Approver.PublicKey()
-	}
+	p.CSRF = c.csrfToken(c.loginID(r))
+	p.Reviewers, p.KnowsReviewers = listKeys(c.cfg.TrustedReviewers, c.cfg.ReviewerNames), c.cfg.TrustedReviewers != nil
+	p.Approvers, p.KnowsApprovers = listKeys(c.cfg.TrustedApprovers, c.cfg.ApproverNames), c.cfg.TrustedApprovers != nil
 	var b bytes.Buffer
 	if err := c.tmpl.ExecuteTemplate(&b, name, p); err != nil {
 		c.cfg.Logger.Error().Err(err).Str("template", name).Msg("console: render")
@@ -89,7 +89,7 @@ func (c *Console) handleCall(w http.ResponseWriter, r *http.Request) {
 	}
 	p := page{Title: "Call " + call, Nav: "awaiting", Data: c.loadCall(r.Context(), session, call, nil)}
 	if id := r.URL.Query().Get("outcome"); id != "" {
-		if fl, ok := c.flashes.get(id, c.browserID(w, r)); ok {
+		if fl, ok := c.flashes.get(id, c.loginID(r)); ok {
 			p.Flash = &fl
 		}
 	}
@@ -123,10 +123,11 @@ func (c *Console) handlePlans(w http.ResponseWriter, r *http.Request) {
 }
 
 // decisionKind is one kind of signed decision on a call the console's form
-// can make: its name (the form's "kind"), the choices it offers and how a
-// choice is signed and submitted. The form's "operator" and "evidence" are
-// the review's operator and evidence, or the approval's approver and
-// reason.
+// offers: its name (the form's "kind"), the choices it offers and how a
+// signed decision is checked and relayed. The person signs in their
+// browser (static/sign.js): the form's "signed" is the signed review or
+// approval as JSON; its "operator" and "evidence" fields are the review's
+// operator and evidence, or the approval's approver and reason.
 type decisionKind struct {
 	Name    string
 	Label   string
@@ -135,20 +136,20 @@ type decisionKind struct {
 	Choices []choice
 	// Operator and Evidence label the form's two text fields.
 	Operator, Evidence string
-	submit             func(c *Console, ctx context.Context, session, call, choice, operator, evidence string) flash
+	relay              func(c *Console, ctx context.Context, session, call string, signed []byte) flash
 }
 
 // choice is one value of a decision, with what it means.
 type choice struct{ Value, Meaning string }
 
-// reviewKind and approvalKind are the decisions the console signs: a
-// review of a call awaiting review (with Config.Key), an answer to a call
-// waiting for approval (with Config.Approver).
+// reviewKind and approvalKind are the decisions the console relays: a
+// review of a call awaiting review, an answer to a call waiting for
+// approval, each signed by a person's key in their browser.
 var (
 	reviewKind = decisionKind{
 		Name:   "review",
 		Label:  "Sign a review",
-		Hint:   "Check the business system first: a review is a trusted statement, never a guess. It is signed with the console's reviewer key.",
+		Hint:   "Check the business system first: a review is a trusted statement, never a guess. Your browser signs it with your key (see “Your key” above); the console only relays it.",
 		Legend: "verdict",
 		Choices: []choice{
 			{string(schema.VerdictNotExecuted), "the call had no effect: one retry may be prepared"},
@@ -156,23 +157,23 @@ var (
 			{string(schema.VerdictUncertain), "you cannot tell: the call stays needs_review"},
 		},
 		Operator: "operator", Evidence: "evidence",
-		submit: (*Console).submitReview,
+		relay: (*Console).relayReview,
 	}
 	approvalKind = decisionKind{
 		Name:   "approval",
 		Label:  "Approve or deny",
-		Hint:   "The call's body has not started: it waits for this answer until its deadline. The answer is signed with the console's approver key and is bound to this call only.",
+		Hint:   "The call's body has not started: it waits for this answer until its deadline. Your browser signs the answer with your key; it is bound to this call only.",
 		Legend: "answer",
 		Choices: []choice{
 			{string(schema.Approved), "the body may start, once"},
 			{string(schema.Denied), "the call ends rejected at stage approval; the body never runs"},
 		},
 		Operator: "approver", Evidence: "reason",
-		submit: (*Console).submitApproval,
+		relay: (*Console).relayApproval,
 	}
 )
 
-// decisionKinds are every decision the console signs.
+// decisionKinds are every decision the console relays.
 var decisionKinds = []decisionKind{reviewKind, approvalKind}
 
 func findKind(name string) (decisionKind, bool) {
@@ -184,13 +185,14 @@ func findKind(name string) (decisionKind, bool) {
 	return decisionKind{}, false
 }
 
-// handleDecide signs and submits a decision on a call (POST /decide:
-// kind, session, call, choice, operator, evidence, csrf) and redirects
-// (303) to the call's page, which shows the outcome.
+// handleDecide relays a decision signed in the browser (POST /decide:
+// kind, session, call, signed, csrf) and redirects (303) to the call's
+// page, which shows the outcome. The console signs nothing: a form without
+// "signed" is refused.
 func (c *Console) handleDecide(w http.ResponseWriter, r *http.Request) {
 	browser, err := c.checkPost(w, r)
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusForbidden)
+		http.Error(w, err.Error(), postStatus(err))
 		return
 	}
 	session, call, err := target(r.PostForm)
@@ -203,45 +205,76 @@ func (c *Console) handleDecide(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "kind: unknown decision", http.StatusBadRequest)
 		return
 	}
-	choice := r.PostFormValue("choice")
-	known := false
-	for _, ch := range kind.Choices {
-		known = known || ch.Value == choice
-	}
-	operator, evidence := strings.TrimSpace(r.PostFormValue("operator")), strings.TrimSpace(r.PostFormValue("evidence"))
 	var fl flash
-	switch {
-	case !known:
-		fl = flash{Kind: kind.Name, Title: "Not signed", Code: string(schema.CodeBadRequest), Message: fmt.Sprintf("choose one of the %s's verdicts", kind.Name)}
-	case operator == "" || evidence == "":
-		fl = flash{Kind: kind.Name, Title: "Not signed", Code: string(schema.CodeBadRequest), Message: "operator and evidence are required: say who you are and what you checked"}
-	case len(operator) > schema.MaxFieldBytes || len(evidence) > schema.MaxFieldBytes:
-		fl = flash{Kind: kind.Name, Title: "Not signed", Code: string(schema.CodeFieldTooLong), Message: fmt.Sprintf("operator and evidence are limited to %d bytes each", schema.MaxFieldBytes)}
-	default:
-		fl = kind.submit(c, r.Context(), session, call, choice, operator, evidence)
+	if signed := strings.TrimSpace(r.PostFormValue("signed")); signed == "" {
+		fl = flash{Kind: kind.Name, Title: "Refused: nothing published", Code: string(schema.CodeBadRequest),
+			Message: "the " + kind.Name + " is not signed: the console holds no key and signs nothing",
+			Hint:    "Sign in this page with your own key (“Your key” above: make one, or import the seed jingwei keys new wrote), or with jingwei review/approve --key FILE."}
+	} else {
+		fl = kind.relay(c, r.Context(), session, call, []byte(signed))
 	}
 	c.redirect(w, r, browser, session, call, fl)
 }
 
-// submitReview signs a review with the console's key and submits it as
-// `jingwei review` does (service.Client.SubmitReview).
-func (c *Console) submitReview(ctx context.Context, session, call, verdict, operator, evidence string) flash {
-	fl := flash{Kind: "review"}
-	rv, err := recovery.SignReview(c.cfg.Key, schema.Review{
-		V: schema.Version, Session: session, CallID: call,
-		Operator: operator, Evidence: evidence, Verdict: schema.Verdict(verdict),
-		At: c.cfg.Now().UTC().Format(time.RFC3339),
-	})
+// refusal is a flash for a decision the console refuses before publishing.
+func refusal(kind string, err error, hint string) flash {
+	p := newProblem(err)
+	if p.Code == "" {
+		p.Code = string(schema.CodeBadRequest)
+	}
+	return flash{Kind: kind, Title: "Refused: nothing published", Code: p.Code, Message: p.Message, Hint: hint}
+}
+
+// checkReview checks a review signed in the browser before it is
+// published: well formed, about this call, an operator that is not blank,
+// a signature that verifies under its signer's key, and a signer among
+// the trusted reviewers when the console knows them.
+func (c *Console) checkReview(session, call string, signed []byte) (schema.Review, error) {
+	rv, err := schema.DecodeReview(signed)
 	if err != nil {
-		p := newProblem(err)
-		fl.Title, fl.Code, fl.Message = "Not signed", p.Code, p.Message
+		return rv, err
+	}
+	switch {
+	case rv.Session != session || rv.CallID != call:
+		return rv, schema.Errorf(schema.CodeInvalidReview, "the review is for call %q of session %q, not this call", rv.CallID, rv.Session)
+	case strings.TrimSpace(rv.Operator) == "":
+		return rv, schema.Errorf(schema.CodeInvalidReview, "the review's operator is blank")
+	}
+	// The signature alone first: a forged or unsigned review is refused
+	// whatever the signer claims to be.
+	if err := recovery.VerifyReview(rv, recovery.TrustedKeys{rv.Signer: {}}); err != nil {
+		return rv, err
+	}
+	if t := c.cfg.TrustedReviewers; t != nil && !t.Has(rv.Signer) {
+		return rv, schema.Errorf(schema.CodeInvalidReview, "the review is signed by %s, which is not a trusted reviewer key: the recovery worker would ignore it", rv.Signer)
+	}
+	return rv, nil
+}
+
+// relayReview checks a review signed in the browser (checkReview) and
+// submits it as `jingwei review` does (service.Client.SubmitReview), then
+// reports how the recovery worker judges it.
+func (c *Console) relayReview(ctx context.Context, session, call string, signed []byte) flash {
+	rv, err := c.checkReview(session, call, signed)
+	if err != nil {
+		fl := refusal("review", err, "")
+		if errors.Is(err, recovery.ErrBadSignature) || errors.Is(err, recovery.ErrUnsignedReview) || errors.Is(err, recovery.ErrNotUserKey) {
+			fl.Hint = "Only a review signed by a person's own key counts; the console signs nothing."
+		} else if rv.Signer != "" && c.cfg.TrustedReviewers != nil && !c.cfg.TrustedReviewers.Has(rv.Signer) {
+			fl.Hint = "Ask an administrator to add the line “" + rv.Signer + " <your name>” to the trusted reviewers file (recover --trust-reviewers, and this console's --trust-reviewers)."
+		}
+		c.cfg.Logger.Info().Str("session", session).Str("call_id", call).Str("signer", rv.Signer).Str("code", fl.Code).Msg("console: review refused before publishing")
+		c.cfg.Metrics.Reviewed(rv.Verdict, "refused")
 		return fl
 	}
+	fl := flash{Kind: "review"}
+	verdict := string(rv.Verdict)
+	who := signedBy(c.reviewerName(rv.Signer), rv.Signer)
 	rc, err := c.reviewer.SubmitReview(ctx, rv)
 	if rc.Check != nil {
 		fl.Check = rc.Check
 	}
-	log := c.cfg.Logger.Info().Str("session", session).Str("call_id", call).Str("verdict", verdict).Str("operator", operator).Uint64("seq", rc.Seq)
+	log := c.cfg.Logger.Info().Str("session", session).Str("call_id", call).Str("verdict", verdict).Str("signer", rv.Signer).Str("name", c.cfg.ReviewerNames.Name(rv.Signer)).Uint64("seq", rc.Seq)
 	switch {
 	case err != nil && !rc.Published():
 		p := newProblem(err)
@@ -250,27 +283,27 @@ func (c *Console) submitReview(ctx context.Context, session, call, verdict, oper
 			fl.Hint = "Review the latest attempt of a call in the session's log."
 		}
 		log.Str("code", p.Code).Msg("console: review refused")
-		c.cfg.Metrics.Reviewed(schema.Verdict(verdict), "refused")
+		c.cfg.Metrics.Reviewed(rv.Verdict, "refused")
 	case err != nil:
 		p := newProblem(err)
 		fl.Title, fl.Code, fl.Message = "Published but ignored by the recovery worker", p.Code, p.Message
 		if p.Code == string(schema.CodeReviewConflict) {
 			fl.Hint = "A trusted completed review of this call is on record, and completed is final."
 		} else {
-			fl.Hint = "The review changes nothing: the recovery worker trusts only the keys of its --trust-reviewers; the console signs with " + rv.Signer + "."
+			fl.Hint = "The review changes nothing: the recovery worker trusts only the keys of its --trust-reviewers; it is signed by " + who + "."
 		}
 		log.Str("code", p.Code).Msg("console: review ignored")
-		c.cfg.Metrics.Reviewed(schema.Verdict(verdict), "ignored")
+		c.cfg.Metrics.Reviewed(rv.Verdict, "ignored")
 	default:
 		fl.OK = true
-		fl.Title = fmt.Sprintf("Review %s published (%s seq %d) and accepted", verdict, rc.Stream, rc.Seq)
-		fl.Hint = reviewHint(schema.Verdict(verdict))
+		fl.Title = fmt.Sprintf("Review %s by %s published (%s seq %d) and accepted", verdict, who, rc.Stream, rc.Seq)
+		fl.Hint = reviewHint(rv.Verdict)
 		result := "accepted"
 		if rc.Check == nil {
-			fl.Title = fmt.Sprintf("Review %s published (%s seq %d); the recovery worker did not say how it judges it", verdict, rc.Stream, rc.Seq)
+			fl.Title = fmt.Sprintf("Review %s by %s published (%s seq %d); the recovery worker did not say how it judges it", verdict, who, rc.Stream, rc.Seq)
 			result = "unjudged"
 		}
-		c.cfg.Metrics.Reviewed(schema.Verdict(verdict), result)
+		c.cfg.Metrics.Reviewed(rv.Verdict, result)
 		log.Msg("console: review published")
 	}
 	return fl
@@ -282,7 +315,7 @@ func (c *Console) submitReview(ctx context.Context, session, call, verdict, oper
 func (c *Console) handlePrepare(w http.ResponseWriter, r *http.Request) {
 	browser, err := c.checkPost(w, r)
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusForbidden)
+		http.Error(w, err.Error(), postStatus(err))
 		return
 	}
 	session, call, err := target(r.PostForm)

@@ -178,11 +178,8 @@ type callView struct {
 	Approval approvalState
 	// Decide are the decisions the call's page offers a form for: a
 	// review while it needs review, an answer while it waits for
-	// approval (when the console has an approver key).
+	// approval.
 	Decide []decisionKind
-	// NoApprover is set when the call waits for approval and the console
-	// has no approver key to answer with.
-	NoApprover bool
 }
 
 // loadCall gathers a call's view: its assessment (jw.api.inspect), the
@@ -268,11 +265,7 @@ func (c *Console) loadCall(ctx context.Context, session, callID string, a *schem
 		v.Decide = append(v.Decide, reviewKind)
 	}
 	if v.Approval.Waiting {
-		if c.cfg.Approver != nil {
-			v.Decide = append(v.Decide, approvalKind)
-		} else {
-			v.NoApprover = true
-		}
+		v.Decide = append(v.Decide, approvalKind)
 	}
 	return v
 }

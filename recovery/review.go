@@ -1,8 +1,6 @@
 package recovery
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -32,28 +30,14 @@ func NewTrustedKeys(keys ...string) (TrustedKeys, error) {
 	return t, nil
 }
 
-// ParseTrustedKeys reads a trusted-keys file (reviewers, or planners):
-// user public keys separated by white space, usually one per line; blank
-// lines and lines starting with # are ignored. Errors name the line.
+// ParseTrustedKeys reads a trusted-keys file (reviewers, approvers or
+// planners): the keys of ParseNamedKeys, without their names. Each line is
+// "<public key> <name>" or, the older form, user public keys separated by
+// white space; blank lines and lines starting with # are ignored. Errors
+// name the line.
 func ParseTrustedKeys(text []byte) (TrustedKeys, error) {
-	t := TrustedKeys{}
-	sc := bufio.NewScanner(bytes.NewReader(text))
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		for _, k := range strings.Fields(line) {
-			if !nkeys.IsValidPublicUserKey(k) {
-				return nil, fmt.Errorf("line %d: %w: %q", n, ErrNotUserKey, k)
-			}
-			t[k] = struct{}{}
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	return t, nil
+	t, _, err := ParseNamedKeys(text)
+	return t, err
 }
 
 // Has reports whether pub is in the set.

@@ -174,7 +174,7 @@ func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 func (a *approvalFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&a.trustApprovers, "trust-approvers", envOr("JINGWEI_TRUST_APPROVERS", ""), "file of approver public keys whose signed approvals and denials this worker honours, one per line (default <auth dir>/approvers when it exists; env JINGWEI_TRUST_APPROVERS)")
+	fs.StringVar(&a.trustApprovers, "trust-approvers", envOr("JINGWEI_TRUST_APPROVERS", ""), "file of approver public keys whose signed approvals and denials this worker honours, one per line with the person's name (default <auth dir>/approvers when it exists; env JINGWEI_TRUST_APPROVERS)")
 	fs.Var(&a.require, "require-approval", "a tool whose calls wait for a signed approval: TOOL, or TOOL:FIELD>N for calls whose numeric argument FIELD is above N (e.g. payments.charge:amount_cents>100000); repeatable")
 	fs.DurationVar(&a.timeout, "approval-timeout", worker.DefaultApprovalTimeout, "how long a call waits for approval before it ends rejected at stage approval")
 	fs.IntVar(&a.failAfterWrite, "fail-after-write", 0, "the first N orders.create runs write their order and then fail, retryable (demos and the reference scenario)")

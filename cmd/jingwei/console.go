@@ -12,7 +12,6 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nkeys"
 	"github.com/rs/zerolog"
 
 	"github.com/jingwei/jingwei/console"
@@ -24,62 +23,75 @@ func init() {
 	register(command{name: "console", summary: "serve the review console: calls awaiting review, verdicts, retry plans in a browser", run: runConsole})
 }
 
-const consoleHelp = `  jingwei console --key FILE [--approver-key FILE] [--listen 127.0.0.1:8470] [--auth DIR]
+const consoleHelp = `  jingwei console [--listen 127.0.0.1:8470] [--auth DIR] [--trust-reviewers FILE] [--token-file FILE]
 
 Serves the review console, a small web server for reviewers and approvers:
 the calls waiting for approval and the calls awaiting review, live (no
 reload), each with its tool, arguments, contract, attempts, the chain of its
 events from the session log, the assessment and why, and the reviews and
-approvals on record; a form that signs a verdict (not_executed, completed,
-uncertain) with --key and publishes it as 'jingwei review' does; a form that
-signs an approval or a denial with --approver-key and publishes it as
-'jingwei approve'/'jingwei deny' do, then shows what the tool worker made of
-it (approval.granted, rejected at stage approval, or the refusal); a button
-that asks for the retry plan ('jingwei retry') and shows the plan or the
-refusal; sessions, their logs, the retry plans and the stopped tasks.
+approvals on record, each with the name of the person whose key signed it;
+a form to sign a verdict (not_executed, completed, uncertain) and one to
+approve or deny a waiting call; a button that asks for the retry plan
+('jingwei retry') and shows the plan or the refusal; sessions, their logs,
+the retry plans and the stopped tasks.
+
+The console holds NO signing key. Each person signs with their own key, in
+their browser: "Your key" on every page makes a key there (WebCrypto
+Ed25519, kept in the browser, never exportable) or imports the seed
+'jingwei keys new' wrote (SU…), so the same key signs in the browser and
+with 'jingwei review'/'jingwei approve --key FILE'. The browser sends the
+signed review or answer; the console checks it (well formed, about this
+call, its signature verifies, its signer is a trusted key when the console
+knows them) and relays it on the reviewer role's connection, then shows
+whether the recovery worker accepted it (or what the tool worker made of
+an answer), or the refusal and its code. A form that is not signed is
+refused.
+
+Trust files name each key: one line "<public key> <name>" per person
+(the older forms, one key per line or several on a line, still read).
+--trust-reviewers FILE (env JINGWEI_TRUST_REVIEWERS) is the file the
+recovery worker trusts ('recover --trust-reviewers', 'serve
+--trust-reviewers'): a review signed by another key is refused before
+anything is published, and every review shows its signer's name.
+--trust-approvers (default <auth dir>/approvers when it exists) is the
+same for the approvers the tool workers trust. Without a file the console
+relays every well-signed decision and shows the recovery worker's (or the
+log's) judgement. The name in the trust file is the one shown as "signed
+by"; the operator or approver a person writes in the form is kept in the
+signed record and shown beside it, as written.
+
+Login: the console prints a login URL with a secret token at start (as
+local notebook servers do): open it once in the browser, which then holds
+a cookie. Every request without it is answered 401, and a POST must also
+come from the console's page (same origin by Sec-Fetch-Site or Origin: a
+request carrying neither is refused) with the CSRF token bound to the
+login. --token-file FILE reads the token (at least 16 bytes) from FILE
+instead of making one, so the URL stays the same across restarts.
 
 A call whose body may still be running (evidence no_result, timeout or
 cancelled: WRITER "may run" in 'jingwei status') says so on its page, with
 what to do before signing not_executed: fence its store, then check, then
 sign.
 
-It prints its URL and serves until interrupted (Ctrl-C). Open the URL in a
-browser on the same machine.
+Roles: the console connects twice, as the reviewer role (it relays the
+signed reviews and answers and asks jw.api.status and jw.api.inspect) and
+as the host role (it reads the session logs and jw_plans and asks
+jw.api.prepare), with <auth dir>/reviewer.nk and <auth dir>/host.nk
+('jingwei serve' keeps them in DATA/auth), or the files
+--reviewer-nkey/--reviewer-creds and --host-nkey/--host-creds name. It can
+do nothing those roles cannot, and a review counts only when signed by a
+trusted person's key, which the console never holds.
 
-Roles: the console connects twice, as the reviewer role (it publishes the
-signed reviews and asks jw.api.status and jw.api.inspect) and as the host
-role (it reads the session logs and jw_plans and asks jw.api.prepare), with
-<auth dir>/reviewer.nk and <auth dir>/host.nk ('jingwei serve' keeps them in
-DATA/auth), or the files --reviewer-nkey/--reviewer-creds and
---host-nkey/--host-creds name. It can do nothing those roles cannot.
-
---key is the reviewer signing key (an nkey user seed, as 'jingwei review
---key' reads it; 'jingwei serve' makes DATA/reviewer.nk and trusts it). The
-recovery worker ignores reviews by keys it does not trust; the console
-shows that refusal and its code.
-
---approver-key is the approver signing key (as 'jingwei approve --key' reads
-it; 'jingwei serve' makes DATA/approver.nk and lists it in
-DATA/auth/approvers, which tool workers started with --auth trust). An
-approval counts only when signed by a key the tool workers trust as an
-approver: a reviewer key is not one unless it is listed there too. Without
---approver-key the console shows the calls waiting for approval but cannot
-answer them. --trust-approvers (default <auth dir>/approvers when it
-exists) is the list the console checks its key against: an answer by a key
-outside it is shown refused (invalid_approval) at once; without a list the
-console judges an answer by the session log only (it waits up to
---approval-wait for approval.granted or the call's rejection).
-
-The console listens on loopback only unless --allow-remote is given: it has
-no login of its own, so whoever reaches it can sign with its key. Pages carry
-a strict Content-Security-Policy; a POST must come from the console's own
-page (same origin, a CSRF token bound to the browser's cookie); a request
-naming a Host the console does not answer to is refused (421).
+The console listens on loopback only unless --allow-remote is given (then
+serve it over TLS, behind a proxy: the login token travels in the URL and
+the cookie). Pages carry a strict Content-Security-Policy; a request naming
+a Host the console does not answer to is refused (421).
 
 Exit status:
   0  stopped by an interrupt
   1  unexpected failure: the server is unreachable, the address is taken
-  2  usage: a missing or bad flag, a key file that is not an nkey user seed`
+  2  usage: a bad flag, an unreadable trust or token file, --key or
+     --approver-key (the console holds no key)`
 
 // consoleConn is the connection flags of one of the console's roles.
 type consoleConn struct {
@@ -100,11 +112,13 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.StringVar(&host.creds, "host-creds", "", "credentials file of the host role (default: <auth dir>/host.nk)")
 	fs.StringVar(&host.nkey, "host-nkey", "", "nkey seed file of the host role (default: <auth dir>/host.nk)")
 	listen := fs.String("listen", console.DefaultListen, "address the console listens on (loopback unless --allow-remote)")
-	allowRemote := fs.Bool("allow-remote", false, "allow a non-loopback --listen address (anyone who reaches it can sign with --key)")
+	allowRemote := fs.Bool("allow-remote", false, "allow a non-loopback --listen address (serve it behind TLS: the login token is in the URL)")
 	hostNames := fs.String("host-names", "", "comma-separated Host names the console answers to (default: loopback names; with --allow-remote: any)")
-	keyFile := fs.String("key", "", "reviewer nkey seed file the console signs reviews with (required)")
-	approverFile := fs.String("approver-key", "", "approver nkey seed file the console signs approvals and denials with (default: none, calls waiting for approval are shown, not answered; 'jingwei serve' keeps one in DATA/approver.nk)")
-	trustApprovers := fs.String("trust-approvers", envOr("JINGWEI_TRUST_APPROVERS", ""), "file of the approver public keys the tool workers trust, to refuse an answer by another key at once (default <auth dir>/approvers when it exists; env JINGWEI_TRUST_APPROVERS)")
+	keyFile := fs.String("key", "", "no longer accepted: the console holds no signing key (people sign in their browsers)")
+	approverFile := fs.String("approver-key", "", "no longer accepted: the console holds no signing key (people sign in their browsers)")
+	trustReviewers := fs.String("trust-reviewers", envOr("JINGWEI_TRUST_REVIEWERS", ""), "file of the reviewer keys the recovery worker trusts, with their names ('<key> <name>' lines): reviews by other keys are refused before publishing (env JINGWEI_TRUST_REVIEWERS)")
+	trustApprovers := fs.String("trust-approvers", envOr("JINGWEI_TRUST_APPROVERS", ""), "file of the approver keys the tool workers trust, with their names (default <auth dir>/approvers when it exists; env JINGWEI_TRUST_APPROVERS)")
+	tokenFile := fs.String("token-file", "", "file holding the login token (at least 16 bytes; default: a new random token, printed in the login URL)")
 	approvalWait := fs.Duration("approval-wait", console.DefaultApprovalWait, "how long to wait for the session log to show what the tool worker made of an answer")
 	timeout := fs.Duration("timeout", console.DefaultTimeout, "how long to wait for the server and each answer (connecting included)")
 	var mf metricsFlag
@@ -118,8 +132,8 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return usageError(stderr, "console", "%v", err)
 	}
 	switch {
-	case *keyFile == "":
-		return usageError(stderr, "console", "--key is required: the reviewer key the console signs with ('jingwei serve' keeps one in DATA/reviewer.nk, ./.jingwei/reviewer.nk by default; jingwei keys new makes one)")
+	case *keyFile != "" || *approverFile != "":
+		return usageError(stderr, "console", "--key and --approver-key are gone: the console holds no signing key. Each person signs with their own key in the browser (import the seed there, under \"Your key\") or with jingwei review/approve --key FILE")
 	case *timeout <= 0 || *poll <= 0 || *approvalWait <= 0:
 		return usageError(stderr, "console", "--timeout, --poll and --approval-wait must be positive")
 	}
@@ -135,30 +149,30 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	if !console.IsLoopback(lhost) {
 		if !*allowRemote {
-			return usageError(stderr, "console", "--listen %s is not a loopback address: the console has no login, so whoever reaches it signs with its key; give --allow-remote to do it anyway", *listen)
+			return usageError(stderr, "console", "--listen %s is not a loopback address; give --allow-remote to do it anyway (behind TLS: the login token travels in the URL and the cookie)", *listen)
 		}
-		fmt.Fprintf(stderr, "jingwei console: WARNING: listening on %s, beyond this machine: anyone who reaches it can sign reviews with the console's key; put it behind an authenticating proxy\n", *listen)
+		fmt.Fprintf(stderr, "jingwei console: WARNING: listening on %s, beyond this machine: whoever has the login URL can prepare plans and read every session; serve it behind TLS\n", *listen)
 		if len(allowed) == 0 {
 			allowed = []string{"*"}
 		}
 	}
-	kp, err := loadUserKey(*keyFile)
+	reviewers, reviewerNames, err := readTrustFile(*trustReviewers, "")
 	if err != nil {
-		return usageError(stderr, "console", "%v", err)
+		return usageError(stderr, "console", "--trust-reviewers: %v", err)
 	}
-	pub, _ := kp.PublicKey()
-	var approver nkeys.KeyPair
-	signing := "signing as " + pub
-	if *approverFile != "" {
-		if approver, err = loadUserKey(*approverFile); err != nil {
-			return usageError(stderr, "console", "--approver-key: %v", err)
-		}
-		apub, _ := approver.PublicKey()
-		signing += ", approving as " + apub
-	}
-	trusted, err := consoleApprovers(*trustApprovers, n.authDir())
+	approvers, approverNames, err := readTrustFile(*trustApprovers, n.authDir())
 	if err != nil {
 		return usageError(stderr, "console", "--trust-approvers: %v", err)
+	}
+	token := ""
+	if *tokenFile != "" {
+		b, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			return usageError(stderr, "console", "--token-file: %v", err)
+		}
+		if token = strings.TrimSpace(string(b)); len(token) < console.MinTokenBytes {
+			return usageError(stderr, "console", "--token-file %s: the token must be at least %d bytes", *tokenFile, console.MinTokenBytes)
+		}
 	}
 
 	ms, err := mf.listen()
@@ -179,7 +193,9 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	defer hc.Close()
 
 	c, err := console.New(console.Config{
-		Reviewer: rc, Host: hc, Key: kp, Approver: approver, TrustedApprovers: trusted, ApprovalWait: *approvalWait,
+		Reviewer: rc, Host: hc, Token: token,
+		TrustedReviewers: reviewers, ReviewerNames: reviewerNames,
+		TrustedApprovers: approvers, ApproverNames: approverNames, ApprovalWait: *approvalWait,
 		Prefix: n.prefix, Timeout: *timeout,
 		PollInterval: *poll, AllowedHosts: allowed, Logger: lg, Metrics: ms.console(),
 	})
@@ -191,7 +207,8 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return consoleFailure(stderr, fmt.Errorf("listen on %s: %w (is another console running? pick another --listen)", *listen, err))
 	}
 	ms.serve(ctx, "console", stderr)
-	fmt.Fprintf(stdout, "jingwei console on http://%s/ (%s; Ctrl-C to stop)\n", ln.Addr(), signing)
+	fmt.Fprintf(stdout, "jingwei console on http://%s/ (it holds no signing key: people sign in their browsers; Ctrl-C to stop)\n", ln.Addr())
+	fmt.Fprintf(stdout, "log in: http://%s%s\n", ln.Addr(), c.LoginPath())
 	if err := c.Serve(ctx, ln); err != nil {
 		return consoleFailure(stderr, err)
 	}
@@ -235,23 +252,28 @@ func (n *natsFlags) connectConsole(ctx context.Context, cc consoleConn, log zero
 	return nc, nil
 }
 
-// consoleApprovers reads the approver keys the tool workers trust: file,
-// else <authDir>/approvers when it exists, else none known (nil).
-func consoleApprovers(file, authDir string) (recovery.TrustedKeys, error) {
+// readTrustFile reads a trusted-keys file with its names: file, else
+// <authDir>/approvers when authDir is given and it exists, else none known
+// (nil, nil).
+func readTrustFile(file, authDir string) (recovery.TrustedKeys, recovery.KeyNames, error) {
 	if file == "" {
 		if authDir == "" {
-			return nil, nil
+			return nil, nil, nil
 		}
 		file = filepath.Join(authDir, "approvers")
 		if _, err := os.Stat(file); err != nil {
-			return nil, nil
+			return nil, nil, nil
 		}
 	}
 	b, err := os.ReadFile(file)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return recovery.ParseTrustedKeys(b)
+	t, names, err := recovery.ParseNamedKeys(b)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", file, err)
+	}
+	return t, names, nil
 }
 
 func consoleFailure(stderr io.Writer, err error) int {

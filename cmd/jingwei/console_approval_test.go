@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
+	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/stream/streamtest"
@@ -102,18 +104,29 @@ func (w *webClient) callToken(session, callID string) (string, string) {
 	return m[1], body
 }
 
-func answerForm(token, session, callID, decision string) url.Values {
-	return url.Values{"csrf": {token}, "kind": {"approval"}, "session": {session}, "call": {callID},
-		"choice": {decision}, "operator": {"carol@finance"}, "evidence": {"ticket FIN-7"}}
+// answerForm is the form the console's page posts once the approver's
+// browser signed the answer with kp.
+func answerForm(t *testing.T, kp nkeys.KeyPair, token, session, callID, decision string) url.Values {
+	t.Helper()
+	a, err := recovery.SignApproval(kp, schema.Approval{V: schema.Version, Session: session, CallID: callID, Decision: schema.ApprovalDecision(decision),
+		Approver: "carol@finance", Reason: "ticket FIN-7", At: time.Now().UTC().Format(time.RFC3339)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(a)
+	return url.Values{"csrf": {token}, "kind": {"approval"}, "session": {session}, "call": {callID}, "signed": {string(b)}}
 }
 
 // TestConsoleApprovals: a payment that requires approval shows in the
 // console's pending list (tool, arguments, task, deadline, its events) and
 // in jingwei_approvals_pending; a forged or cross-origin POST is refused
 // and changes nothing; an answer signed by an approver key the tool
-// workers do not trust shows the refusal (invalid_approval) and the call
-// still waits; the trusted console's approval is honoured (approval.granted)
-// and the body runs once, and the same answer again is refused before
+// workers do not trust is refused (invalid_approval) by the console that
+// knows the approvers before anything is published, and by the tool
+// worker when relayed by a console that does not, and the call still
+// waits; carol's approval (serve's approver key, named in the approvers
+// file) is honoured (approval.granted), shown with her name, and the body
+// runs once, and the same answer again is refused before
 // anything is published; a denial ends its call rejected at stage
 // approval with no charge; a stopped task shows on /stopped and in
 // jingwei_tasks_stopped.
@@ -121,9 +134,14 @@ func TestConsoleApprovals(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
 	natsURL, serveErr, _ := startServe(t, dir, "--require-approval", "payments.charge:amount_cents>1000", "--metrics", "127.0.0.1:0")
 	serveMetrics := metricsURL(t, serveErr)
-	base, consoleErr := startConsoleLog(t, natsURL, dir, "", "--approver-key", filepath.Join(dir, approverKeyFile), "--metrics", "127.0.0.1:0")
+	carol := personKey(t, dir, approverKeyFile)
+	rogueKey, _ := nkeys.CreateUser()
+	approvers := trustFile(t, "approvers", map[string]nkeys.KeyPair{"Carol Finance": carol})
+	base, consoleErr := startConsoleLog(t, natsURL, dir, "--trust-approvers", approvers, "--metrics", "127.0.0.1:0")
 	consoleMetrics := metricsURL(t, consoleErr)
-	rogue := startConsole(t, natsURL, dir, "", "--approver-key", writeFile(t, "rogue.nk", newSeed(t)))
+	// A console that does not know the approvers (an empty --auth dir).
+	rogue := startConsole(t, natsURL, dir, "--trust-approvers", "", "--auth", t.TempDir(),
+		"--reviewer-nkey", filepath.Join(dir, "auth", "reviewer.nk"), "--host-nkey", filepath.Join(dir, "auth", "host.nk"))
 	w, rw := newWebClient(t, base), newWebClient(t, rogue)
 
 	requestCall(t, natsURL, dir, "ap-1", "r-1", tools.PaymentsCharge, `{"account":"acct-big","amount_cents":250000}`)
@@ -162,26 +180,40 @@ func TestConsoleApprovals(t *testing.T) {
 	before := approvals()
 
 	// Forged POSTs: no token, another browser's token, cross-site.
-	forged := answerForm(token, "ap-1", call, "approved")
+	forged := answerForm(t, carol, token, "ap-1", call, "approved")
 	forged.Del("csrf")
 	if code, _ := w.post("/decide", forged, nil); code != http.StatusForbidden {
 		t.Fatalf("approval without a CSRF token: %d, want 403", code)
 	}
-	if code, _ := rw.post("/decide", answerForm(token, "ap-1", call, "approved"), nil); code != http.StatusForbidden {
+	if code, _ := rw.post("/decide", answerForm(t, carol, token, "ap-1", call, "approved"), nil); code != http.StatusForbidden {
 		t.Fatalf("approval with another console's token: %d, want 403", code)
 	}
-	if code, _ := w.post("/decide", answerForm(token, "ap-1", call, "approved"), map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": "https://evil.example"}); code != http.StatusForbidden {
+	if code, _ := w.post("/decide", answerForm(t, carol, token, "ap-1", call, "approved"), map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": "https://evil.example"}); code != http.StatusForbidden {
 		t.Fatalf("cross-site approval: %d, want 403", code)
 	}
 	if n := approvals(); n != before {
 		t.Fatalf("forged POSTs published %d answers", n-before)
 	}
 
-	// An untrusted approver key: published, refused, the call still waits.
+	// An untrusted approver key: refused before publishing by the console
+	// that knows the approvers; relayed by the other, refused by the tool
+	// worker; the call still waits.
+	code, body := w.post("/decide", answerForm(t, rogueKey, token, "ap-1", call, "approved"), nil)
+	if code != http.StatusOK || !strings.Contains(body, `class="outcome refused"`) || !strings.Contains(body, "invalid_approval") || !strings.Contains(body, "nothing published") {
+		t.Fatalf("untrusted approval: %d, want the refusal invalid_approval, nothing published:\n%s", code, body)
+	}
+	if n := approvals(); n != before {
+		t.Fatalf("an untrusted approval was published by the console that knows the approvers")
+	}
+	unsignedForm := answerForm(t, carol, token, "ap-1", call, "approved")
+	unsignedForm.Del("signed")
+	if code, body := w.post("/decide", unsignedForm, nil); code != http.StatusOK || !strings.Contains(body, "not signed") {
+		t.Fatalf("unsigned approval: %d, want refused (the console signs nothing):\n%s", code, body)
+	}
 	rtoken, _ := rw.callToken("ap-1", call)
-	code, body := rw.post("/decide", answerForm(rtoken, "ap-1", call, "approved"), nil)
-	if code != http.StatusOK || !strings.Contains(body, `class="outcome refused"`) || !strings.Contains(body, "invalid_approval") {
-		t.Fatalf("untrusted approval: %d, want the refusal invalid_approval:\n%s", code, body)
+	code, body = rw.post("/decide", answerForm(t, rogueKey, rtoken, "ap-1", call, "approved"), nil)
+	if code != http.StatusOK || !strings.Contains(body, `class="outcome refused"`) || !strings.Contains(body, "approval_pending") {
+		t.Fatalf("untrusted approval relayed: %d, want it not honoured (approval_pending):\n%s", code, body)
 	}
 	if waitingCall(t, natsURL, dir, "ap-1") != call {
 		t.Fatal("the call no longer waits after an untrusted approval")
@@ -192,15 +224,15 @@ func TestConsoleApprovals(t *testing.T) {
 		}
 	}
 
-	// The trusted console approves: honoured, the body runs once.
-	code, body = w.post("/decide", answerForm(token, "ap-1", call, "approved"), nil)
-	if code != http.StatusOK || !strings.Contains(body, `class="outcome ok"`) || !strings.Contains(body, "approval.granted recorded") {
+	// Carol approves: honoured, the body runs once.
+	code, body = w.post("/decide", answerForm(t, carol, token, "ap-1", call, "approved"), nil)
+	if code != http.StatusOK || !strings.Contains(body, `class="outcome ok"`) || !strings.Contains(body, "approval.granted recorded") || !strings.Contains(body, "Approved by Carol Finance") {
 		t.Fatalf("approval: %d, want approval.granted:\n%s", code, body)
 	}
 	streamtest.Eventually(t, 30*time.Second, "the approved payment charges once", func() bool { return ledgerCharges(t, natsURL, dir)["ap-1"] == 1 })
 	// The same answer again: the call no longer waits, nothing published.
 	n := approvals()
-	code, body = w.post("/decide", answerForm(token, "ap-1", call, "approved"), nil)
+	code, body = w.post("/decide", answerForm(t, carol, token, "ap-1", call, "approved"), nil)
 	if code != http.StatusOK || !strings.Contains(body, "nothing published") || !strings.Contains(body, "invalid_approval") {
 		t.Fatalf("second approval: %d, want refused before publishing:\n%s", code, body)
 	}
@@ -208,7 +240,7 @@ func TestConsoleApprovals(t *testing.T) {
 		t.Fatal("the second approval was published")
 	}
 	_, page = w.get("/call?" + url.Values{"session": {"ap-1"}, "call": {call}}.Encode())
-	if !strings.Contains(page, "carol@finance") || !strings.Contains(page, "ticket FIN-7") || strings.Contains(page, `form class="decide approval"`) {
+	if !strings.Contains(page, "<strong>Carol Finance</strong>") || !strings.Contains(page, "carol@finance") || !strings.Contains(page, "ticket FIN-7") || strings.Contains(page, `form class="decide approval"`) {
 		t.Fatalf("the call page after the approval should show it on record and no form:\n%s", page)
 	}
 
@@ -216,7 +248,7 @@ func TestConsoleApprovals(t *testing.T) {
 	requestCall(t, natsURL, dir, "ap-2", "r-1", tools.PaymentsCharge, `{"account":"acct-no","amount_cents":990000}`)
 	call2 := waitingCall(t, natsURL, dir, "ap-2")
 	token2, _ := w.callToken("ap-2", call2)
-	code, body = w.post("/decide", answerForm(token2, "ap-2", call2, "denied"), nil)
+	code, body = w.post("/decide", answerForm(t, carol, token2, "ap-2", call2, "denied"), nil)
 	if code != http.StatusOK || !strings.Contains(body, `class="outcome ok"`) || !strings.Contains(body, "rejected at stage approval") {
 		t.Fatalf("denial: %d, want rejected at stage approval:\n%s", code, body)
 	}

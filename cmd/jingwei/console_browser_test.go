@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
@@ -103,24 +105,89 @@ func do(t *testing.T, ctx context.Context, what string, steps ...chromedp.Action
 	t.Logf("%s: %v", what, time.Since(start).Round(time.Millisecond))
 }
 
+// person is someone with a key: the seed they import in the browser and
+// its public key.
+type person struct{ name, seed, pub string }
+
+func newPerson(t *testing.T, name string) person {
+	t.Helper()
+	seed := strings.TrimSpace(newSeed(t))
+	kp, err := nkeys.FromSeed([]byte(seed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := kp.PublicKey()
+	return person{name, seed, pub}
+}
+
+// loginBrowser opens the console's login URL in the browser (it sets the
+// cookie and lands on the front page).
+func loginBrowser(t *testing.T, ctx context.Context, base string) {
+	t.Helper()
+	login, ok := consoleLogins.Load(base)
+	if !ok {
+		t.Fatalf("no login URL for %s", base)
+	}
+	do(t, ctx, "log in", chromedp.Navigate(login.(string)), chromedp.WaitVisible(chromedp.CSS("#live-state.up")))
+}
+
+// useKey forgets the browser's key, if any, and imports p's seed as a
+// person would paste it; the panel then shows p's public key and name.
+func useKey(t *testing.T, ctx context.Context, p person) {
+	t.Helper()
+	forgetKey(t, ctx)
+	do(t, ctx, "import "+p.name+"'s seed",
+		chromedp.SendKeys(chromedp.CSS("#key-seed"), p.seed),
+		chromedp.Click(chromedp.CSS("#key-import")),
+		chromedp.WaitVisible(chromedp.CSS("#mykey-have")))
+	if got := textOf(t, ctx, "#my-pub"); got != p.pub {
+		t.Fatalf("the browser's key after importing %s's seed is %q, want %s", p.name, got, p.pub)
+	}
+	if got := textOf(t, ctx, "#my-name"); got != p.name {
+		t.Fatalf("the panel names the key %q, want %q", got, p.name)
+	}
+}
+
+// forgetKey drops the browser's key, if it holds one.
+func forgetKey(t *testing.T, ctx context.Context) {
+	t.Helper()
+	// The panel shows the stored key once it has read it (data-ready).
+	do(t, ctx, "the key panel is ready", chromedp.WaitReady(chromedp.CSS("#mykey[data-ready]")))
+	has, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`!document.getElementById("mykey-have").hidden`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if has {
+		do(t, ctx, "forget the key", chromedp.Click(chromedp.CSS("#key-forget")), chromedp.WaitVisible(chromedp.CSS("#mykey-none")))
+	}
+}
+
 // TestConsoleBrowser drives the console in headless Chromium against
 // `jingwei serve` (authorization on, a real tool worker and recovery
-// worker): an uncertain payment appears on the open page without a
-// reload; a reviewer signs completed in the form and asking for a plan
-// shows the refusal (completed); for a second uncertain payment a
-// reviewer signs not_executed, asks for the plan, the page shows it, and
-// the tool worker runs the retry once: exactly one charge in the ledger.
+// worker, two trusted reviewers named in the trust file). The console
+// holds no key: each person signs in the browser with their own. An
+// uncertain payment appears on the open page without a reload; alice
+// imports her seed and signs completed (accepted, shown as hers) and
+// asking for a plan shows the refusal (completed); for a second payment a
+// key made in the browser, which no one trusts, is refused with a visible
+// reason and nothing is published; bob imports his seed, signs
+// not_executed (accepted, shown as his), asks for the plan, the page
+// shows it, and the tool worker runs the retry once: exactly one charge.
 func TestConsoleBrowser(t *testing.T) {
 	ctx := browser(t)
 	dir := filepath.Join(t.TempDir(), "data")
-	natsURL, _, _ := startServe(t, dir)
-	base := startConsole(t, natsURL, dir, "")
+	alice, bob := newPerson(t, "alice"), newPerson(t, "bob")
+	trust := writeFile(t, "reviewers", "# people who review\n"+alice.pub+" alice\n"+bob.pub+" bob\n")
+	natsURL, _, _ := startServe(t, dir, "--trust-reviewers", trust)
+	base := startConsole(t, natsURL, dir, "--trust-reviewers", trust)
 
-	do(t, ctx, "open the console",
-		chromedp.Navigate(base+"/"),
-		chromedp.WaitVisible(chromedp.CSS("#live-state.up")),
-		// A marker a reload would lose.
-		chromedp.Evaluate[chromedp.Void](`window.jwNoReload = 42`))
+	// Without the login, nothing.
+	do(t, ctx, "open the console without logging in", chromedp.Navigate(base+"/"), chromedp.WaitReady(chromedp.CSS("body")))
+	if s := textOf(t, ctx, "body"); !strings.Contains(s, "login required") {
+		t.Fatalf("the console without a login: %q, want login required", s)
+	}
+	loginBrowser(t, ctx, base)
+	do(t, ctx, "mark the page", chromedp.WaitVisible(chromedp.CSS("#mykey-none")), chromedp.Evaluate[chromedp.Void](`window.jwNoReload = 42`))
 
 	// 1. An uncertain payment appears without a reload.
 	openPayment(t, natsURL, dir, "pay-1", "c-pay-1", `{"account":"acct-7","amount_cents":1250}`)
@@ -133,17 +200,26 @@ func TestConsoleBrowser(t *testing.T) {
 	}
 	screenshot(t, ctx, "console-awaiting")
 
-	// 2. Sign completed; the plan is refused.
-	do(t, ctx, "sign completed",
+	// 2. Alice signs completed with her own key; the plan is refused.
+	do(t, ctx, "open the first payment",
 		chromedp.Click(chromedp.CSS(`article[data-call="c-pay-1"] a.button`)),
-		chromedp.WaitVisible(chromedp.CSS("form.decide")),
+		chromedp.WaitVisible(chromedp.CSS("form.decide")))
+	useKey(t, ctx, alice)
+	if s := textOf(t, ctx, "#my-trust"); !strings.Contains(s, "a trusted reviewer") {
+		t.Fatalf("alice's key is not shown trusted: %q", s)
+	}
+	do(t, ctx, "alice signs completed",
 		chromedp.Click(chromedp.CSS(`input[name=choice][value=completed]`)),
-		chromedp.SendKeys(chromedp.CSS(`input[name=operator]`), "alice@ops"),
-		chromedp.SendKeys(chromedp.CSS(`input[name=evidence]`), "ledger shows charge 1250 for acct-7"),
+		// Text the canonical form must carry exactly: quotes, markup,
+		// non-ASCII.
+		chromedp.SendKeys(chromedp.CSS(`input[name=evidence]`), `ledger "shows" charge 1250 for acct-7 — <ok> é ✓`),
 		chromedp.Click(chromedp.CSS("#sign")),
 		chromedp.WaitVisible(chromedp.CSS("#outcome")))
-	if s := textOf(t, ctx, "#outcome"); !strings.Contains(s, "accepted") {
-		t.Fatalf("signing completed: outcome %q, want accepted", s)
+	if s := textOf(t, ctx, "#outcome"); !strings.Contains(s, "accepted") || !strings.Contains(s, "by alice") {
+		t.Fatalf("alice signing completed: outcome %q, want accepted, by alice", s)
+	}
+	if s := textOf(t, ctx, "table.reviews"); !strings.Contains(s, "alice") || !strings.Contains(s, `ledger "shows" charge 1250 for acct-7 — <ok> é ✓`) {
+		t.Fatalf("the review on record does not name alice or lost its evidence: %q", s)
 	}
 	do(t, ctx, "ask for a plan", chromedp.Click(chromedp.CSS("#prepare")), chromedp.WaitVisible(chromedp.CSS("#outcome.refused")))
 	if s := textOf(t, ctx, "#outcome"); !strings.Contains(s, "completed") || !strings.Contains(s, "refused") {
@@ -151,10 +227,11 @@ func TestConsoleBrowser(t *testing.T) {
 	}
 	screenshot(t, ctx, "console-refused")
 
-	// 3. A second payment: not_executed, the plan, one retry.
+	// 3. A second payment. A key made in this browser is no one's the
+	// recovery worker trusts: refused, with the reason on the page.
 	do(t, ctx, "back to the list", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS("#live-state.up")))
 	openPayment(t, natsURL, dir, "pay-2", "c-pay-2", `{"account":"acct-9","amount_cents":990}`)
-	do(t, ctx, "sign not_executed",
+	do(t, ctx, "open the second payment",
 		chromedp.WaitVisible(chromedp.CSS(`article[data-call="c-pay-2"]`)),
 		chromedp.Click(chromedp.CSS(`article[data-call="c-pay-2"] a.button`)),
 		chromedp.WaitVisible(chromedp.CSS("form.decide")))
@@ -163,17 +240,52 @@ func TestConsoleBrowser(t *testing.T) {
 	if s := textOf(t, ctx, "#writer-may-run"); !strings.Contains(s, "MAY STILL BE RUNNING") || !strings.Contains(s, "FenceLedger") || !strings.Contains(s, "Then check") {
 		t.Fatalf("the call page does not say the writer may run and to fence first: %q", s)
 	}
-	screenshot(t, ctx, "console-call")
-	do(t, ctx, "sign not_executed",
+	forgetKey(t, ctx)
+	do(t, ctx, "make a key in the browser", chromedp.Click(chromedp.CSS("#key-new")), chromedp.WaitVisible(chromedp.CSS("#mykey-have")))
+	made := textOf(t, ctx, "#my-pub")
+	if !nkeys.IsValidPublicUserKey(made) || made == alice.pub || made == bob.pub {
+		t.Fatalf("the key made in the browser is %q, want a new nkey user public key", made)
+	}
+	if s := textOf(t, ctx, "#my-trust"); !strings.Contains(s, "NOT a trusted reviewer") || !strings.Contains(s, made) {
+		t.Fatalf("the browser's own key is not shown untrusted with its trust line: %q", s)
+	}
+	if ext, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`new Promise(function (res) { var r = indexedDB.open("jingwei-console"); r.onsuccess = function () { var g = r.result.transaction("keys").objectStore("keys").get("me"); g.onsuccess = function () { res(g.result.priv.extractable); }; }; })`, chromedp.EvalAwaitPromise)); err != nil || ext {
+		t.Fatalf("the key made in the browser is extractable (%v, %v)", ext, err)
+	}
+	do(t, ctx, "sign with the untrusted key",
 		chromedp.Click(chromedp.CSS(`input[name=choice][value=not_executed]`)),
-		chromedp.SendKeys(chromedp.CSS(`input[name=operator]`), "bob@ops"),
+		chromedp.SendKeys(chromedp.CSS(`input[name=operator]`), "mallory"),
+		chromedp.SendKeys(chromedp.CSS(`input[name=evidence]`), "trust me"),
+		chromedp.Click(chromedp.CSS("#sign")),
+		chromedp.WaitVisible(chromedp.CSS("#outcome.refused")))
+	if s := textOf(t, ctx, "#outcome"); !strings.Contains(s, "nothing published") || !strings.Contains(s, "not a trusted reviewer key") || !strings.Contains(s, made) {
+		t.Fatalf("the untrusted browser key's review: outcome %q, want refused, not a trusted reviewer key", s)
+	}
+	screenshot(t, ctx, "console-untrusted")
+
+	// Bob signs not_executed with his key; the plan; one retry.
+	do(t, ctx, "the call's page again", chromedp.Navigate(base+"/call?session=pay-2&call=c-pay-2"), chromedp.WaitVisible(chromedp.CSS("form.decide")))
+	useKey(t, ctx, bob)
+	if s := textOf(t, ctx, "#my-trust"); !strings.Contains(s, "a trusted reviewer") || strings.Contains(s, "NOT") {
+		t.Fatalf("bob's key is not shown trusted: %q", s)
+	}
+	screenshot(t, ctx, "console-call")
+	do(t, ctx, "bob signs not_executed",
+		chromedp.Click(chromedp.CSS(`input[name=choice][value=not_executed]`)),
 		chromedp.SendKeys(chromedp.CSS(`input[name=evidence]`), "no charge for acct-9 in the ledger"),
 		chromedp.Click(chromedp.CSS("#sign")),
-		chromedp.WaitVisible(chromedp.CSS("#outcome.ok")),
+		chromedp.WaitVisible(chromedp.CSS("#outcome.ok")))
+	if s := textOf(t, ctx, "#outcome"); !strings.Contains(s, "by bob") {
+		t.Fatalf("bob's review: outcome %q, want accepted, by bob", s)
+	}
+	if s := textOf(t, ctx, "table.reviews"); !strings.Contains(s, "bob") || strings.Contains(s, "mallory") {
+		t.Fatalf("the reviews on record of pay-2: %q, want bob's only", s)
+	}
+	do(t, ctx, "ask for the plan",
 		chromedp.Click(chromedp.CSS("#prepare")),
 		chromedp.WaitVisible(chromedp.CSS("#outcome.ok dl.plan")))
-	if s := textOf(t, ctx, "#outcome"); !strings.Contains(s, "Retry plan") || !strings.Contains(s, "not_executed by bob@ops") {
-		t.Fatalf("plan after not_executed: outcome %q, want the plan", s)
+	if s := textOf(t, ctx, "#outcome"); !strings.Contains(s, "Retry plan") || !strings.Contains(s, "not_executed signed by bob") {
+		t.Fatalf("plan after not_executed: outcome %q, want the plan, signed by bob", s)
 	}
 	screenshot(t, ctx, "console-plan")
 
@@ -203,9 +315,17 @@ func TestConsoleBrowser(t *testing.T) {
 	// The retry's result shows in the chain, live, and the plan is consumed.
 	do(t, ctx, "the retry's result on the call page", chromedp.WaitVisible(chromedp.CSS(`#call-detail tr.ev.ok`)))
 	do(t, ctx, "the plans page", chromedp.Navigate(base+"/plans"), chromedp.WaitVisible(chromedp.CSS(`tr.consumed`)))
+	if s := textOf(t, ctx, "table.plans"); !strings.Contains(s, "not_executed by bob") {
+		t.Fatalf("the plans page does not name bob as the plan's reviewer: %q", s)
+	}
 	screenshot(t, ctx, "console-plans")
 	do(t, ctx, "the session page", chromedp.Navigate(base+"/session?session=pay-2"), chromedp.WaitVisible(chromedp.CSS(`tr.ev.ok`)))
 	screenshot(t, ctx, "console-session")
+	// The first call's page still shows alice's verdict by name.
+	do(t, ctx, "the first payment's page", chromedp.Navigate(base+"/call?session=pay-1&call=c-pay-1"), chromedp.WaitVisible(chromedp.CSS("table.reviews")))
+	if s := textOf(t, ctx, "table.reviews td.signer"); !strings.Contains(s, "alice") {
+		t.Fatalf("pay-1's review is not shown as alice's: %q", s)
+	}
 	// Arguments are the agent's: markup in them is shown, never run.
 	do(t, ctx, "back to the list", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS("#live-state.up")))
 	openPayment(t, natsURL, dir, "pay-x", "c-pay-x", `{"account":"<img src=x onerror=\"window.jwPwned=1\"><script>window.jwPwned=2</script>","amount_cents":1}`)
@@ -226,9 +346,9 @@ func TestConsoleBrowser(t *testing.T) {
 
 // TestConsoleBrowserApproval drives the approvals part of the console in
 // headless Chromium against `jingwei serve --require-approval`: a payment
-// that requires approval appears in the pending list without a reload; an
-// approver approves it in the form (signed with the console's approver
-// key, which serve's tool worker trusts) and the page shows
+// that requires approval appears in the pending list without a reload;
+// carol imports her seed (serve's approver key, which serve's tool worker
+// trusts) and approves it in the form, signed in the browser and the page shows
 // approval.granted, then the body's result, live; the ledger holds exactly
 // one charge. A second payment is denied: it ends rejected at stage
 // approval, never charged. A stopped task shows on the stopped-tasks page.
@@ -236,12 +356,23 @@ func TestConsoleBrowserApproval(t *testing.T) {
 	ctx := browser(t)
 	dir := filepath.Join(t.TempDir(), "data")
 	natsURL, _, _ := startServe(t, dir, "--require-approval", "payments.charge:amount_cents>1000")
-	base := startConsole(t, natsURL, dir, "", "--approver-key", filepath.Join(dir, approverKeyFile))
+	// Carol holds serve's approver key (the tool worker trusts it); the
+	// console's approvers file names her.
+	seed, err := os.ReadFile(filepath.Join(dir, approverKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := nkeys.FromSeed(bytes.TrimSpace(seed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := kp.PublicKey()
+	carol := person{"carol", string(bytes.TrimSpace(seed)), pub}
+	base := startConsole(t, natsURL, dir, "--trust-approvers", writeFile(t, "approvers", carol.pub+" carol\n"))
 
-	do(t, ctx, "open the console",
-		chromedp.Navigate(base+"/"),
-		chromedp.WaitVisible(chromedp.CSS("#live-state.up")),
-		chromedp.Evaluate[chromedp.Void](`window.jwNoReload = 42`))
+	loginBrowser(t, ctx, base)
+	useKey(t, ctx, carol)
+	do(t, ctx, "mark the page", chromedp.Evaluate[chromedp.Void](`window.jwNoReload = 42`))
 	requestCall(t, natsURL, dir, "buy-1", "r-1", tools.PaymentsCharge, `{"account":"acct-42","amount_cents":480000}`)
 	call := waitingCall(t, natsURL, dir, "buy-1")
 	sel := `article[data-approval="` + call + `"]`
@@ -262,12 +393,12 @@ func TestConsoleBrowserApproval(t *testing.T) {
 		chromedp.SendKeys(chromedp.CSS(`input[name=evidence]`), "invoice INV-42 checked"),
 		chromedp.Click(chromedp.CSS("#sign-approval")),
 		chromedp.WaitVisible(chromedp.CSS("#outcome.ok")))
-	if s := textOf(t, ctx, "#outcome"); !strings.Contains(s, "approval.granted") {
+	if s := textOf(t, ctx, "#outcome"); !strings.Contains(s, "approval.granted") || !strings.Contains(s, "by carol") {
 		t.Fatalf("approving: outcome %q, want approval.granted", s)
 	}
 	streamtest.Eventually(t, 30*time.Second, "the approved payment charges once", func() bool { return ledgerCharges(t, natsURL, dir)["buy-1"] == 1 })
 	do(t, ctx, "the body's result on the call page, live", chromedp.WaitVisible(chromedp.CSS(`#call-detail tr.ev.ok`)))
-	if s := textOf(t, ctx, "#call-detail table.approvals"); !strings.Contains(s, "carol@finance") || !strings.Contains(s, "invoice INV-42 checked") {
+	if s := textOf(t, ctx, "#call-detail table.approvals"); !strings.Contains(s, "carol@finance") || !strings.Contains(s, "invoice INV-42 checked") || !strings.Contains(textOf(t, ctx, "#call-detail table.approvals td.signer"), "carol") {
 		t.Fatalf("the approval on record: %q", s)
 	}
 	screenshot(t, ctx, "console-approved")

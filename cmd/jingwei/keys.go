@@ -2,33 +2,46 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
+	"strings"
 
 	"github.com/nats-io/nkeys"
+
+	"github.com/jingwei/jingwei/recovery"
 )
 
 func init() {
-	register(command{name: "keys", summary: "create a reviewer key (keys new) or show a key's public key (keys pub)", run: runKeys})
+	register(command{name: "keys", summary: "create a person's signing key (keys new) or show a key's public key and trust line (keys pub)", run: runKeys})
 }
 
-const keysHelp = `  jingwei keys new [--out FILE] [--json]
-  jingwei keys pub --key FILE [--json]
+const keysHelp = `  jingwei keys new [--out FILE] [--name NAME] [--json]
+  jingwei keys pub --key FILE [--name NAME] [--json]
 
-keys new creates a reviewer key: an nkey user key pair. The seed (the secret,
-"SU…") is written to FILE (default reviewer.nk) with permissions 0600; an
-existing file is never overwritten. The public key ("U…") is printed: add it
-to the recovery worker's trusted reviewers file (recover --trust-reviewers,
-one key per line) so reviews signed with this key are accepted.
+keys new creates a person's signing key (a reviewer's or an approver's): an
+nkey user key pair. The seed (the secret, "SU…") is written to FILE
+(default reviewer.nk) with permissions 0600; an existing file is never
+overwritten. The public key ("U…") is printed. With --name, the line to
+add to a trust file is shown too: "<public key> <name>" — the recovery
+worker's trusted reviewers (recover/serve --trust-reviewers, and the
+console's), or the approvers the tool workers trust (worker
+--trust-approvers, <auth dir>/approvers). The name is shown on every
+verdict signed with the key.
 
-keys pub prints the public key of an existing seed file.
+The same key signs on the command line ('jingwei review --key FILE',
+'jingwei approve --key FILE') and in the review console: import the seed
+in the browser under "Your key" (the console itself holds no key).
+
+keys pub prints the public key of an existing seed file; with --name, the
+trust line "<public key> <name>" instead.
 
 Exit status: 0 success; 2 usage (bad flag, FILE exists or cannot be written
-or read, not an nkey user seed).`
+or read, not an nkey user seed, a name with a newline or a #).`
 
 // defaultKeyFile is where keys new writes the seed without --out.
 const defaultKeyFile = "reviewer.nk"
@@ -56,12 +69,34 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 type keyOutput struct {
 	PublicKey string `json:"public_key"`
 	SeedFile  string `json:"seed_file"`
+	// TrustLine is "<public key> <name>" with --name.
+	TrustLine string `json:"trust_line,omitempty"`
+}
+
+// trustLine returns the trust-file line of pub named name ("" without a
+// name), or an error for a name a trust file cannot hold.
+func trustLine(pub, name string) (string, error) {
+	name = strings.TrimSpace(name)
+	switch {
+	case name == "":
+		return "", nil
+	case strings.ContainsAny(name, "#\r\n"):
+		return "", fmt.Errorf("--name %q: a name holds no # and no line break", name)
+	case len(name) > recovery.MaxKeyNameBytes:
+		return "", fmt.Errorf("--name: at most %d bytes", recovery.MaxKeyNameBytes)
+	}
+	line := pub + " " + strings.Join(strings.Fields(name), " ")
+	if _, names, err := recovery.ParseNamedKeys([]byte(line)); err != nil || names.Name(pub) == "" {
+		return "", fmt.Errorf("--name %q: not a name a trust file can hold: %v", name, err)
+	}
+	return line, nil
 }
 
 func runKeysNew(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("keys new", "Create a reviewer key (nkey user seed, written 0600).", keysHelp, stderr)
 	out := fs.String("out", defaultKeyFile, "file to write the seed to; must not exist")
-	asJSON := fs.Bool("json", false, "print {\"public_key\",\"seed_file\"} as JSON")
+	name := fs.String("name", "", "the person the key belongs to: shows the trust-file line \"<public key> <name>\"")
+	asJSON := fs.Bool("json", false, "print {\"public_key\",\"seed_file\",\"trust_line\"} as JSON")
 	if st, ok := parseFlags(fs, args); !ok {
 		return st
 	}
@@ -75,22 +110,30 @@ func runKeysNew(_ context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	pub, _ := kp.PublicKey()
 	seed, _ := kp.Seed()
+	line, err := trustLine(pub, *name)
+	if err != nil {
+		return usageError(stderr, "keys", "%v", err)
+	}
 	if err := writeSecretFile(*out, append(seed, '\n')); err != nil {
 		return usageError(stderr, "keys", "%v", err)
 	}
 	if *asJSON {
-		_ = writeJSON(stdout, keyOutput{PublicKey: pub, SeedFile: *out})
+		_ = writeJSON(stdout, keyOutput{PublicKey: pub, SeedFile: *out, TrustLine: line})
 		return exitOK
 	}
 	fmt.Fprintln(stdout, pub)
-	fmt.Fprintf(stderr, "reviewer seed written to %s (0600); trust the public key above with: echo %s >> trusted-reviewers\n", *out, pub)
+	if line == "" {
+		line = pub + " <your name>"
+	}
+	fmt.Fprintf(stderr, "seed written to %s (0600); trust the key with: echo '%s' >> trusted-reviewers (or the approvers file); import the seed in the review console's \"Your key\" to sign there\n", *out, line)
 	return exitOK
 }
 
 func runKeysPub(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("keys pub", "Print the public key of a reviewer seed file.", keysHelp, stderr)
 	file := fs.String("key", "", "seed file (required)")
-	asJSON := fs.Bool("json", false, "print {\"public_key\",\"seed_file\"} as JSON")
+	name := fs.String("name", "", "print the trust-file line \"<public key> <name>\" instead of the key alone")
+	asJSON := fs.Bool("json", false, "print {\"public_key\",\"seed_file\",\"trust_line\"} as JSON")
 	if st, ok := parseFlags(fs, args); !ok {
 		return st
 	}
@@ -102,11 +145,15 @@ func runKeysPub(_ context.Context, args []string, stdout, stderr io.Writer) int 
 		return usageError(stderr, "keys", "%v", err)
 	}
 	pub, _ := kp.PublicKey()
+	line, err := trustLine(pub, *name)
+	if err != nil {
+		return usageError(stderr, "keys", "%v", err)
+	}
 	if *asJSON {
-		_ = writeJSON(stdout, keyOutput{PublicKey: pub, SeedFile: *file})
+		_ = writeJSON(stdout, keyOutput{PublicKey: pub, SeedFile: *file, TrustLine: line})
 		return exitOK
 	}
-	fmt.Fprintln(stdout, pub)
+	fmt.Fprintln(stdout, cmp.Or(line, pub))
 	return exitOK
 }
 

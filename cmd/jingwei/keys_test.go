@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/nats-io/nkeys"
+
+	"github.com/jingwei/jingwei/recovery"
 )
 
 func TestKeys(t *testing.T) {
@@ -69,5 +71,39 @@ func TestKeys(t *testing.T) {
 	}
 	if after, _ := os.ReadFile(seedFile); string(after) != string(before) {
 		t.Fatal("keys new replaced an existing seed file")
+	}
+}
+
+// TestKeysName: keys new and keys pub with --name give the trust-file
+// line "<public key> <name>", which the trust files read back with the
+// name; a name with a # or a line break is a usage error and no key is
+// written.
+func TestKeysName(t *testing.T) {
+	dir := t.TempDir()
+	seedFile := filepath.Join(dir, "alice.nk")
+	st, out, errOut := runCLI("keys", "new", "--out", seedFile, "--name", "Alice  Liddell")
+	if st != exitOK {
+		t.Fatalf("keys new --name: exit %d: %s", st, errOut)
+	}
+	pub := strings.TrimSpace(out)
+	if !strings.Contains(errOut, pub+" Alice Liddell") {
+		t.Fatalf("keys new --name does not show the trust line: %s", errOut)
+	}
+	st, out, _ = runCLI("keys", "pub", "--key", seedFile, "--name", "Alice Liddell")
+	if st != exitOK || strings.TrimSpace(out) != pub+" Alice Liddell" {
+		t.Fatalf("keys pub --name: exit %d, %q", st, out)
+	}
+	_, names, err := recovery.ParseNamedKeys([]byte(out))
+	if err != nil || names.Name(pub) != "Alice Liddell" {
+		t.Fatalf("the trust line does not read back: %v %v", names, err)
+	}
+	for _, bad := range []string{"eve # admin", "eve\nU123"} {
+		f := filepath.Join(dir, "bad.nk")
+		if st, _, _ := runCLI("keys", "new", "--out", f, "--name", bad); st != exitUsage {
+			t.Errorf("keys new --name %q: exit %d, want 2", bad, st)
+		}
+		if _, err := os.Stat(f); err == nil {
+			t.Errorf("keys new --name %q wrote a key", bad)
+		}
 	}
 }

@@ -101,7 +101,7 @@ func TestMetricsScrape(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
 	natsURL, serveErr, _ := startServe(t, dir, "--metrics", "127.0.0.1:0")
 	serveMetrics := metricsURL(t, serveErr)
-	base, consoleErr := startConsoleLog(t, natsURL, dir, "", "--metrics", "127.0.0.1:0")
+	base, consoleErr := startConsoleLog(t, natsURL, dir, "--metrics", "127.0.0.1:0")
 	consoleMetrics := metricsURL(t, consoleErr)
 
 	agent := connectRole(t, natsURL, dir, stream.RoleAgent)
@@ -161,7 +161,7 @@ func TestMetricsScrape(t *testing.T) {
 	if code, body := w.post("/prepare", target, nil); code != http.StatusOK || !strings.Contains(body, "needs_review") {
 		t.Fatalf("early prepare: %d\n%s", code, body)
 	}
-	if code, body := w.post("/decide", reviewForm(token, "m-pay", "c-m-pay", "not_executed"), nil); code != http.StatusOK || !strings.Contains(body, "accepted") {
+	if code, body := w.post("/decide", reviewForm(t, personKey(t, dir, reviewerKeyFile), token, "m-pay", "c-m-pay", "not_executed"), nil); code != http.StatusOK || !strings.Contains(body, "accepted") {
 		t.Fatalf("review: %d\n%s", code, body)
 	}
 	if code, body := w.post("/prepare", target, nil); code != http.StatusOK || !strings.Contains(body, `class="outcome ok"`) {

@@ -33,7 +33,7 @@ by the tool workers, 'jingwei worker'):
     (new epoch, session.fenced, load, inspect) and publishes their assessments;
     on start it first takes over what expired while it was down;
   - accepts reviews from jw.reviews.<session> only when signed by a key in
-    --trust-reviewers (one nkey user public key per line, # comments); others
+    --trust-reviewers (lines "<public key> <name>", or keys alone; # comments); others
     are rejected and logged;
   - issues each retry plan exactly once, on a prepare request ('jingwei retry'),
     or automatically for retry_allowed calls with --auto-plan (off by default).
@@ -77,7 +77,7 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	)
 	nf.register(fs)
 	lf.register(fs)
-	trustFile := fs.String("trust-reviewers", "", "file of trusted reviewer nkey public keys, one per line")
+	trustFile := fs.String("trust-reviewers", "", "file of trusted reviewer nkey public keys, one per line, each with the person's name (\"<key> <name>\")")
 	plannerFile := fs.String("planner-key", envOr("JINGWEI_PLANNER_KEY", ""), "nkey seed this recovery worker signs its plans with (default <auth dir>/planner.nk; env JINGWEI_PLANNER_KEY)")
 	trustPlanners := fs.String("trust-planners", envOr("JINGWEI_TRUST_PLANNERS", ""), "file of plan-signer public keys whose plans are accepted on the retries in a history (default: the planner key's own, plus <auth dir>/planners)")
 	autoPlan := fs.Bool("auto-plan", false, "issue plans for retry_allowed calls without a prepare request")

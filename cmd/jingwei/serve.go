@@ -52,7 +52,7 @@ the chmod that fixes it.
 
 It also creates a reviewer key in DATA/reviewer.nk and trusts it; sign
 reviews with: jingwei review --key DATA/reviewer.nk …
---trust-reviewers FILE trusts more keys (one public key per line).
+--trust-reviewers FILE trusts more keys (lines "<public key> <name>").
 
 --no-auth runs the server open to every client (only on a loopback
 --listen address; a non-loopback one is refused without authorization).
@@ -99,7 +99,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	prefix := fs.String("prefix", envOr("JINGWEI_PREFIX", "jw"), "subject prefix of the jingwei topology (env JINGWEI_PREFIX)")
 	ttl := fs.Duration("lease-ttl", 10*time.Second, "session lease TTL (at least 1s; the same for every process)")
 	partitions := partitionsFlag(fs)
-	trustFile := fs.String("trust-reviewers", "", "file of further trusted reviewer public keys, one per line")
+	trustFile := fs.String("trust-reviewers", "", "file of further trusted reviewer public keys, one per line, each with the person's name (\"<key> <name>\")")
 	autoPlan := fs.Bool("auto-plan", false, "issue plans for retry_allowed calls without a prepare request")
 	noWorker := fs.Bool("no-worker", false, "run no tool worker in this process")
 	noAuth := fs.Bool("no-auth", false, "run the server without authorization (loopback --listen only)")
