@@ -64,3 +64,50 @@ func TestStopNotSuppressedByAnotherHostsMessage(t *testing.T) {
 		t.Errorf("HOLE: the host's stop of t-1 is not recorded (%d stored with its content; ack %+v, err %v): another host's message under its Msg-Id took its place", n, ack, err)
 	}
 }
+
+// TestStopIDTakenWithItsDigest: the stop's Msg-Id carries its content's
+// digest, which anyone who can guess the stop (the CLI's time has second
+// resolution) can compute. Another host publishes something else under
+// exactly that id first: the host's PublishStop must say so (a
+// request_conflict error) and the stop must be stored with its content
+// all the same.
+func TestStopIDTakenWithItsDigest(t *testing.T) {
+	rs := startRoleServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stop := schema.StopRequest{V: schema.Version, Session: "s-1", Task: "t-1", Reason: "runaway agent", At: "2026-12-02T01:00:00Z"}
+	b, err := json.Marshal(stop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	attacker, _ := jetstream.New(rs.connect(t, stream.RoleHost))
+	msg := nats.NewMsg(stream.StopSubject("", "s-1"))
+	msg.Data = []byte(`{"task":"t-1"}`)
+	if _, err := attacker.PublishMsg(ctx, msg, jetstream.WithMsgID(stream.StopMsgID("s-1", "t-1", b))); err != nil {
+		t.Fatalf("the other host publishes on the stop subject: %v", err)
+	}
+	host, _ := jetstream.New(rs.connect(t, stream.RoleHost))
+	ack, err := stream.PublishStop(ctx, host, "", stop)
+	if schema.CodeOf(err) != schema.CodeRequestConflict {
+		t.Errorf("PublishStop = %v, want a request_conflict error saying another message held the id", err)
+	}
+	if ack == nil || ack.Duplicate {
+		t.Errorf("ack %+v, want the acknowledgement of the stop stored anew", ack)
+	}
+	if n := rs.stopsOn(t, "s-1", stop); n != 1 {
+		t.Errorf("HOLE: %d stops of t-1 stored with the host's content, want 1", n)
+	}
+	// The same stop again, with nothing in the way of a fresh id: stored
+	// once, no error.
+	again := stop
+	again.Reason = "still running"
+	if _, err := stream.PublishStop(ctx, host, "", again); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.PublishStop(ctx, host, "", again); err != nil {
+		t.Fatal(err)
+	}
+	if n := rs.stopsOn(t, "s-1", again); n != 1 {
+		t.Errorf("a stop published twice is stored %d times, want once", n)
+	}
+}
