@@ -57,16 +57,15 @@ func TestBlankOperatorRefusedEverywhere(t *testing.T) {
 		ci, err := cons.Info(ctx)
 		return err == nil && ci.AckFloor.Stream >= last
 	})
-	if slices.Contains(keysOf(statusView(t, r).AwaitingReview), "s-blank/pay-1") == false {
+	if !slices.Contains(keysOf(statusView(t, r).AwaitingReview), "s-blank/pay-1") {
 		t.Errorf("HOLE: a completed review with a blank operator settled pay-1: it no longer awaits review")
 	}
 	checks, err := r.Reviews(ctx, "s-blank", "pay-1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(checks) != 2 {
-		t.Fatalf("status lists %d reviews of pay-1, want 2", len(checks))
-	}
+	// A review that is not well formed is not listed (as one that names
+	// no call); one listed must be refused.
 	for _, c := range checks {
 		if c.Accepted || c.Decides || c.Code != string(schema.CodeInvalidReview) {
 			t.Errorf("HOLE: status judges the review by %q accepted=%v decides=%v code=%q, want refused as invalid_review", c.Review.Operator, c.Accepted, c.Decides, c.Code)
