@@ -38,36 +38,25 @@ func (g *identityGuard) check(ctx context.Context) ([]stream.IdentityProblem, er
 	g.mu.Lock()
 	g.record = &rec
 	g.mu.Unlock()
-	g.set(ps, nil)
+	g.set(ps)
 	return ps, nil
 }
 
-// set keeps ps as the problems of the streams in only (every stream when
-// only is nil), and logs what changed.
-func (g *identityGuard) set(ps []stream.IdentityProblem, only []string) []stream.IdentityProblem {
+// set keeps ps as the problems found, and logs what changed.
+func (g *identityGuard) set(ps []stream.IdentityProblem) {
 	g.mu.Lock()
 	before := g.problems
-	next := ps
-	if only != nil {
-		next = slices.Clone(ps)
-		for _, p := range before {
-			if !slices.Contains(only, p.Stream) {
-				next = append(next, p)
-			}
-		}
-	}
-	g.problems = next
+	g.problems = ps
 	g.mu.Unlock()
-	for _, p := range next {
+	for _, p := range ps {
 		if !slices.Contains(before, p) {
 			g.log.Error().Str("stream", p.Stream).Str("reason", p.Reason).Str("code", "stream_replaced").
 				Msg("protected stream lost its history since setup recorded its identity: prepare and takeovers refused until an operator runs `jingwei setup --confirm-replaced " + p.Stream + "`")
 		}
 	}
-	if len(next) == 0 && len(before) > 0 {
+	if len(ps) == 0 && len(before) > 0 {
 		g.log.Info().Msg("protected streams match their recorded identity again: prepare and takeovers resume")
 	}
-	return next
 }
 
 // decidesFrom are the streams prepare reads its decision from, compared
@@ -77,9 +66,10 @@ func (g *identityGuard) decidesFrom() []string {
 	return []string{g.t.StreamName("EVENTS"), g.t.StreamName("REVIEWS"), "KV_" + g.t.Prefix + "_plans"}
 }
 
-// verify compares the streams prepare decides from now (every stream
-// the first time): stream_replaced while one differs (or another did at
-// the last full check), the read error if they could not be read.
+// verify compares the streams prepare decides from now (every stream,
+// and the record read again, the first time and while any differs):
+// stream_replaced while one differs, the read error if they could not be
+// read.
 func (g *identityGuard) verify(ctx context.Context) error {
 	g.mu.Lock()
 	rec := g.record
@@ -96,7 +86,14 @@ func (g *identityGuard) verify(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return stream.ReplacedError(g.set(ps, names))
+	if len(ps) > 0 || len(g.replaced()) > 0 {
+		// The record may have changed since it was read (an operator
+		// confirmed a stream): read it again, and every stream.
+		if ps, err = g.check(ctx); err != nil {
+			return err
+		}
+	}
+	return stream.ReplacedError(ps)
 }
 
 // current is stream_replaced if the last comparison found a stream that

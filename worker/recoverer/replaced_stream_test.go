@@ -63,4 +63,52 @@ func TestReplacedReviewsStreamRefused(t *testing.T) {
 	if _, err := next.Prepare(ctx, "s-rep", "pay-1"); schema.CodeOf(err) != schema.CodeStreamReplaced {
 		t.Errorf("HOLE: after a restart, prepare on a replaced JW_REVIEWS = %v, want stream_replaced", err)
 	}
+	if ps := next.ReplacedStreams(); len(ps) != 1 || ps[0].Stream != e.topo.StreamName("REVIEWS") {
+		t.Errorf("ReplacedStreams = %v, want JW_REVIEWS", ps)
+	}
+	if len(e.planMsgs()) != 0 {
+		t.Fatal("HOLE: a plan was issued on the replaced stream")
+	}
+
+	// An operator confirms the new JW_REVIEWS (having checked it): prepare
+	// acts again, on what the stream now holds.
+	if _, err := stream.ConfirmIdentity(ctx, e.topo.JS, e.topo.Prefix, 1, e.topo.StreamName("REVIEWS")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := next.Prepare(ctx, "s-rep", "pay-1"); err != nil {
+		t.Fatalf("prepare after the confirmation: %v", err)
+	}
+	streamtest.Eventually(t, 15*time.Second, "the periodic check clears the replaced stream", func() bool {
+		return len(next.ReplacedStreams()) == 0
+	})
+}
+
+// TestReplacedStreamDetectedWhileRunning: a protected stream the recovery
+// worker does not consume (JW_PLANS) deleted and created again while it
+// runs is found by its periodic comparison, and then takeovers are
+// refused too: an expired session's open call stays open, not fenced into
+// a log nobody can trust.
+func TestReplacedStreamDetectedWhileRunning(t *testing.T) {
+	const ttl = time.Second
+	ctx := context.Background()
+	e := setup(t, ttl)
+	r := e.recoverer("a", func(c *Config) { c.IdentityInterval = 100 * time.Millisecond })
+	e.run(r)
+	started(t, r)
+	if err := e.topo.JS.DeleteStream(ctx, e.topo.StreamName("PLANS")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.EnsureTopology(ctx, e.topo.JS, e.topo.Config()); err != nil {
+		t.Fatal(err)
+	}
+	streamtest.Eventually(t, 10*time.Second, "JW_PLANS found replaced", func() bool {
+		ps := r.ReplacedStreams()
+		return len(ps) == 1 && ps[0].Stream == e.topo.StreamName("PLANS")
+	})
+	if _, err := r.TakeOver(ctx, "s-none"); schema.CodeOf(err) != schema.CodeStreamReplaced {
+		t.Errorf("TakeOver on a replaced JW_PLANS = %v, want stream_replaced", err)
+	}
+	if _, err := r.Prepare(ctx, "s-none", "c-1"); schema.CodeOf(err) != schema.CodeStreamReplaced {
+		t.Errorf("Prepare on a replaced JW_PLANS = %v, want stream_replaced", err)
+	}
 }
