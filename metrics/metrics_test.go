@@ -352,3 +352,41 @@ func TestConsoleCounters(t *testing.T) {
 		}
 	}
 }
+
+// replacedRecoverer is a fakeRecoverer that also says which protected
+// streams were replaced.
+type replacedRecoverer struct {
+	fakeRecoverer
+	replaced []stream.IdentityProblem
+}
+
+func (r *replacedRecoverer) ProtectedStreams() []string { return stream.ProtectedStreams("") }
+func (r *replacedRecoverer) ReplacedStreams() []stream.IdentityProblem {
+	return r.replaced
+}
+
+// TestStreamReplacedGauge: jingwei_stream_replaced is 1 for each
+// protected stream the recoverer found replaced, 0 for the others, and
+// back to 0 once confirmed.
+func TestStreamReplacedGauge(t *testing.T) {
+	reg := metrics.NewRegistry()
+	m := metrics.NewRecovery(reg)
+	src := &replacedRecoverer{replaced: []stream.IdentityProblem{{Stream: "JW_REVIEWS", Reason: "deleted and created again"}}}
+	m.Source(src)
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = metrics.Serve(ctx, ln, reg) }()
+	url := "http://" + ln.Addr().String() + "/metrics"
+	got := scrape(t, url)
+	if v, ok := got[`jingwei_stream_replaced{stream="JW_REVIEWS"}`]; !ok || v != 1 {
+		t.Errorf("jingwei_stream_replaced{JW_REVIEWS} = %v (present %v), want 1", v, ok)
+	}
+	if v, ok := got[`jingwei_stream_replaced{stream="JW_EVENTS"}`]; !ok || v != 0 {
+		t.Errorf("jingwei_stream_replaced{JW_EVENTS} = %v (present %v), want 0", v, ok)
+	}
+	src.replaced = nil
+	if got := scrape(t, url); got[`jingwei_stream_replaced{stream="JW_REVIEWS"}`] != 0 {
+		t.Errorf("after the confirmation: jingwei_stream_replaced{JW_REVIEWS} = %v, want 0", got[`jingwei_stream_replaced{stream="JW_REVIEWS"}`])
+	}
+}

@@ -2,12 +2,14 @@ package metrics
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/worker/recoverer"
 	"github.com/jingwei/jingwei/worker/service"
 )
@@ -47,6 +49,17 @@ type Recovery struct {
 
 	awaitingDesc, oldestDesc, openDesc, plansDesc, seenDesc, pendingDesc, ackPendingDesc, upDesc *prometheus.Desc
 	approvalsDesc, stoppedDesc                                                                   *prometheus.Desc
+	replacedDesc                                                                                 *prometheus.Desc
+}
+
+// IdentitySource is what the stream_replaced gauge reads at each scrape,
+// when the RecoverySource also implements it (*recoverer.Recoverer does).
+type IdentitySource interface {
+	// ProtectedStreams are the streams compared with their recorded
+	// identity.
+	ProtectedStreams() []string
+	// ReplacedStreams are those that differed at the last comparison.
+	ReplacedStreams() []stream.IdentityProblem
 }
 
 var _ recoverer.Observer = (*Recovery)(nil)
@@ -83,6 +96,7 @@ func NewRecovery(reg prometheus.Registerer) *Recovery {
 		ackPendingDesc: d("recoverer_consumer_ack_pending_events", "Session events delivered to the classifier and not yet acknowledged."),
 		upDesc:         d("recoverer_up", "1 when the last scrape read the recovery worker's state and consumer, 0 when it could not."),
 		approvalsDesc:  d("approvals_pending", "Calls waiting for approval: approval.requested on the log, no approval.granted and no result yet (docs/protocol.md §17)."),
+		replacedDesc:   d("stream_replaced", "1 for a protected stream that no longer matches the identity setup recorded (deleted and created again, or messages removed from its start): the recovery worker refuses to prepare plans and take sessions over until an operator confirms it (jingwei setup --confirm-replaced); 0 for the others.", "stream"),
 		stoppedDesc:    d("tasks_stopped", "Stopped tasks (task.stopped on their session log, by a host or the budget); a stopped task never reopens, so this only grows while the logs are kept."),
 	}
 	reg.MustRegister(m.assessments, m.takeovers, m.crashToAsmt, m)
@@ -150,7 +164,7 @@ func (m *Recovery) TookOver(_ string, h []schema.Event, assessed []schema.Assess
 
 // Describe is prometheus.Collector's.
 func (m *Recovery) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.awaitingDesc, m.oldestDesc, m.openDesc, m.plansDesc, m.seenDesc, m.pendingDesc, m.ackPendingDesc, m.upDesc, m.approvalsDesc, m.stoppedDesc} {
+	for _, d := range []*prometheus.Desc{m.awaitingDesc, m.oldestDesc, m.openDesc, m.plansDesc, m.seenDesc, m.pendingDesc, m.ackPendingDesc, m.upDesc, m.approvalsDesc, m.stoppedDesc, m.replacedDesc} {
 		ch <- d
 	}
 }
@@ -187,6 +201,25 @@ func (m *Recovery) Collect(ch chan<- prometheus.Metric) {
 	} else {
 		gauge(m.pendingDesc, float64(p))
 		gauge(m.ackPendingDesc, float64(ap))
+	}
+	if is, ok := src.(IdentitySource); ok {
+		replaced := map[string]bool{}
+		for _, p := range is.ReplacedStreams() {
+			replaced[p.Stream] = true
+		}
+		names := is.ProtectedStreams()
+		for name := range replaced {
+			if !slices.Contains(names, name) {
+				names = append(names, name) // the identity record itself
+			}
+		}
+		for _, name := range names {
+			v := 0.0
+			if replaced[name] {
+				v = 1
+			}
+			gauge(m.replacedDesc, v, name)
+		}
 	}
 	gauge(m.upDesc, up)
 }

@@ -86,8 +86,13 @@ func invalidReview(cause error, format string, args ...any) error {
 // nkey user public key in the set and Sig its valid signature over the
 // review without sig. Errors are invalid_review and wrap ErrUnsignedReview,
 // ErrNotUserKey, ErrUntrustedSigner or ErrBadSignature. VerifyReview checks
-// only the signature; PrepareRetry checks the content.
+// the signature, and that the review names its operator (a blank one is
+// invalid_review, as schema.Review.Validate says); PrepareRetry checks the
+// content.
 func VerifyReview(r schema.Review, trusted TrustedKeys) error {
+	if strings.TrimSpace(r.Operator) == "" {
+		return invalidReview(nil, "review of call %q has a blank operator", r.CallID)
+	}
 	if r.Signer == "" || r.Sig == "" {
 		return invalidReview(ErrUnsignedReview, "review of call %q by %q is not signed", r.CallID, r.Operator)
 	}

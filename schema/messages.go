@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -41,8 +42,8 @@ func DecodeReview(b []byte) (Review, error) {
 }
 
 // Validate checks a review's fields as review.schema.json does: version 1,
-// a valid session id, a call id, a non-empty operator, a known verdict, an
-// RFC 3339 at if set, and signer and sig together and well formed. Errors
+// a valid session id, a call id, an operator that is not blank (white
+// space only), a known verdict, an RFC 3339 at if set, and signer and sig together and well formed. Errors
 // are *Error with code invalid_review, or field_too_long for a call id,
 // operator or evidence over MaxFieldBytes bytes.
 func (r *Review) Validate() error {
@@ -72,6 +73,11 @@ func (r *Review) checkFields(what string) error {
 	}
 	if err := checkID(what+".operator", r.Operator); err != nil {
 		return err
+	}
+	if strings.TrimSpace(r.Operator) == "" {
+		// A review names the person who stands behind it: a blank name is
+		// no name, refused alike by the checker, status and prepare.
+		return Errorf(CodeCorruptHistory, "%s.operator is blank", what)
 	}
 	if err := checkLen(what+".evidence", r.Evidence); err != nil {
 		return err

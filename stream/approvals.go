@@ -1,7 +1,10 @@
 package stream
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -133,13 +136,27 @@ func (t *Topology) PublishApprovalRequest(ctx context.Context, a schema.AskedApp
 // publishes a task stop (DefaultPrefix when prefix is "").
 func StopSubject(prefix, session string) string { return ApprovalsSubject(prefix, session) + ".stop" }
 
+// StopMsgID is the Nats-Msg-Id of a task stop whose message body is
+// data: stop.<session>.<task>.<digest>, the digest the first 16 bytes of
+// data's SHA-256 in hex. A stop published twice with the same content is
+// stored once; a stop with other content (another reason, another time) is
+// another message.
+func StopMsgID(session, task string, data []byte) string {
+	sum := sha256.Sum256(data)
+	return "stop." + session + "." + task + "." + hex.EncodeToString(sum[:16])
+}
+
 // PublishStop publishes a task stop on jw.approvals.<session>.stop with js
 // (a host's connection) and waits for JetStream's acknowledgement. The
 // tool worker that owns (or takes) the session records it as task.stopped
-// on the session log. The stop's Nats-Msg-Id is stop.<session>.<task>, so
-// a stop published twice is stored once; should another client's message
-// hold that id (a duplicate acknowledgement whose stored message is not a
-// stop of the task), the stop is published once more under a random id.
+// on the session log. The stop's Nats-Msg-Id is StopMsgID of its content,
+// so the same stop published twice is stored once. A duplicate
+// acknowledgement counts only if the message stored under the id has the
+// stop's subject and exactly its bytes: anything else (another client of
+// the host or reviewer role took the id first) is not this stop, which is
+// published once more under an id nobody can have taken (a second stop of
+// a task changes nothing). PublishStop then returns the acknowledgement of
+// the stop it stored together with a request_conflict error that says so.
 func PublishStop(ctx context.Context, js jetstream.JetStream, prefix string, s schema.StopRequest) (*jetstream.PubAck, error) {
 	if prefix == "" {
 		prefix = DefaultPrefix
@@ -154,7 +171,8 @@ func PublishStop(ctx context.Context, js jetstream.JetStream, prefix string, s s
 	if err != nil {
 		return nil, err
 	}
-	subj, id := StopSubject(prefix, s.Session), "stop."+s.Session+"."+s.Task
+	subj, id := StopSubject(prefix, s.Session), StopMsgID(s.Session, s.Task, b)
+	var taken uint64 // the sequence of another message under the stop's id
 	for try := 0; ; try++ {
 		ack, err := js.Publish(ctx, subj, b, jetstream.WithMsgID(id))
 		if err != nil {
@@ -163,15 +181,16 @@ func PublishStop(ctx context.Context, js jetstream.JetStream, prefix string, s s
 		if ack.Stream != streamName(prefix, "APPROVALS") {
 			return nil, fmt.Errorf("stream: publish stop of %s/%s: %w: from stream %q", s.Session, s.Task, errForeignAck, ack.Stream)
 		}
-		if !ack.Duplicate || try > 0 {
+		if !ack.Duplicate {
+			if taken != 0 {
+				return ack, schema.Errorf(schema.CodeRequestConflict, "stop of %s/%s: another message (JW_APPROVALS seq %d) held the stop's Msg-Id %s; the stop was published again (seq %d)", s.Session, s.Task, taken, StopMsgID(s.Session, s.Task, b), ack.Sequence)
+			}
 			return ack, nil
 		}
-		// JW_APPROVALS deduplicates over the whole stream, and the id is
-		// predictable: a duplicate is this stop only if the message stored
-		// under the id is a stop of this task. Another client's message
-		// (an approver may publish on jw.approvals.<session> with any
-		// headers) would drop the stop: it is published again under an id
-		// nobody can have taken (a second stop of a task changes nothing).
+		// JW_APPROVALS deduplicates over the whole stream, and the id can
+		// be computed by anyone who can guess the stop: a duplicate is
+		// this stop only if the message stored under the id is byte for
+		// byte this stop on this subject.
 		st, err := js.Stream(ctx, streamName(prefix, "APPROVALS"))
 		if err != nil {
 			return nil, fmt.Errorf("stream: publish stop of %s/%s: check duplicate: %w", s.Session, s.Task, err)
@@ -180,12 +199,13 @@ func PublishStop(ctx context.Context, js jetstream.JetStream, prefix string, s s
 		if err != nil {
 			return nil, fmt.Errorf("stream: publish stop of %s/%s: check duplicate: %w", s.Session, s.Task, err)
 		}
-		var stored struct {
-			Task string `json:"task"`
-		}
-		if m.Subject == subj && json.Unmarshal(m.Data, &stored) == nil && stored.Task == s.Task {
+		if m.Subject == subj && bytes.Equal(m.Data, b) {
 			return ack, nil
 		}
+		if try > 0 {
+			return nil, schema.Errorf(schema.CodeRequestConflict, "stop of %s/%s: the Msg-Ids %s and %s are both held by other messages; the stop is not recorded", s.Session, s.Task, StopMsgID(s.Session, s.Task, b), id)
+		}
+		taken = ack.Sequence
 		id += "." + nuid.Next()
 	}
 }

@@ -317,6 +317,9 @@ func (t *Topology) Drop(ctx context.Context) error {
 			first = err
 		}
 	}
+	if err := t.JS.DeleteStream(ctx, IdentityStreamName(t.Prefix)); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) && first == nil {
+		first = err
+	}
 	return first
 }
 
@@ -429,9 +432,18 @@ func (c TopologyConfig) bucketSpecs() []jetstream.KeyValueConfig {
 // at once. An existing stream or bucket whose subjects, retention, storage,
 // replicas, age limit or per-subject limit conflict with jingwei's is
 // reported as a *ConflictError (errors.Is ErrTopologyConflict) and left as
-// it is: nothing is ever replaced or purged.
+// it is: nothing is ever replaced or purged. It then records the identity
+// of each protected stream not recorded yet (RecordIdentity; an entry
+// already recorded is never changed: see ConfirmIdentity).
 func EnsureTopology(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig) (*Topology, error) {
-	return topology(ctx, js, cfg, true)
+	t, err := topology(ctx, js, cfg, true)
+	if err != nil {
+		return nil, err
+	}
+	if err := RecordIdentity(ctx, js, t.Prefix, t.cfg.Replicas); err != nil {
+		return nil, err
+	}
+	return t, nil
 }
 
 // OpenTopology is EnsureTopology for read-only clients (export, inspect,

@@ -152,8 +152,11 @@ func runTask(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	pctx, cancel := context.WithTimeout(ctx, api.timeout)
 	defer cancel()
 	ack, err := stream.PublishStop(pctx, js, api.prefix, req)
-	if err != nil {
+	if err != nil && ack == nil {
 		return printError(stdout, err)
+	}
+	if err != nil { // stored, but another message held the stop's Msg-Id
+		fmt.Fprintf(stderr, "jingwei task stop: %s\n", schema.TextOf(err))
 	}
 	fmt.Fprintf(stdout, "stop of task %s in session %s published (%s seq %d); the session's tool worker records task.stopped\n", req.Task, req.Session, ack.Stream, ack.Sequence)
 	return exitOK

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -20,6 +21,7 @@ func init() {
 
 const setupHelp = `  jingwei setup [--server URL] [--auth DIR | --nkey FILE | --creds FILE]
                 [--replicas 1] [--lease-ttl 10s] [--partitions 32] [--repair] [--json] [--wait 2m]
+                [--confirm-replaced STREAM[,STREAM…]]
 
 Creates jingwei's streams and buckets on a server where they do not exist
 yet, and checks those that do: the set-up an external deployment runs once
@@ -39,13 +41,26 @@ mends it in place (nothing stored is changed). --replicas, --lease-ttl and
 --partitions must be what the workers of the deployment use (a topology
 made with other values is refused, naming the setting and both values).
 
+Setup records the identity of each protected stream (JW_EVENTS,
+JW_REVIEWS, JW_PLANS, JW_ASSESSMENTS, JW_APPROVALS and the plans and
+budget buckets: when the server created it, the first sequence it holds)
+in the metadata of JW_IDENTITY, once. A protected stream deleted and
+created again, or one that lost messages from its start, no longer
+matches: recovery workers refuse to prepare plans and take sessions over
+(stream_replaced), and setup names it and exits 1. Once you have checked
+what the stream holds (a review or plan lost with the old one is lost for
+good: look for completed reviews in your own records before you confirm),
+--confirm-replaced STREAM records its identity as it is now, and recovery
+resumes (restart the recovery workers to take over what expired meanwhile).
+
 Output: each stream (name, subjects, replicas) and bucket, then the line
 saying the topology is in place; --json prints one object instead:
-{"prefix":…,"server":…,"streams":[{"name","subjects","replicas"}],"buckets":[…]}.
+{"prefix":…,"server":…,"streams":[{"name","subjects","replicas"}],"buckets":[…],
+"confirmed":[{"stream","created","first_seq"}],"replaced":[{"stream","reason"}]}.
 
 Exit status: 0 the topology is in place; 1 the server stayed unreachable
-for --wait, the connection may not create streams, or an existing stream
-conflicts; 2 usage.`
+for --wait, the connection may not create streams, an existing stream
+conflicts, or a protected stream was replaced and not confirmed; 2 usage.`
 
 func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("setup", "Create or check jingwei's streams and buckets (admin).", setupHelp, stderr)
@@ -61,6 +76,8 @@ func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	repair := fs.Bool("repair", false, "mend streams and buckets that lack a protection, in place")
 	asJSON := fs.Bool("json", false, "print the topology as one JSON object")
 	wait := fs.Duration("wait", 2*time.Minute, "how long to wait, with backoff, for the server and JetStream (a cluster starting, no meta leader yet, a node down); 0 tries once")
+	var confirm multiFlag
+	fs.Var(&confirm, "confirm-replaced", "record the identity of a protected stream that was replaced (deleted and created again, or lost messages) as it is now; repeat or separate with commas")
 	if st, ok := parseFlags(fs, args); !ok {
 		return st
 	}
@@ -105,6 +122,10 @@ func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	defer nc.Close()
 	out := setupOutput{Prefix: topo.Prefix, Server: nc.ConnectedUrlRedacted()}
+	if out.Confirmed, out.Replaced, err = checkIdentity(ctx, topo, *replicas, confirm); err != nil {
+		fmt.Fprintf(stderr, "jingwei setup: %v\n", err)
+		return exitFailure
+	}
 	for _, s := range []jetstream.Stream{topo.Events, topo.Requests, topo.Reviews, topo.PlanLog, topo.Assessments, topo.Answers} {
 		c := s.CachedInfo().Config
 		out.Streams = append(out.Streams, setupStream{Name: c.Name, Subjects: c.Subjects, Replicas: max(c.Replicas, 1)})
@@ -112,9 +133,16 @@ func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	for _, b := range []string{"leases", "plans", "budget"} {
 		out.Buckets = append(out.Buckets, topo.Prefix+"_"+b)
 	}
+	for _, p := range out.Replaced {
+		fmt.Fprintf(stderr, "jingwei setup: protected stream %s was replaced (%s): recovery workers refuse to prepare and take over until you confirm it with --confirm-replaced %s\n", p.Stream, p.Reason, p.Stream)
+	}
+	code := exitOK
+	if len(out.Replaced) > 0 {
+		code = exitFailure
+	}
 	if *asJSON {
 		_ = writeJSON(stdout, out)
-		return exitOK
+		return code
 	}
 	for _, s := range out.Streams {
 		fmt.Fprintf(stdout, "stream %-16s %-22s replicas %d\n", s.Name, s.Subjects[0], s.Replicas)
@@ -122,8 +150,34 @@ func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	for _, b := range out.Buckets {
 		fmt.Fprintf(stdout, "bucket %s\n", b)
 	}
+	for _, c := range out.Confirmed {
+		fmt.Fprintf(stdout, "identity of %s confirmed: created %s, first sequence %d\n", c.Stream, c.Created.Format(time.RFC3339Nano), c.FirstSeq)
+	}
 	fmt.Fprintf(stdout, "jingwei setup: topology %q in place on %s\n", out.Prefix, out.Server)
-	return exitOK
+	return code
+}
+
+// checkIdentity confirms the streams named in confirm (each value may
+// list several, comma-separated), then compares every protected stream
+// with its recorded identity.
+func checkIdentity(ctx context.Context, topo *stream.Topology, replicas int, confirm []string) ([]stream.StreamIdentity, []stream.IdentityProblem, error) {
+	var names []string
+	for _, c := range confirm {
+		for _, n := range strings.Split(c, ",") {
+			if n = strings.TrimSpace(n); n != "" {
+				names = append(names, n)
+			}
+		}
+	}
+	var confirmed []stream.StreamIdentity
+	if len(names) > 0 {
+		var err error
+		if confirmed, err = stream.ConfirmIdentity(ctx, topo.JS, topo.Prefix, replicas, names...); err != nil {
+			return nil, nil, err
+		}
+	}
+	replaced, err := stream.CheckIdentity(ctx, topo.JS, topo.Prefix)
+	return confirmed, replaced, err
 }
 
 // setupOutput is what setup prints with --json.
@@ -132,6 +186,11 @@ type setupOutput struct {
 	Server  string        `json:"server"`
 	Streams []setupStream `json:"streams"`
 	Buckets []string      `json:"buckets"`
+	// Confirmed are the identities --confirm-replaced recorded.
+	Confirmed []stream.StreamIdentity `json:"confirmed,omitempty"`
+	// Replaced are the protected streams that do not match their recorded
+	// identity (exit status 1).
+	Replaced []stream.IdentityProblem `json:"replaced,omitempty"`
 }
 
 // setupStream is one stream of the topology in setupOutput.

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/jingwei/jingwei/stream"
 )
 
@@ -66,4 +68,64 @@ func keyedServer(t *testing.T) (stream.KeyDir, string) {
 	}
 	t.Cleanup(srv.Shutdown)
 	return kd, srv.ClientURL()
+}
+
+// TestSetupConfirmReplaced: JW_REVIEWS deleted by the admin and created
+// again by the next setup no longer matches the identity setup recorded:
+// setup names it and exits 1, and so does every later setup, until
+// --confirm-replaced JW_REVIEWS records it as it is now. The recoverer
+// role reads the record (stream info); the worker role may not rewrite
+// it.
+func TestSetupConfirmReplaced(t *testing.T) {
+	kd, url := keyedServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if code, stdout, stderr := runCLI("setup", "--server", url, "--auth", string(kd)); code != exitOK {
+		t.Fatalf("setup: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	connect := func(r stream.Role) jetstream.JetStream {
+		nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: url, NKeySeedFile: kd.SeedFile(r)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, _ := jetstream.New(nc)
+		return js
+	}
+	admin, recoverer, worker := connect(stream.RoleAdmin), connect(stream.RoleRecoverer), connect(stream.RoleWorker)
+	if ps, err := stream.CheckIdentity(ctx, recoverer, ""); err != nil || len(ps) != 0 {
+		t.Fatalf("CheckIdentity as recoverer after setup = %v, %v; want no problem", ps, err)
+	}
+	if err := admin.DeleteStream(ctx, "JW_REVIEWS"); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		code, _, stderr := runCLI("setup", "--server", url, "--auth", string(kd))
+		if code != exitFailure || !strings.Contains(stderr, "JW_REVIEWS") || !strings.Contains(stderr, "--confirm-replaced JW_REVIEWS") {
+			t.Fatalf("setup after JW_REVIEWS was replaced: exit %d, %q; want 1 naming it and the confirm flag", code, stderr)
+		}
+	}
+	ps, err := stream.CheckIdentity(ctx, recoverer, "")
+	if err != nil || len(ps) != 1 || ps[0].Stream != "JW_REVIEWS" {
+		t.Fatalf("CheckIdentity as recoverer = %v, %v; want JW_REVIEWS replaced", ps, err)
+	}
+	// The worker role cannot confirm it for the operator.
+	wctx, wcancel := context.WithTimeout(ctx, 3*time.Second) // a refused request is never answered
+	defer wcancel()
+	if _, err := stream.ConfirmIdentity(wctx, worker, "", 1, "JW_REVIEWS"); err == nil {
+		t.Fatal("the worker role rewrote the identity record")
+	}
+	if code, _, stderr := runCLI("setup", "--server", url, "--auth", string(kd), "--confirm-replaced", "JW_NOPE"); code != exitFailure || !strings.Contains(stderr, "not a protected stream") {
+		t.Fatalf("confirm of an unknown stream: exit %d %q", code, stderr)
+	}
+	code, stdout, stderr := runCLI("setup", "--server", url, "--auth", string(kd), "--confirm-replaced", "JW_REVIEWS")
+	if code != exitOK || !strings.Contains(stdout, "identity of JW_REVIEWS confirmed") {
+		t.Fatalf("setup --confirm-replaced JW_REVIEWS: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if ps, err := stream.CheckIdentity(ctx, recoverer, ""); err != nil || len(ps) != 0 {
+		t.Fatalf("CheckIdentity after the confirmation = %v, %v; want no problem", ps, err)
+	}
+	if code, _, stderr := runCLI("setup", "--server", url, "--auth", string(kd)); code != exitOK {
+		t.Fatalf("setup after the confirmation: exit %d %s", code, stderr)
+	}
 }

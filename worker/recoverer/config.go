@@ -72,7 +72,18 @@ type Config struct {
 	// when a partition's lease expires (a recovery storm) and when it
 	// reconciles at start. Defaults to DefaultParallelism.
 	Parallelism int
+	// IdentityInterval is how often the recoverer compares the protected
+	// streams with the identity setup recorded (stream.CheckIdentity);
+	// prepare compares them again itself before it plans. While one was
+	// replaced (deleted and created again, or messages removed from its
+	// start) prepare and takeovers refuse with stream_replaced until an
+	// operator confirms (`jingwei setup --confirm-replaced`). Defaults to
+	// DefaultIdentityInterval.
+	IdentityInterval time.Duration
 }
+
+// DefaultIdentityInterval is Config.IdentityInterval's default.
+const DefaultIdentityInterval = 5 * time.Second
 
 // DefaultParallelism is Config.Parallelism's default.
 const DefaultParallelism = 128
@@ -93,6 +104,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Parallelism <= 0 {
 		c.Parallelism = DefaultParallelism
+	}
+	if c.IdentityInterval <= 0 {
+		c.IdentityInterval = DefaultIdentityInterval
 	}
 	if len(c.TrustedPlanners) == 0 && c.PlannerKey != nil {
 		if pub, err := c.PlannerKey.PublicKey(); err == nil {

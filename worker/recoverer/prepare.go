@@ -47,6 +47,9 @@ func newIssuer(b *base, pub *publisher, reviews *reviewChecker, leases *takeover
 // the takeover extends the loaded history with what followed it
 // (stream.WithLoaded) instead of loading it again.
 func (r *issuer) prepare(ctx context.Context, session, callID string) (schema.Plan, error) {
+	if err := r.identity.verify(ctx); err != nil { // a replaced stream: stream_replaced
+		return schema.Plan{}, err
+	}
 	// The plan id follows from session and call alone: a plan issued
 	// before (by this or a racing recoverer) is found without loading the
 	// history. The latest review, needed either way, is read meanwhile.

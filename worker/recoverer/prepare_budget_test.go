@@ -29,7 +29,12 @@ import (
 //     and the plan consumer's ack floor (consumer info) — also when
 //     another plan of the session was published after it (looking the
 //     plan's latest message up would read the subject's last message,
-//     then the subject).
+//     then the subject);
+//   - on every path, first: the identity of the three streams prepare
+//     decides from (stream info of the session logs, the reviews and the
+//     plans bucket, against the record the recoverer's last full check
+//     read), so that a stream deleted and created again is refused
+//     (stream_replaced) before anything is read from it.
 //
 // A change that adds a request to a path fails here; one that removes a
 // request the contract needs fails the tests of that guarantee.
@@ -62,6 +67,11 @@ func TestPrepareRequestBudget(t *testing.T) {
 			}
 		}
 	}
+	for _, r := range recs {
+		if _, err := r.identity.check(ctx); err != nil { // what Run does at start
+			t.Fatal(err)
+		}
+	}
 	tap := tapRequests(t, srv, topo)
 	var (
 		review  = "STREAM.MSG.GET " + topo.StreamName("REVIEWS")
@@ -74,6 +84,9 @@ func TestPrepareRequestBudget(t *testing.T) {
 	)
 	check := func(path string, want map[string]int, f func() error) {
 		t.Helper()
+		for _, name := range []string{topo.StreamName("EVENTS"), topo.StreamName("REVIEWS"), "KV_" + topo.Prefix + "_plans"} {
+			want["STREAM.INFO "+name] = 1
+		}
 		tap.reset()
 		if err := f(); err != nil {
 			t.Fatalf("%s: %v", path, err)

@@ -2,28 +2,37 @@ package recoverer
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 )
 
 // rebuildAwaiting fills the awaiting-review set from durable state, so
-// that jw.api.status says after a restart what it said before: every
-// assessment on JW_ASSESSMENTS in stream order, a batch's members in
-// their order (schema.DecodeAssessments; the latest of a call
-// decides: needs_review adds it, anything else removes it), then every call
-// a trusted completed review settled (JW_REVIEWS, folded as prepare folds
-// them) and every call a plan was issued for (jw_plans) is removed. The
-// live path (noted, settled) keeps the set up to date from then on. It
-// reads every assessment once: its cost grows with the assessments kept
-// in JW_ASSESSMENTS. With AutoPlan it also queues for the auto-planner
-// every call whose latest assessment is retry_allowed and that has no
+// that jw.api.status says after a restart what it said before. Only the
+// session logs and signed records decide; assessments carry no signature
+// (anyone with the recoverer credential can publish one), so they only
+// say which sessions to read and in what order their calls were assessed:
+// every session with an assessment on JW_ASSESSMENTS is loaded, and each
+// of its calls that the log itself classifies needs_review (closed: a
+// result, or a fence of its writer; recovery.Inspect) awaits review, in
+// the order of the latest assessment naming it (stream order, a batch's
+// members in their order; calls no assessment names come after). Then
+// every call a trusted completed review settled (JW_REVIEWS, folded as
+// prepare folds them) and every call a plan was issued for (jw_plans:
+// only records whose plan carries a trusted planner's signature, for the
+// plan id of its own call) is removed. The live path (noted, settled)
+// keeps the set up to date from then on. It reads every assessment and
+// every assessed session's log once. With AutoPlan it also queues for the
+// auto-planner every call the log classifies retry_allowed that has no
 // plan in jw_plans.
 func (r *Recoverer) rebuildAwaiting(ctx context.Context) error {
 	streamName := r.t.StreamName("ASSESSMENTS")
@@ -35,23 +44,26 @@ func (r *Recoverer) rebuildAwaiting(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("recoverer: rebuild awaiting review: list sessions: %w", err)
 	}
-	type seqd struct {
-		seq uint64
-		a   schema.Assessment
-	}
-	var all []seqd
-	skipped := 0
+	// order is where the latest assessment naming a call stands: its
+	// stream sequence and its place in its batch.
+	type place struct{ seq, member uint64 }
+	order := map[callKey]place{}
+	assessed, skipped := 0, 0
+	var sessions []string
 	for subj := range info.State.Subjects {
+		session := stream.SessionOf(subj)
+		sessions = append(sessions, session)
 		err := r.t.ReadSubject(ctx, streamName, subj, func(m *jetstream.RawStreamMsg) error {
-			// One assessment or a batch, its members in log order (a
-			// stable sort keeps them so).
 			as, err := schema.DecodeAssessments(m.Data)
 			if err != nil {
 				skipped++
 				return nil
 			}
-			for _, a := range as {
-				all = append(all, seqd{m.Sequence, a})
+			for i, a := range as {
+				assessed++
+				if a.Session == session {
+					order[callKey{a.Session, a.CallID}] = place{m.Sequence, uint64(i)}
+				}
 			}
 			return nil
 		})
@@ -59,23 +71,56 @@ func (r *Recoverer) rebuildAwaiting(ctx context.Context) error {
 			return fmt.Errorf("recoverer: rebuild awaiting review: %w", err)
 		}
 	}
-	sort.SliceStable(all, func(i, j int) bool { return all[i].seq < all[j].seq })
+	sort.Strings(sessions)
+	type found struct {
+		at place
+		n  int // the call's place in its log, for calls of equal place
+		a  schema.Assessment
+	}
+	var all []found
+	unreadable := 0
+	for _, session := range sessions {
+		as, err := r.classifyLog(ctx, session)
+		if err != nil {
+			if errors.As(err, new(*schema.Error)) {
+				// A log that is too large or corrupt: the live classifier
+				// assesses none of its calls either.
+				unreadable++
+				r.log.Warn().Err(err).Str("session", session).Msg("rebuild awaiting review: session log not classified")
+				continue
+			}
+			return fmt.Errorf("recoverer: rebuild awaiting review: %w", err)
+		}
+		for i, a := range as {
+			at, ok := order[callKey{a.Session, a.CallID}]
+			if !ok {
+				at = place{math.MaxUint64, 0}
+			}
+			all = append(all, found{at, i, a})
+		}
+	}
+	sort.SliceStable(all, func(i, j int) bool {
+		a, b := all[i], all[j]
+		if a.at != b.at {
+			return a.at.seq < b.at.seq || a.at.seq == b.at.seq && a.at.member < b.at.member
+		}
+		return a.n < b.n
+	})
 	w := newAwaiting(r.awaiting.max)
-	// With AutoPlan, the calls whose latest assessment is retry_allowed
-	// and that have no plan yet are queued again below: the auto-plan
-	// queue of an earlier run lived in its memory only.
+	// With AutoPlan, the calls the log classifies retry_allowed and that
+	// have no plan yet are queued again below: the auto-plan queue of an
+	// earlier run lived in its memory only.
 	var unplanned map[callKey]bool
 	if r.cfg.AutoPlan {
 		unplanned = map[callKey]bool{}
 	}
-	for _, s := range all {
-		w.note(s.a)
-		if unplanned != nil {
-			k := callKey{s.a.Session, s.a.CallID}
-			if s.a.Decision == schema.DecisionRetryAllowed {
-				unplanned[k] = true
-			} else {
-				delete(unplanned, k)
+	for _, f := range all {
+		switch f.a.Decision {
+		case schema.DecisionNeedsReview:
+			w.note(f.a)
+		case schema.DecisionRetryAllowed:
+			if unplanned != nil {
+				unplanned[callKey{f.a.Session, f.a.CallID}] = true
 			}
 		}
 	}
@@ -97,16 +142,107 @@ func (r *Recoverer) rebuildAwaiting(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	untrusted := 0
 	for _, rec := range recs {
-		w.forget(rec.Plan.Session, rec.Plan.PriorCallID)
-		delete(unplanned, callKey{rec.Plan.Session, rec.Plan.PriorCallID})
+		p := rec.Plan
+		if p.PlanID != recovery.PlanID(p.Session, p.PriorCallID) || recovery.VerifyPlan(p, r.cfg.TrustedPlanners) != nil {
+			// Anyone with the worker credential can write jw_plans: a
+			// record whose plan no trusted planner signed issued nothing.
+			untrusted++
+			continue
+		}
+		w.forget(p.Session, p.PriorCallID)
+		delete(unplanned, callKey{p.Session, p.PriorCallID})
 	}
 	r.awaiting.replace(w)
 	for k := range unplanned {
 		r.issuer.queue(k.session, k.callID)
 	}
-	r.log.Info().Int("assessments", len(all)).Int("undecodable", skipped).Int("awaiting_review", len(w.calls)).Msg("awaiting review rebuilt from JW_ASSESSMENTS, JW_REVIEWS and jw_plans")
+	r.log.Info().Int("assessments", assessed).Int("undecodable", skipped).Int("sessions", len(sessions)).Int("unreadable_sessions", unreadable).
+		Int("unsigned_plan_records", untrusted).Int("awaiting_review", len(w.calls)).
+		Msg("awaiting review rebuilt from the session logs, JW_REVIEWS and the signed plans of jw_plans")
 	return nil
+}
+
+// logCall is what classifyLog keeps of a call in one pass over its log.
+type logCall struct {
+	contract   effect.Contract
+	status     schema.Status
+	stage      schema.Stage
+	marker     bool
+	started    bool
+	legacy     bool // no operation: never assessed
+	superseded bool // a later attempt retries it
+	closed     bool // a result, or a fence of its writer
+}
+
+// classifyLog loads session's log and returns, in log order, the
+// assessment (recovery.Inspect) of every call that is the latest attempt
+// of its chain, closed (its result recorded, or its writer fenced: the
+// calls the live classifier assesses) and classified needs_review or
+// retry_allowed. One pass finds those calls (recovery.Classify on what the
+// log says of each); Inspect then confirms each over the whole log (a
+// corrupt log is an error). Errors are *schema.Error for a log that is
+// what it is (too large, corrupt), others for a failed read.
+func (r *Recoverer) classifyLog(ctx context.Context, session string) ([]schema.Assessment, error) {
+	h, err := r.t.Load(ctx, session)
+	if err != nil {
+		return nil, err
+	}
+	calls := map[string]*logCall{}
+	var ids []string
+	var open recovery.OpenCalls[struct{}]
+	for _, ev := range h {
+		open.Observe(ev, nil, func(id string, _ struct{}) {
+			if c := calls[id]; c != nil {
+				c.closed = true
+			}
+		})
+		switch {
+		case ev.Type == schema.TypeCall && ev.Call != nil:
+			c := &logCall{marker: ev.Call.StartMarker, started: ev.Call.Started, legacy: ev.Call.Operation == nil}
+			if op := ev.Call.Operation; op != nil {
+				c.contract = op.Contract
+				if op.Retry != nil {
+					if p := calls[op.Retry.PriorCallID]; p != nil {
+						p.superseded = true
+					}
+				}
+			}
+			if _, seen := calls[ev.Call.CallID]; !seen {
+				ids = append(ids, ev.Call.CallID)
+			}
+			calls[ev.Call.CallID] = c
+		case ev.Type == schema.TypeStarted && ev.Started != nil:
+			if c := calls[ev.Started.CallID]; c != nil {
+				c.started = true
+			}
+		case ev.Type == schema.TypeResult && ev.Result != nil:
+			if c := calls[ev.Result.CallID]; c != nil {
+				c.status, c.stage, c.closed = ev.Result.Status, ev.Result.Stage, true
+			}
+		}
+	}
+	var out []schema.Assessment
+	for _, id := range ids {
+		c := calls[id]
+		if c.legacy || c.superseded || !c.closed {
+			continue
+		}
+		if _, _, d := recovery.Classify(c.status, c.stage, c.marker, c.started, c.contract); d != schema.DecisionNeedsReview && d != schema.DecisionRetryAllowed {
+			continue
+		}
+		a, err := inspect(h, id)
+		var se *schema.Error
+		if errors.As(err, &se) && se.Code != schema.CodeCorruptHistory && se.Code != schema.CodeHistoryTooLarge && se.Code != schema.CodeFieldTooLong {
+			continue // this call only (superseded, unknown, legacy)
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, nil
 }
 
 // completedReviews returns the calls among calls of session whose deciding

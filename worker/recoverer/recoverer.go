@@ -27,6 +27,7 @@ type Recoverer struct {
 	reviews  *reviewChecker // the review consumer and the review checks
 	issuer   *issuer        // prepare, issue, repair, redelivery
 	awaiting *awaiting      // calls awaiting review, for status
+	identity *identityGuard // the protected streams against their recorded identity
 
 	ready     chan struct{} // closed once Run has started up
 	readyOnce sync.Once
@@ -38,6 +39,9 @@ type base struct {
 	cfg Config
 	t   *stream.Topology
 	log zerolog.Logger
+	// identity compares the protected streams with their recorded
+	// identity: prepare and takeovers ask it first.
+	identity *identityGuard
 }
 
 // consumerName returns a durable consumer name of this recoverer.
@@ -62,6 +66,8 @@ func New(cfg Config) (*Recoverer, error) {
 	r.leases = &takeovers{base: b, pub: r.pub, track: r.classify.track}
 	r.reviews = &reviewChecker{base: b, settled: r.awaiting.forget}
 	r.issuer = newIssuer(b, r.pub, r.reviews, r.leases, r.awaiting.forget)
+	r.identity = &identityGuard{base: b}
+	b.identity = r.identity
 	return r, nil
 }
 
@@ -109,6 +115,11 @@ func (r *Recoverer) Run(ctx context.Context) error {
 }
 
 func (r *Recoverer) run(ctx context.Context) error {
+	// A replaced stream is logged here and refused by prepare and the
+	// takeovers; status still answers.
+	if _, err := r.identity.check(ctx); err != nil {
+		return err
+	}
 	if err := r.rebuildAwaiting(ctx); err != nil {
 		return err
 	}
@@ -138,6 +149,7 @@ func (r *Recoverer) run(ctx context.Context) error {
 		{"reviews", r.reviews.run},
 		{"auto-plan", r.issuer.autoPlan},
 		{"leases", r.leases.run},
+		{"identity", r.identity.run},
 	} {
 		wg.Add(1)
 		go func() {

@@ -383,6 +383,9 @@ func (r *takeovers) fence(ctx context.Context, session string, leftLive func(str
 // the calls the fence closed are returned, not published: the classifier
 // publishes them when it reads the fence.
 func (r *takeovers) takeOver(ctx context.Context, session string, opts ...stream.TakeoverOption) ([]schema.Assessment, []schema.Event, error) {
+	if err := r.identity.current(); err != nil { // a replaced stream: stream_replaced
+		return nil, nil, err
+	}
 	if r.fault != nil {
 		if err := r.fault(session); err != nil {
 			return nil, nil, fmt.Errorf("recoverer: take over %s: %w", session, err)
