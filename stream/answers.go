@@ -19,15 +19,58 @@ import (
 // window however often the request is delivered.
 func answerMsgID(session, requestID string) string { return scopedID("answer.", session, requestID) }
 
-// RequestMsgID is the Nats-Msg-Id a tool request is published with on
-// jw.requests.<session> (docs/protocol.md §12):
-// "request.<session>.<first 16 bytes of sha256(request_id), hex>". Request
+// RequestMsgID is the session-scoped part of the Nats-Msg-Id a tool
+// request is published with on jw.requests.<session> (docs/protocol.md
+// §12): "request.<session>.<first 16 bytes of sha256(request_id), hex>";
+// publishers use RequestMsgIDOf, which binds it to the request's content. Request
 // ids are the agent's and count per session (its log, its answers), while
 // JW_REQUESTS deduplicates Msg-Ids across all sessions: the bare request id
 // made r-1 of one session a duplicate of r-1 of another, dropped without a
 // call or an answer. The id is hashed (it may be 1,024 bytes of anything).
 func RequestMsgID(session, requestID string) string {
 	return scopedID("request.", session, requestID)
+}
+
+// RequestMsgIDOf is the Nats-Msg-Id a tool request is published with on
+// jw.requests.<session> (docs/protocol.md §12): RequestMsgID followed by
+// "." and the hex of the first 16 bytes of RequestDigest. A request id is
+// bound to its content: the same request published again is a duplicate,
+// while another request under the same id (another tool, task or
+// arguments — an agent claiming a victim's predictable id ahead of it)
+// is not taken for one, reaches the session's tool worker and is refused
+// there with request_conflict instead of being dropped while its sender
+// waits for the other request's result. Arguments that do not
+// canonicalize (a request the worker refuses as invalid_request) are
+// hashed as they are.
+func RequestMsgIDOf(q schema.Request) string {
+	d, err := RequestDigest(q.Tool, q.Task, q.Arguments)
+	if err != nil {
+		d = sha256.Sum256(q.Arguments)
+	}
+	return RequestMsgID(q.Session, q.RequestID) + "." + hex.EncodeToString(d[:16])
+}
+
+// RequestDigest is what binds a request id to its content: the SHA-256 of
+// the canonical JSON (docs/protocol.md §6.1) of the object
+// {"arguments": args, "task": task, "tool": tool}. Two requests with the
+// same digest ask for the same call (arguments compared as values, so
+// {"a":1,"b":2} and {"b":2,"a":1.0} are the same). Errors are those of
+// schema.Canonical (arguments that are not valid JSON). Safe for
+// concurrent use.
+func RequestDigest(tool, task string, args json.RawMessage) ([sha256.Size]byte, error) {
+	obj, err := json.Marshal(struct {
+		Arguments json.RawMessage `json:"arguments"`
+		Task      string          `json:"task"`
+		Tool      string          `json:"tool"`
+	}{args, task, tool})
+	if err != nil {
+		return [sha256.Size]byte{}, fmt.Errorf("%w: %v", schema.ErrInvalidJSON, err)
+	}
+	c, err := schema.Canonical(obj)
+	if err != nil {
+		return [sha256.Size]byte{}, err
+	}
+	return sha256.Sum256(c), nil
 }
 
 // scopedID is kind + session + "." + the hex of the first 16 bytes of

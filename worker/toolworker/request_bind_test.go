@@ -33,6 +33,9 @@ func TestRequestIDBoundToContent(t *testing.T) {
 	attack.Arguments = json.RawMessage(`{"account":"attacker","amount":500}`)
 
 	w.publishAs(t, attack, stream.RequestMsgID(sess, attack.RequestID))
+	if contentMsgID(t, attack) != stream.RequestMsgIDOf(attack) {
+		t.Fatalf("stream.RequestMsgIDOf %q, the contract says %q", stream.RequestMsgIDOf(attack), contentMsgID(t, attack))
+	}
 	w.publishAs(t, attack, contentMsgID(t, attack))
 	streamtest.Eventually(t, 20*time.Second, "the attacker's charge recorded", func() bool {
 		_, done, _ := w.callOf(t, sess, "r-1")
