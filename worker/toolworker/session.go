@@ -357,6 +357,9 @@ func (s *session) runPlan(m jetstream.Msg) bool {
 		return true
 	}
 	if err := s.confirm(s.p.work); err != nil {
+		if code := unrecordable(err); code != "" {
+			return s.dropPlan(lg, m, code, err)
+		}
 		if s.p.work.Err() == nil {
 			lg.Warn().Err(err).Msg("session log not confirmed; plan held and tried again")
 		}
@@ -377,7 +380,20 @@ func (s *session) runPlan(m jetstream.Msg) bool {
 		_ = m.Ack()
 		return true
 	}
+	if code := permanent(err); !acked && code != "" {
+		return s.dropPlan(lg, m, code, err)
+	}
 	return s.settle(lg, j, res, err)
+}
+
+// dropPlan terminates a plan the session log can never record the attempt
+// of (full, corrupt, the attempt too large): the plan is left unused in
+// jw_plans and the session's queue goes on — held, it would be tried
+// again forever while every request behind it waits unanswered.
+func (s *session) dropPlan(lg zerolog.Logger, m jetstream.Msg, code schema.Code, why error) bool {
+	lg.Warn().Err(why).Str("code", string(code)).Msg("plan not attempted: the session log cannot record its attempt; the plan is left unused")
+	_ = m.TermWithReason(string(code) + ": " + schema.TextOf(why))
+	return true
 }
 
 // settle finishes a job: a job whose tool.call was recorded is done (it was
