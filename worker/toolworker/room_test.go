@@ -117,24 +117,29 @@ func TestNoCallLeftOpenAfterItsEffect(t *testing.T) {
 
 // TestCorruptEpochAnswered: with the worker credential, a session.fenced
 // event at epoch 2^53 (over the 2^53-1 every reader reads exactly) is
-// appended to a session log. The log is corrupt: the session's requests
-// must be answered corrupt_history, not held and retried forever.
+// appended to a session log, and one at 2^53-1 by another owner to
+// another (no writer can ever fence above it). Neither log can be written
+// again: the sessions' requests must be answered corrupt_history, not
+// held and retried forever.
 func TestCorruptEpochAnswered(t *testing.T) {
 	w := startRoles(t, stream.TopologyConfig{LeaseTTL: time.Second})
 	start(t, toolworker.Config{Topology: w.worker, Registry: registry(t, padEcho()), PollInterval: 50 * time.Millisecond, DisableGateway: true})
-	const sess = "s-corrupt"
-	fence := fmt.Sprintf(`{"v":1,"session":%q,"epoch":%d,"at":"2026-12-01T00:00:00Z","type":"session.fenced","fence":{"epoch":%d,"owner":"mallory"}}`, sess, uint64(1)<<53, uint64(1)<<53)
-	if _, err := w.worker.JS.Publish(context.Background(), w.worker.EventsSubject(sess), []byte(fence)); err != nil {
-		t.Fatalf("the worker credential appends: %v", err)
+	for sess, epoch := range map[string]uint64{"s-over": 1 << 53, "s-at": schema.MaxEpoch} {
+		fence := fmt.Sprintf(`{"v":1,"session":%q,"epoch":%d,"at":"2026-12-01T00:00:00Z","type":"session.fenced","fence":{"epoch":%d,"owner":"mallory"}}`, sess, epoch, epoch)
+		if _, err := w.worker.JS.Publish(context.Background(), w.worker.EventsSubject(sess), []byte(fence)); err != nil {
+			t.Fatalf("the worker credential appends: %v", err)
+		}
+		q := schema.Request{V: 1, RequestID: "r-1", Session: sess, Task: "t-1", Tool: "echo", Arguments: json.RawMessage(`{"n":1}`)}
+		w.publishAs(t, q, contentMsgID(t, q))
 	}
-	q := schema.Request{V: 1, RequestID: "r-1", Session: sess, Task: "t-1", Tool: "echo", Arguments: json.RawMessage(`{"n":1}`)}
-	w.publishAs(t, q, contentMsgID(t, q))
-	streamtest.Eventually(t, 20*time.Second, "the request answered", func() bool {
-		_, ok := w.answer(t, sess, "r-1")
-		return ok
-	})
-	if a, _ := w.answer(t, sess, "r-1"); a.Code != schema.CodeCorruptHistory {
-		t.Fatalf("answer %+v, want %s", a, schema.CodeCorruptHistory)
+	for _, sess := range []string{"s-over", "s-at"} {
+		streamtest.Eventually(t, 20*time.Second, "the request of "+sess+" answered", func() bool {
+			_, ok := w.answer(t, sess, "r-1")
+			return ok
+		})
+		if a, _ := w.answer(t, sess, "r-1"); a.Code != schema.CodeCorruptHistory {
+			t.Fatalf("%s: answer %+v, want %s", sess, a, schema.CodeCorruptHistory)
+		}
 	}
 }
 
