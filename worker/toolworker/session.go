@@ -457,13 +457,14 @@ func permanent(err error) schema.Code {
 
 // unrecordable returns the answer code for a session log that can never
 // record a call — full (history_too_large: over the limit, or no room even
-// for a fence) or corrupt (corrupt_history) — or "" for a failure that may
-// pass.
+// for a fence) or corrupt (corrupt_history: a log no reader accepts, or
+// one whose epoch is at the limit, which no writer can fence above) — or
+// "" for a failure that may pass.
 func unrecordable(err error) schema.Code {
 	switch {
 	case errors.Is(err, stream.ErrLogClosed), errors.Is(err, schema.ErrHistoryTooLarge):
 		return schema.CodeHistoryTooLarge
-	case errors.Is(err, schema.ErrCorruptHistory):
+	case errors.Is(err, schema.ErrCorruptHistory), errors.Is(err, stream.ErrEpochExhausted):
 		return schema.CodeCorruptHistory
 	}
 	return ""
