@@ -73,6 +73,22 @@ func RequestDigest(tool, task string, args json.RawMessage) ([sha256.Size]byte, 
 	return sha256.Sum256(c), nil
 }
 
+// CallDigest is RequestDigest of the request a recorded tool.call
+// carries: its tool, its operation's task and its arguments. A reader
+// waiting for the result of request q (jw.api.call) takes a call carrying
+// q's request_id for q's only if CallDigest(c) equals q's RequestDigest;
+// otherwise q is another request under the same id (request_conflict).
+// ok is false if the call's arguments do not canonicalize (no request
+// matches it).
+func CallDigest(c *schema.Call) (d [sha256.Size]byte, ok bool) {
+	task := ""
+	if c.Operation != nil {
+		task = c.Operation.Task
+	}
+	d, err := RequestDigest(c.Tool, task, c.Arguments)
+	return d, err == nil
+}
+
 // scopedID is kind + session + "." + the hex of the first 16 bytes of
 // sha256(requestID).
 func scopedID(kind, session, requestID string) string {

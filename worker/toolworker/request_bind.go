@@ -35,13 +35,12 @@ func digestOf(tool, task string, args []byte) (requestDigest, bool) {
 }
 
 // digestOfCall returns the digest of the request a recorded tool.call
-// carries: its tool, task (the operation's) and arguments.
+// carries (stream.CallDigest); zero if it has none.
 func digestOfCall(c *schema.Call) requestDigest {
-	task := ""
-	if c.Operation != nil {
-		task = c.Operation.Task
+	var d requestDigest
+	if full, ok := stream.CallDigest(c); ok {
+		copy(d[:], full[:])
 	}
-	d, _ := digestOf(c.Tool, task, c.Arguments)
 	return d
 }
 
