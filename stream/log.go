@@ -338,6 +338,7 @@ func (t *Topology) fenceLoad(ctx context.Context, session, owner string, epoch u
 			// finds out (fenced, or a conflict).
 			l := &Log{t: t, session: session, owner: owner, subject: t.EventsSubject(session), epoch: epoch, idPre: idPre, last: tl.seq}
 			l.events, l.bytes = st.events, st.bytes
+			l.keepAwaiting(h)
 			return l, h, tl.seq, true, nil
 		}
 		// A log with no room left even for a fence is closed: nothing more
@@ -394,6 +395,7 @@ func (t *Topology) fenced(ctx context.Context, l *Log, seq uint64, prefix Loaded
 	}
 	l.last = seq
 	l.events, l.bytes = st.events, st.bytes
+	l.keepAwaiting(h)
 	return l, h, seq, false, nil
 }
 

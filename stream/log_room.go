@@ -127,3 +127,29 @@ func (l *Log) keep(typ, callID string, size int64, add reservation) {
 func CallRoom(result int64) (events int, bytes int64) {
 	return callExtraEvents + 1, max(result, 0) + callExtraBytes
 }
+
+// keepAwaiting reserves room for the calls of the confirmed history h
+// that wait for an approval: the writer that confirmed the session
+// resumes them (their approval, start and result are still to be
+// written), so they keep their room under the new Log as they did under
+// the one that recorded them. Their tools' output limits are not known
+// here: each keeps room for the largest event. Calls open without an
+// approval request are a gone writer's, assessed, never finished by this
+// one. The Log is not shared yet.
+func (l *Log) keepAwaiting(h []schema.Event) {
+	var waiting map[string]bool
+	for i := range h {
+		switch ev := &h[i]; {
+		case ev.ApprovalRequest != nil:
+			if waiting == nil {
+				waiting = make(map[string]bool)
+			}
+			waiting[ev.ApprovalRequest.CallID] = true
+		case ev.Result != nil && waiting != nil:
+			delete(waiting, ev.Result.CallID)
+		}
+	}
+	for id := range waiting {
+		l.keep(schema.TypeCall, id, 0, l.reservationFor(context.Background()))
+	}
+}

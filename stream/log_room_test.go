@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/schema"
@@ -66,5 +67,47 @@ func TestLogKeepsRoomForStartedCalls(t *testing.T) {
 	// Its result gave the room back: the next call fits.
 	if _, err := l.Append(stream.WithCallRoom(ctx, 4096), callEvent("c-4")); err != nil {
 		t.Fatalf("a call after the first's result: %v", err)
+	}
+}
+
+// TestTakeoverKeepsRoomForCallsAwaitingApproval: a call parked for
+// approval is resumed by whoever confirms the session next, so the new
+// writer's Log keeps room for its approval, start and result (the
+// largest event: it does not know the tool), and gives it back at its
+// result. A call open without an approval request keeps nothing.
+func TestTakeoverKeepsRoomForCallsAwaitingApproval(t *testing.T) {
+	ctx := context.Background()
+	_, _, topo := streamtest.Start(t)
+	l1, err := topo.Fence(ctx, "s-1", "w1", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range []schema.Event{
+		callEvent("c-parked"),
+		{Type: schema.TypeApprovalRequested, ApprovalRequest: &schema.ApprovalRequest{CallID: "c-parked", Deadline: time.Now().Add(time.Hour).UTC()}},
+		callEvent("c-open"),
+	} {
+		if _, err := l1.Append(stream.WithCallRoom(ctx, 1024), ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l2, err := topo.Fence(ctx, "s-1", "w2", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := topo.OpenLog(ctx, "s-1", "w3", 3) // measures, loads no history: keeps nothing
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, kept := l2.Room()
+	_, all := plain.Room()
+	if all-kept < 1<<20 || all-kept > 2<<20 {
+		t.Fatalf("the new writer keeps %d bytes for one call awaiting approval, want room for one largest event", all-kept)
+	}
+	if _, err := l2.Append(ctx, resultEvent("c-parked", 10)); err != nil {
+		t.Fatal(err)
+	}
+	if _, after := l2.Room(); after < all-4096 {
+		t.Fatalf("room %d after the parked call's result, want it back (about %d)", after, all)
 	}
 }
