@@ -321,4 +321,10 @@ type Answer struct {
 	// Message says what is wrong, for a person.
 	Message string    `json:"message"`
 	At      time.Time `json:"at"`
+	// RequestDigest is the hex of the first 16 bytes of the digest of the
+	// request answered (docs/protocol.md §12; the last part of its
+	// Msg-Id): a request id is bound to its content, and an answer is the
+	// answer to one request only, not to another published under the
+	// same id. Empty in answers recorded before it existed.
+	RequestDigest string `json:"request_digest,omitempty"`
 }

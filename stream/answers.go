@@ -16,8 +16,15 @@ import (
 
 // answerMsgID is the Nats-Msg-Id of the answer to a request: the same for
 // every worker that answers it, so an answer is stored once per dedup
-// window however often the request is delivered.
-func answerMsgID(session, requestID string) string { return scopedID("answer.", session, requestID) }
+// window however often the request is delivered; another request under
+// the same id (another digest) gets an answer of its own.
+func answerMsgID(a schema.Answer) string {
+	id := scopedID("answer.", a.Session, a.RequestID)
+	if a.RequestDigest != "" {
+		id += "." + a.RequestDigest
+	}
+	return id
+}
 
 // RequestMsgID is the session-scoped part of the Nats-Msg-Id a tool
 // request is published with on jw.requests.<session> (docs/protocol.md
@@ -43,11 +50,18 @@ func RequestMsgID(session, requestID string) string {
 // canonicalize (a request the worker refuses as invalid_request) are
 // hashed as they are.
 func RequestMsgIDOf(q schema.Request) string {
+	return RequestMsgID(q.Session, q.RequestID) + "." + RequestDigestHex(q)
+}
+
+// RequestDigestHex is the hex of the first 16 bytes of q's RequestDigest:
+// the last part of its Msg-Id (RequestMsgIDOf) and the request_digest of
+// its answer. Arguments that do not canonicalize are hashed as they are.
+func RequestDigestHex(q schema.Request) string {
 	d, err := RequestDigest(q.Tool, q.Task, q.Arguments)
 	if err != nil {
 		d = sha256.Sum256(q.Arguments)
 	}
-	return RequestMsgID(q.Session, q.RequestID) + "." + hex.EncodeToString(d[:16])
+	return hex.EncodeToString(d[:16])
 }
 
 // RequestDigest is what binds a request id to its content: the SHA-256 of
@@ -110,7 +124,7 @@ func (t *Topology) PublishAnswer(ctx context.Context, a schema.Answer) error {
 	}
 	msg := nats.NewMsg(t.AnswersSubject(a.Session))
 	msg.Data = b
-	ack, err := t.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(answerMsgID(a.Session, a.RequestID)))
+	ack, err := t.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(answerMsgID(a)))
 	if err != nil {
 		return fmt.Errorf("stream: answer request %q of %s: %w", a.RequestID, a.Session, err)
 	}
@@ -122,8 +136,23 @@ func (t *Topology) PublishAnswer(ctx context.Context, a schema.Answer) error {
 
 // FindAnswer returns the answer recorded for requestID in session (the
 // first one; ok false if none), read from JW_ANSWERS with the leader's
-// tail and direct gets.
+// tail and direct gets. It may be the answer to another request under
+// the same id: a reader waiting for one request uses FindAnswerFor.
 func (t *Topology) FindAnswer(ctx context.Context, session, requestID string) (schema.Answer, bool, error) {
+	return t.findAnswer(ctx, session, requestID, "")
+}
+
+// FindAnswerFor returns the answer recorded for request q (the first
+// one; ok false if none): an answer under q's session and request id
+// whose request_digest is q's (RequestDigestHex), or that carries none
+// (recorded before answers carried it). An answer to another request
+// under the same id — another agent's, refused — is not q's.
+func (t *Topology) FindAnswerFor(ctx context.Context, q schema.Request) (schema.Answer, bool, error) {
+	return t.findAnswer(ctx, q.Session, q.RequestID, RequestDigestHex(q))
+}
+
+// findAnswer is FindAnswer for the request with digest (any if "").
+func (t *Topology) findAnswer(ctx context.Context, session, requestID, digest string) (schema.Answer, bool, error) {
 	if err := ValidateSession(session); err != nil {
 		return schema.Answer{}, false, err
 	}
@@ -132,6 +161,9 @@ func (t *Topology) FindAnswer(ctx context.Context, session, requestID string) (s
 	err := t.ReadSubject(ctx, t.Answers.CachedInfo().Config.Name, t.AnswersSubject(session), func(m *jetstream.RawStreamMsg) error {
 		var a schema.Answer
 		if schema.Unmarshal(m.Data, &a) != nil || a.Session != session || a.RequestID != requestID {
+			return nil
+		}
+		if digest != "" && a.RequestDigest != "" && a.RequestDigest != digest {
 			return nil
 		}
 		out = a

@@ -1,6 +1,7 @@
 package toolworker_test
 
 import (
+	"context"
 	"encoding/json"
 	"testing"
 	"time"
@@ -64,5 +65,43 @@ func TestRequestIDBoundToContent(t *testing.T) {
 	}
 	if l.charged("victim") != 0 || l.charged("attacker") != 1 {
 		t.Fatalf("charges: victim %d attacker %d, want 0 and 1", l.charged("victim"), l.charged("attacker"))
+	}
+}
+
+// TestRefusalNotAnotherRequestsAnswer: an agent claims another agent's
+// predictable request id with a request the worker refuses (an unknown
+// tool): its refusal is recorded on jw.answers under that id. The
+// victim's own request under the id then runs — and a reader looking for
+// the victim's answer must not take the attacker's refusal for it (the
+// victim, told unknown_tool, would send its payment again under a new id
+// while the first one charged). Answers carry the digest of the request
+// they answer, and FindAnswerFor finds only the answer to that request.
+func TestRefusalNotAnotherRequestsAnswer(t *testing.T) {
+	w := startRoles(t, stream.TopologyConfig{LeaseTTL: time.Second})
+	var l ledger
+	start(t, toolworker.Config{Topology: w.worker, Registry: registry(t, l.tool(0)), PollInterval: 50 * time.Millisecond, DisableGateway: true})
+	const sess = "s-victim"
+	victim := schema.Request{V: 1, RequestID: "r-1", Session: sess, Task: "t-1", Tool: "payments.charge", Arguments: json.RawMessage(`{"account":"victim","amount":5}`)}
+	attack := victim
+	attack.Tool = "payments.nothing"
+	w.publishAs(t, attack, stream.RequestMsgIDOf(attack))
+	streamtest.Eventually(t, 20*time.Second, "the attacker's request refused", func() bool {
+		_, ok := w.answer(t, sess, "r-1")
+		return ok
+	})
+	w.publishAs(t, victim, stream.RequestMsgIDOf(victim))
+	streamtest.Eventually(t, 20*time.Second, "the victim's payment recorded", func() bool {
+		_, done, _ := w.callOf(t, sess, "r-1")
+		return done
+	})
+	ctx := context.Background()
+	if a, ok, err := w.admin.FindAnswerFor(ctx, victim); err != nil || ok {
+		t.Fatalf("the victim's request, which ran, is answered %+v (%v): the attacker's refusal taken for its answer", a, err)
+	}
+	if a, ok, err := w.admin.FindAnswerFor(ctx, attack); err != nil || !ok || a.Code != schema.CodeUnknownTool || a.RequestDigest != stream.RequestDigestHex(attack) {
+		t.Fatalf("the attacker's answer %+v (found %v, %v), want unknown_tool under its own digest", a, ok, err)
+	}
+	if l.charged("victim") != 1 {
+		t.Fatalf("victim charged %d times, want 1", l.charged("victim"))
 	}
 }
