@@ -323,7 +323,7 @@ func (s *session) refuse(m jetstream.Msg, r schema.Request, code schema.Code, wh
 	ctx, cancel := context.WithTimeout(s.p.work, ackTimeout)
 	defer cancel()
 	msg := schema.TextOf(why)
-	err := s.w.topo.PublishAnswer(ctx, schema.Answer{Session: s.id, RequestID: r.RequestID, Code: code, Message: msg, At: time.Now().UTC()})
+	err := s.w.topo.PublishAnswer(ctx, schema.Answer{Session: s.id, RequestID: r.RequestID, Code: code, Message: msg, At: time.Now().UTC(), RequestDigest: stream.RequestDigestHex(r)})
 	if err != nil {
 		lg.Warn().Err(err).Msg("answer not recorded; request held and tried again")
 		return false
