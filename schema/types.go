@@ -309,7 +309,9 @@ type Request struct {
 // tool.call, or the session log is full or corrupt. Nothing was recorded on the
 // session log and nothing was counted. An agent that published a request
 // finds, for its request_id, either a tool.call on the session log or an
-// Answer here (never both).
+// Answer here (never both) — for its own request: another request under
+// the same id (request_conflict) is answered here while the log holds the
+// call of the request the id is bound to (RequestDigest tells them apart).
 type Answer struct {
 	V         int    `json:"v"`
 	Session   string `json:"session"`
