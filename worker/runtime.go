@@ -330,12 +330,14 @@ func (r *Runtime) resultRoom(t *registered) int64 {
 	return int64(r.outputLimit(t)) + resultEnvelope
 }
 
-// roomForRetry refuses a retry the session log has no room to record (its
-// tool.call, and the room that call keeps for its start and result),
-// before the plan is consumed: a plan spent on an attempt that cannot
-// reach the log would strand its call. A log that cannot tell (not a
-// *stream.Log) is not checked.
-func (r *Runtime) roomForRetry(t *registered, args json.RawMessage) error {
+// roomForCall refuses a call the session log has no room to record (its
+// tool.call, and the room that call keeps for its start and result)
+// before anything of it is spent: a retry's plan (a plan spent on an
+// attempt that cannot reach the log would strand its call) or a count in
+// jw_budget (counted for a call never recorded). A log that cannot tell
+// (not a *stream.Log) is not checked. The call's size is bounded from
+// above, so a call it lets through is one the log admits.
+func (r *Runtime) roomForCall(t *registered, args json.RawMessage, retry bool) error {
 	l, ok := r.cfg.Log.(interface{ Room() (int, int64) })
 	if !ok {
 		return nil
@@ -345,7 +347,11 @@ func (r *Runtime) roomForRetry(t *registered, args json.RawMessage) error {
 	needEvents++
 	need := int64(len(args)) + callEnvelope + kept
 	if events < needEvents || bytes < need {
-		return &schema.Error{Code: schema.CodeHistoryTooLarge, Message: fmt.Sprintf("session %s has room for %d more events (%d bytes): a retry needs %d events and about %d bytes (its call, and room for its start and result); the plan is left unused", r.cfg.Session, events, bytes, needEvents, need)}
+		what, left := "a call", "nothing was recorded or counted"
+		if retry {
+			what, left = "a retry", "the plan is left unused"
+		}
+		return &schema.Error{Code: schema.CodeHistoryTooLarge, Message: fmt.Sprintf("session %s has room for %d more events (%d bytes): %s needs %d events and about %d bytes (its call, and room for its start and result); %s", r.cfg.Session, events, bytes, what, needEvents, need, left)}
 	}
 	return nil
 }
@@ -459,7 +465,7 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 	var op schema.Operation
 	if opts.Retry != nil {
 		callID = randomID("c-")
-		if err := r.roomForRetry(t, args); err != nil {
+		if err := r.roomForCall(t, args, true); err != nil {
 			return Result{}, err
 		}
 		if id, ok := r.retriedBy(opts.Retry.PriorCallID); ok {
@@ -567,7 +573,14 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 	// count is taken before or alongside the append (it is never
 	// refunded, so counting an attempt whose append then fails only errs
 	// on the safe side). From here on every write runs even if the caller
-	// goes away, each bounded by WriteTimeout.
+	// goes away, each bounded by WriteTimeout. A call the log has no room
+	// for is refused before it is counted (a retry was checked before
+	// its plan was spent).
+	if opts.Retry == nil {
+		if err := r.roomForCall(t, args, false); err != nil {
+			return Result{}, err
+		}
+	}
 	budgetStage := r.count(ctx, task)
 	// The call returns only once its count is written (or failed), on
 	// every path: a refusal before the budget stage and a tool.call that
