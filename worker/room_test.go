@@ -48,3 +48,32 @@ func TestOutputTooLargeToRecordStillFinishes(t *testing.T) {
 		t.Fatalf("last event %s of %s, want the call's result with its error cut to %d bytes", last.Type, last.CallID(), schema.MaxResultErrorBytes)
 	}
 }
+
+// tightLog is a session log with the given room left (as a *stream.Log
+// reports it).
+type tightLog struct {
+	memLog
+	bytes int64
+}
+
+func (l *tightLog) Room() (int, int64) { return 1000, l.bytes }
+
+// TestCallWithoutRoomNotCounted: a call the session log has no room for
+// (its tool.call, and the room it keeps for its start and result) is
+// refused with history_too_large before anything is written, run or
+// counted in the task's budget; with room it runs.
+func TestCallWithoutRoomNotCounted(t *testing.T) {
+	lg := &tightLog{bytes: 64 << 10}
+	f := setup(t, worker.Tool{OutputLimit: 64 << 10, Body: okBody()}, func(c *worker.Config) { c.Log = lg })
+	_, err := f.rt.Call(context.Background(), "probe", json.RawMessage(`{}`))
+	if !errors.Is(err, schema.ErrHistoryTooLarge) {
+		t.Fatalf("call without room: %v, want history_too_large", err)
+	}
+	if n := f.budget.get("s-1", worker.DefaultTask); n != 0 || f.runs.Load() != 0 || len(lg.all()) != 0 {
+		t.Fatalf("refused call counted %d, ran %d times, wrote %q", n, f.runs.Load(), lg.types())
+	}
+	lg.bytes = 1 << 20
+	if _, err := f.rt.Call(context.Background(), "probe", json.RawMessage(`{}`)); err != nil || f.runs.Load() != 1 {
+		t.Fatalf("call with room: %v, ran %d times", err, f.runs.Load())
+	}
+}
