@@ -143,7 +143,7 @@ func (e *env) crash(ctx context.Context, rounds, sessions int) ([]float64, error
 			q := schema.Request{V: schema.Version, RequestID: fmt.Sprintf("q-%d-%d", round, i), Session: names[i], Task: "t-1",
 				Tool: "catalog.lookup", Arguments: json.RawMessage(`{"sku":"A-1"}`)}
 			b, _ := json.Marshal(q)
-			if _, err := topo.JS.Publish(ctx, topo.RequestsSubject(q.Session), b, jetstream.WithMsgID(stream.RequestMsgID(q.Session, q.RequestID))); err != nil {
+			if _, err := topo.JS.Publish(ctx, topo.RequestsSubject(q.Session), b, jetstream.WithMsgID(stream.RequestMsgIDOf(q))); err != nil {
 				w.Kill()
 				return nil, fmt.Errorf("publish request: %w", err)
 			}

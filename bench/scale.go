@@ -121,7 +121,7 @@ func publishRequests(ctx context.Context, js jetstream.JetStream, topo *stream.T
 		q := schema.Request{V: schema.Version, RequestID: fmt.Sprintf("q-%s-%d", pre, i), Session: fmt.Sprintf("%s-%d", pre, i), Task: "t-1", Tool: tool, Arguments: json.RawMessage(args)}
 		b, _ := json.Marshal(q)
 		for {
-			_, err := js.PublishAsync(topo.RequestsSubject(q.Session), b, jetstream.WithMsgID(stream.RequestMsgID(q.Session, q.RequestID)))
+			_, err := js.PublishAsync(topo.RequestsSubject(q.Session), b, jetstream.WithMsgID(stream.RequestMsgIDOf(q)))
 			if err == nil {
 				break
 			}

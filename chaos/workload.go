@@ -100,10 +100,11 @@ func (w *workload) publish(ctx context.Context, js jetstream.JetStream, t0 time.
 		case <-time.After(time.Until(t0.Add(p.At))):
 		}
 		a := w.actions[p.Action]
-		body, _ := json.Marshal(schema.Request{V: schema.Version, RequestID: a.RequestID, Session: a.Session, Task: a.Task, Tool: a.Tool, Arguments: w.args[p.Action]})
+		q := schema.Request{V: schema.Version, RequestID: a.RequestID, Session: a.Session, Task: a.Task, Tool: a.Tool, Arguments: w.args[p.Action]}
+		body, _ := json.Marshal(q)
 		var opts []jetstream.PublishOpt
 		if p.MsgID {
-			opts = append(opts, jetstream.WithMsgID(stream.RequestMsgID(a.Session, a.RequestID)))
+			opts = append(opts, jetstream.WithMsgID(stream.RequestMsgIDOf(q)))
 		}
 		tries := 0
 		var ack *jetstream.PubAck

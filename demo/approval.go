@@ -81,7 +81,7 @@ func (s *story) approvals(ctx context.Context, kp nkeys.KeyPair, w *proc.Child, 
 	}
 	q := schema.Request{V: schema.Version, RequestID: ApprovalRequest, Session: ApprovalSession, Task: Task, Tool: tools.PaymentsCharge, Arguments: bigPaymentArgs}
 	b, _ := json.Marshal(q)
-	if _, err := agent.Publish(ctx, s.topo.RequestsSubject(q.Session), b, jetstream.WithMsgID(stream.RequestMsgID(q.Session, q.RequestID))); err != nil {
+	if _, err := agent.Publish(ctx, s.topo.RequestsSubject(q.Session), b, jetstream.WithMsgID(stream.RequestMsgIDOf(q))); err != nil {
 		return fmt.Errorf("publish request %s: %w", q.RequestID, err)
 	}
 	s.say("agent", "request %-10s %s %s: above %d cents, it needs a signed approval", q.RequestID, q.Tool, q.Arguments, ApprovalAbove)

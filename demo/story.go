@@ -189,7 +189,7 @@ func (s *story) run(ctx context.Context) (Report, error) {
 		{V: schema.Version, RequestID: PaymentRequest, Session: PaymentSession, Task: Task, Tool: tools.PaymentsCharge, Arguments: paymentArgs},
 	} {
 		b, _ := json.Marshal(q)
-		if _, err := agent.Publish(ctx, s.topo.RequestsSubject(q.Session), b, jetstream.WithMsgID(stream.RequestMsgID(q.Session, q.RequestID))); err != nil {
+		if _, err := agent.Publish(ctx, s.topo.RequestsSubject(q.Session), b, jetstream.WithMsgID(stream.RequestMsgIDOf(q))); err != nil {
 			return s.rep, fmt.Errorf("publish request %s: %w", q.RequestID, err)
 		}
 		s.say("agent", "request %-10s %s %s on %s", q.RequestID, q.Tool, q.Arguments, s.topo.RequestsSubject(q.Session))

@@ -14,6 +14,11 @@ const (
 	MaxSessionBytes = 128
 	// MaxTaskBytes bounds the task id of a tool request.
 	MaxTaskBytes = 128
+	// MaxResultErrorBytes bounds the error text a runtime records in a
+	// tool.result (longer text is cut at a UTF-8 boundary): with the
+	// tool's output limit it bounds the result, whose room is kept on
+	// the log from the call's tool.call on (docs/protocol.md §14).
+	MaxResultErrorBytes = 1024
 	// MaxEpoch is the highest epoch an event or fence may carry: 2^53-1,
 	// so that every JSON reader (IEEE doubles included) reads it exactly.
 	MaxEpoch = 1<<53 - 1

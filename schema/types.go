@@ -317,7 +317,9 @@ type Request struct {
 // tool.call, or the session log is full or corrupt. Nothing was recorded on the
 // session log and nothing was counted. An agent that published a request
 // finds, for its request_id, either a tool.call on the session log or an
-// Answer here (never both).
+// Answer here (never both) — for its own request: another request under
+// the same id (request_conflict) is answered here while the log holds the
+// call of the request the id is bound to (RequestDigest tells them apart).
 type Answer struct {
 	V         int    `json:"v"`
 	Session   string `json:"session"`
@@ -329,4 +331,10 @@ type Answer struct {
 	// Message says what is wrong, for a person.
 	Message string    `json:"message"`
 	At      time.Time `json:"at"`
+	// RequestDigest is the hex of the first 16 bytes of the digest of the
+	// request answered (docs/protocol.md §12; the last part of its
+	// Msg-Id): a request id is bound to its content, and an answer is the
+	// answer to one request only, not to another published under the
+	// same id. Empty in answers recorded before it existed.
+	RequestDigest string `json:"request_digest,omitempty"`
 }

@@ -16,18 +16,91 @@ import (
 
 // answerMsgID is the Nats-Msg-Id of the answer to a request: the same for
 // every worker that answers it, so an answer is stored once per dedup
-// window however often the request is delivered.
-func answerMsgID(session, requestID string) string { return scopedID("answer.", session, requestID) }
+// window however often the request is delivered; another request under
+// the same id (another digest) gets an answer of its own.
+func answerMsgID(a schema.Answer) string {
+	id := scopedID("answer.", a.Session, a.RequestID)
+	if a.RequestDigest != "" {
+		id += "." + a.RequestDigest
+	}
+	return id
+}
 
-// RequestMsgID is the Nats-Msg-Id a tool request is published with on
-// jw.requests.<session> (docs/protocol.md §12):
-// "request.<session>.<first 16 bytes of sha256(request_id), hex>". Request
+// RequestMsgID is the session-scoped part of the Nats-Msg-Id a tool
+// request is published with on jw.requests.<session> (docs/protocol.md
+// §12): "request.<session>.<first 16 bytes of sha256(request_id), hex>";
+// publishers use RequestMsgIDOf, which binds it to the request's content. Request
 // ids are the agent's and count per session (its log, its answers), while
 // JW_REQUESTS deduplicates Msg-Ids across all sessions: the bare request id
 // made r-1 of one session a duplicate of r-1 of another, dropped without a
 // call or an answer. The id is hashed (it may be 1,024 bytes of anything).
 func RequestMsgID(session, requestID string) string {
 	return scopedID("request.", session, requestID)
+}
+
+// RequestMsgIDOf is the Nats-Msg-Id a tool request is published with on
+// jw.requests.<session> (docs/protocol.md §12): RequestMsgID followed by
+// "." and the hex of the first 16 bytes of RequestDigest. A request id is
+// bound to its content: the same request published again is a duplicate,
+// while another request under the same id (another tool, task or
+// arguments — an agent claiming a victim's predictable id ahead of it)
+// is not taken for one, reaches the session's tool worker and is refused
+// there with request_conflict instead of being dropped while its sender
+// waits for the other request's result. Arguments that do not
+// canonicalize (a request the worker refuses as invalid_request) are
+// hashed as they are.
+func RequestMsgIDOf(q schema.Request) string {
+	return RequestMsgID(q.Session, q.RequestID) + "." + RequestDigestHex(q)
+}
+
+// RequestDigestHex is the hex of the first 16 bytes of q's RequestDigest:
+// the last part of its Msg-Id (RequestMsgIDOf) and the request_digest of
+// its answer. Arguments that do not canonicalize are hashed as they are.
+func RequestDigestHex(q schema.Request) string {
+	d, err := RequestDigest(q.Tool, q.Task, q.Arguments)
+	if err != nil {
+		d = sha256.Sum256(q.Arguments)
+	}
+	return hex.EncodeToString(d[:16])
+}
+
+// RequestDigest is what binds a request id to its content: the SHA-256 of
+// the canonical JSON (docs/protocol.md §6.1) of the object
+// {"arguments": args, "task": task, "tool": tool}. Two requests with the
+// same digest ask for the same call (arguments compared as values, so
+// {"a":1,"b":2} and {"b":2,"a":1.0} are the same). Errors are those of
+// schema.Canonical (arguments that are not valid JSON). Safe for
+// concurrent use.
+func RequestDigest(tool, task string, args json.RawMessage) ([sha256.Size]byte, error) {
+	obj, err := json.Marshal(struct {
+		Arguments json.RawMessage `json:"arguments"`
+		Task      string          `json:"task"`
+		Tool      string          `json:"tool"`
+	}{args, task, tool})
+	if err != nil {
+		return [sha256.Size]byte{}, fmt.Errorf("%w: %v", schema.ErrInvalidJSON, err)
+	}
+	c, err := schema.Canonical(obj)
+	if err != nil {
+		return [sha256.Size]byte{}, err
+	}
+	return sha256.Sum256(c), nil
+}
+
+// CallDigest is RequestDigest of the request a recorded tool.call
+// carries: its tool, its operation's task and its arguments. A reader
+// waiting for the result of request q (jw.api.call) takes a call carrying
+// q's request_id for q's only if CallDigest(c) equals q's RequestDigest;
+// otherwise q is another request under the same id (request_conflict).
+// ok is false if the call's arguments do not canonicalize (no request
+// matches it).
+func CallDigest(c *schema.Call) (d [sha256.Size]byte, ok bool) {
+	task := ""
+	if c.Operation != nil {
+		task = c.Operation.Task
+	}
+	d, err := RequestDigest(c.Tool, task, c.Arguments)
+	return d, err == nil
 }
 
 // scopedID is kind + session + "." + the hex of the first 16 bytes of
@@ -51,7 +124,7 @@ func (t *Topology) PublishAnswer(ctx context.Context, a schema.Answer) error {
 	}
 	msg := nats.NewMsg(t.AnswersSubject(a.Session))
 	msg.Data = b
-	ack, err := t.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(answerMsgID(a.Session, a.RequestID)))
+	ack, err := t.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(answerMsgID(a)))
 	if err != nil {
 		return fmt.Errorf("stream: answer request %q of %s: %w", a.RequestID, a.Session, err)
 	}
@@ -63,8 +136,23 @@ func (t *Topology) PublishAnswer(ctx context.Context, a schema.Answer) error {
 
 // FindAnswer returns the answer recorded for requestID in session (the
 // first one; ok false if none), read from JW_ANSWERS with the leader's
-// tail and direct gets.
+// tail and direct gets. It may be the answer to another request under
+// the same id: a reader waiting for one request uses FindAnswerFor.
 func (t *Topology) FindAnswer(ctx context.Context, session, requestID string) (schema.Answer, bool, error) {
+	return t.findAnswer(ctx, session, requestID, "")
+}
+
+// FindAnswerFor returns the answer recorded for request q (the first
+// one; ok false if none): an answer under q's session and request id
+// whose request_digest is q's (RequestDigestHex), or that carries none
+// (recorded before answers carried it). An answer to another request
+// under the same id — another agent's, refused — is not q's.
+func (t *Topology) FindAnswerFor(ctx context.Context, q schema.Request) (schema.Answer, bool, error) {
+	return t.findAnswer(ctx, q.Session, q.RequestID, RequestDigestHex(q))
+}
+
+// findAnswer is FindAnswer for the request with digest (any if "").
+func (t *Topology) findAnswer(ctx context.Context, session, requestID, digest string) (schema.Answer, bool, error) {
 	if err := ValidateSession(session); err != nil {
 		return schema.Answer{}, false, err
 	}
@@ -73,6 +161,9 @@ func (t *Topology) FindAnswer(ctx context.Context, session, requestID string) (s
 	err := t.ReadSubject(ctx, t.Answers.CachedInfo().Config.Name, t.AnswersSubject(session), func(m *jetstream.RawStreamMsg) error {
 		var a schema.Answer
 		if schema.Unmarshal(m.Data, &a) != nil || a.Session != session || a.RequestID != requestID {
+			return nil
+		}
+		if digest != "" && a.RequestDigest != "" && a.RequestDigest != digest {
 			return nil
 		}
 		out = a

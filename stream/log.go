@@ -56,6 +56,13 @@ type Log struct {
 	bytes  int64
 	n      uint64
 	err    error
+
+	// open holds the room reserved for the rest of each call this Log
+	// appended and has not seen the result of (log_room.go), and
+	// reservedEvents, reservedBytes their sums.
+	open           map[string]reservation
+	reservedEvents int
+	reservedBytes  int64
 }
 
 // Session returns the session id.
@@ -92,15 +99,16 @@ func (l *Log) LastSeq() uint64 {
 
 // Room returns how many more events, and bytes of serialized history,
 // ordinary appends may still add to the session log before they reach the
-// fence reserve (see the package documentation), as far as this writer
-// knows. A caller that must not start what it cannot record (a retry: its
-// call, start and result) checks it first.
+// fence reserve (see the package documentation) or the room kept for the
+// calls this Log started (WithCallRoom), as far as this writer knows. A
+// caller that must not start what it cannot record (a retry: its call,
+// start and result) checks it first.
 func (l *Log) Room() (events int, bytes int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	lim := l.t.cfg.Limits
 	resEvents, resBytes := fenceReserve(lim)
-	return max(lim.MaxEvents-resEvents-l.events, 0), max(lim.MaxBytes-resBytes-l.bytes, 0)
+	return max(lim.MaxEvents-resEvents-l.events-l.reservedEvents, 0), max(lim.MaxBytes-resBytes-l.bytes-l.reservedBytes, 0)
 }
 
 // WriterRoom returns how many events ordinary appends may still add to a
@@ -221,6 +229,9 @@ func (t *Topology) OpenLog(ctx context.Context, session, owner string, epoch uin
 	if err != nil {
 		return nil, err
 	}
+	if ok && tl.epoch > schema.MaxEpoch {
+		return nil, corruptEpoch(session, tl)
+	}
 	if ok && supersedes(tl.epoch, tl.owner, epoch, owner) {
 		return nil, fmt.Errorf("%w: session %s is at epoch %d (owner %q), writer has epoch %d", ErrFenced, session, tl.epoch, tl.owner, epoch)
 	}
@@ -303,6 +314,9 @@ func (t *Topology) fenceLoad(ctx context.Context, session, owner string, epoch u
 			refused.ok = false
 			continue
 		}
+		if ok && tl.epoch > schema.MaxEpoch {
+			return nil, nil, 0, false, corruptEpoch(session, tl)
+		}
 		if ok && tl.msgID == fenceID {
 			// An attempt whose answer was lost is in, and nothing followed.
 			l := &Log{t: t, session: session, owner: owner, subject: t.EventsSubject(session), epoch: epoch, idPre: idPre}
@@ -324,6 +338,7 @@ func (t *Topology) fenceLoad(ctx context.Context, session, owner string, epoch u
 			// finds out (fenced, or a conflict).
 			l := &Log{t: t, session: session, owner: owner, subject: t.EventsSubject(session), epoch: epoch, idPre: idPre, last: tl.seq}
 			l.events, l.bytes = st.events, st.bytes
+			l.keepAwaiting(h)
 			return l, h, tl.seq, true, nil
 		}
 		// A log with no room left even for a fence is closed: nothing more
@@ -361,6 +376,16 @@ func (t *Topology) fenceLoad(ctx context.Context, session, owner string, epoch u
 	}
 }
 
+// corruptEpoch is the error for a session log whose last message carries
+// an epoch over schema.MaxEpoch: no history reader accepts it (its epoch
+// is corrupt_history, §14) and no writer can fence above it, so the log
+// can never be confirmed or written again. It is corrupt_history, an
+// answer every request of the session gets — not a fence by a newer
+// writer to wait out.
+func corruptEpoch(session string, tl tail) error {
+	return &schema.Error{Code: schema.CodeCorruptHistory, Message: fmt.Sprintf("session %s: message %d carries epoch %d, over the limit %d", session, tl.seq, tl.epoch, uint64(schema.MaxEpoch)), Err: ErrInvalidEpoch}
+}
+
 // fenced loads into l, the new writer, the history through its fence at
 // seq.
 func (t *Topology) fenced(ctx context.Context, l *Log, seq uint64, prefix Loaded) (*Log, []schema.Event, uint64, bool, error) {
@@ -370,6 +395,7 @@ func (t *Topology) fenced(ctx context.Context, l *Log, seq uint64, prefix Loaded
 	}
 	l.last = seq
 	l.events, l.bytes = st.events, st.bytes
+	l.keepAwaiting(h)
 	return l, h, seq, false, nil
 }
 
@@ -439,9 +465,10 @@ func eventSize(payload int, seq uint64) int64 {
 // event (a publish whose acknowledgement was lost) counts as appended; a
 // message from a newer epoch, or the same epoch by another owner, returns
 // ErrFenced; anything else ErrConflict. Both are permanent for this Log. An
-// event that would take the history over its limits is refused with a
-// history_too_large *schema.Error and nothing is written; the Log stays
-// usable.
+// event that would take the history over its limits, or into the room
+// kept for the calls this Log started (a tool.call keeps room for its
+// start and result: WithCallRoom), is refused with a history_too_large
+// *schema.Error and nothing is written; the Log stays usable.
 func (l *Log) Append(ctx context.Context, ev schema.Event) (uint64, error) {
 	return l.append(ctx, ev, time.Time{})
 }
@@ -494,18 +521,22 @@ func (l *Log) append(ctx context.Context, ev schema.Event, until time.Time) (uin
 	if l.err != nil {
 		return 0, l.err
 	}
-	lim := l.t.cfg.Limits
-	resEvents, resBytes := fenceReserve(lim)
 	size := int64(len(payload) + maxSeqOverhead + 1)
-	if l.events+1 > lim.MaxEvents-resEvents {
-		return 0, schema.Errorf(schema.CodeHistoryTooLarge, "session %s already holds %d events: appends stop at %d (limit %d, the last %d kept for takeovers); event not written", l.session, l.events, lim.MaxEvents-resEvents, lim.MaxEvents, resEvents)
+	callID := ev.CallID()
+	var add reservation
+	if ev.Type == schema.TypeCall {
+		add = l.reservationFor(ctx)
 	}
-	if l.bytes+size > lim.MaxBytes-resBytes {
-		return 0, schema.Errorf(schema.CodeHistoryTooLarge, "session %s would exceed %d bytes with this %d-byte event (limit %d, the last %d kept for takeovers); event not written", l.session, lim.MaxBytes-resBytes, len(payload), lim.MaxBytes, resBytes)
+	if err := l.admit(callID, size, add); err != nil {
+		return 0, err
 	}
 
 	l.n++
-	return l.send(ctx, payload, l.idPre+strconv.FormatUint(l.n, 10), until)
+	seq, err := l.send(ctx, payload, l.idPre+strconv.FormatUint(l.n, 10), until)
+	if err == nil {
+		l.keep(ev.Type, callID, eventSize(len(payload), seq), add)
+	}
+	return seq, err
 }
 
 // payloadBufs holds the buffers appends encode their events into: a

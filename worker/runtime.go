@@ -10,7 +10,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
 	"github.com/jingwei/jingwei/recovery"
@@ -303,24 +305,53 @@ func (r *Runtime) priorReader() func(context.Context, uint64) (schema.Event, boo
 	return nil
 }
 
-// retryEvents is the most a retry records: tool.call, tool.started and
-// tool.result (two in the combined form).
-const retryEvents = 3
+// callEnvelope bounds what a tool.call takes besides its arguments: the
+// event's envelope, its ids and operation (each field at most 1,024
+// bytes) and a retry's link with its review.
+const callEnvelope = 16 << 10
 
-// roomForRetry refuses a retry the session log has no room to record (its
-// call, start and result, with the arguments twice and room for an
-// output), before the plan is consumed: a plan spent on an attempt that
-// cannot reach the log would strand its call. A log that cannot tell
-// (not a *stream.Log) is not checked.
-func (r *Runtime) roomForRetry(args json.RawMessage) error {
+// resultEnvelope bounds what a tool.result takes besides its output: the
+// event's envelope and ids, and its error text (at most
+// schema.MaxResultErrorBytes, each byte escaped at worst as \u00XX).
+const resultEnvelope = 2<<10 + 6*schema.MaxResultErrorBytes
+
+// outputLimit returns the output limit of a call of t.
+func (r *Runtime) outputLimit(t *registered) int {
+	if t.OutputLimit > 0 {
+		return t.OutputLimit
+	}
+	return r.cfg.DefaultOutputLimit
+}
+
+// resultRoom returns the most bytes the tool.result of a call of t can
+// take: what its tool.call keeps on the log for it (stream.WithCallRoom),
+// so that a call whose body ran always has room for its result.
+func (r *Runtime) resultRoom(t *registered) int64 {
+	return int64(r.outputLimit(t)) + resultEnvelope
+}
+
+// roomForCall refuses a call the session log has no room to record (its
+// tool.call, and the room that call keeps for its start and result)
+// before anything of it is spent: a retry's plan (a plan spent on an
+// attempt that cannot reach the log would strand its call) or a count in
+// jw_budget (counted for a call never recorded). A log that cannot tell
+// (not a *stream.Log) is not checked. The call's size is bounded from
+// above, so a call it lets through is one the log admits.
+func (r *Runtime) roomForCall(t *registered, args json.RawMessage, retry bool) error {
 	l, ok := r.cfg.Log.(interface{ Room() (int, int64) })
 	if !ok {
 		return nil
 	}
 	events, bytes := l.Room()
-	need := int64(2*len(args) + retryEvents*1024)
-	if events < retryEvents || bytes < need {
-		return &schema.Error{Code: schema.CodeHistoryTooLarge, Message: fmt.Sprintf("session %s has room for %d more events (%d bytes): a retry needs %d events and about %d bytes; the plan is left unused", r.cfg.Session, events, bytes, retryEvents, need)}
+	needEvents, kept := stream.CallRoom(r.resultRoom(t))
+	needEvents++
+	need := int64(len(args)) + callEnvelope + kept
+	if events < needEvents || bytes < need {
+		what, left := "a call", "nothing was recorded or counted"
+		if retry {
+			what, left = "a retry", "the plan is left unused"
+		}
+		return &schema.Error{Code: schema.CodeHistoryTooLarge, Message: fmt.Sprintf("session %s has room for %d more events (%d bytes): %s needs %d events and about %d bytes (its call, and room for its start and result); %s", r.cfg.Session, events, bytes, what, needEvents, need, left)}
 	}
 	return nil
 }
@@ -434,7 +465,7 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 	var op schema.Operation
 	if opts.Retry != nil {
 		callID = randomID("c-")
-		if err := r.roomForRetry(args); err != nil {
+		if err := r.roomForCall(t, args, true); err != nil {
 			return Result{}, err
 		}
 		if id, ok := r.retriedBy(opts.Retry.PriorCallID); ok {
@@ -483,6 +514,10 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 		Session: r.cfg.Session, CallID: callID, Tool: tool, Arguments: args,
 		RequestID: opts.RequestID, ProviderCallID: opts.ProviderCallID, Operation: op,
 	}
+	// The tool.call keeps room on the log for the call's start and result
+	// (stream.WithCallRoom): a call the log has no room to finish is
+	// refused (history_too_large) before anything is written.
+	callCtx := stream.WithCallRoom(ctx, r.resultRoom(t))
 	callEv := func(started bool) schema.Event {
 		return schema.Event{Type: schema.TypeCall, Call: &schema.Call{
 			CallID: callID, Tool: tool, Arguments: args,
@@ -514,7 +549,7 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 			if stage == "" {
 				// Steps 3 and 5 in one event: the body runs only once it is
 				// acknowledged.
-				seq, err := r.append(ctx, callEv(true))
+				seq, err := r.append(callCtx, callEv(true))
 				if err != nil {
 					lg().Error().Err(err).Msg("tool.call not recorded; body not run")
 					return Result{}, err
@@ -524,7 +559,7 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 			}
 			// A refused call still leaves its call (with a start marker:
 			// it never started) and its rejection.
-			seq, err := r.append(ctx, callEv(false))
+			seq, err := r.append(callCtx, callEv(false))
 			if err != nil {
 				lg().Error().Err(err).Msg("tool.call not recorded")
 				return Result{}, err
@@ -538,14 +573,21 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 	// count is taken before or alongside the append (it is never
 	// refunded, so counting an attempt whose append then fails only errs
 	// on the safe side). From here on every write runs even if the caller
-	// goes away, each bounded by WriteTimeout.
+	// goes away, each bounded by WriteTimeout. A call the log has no room
+	// for is refused before it is counted (a retry was checked before
+	// its plan was spent).
+	if opts.Retry == nil {
+		if err := r.roomForCall(t, args, false); err != nil {
+			return Result{}, err
+		}
+	}
 	budgetStage := r.count(ctx, task)
 	// The call returns only once its count is written (or failed), on
 	// every path: a refusal before the budget stage and a tool.call that
 	// did not reach the log too, so a caller that returns, or a process
 	// that exits after it, leaves no count in flight.
 	defer budgetStage()
-	seq, err := r.append(ctx, callEv(false))
+	seq, err := r.append(callCtx, callEv(false))
 	if err != nil {
 		lg().Error().Err(err).Msg("tool.call not recorded")
 		return Result{}, err
@@ -630,10 +672,7 @@ func (r *Runtime) runAndFinish(ctx context.Context, t *registered, args json.Raw
 	if timeout <= 0 {
 		timeout = r.cfg.DefaultTimeout
 	}
-	limit := t.OutputLimit
-	if limit <= 0 {
-		limit = r.cfg.DefaultOutputLimit
-	}
+	limit := r.outputLimit(t)
 	fence := Fence{Session: r.cfg.Session, Epoch: r.epoch(), CallID: callID, Task: op.Task, Key: op.Key}
 	r.run(WithFence(ctx, fence), t, BodyRequest{
 		Session: r.cfg.Session, CallID: callID, Tool: tool, Arguments: args,
@@ -852,15 +891,56 @@ func (r *Runtime) run(ctx context.Context, t *registered, req BodyRequest, timeo
 
 // finish appends the tool.result of res (whatever became of ctx) and returns
 // res with callErr, or the append's error.
+//
+// The error text is cut to schema.MaxResultErrorBytes. An output the log
+// refuses for good (over the server's max_payload or the room its call
+// kept, or beyond what a history reader accepts) is not recorded: the
+// result is recorded without it, as output_limit, so a call whose body
+// ran is never left open for want of room for its output.
 func (r *Runtime) finish(ctx context.Context, res Result, callErr error) (Result, error) {
-	if _, err := r.append(ctx, schema.Event{Type: schema.TypeResult, Result: &schema.Result{
-		CallID: res.CallID, Status: res.Status, Stage: res.Stage, Retryable: res.Retryable,
-		Output: res.Output, Error: res.Error,
-	}}); err != nil {
+	res.Error = cutText(res.Error, schema.MaxResultErrorBytes)
+	err := r.appendResult(ctx, res)
+	if err != nil && len(res.Output) > 0 && outputRefused(err) {
+		r.cfg.Logger.Warn().Str("session", r.cfg.Session).Err(err).Str("call_id", res.CallID).Int("output_bytes", len(res.Output)).Msg("output not recordable; result recorded without it (output_limit)")
+		why := cutText(fmt.Sprintf("output of %d bytes could not be recorded: %v", len(res.Output), err), schema.MaxResultErrorBytes)
+		res.Status, res.Output, res.Error, res.Retryable = schema.StatusOutputLimit, nil, why, false
+		callErr = &schema.Error{Code: schema.Code(res.Status), CallID: res.CallID, Message: why}
+		err = r.appendResult(ctx, res)
+	}
+	if err != nil {
 		r.cfg.Logger.Error().Str("session", r.cfg.Session).Err(err).Str("call_id", res.CallID).Str("status", string(res.Status)).Msg("tool.result not recorded")
 		return res, err
 	}
 	return res, callErr
+}
+
+// appendResult appends the tool.result of res.
+func (r *Runtime) appendResult(ctx context.Context, res Result) error {
+	_, err := r.append(ctx, schema.Event{Type: schema.TypeResult, Result: &schema.Result{
+		CallID: res.CallID, Status: res.Status, Stage: res.Stage, Retryable: res.Retryable,
+		Output: res.Output, Error: res.Error,
+	}})
+	return err
+}
+
+// outputRefused reports an append refused for good because of what the
+// event holds (its size, or a value no history reader accepts), which
+// the same event without its output would not be.
+func outputRefused(err error) bool {
+	return errors.Is(err, nats.ErrMaxPayload) || errors.Is(err, schema.ErrHistoryTooLarge) ||
+		errors.Is(err, schema.ErrCorruptHistory) || errors.Is(err, schema.ErrFieldTooLong)
+}
+
+// cutText returns s cut to at most n bytes, at a UTF-8 boundary.
+func cutText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i]
 }
 
 // writeContext returns a context for one write: it keeps ctx's values but

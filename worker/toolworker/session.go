@@ -51,10 +51,12 @@ type session struct {
 	failures int
 
 	mu sync.Mutex
-	// seen holds the request ids recorded in the log: a slice while
-	// small (most sessions record a few calls), a map from seenMap on.
-	seen    []string
-	seenSet map[string]struct{}
+	// seen holds the request ids recorded in the log, each with the
+	// digest of the request its call carries (what the id is bound to,
+	// request_bind.go): a slice while small (most sessions record a few
+	// calls), a map from seenMap on.
+	seen    []seenRequest
+	seenSet map[string]requestDigest
 	cur     *job // the call in progress
 
 	// deadline is the session's one approval timer (approval.go), set by
@@ -150,7 +152,7 @@ func (s *session) confirm(ctx context.Context) error {
 	s.seen, s.seenSet = nil, nil
 	for i := range h {
 		if c := h[i].Call; c != nil && c.RequestID != "" {
-			s.addSeen(c.RequestID)
+			s.addSeen(c.RequestID, digestOfCall(c))
 		}
 	}
 	seen := s.seenCount()
@@ -179,9 +181,13 @@ func (s *session) flush(ctx context.Context) {
 // acknowledges the request or plan that caused it and remembers its
 // request id.
 func (s *session) recorded(c *schema.Call) {
+	var d requestDigest
+	if c.RequestID != "" {
+		d = digestOfCall(c)
+	}
 	s.mu.Lock()
 	if c.RequestID != "" {
-		s.addSeen(c.RequestID)
+		s.addSeen(c.RequestID, d)
 	}
 	j := s.cur
 	match := j != nil && !j.acked &&
@@ -201,35 +207,45 @@ func (s *session) recorded(c *schema.Call) {
 	}
 }
 
-func (s *session) hasSeen(requestID string) bool {
+// seenAs returns the digest of the request the log's call with
+// requestID carries; ok false if no call of the log carries it.
+func (s *session) seenAs(requestID string) (d requestDigest, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.seenSet != nil {
-		_, ok := s.seenSet[requestID]
-		return ok
+		d, ok = s.seenSet[requestID]
+		return d, ok
 	}
-	return slices.Contains(s.seen, requestID)
+	if i := slices.IndexFunc(s.seen, func(r seenRequest) bool { return r.id == requestID }); i >= 0 {
+		return s.seen[i].digest, true
+	}
+	return requestDigest{}, false
 }
 
 // seenMap is how many request ids the slice holds before they move to a
 // map.
 const seenMap = 16
 
-// addSeen remembers a recorded request id. s.mu is held.
-func (s *session) addSeen(id string) {
+// addSeen remembers a recorded request id and the digest of its call's
+// request; the first call of the log with an id binds it. s.mu is held.
+func (s *session) addSeen(id string, d requestDigest) {
 	switch {
 	case s.seenSet != nil:
-		s.seenSet[id] = struct{}{}
+		if _, ok := s.seenSet[id]; !ok {
+			s.seenSet[id] = d
+		}
 	case len(s.seen) < seenMap:
-		if !slices.Contains(s.seen, id) {
-			s.seen = append(s.seen, id)
+		if !slices.ContainsFunc(s.seen, func(r seenRequest) bool { return r.id == id }) {
+			s.seen = append(s.seen, seenRequest{id, d})
 		}
 	default:
-		s.seenSet = make(map[string]struct{}, 2*seenMap)
+		s.seenSet = make(map[string]requestDigest, 2*seenMap)
 		for _, x := range s.seen {
-			s.seenSet[x] = struct{}{}
+			s.seenSet[x.id] = x.digest
 		}
-		s.seenSet[id] = struct{}{}
+		if _, ok := s.seenSet[id]; !ok {
+			s.seenSet[id] = d
+		}
 		s.seen = nil
 	}
 }
@@ -277,10 +293,8 @@ func (s *session) runRequest(m jetstream.Msg) bool {
 		}
 		return false
 	}
-	if s.hasSeen(r.RequestID) {
-		lg.Info().Msg("request already in the log; acknowledged, not run again")
-		_ = m.Ack()
-		return true
+	if bound, ok := s.seenAs(r.RequestID); ok {
+		return s.alreadyBound(lg, m, r, bound)
 	}
 	if s.hold.Err() != nil {
 		return false
@@ -309,7 +323,7 @@ func (s *session) refuse(m jetstream.Msg, r schema.Request, code schema.Code, wh
 	ctx, cancel := context.WithTimeout(s.p.work, ackTimeout)
 	defer cancel()
 	msg := schema.TextOf(why)
-	err := s.w.topo.PublishAnswer(ctx, schema.Answer{Session: s.id, RequestID: r.RequestID, Code: code, Message: msg, At: time.Now().UTC()})
+	err := s.w.topo.PublishAnswer(ctx, schema.Answer{Session: s.id, RequestID: r.RequestID, Code: code, Message: msg, At: time.Now().UTC(), RequestDigest: stream.RequestDigestHex(r)})
 	if err != nil {
 		lg.Warn().Err(err).Msg("answer not recorded; request held and tried again")
 		return false
@@ -343,6 +357,9 @@ func (s *session) runPlan(m jetstream.Msg) bool {
 		return true
 	}
 	if err := s.confirm(s.p.work); err != nil {
+		if code := unrecordable(err); code != "" {
+			return s.dropPlan(lg, m, code, err)
+		}
 		if s.p.work.Err() == nil {
 			lg.Warn().Err(err).Msg("session log not confirmed; plan held and tried again")
 		}
@@ -363,7 +380,20 @@ func (s *session) runPlan(m jetstream.Msg) bool {
 		_ = m.Ack()
 		return true
 	}
+	if code := permanent(err); !acked && code != "" {
+		return s.dropPlan(lg, m, code, err)
+	}
 	return s.settle(lg, j, res, err)
+}
+
+// dropPlan terminates a plan the session log can never record the attempt
+// of (full, corrupt, the attempt too large): the plan is left unused in
+// jw_plans and the session's queue goes on — held, it would be tried
+// again forever while every request behind it waits unanswered.
+func (s *session) dropPlan(lg zerolog.Logger, m jetstream.Msg, code schema.Code, why error) bool {
+	lg.Warn().Err(why).Str("code", string(code)).Msg("plan not attempted: the session log cannot record its attempt; the plan is left unused")
+	_ = m.TermWithReason(string(code) + ": " + schema.TextOf(why))
+	return true
 }
 
 // settle finishes a job: a job whose tool.call was recorded is done (it was
@@ -427,13 +457,14 @@ func permanent(err error) schema.Code {
 
 // unrecordable returns the answer code for a session log that can never
 // record a call — full (history_too_large: over the limit, or no room even
-// for a fence) or corrupt (corrupt_history) — or "" for a failure that may
-// pass.
+// for a fence) or corrupt (corrupt_history: a log no reader accepts, or
+// one whose epoch is at the limit, which no writer can fence above) — or
+// "" for a failure that may pass.
 func unrecordable(err error) schema.Code {
 	switch {
 	case errors.Is(err, stream.ErrLogClosed), errors.Is(err, schema.ErrHistoryTooLarge):
 		return schema.CodeHistoryTooLarge
-	case errors.Is(err, schema.ErrCorruptHistory):
+	case errors.Is(err, schema.ErrCorruptHistory), errors.Is(err, stream.ErrEpochExhausted):
 		return schema.CodeCorruptHistory
 	}
 	return ""

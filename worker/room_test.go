@@ -1,0 +1,79 @@
+package worker_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/worker"
+)
+
+// TestOutputTooLargeToRecordStillFinishes: a tool whose output limit is
+// over the server's max_payload returns an output its tool.result cannot
+// carry (the server refuses the message), and an error text of 1 MiB. The
+// body ran: its call must not be left open. The result is recorded
+// without the output (output_limit), its error cut to 1 KiB.
+func TestOutputTooLargeToRecordStillFinishes(t *testing.T) {
+	big := json.RawMessage(`"` + strings.Repeat("x", 3<<19) + `"`)
+	rt, _, topo := liveRuntime(t, worker.Tool{OutputLimit: 4 << 20, Body: func(context.Context, worker.BodyRequest) (json.RawMessage, error) {
+		return big, nil
+	}}, nil)
+	res, err := rt.Call(context.Background(), "probe", nil)
+	if schema.CodeOf(err) != schema.Code(schema.StatusOutputLimit) || res.Status != schema.StatusOutputLimit {
+		t.Fatalf("call %s: status %s, %v; want output_limit", res.CallID, res.Status, err)
+	}
+	h, err := topo.Load(context.Background(), "s-live")
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := h[len(h)-1]
+	if last.Result == nil || last.Result.CallID != res.CallID || last.Result.Status != schema.StatusOutputLimit || len(last.Result.Output) != 0 {
+		t.Fatalf("last event %s of %s, want the call's output_limit result without output", last.Type, last.CallID())
+	}
+
+	long := strings.Repeat("é", 1<<19)
+	rt2, _, topo2 := liveRuntime(t, worker.Tool{Body: func(context.Context, worker.BodyRequest) (json.RawMessage, error) {
+		return nil, errors.New(long)
+	}}, nil)
+	res, _ = rt2.Call(context.Background(), "probe", nil)
+	h, err = topo2.Load(context.Background(), "s-live")
+	if err != nil {
+		t.Fatal(err)
+	}
+	last = h[len(h)-1]
+	if last.Result == nil || last.Result.CallID != res.CallID || len(last.Result.Error) > schema.MaxResultErrorBytes || !strings.HasPrefix(long, last.Result.Error) {
+		t.Fatalf("last event %s of %s, want the call's result with its error cut to %d bytes", last.Type, last.CallID(), schema.MaxResultErrorBytes)
+	}
+}
+
+// tightLog is a session log with the given room left (as a *stream.Log
+// reports it).
+type tightLog struct {
+	memLog
+	bytes int64
+}
+
+func (l *tightLog) Room() (int, int64) { return 1000, l.bytes }
+
+// TestCallWithoutRoomNotCounted: a call the session log has no room for
+// (its tool.call, and the room it keeps for its start and result) is
+// refused with history_too_large before anything is written, run or
+// counted in the task's budget; with room it runs.
+func TestCallWithoutRoomNotCounted(t *testing.T) {
+	lg := &tightLog{bytes: 64 << 10}
+	f := setup(t, worker.Tool{OutputLimit: 64 << 10, Body: okBody()}, func(c *worker.Config) { c.Log = lg })
+	_, err := f.rt.Call(context.Background(), "probe", json.RawMessage(`{}`))
+	if !errors.Is(err, schema.ErrHistoryTooLarge) {
+		t.Fatalf("call without room: %v, want history_too_large", err)
+	}
+	if n := f.budget.get("s-1", worker.DefaultTask); n != 0 || f.runs.Load() != 0 || len(lg.all()) != 0 {
+		t.Fatalf("refused call counted %d, ran %d times, wrote %q", n, f.runs.Load(), lg.types())
+	}
+	lg.bytes = 1 << 20
+	if _, err := f.rt.Call(context.Background(), "probe", json.RawMessage(`{}`)); err != nil || f.runs.Load() != 1 {
+		t.Fatalf("call with room: %v, ran %d times", err, f.runs.Load())
+	}
+}
