@@ -1,0 +1,212 @@
+package stream_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream"
+)
+
+func TestSessionTenant(t *testing.T) {
+	for _, c := range []struct{ session, tenant string }{
+		{"acme-1", "acme"}, {"acme-orders-7", "acme"}, {"acme_x-1", "acme_x"},
+		{"acme", ""}, {"-1", ""}, {"s1", ""}, {strings.Repeat("a", stream.MaxTenantBytes+1) + "-1", ""},
+	} {
+		if got := stream.SessionTenant(c.session); got != c.tenant {
+			t.Errorf("SessionTenant(%q) = %q, want %q", c.session, got, c.tenant)
+		}
+	}
+	if !stream.TenantOwns("acme", "acme-1") || stream.TenantOwns("acme", "acme_x-1") || stream.TenantOwns("acme", "acmecorp-1") || stream.TenantOwns("", "-1") {
+		t.Error("TenantOwns")
+	}
+	for _, bad := range []string{"", "a-b", "a.b", "a*", strings.Repeat("a", stream.MaxTenantBytes+1)} {
+		if stream.ValidTenant(bad) {
+			t.Errorf("ValidTenant(%q)", bad)
+		}
+	}
+	if err := (stream.RoleConfig{Tenants: []stream.Tenant{{Name: "a"}, {Name: "a"}}}).Validate(); err == nil {
+		t.Error("a tenant twice accepted")
+	}
+}
+
+// tenantServer is a role server with tenants acme and beta, one agent key
+// each (stream.KeyDir.AddTenantAgent), as jingwei serve runs it.
+func startTenantServer(t *testing.T) *roleServer {
+	t.Helper()
+	dir := stream.KeyDir(filepath.Join(t.TempDir(), "keys"))
+	if _, err := dir.Init(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tn := range []string{"acme", "beta"} {
+		if _, err := dir.AddTenantAgent(tn, "bot1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys, err := dir.PublicKeys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenants, err := dir.Tenants()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tenants) != 2 || tenants[0].Name != "acme" || len(tenants[0].Agents) != 1 {
+		t.Fatalf("tenants %+v", tenants)
+	}
+	return startRoleServerWith(t, dir, stream.EmbeddedConfig{Users: keys, Roles: stream.RoleConfig{Tenants: tenants}})
+}
+
+func (rs *roleServer) connectTenant(t *testing.T, tenant string) *nats.Conn {
+	t.Helper()
+	nc, err := stream.Connect(context.Background(), stream.ConnectConfig{URL: rs.srv.ClientURL(), NKeySeedFile: rs.dir.TenantAgentSeedFile(tenant, "bot1"), Name: "test tenant " + tenant})
+	if err != nil {
+		t.Fatalf("connect as tenant %s: %v", tenant, err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// echoService answers every request on subject (in the trusted account,
+// as role) with the subject the request arrived on.
+func echoService(t *testing.T, rs *roleServer, r stream.Role, subject string) {
+	t.Helper()
+	nc := rs.connect(t, r)
+	if _, err := nc.Subscribe(subject, func(m *nats.Msg) { _ = m.Respond([]byte(m.Subject)) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTenantCarriedBySubject: a tenant's agent publishes on jw.api.call
+// and jw.api.status like any agent; the service receives the request on
+// jw.api.call.<tenant> (jw.api.status.<tenant>), the tenant its account's
+// import names, and no client can choose another: publishing another
+// tenant's subject, or the operators' jw.api.call, is refused.
+func TestTenantCarriedBySubject(t *testing.T) {
+	rs := startTenantServer(t)
+	echoService(t, rs, stream.RoleWorker, "jw.api.call.*")
+	echoService(t, rs, stream.RoleRecoverer, "jw.api.status.*")
+	echoService(t, rs, stream.RoleRecoverer, "jw.api.status")
+	for _, tn := range []string{"acme", "beta"} {
+		nc := rs.connectTenant(t, tn)
+		for _, e := range []string{"call", "status"} {
+			m, err := nc.Request("jw.api."+e, []byte(`{}`), 10*time.Second)
+			if err != nil {
+				t.Fatalf("tenant %s: %s: %v", tn, e, err)
+			}
+			if want := "jw.api." + e + "." + tn; string(m.Data) != want {
+				t.Fatalf("tenant %s: the service received %q, want %q", tn, m.Data, want)
+			}
+		}
+	}
+	// The operator's status is not tenant-scoped.
+	host := rs.connect(t, stream.RoleHost)
+	if m, err := host.Request("jw.api.status", nil, 10*time.Second); err != nil || string(m.Data) != "jw.api.status" {
+		t.Fatalf("host status: %v %v", err, m)
+	}
+	acme := rs.connectTenant(t, "acme")
+	var v violations
+	v.watch(acme)
+	for _, s := range []string{"jw.api.call.beta", "jw.api.status.beta", "jw.api.call.acme"} {
+		if m, err := acme.Request(s, []byte(`{}`), 500*time.Millisecond); err == nil {
+			t.Errorf("ATTACK: tenant acme reached %s: %q", s, m.Data)
+		}
+		v.await(t, s)
+	}
+}
+
+// TestTenantSeesNoOtherSession reproduces, with a tenant's agent
+// credential, every way the agent role reads or writes another session:
+// stream info with a subjects filter (lists every session id), a batched
+// direct get (every session's last event), a direct get of another
+// session's last event, a message get, a JetStream publish of a request
+// into another session (the fabricated answer, the id claimed ahead), the
+// other tenants' replies on _INBOX.>. Each is refused by the server; the
+// fleet-wide agent role, which an operator keeps, still reads them.
+func TestTenantSeesNoOtherSession(t *testing.T) {
+	rs := startTenantServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, worker := rs.asRole(t, stream.RoleWorker, stream.TopologyConfig{})
+	lease, err := worker.AcquireLease(ctx, "beta-1", "worker-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, err := worker.OpenLog(ctx, "beta-1", "worker-1", lease.Epoch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := log.Append(ctx, schema.Event{Type: schema.TypeCall, Call: &schema.Call{CallID: "c-1", Tool: "payments.charge", Arguments: []byte(`{"secret":"beta"}`)}}); err != nil {
+		t.Fatal(err)
+	}
+	echoService(t, rs, stream.RoleWorker, "jw.api.call.*")
+
+	attacks := []struct{ name, subject, body string }{
+		{"stream info with subjects filter", "$JS.API.STREAM.INFO.JW_EVENTS", `{"subjects_filter":">"}`},
+		{"batched direct get", "$JS.API.DIRECT.GET.JW_EVENTS", `{"multi_last":["jw.events.>"],"batch":100}`},
+		{"direct get of beta's last event", "$JS.API.DIRECT.GET.JW_EVENTS.jw.events.beta-1", ``},
+		{"message get", "$JS.API.STREAM.MSG.GET.JW_EVENTS", `{"last_by_subj":"jw.events.beta-1"}`},
+		{"request into beta's session", "jw.requests.beta-1", `{"v":1,"request_id":"r-1","session":"beta-1","tool":"payments.charge","arguments":{}}`},
+		{"account info", "$JS.API.INFO", ``},
+	}
+	// The fleet-wide agent role reads beta's session: what an operator's
+	// credential keeps, and what a tenant's must not do.
+	fleet := rs.connect(t, stream.RoleAgent)
+	if m, err := fleet.Request(attacks[2].subject, nil, 10*time.Second); err != nil || !strings.Contains(string(m.Data), "beta") {
+		t.Fatalf("the agent role does not read beta-1 (%v): the reproduction is void", err)
+	}
+	acme := rs.connectTenant(t, "acme")
+	var v violations
+	v.watch(acme)
+	for _, a := range attacks {
+		m, err := acme.Request(a.subject, []byte(a.body), 500*time.Millisecond)
+		if err == nil {
+			t.Errorf("ATTACK %s: answered %q", a.name, m.Data)
+		}
+		v.await(t, a.subject)
+	}
+	js, _ := jetstream.New(acme)
+	sctx, scancel := context.WithTimeout(ctx, time.Second)
+	if _, err := js.Stream(sctx, "JW_EVENTS"); err == nil {
+		t.Error("ATTACK: tenant acme opened JW_EVENTS")
+	}
+	scancel()
+	if st, err := worker.JS.Stream(ctx, worker.StreamName("REQUESTS")); err != nil {
+		t.Fatal(err)
+	} else if info, err := st.Info(ctx, jetstream.WithSubjectFilter("jw.requests.beta-1")); err != nil {
+		t.Fatal(err)
+	} else if info.State.Msgs != 0 {
+		t.Fatalf("ATTACK: %d requests stored in beta-1", info.State.Msgs)
+	}
+
+	// Beta's replies never reach acme's inboxes.
+	spy, err := acme.SubscribeSync("_INBOX.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := acme.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	beta := rs.connectTenant(t, "beta")
+	for i := 0; i < 3; i++ {
+		if _, err := beta.Request("jw.api.call", []byte(`{}`), 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := acme.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, _ := spy.Pending(); n != 0 {
+		m, _ := spy.NextMsg(0)
+		t.Fatalf("ATTACK: tenant acme saw %d of beta's replies, e.g. on %s: %s", n, m.Subject, m.Data)
+	}
+}
