@@ -20,8 +20,11 @@ type Role string
 // The roles.
 const (
 	// RoleAgent publishes tool requests, calls jw.api.call and
-	// jw.api.status, and reads session events. Untrusted: an account of
-	// its own.
+	// jw.api.status, and reads session events, of every session: the
+	// fleet-wide agent, for one agent or a fleet that trusts itself.
+	// Agents that must not see each other's sessions are given tenant
+	// credentials instead (Tenant, KeyDir.AddTenantAgent). Untrusted: an
+	// account of its own.
 	RoleAgent Role = "agent"
 	// RoleReviewer (also the approver) publishes reviews, calls
 	// jw.api.status and jw.api.inspect, and reads session events and

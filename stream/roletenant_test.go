@@ -210,3 +210,77 @@ func TestTenantSeesNoOtherSession(t *testing.T) {
 		t.Fatalf("ATTACK: tenant acme saw %d of beta's replies, e.g. on %s: %s", n, m.Subject, m.Data)
 	}
 }
+
+// TestTenantCredsOperatorMode: in operator mode the tenants' accounts are
+// signed by the operator, each importing its own subjects under an
+// activation of the trusted account, and its agents' creds are signed by
+// the tenant's account: the server carries the tenant in the subject, and
+// a tenant cannot reach another's subject or JetStream.
+func TestTenantCredsOperatorMode(t *testing.T) {
+	op := newTestOperator(t, true)
+	dir := stream.KeyDir(filepath.Join(t.TempDir(), "keys"))
+	if _, err := dir.Init(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tn := range []string{"acme", "beta"} {
+		if _, err := dir.AddTenantAgent(tn, "bot1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tenants, err := dir.Tenants()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := dir.IssueRoleCreds(stream.CredsConfig{Operator: op.signer, Subjects: stream.RoleConfig{Tenants: tenants}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Accounts) != 6 || len(got.Users) != len(stream.Roles)+2 {
+		t.Fatalf("%d accounts, %d users", len(got.Accounts), len(got.Users))
+	}
+	for _, u := range got.Users[len(stream.Roles):] {
+		if u.Path != dir.TenantAgentCredsFile(u.Tenant, "bot1") || u.Account != "JINGWEI_TENANT_"+u.Tenant || mode(t, u.Path) != 0o600 {
+			t.Errorf("tenant creds %+v", u)
+		}
+	}
+	url := startOperatorServer(t, op, got.PreloadFile)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn := func(creds string) *nats.Conn {
+		t.Helper()
+		nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: url, Creds: creds})
+		if err != nil {
+			t.Fatalf("connect %s: %v", creds, err)
+		}
+		t.Cleanup(nc.Close)
+		return nc
+	}
+	admin := conn(dir.CredsFile(stream.RoleAdmin))
+	js, _ := jetstream.New(admin)
+	if _, err := stream.EnsureTopology(ctx, js, stream.TopologyConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	worker := conn(dir.CredsFile(stream.RoleWorker))
+	if _, err := worker.Subscribe("jw.api.call.*", func(m *nats.Msg) { _ = m.Respond([]byte(m.Subject)) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := worker.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tn := range []string{"acme", "beta"} {
+		nc := conn(dir.TenantAgentCredsFile(tn, "bot1"))
+		m, err := nc.Request("jw.api.call", []byte(`{}`), 10*time.Second)
+		if err != nil || string(m.Data) != "jw.api.call."+tn {
+			t.Fatalf("tenant %s: %v %v", tn, err, m)
+		}
+	}
+	acme := conn(dir.TenantAgentCredsFile("acme", "bot1"))
+	var v violations
+	v.watch(acme)
+	for _, s := range []string{"jw.api.call.beta", "$JS.API.STREAM.INFO.JW_EVENTS", "$JS.API.DIRECT.GET.JW_EVENTS", "jw.requests.beta-1"} {
+		if m, err := acme.Request(s, []byte(`{}`), 500*time.Millisecond); err == nil {
+			t.Errorf("ATTACK: tenant acme reached %s: %q", s, m.Data)
+		}
+		v.await(t, s)
+	}
+}
