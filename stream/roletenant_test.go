@@ -2,6 +2,7 @@ package stream_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -282,5 +283,60 @@ func TestTenantCredsOperatorMode(t *testing.T) {
 			t.Errorf("ATTACK: tenant acme reached %s: %q", s, m.Data)
 		}
 		v.await(t, s)
+	}
+}
+
+// TestTenantRoleCheck: `jingwei auth check` covers the tenants: with
+// static keys and in operator mode, each tenant's agent reaches its two
+// services and is refused everything else.
+func TestTenantRoleCheck(t *testing.T) {
+	rs := startTenantServer(t)
+	tenants, err := rs.dir.Tenants()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := stream.CheckRoles(ctx, stream.CheckConfig{URL: rs.srv.ClientURL(), Dir: rs.dir, Roles: []stream.Role{stream.RoleAgent}, Subjects: stream.RoleConfig{Tenants: tenants}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkOK(t, rep)
+	n := map[string]int{}
+	for _, r := range rep.Results {
+		if r.Tenant != "" {
+			n[r.Tenant+" "+string(r.Expect)]++
+			if r.Account != "JINGWEI_TENANT_"+r.Tenant {
+				t.Errorf("%s: account %s", r.Action, r.Account)
+			}
+		}
+	}
+	for _, tn := range []string{"acme", "beta"} {
+		if n[tn+" "+string(stream.Allowed)] != 2 || n[tn+" "+string(stream.Refused)] < 15 {
+			t.Errorf("tenant %s: probes %v", tn, n)
+		}
+	}
+	// A tenant's agent handed the fleet-wide agent key is caught: it reads
+	// JW_EVENTS, and its calls do not reach the tenant's subject.
+	fleet, err := os.ReadFile(rs.dir.SeedFile(stream.RoleAgent))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(rs.dir.TenantAgentSeedFile("acme", "bot1"), fleet, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = stream.CheckRoles(ctx, stream.CheckConfig{URL: rs.srv.ClientURL(), Dir: rs.dir, Roles: []stream.Role{stream.RoleAgent}, Subjects: stream.RoleConfig{Tenants: tenants}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	caught := map[string]bool{}
+	for _, f := range rep.Failures() {
+		if f.Tenant != "acme" {
+			t.Errorf("%s %s: %s", f.Tenant, f.Action, f.Detail)
+		}
+		caught[f.Action] = true
+	}
+	if rep.OK || !caught["stream info JW_EVENTS (subjects filter: every session id)"] || !caught["request jw.api.call (reaches jw.api.call.acme)"] {
+		t.Fatalf("the fleet-wide key passed as tenant acme's: %v", caught)
 	}
 }

@@ -52,7 +52,8 @@ permissions, to put into (or include from) the configuration of an
 external nats-server that has a jetstream block and no other users.
 
 auth check connects to the server as every role (DIR/<role>.nk, or with
---operator DIR/<role>.creds) and checks that each action the role needs
+--operator DIR/<role>.creds), and as the first agent of every tenant in
+DIR/tenants, and checks that each action the role needs
 works and each one it must not take is refused by the server, and how: a
 permissions violation, not imported into the role's account (no
 responders, and admin's connection in JINGWEI saw nothing), or account
@@ -287,6 +288,10 @@ func runAuthCheck(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if msg != "" {
 		return usageError(stderr, "auth", "%s", msg)
 	}
+	rc, err := af.withTenants(rc)
+	if err != nil {
+		return keyError(stderr, "auth check", err)
+	}
 	rep, err := stream.CheckRoles(ctx, stream.CheckConfig{
 		URL: *server, Dir: stream.KeyDir(af.dir), Creds: *operator, TLSCA: *tlsca,
 		Roles: only, Subjects: rc, Timeout: *timeout,
@@ -344,7 +349,11 @@ func printCheck(w io.Writer, rep *stream.CheckReport) {
 		if r.RefusedBy != "" {
 			got += " (" + string(r.RefusedBy) + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Role, r.Account, r.Action, r.Expect, got, res)
+		role := string(r.Role)
+		if r.Tenant != "" {
+			role += " (tenant " + r.Tenant + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", role, r.Account, r.Action, r.Expect, got, res)
 	}
 	tw.Flush()
 	bad := len(rep.Failures())

@@ -191,6 +191,13 @@ func TestServeTenantAgents(t *testing.T) {
 	if calls != 1 {
 		t.Errorf("beta-1 holds %d calls, want 1", calls)
 	}
+	// `jingwei auth check` probes both tenants' agents too.
+	out.Reset()
+	errb.Reset()
+	if code := run(context.Background(), []string{"auth", "check", "--dir", filepath.Join(dir, "auth"), "--server", url, "--roles", "agent"}, &out, &errb); code != exitOK ||
+		!strings.Contains(out.String(), "agent (tenant acme)") || !strings.Contains(out.String(), "agent (tenant beta)") {
+		t.Errorf("auth check: exit %d\n%s\n%s", code, out.String(), errb.String())
+	}
 	vmu.Lock()
 	defer vmu.Unlock()
 	if len(v) == 0 {
