@@ -191,6 +191,20 @@ func TestServeTenantAgents(t *testing.T) {
 	if calls != 1 {
 		t.Errorf("beta-1 holds %d calls, want 1", calls)
 	}
+	// `jingwei call` with the tenant's key: its own session runs, another
+	// tenant's is forbidden (exit status and code).
+	key := stream.KeyDir(filepath.Join(dir, "auth")).TenantAgentSeedFile("acme", "agent")
+	out.Reset()
+	errb.Reset()
+	if code := run(context.Background(), []string{"call", "--server", url, "--nkey", key, "--session", "acme-2", "--tool", "catalog.lookup", "--args", `{"sku":"A-1"}`, "--json"}, &out, &errb); code != exitOK {
+		t.Fatalf("jingwei call as acme in acme-2: exit %d %s %s", code, out.String(), errb.String())
+	}
+	out.Reset()
+	errb.Reset()
+	if code := run(context.Background(), []string{"call", "--server", url, "--nkey", key, "--session", "beta-2", "--tool", "catalog.lookup", "--args", `{"sku":"A-1"}`}, &out, &errb); code == exitOK || !strings.Contains(out.String()+errb.String(), "forbidden") {
+		t.Fatalf("jingwei call as acme in beta-2: exit %d %s %s", code, out.String(), errb.String())
+	}
+
 	// `jingwei auth check` probes both tenants' agents too.
 	out.Reset()
 	errb.Reset()
