@@ -340,3 +340,40 @@ func TestTenantRoleCheck(t *testing.T) {
 		t.Fatalf("the fleet-wide key passed as tenant acme's: %v", caught)
 	}
 }
+
+// TestTenantKeysRefused: a tenant agent's key that is a role's key, or
+// another tenant's, or not a user key, is refused before any server runs
+// with it (one key would carry two sets of permissions).
+func TestTenantKeysRefused(t *testing.T) {
+	dir := stream.KeyDir(filepath.Join(t.TempDir(), "keys"))
+	if _, err := dir.Init(); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := dir.PublicKeys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ta, err := dir.AddTenantAgent("acme", "bot1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, ts := range map[string][]stream.Tenant{
+		"a role's key":     {{Name: "acme", Agents: []string{keys[stream.RoleHost]}}},
+		"two tenants' key": {{Name: "acme", Agents: []string{ta.PublicKey}}, {Name: "beta", Agents: []string{ta.PublicKey}}},
+		"not a user key":   {{Name: "acme", Agents: []string{"ABADKEY"}}},
+		"a bad name":       {{Name: "ac-me", Agents: []string{ta.PublicKey}}},
+	} {
+		if _, err := (stream.RoleConfig{Tenants: ts}).AccountsBlock(keys); err == nil {
+			t.Errorf("%s accepted", name)
+		}
+	}
+	block, err := (stream.RoleConfig{Tenants: []stream.Tenant{{Name: "acme", Agents: []string{ta.PublicKey}}}}).AccountsBlock(keys)
+	if err != nil || !strings.Contains(block, `"JINGWEI_TENANT_acme"`) || !strings.Contains(block, `to: "jw.api.call"`) || !strings.Contains(block, ta.PublicKey) {
+		t.Fatalf("accounts block: %v\n%s", err, block)
+	}
+	for _, bad := range [][2]string{{"ac-me", "bot"}, {"acme", "bot.1"}, {"acme", ""}} {
+		if _, err := dir.AddTenantAgent(bad[0], bad[1]); err == nil {
+			t.Errorf("AddTenantAgent(%q, %q) accepted", bad[0], bad[1])
+		}
+	}
+}
