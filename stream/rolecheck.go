@@ -1023,6 +1023,11 @@ func catalog(n names, session string) []probe {
 		add("request "+n.api(e.endpoint), e.roles, ask(func() *nats.Msg { return reqMsg(n.api(e.endpoint), guardBody) }))
 	}
 	add("request $SRV.PING (nats micro ls)", []Role{ho}, ask(func() *nats.Msg { return reqMsg("$SRV.PING."+session, "") }))
+	// The tenant subjects: only a tenant's import reaches them (§4.1), so
+	// the tenant the service sees is the server's word.
+	for _, e := range TenantEndpoints {
+		add("request "+n.api(e)+".<tenant> (pose as a tenant)", nil, ask(func() *nats.Msg { return reqMsg(n.api(e)+".jingwei_role_check", guardBody) }))
+	}
 
 	// Managing streams, buckets and their messages (admin only; guarded).
 	for _, s := range []string{n.events, n.reviews, n.leasesKV, n.plansKV, n.budgetKV} {
