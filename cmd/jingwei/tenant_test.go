@@ -223,3 +223,42 @@ func TestServeTenantAgents(t *testing.T) {
 		}
 	}
 }
+
+// TestAuthCredsTenants: in operator mode `jingwei auth tenant` then `auth
+// creds` sign the tenant's account and its agent's creds; `auth check
+// --operator` proves the tenant's agent reaches its two services and
+// nothing else; a second agent of the tenant needs only its creds (the
+// server's account JWTs stay as they were).
+func TestAuthCredsTenants(t *testing.T) {
+	operatorSeed, ojwt, sys, sysJWT := testOperator(t)
+	dir := filepath.Join(t.TempDir(), "keys")
+	if st, out, errOut := runCLI("auth", "tenant", "--dir", dir, "--tenant", "acme", "--agent", "bot1"); st != exitOK || !strings.Contains(out, "acme-") {
+		t.Fatalf("auth tenant: %d %s %s", st, out, errOut)
+	}
+	st, out, errOut := runCLI("auth", "creds", "--dir", dir, "--operator-seed", operatorSeed)
+	if st != exitOK || !strings.Contains(out, "JINGWEI_TENANT_acme") || !strings.Contains(out, "agent (tenant acme)") {
+		t.Fatalf("creds: exit %d\n%s\n%s", st, out, errOut)
+	}
+	url := operatorServer(t, dir, ojwt, sys, sysJWT)
+	makeTopology(t, url, stream.ConnectConfig{Creds: filepath.Join(dir, "admin.creds")})
+	if st, out, _ := runCLI("auth", "check", "--dir", dir, "--server", url, "--operator", "--roles", "agent"); st != exitOK || !strings.Contains(out, "agent (tenant acme)") {
+		t.Fatalf("check --operator: exit %d\n%s", st, out)
+	}
+	// A second agent: its creds are signed by the tenant's account key;
+	// the server, still running on the first account JWTs, lets it in.
+	if st, _, errOut := runCLI("auth", "tenant", "--dir", dir, "--tenant", "acme", "--agent", "bot2"); st != exitOK {
+		t.Fatalf("auth tenant bot2: %s", errOut)
+	}
+	if st, _, errOut := runCLI("auth", "creds", "--dir", dir, "--operator-seed", operatorSeed); st != exitOK {
+		t.Fatalf("creds again: %s", errOut)
+	}
+	kd := stream.KeyDir(dir)
+	nc, err := stream.Connect(context.Background(), stream.ConnectConfig{URL: url, Creds: kd.TenantAgentCredsFile("acme", "bot2")})
+	if err != nil {
+		t.Fatalf("bot2: %v", err)
+	}
+	defer nc.Close()
+	if _, err := nc.Request("$JS.API.STREAM.INFO.JW_EVENTS", nil, 500*time.Millisecond); err == nil {
+		t.Error("ATTACK: bot2 read JW_EVENTS' info")
+	}
+}
