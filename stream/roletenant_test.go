@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
@@ -278,11 +280,60 @@ func TestTenantCredsOperatorMode(t *testing.T) {
 	acme := conn(dir.TenantAgentCredsFile("acme", "bot1"))
 	var v violations
 	v.watch(acme)
-	for _, s := range []string{"jw.api.call.beta", "$JS.API.STREAM.INFO.JW_EVENTS", "$JS.API.DIRECT.GET.JW_EVENTS", "jw.requests.beta-1"} {
+	probes := []string{"jw.api.call.beta", "$JS.API.STREAM.INFO.JW_EVENTS", "$JS.API.DIRECT.GET.JW_EVENTS", "jw.requests.beta-1"}
+	for _, s := range probes {
 		if m, err := acme.Request(s, []byte(`{}`), 500*time.Millisecond); err == nil {
 			t.Errorf("ATTACK: tenant acme reached %s: %q", s, m.Data)
 		}
 		v.await(t, s)
+	}
+
+	// A tenant holding its own account key signs a user that may publish
+	// and subscribe everything: it still reaches only its own imports.
+	akp, err := stream.ReadSeedFile(dir.AccountSeedFile("JINGWEI_TENANT_acme"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ukp, _ := nkeys.CreateUser()
+	upub, _ := ukp.PublicKey()
+	uc := jwt.NewUserClaims(upub)
+	uc.Permissions = jwt.Permissions{Pub: jwt.Permission{Allow: []string{">"}}, Sub: jwt.Permission{Allow: []string{">"}}}
+	tok, err := uc.Encode(akp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	useed, _ := ukp.Seed()
+	rogue, err := nats.Connect(url, nats.UserJWTAndSeed(tok, string(useed)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rogue.Close()
+	for _, s := range append(probes, "$JS.API.DIRECT.GET.JW_EVENTS.jw.events.beta-1", "$JS.API.STREAM.MSG.GET.JW_EVENTS", "$JS.API.INFO") {
+		m, err := rogue.Request(s, []byte(`{"last_by_subj":"jw.events.beta-1"}`), 500*time.Millisecond)
+		if err == nil && m.Header.Get("Status") != "503" && !strings.Contains(string(m.Data), "not enabled") {
+			t.Errorf("ATTACK: a user signed by acme's account key reached %s: %s %q", s, m.Header, m.Data)
+		}
+	}
+	if m, err := rogue.Request("jw.api.call", []byte(`{}`), 10*time.Second); err != nil || string(m.Data) != "jw.api.call.acme" {
+		t.Fatalf("the rogue user's call: %v %v", err, m)
+	}
+	// Listening on everything of its account, it sees none of beta's call.
+	spy, err := rogue.SubscribeSync(">")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rogue.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	beta := conn(dir.TenantAgentCredsFile("beta", "bot1"))
+	if _, err := beta.Request("jw.api.call", []byte(`{"beta":"secret"}`), 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := rogue.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := spy.NextMsg(0); err == nil {
+		t.Errorf("ATTACK: acme's rogue user saw traffic on %s: %q", m.Subject, m.Data)
 	}
 }
 
