@@ -114,6 +114,15 @@
 // a permissions violation, not imported into the role's account, or
 // account isolation.
 //
+// Tenants ([RoleConfig.Tenants], [Tenant]): the agent role sees every
+// session. Agents that must not see each other's are given an account per
+// tenant ([RoleConfig.TenantAccountName]) importing only
+// jw.api.call.<tenant> and jw.api.status.<tenant> under the plain local
+// subjects, so the service learns the tenant from a subject the server
+// sets and answers about the tenant's sessions (<tenant>-…) only; the
+// tenant reaches no stream at all. [KeyDir.AddTenantAgent] makes its
+// agents' keys; AccountsBlock, IssueRoleCreds and CheckRoles cover them.
+//
 // What remains: roles that share an account share its inboxes. The
 // trusted roles see each other's replies, and a push consumer's deliver
 // subject is not checked against its creator's permissions, so a worker or

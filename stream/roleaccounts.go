@@ -49,8 +49,14 @@ const StreamedResponseWindow = 10 * time.Second
 // ServiceImport is one service an untrusted role's account imports from the
 // trusted account, under the same subject in both accounts.
 type ServiceImport struct {
-	// Subject is the service's subject (wildcards allowed).
+	// Subject is the service's subject in the trusted account (wildcards
+	// allowed).
 	Subject string `json:"subject"`
+	// To, when set, is the subject the importing account publishes on,
+	// which the server maps to Subject (a tenant's jw.api.call, carried
+	// into the trusted account as jw.api.call.<tenant>). Empty: Subject in
+	// both accounts.
+	To string `json:"to,omitempty"`
 	// Response is the response type: ResponseSingleton or ResponseStream.
 	Response ResponseType `json:"response"`
 	// Threshold is how long after a request the trusted account may still
@@ -84,6 +90,9 @@ type AccountSpec struct {
 	// Imports are what an untrusted account imports from the trusted one
 	// (nil for the trusted account).
 	Imports []ServiceImport `json:"imports,omitempty"`
+	// Tenant is the tenant whose agents the account holds (Roles is then
+	// empty); "" for the roles' accounts.
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // DefaultAccount is the trusted account's default name (RoleConfig.Account).
@@ -215,8 +224,14 @@ func (c RoleConfig) Imports(r Role) []ServiceImport {
 }
 
 // Exports returns the services the trusted account exports: one entry per
-// subject any untrusted account imports, naming the importers.
+// subject any untrusted role's account imports, naming the importers, and,
+// with tenants, jw.api.call.* and jw.api.status.* to every tenant's
+// account.
 func (c RoleConfig) Exports() []ServiceExport {
+	return append(c.roleExports(), c.tenantExports()...)
+}
+
+func (c RoleConfig) roleExports() []ServiceExport {
 	var out []ServiceExport
 	at := map[string]int{}
 	for _, r := range Roles {
@@ -235,7 +250,7 @@ func (c RoleConfig) Exports() []ServiceExport {
 
 // Accounts returns every account of the roles: the trusted one first (with
 // JetStream and the exports), then one per untrusted role (with its
-// imports), in the order of Roles.
+// imports), in the order of Roles, then one per tenant (Tenants).
 func (c RoleConfig) Accounts() []AccountSpec {
 	c = c.WithDefaults()
 	trusted := AccountSpec{Name: c.Account, JetStream: true, Exports: c.Exports()}
@@ -247,7 +262,7 @@ func (c RoleConfig) Accounts() []AccountSpec {
 		}
 		out = append(out, AccountSpec{Name: c.AccountName(r), Roles: []Role{r}, Imports: c.Imports(r)})
 	}
-	return append([]AccountSpec{trusted}, out...)
+	return append(append([]AccountSpec{trusted}, out...), c.tenantAccounts()...)
 }
 
 // importGrants are an untrusted role's publish allows: exactly the subjects

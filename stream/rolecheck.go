@@ -114,8 +114,12 @@ type CheckResult struct {
 	Got Outcome `json:"got"`
 	// RefusedBy says how the server refused it, when Got is Refused.
 	RefusedBy Refusal `json:"refused_by,omitempty"`
-	// Account is the role's account (RoleConfig.AccountName).
+	// Account is the role's account (RoleConfig.AccountName), or the
+	// tenant's (RoleConfig.TenantAccountName).
 	Account string `json:"account"`
+	// Tenant is the tenant of a tenant's agent (Role is RoleAgent); ""
+	// for the roles.
+	Tenant string `json:"tenant,omitempty"`
 	// OK is set when Got is Expect (or the probe was skipped).
 	OK bool `json:"ok"`
 	// Detail says what the server answered or why the probe failed.
@@ -230,6 +234,11 @@ func CheckRoles(ctx context.Context, cfg CheckConfig) (*CheckReport, error) {
 			rep.Results = append(rep.Results, res)
 		}
 	}
+	tr, err := checkTenants(ctx, cfg, st)
+	if err != nil {
+		return nil, err
+	}
+	rep.Results = append(rep.Results, tr...)
 	for _, x := range rep.Results {
 		rep.OK = rep.OK && x.OK
 	}
@@ -261,6 +270,9 @@ type prober struct {
 	nc      *nats.Conn
 	timeout time.Duration
 	st      *checkState
+	// tenant is the tenant of a tenant's agent: its requests reach the
+	// trusted account as <subject>.<tenant> (where the witness listens).
+	tenant string
 
 	mu         sync.Mutex
 	violations map[string]string // "publish x" / "subscribe x" → error text
@@ -289,7 +301,13 @@ func connectProber(ctx context.Context, cfg CheckConfig, r Role, st *checkState)
 	if err != nil {
 		return nil, err
 	}
-	p := &prober{role: r, account: cfg.Subjects.AccountName(r), nc: nc, timeout: cfg.Timeout, st: st, violations: map[string]string{}, changed: make(chan struct{})}
+	return newProber(nc, r, cfg.Subjects.AccountName(r), cfg, st), nil
+}
+
+// newProber watches nc's permission violations for the probes of r in
+// account.
+func newProber(nc *nats.Conn, r Role, account string, cfg CheckConfig, st *checkState) *prober {
+	p := &prober{role: r, account: account, nc: nc, timeout: cfg.Timeout, st: st, violations: map[string]string{}, changed: make(chan struct{})}
 	nc.SetErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 		if !errors.Is(err, nats.ErrPermissionViolation) {
 			return
@@ -308,7 +326,7 @@ func connectProber(ctx context.Context, cfg CheckConfig, r Role, st *checkState)
 		p.changed = make(chan struct{})
 		p.mu.Unlock()
 	})
-	return p, nil
+	return p
 }
 
 // forget drops an earlier violation of key, so a probe sees only its own.
@@ -470,10 +488,16 @@ func (p *prober) crossCheck(ctx context.Context, build func() *nats.Msg, withRep
 		return verdict{got: Failed, detail: fmt.Sprintf("%s in account %s: cannot tell whether it is not imported or imported with nothing answering in account %s without admin's credentials (the witness)", what, p.account, trusted)}, nil
 	}
 	msg := build()
+	there := msg.Subject // where the witness listens
+	for _, e := range TenantEndpoints {
+		if p.tenant != "" && msg.Subject == p.st.n.api(e) {
+			there += "." + p.tenant // the tenant's import
+		}
+	}
 	crossed := verdict{got: Allowed, detail: fmt.Sprintf("crossed into account %s through an import (nothing but the check's witness answers it there)", trusted)}
 	if withReply {
 		seen := make(chan struct{}, 1)
-		ws, err := w.nc.Subscribe(msg.Subject, func(m *nats.Msg) {
+		ws, err := w.nc.Subscribe(there, func(m *nats.Msg) {
 			select {
 			case seen <- struct{}{}:
 			default:
@@ -500,7 +524,7 @@ func (p *prober) crossCheck(ctx context.Context, build func() *nats.Msg, withRep
 		}
 		return byPermission(o, d), m
 	}
-	ws, err := w.nc.SubscribeSync(msg.Subject)
+	ws, err := w.nc.SubscribeSync(there)
 	if err != nil {
 		return verdict{got: Failed, detail: "witness: " + err.Error()}, nil
 	}
@@ -999,6 +1023,11 @@ func catalog(n names, session string) []probe {
 		add("request "+n.api(e.endpoint), e.roles, ask(func() *nats.Msg { return reqMsg(n.api(e.endpoint), guardBody) }))
 	}
 	add("request $SRV.PING (nats micro ls)", []Role{ho}, ask(func() *nats.Msg { return reqMsg("$SRV.PING."+session, "") }))
+	// The tenant subjects: only a tenant's import reaches them (§4.1), so
+	// the tenant the service sees is the server's word.
+	for _, e := range TenantEndpoints {
+		add("request "+n.api(e)+".<tenant> (pose as a tenant)", nil, ask(func() *nats.Msg { return reqMsg(n.api(e)+".jingwei_role_check", guardBody) }))
+	}
 
 	// Managing streams, buckets and their messages (admin only; guarded).
 	for _, s := range []string{n.events, n.reviews, n.leasesKV, n.plansKV, n.budgetKV} {

@@ -33,6 +33,15 @@ func (c RoleConfig) AccountsBlock(users map[Role]string) (string, error) {
 	if err := validateUsers(users, c); err != nil {
 		return "", err
 	}
+	for _, t := range c.Tenants {
+		for _, k := range t.Agents {
+			for r, pub := range users {
+				if pub == k {
+					return "", fmt.Errorf("stream: AccountsBlock: role %s and an agent of tenant %s share one key", r, t.Name)
+				}
+			}
+		}
+	}
 	c = c.WithDefaults()
 	var b strings.Builder
 	fmt.Fprintf(&b, "# jingwei roles: subject prefix %q, example tools prefix %q.\n", c.Prefix, c.ToolsPrefix)
@@ -49,7 +58,12 @@ func (c RoleConfig) AccountsBlock(users map[Role]string) (string, error) {
 		var us []string
 		for _, r := range a.Roles {
 			if pub, ok := users[r]; ok {
-				us = append(us, userEntry(c, r, pub))
+				us = append(us, userEntry(c, "role "+string(r), c.Grants(r), c.Subjects(r), pub))
+			}
+		}
+		if t, ok := c.tenant(a.Tenant); ok {
+			for _, pub := range t.Agents {
+				us = append(us, userEntry(c, "agent of tenant "+t.Name, c.TenantGrants(), c.TenantSubjects(), pub))
 			}
 		}
 		if len(us) > 0 {
@@ -68,7 +82,12 @@ func (c RoleConfig) AccountsBlock(users map[Role]string) (string, error) {
 			return line + fmt.Sprintf(", accounts: [%s] }", strings.Join(accs, ", "))
 		})
 		writeEntries(&b, "imports", len(a.Imports), func(i int) string { return a.Imports[i].Why }, func(i int) string {
-			return fmt.Sprintf("{ service: { account: %s, subject: %s } }", strconv.Quote(c.Account), strconv.Quote(a.Imports[i].Subject))
+			im := a.Imports[i]
+			line := fmt.Sprintf("{ service: { account: %s, subject: %s }", strconv.Quote(c.Account), strconv.Quote(im.Subject))
+			if im.To != "" {
+				line += fmt.Sprintf(", to: %s", strconv.Quote(im.To))
+			}
+			return line + " }"
 		})
 		b.WriteString("  }\n")
 	}
@@ -76,11 +95,11 @@ func (c RoleConfig) AccountsBlock(users map[Role]string) (string, error) {
 	return b.String(), nil
 }
 
-// userEntry renders one nkey user with the role's permissions.
-func userEntry(c RoleConfig, r Role, pub string) string {
+// userEntry renders one nkey user with its permissions: grants, and the
+// response permission of p.
+func userEntry(c RoleConfig, who string, grants []Grant, p RolePermissions, pub string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "      # role %s\n      {\n        nkey: %s\n        permissions: {\n", r, strconv.Quote(pub))
-	grants := c.Grants(r)
+	fmt.Fprintf(&b, "      # %s\n      {\n        nkey: %s\n        permissions: {\n", who, strconv.Quote(pub))
 	for _, op := range []Op{OpPublish, OpSubscribe} {
 		fmt.Fprintf(&b, "          %s: {\n", op)
 		for _, deny := range []bool{false, true} {
@@ -105,7 +124,7 @@ func userEntry(c RoleConfig, r Role, pub string) string {
 		}
 		b.WriteString("          }\n")
 	}
-	if p := c.Subjects(r); p.Responses {
+	if p.Responses {
 		fmt.Fprintf(&b, "          # answer the requests it receives: one message to each reply subject, within %s\n", p.ResponseExpiry)
 		fmt.Fprintf(&b, "          allow_responses: { max: 1, expires: %q }\n", p.ResponseExpiry.String())
 	}

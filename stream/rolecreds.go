@@ -47,9 +47,13 @@ const SafeJWTBytes = 3750
 type CredsFile struct {
 	// Role is the role.
 	Role Role `json:"role"`
+	// Tenant is the tenant of a tenant's agent (Role is RoleAgent); "" for
+	// the roles' users.
+	Tenant string `json:"tenant,omitempty"`
 	// Account is the name of the role's account.
 	Account string `json:"account"`
-	// Path is <dir>/<role>.creds.
+	// Path is <dir>/<role>.creds, or
+	// <dir>/tenants/<tenant>/<agent>.creds for a tenant's agent.
 	Path string `json:"creds_file"`
 	// PublicKey is the user's (the role's) public key.
 	PublicKey string `json:"public_key"`
@@ -111,7 +115,15 @@ type RoleCreds struct {
 //     carrying the role's permissions inside its account
 //     (RoleConfig.JWTPermissions) and the tag jingwei-role:<role>, signed
 //     by the role's account, formatted with the seed by
-//     jwt.FormatUserConfig.
+//     jwt.FormatUserConfig;
+//   - with tenants (cfg.Subjects.Tenants): an account per tenant
+//     (<dir>/<Account>_TENANT_<tenant>.account.nk and .jwt) importing
+//     only jw.api.call and jw.api.status for its sessions, and
+//     <dir>/tenants/<tenant>/<agent>.creds for every agent key of such a
+//     tenant in <dir>/tenants (AddTenantAgent), signed by the tenant's
+//     account with TenantJWTPermissions. Agents added later need only
+//     their creds signed by the tenant's account key: the server's
+//     account JWTs do not change.
 //
 // Files are written 0600 (seeds, creds) or 0644 (JWTs) and replace earlier
 // ones atomically (credentials are issued again when the permissions
@@ -185,7 +197,13 @@ func (d KeyDir) IssueRoleCreds(cfg CredsConfig) (*RoleCreds, error) {
 			if err != nil {
 				return nil, fmt.Errorf("stream: activation of %s for %s: %w", im.Subject, a.Name, err)
 			}
-			ac.Imports.Add(&jwt.Import{Name: im.Subject, Subject: jwt.Subject(im.Subject), Account: trusted.PublicKey, Token: token, Type: jwt.Service})
+			imp := &jwt.Import{Name: im.Subject, Subject: jwt.Subject(im.Subject), Account: trusted.PublicKey, Token: token, Type: jwt.Service}
+			if im.To != "" {
+				// The importer publishes on To; the server carries it
+				// into the trusted account as Subject.
+				imp.Subject, imp.LocalSubject = jwt.Subject(im.Subject), jwt.RenamingSubject(im.To)
+			}
+			ac.Imports.Add(imp)
 		}
 		vr := jwt.CreateValidationResults()
 		ac.Validate(vr)
@@ -245,6 +263,45 @@ func (d KeyDir) IssueRoleCreds(cfg CredsConfig) (*RoleCreds, error) {
 			return out, err
 		}
 		out.Users = append(out.Users, CredsFile{Role: r, Account: account, Path: path, PublicKey: pub, JWTBytes: len(token)})
+	}
+
+	// The tenants' agents: every agent key in <dir>/tenants of a tenant
+	// in Subjects.Tenants, signed by its tenant's account.
+	agents, err := d.TenantAgents()
+	if err != nil {
+		return out, err
+	}
+	for _, a := range agents {
+		if _, ok := rc.tenant(a.Tenant); !ok {
+			continue
+		}
+		account := rc.TenantAccountName(a.Tenant)
+		uc := jwt.NewUserClaims(a.PublicKey)
+		uc.Name = "jingwei agent " + a.Agent + " of tenant " + a.Tenant
+		uc.Tags.Add("jingwei-role:" + string(RoleAgent))
+		uc.Tags.Add("jingwei-tenant:" + a.Tenant)
+		uc.Permissions = rc.TenantJWTPermissions()
+		if cfg.Expires > 0 {
+			uc.Expires = time.Now().Add(cfg.Expires).Unix()
+		}
+		token, err := uc.Encode(keys[account])
+		if err != nil {
+			return out, fmt.Errorf("stream: sign user JWT for agent %s of tenant %s: %w", a.Agent, a.Tenant, err)
+		}
+		kp, err := readUserSeed(a.Path)
+		if err != nil {
+			return out, err
+		}
+		seed, _ := kp.Seed()
+		creds, err := jwt.FormatUserConfig(token, seed)
+		if err != nil {
+			return out, fmt.Errorf("stream: creds for agent %s of tenant %s: %w", a.Agent, a.Tenant, err)
+		}
+		path := d.TenantAgentCredsFile(a.Tenant, a.Agent)
+		if err := replaceFile(path, creds); err != nil {
+			return out, err
+		}
+		out.Users = append(out.Users, CredsFile{Role: RoleAgent, Tenant: a.Tenant, Account: account, Path: path, PublicKey: a.PublicKey, JWTBytes: len(token)})
 	}
 	return out, nil
 }

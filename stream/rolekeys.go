@@ -24,12 +24,17 @@ import (
 //	<dir>/planner.nk    the plan-signing key, an nkey user seed (0600)
 //	<dir>/planners      the plan signers tool workers trust: one public
 //	                    key per line, # comments (0644)
+//	<dir>/tenants/<tenant>/<agent>.nk
+//	                    a tenant's agent's nkey user seed (0600, its
+//	                    directories 0700), written by AddTenantAgent;
+//	                    <agent>.creds next to it in operator mode
 //
 // and, for operator mode, written by IssueRoleCreds:
 //
 //	<dir>/<ACCOUNT>.account.nk   each account's seed (0600): JINGWEI,
 //	                             JINGWEI_AGENT, JINGWEI_REVIEWER,
-//	                             JINGWEI_HOST (RoleConfig.AccountName)
+//	                             JINGWEI_HOST (RoleConfig.AccountName),
+//	                             JINGWEI_TENANT_<tenant> per tenant
 //	<dir>/<ACCOUNT>.account.jwt  each account's JWT, signed by the
 //	                             operator (0644)
 //	<dir>/resolver-preload.conf  the account JWTs as entries of a

@@ -20,8 +20,11 @@ type Role string
 // The roles.
 const (
 	// RoleAgent publishes tool requests, calls jw.api.call and
-	// jw.api.status, and reads session events. Untrusted: an account of
-	// its own.
+	// jw.api.status, and reads session events, of every session: the
+	// fleet-wide agent, for one agent or a fleet that trusts itself.
+	// Agents that must not see each other's sessions are given tenant
+	// credentials instead (Tenant, KeyDir.AddTenantAgent). Untrusted: an
+	// account of its own.
 	RoleAgent Role = "agent"
 	// RoleReviewer (also the approver) publishes reviews, calls
 	// jw.api.status and jw.api.inspect, and reads session events and
@@ -82,6 +85,11 @@ type RoleConfig struct {
 	// named after it (AccountName: <Account>_AGENT, _REVIEWER, _HOST).
 	// [A-Za-z0-9_-]. Defaults to DefaultAccount ("JINGWEI").
 	Account string
+	// Tenants are the tenants of tenant-scoped agents (see Tenant): each
+	// gets an account of its own (TenantAccountName) importing only
+	// jw.api.call and jw.api.status for its own sessions. Nil: no tenants
+	// (and the trusted account exports nothing for them).
+	Tenants []Tenant
 }
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -113,7 +121,7 @@ func (c RoleConfig) Validate() error {
 	if !schema.ValidSession(c.Account) {
 		return fmt.Errorf("stream: RoleConfig.Account %q: want [A-Za-z0-9_-]+", c.Account)
 	}
-	return nil
+	return validateTenants(c.Tenants)
 }
 
 // Op is what a Grant is about: publishing or subscribing.
@@ -300,7 +308,7 @@ func (n names) allows(r Role, c RoleConfig) []Grant {
 				n.tp+".ledger", n.tp+".ledger.>", "$KV."+n.orders+".>", "$KV."+n.orderKeys+".>")...)...),
 			pub("answers to requests that cannot become calls (JetStream)", n.subj("answers")),
 			pub("forward jw.api.call requests to the work queue (JetStream)", n.subj("requests")),
-			sub("serve jw.api.call (the gateway) and micro's $SRV discovery", n.api("call"), "$SRV.>"),
+			sub("serve jw.api.call (the gateway; jw.api.call.<tenant>: a tenant's agents, through their account's import) and micro's $SRV discovery", n.api("call"), n.api("call")+".*", "$SRV.>"),
 			pub("approval requests of calls waiting for approval (JetStream), and the durable consumer of the answers", append([]string{n.p + ".approvals.*.request"}, consume(n.approvals)...)...),
 		)
 	case RoleRecoverer:
@@ -313,7 +321,7 @@ func (n names) allows(r Role, c RoleConfig) []Grant {
 			pub("lease expiry watcher: an ordered pull consumer on the leases bucket (WatchLeaseExpiry)", consume(n.leasesKV)...),
 			pub("plan key listing: kv.Keys, a push watcher with flow control, on the plans bucket", watch(n.plansKV)...),
 			pub("whether the tool workers' plan consumer still holds a plan's message (a lost one is published again): consumer info only", "$JS.API.CONSUMER.INFO."+n.plans+".*"),
-			sub("serve the jingwei service (inspect, prepare, status) and micro's $SRV discovery", n.api("inspect"), n.api("prepare"), n.api("status"), "$SRV.>"),
+			sub("serve the jingwei service (inspect, prepare, status; jw.api.status.<tenant>: a tenant's agents, through their account's import) and micro's $SRV discovery", n.api("inspect"), n.api("prepare"), n.api("status"), n.api("status")+".*", "$SRV.>"),
 		)
 	case RoleAdmin:
 		return []Grant{
@@ -358,9 +366,9 @@ func (n names) guards() []guard {
 		g(OpPublish, "consumers of the session logs and the reviews belong to the recoverer",
 			append(anyConsumer(n.events), anyConsumer(n.reviews)...), RoleRecoverer),
 		g(OpSubscribe, "only the tool workers receive jw.api.call (anyone else could answer someone else's call)",
-			[]string{n.api("call")}, RoleWorker),
+			[]string{n.api("call"), n.api("call") + ".*"}, RoleWorker),
 		g(OpSubscribe, "only the recoverer receives inspect, prepare and status requests",
-			[]string{n.api("inspect"), n.api("prepare"), n.api("status")}, RoleRecoverer),
+			[]string{n.api("inspect"), n.api("prepare"), n.api("status"), n.api("status") + ".*"}, RoleRecoverer),
 	}
 }
 
@@ -393,8 +401,17 @@ func (c RoleConfig) Grants(r Role) []Grant {
 // Subjects returns the role's permissions as sorted subject lists.
 func (c RoleConfig) Subjects(r Role) RolePermissions {
 	c = c.WithDefaults()
+	p := subjectsOf(r, c.Grants(r))
+	if r == RoleRecoverer || r == RoleWorker {
+		p.Responses, p.ResponseExpiry = true, c.ResponseExpiry
+	}
+	return p
+}
+
+// subjectsOf sorts a permission table into subject lists.
+func subjectsOf(r Role, grants []Grant) RolePermissions {
 	p := RolePermissions{Role: r}
-	for _, g := range c.Grants(r) {
+	for _, g := range grants {
 		var l *[]string
 		switch {
 		case g.Op == OpPublish && !g.Deny:
@@ -411,9 +428,6 @@ func (c RoleConfig) Subjects(r Role) RolePermissions {
 	for _, l := range []*[]string{&p.PublishAllow, &p.PublishDeny, &p.SubscribeAllow, &p.SubscribeDeny} {
 		slices.Sort(*l)
 		*l = slices.Compact(*l)
-	}
-	if r == RoleRecoverer || r == RoleWorker {
-		p.Responses, p.ResponseExpiry = true, c.ResponseExpiry
 	}
 	return p
 }

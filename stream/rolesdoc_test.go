@@ -78,5 +78,31 @@ func rolesDoc(c stream.RoleConfig) []byte {
 			}
 		}
 	}
+	// A tenant's agents, shown for a tenant named "<tenant>".
+	tc := c
+	tc.Tenants = []stream.Tenant{{Name: "tenantname"}}
+	name := func(s string) string { return strings.ReplaceAll(s, "tenantname", "<tenant>") }
+	p("\n## agent of a tenant (account `%s`)\n\n", name(tc.TenantAccountName("tenantname")))
+	p("A tenant owns the sessions whose id begins with `<tenant>-`; its agents\n")
+	p("(`jingwei auth tenant`) ask the two services below about those sessions\n")
+	p("only, and reach nothing else (no JetStream: see protocol.md §4).\n\n")
+	p("| list | subjects | why |\n|---|---|---|\n")
+	for _, g := range tc.TenantGrants() {
+		subs := make([]string, len(g.Subjects))
+		for i, s := range g.Subjects {
+			subs[i] = "`" + s + "`"
+		}
+		p("| %s allow | %s | %s |\n", g.Op, strings.Join(subs, "<br>"), strings.ReplaceAll(g.Why, "|", "\\|"))
+	}
+	p("\nImports from `%s` (the agent publishes on the local subject; the service receives the tenant's):\n\n| subject | local subject | response | why |\n|---|---|---|---|\n", c.AccountName(stream.RoleAdmin))
+	for _, imp := range tc.TenantImports("tenantname") {
+		p("| `%s` | `%s` | %s | %s |\n", name(imp.Subject), imp.To, imp.Response, strings.ReplaceAll(imp.Why, "|", "\\|"))
+	}
+	p("\nExported by `%s` to every tenant's account:\n\n| subject | response | why |\n|---|---|---|\n", c.AccountName(stream.RoleAdmin))
+	for _, e := range tc.Exports() {
+		if len(e.Accounts) == 1 && e.Accounts[0] == tc.TenantAccountName("tenantname") {
+			p("| `%s` | %s | %s |\n", e.Subject, e.Response, strings.ReplaceAll(e.Why, "|", "\\|"))
+		}
+	}
 	return b.Bytes()
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	iofs "io/fs"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -26,6 +27,7 @@ const authHelp = `  jingwei auth init   --dir DIR [--prefix jw] [--tools-prefix 
   jingwei auth creds  --dir DIR --operator-seed FILE [--roles r1,r2]
                       [--expires D] [--prefix jw] [--tools-prefix tools]
                       [--account JINGWEI] [--json]
+  jingwei auth tenant --dir DIR --tenant NAME [--agent agent] [--json]
 
 Every jingwei client connects as one role: agent, reviewer, host, worker,
 recoverer or admin (docs/protocol.md §4). The trusted roles (worker, recoverer,
@@ -50,7 +52,8 @@ permissions, to put into (or include from) the configuration of an
 external nats-server that has a jetstream block and no other users.
 
 auth check connects to the server as every role (DIR/<role>.nk, or with
---operator DIR/<role>.creds) and checks that each action the role needs
+--operator DIR/<role>.creds), and as the first agent of every tenant in
+DIR/tenants, and checks that each action the role needs
 works and each one it must not take is refused by the server, and how: a
 permissions violation, not imported into the role's account (no
 responders, and admin's connection in JINGWEI saw nothing), or account
@@ -69,6 +72,23 @@ same JWTs with nsc push). Then it signs a user JWT per role (--roles: only
 these) with the role's permissions for the role's key in DIR, by the
 role's account, and writes DIR/<role>.creds (0600, replacing earlier
 ones). Clients then connect with --creds DIR/<role>.creds.
+
+auth tenant gives an agent a credential scoped to one tenant's sessions:
+it creates the agent's key DIR/tenants/NAME/AGENT.nk (0600; kept if it
+exists). Tenant NAME (1 to 32 of [A-Za-z0-9_], no "-") owns the sessions
+whose id begins with NAME- (acme owns acme-1, acme-orders-7). Its agents
+connect as users of an account of their own, JINGWEI_TENANT_NAME, which
+imports only jw.api.call and jw.api.status, carried to the services as
+jw.api.call.NAME and jw.api.status.NAME: the services answer them about
+NAME's sessions only (forbidden otherwise), and they reach no stream, no
+other session, no other tenant's replies. The fleet-wide agent role
+(DIR/agent.nk) sees every session: keep it for operators. auth config,
+auth creds, auth check and jingwei serve take every tenant in
+DIR/tenants: restart serve (or reload the external server with the new
+auth config) after adding a tenant or, with static keys, an agent; in
+operator mode auth creds signs DIR/tenants/NAME/AGENT.creds with the
+tenant's account key, and a new agent of an existing tenant needs no
+change on the server.
 
 A directory or key file that other users can read or write is refused;
 the message says which chmod fixes it.
@@ -98,8 +118,10 @@ func runAuth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runAuthCheck(ctx, args[1:], stdout, stderr)
 	case "creds":
 		return runAuthCreds(ctx, args[1:], stdout, stderr)
+	case "tenant":
+		return runAuthTenant(ctx, args[1:], stdout, stderr)
 	}
-	return usageError(stderr, "auth", "unknown subcommand %q (want init, config, check or creds)", args[0])
+	return usageError(stderr, "auth", "unknown subcommand %q (want init, config, check, creds or tenant)", args[0])
 }
 
 // authFlags are the flags every auth subcommand takes.
@@ -126,6 +148,17 @@ func (a *authFlags) check() (stream.RoleConfig, string) {
 	return rc, ""
 }
 
+// withTenants returns rc with the tenants whose agent keys are in the
+// directory (DIR/tenants).
+func (a *authFlags) withTenants(rc stream.RoleConfig) (stream.RoleConfig, error) {
+	ts, err := stream.KeyDir(a.dir).Tenants()
+	if err != nil {
+		return rc, err
+	}
+	rc.Tenants = ts
+	return rc, rc.Validate()
+}
+
 // keyError is the exit status of a failure to read or write keys: a
 // usage problem for what the operator must fix (missing, insecure, not a
 // key), a failure otherwise.
@@ -139,7 +172,7 @@ func keyError(stderr io.Writer, name string, err error) int {
 
 // roleUse says which client connects as a role, and how.
 var roleUse = map[stream.Role]string{
-	stream.RoleAgent:     "agents and their SDKs: tool requests, jw.api.call/status (jingwei call)",
+	stream.RoleAgent:     "fleet-wide agents (every session; tenants: jingwei auth tenant): tool requests, jw.api.call/status (jingwei call)",
 	stream.RoleReviewer:  "reviewers and approvers: jingwei review (signs with its own reviewer key)",
 	stream.RoleHost:      "hosts and operators: prepare retries, status, inspect, export, nats micro",
 	stream.RoleWorker:    "tool workers: jingwei worker (answers jw.api.call)",
@@ -220,6 +253,9 @@ func runAuthConfig(_ context.Context, args []string, stdout, stderr io.Writer) i
 	if err != nil {
 		return keyError(stderr, "auth config", fmt.Errorf("%w (create the keys with: jingwei auth init --dir %s)", err, af.dir))
 	}
+	if rc, err = af.withTenants(rc); err != nil {
+		return keyError(stderr, "auth config", err)
+	}
 	block, err := rc.AccountsBlock(keys)
 	if err != nil {
 		return keyError(stderr, "auth config", err)
@@ -251,6 +287,10 @@ func runAuthCheck(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	only, msg := parseRoles(*roles)
 	if msg != "" {
 		return usageError(stderr, "auth", "%s", msg)
+	}
+	rc, err := af.withTenants(rc)
+	if err != nil {
+		return keyError(stderr, "auth check", err)
 	}
 	rep, err := stream.CheckRoles(ctx, stream.CheckConfig{
 		URL: *server, Dir: stream.KeyDir(af.dir), Creds: *operator, TLSCA: *tlsca,
@@ -309,7 +349,11 @@ func printCheck(w io.Writer, rep *stream.CheckReport) {
 		if r.RefusedBy != "" {
 			got += " (" + string(r.RefusedBy) + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Role, r.Account, r.Action, r.Expect, got, res)
+		role := string(r.Role)
+		if r.Tenant != "" {
+			role += " (tenant " + r.Tenant + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", role, r.Account, r.Action, r.Expect, got, res)
 	}
 	tw.Flush()
 	bad := len(rep.Failures())
@@ -353,6 +397,9 @@ func runAuthCreds(_ context.Context, args []string, stdout, stderr io.Writer) in
 	if err != nil {
 		return keyError(stderr, "auth creds", err)
 	}
+	if rc, err = af.withTenants(rc); err != nil {
+		return keyError(stderr, "auth creds", err)
+	}
 	dir := stream.KeyDir(af.dir)
 	res, err := dir.IssueRoleCreds(stream.CredsConfig{Operator: okp, Subjects: rc, Roles: only, Expires: *expires})
 	if err != nil {
@@ -381,12 +428,66 @@ func runAuthCreds(_ context.Context, args []string, stdout, stderr io.Writer) in
 	tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ROLE\tACCOUNT\tCREDS FILE\tUSER\tJWT BYTES")
 	for _, f := range res.Users {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", f.Role, f.Account, f.Path, f.PublicKey, f.JWTBytes)
+		role := string(f.Role)
+		if f.Tenant != "" {
+			role += " (tenant " + f.Tenant + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", role, f.Account, f.Path, f.PublicKey, f.JWTBytes)
 	}
 	tw.Flush()
 	fmt.Fprintf(stdout, "\nThe account JWTs are signed by operator key %s. Give them to the server: with a memory resolver,\n"+
 		"  resolver: MEMORY\n  resolver_preload {\n    <system account>: <its JWT>\n    include %q\n  }\n"+
 		"(a full resolver takes the JWT files with nsc push). Clients connect with --creds %s;\ncheck with: jingwei auth check --dir %s --operator --server URL\n",
 		res.Operator, res.PreloadFile, dir.CredsFile("<role>"), af.dir)
+	return exitOK
+}
+
+type authTenantOutput struct {
+	stream.TenantAgent
+	Account       string `json:"account"`
+	SessionPrefix string `json:"session_prefix"`
+}
+
+func runAuthTenant(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("auth tenant", "Create an agent key scoped to one tenant's sessions (DIR/tenants/NAME/AGENT.nk).", authHelp, stderr)
+	var af authFlags
+	af.register(fs)
+	tenant := fs.String("tenant", "", "the tenant: 1 to 32 of [A-Za-z0-9_]; it owns the sessions NAME-… (required)")
+	agent := fs.String("agent", "agent", "the agent's name in the tenant (its key file)")
+	asJSON := fs.Bool("json", false, "print the key as JSON")
+	if st, ok := parseFlags(fs, args); !ok {
+		return st
+	}
+	rc, msg := af.check()
+	if msg != "" {
+		return usageError(stderr, "auth", "%s", msg)
+	}
+	if !stream.ValidTenant(*tenant) {
+		return usageError(stderr, "auth", "--tenant %q: want 1 to %d of [A-Za-z0-9_] (no \"-\": it ends the tenant in a session id)", *tenant, stream.MaxTenantBytes)
+	}
+	if !stream.ValidAgentName(*agent) {
+		return usageError(stderr, "auth", "--agent %q: want 1 to 64 of [A-Za-z0-9_-]", *agent)
+	}
+	dir := stream.KeyDir(af.dir)
+	if _, err := dir.Init(); err != nil {
+		return keyError(stderr, "auth tenant", err)
+	}
+	ta, err := dir.AddTenantAgent(*tenant, *agent)
+	if err != nil {
+		return keyError(stderr, "auth tenant", err)
+	}
+	out := authTenantOutput{TenantAgent: ta, Account: rc.TenantAccountName(*tenant), SessionPrefix: *tenant + stream.TenantSeparator}
+	if *asJSON {
+		_ = writeJSON(stdout, out)
+		return exitOK
+	}
+	state := "kept"
+	if ta.Created {
+		state = "created"
+	}
+	fmt.Fprintf(stdout, "Agent %s of tenant %s: key %s (%s), public key %s, account %s.\n", ta.Agent, ta.Tenant, ta.Path, state, ta.PublicKey, out.Account)
+	fmt.Fprintf(stdout, "It may call jw.api.call and jw.api.status for sessions %s… only (e.g. jingwei call --nkey %s --session %s1 …).\n", out.SessionPrefix, ta.Path, out.SessionPrefix)
+	fmt.Fprintf(stdout, "Restart jingwei serve (it loads %s), or give an external server the new accounts: jingwei auth config --dir %s (operator mode: jingwei auth creds --dir %s --operator-seed FILE writes %s).\n",
+		filepath.Join(af.dir, stream.TenantsDir), af.dir, af.dir, dir.TenantAgentCredsFile(ta.Tenant, ta.Agent))
 	return exitOK
 }

@@ -30,6 +30,7 @@ func init() {
 const serveHelp = `  jingwei serve [--listen 127.0.0.1:4222] [--data ./.jingwei] [--sync always|interval]
                 [--trust-reviewers FILE] [--auto-plan] [--no-worker] [--lease-ttl 10s]
                 [--partitions 32] [--no-auth] [--repair-topology]
+                [--tenant NAME]...
 
 The zero-set-up mode: one process runs an embedded NATS server with JetStream
 (store in DATA/data), the recovery worker with the 'jingwei' micro service
@@ -49,6 +50,14 @@ roles. It prints which file each kind of client uses; jingwei commands run in
 the same directory find DATA/auth by themselves (or take --auth DIR).
 A data directory or key file that others can read or write is refused, with
 the chmod that fixes it.
+
+Agents that must not see each other's sessions get tenant credentials:
+--tenant NAME (repeatable) creates DATA/auth/tenants/NAME/agent.nk if it is
+missing (jingwei auth tenant --dir DATA/auth --tenant NAME --agent A adds
+more agents). Every tenant in DATA/auth/tenants is loaded at start: its
+agents may call jw.api.call and jw.api.status for sessions NAME-… only, and
+read nothing else (docs/protocol.md §4). The fleet-wide agent key
+(DATA/auth/agent.nk) sees every session.
 
 It also creates a reviewer key in DATA/reviewer.nk and trusts it; sign
 reviews with: jingwei review --key DATA/reviewer.nk …
@@ -104,6 +113,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	noWorker := fs.Bool("no-worker", false, "run no tool worker in this process")
 	noAuth := fs.Bool("no-auth", false, "run the server without authorization (loopback --listen only)")
 	repair := fs.Bool("repair-topology", false, "mend jingwei streams and buckets that lack a protection, in place")
+	var tenantNames multiFlag
+	fs.Var(&tenantNames, "tenant", "create an agent key for this tenant if missing (DATA/auth/tenants/NAME/agent.nk); repeatable")
 	serverLog := fs.Bool("server-log", false, "show the embedded nats-server's own log (its banner and notices); by default only its warnings and errors")
 	tf.register(fs)
 	lf.register(fs)
@@ -123,6 +134,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	if m := stream.SyncMode(*syncMode); m != stream.SyncAlways && m != stream.SyncInterval {
 		return usageError(stderr, "serve", "--sync %q: want always or interval", *syncMode)
+	}
+	for _, tn := range tenantNames {
+		if !stream.ValidTenant(tn) {
+			return usageError(stderr, "serve", "--tenant %q: want 1 to %d of [A-Za-z0-9_] (no \"-\": it ends the tenant in a session id)", tn, stream.MaxTenantBytes)
+		}
+	}
+	if *noAuth && len(tenantNames) > 0 {
+		return usageError(stderr, "serve", "--tenant with --no-auth: tenants need authorization")
 	}
 	if *noAuth && !loopback(*listen) {
 		return usageError(stderr, "serve", "--no-auth with --listen %s: a server reachable from other machines needs authorization (drop --no-auth, or listen on 127.0.0.1)", *listen)
@@ -187,6 +206,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fmt.Fprintf(stderr, "jingwei serve: approver key %s (public key %s, trusted by the tool workers); answer waiting calls with: jingwei approve --key %s\n", apKey, apPub, apKey)
 	var (
 		users    map[stream.Role]string
+		tenants  []stream.Tenant
 		planner  nkeys.KeyPair
 		planners recovery.TrustedKeys
 	)
@@ -195,6 +215,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			return usageError(stderr, "serve", "%v", err)
 		}
 		if users, err = kd.PublicKeys(); err != nil {
+			return usageError(stderr, "serve", "%v", err)
+		}
+		for _, tn := range tenantNames {
+			if _, err := kd.AddTenantAgent(tn, "agent"); err != nil {
+				return usageError(stderr, "serve", "%v", err)
+			}
+		}
+		if tenants, err = kd.Tenants(); err != nil {
 			return usageError(stderr, "serve", "%v", err)
 		}
 	} else if _, err := os.Stat(kd.PlannerFile()); err != nil {
@@ -220,7 +248,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	srv, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{
 		Dir: filepath.Join(*data, "data"), Listen: *listen, Sync: stream.SyncMode(*syncMode), Logger: srvLog,
-		Users: users, Roles: stream.RoleConfig{Prefix: *prefix},
+		Users: users, Roles: stream.RoleConfig{Prefix: *prefix, Tenants: tenants},
 	})
 	if err != nil {
 		return fail(err)
@@ -323,6 +351,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stdout, "jingwei serve: clients connect with the role keys in %s (jingwei commands run here find them; elsewhere pass --auth %s or --nkey FILE):\n", kd, kd)
 		for _, r := range stream.Roles {
 			fmt.Fprintf(stdout, "  %-14s %s\n", filepath.Base(kd.SeedFile(r)), roleUse[r])
+		}
+		agents, _ := kd.TenantAgents()
+		for _, a := range agents {
+			rel, _ := filepath.Rel(string(kd), a.Path)
+			fmt.Fprintf(stdout, "  %-14s agent %s of tenant %s: jw.api.call and jw.api.status for sessions %s%s… only\n", rel, a.Agent, a.Tenant, a.Tenant, stream.TenantSeparator)
 		}
 	}
 	wg.Wait()

@@ -17,6 +17,16 @@
 // "jingwei" and "jingwei-gateway", so `nats micro ls` shows both and
 // every instance of one service serves the same endpoints.
 //
+// # Tenants
+//
+// jw.api.call and jw.api.status (TenantScoped) are also served on
+// jw.api.call.* and jw.api.status.*, which only a tenant's account reaches,
+// through an import that maps its plain jw.api.call to
+// jw.api.call.<tenant> (stream.Tenant): the last token is the caller's
+// tenant, set by the server. A handler reads it with Caller(ctx) ("" on
+// the plain subject: an operator's or the fleet-wide agent's request) and
+// refuses a session the tenant does not own with CheckSession (forbidden).
+//
 // Every error answer, on every endpoint, is the one error body of package
 // schema ({"error":{"code","message",…}}, schema.ErrorBody) with the same
 // code and message in micro's error headers. Every endpoint advertises the

@@ -20,13 +20,15 @@ import (
 // Handler answers one request body: the value to answer with (sent as
 // JSON), or an error (sent as the error body and micro's error headers,
 // and counted by micro's stats). ctx ends when the service's context
-// does.
+// does, and carries the tenant of a tenant-scoped request (Caller).
 type Handler func(ctx context.Context, body []byte) (any, error)
 
 // Endpoint is one endpoint a service serves.
 type Endpoint struct {
 	// Name is the endpoint name (EndpointCall, …); it is served on
-	// <prefix>.api.<Name> with EndpointMetadata(Name).
+	// <prefix>.api.<Name> with EndpointMetadata(Name), and, when
+	// TenantScoped(Name), on <prefix>.api.<Name>.* too, for tenant-scoped
+	// agents (the handler's ctx carries the tenant: Caller).
 	Name string
 	// Handler answers its requests. Required.
 	Handler Handler
@@ -115,13 +117,23 @@ func Start(ctx context.Context, cfg Config, endpoints ...Endpoint) (micro.Servic
 	}
 	for _, e := range endpoints {
 		slots := make(chan struct{}, cfg.MaxInFlight)
-		for range cfg.Workers {
-			w := &worker{ctx: ctx, nc: cfg.Conn, log: cfg.Logger, h: e.Handler, wait: cfg.AnswerWait, slots: slots}
-			if err := svc.AddEndpoint(e.Name, w,
-				micro.WithEndpointSubject(stream.APISubject(cfg.Prefix, e.Name)),
-				micro.WithEndpointMetadata(EndpointMetadata(e.Name))); err != nil {
-				_ = svc.Stop()
-				return nil, fmt.Errorf("service: %s endpoint %s: %w", cfg.Name, e.Name, err)
+		subject := stream.APISubject(cfg.Prefix, e.Name)
+		subjects := []string{subject}
+		if TenantScoped(e.Name) {
+			subjects = append(subjects, subject+".*")
+		}
+		for _, sub := range subjects {
+			for range cfg.Workers {
+				w := &worker{ctx: ctx, nc: cfg.Conn, log: cfg.Logger, h: e.Handler, wait: cfg.AnswerWait, slots: slots}
+				if sub != subject {
+					w.tenantOf = subject + "."
+				}
+				if err := svc.AddEndpoint(e.Name, w,
+					micro.WithEndpointSubject(sub),
+					micro.WithEndpointMetadata(EndpointMetadata(e.Name))); err != nil {
+					_ = svc.Stop()
+					return nil, fmt.Errorf("service: %s endpoint %s: %w", cfg.Name, e.Name, err)
+				}
 			}
 		}
 	}
@@ -159,6 +171,10 @@ type worker struct {
 	h     Handler
 	wait  time.Duration
 	slots chan struct{}
+	// tenantOf, for the endpoints on <subject>.*, is "<subject>.": the
+	// rest of a request's subject is its tenant (Caller). Empty for the
+	// plain subject.
+	tenantOf string
 
 	detached, detachedErrors atomic.Uint64
 	lastError                atomic.Pointer[string]
@@ -270,9 +286,25 @@ func (w *worker) Handle(req micro.Request) {
 	}
 }
 
-// run runs the handler on data and encodes its outcome.
+// run runs the handler on data and encodes its outcome. A request on a
+// tenant subject runs with its tenant in ctx (Caller); one whose tenant is
+// no tenant name is forbidden without running.
 func (w *worker) run(subject string, data []byte) answer {
-	v, err := w.h(w.ctx, data)
+	ctx := w.ctx
+	var (
+		v   any
+		err error
+	)
+	if w.tenantOf != "" {
+		tenant := strings.TrimPrefix(subject, w.tenantOf)
+		if !stream.ValidTenant(tenant) {
+			err = schema.Errorf(schema.CodeForbidden, "%q names no tenant", subject)
+		}
+		ctx = withCaller(ctx, tenant)
+	}
+	if err == nil {
+		v, err = w.h(ctx, data)
+	}
 	var body []byte
 	if err == nil {
 		if body, err = json.Marshal(v); err != nil {

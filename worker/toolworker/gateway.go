@@ -62,7 +62,10 @@ func NewGateway(cfg GatewayConfig) (*Gateway, error) {
 // Serve registers the gateway's micro service (service.GatewayName, one
 // endpoint: service.EndpointCall) on the topology's connection, which
 // must carry no other micro service; stop it with the returned service's
-// Stop. The request body is read strictly, as a tool worker reads it.
+// Stop. The request body is read strictly, as a tool worker reads it. A
+// tenant-scoped agent's request (service.Caller) for a session of another
+// tenant, or of none, is refused with forbidden before anything is
+// published or read.
 func (g *Gateway) Serve(ctx context.Context) (micro.Service, error) {
 	return service.Start(ctx, service.Config{
 		Conn:        g.t.JS.Conn(),
@@ -76,6 +79,9 @@ func (g *Gateway) Serve(ctx context.Context) (micro.Service, error) {
 		q, err := schema.DecodeRequest(data)
 		if err != nil {
 			return nil, schema.Errorf(schema.CodeInvalidRequest, "%v", err)
+		}
+		if err := service.CheckSession(ctx, q.Session); err != nil {
+			return nil, err
 		}
 		return g.Call(ctx, q)
 	}})

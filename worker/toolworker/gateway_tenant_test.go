@@ -1,0 +1,72 @@
+package toolworker_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream/streamtest"
+)
+
+// TestGatewayTenantScoped: a request on jw.api.call.<tenant> (what a
+// tenant's agent reaches through its account's import) for a session of
+// another tenant, or of no tenant, is refused with forbidden and nothing
+// is published: no request id can be claimed ahead, and no answer
+// fabricated, in another tenant's session. The tenant's own session is
+// called as usual.
+func TestGatewayTenantScoped(t *testing.T) {
+	topo, nc := gatewaySetup(t, 2*time.Second)
+	ctx := context.Background()
+	req := func(subject string, q schema.Request) *nats.Msg {
+		t.Helper()
+		b, _ := json.Marshal(q)
+		var m *nats.Msg
+		var err error
+		streamtest.Eventually(t, 5*time.Second, "gateway answers", func() bool {
+			m, err = nc.Request(subject, b, 10*time.Second)
+			return err != nats.ErrNoResponders
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", subject, err)
+		}
+		return m
+	}
+	victim := schema.Request{V: 1, RequestID: "r-1", Session: "beta-1", Task: "t-1", Tool: "payments.charge", Arguments: json.RawMessage(`{"amount":1}`)}
+	for _, s := range []string{"beta-1", "s-1", "acme_x-1"} {
+		q := victim
+		q.Session = s
+		if m := req("jw.api.call.acme", q); m.Header.Get(micro.ErrorCodeHeader) != string(schema.CodeForbidden) {
+			t.Errorf("ATTACK: tenant acme called in %s: %s %s", s, m.Header.Get(micro.ErrorCodeHeader), m.Data)
+		}
+	}
+	st, err := topo.JS.Stream(ctx, topo.StreamName("REQUESTS"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter("jw.requests.>"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 0 {
+		t.Fatalf("ATTACK: %d requests published for a tenant's foreign calls", info.State.Msgs)
+	}
+	// Its own session: published (no tool worker here: result_pending).
+	own := victim
+	own.Session = "acme-1"
+	if m := req("jw.api.call.acme", own); m.Header.Get(micro.ErrorCodeHeader) != string(schema.CodeResultPending) {
+		t.Fatalf("tenant acme, own session: %s %s", m.Header.Get(micro.ErrorCodeHeader), m.Data)
+	}
+	if info, err = st.Info(ctx, jetstream.WithSubjectFilter("jw.requests.acme-1")); err != nil || info.State.Msgs != 1 {
+		t.Fatalf("acme-1's request not published: %v %+v", err, info)
+	}
+	// The operators' jw.api.call is not scoped.
+	if m := req("jw.api.call", victim); m.Header.Get(micro.ErrorCodeHeader) != string(schema.CodeResultPending) {
+		t.Fatalf("operator call: %s %s", m.Header.Get(micro.ErrorCodeHeader), m.Data)
+	}
+}
