@@ -75,40 +75,48 @@ func startRoomServer(t *testing.T) *roomServer {
 	return &roomServer{rec: rec, topo: topo, worker: workerJS}
 }
 
-// fillBytes writes, with the worker credential and plain publishes, a
-// call c-1 of an idempotent tool that failed after it started (a retry
-// is allowed), then finished calls with large arguments until the
-// session's serialized history leaves exactly room bytes before the
-// writers' limit (16 MiB less the fence reserve of 64 KiB). It returns
-// the arguments of c-1, which a retry carries.
-func (rs *roomServer) fillBytes(t *testing.T, session string, room int64) json.RawMessage {
+// fillBytes writes, with js's plain publishes, a call c-1 of an
+// idempotent tool that failed after it started (a retry is allowed) if
+// the session log is empty, then finished calls with large arguments
+// until the session's serialized history leaves exactly room bytes before
+// the writers' limit (16 MiB less the fence reserve of 64 KiB).
+func fillBytes(t *testing.T, js jetstream.JetStream, topo *stream.Topology, session string, room int64) {
 	t.Helper()
 	ctx := context.Background()
-	args := json.RawMessage(`{"sku":"A-1","qty":1}`)
 	var used int64
+	var last uint64
+	err := topo.ReadSubject(ctx, topo.StreamName("EVENTS"), topo.EventsSubject(session), func(m *jetstream.RawStreamMsg) error {
+		used += serializedSize(len(m.Data), m.Sequence)
+		last = m.Sequence
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	publish := func(ev schema.Event) uint64 {
 		t.Helper()
-		ev.V, ev.Session, ev.Epoch, ev.At = schema.Version, session, 1, time.Now().UTC()
-		b, err := schema.EncodeEvent(ev)
+		b, err := schema.EncodeEvent(withSession(ev, session))
 		if err != nil {
 			t.Fatal(err)
 		}
-		ack, err := rs.worker.Publish(ctx, rs.topo.EventsSubject(session), b)
+		ack, err := js.Publish(ctx, topo.EventsSubject(session), b)
 		if err != nil {
 			t.Fatal(err)
 		}
 		used += serializedSize(len(b), ack.Sequence)
 		return ack.Sequence
 	}
-	contract := effect.Contract{Effect: effect.Idempotent, Revision: "orders-v1"}
-	publish(schema.Event{Type: schema.TypeCall, Call: &schema.Call{CallID: "c-1", Tool: "orders.create", Arguments: args, StartMarker: true,
-		Operation: &schema.Operation{Task: "t-1", Key: "op-1", Contract: contract}}})
-	publish(schema.Event{Type: schema.TypeStarted, Started: &schema.Started{CallID: "c-1"}})
-	last := publish(schema.Event{Type: schema.TypeResult, Result: &schema.Result{CallID: "c-1", Status: schema.StatusFailed, Retryable: true, Error: "upstream 503"}})
+	if last == 0 {
+		contract := effect.Contract{Effect: effect.Idempotent, Revision: "orders-v1"}
+		publish(schema.Event{Type: schema.TypeCall, Call: &schema.Call{CallID: "c-1", Tool: "orders.create", Arguments: json.RawMessage(`{"sku":"A-1","qty":1}`), StartMarker: true,
+			Operation: &schema.Operation{Task: "t-1", Key: "op-1", Contract: contract}}})
+		publish(schema.Event{Type: schema.TypeStarted, Started: &schema.Started{CallID: "c-1"}})
+		last = publish(schema.Event{Type: schema.TypeResult, Result: &schema.Result{CallID: "c-1", Status: schema.StatusFailed, Retryable: true, Error: "upstream 503"}})
+	}
 
 	limit := int64(schema.MaxHistoryBytes - schema.MaxHistoryBytes/256)
 	const chunk = 900_000
-	for i := 0; ; i++ {
+	for i := int(last); ; i++ {
 		// A finished call with large arguments: a tool.call and its result.
 		call := func(n int) schema.Event {
 			a, _ := json.Marshal(map[string]string{"pad": strings.Repeat("x", n)})
@@ -139,12 +147,12 @@ func (rs *roomServer) fillBytes(t *testing.T, session string, room int64) json.R
 	if got := limit - used; got != room {
 		t.Fatalf("the session leaves %d bytes before the writers' limit, want %d", got, room)
 	}
-	return args
 }
 
-// withSession stamps ev as fillBytes' publish does, for sizing.
+// withSession stamps ev as fillBytes publishes it, with a time whose
+// encoding has a fixed length, so that its size is known before.
 func withSession(ev schema.Event, session string) schema.Event {
-	ev.V, ev.Session, ev.Epoch, ev.At = schema.Version, session, 1, time.Now().UTC()
+	ev.V, ev.Session, ev.Epoch, ev.At = schema.Version, session, 1, time.Now().UTC().Truncate(time.Second).Add(123456789)
 	return ev
 }
 
@@ -169,7 +177,7 @@ func TestPrepareRefusesSessionFullInBytes(t *testing.T) {
 	rs := startRoomServer(t)
 	plans := stream.NewPlans(rs.topo.Plans)
 
-	rs.fillBytes(t, "s-full", 726)
+	fillBytes(t, rs.worker, rs.topo, "s-full", 726)
 	_, err := rs.rec.Prepare(ctx, "s-full", "c-1")
 	if !errors.Is(err, schema.ErrHistoryTooLarge) {
 		t.Fatalf("Prepare on a session full in bytes: %v, want history_too_large", err)
@@ -181,12 +189,36 @@ func TestPrepareRefusesSessionFullInBytes(t *testing.T) {
 		t.Fatalf("a plan was published for the full session: seq %d %v", seq, err)
 	}
 
-	rs.fillBytes(t, "s-room", 32<<10)
+	fillBytes(t, rs.worker, rs.topo, "s-room", 32<<10)
 	p, err := rs.rec.Prepare(ctx, "s-room", "c-1")
 	if err != nil {
 		t.Fatalf("Prepare on a session with room for the retry: %v", err)
 	}
 	if p.PlanID != recovery.PlanID("s-room", "c-1") {
 		t.Fatalf("plan %s, want %s", p.PlanID, recovery.PlanID("s-room", "c-1"))
+	}
+}
+
+// TestPlanNotDeliveredAgainToFullSession: a plan issued while its session
+// had room, whose session then filled up in bytes, is refused by the tool
+// worker (its runtime checks the room before it consumes the plan) and its
+// message dropped; the host asking again is answered history_too_large,
+// and the plan is not published again for a worker to refuse once more.
+func TestPlanNotDeliveredAgainToFullSession(t *testing.T) {
+	ctx := context.Background()
+	e := setup(t, 0)
+	r := e.recoverer("a")
+	fillBytes(t, e.topo.JS, e.topo, "s-1", 32<<10)
+	p, err := r.Prepare(ctx, "s-1", "c-1")
+	if err != nil {
+		t.Fatalf("Prepare with room: %v", err)
+	}
+	fillBytes(t, e.topo.JS, e.topo, "s-1", 726)
+	e.dropPlanMsgs("s-1")
+	if _, err := r.Prepare(ctx, "s-1", "c-1"); !errors.Is(err, schema.ErrHistoryTooLarge) {
+		t.Fatalf("Prepare asking again on the full session: %v, want history_too_large", err)
+	}
+	if ids, _ := e.planMsgIDs("s-1"); len(ids) != 1 || ids[0] != p.PlanID {
+		t.Fatalf("plan messages %v, want only the first publication %s", ids, p.PlanID)
 	}
 }
