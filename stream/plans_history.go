@@ -290,3 +290,14 @@ func (t *Topology) ExtendLoaded(ctx context.Context, session string, l Loaded) (
 	}
 	return Loaded{Events: h, bytes: st.bytes}, nil
 }
+
+// LoadedRoom returns how many more events, and bytes of serialized
+// history, ordinary appends may still add to a session log holding l
+// before they reach the fence reserve (see the package documentation):
+// what Log.Room says to a writer whose log holds l. A recovery worker
+// checks it before it issues a plan, whose attempt must fit.
+func (t *Topology) LoadedRoom(l Loaded) (events int, bytes int64) {
+	lim := t.cfg.Limits
+	resEvents, resBytes := fenceReserve(lim)
+	return max(lim.MaxEvents-resEvents-len(l.Events), 0), max(lim.MaxBytes-resBytes-l.bytes, 0)
+}
