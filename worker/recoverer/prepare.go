@@ -73,7 +73,7 @@ func (r *issuer) prepare(ctx context.Context, session, callID string) (schema.Pl
 		// is the one jingwei issued for this call. A completed review
 		// since, or a consumed plan, goes the full way for its error code
 		// (completed, superseded_call, plan_consumed).
-		if err := r.checkStored(rec.Plan, session, callID); err != nil {
+		if err := r.checkStored(rec.Plan, session, callID, nil); err != nil {
 			return schema.Plan{}, err
 		}
 		deliver := r.ensureDeliverable
@@ -150,12 +150,16 @@ func (r *issuer) prepare(ctx context.Context, session, callID string) (schema.Pl
 // plan_untrusted, naming what is wrong, and nothing is published: the
 // record needs an operator (the key is taken, so no plan can be issued for
 // the call until it is removed).
-func (r *issuer) checkStored(p schema.Plan, session, callID string) error {
+//
+// own, when not nil, is the plan this prepare signed for the call (a
+// create that lost): the stored plan is checked against it first
+// (verifyStored).
+func (r *issuer) checkStored(p schema.Plan, session, callID string, own *schema.Plan) error {
 	id := recovery.PlanID(session, callID)
 	if p.PlanID != id || p.Session != session || p.PriorCallID != callID {
 		return schema.Errorf(schema.CodePlanUntrusted, "jw_plans holds under plan id %s a record for plan %q of session %q, call %q: not the plan of call %q; nothing issued (an operator must remove the record)", id, p.PlanID, p.Session, p.PriorCallID, callID)
 	}
-	if err := recovery.VerifyPlan(p, r.cfg.TrustedPlanners); err != nil {
+	if err := verifyStored(r.planner, r.cfg.TrustedPlanners, p, own); err != nil {
 		return schema.Errorf(schema.CodePlanUntrusted, "jw_plans holds plan %s for call %q, but not as jingwei issued it: %v; nothing issued (an operator must remove the record)", id, callID, err)
 	}
 	return nil
@@ -235,7 +239,7 @@ func (r *issuer) issue(ctx context.Context, plan schema.Plan) (schema.Plan, erro
 		r.log.Warn().Str("plan_id", plan.PlanID).Str("basis", string(rec.Plan.Basis)).Msg("plan issued before on another basis; returning the stored plan")
 	}
 	if !rec.Created {
-		if err := r.checkStored(rec.Plan, plan.Session, plan.PriorCallID); err != nil {
+		if err := r.checkStored(rec.Plan, plan.Session, plan.PriorCallID, &plan); err != nil {
 			return schema.Plan{}, err
 		}
 	}
