@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -369,7 +370,7 @@ func (t *Topology) PlanConsumerAckFloor(ctx context.Context, session string) (fl
 		return 0, false, fmt.Errorf("stream: plan consumer: %w", err)
 	}
 	var info ackFloorInfo
-	if err := json.Unmarshal(resp.Data, &info); err != nil {
+	if err := jsonv2.Unmarshal(resp.Data, &info); err != nil {
 		return 0, false, fmt.Errorf("stream: plan consumer: %w", err)
 	}
 	switch {
