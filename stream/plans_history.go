@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jingwei/jingwei/internal/side"
 )
 
 // LoadForPlan is LoadHistory in one round trip for the short histories
@@ -46,10 +48,10 @@ func (t *Topology) LoadForPlan(ctx context.Context, session string) (Loaded, err
 		err error
 	}
 	tails := make(chan tailAnswer, 1)
-	go func() {
+	side.Go(func() {
 		tl, ok, err := t.lastMsg(ctx, session)
 		tails <- tailAnswer{tl, ok, err}
-	}()
+	})
 	streamName := t.Events.CachedInfo().Config.Name
 	msgs, berr := mux.get(ctx, t.apiPrefix()+"DIRECT.GET."+streamName, batchRequest{Seq: 1, NextFor: t.EventsSubject(session), Batch: readBatch, MaxBytes: readBatchBytes}, t.cfg.RequestTimeout)
 	ta := <-tails

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
+	"github.com/jingwei/jingwei/internal/side"
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
@@ -56,10 +57,10 @@ func (r *issuer) prepare(ctx context.Context, session, callID string) (schema.Pl
 		reviewErr error
 	)
 	wg.Add(1)
-	go func() {
+	side.Go(func() {
 		defer wg.Done()
 		review, reviewErr = r.reviews.latest(ctx, session, callID)
-	}()
+	})
 	rec, err := r.plans.Get(ctx, recovery.PlanID(session, callID))
 	wg.Wait()
 	switch {
@@ -310,10 +311,10 @@ type ackFloor struct {
 // channel returned.
 func (r *issuer) readAckFloor(ctx context.Context, session string) <-chan ackFloor {
 	floors := make(chan ackFloor, 1)
-	go func() {
+	side.Go(func() {
 		floor, ok, err := r.t.PlanConsumerAckFloor(ctx, session)
 		floors <- ackFloor{floor, ok, err}
-	}()
+	})
 	return floors
 }
 
