@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jingwei/jingwei/schema"
@@ -353,12 +355,41 @@ func (t *Topology) PlanMessage(ctx context.Context, session, planID string) (uin
 // ok is false when no tool worker created it yet (the first one reads
 // every plan of the partition).
 func (t *Topology) PlanConsumerAckFloor(ctx context.Context, session string) (floor uint64, ok bool, err error) {
-	cons, err := t.PlanLog.Consumer(ctx, t.PlanConsumerName(t.PartitionOf(session)))
-	if errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return 0, false, nil
+	// One consumer-info request, of whose answer only the ack floor (or
+	// the error) is decoded: jetstream.Stream.Consumer decodes the whole
+	// consumer info and builds a consumer handle, for every repeat
+	// prepare.
+	subj := t.apiPrefix() + "CONSUMER.INFO." + t.PlanLog.CachedInfo().Config.Name + "." + t.PlanConsumerName(t.PartitionOf(session))
+	var resp *nats.Msg
+	if _, has := ctx.Deadline(); has {
+		resp, err = t.JS.Conn().RequestWithContext(ctx, subj, nil)
+	} else {
+		resp, err = t.JS.Conn().Request(subj, nil, t.cfg.RequestTimeout)
 	}
 	if err != nil {
 		return 0, false, fmt.Errorf("stream: plan consumer: %w", err)
 	}
-	return cons.CachedInfo().AckFloor.Stream, true, nil
+	var info ackFloorInfo
+	if err := jsonv2.Unmarshal(resp.Data, &info); err != nil {
+		return 0, false, fmt.Errorf("stream: plan consumer: %w", err)
+	}
+	switch {
+	case info.Error != nil && info.Error.ErrorCode == jetstream.JSErrCodeConsumerNotFound:
+		return 0, false, nil
+	case info.Error != nil:
+		return 0, false, fmt.Errorf("stream: plan consumer: %w", info.Error)
+	case info.Name == "":
+		return 0, false, fmt.Errorf("stream: plan consumer: an answer without consumer info")
+	}
+	return info.AckFloor.Stream, true, nil
+}
+
+// ackFloorInfo is the part of a consumer-info answer
+// PlanConsumerAckFloor reads.
+type ackFloorInfo struct {
+	Error    *jetstream.APIError `json:"error,omitempty"`
+	Name     string              `json:"name"`
+	AckFloor struct {
+		Stream uint64 `json:"stream_seq"`
+	} `json:"ack_floor"`
 }

@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jingwei/jingwei/internal/side"
 )
 
 // LoadForPlan is LoadHistory in one round trip for the short histories
@@ -46,10 +48,10 @@ func (t *Topology) LoadForPlan(ctx context.Context, session string) (Loaded, err
 		err error
 	}
 	tails := make(chan tailAnswer, 1)
-	go func() {
+	side.Go(func() {
 		tl, ok, err := t.lastMsg(ctx, session)
 		tails <- tailAnswer{tl, ok, err}
-	}()
+	})
 	streamName := t.Events.CachedInfo().Config.Name
 	msgs, berr := mux.get(ctx, t.apiPrefix()+"DIRECT.GET."+streamName, batchRequest{Seq: 1, NextFor: t.EventsSubject(session), Batch: readBatch, MaxBytes: readBatchBytes}, t.cfg.RequestTimeout)
 	ta := <-tails
@@ -289,4 +291,15 @@ func (t *Topology) ExtendLoaded(ctx context.Context, session string, l Loaded) (
 		return Loaded{}, err
 	}
 	return Loaded{Events: h, bytes: st.bytes}, nil
+}
+
+// LoadedRoom returns how many more events, and bytes of serialized
+// history, ordinary appends may still add to a session log holding l
+// before they reach the fence reserve (see the package documentation):
+// what Log.Room says to a writer whose log holds l. A recovery worker
+// checks it before it issues a plan, whose attempt must fit.
+func (t *Topology) LoadedRoom(l Loaded) (events int, bytes int64) {
+	lim := t.cfg.Limits
+	resEvents, resBytes := fenceReserve(lim)
+	return max(lim.MaxEvents-resEvents-len(l.Events), 0), max(lim.MaxBytes-resBytes-l.bytes, 0)
 }

@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/streamtest"
 )
 
 // TestPlansIssueRace: racing Issues of one plan (each stamped with its own
@@ -87,5 +90,54 @@ func TestPlansIssueOverMarker(t *testing.T) {
 		if _, err := plans.Issue(ctx, other); !errors.Is(err, stream.ErrPlanConflict) {
 			t.Fatalf("conflicting issue (%s): %v, want ErrPlanConflict", tc.id, err)
 		}
+	}
+}
+
+// TestPlanConsumerAckFloor: the ack floor of a session's plan consumer
+// reads "none" before a tool worker created it, then the stream sequence
+// up to which it acknowledged, as the consumer's own info says — and a
+// topology whose JW_PLANS is gone is an error, not "none".
+func TestPlanConsumerAckFloor(t *testing.T) {
+	_, _, topo := streamtest.Start(t)
+	ctx := context.Background()
+	if floor, ok, err := topo.PlanConsumerAckFloor(ctx, "s-1"); err != nil || ok || floor != 0 {
+		t.Fatalf("before the consumer: %d %v %v, want 0 false nil", floor, ok, err)
+	}
+	p := topo.PartitionOf("s-1")
+	cons, err := topo.PlanLog.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: topo.PlanConsumerName(p), FilterSubject: topo.PlansPartitionSubject(p), AckPolicy: jetstream.AckExplicitPolicy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []uint64
+	for range 2 {
+		ack, err := topo.JS.Publish(ctx, topo.PlansSubject("s-1"), []byte(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, ack.Sequence)
+	}
+	if floor, ok, err := topo.PlanConsumerAckFloor(ctx, "s-1"); err != nil || !ok || floor != 0 {
+		t.Fatalf("nothing acknowledged: %d %v %v, want 0 true nil", floor, ok, err)
+	}
+	m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.DoubleAck(ctx); err != nil {
+		t.Fatal(err)
+	}
+	floor, ok, err := topo.PlanConsumerAckFloor(ctx, "s-1")
+	info, ierr := cons.Info(ctx)
+	if ierr != nil {
+		t.Fatal(ierr)
+	}
+	if err != nil || !ok || floor != seqs[0] || floor != info.AckFloor.Stream {
+		t.Fatalf("one acknowledged: %d %v %v, want %d (consumer info %d)", floor, ok, err, seqs[0], info.AckFloor.Stream)
+	}
+	if err := topo.JS.DeleteStream(ctx, topo.PlanLog.CachedInfo().Config.Name); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := topo.PlanConsumerAckFloor(ctx, "s-1"); err == nil || ok {
+		t.Fatalf("JW_PLANS deleted: %v %v, want an error", ok, err)
 	}
 }

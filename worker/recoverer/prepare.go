@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
+	"github.com/jingwei/jingwei/internal/side"
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
@@ -59,10 +60,10 @@ func (r *issuer) prepare(ctx context.Context, session, callID string) (schema.Pl
 		reviewErr error
 	)
 	wg.Add(1)
-	go func() {
+	side.Go(func() {
 		defer wg.Done()
 		review, reviewErr = r.reviews.latest(ctx, session, callID)
-	}()
+	})
 	rec, err := r.plans.Get(ctx, recovery.PlanID(session, callID))
 	wg.Wait()
 	switch {
@@ -76,7 +77,7 @@ func (r *issuer) prepare(ctx context.Context, session, callID string) (schema.Pl
 		// is the one jingwei issued for this call. A completed review
 		// since, or a consumed plan, goes the full way for its error code
 		// (completed, superseded_call, plan_consumed).
-		if err := r.checkStored(rec.Plan, session, callID); err != nil {
+		if err := r.checkStored(rec.Plan, session, callID, nil); err != nil {
 			return schema.Plan{}, err
 		}
 		deliver := r.ensureDeliverable
@@ -111,26 +112,24 @@ func (r *issuer) prepare(ctx context.Context, session, callID string) (schema.Pl
 				// A new owner of the session's partition fenced it first:
 				// its fence closed the call, so the history is confirmed
 				// now; read what followed the load above.
-				more, err := r.t.ExtendLoaded(ctx, session, loaded)
-				if err != nil {
+				if loaded, err = r.t.ExtendLoaded(ctx, session, loaded); err != nil {
 					return schema.Plan{}, err
 				}
-				h = more.Events
+				h = loaded.Events
 				if recovery.IsOpen(h, callID) {
 					return schema.Plan{}, schema.Errorf(schema.CodeNotConfirmed, "call %q is still open and session %s was just taken by a writer", callID, session)
 				}
 			default:
 				return schema.Plan{}, terr
 			}
-		}
-	}
-	if room := r.t.WriterRoom(h); room < retryRoom {
-		// A retry could not be recorded: refuse now rather than issue a
-		// plan that would be spent on an attempt the log cannot hold.
-		if _, err := inspect(h, callID); err != nil {
+		} else if loaded, err = r.t.ExtendLoaded(ctx, session, loaded); err != nil {
+			// The room left is counted on the log with the takeover's
+			// fence (and whatever followed it).
 			return schema.Plan{}, err
 		}
-		return schema.Plan{}, schema.Errorf(schema.CodeHistoryTooLarge, "session %s holds %d events: only %d more fit before the history limit (the rest is kept for takeovers), a retry needs %d; no plan", session, len(h), room, retryRoom)
+	}
+	if err := r.roomForRetry(session, callID, h, loaded); err != nil {
+		return schema.Plan{}, err
 	}
 	plan, err := recovery.PrepareRetry(schema.Events(h), callID, review,
 		recovery.RequireSignedReview(r.cfg.TrustedReviewers),
@@ -155,12 +154,16 @@ func (r *issuer) prepare(ctx context.Context, session, callID string) (schema.Pl
 // plan_untrusted, naming what is wrong, and nothing is published: the
 // record needs an operator (the key is taken, so no plan can be issued for
 // the call until it is removed).
-func (r *issuer) checkStored(p schema.Plan, session, callID string) error {
+//
+// own, when not nil, is the plan this prepare signed for the call (a
+// create that lost): the stored plan is checked against it first
+// (verifyStored).
+func (r *issuer) checkStored(p schema.Plan, session, callID string, own *schema.Plan) error {
 	id := recovery.PlanID(session, callID)
 	if p.PlanID != id || p.Session != session || p.PriorCallID != callID {
 		return schema.Errorf(schema.CodePlanUntrusted, "jw_plans holds under plan id %s a record for plan %q of session %q, call %q: not the plan of call %q; nothing issued (an operator must remove the record)", id, p.PlanID, p.Session, p.PriorCallID, callID)
 	}
-	if err := recovery.VerifyPlan(p, r.cfg.TrustedPlanners); err != nil {
+	if err := verifyStored(r.planner, r.cfg.TrustedPlanners, p, own); err != nil {
 		return schema.Errorf(schema.CodePlanUntrusted, "jw_plans holds plan %s for call %q, but not as jingwei issued it: %v; nothing issued (an operator must remove the record)", id, callID, err)
 	}
 	return nil
@@ -173,6 +176,44 @@ const planReadFor = 10 * time.Second
 // retryRoom is how many events a retry records: tool.call, tool.started,
 // tool.result.
 const retryRoom = 3
+
+// fenceBytes is the room counted for a fence after a retry, beyond the
+// fence reserve: a session.fenced event is well under 1 KiB.
+const fenceBytes = 1024
+
+// retryBytes is the serialized history a retry of a call with args may
+// take: what a tool worker's runtime asks for before it consumes a plan
+// (the arguments twice, and 1 KiB for each of the call, the start and the
+// result; worker.Runtime.roomForRetry), and a fence after it.
+func retryBytes(args json.RawMessage) int64 {
+	return int64(2*len(args) + retryRoom*1024 + fenceBytes)
+}
+
+// roomForRetry refuses, with history_too_large, a plan for callID whose
+// attempt the session log has no room to record: fewer events, or fewer
+// bytes of serialized history, left before the fence reserve (loaded, the
+// log as read, stream.Topology.LoadedRoom) than a retry needs (retryRoom,
+// retryBytes of the call's arguments). No plan is issued then: no tool
+// worker could run it, and it would be held and tried again for nothing.
+// A call that inspect refuses (unknown, corrupt) gets that answer first.
+func (r *issuer) roomForRetry(session, callID string, h []schema.Event, loaded stream.Loaded) error {
+	events, bytes := r.t.LoadedRoom(loaded)
+	var args json.RawMessage
+	for i := len(h) - 1; i >= 0; i-- {
+		if c := h[i].Call; c != nil && h[i].Type == schema.TypeCall && c.CallID == callID {
+			args = c.Arguments
+			break
+		}
+	}
+	need := retryBytes(args)
+	if events >= retryRoom && bytes >= need {
+		return nil
+	}
+	if _, err := inspect(h, callID); err != nil {
+		return err
+	}
+	return schema.Errorf(schema.CodeHistoryTooLarge, "session %s holds %d events: only %d more events and %d bytes fit before the history limit (the rest is kept for takeovers), a retry needs %d events and %d bytes; no plan", session, len(h), events, bytes, retryRoom, need)
+}
 
 // issue stores the plan (KV create; an existing plan under the id wins) and
 // makes sure it is published.
@@ -202,7 +243,7 @@ func (r *issuer) issue(ctx context.Context, plan schema.Plan) (schema.Plan, erro
 		r.log.Warn().Str("plan_id", plan.PlanID).Str("basis", string(rec.Plan.Basis)).Msg("plan issued before on another basis; returning the stored plan")
 	}
 	if !rec.Created {
-		if err := r.checkStored(rec.Plan, plan.Session, plan.PriorCallID); err != nil {
+		if err := r.checkStored(rec.Plan, plan.Session, plan.PriorCallID, &plan); err != nil {
 			return schema.Plan{}, err
 		}
 	}
@@ -273,10 +314,10 @@ type ackFloor struct {
 // channel returned.
 func (r *issuer) readAckFloor(ctx context.Context, session string) <-chan ackFloor {
 	floors := make(chan ackFloor, 1)
-	go func() {
+	side.Go(func() {
 		floor, ok, err := r.t.PlanConsumerAckFloor(ctx, session)
 		floors <- ackFloor{floor, ok, err}
-	}()
+	})
 	return floors
 }
 
@@ -306,6 +347,9 @@ func (r *issuer) ensureDeliverable(ctx context.Context, plan schema.Plan) error 
 	if af.err != nil || !af.ok || af.floor < last {
 		return af.err // no tool worker ran yet, or still pending or in a worker's hands
 	}
+	if err := r.roomForAgain(ctx, plan); err != nil {
+		return err
+	}
 	subj := r.t.PlansSubject(plan.Session)
 	msg := nats.NewMsg(subj)
 	if msg.Data, err = json.Marshal(plan); err != nil {
@@ -316,6 +360,19 @@ func (r *issuer) ensureDeliverable(ctx context.Context, plan schema.Plan) error 
 	}
 	r.log.Info().Str("session", plan.Session).Str("plan_id", plan.PlanID).Uint64("lost_seq", last).Msg("plan message acknowledged without the plan being used: published again")
 	return nil
+}
+
+// roomForAgain is roomForRetry for a plan issued before that is about to
+// be published again because a tool worker dropped its message — which it
+// does when the session log cannot record the attempt: the history is
+// loaded, and a session with no room left for the retry is answered
+// history_too_large instead of being handed the plan once more.
+func (r *issuer) roomForAgain(ctx context.Context, plan schema.Plan) error {
+	loaded, err := r.t.LoadForPlan(ctx, plan.Session)
+	if err != nil {
+		return err
+	}
+	return r.roomForRetry(plan.Session, plan.PriorCallID, loaded.Events, loaded)
 }
 
 // maxAgainChain bounds how many publications of one plan deliverRecent
@@ -380,6 +437,11 @@ func (r *issuer) deliverRecent(ctx context.Context, plan schema.Plan) error {
 		}
 		if af.err != nil || !af.ok || af.floor < ack.Sequence {
 			return af.err // no tool worker ran yet, or still pending or in a worker's hands
+		}
+		if id == plan.PlanID {
+			if err := r.roomForAgain(ctx, plan); err != nil {
+				return err
+			}
 		}
 		id = stream.PlanAgainID(plan.PlanID, ack.Sequence)
 	}

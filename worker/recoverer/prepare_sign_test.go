@@ -71,3 +71,80 @@ func TestPlannerKeyCache(t *testing.T) {
 		t.Fatal("cachePlannerKey(nil) is not nil")
 	}
 }
+
+// TestVerifyStored: the cheaper check of a stored plan (verifyStored)
+// accepts exactly what recovery.VerifyPlan accepts, on every path: a plan
+// the planner key signed (re-signed and compared, or matched with the
+// prepare's own plan), another trusted planner's plan (verified in full),
+// and it refuses, like VerifyPlan, a plan changed after signing (with or
+// without an own plan of the same signature at hand), a signature copied
+// from another plan, an untrusted signer, a signer claiming the planner's
+// key with another key's signature, an unsigned plan, and the planner's
+// own plan once its key is not trusted.
+func TestVerifyStored(t *testing.T) {
+	kp := newPlanner(t)
+	planner := cachePlannerKey(kp)
+	pub, _ := kp.PublicKey()
+	other := newPlanner(t)
+	otherPub, _ := other.PublicKey()
+	stranger := newPlanner(t)
+	trusted, err := recovery.NewTrustedKeys(pub, otherPub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	onlyOther, _ := recovery.NewTrustedKeys(otherPub)
+	base := schema.Plan{V: schema.Version, PlanID: recovery.PlanID("s-1", "c-1"), Session: "s-1", Task: "t-1", Tool: "orders.create", PriorCallID: "c-1", PriorSeq: 1, Basis: schema.BasisUncertainSafe}
+	sign := func(k nkeys.KeyPair, p schema.Plan) schema.Plan {
+		t.Helper()
+		s, err := recovery.SignPlan(k, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	mine := sign(planner, base)
+	second := base
+	second.PriorSeq = 7
+	mineSecond := sign(planner, second)
+	changed := mine
+	changed.Tool = "payments.charge"
+	copied := mineSecond
+	copied.Sig = mine.Sig
+	claimed := sign(stranger, base)
+	claimed.Signer = pub
+	unsigned := base
+
+	cases := []struct {
+		name    string
+		p       schema.Plan
+		own     *schema.Plan
+		trusted recovery.TrustedKeys
+		ok      bool
+	}{
+		{"the planner's", mine, nil, trusted, true},
+		{"the planner's, own plan at hand", mine, &mine, trusted, true},
+		{"the planner's, another own plan at hand", mine, &mineSecond, trusted, true},
+		{"another trusted planner's", sign(other, base), &mine, trusted, true},
+		{"changed after signing", changed, nil, trusted, false},
+		{"changed after signing, own plan at hand", changed, &mine, trusted, false},
+		{"a signature copied from another plan", copied, &mine, trusted, false},
+		{"an untrusted signer", sign(stranger, base), nil, trusted, false},
+		{"the planner's key claimed, another key's signature", claimed, nil, trusted, false},
+		{"unsigned", unsigned, nil, trusted, false},
+		{"the planner's, its key not trusted", mine, &mine, onlyOther, false},
+	}
+	for _, c := range cases {
+		want := recovery.VerifyPlan(c.p, c.trusted)
+		got := verifyStored(planner, c.trusted, c.p, c.own)
+		if (got == nil) != c.ok || (want == nil) != c.ok || schema.CodeOf(got) != schema.CodeOf(want) {
+			t.Errorf("%s: verifyStored %v, VerifyPlan %v", c.name, got, want)
+		}
+	}
+	// A planner key pair that is not cached checks in full.
+	if err := verifyStored(kp, trusted, changed, &mine); err == nil {
+		t.Error("an uncached planner accepted a changed plan")
+	}
+	if err := verifyStored(kp, trusted, mine, nil); err != nil {
+		t.Errorf("an uncached planner refused its own plan: %v", err)
+	}
+}
