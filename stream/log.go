@@ -103,6 +103,11 @@ func (l *Log) LastSeq() uint64 {
 // calls this Log started (WithCallRoom), as far as this writer knows. A
 // caller that must not start what it cannot record (a retry: its call,
 // start and result) checks it first.
+// MaxPayload is the largest message the log's server accepts: no event
+// is larger, and no call keeps more room for its result
+// (LargestEvent).
+func (l *Log) MaxPayload() int { return int(l.t.JS.Conn().MaxPayload()) }
+
 func (l *Log) Room() (events int, bytes int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

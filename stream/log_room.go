@@ -52,7 +52,7 @@ type reservation struct {
 
 // reservationFor returns what a tool.call appended under ctx reserves.
 func (l *Log) reservationFor(ctx context.Context) reservation {
-	largest := int64(l.t.JS.Conn().MaxPayload()) + int64(maxSeqOverhead+1)
+	largest := LargestEvent(int(l.t.JS.Conn().MaxPayload()))
 	result, _ := ctx.Value(callRoomKey{}).(int64)
 	if result <= 0 || result > largest {
 		result = largest
@@ -118,6 +118,12 @@ func (l *Log) keep(typ, callID string, size int64, add reservation) {
 		l.open[callID] = r
 	}
 }
+
+// LargestEvent is the most a stored event can take on a server whose
+// max_payload is maxPayload (its bytes and the seq the history adds): the
+// room a tool.call keeps for its result is never more than this, whatever
+// the tool's output limit.
+func LargestEvent(maxPayload int) int64 { return int64(maxPayload) + int64(maxSeqOverhead+1) }
 
 // CallRoom returns the events and bytes a tool.call appended under
 // WithCallRoom(ctx, result) keeps on the log beyond itself (at most: a

@@ -288,5 +288,8 @@ func (g *GuardedLog) Epoch() uint64 { return g.log.Epoch() }
 // Room returns how much the log may still hold (Log.Room).
 func (g *GuardedLog) Room() (int, int64) { return g.log.Room() }
 
+// MaxPayload is the guarded log's (Log.MaxPayload).
+func (g *GuardedLog) MaxPayload() int { return g.log.MaxPayload() }
+
 // LastSeq returns the sequence of the log's last message (Log.LastSeq).
 func (g *GuardedLog) LastSeq() uint64 { return g.log.LastSeq() }

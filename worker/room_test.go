@@ -77,3 +77,36 @@ func TestCallWithoutRoomNotCounted(t *testing.T) {
 		t.Fatalf("call with room: %v, ran %d times", err, f.runs.Load())
 	}
 }
+
+// payloadLog is a tightLog on a server whose max_payload is known.
+type payloadLog struct {
+	tightLog
+	max int
+}
+
+func (l *payloadLog) MaxPayload() int { return l.max }
+
+// TestRetryRoomCoversEveryTool: the room the recovery worker asks of a
+// session before it issues a plan (worker.RetryRoom) is enough for the
+// runtime to take the call whatever the tool's output limit — small, the
+// default, or over the server's max_payload (the log keeps at most its
+// largest event for a result) — so a plan is never issued for an attempt
+// the tool worker will refuse for lack of room; with less, the call with
+// the largest output limit is refused.
+func TestRetryRoomCoversEveryTool(t *testing.T) {
+	const maxPayload = 1 << 20
+	args := json.RawMessage(`{"amount":1250,"card":"tok_visa"}`)
+	_, need := worker.RetryRoom(args, maxPayload)
+	for _, limit := range []int{1 << 10, worker.DefaultOutputLimit, 8 << 20} {
+		lg := &payloadLog{tightLog: tightLog{bytes: need}, max: maxPayload}
+		f := setup(t, worker.Tool{OutputLimit: limit, Body: okBody()}, func(c *worker.Config) { c.Log = lg })
+		if _, err := f.rt.Call(context.Background(), "probe", args); err != nil {
+			t.Fatalf("output limit %d, room %d (RetryRoom): %v", limit, need, err)
+		}
+	}
+	lg := &payloadLog{tightLog: tightLog{bytes: need - 1}, max: maxPayload}
+	f := setup(t, worker.Tool{OutputLimit: 8 << 20, Body: okBody()}, func(c *worker.Config) { c.Log = lg })
+	if _, err := f.rt.Call(context.Background(), "probe", args); !errors.Is(err, schema.ErrHistoryTooLarge) {
+		t.Fatalf("room one byte under RetryRoom: %v, want history_too_large", err)
+	}
+}

@@ -330,6 +330,24 @@ func (r *Runtime) resultRoom(t *registered) int64 {
 	return int64(r.outputLimit(t)) + resultEnvelope
 }
 
+// RetryRoom returns the most room (events, bytes) a Runtime asks of a
+// session log before it spends a retry plan for a call with args, whatever
+// the tool's output limit, on a server whose max_payload is maxPayload:
+// the call itself and what the log keeps for its start and result (never
+// more than the largest event, stream.LargestEvent). The recovery worker
+// refuses a plan for a session with less room (history_too_large), so a
+// plan it issues is one a tool worker can record.
+func RetryRoom(args json.RawMessage, maxPayload int) (events int, bytes int64) {
+	return callRoomFor(args, stream.LargestEvent(maxPayload))
+}
+
+// callRoomFor is the room a call with args asks for when its result may
+// take result bytes: RetryRoom's rule, and roomForCall's.
+func callRoomFor(args json.RawMessage, result int64) (int, int64) {
+	events, kept := stream.CallRoom(result)
+	return events + 1, int64(len(args)) + callEnvelope + kept
+}
+
 // roomForCall refuses a call the session log has no room to record (its
 // tool.call, and the room that call keeps for its start and result)
 // before anything of it is spent: a retry's plan (a plan spent on an
@@ -343,9 +361,12 @@ func (r *Runtime) roomForCall(t *registered, args json.RawMessage, retry bool) e
 		return nil
 	}
 	events, bytes := l.Room()
-	needEvents, kept := stream.CallRoom(r.resultRoom(t))
-	needEvents++
-	need := int64(len(args)) + callEnvelope + kept
+	result := r.resultRoom(t)
+	if lp, ok := r.cfg.Log.(interface{ MaxPayload() int }); ok {
+		// The log keeps at most its largest event for a result.
+		result = min(result, stream.LargestEvent(lp.MaxPayload()))
+	}
+	needEvents, need := callRoomFor(args, result)
 	if events < needEvents || bytes < need {
 		what, left := "a call", "nothing was recorded or counted"
 		if retry {

@@ -15,6 +15,7 @@ import (
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/worker"
 )
 
 // issuer is the recoverer's plan service: it prepares plans from
@@ -173,27 +174,24 @@ func (r *issuer) checkStored(p schema.Plan, session, callID string, own *schema.
 // stored that this replica does not show yet.
 const planReadFor = 10 * time.Second
 
-// retryRoom is how many events a retry records: tool.call, tool.started,
-// tool.result.
-const retryRoom = 3
-
 // fenceBytes is the room counted for a fence after a retry, beyond the
 // fence reserve: a session.fenced event is well under 1 KiB.
 const fenceBytes = 1024
 
-// retryBytes is the serialized history a retry of a call with args may
-// take: what a tool worker's runtime asks for before it consumes a plan
-// (the arguments twice, and 1 KiB for each of the call, the start and the
-// result; worker.Runtime.roomForRetry), and a fence after it.
-func retryBytes(args json.RawMessage) int64 {
-	return int64(2*len(args) + retryRoom*1024 + fenceBytes)
+// retryNeed is what the session log must still take for a retry of a call
+// with args: what a tool worker's runtime asks for before it spends the
+// plan, whatever the tool's output limit (worker.RetryRoom: the call, and
+// the room it keeps for its start and result), and a fence after it.
+func (r *issuer) retryNeed(args json.RawMessage) (int, int64) {
+	events, bytes := worker.RetryRoom(args, int(r.t.JS.Conn().MaxPayload()))
+	return events + 1, bytes + fenceBytes
 }
 
 // roomForRetry refuses, with history_too_large, a plan for callID whose
 // attempt the session log has no room to record: fewer events, or fewer
 // bytes of serialized history, left before the fence reserve (loaded, the
-// log as read, stream.Topology.LoadedRoom) than a retry needs (retryRoom,
-// retryBytes of the call's arguments). No plan is issued then: no tool
+// log as read, stream.Topology.LoadedRoom) than a retry needs
+// (retryNeed). No plan is issued then: no tool
 // worker could run it, and it would be held and tried again for nothing.
 // A call that inspect refuses (unknown, corrupt) gets that answer first.
 func (r *issuer) roomForRetry(session, callID string, h []schema.Event, loaded stream.Loaded) error {
@@ -205,14 +203,14 @@ func (r *issuer) roomForRetry(session, callID string, h []schema.Event, loaded s
 			break
 		}
 	}
-	need := retryBytes(args)
-	if events >= retryRoom && bytes >= need {
+	needEvents, need := r.retryNeed(args)
+	if events >= needEvents && bytes >= need {
 		return nil
 	}
 	if _, err := inspect(h, callID); err != nil {
 		return err
 	}
-	return schema.Errorf(schema.CodeHistoryTooLarge, "session %s holds %d events: only %d more events and %d bytes fit before the history limit (the rest is kept for takeovers), a retry needs %d events and %d bytes; no plan", session, len(h), events, bytes, retryRoom, need)
+	return schema.Errorf(schema.CodeHistoryTooLarge, "session %s holds %d events: only %d more events and %d bytes fit before the history limit (the rest is kept for takeovers), a retry needs %d events and %d bytes; no plan", session, len(h), events, bytes, needEvents, need)
 }
 
 // issue stores the plan (KV create; an existing plan under the id wins) and

@@ -189,7 +189,16 @@ func TestPrepareRefusesSessionFullInBytes(t *testing.T) {
 		t.Fatalf("a plan was published for the full session: seq %d %v", seq, err)
 	}
 
-	fillBytes(t, rs.worker, rs.topo, "s-room", 32<<10)
+	// Room for the call, its start and a small result, but not for what
+	// a tool worker keeps for a result of the tool's output limit before it
+	// spends the plan (worker.RetryRoom): refused too, not issued for a
+	// worker to refuse.
+	fillBytes(t, rs.worker, rs.topo, "s-tight", 64<<10)
+	if _, err := rs.rec.Prepare(ctx, "s-tight", "c-1"); !errors.Is(err, schema.ErrHistoryTooLarge) {
+		t.Fatalf("Prepare on a session with less room than a tool worker asks for a retry: %v, want history_too_large", err)
+	}
+
+	fillBytes(t, rs.worker, rs.topo, "s-room", 2<<20)
 	p, err := rs.rec.Prepare(ctx, "s-room", "c-1")
 	if err != nil {
 		t.Fatalf("Prepare on a session with room for the retry: %v", err)
@@ -208,7 +217,7 @@ func TestPlanNotDeliveredAgainToFullSession(t *testing.T) {
 	ctx := context.Background()
 	e := setup(t, 0)
 	r := e.recoverer("a")
-	fillBytes(t, e.topo.JS, e.topo, "s-1", 32<<10)
+	fillBytes(t, e.topo.JS, e.topo, "s-1", 2<<20)
 	p, err := r.Prepare(ctx, "s-1", "c-1")
 	if err != nil {
 		t.Fatalf("Prepare with room: %v", err)
