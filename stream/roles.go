@@ -322,6 +322,7 @@ func (n names) allows(r Role, c RoleConfig) []Grant {
 			pub("plan key listing: kv.Keys, a push watcher with flow control, on the plans bucket", watch(n.plansKV)...),
 			pub("whether the tool workers' plan consumer still holds a plan's message (a lost one is published again): consumer info only", "$JS.API.CONSUMER.INFO."+n.plans+".*"),
 			sub("serve the jingwei service (inspect, prepare, status; jw.api.status.<tenant>: a tenant's agents, through their account's import) and micro's $SRV discovery", n.api("inspect"), n.api("prepare"), n.api("status"), n.api("status")+".*", "$SRV.>"),
+			sub("the server's advisories of the protected streams (created, deleted, updated): a replaced stream is noticed at once (stream.ProtectedStreams)", advisories(c.Prefix)...),
 		)
 	case RoleAdmin:
 		return []Grant{
@@ -495,4 +496,15 @@ func subjectsOverlap(a, b string) bool {
 			return false
 		}
 	}
+}
+
+// advisories are the subjects of the server's stream advisories (created,
+// deleted, updated) of the protected streams of prefix.
+func advisories(prefix string) []string {
+	ps := ProtectedStreams(prefix)
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = "$JS.EVENT.ADVISORY.STREAM.*." + p
+	}
+	return out
 }

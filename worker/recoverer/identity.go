@@ -3,11 +3,20 @@ package recoverer
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/jingwei/jingwei/stream"
 )
+
+// identityFresh is how long a comparison that found every stream as
+// recorded answers prepare without asking the server again, as long as no
+// stream advisory came in since it started (identityGuard.verify).
+const identityFresh = 250 * time.Millisecond
 
 // identityGuard compares the protected streams with the identity setup
 // recorded (stream.CheckIdentity): all of them at start and every
@@ -16,17 +25,77 @@ import (
 // record read last. While a stream differs, prepare and takeovers refuse
 // with stream_replaced (stream.ReplacedError), each change is logged, and
 // ReplacedStreams says which (a metric). Safe for concurrent use.
+//
+// The server's advisories of the protected streams (created, deleted,
+// updated: $JS.EVENT.ADVISORY.STREAM.<what>.<stream>) reach the guard as
+// they happen (watch): each one makes the next prepare compare again, and
+// starts a full comparison at once. Between advisories, a comparison that
+// found everything as recorded answers the prepares of the next
+// identityFresh without a request (concurrent prepares share one
+// comparison), so a prepare does not pay three stream infos.
 type identityGuard struct {
 	*base
 	mu       sync.Mutex
 	record   *stream.IdentityRecord // read by the last full check; nil before
 	problems []stream.IdentityProblem
+
+	// gen counts the advisories of protected streams seen (watch).
+	gen atomic.Uint64
+	// vmu makes concurrent verifies share one comparison.
+	vmu sync.Mutex
+	// okAt and okGen (under mu) are when the last comparison that found
+	// every stream as recorded started, and gen then.
+	okAt  time.Time
+	okGen uint64
+	// wake asks run for a full comparison now.
+	wake chan struct{}
+}
+
+// watch subscribes to the server's advisories of the protected streams;
+// each bumps the guard's generation (the next prepare compares again) and
+// wakes run for a full comparison. The subscription ends with ctx.
+func (g *identityGuard) watch(ctx context.Context) error {
+	nc := g.t.JS.Conn()
+	protected := stream.ProtectedStreams(g.t.Prefix)
+	subs := make([]*nats.Subscription, 0, len(protected))
+	for _, name := range protected {
+		sub, err := nc.Subscribe("$JS.EVENT.ADVISORY.STREAM.*."+name, func(m *nats.Msg) {
+			g.gen.Add(1)
+			g.log.Warn().Str("stream", name).Str("advisory", strings.TrimPrefix(m.Subject, "$JS.EVENT.ADVISORY.STREAM.")).Msg("protected stream changed: compared with its recorded identity again")
+			select {
+			case g.wake <- struct{}{}:
+			default:
+			}
+		})
+		if err != nil {
+			for _, s := range subs {
+				_ = s.Unsubscribe()
+			}
+			return err
+		}
+		subs = append(subs, sub)
+	}
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := nc.FlushWithContext(fctx); err != nil {
+		for _, s := range subs {
+			_ = s.Unsubscribe()
+		}
+		return err
+	}
+	context.AfterFunc(ctx, func() {
+		for _, s := range subs {
+			_ = s.Unsubscribe()
+		}
+	})
+	return nil
 }
 
 // check reads the record and compares every protected stream now, and
 // keeps the answer; a failed read keeps the last one and returns the
 // error.
 func (g *identityGuard) check(ctx context.Context) ([]stream.IdentityProblem, error) {
+	at, gen := time.Now(), g.gen.Load()
 	rec, err := stream.ReadIdentityRecord(ctx, g.t.JS, g.t.Prefix)
 	if err != nil {
 		return nil, err
@@ -39,7 +108,29 @@ func (g *identityGuard) check(ctx context.Context) ([]stream.IdentityProblem, er
 	g.record = &rec
 	g.mu.Unlock()
 	g.set(ps)
+	if len(ps) == 0 {
+		g.matched(at, gen)
+	}
 	return ps, nil
+}
+
+// matched notes that a comparison started at at, with the generation gen,
+// found every stream it compared as recorded.
+func (g *identityGuard) matched(at time.Time, gen uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if at.After(g.okAt) {
+		g.okAt, g.okGen = at, gen
+	}
+}
+
+// fresh reports whether the last comparison that found everything as
+// recorded is younger than identityFresh, no stream differed since and no
+// advisory came in since it started.
+func (g *identityGuard) fresh() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.record != nil && len(g.problems) == 0 && g.okGen == g.gen.Load() && time.Since(g.okAt) < identityFresh
 }
 
 // set keeps ps as the problems found, and logs what changed.
@@ -71,6 +162,15 @@ func (g *identityGuard) decidesFrom() []string {
 // stream_replaced while one differs, the read error if they could not be
 // read.
 func (g *identityGuard) verify(ctx context.Context) error {
+	if g.fresh() {
+		return nil
+	}
+	g.vmu.Lock()
+	defer g.vmu.Unlock()
+	if g.fresh() { // another prepare compared while this one waited
+		return nil
+	}
+	at, gen := time.Now(), g.gen.Load()
 	g.mu.Lock()
 	rec := g.record
 	g.mu.Unlock()
@@ -92,8 +192,10 @@ func (g *identityGuard) verify(ctx context.Context) error {
 		if ps, err = g.check(ctx); err != nil {
 			return err
 		}
+		return stream.ReplacedError(ps)
 	}
-	return stream.ReplacedError(ps)
+	g.matched(at, gen)
+	return nil
 }
 
 // current is stream_replaced if the last comparison found a stream that
@@ -108,8 +210,9 @@ func (g *identityGuard) replaced() []stream.IdentityProblem {
 	return slices.Clone(g.problems)
 }
 
-// run compares the streams every Config.IdentityInterval until ctx is
-// done; a failed read is logged and tried again at the next tick.
+// run compares the streams every Config.IdentityInterval, and at once
+// after an advisory of a protected stream, until ctx is done; a failed
+// read is logged and tried again at the next tick.
 func (g *identityGuard) run(ctx context.Context) error {
 	tick := time.NewTicker(g.cfg.IdentityInterval)
 	defer tick.Stop()
@@ -118,9 +221,10 @@ func (g *identityGuard) run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
-			if _, err := g.check(ctx); err != nil && ctx.Err() == nil {
-				g.log.Warn().Err(err).Msg("protected streams not compared with their identity; tried again")
-			}
+		case <-g.wake: // an advisory of a protected stream
+		}
+		if _, err := g.check(ctx); err != nil && ctx.Err() == nil {
+			g.log.Warn().Err(err).Msg("protected streams not compared with their identity; tried again")
 		}
 	}
 }

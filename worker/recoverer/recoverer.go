@@ -66,7 +66,7 @@ func New(cfg Config) (*Recoverer, error) {
 	r.leases = &takeovers{base: b, pub: r.pub, track: r.classify.track}
 	r.reviews = &reviewChecker{base: b, settled: r.awaiting.forget}
 	r.issuer = newIssuer(b, r.pub, r.reviews, r.leases, r.awaiting.forget)
-	r.identity = &identityGuard{base: b}
+	r.identity = &identityGuard{base: b, wake: make(chan struct{}, 1)}
 	b.identity = r.identity
 	return r, nil
 }
@@ -116,7 +116,11 @@ func (r *Recoverer) Run(ctx context.Context) error {
 
 func (r *Recoverer) run(ctx context.Context) error {
 	// A replaced stream is logged here and refused by prepare and the
-	// takeovers; status still answers.
+	// takeovers; status still answers. The advisories are watched before
+	// the first comparison, so no replacement falls between the two.
+	if err := r.identity.watch(ctx); err != nil {
+		return err
+	}
 	if _, err := r.identity.check(ctx); err != nil {
 		return err
 	}

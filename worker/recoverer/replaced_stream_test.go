@@ -112,3 +112,42 @@ func TestReplacedStreamDetectedWhileRunning(t *testing.T) {
 		t.Errorf("Prepare on a replaced JW_PLANS = %v, want stream_replaced", err)
 	}
 }
+
+// TestIdentityComparedAfterAdvisory: a prepare within identityFresh of a
+// comparison that found every stream as recorded asks the server nothing
+// about the streams' identity; a server advisory of a protected stream
+// (here JW_REVIEWS deleted and created again) makes the very next prepare
+// compare again — also inside identityFresh — and refuse with
+// stream_replaced, and the guard's full comparison (woken by the
+// advisory, not by its ticker) reports the stream.
+func TestIdentityComparedAfterAdvisory(t *testing.T) {
+	ctx := context.Background()
+	e := setup(t, time.Second)
+	r := e.recoverer("a")
+	r.cfg.IdentityInterval = time.Hour // only an advisory wakes the guard
+	stop := e.run(r)
+	defer stop()
+	started(t, r)
+
+	r.identity.matched(time.Now().Add(time.Hour), r.identity.gen.Load()) // fresh for the test's whole run
+	if err := r.identity.verify(ctx); err != nil {
+		t.Fatalf("verify on the streams as recorded: %v", err)
+	}
+	before := r.identity.gen.Load()
+	if err := e.topo.JS.DeleteStream(ctx, e.topo.StreamName("REVIEWS")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.EnsureTopology(ctx, e.topo.JS, e.topo.Config()); err != nil {
+		t.Fatal(err)
+	}
+	streamtest.Eventually(t, 10*time.Second, "the advisories of JW_REVIEWS reach the guard", func() bool {
+		return r.identity.gen.Load() >= before+2 // deleted, created
+	})
+	if err := r.identity.verify(ctx); schema.CodeOf(err) != schema.CodeStreamReplaced {
+		t.Fatalf("verify after JW_REVIEWS was replaced, inside the freshness window: %v, want stream_replaced", err)
+	}
+	streamtest.Eventually(t, 10*time.Second, "the woken full comparison reports JW_REVIEWS", func() bool {
+		ps := r.ReplacedStreams()
+		return len(ps) == 1 && ps[0].Stream == e.topo.StreamName("REVIEWS")
+	})
+}
