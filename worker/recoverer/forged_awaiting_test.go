@@ -102,3 +102,27 @@ func TestAwaitingReviewNotHiddenByUnsignedRecords(t *testing.T) {
 		stopNext()
 	}
 }
+
+// TestRepairPublishesOnlySignedPlans: at start the recovery worker
+// publishes the issued plans a crash left unpublished; a record the worker
+// role wrote in jw_plans in state issued, with a plan no trusted planner
+// signed, was published on jw.plans.<session> like a real one. It must
+// not be: only plans a trusted planner signed are published.
+func TestRepairPublishesOnlySignedPlans(t *testing.T) {
+	ctx := context.Background()
+	e := setup(t, time.Second)
+	id := recovery.PlanID("s-u", "pay-1")
+	rec, _ := json.Marshal(map[string]any{"state": "issued",
+		"plan": map[string]any{"v": 1, "plan_id": id, "session": "s-u", "prior_call_id": "pay-1", "prior_seq": 1, "tool": "payments.charge",
+			"task": "t-1", "key": "k-1", "basis": "reviewed_not_executed"}})
+	if _, err := e.topo.Plans.Put(ctx, id, rec); err != nil {
+		t.Fatal(err)
+	}
+	r := e.recoverer("a")
+	stop := e.run(r)
+	defer stop()
+	started(t, r)
+	if n := len(e.planMsgs()); n != 0 {
+		t.Fatalf("HOLE: %d plan messages published at start for an unsigned jw_plans record", n)
+	}
+}

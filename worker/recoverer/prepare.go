@@ -483,13 +483,23 @@ func (r *issuer) RepairPlans(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	untrusted := 0
 	for _, rec := range recs {
 		if rec.State != stream.PlanIssued {
+			continue
+		}
+		if p := rec.Plan; p.PlanID != recovery.PlanID(p.Session, p.PriorCallID) || recovery.VerifyPlan(p, r.cfg.TrustedPlanners) != nil {
+			// A record no trusted planner signed (written with the
+			// worker's credential) was never issued: not published.
+			untrusted++
 			continue
 		}
 		if err := r.ensurePublished(ctx, rec.Plan); err != nil {
 			return err
 		}
+	}
+	if untrusted > 0 {
+		r.log.Warn().Int("unsigned_plan_records", untrusted).Msg("jw_plans holds records no trusted planner signed: not published (no tool worker would run them either)")
 	}
 	return nil
 }
