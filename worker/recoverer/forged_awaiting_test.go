@@ -106,8 +106,9 @@ func TestAwaitingReviewNotHiddenByUnsignedRecords(t *testing.T) {
 // TestRepairPublishesOnlySignedPlans: at start the recovery worker
 // publishes the issued plans a crash left unpublished; a record the worker
 // role wrote in jw_plans in state issued, with a plan no trusted planner
-// signed, was published on jw.plans.<session> like a real one. It must
-// not be: only plans a trusted planner signed are published.
+// signed, was published on jw.plans.<session> like a real one, and
+// counted by status. It must not be: only plans a trusted planner signed
+// are published or counted.
 func TestRepairPublishesOnlySignedPlans(t *testing.T) {
 	ctx := context.Background()
 	e := setup(t, time.Second)
@@ -124,5 +125,8 @@ func TestRepairPublishesOnlySignedPlans(t *testing.T) {
 	started(t, r)
 	if n := len(e.planMsgs()); n != 0 {
 		t.Fatalf("HOLE: %d plan messages published at start for an unsigned jw_plans record", n)
+	}
+	if st := statusView(t, r); st.Plans.Issued != 0 {
+		t.Fatalf("status counts %d issued plans for an unsigned jw_plans record", st.Plans.Issued)
 	}
 }

@@ -488,7 +488,7 @@ func (r *issuer) RepairPlans(ctx context.Context) error {
 		if rec.State != stream.PlanIssued {
 			continue
 		}
-		if p := rec.Plan; p.PlanID != recovery.PlanID(p.Session, p.PriorCallID) || recovery.VerifyPlan(p, r.cfg.TrustedPlanners) != nil {
+		if !r.signedPlan(rec.Plan) {
 			// A record no trusted planner signed (written with the
 			// worker's credential) was never issued: not published.
 			untrusted++
@@ -502,6 +502,15 @@ func (r *issuer) RepairPlans(ctx context.Context) error {
 		r.log.Warn().Int("unsigned_plan_records", untrusted).Msg("jw_plans holds records no trusted planner signed: not published (no tool worker would run them either)")
 	}
 	return nil
+}
+
+// signedPlan reports whether p is a plan jingwei issued: a trusted
+// planner signed it, and it sits under its own plan id. jw_plans takes
+// writes from the worker role too, so a record is a plan only when its
+// signature says so (the rebuild of awaiting review, RepairPlans and
+// status count no other).
+func (r *base) signedPlan(p schema.Plan) bool {
+	return p.PlanID == recovery.PlanID(p.Session, p.PriorCallID) && recovery.VerifyPlan(p, r.cfg.TrustedPlanners) == nil
 }
 
 // planRecords reads every plan in jw_plans.

@@ -145,7 +145,7 @@ func (r *Recoverer) rebuildAwaiting(ctx context.Context) error {
 	untrusted := 0
 	for _, rec := range recs {
 		p := rec.Plan
-		if p.PlanID != recovery.PlanID(p.Session, p.PriorCallID) || recovery.VerifyPlan(p, r.cfg.TrustedPlanners) != nil {
+		if !r.signedPlan(p) {
 			// Anyone with the worker credential can write jw_plans: a
 			// record whose plan no trusted planner signed issued nothing.
 			untrusted++

@@ -48,8 +48,8 @@ func (r *Recoverer) Status(ctx context.Context, session string) (service.Status,
 		return service.Status{}, err
 	}
 	for _, rec := range recs {
-		if session != "" && rec.Plan.Session != session || !mine(rec.Plan.Session) {
-			continue
+		if session != "" && rec.Plan.Session != session || !mine(rec.Plan.Session) || !r.signedPlan(rec.Plan) {
+			continue // another session's, or a record no trusted planner signed
 		}
 		switch rec.State {
 		case stream.PlanIssued:
