@@ -280,6 +280,10 @@ func numberAt(doc []byte, path string) (float64, bool) {
 // directory.
 const approverKeyFile = "approver.nk"
 
+// serveApproverName is the name the approvers file gives serve's own
+// approver key: the deployment's operator approving from the command line.
+const serveApproverName = "serve operator (approver.nk)"
+
 // serveApprovers makes (once) serve's approver key in data and trusts it,
 // with the keys of --trust-approvers, for serve's tool worker; it also
 // lists it in <authDir>/approvers, so that tool workers started with
@@ -317,7 +321,9 @@ func serveApprovers(data, authDir string, tf *toolFlags) (string, string, error)
 		if err != nil {
 			return "", "", err
 		}
-		_, err = fmt.Fprintln(f, pub)
+		// Named, as every trust line is (recovery.ParseNamedKeys): the
+		// verdicts signed with serve's own key say whose they are.
+		_, err = fmt.Fprintln(f, pub, serveApproverName)
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
