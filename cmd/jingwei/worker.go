@@ -166,16 +166,16 @@ func (t *toolFlags) newToolWorker(ctx context.Context, js jetstream.JetStream, t
 		return nil, err
 	}
 	tl.FailAfterWrite(t.approvals.failAfterWrite)
-	tools := tl.List()
+	list0 := tl.List()
 	if t.catalog != nil {
 		if t.tools == nil {
 			t.tools = catalog.Open(t.catalog, log)
 		}
-		if tools, err = t.tools.Tools(ctx, tools); err != nil {
+		if list0, err = t.tools.Tools(ctx, list0); err != nil {
 			return nil, err
 		}
 	}
-	list, err := applyApprovalRules(toolworker.Delay{Before: t.delay, After: t.delayAfter}.Wrap(tools...), t.rules)
+	list, err := applyApprovalRules(toolworker.Delay{Before: t.delay, After: t.delayAfter}.Wrap(list0...), t.rules)
 	if err != nil {
 		return nil, err
 	}
