@@ -21,9 +21,9 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/worker"
 	"github.com/jingwei/jingwei/worker/fence"
 	"github.com/jingwei/jingwei/worker/mcptool"
@@ -35,6 +35,7 @@ const (
 	EnvNATS   = "MCPTEST_NATS"   // NATS URL of the ledger
 	EnvPrefix = "MCPTEST_PREFIX" // ledger subject prefix (stream <PREFIX upper>)
 	EnvHold   = "MCPTEST_HOLD"   // duration to hold after a write, before answering
+	EnvNKey   = "MCPTEST_NKEY"   // nkey seed file to connect with
 )
 
 // Ledger is where the tools write: stream <PREFIX> on <prefix>.>, every
@@ -256,13 +257,19 @@ func Main() {
 	if os.Getenv(EnvServer) != "stdio" {
 		return
 	}
+	Serve()
+}
+
+// Serve runs a stdio server configured by the environment (EnvNATS,
+// EnvNKey, EnvPrefix, EnvHold) and exits.
+func Serve() {
 	ctx := context.Background()
 	opts := Options{}
 	if d, err := time.ParseDuration(os.Getenv(EnvHold)); err == nil {
 		opts.Hold = d
 	}
 	if url := os.Getenv(EnvNATS); url != "" {
-		nc, err := nats.Connect(url)
+		nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: url, NKeySeedFile: os.Getenv(EnvNKey)})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "mcptest:", err)
 			os.Exit(1)
