@@ -32,6 +32,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
@@ -81,6 +82,10 @@ type Config struct {
 	Name string
 	// Logger defaults to a disabled logger.
 	Logger zerolog.Logger
+	// ProgressEvery is how often a call that waits for its result (running,
+	// or waiting for an approval) sends notifications/progress to a client
+	// that gave a progress token. Default 5 s.
+	ProgressEvery time.Duration
 }
 
 // New returns the MCP server of cfg.
@@ -187,6 +192,10 @@ func handler(cfg Config, tool, stdioID string) mcp.ToolHandler {
 		if err != nil {
 			return toolError(schema.CodeInvalidRequest, err.Error(), "Fix the _meta of the call.", nil), nil
 		}
+		if tok := req.Params.GetProgressToken(); tok != nil {
+			stop := progress(ctx, req, tok, cfg.ProgressEvery)
+			defer stop()
+		}
 		args := req.Params.Arguments
 		if len(args) == 0 {
 			args = json.RawMessage(`{}`)
@@ -218,6 +227,34 @@ func handler(cfg Config, tool, stdioID string) mcp.ToolHandler {
 		}
 		return okResult(r.Output, ids), nil
 	}
+}
+
+// progress sends notifications/progress for tok every period until the
+// returned stop is called: the call is still waiting for its result (the
+// tool running, or the call waiting for a person's approval).
+func progress(ctx context.Context, req *mcp.CallToolRequest, tok any, every time.Duration) func() {
+	if every <= 0 {
+		every = 5 * time.Second
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for n := 1; ; n++ {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+					ProgressToken: tok, Progress: float64(n),
+					Message: "waiting for the tool's result (it may be running, or waiting for a person's approval)",
+				})
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 // okResult is the MCP result of an ok output.

@@ -87,7 +87,7 @@ tools:
 	go func() { done <- tw.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	caller := service.NewClient(nc, service.ClientConfig{Timeout: 30 * time.Second})
-	hs := httptest.NewServer(mcpserver.HTTP(mcpserver.New(mcpserver.Config{Caller: caller, Tools: list}), mcpserver.Tokens{"tok-1": "agent-1"}))
+	hs := httptest.NewServer(mcpserver.HTTP(mcpserver.New(mcpserver.Config{Caller: caller, Tools: list, ProgressEvery: 50 * time.Millisecond}), mcpserver.Tokens{"tok-1": "agent-1"}))
 	t.Cleanup(hs.Close)
 	return &stack{backend: backend, ledger: ledger, url: hs.URL}
 }
@@ -255,4 +255,33 @@ func TestBearerTokenRequired(t *testing.T) {
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("no token: %s", resp.Status)
 	}
+}
+
+// A client that gave a progress token hears notifications/progress while
+// its call waits for the result.
+func TestProgressWhileWaiting(t *testing.T) {
+	st := start(t)
+	var got atomic.Int64
+	c := mcp.NewClient(&mcp.Implementation{Name: "agent", Version: "1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+			if r.Params.ProgressToken == "p-1" && strings.Contains(r.Params.Message, "waiting") {
+				got.Add(1)
+			}
+		},
+	})
+	s, err := c.Connect(t.Context(), &mcp.StreamableClientTransport{Endpoint: st.url, HTTPClient: &http.Client{Transport: &bearer{token: "tok-1", next: http.DefaultTransport}}, MaxRetries: -1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	p := &mcp.CallToolParams{Name: "ledger.hang", Arguments: map[string]any{}}
+	p.SetProgressToken("p-1")
+	res, err := s.CallTool(t.Context(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.IsError || res.Meta[mcpserver.MetaCode] != "timeout" {
+		t.Fatalf("hang: %q %v", text(res), res.Meta)
+	}
+	streamtest.Eventually(t, 10*time.Second, "progress notifications", func() bool { return got.Load() > 0 })
 }
