@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -34,11 +35,11 @@ const maxBody = mcp.DefaultMaxRequestBodyBytes
 // HTTP serves s over streamable HTTP. With tokens, every request needs
 // Authorization: Bearer <token> (401 otherwise) and its calls are the
 // token's agent's; without, anyone who reaches the address may call (serve
-// it on loopback only). The JSON-RPC id of a tools/call is handed to the
+// it on loopback only). An MCP session idle for 30 minutes is closed. The JSON-RPC id of a tools/call is handed to the
 // tool handler (HeaderRPCID) so that a re-sent request maps to the same
 // jingwei request id.
 func HTTP(s *mcp.Server, tokens Tokens) http.Handler {
-	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{SessionTimeout: 30 * time.Minute})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Header.Del(HeaderAgent)
 		r.Header.Del(HeaderRPCID)
