@@ -180,4 +180,3 @@ func runMCP(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	return exitOK
 }
-
