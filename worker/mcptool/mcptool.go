@@ -3,7 +3,8 @@
 // A Backend holds one MCP client session per server, made on first use and
 // made again (initialize, tools/list) after the server went away — a stdio
 // server that exited, a streamable-HTTP server that forgot the session
-// after a restart. tools/call is sent only from a body, that is after the
+// after a restart (a ping before each tools/call over HTTP finds a dead
+// connection or session before the call is sent). tools/call is sent only from a body, that is after the
 // call's tool.started is on the session log, and carries the call's
 // operation key and fencing token in _meta (MetaOperationKey, MetaFence …)
 // so that a server that deduplicates or fences its writes can.
@@ -36,6 +37,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/worker"
 )
 
@@ -51,8 +53,9 @@ const (
 	MetaTask    = "io.jingwei/task"
 	MetaSession = "io.jingwei/session"
 	MetaCallID  = "io.jingwei/call-id"
-	// MetaContract is the host-owned contract in a tools/list entry of
-	// 'jingwei mcp' ({"effect","revision"}).
+	// MetaContract is the host-owned contract ({"effect","revision"}): in
+	// a tools/call, the contract the call runs under; in a tools/list
+	// entry of 'jingwei mcp', the tool's.
 	MetaContract = "io.jingwei/contract"
 )
 
@@ -192,6 +195,7 @@ func Meta(req worker.BodyRequest) mcp.Meta {
 		MetaTask:         req.Operation.Task,
 		MetaSession:      req.Session,
 		MetaCallID:       req.CallID,
+		MetaContract:     map[string]any{"effect": req.Operation.Contract.Effect.String(), "revision": req.Operation.Contract.Revision},
 		MetaFence: map[string]any{
 			"session": req.Fence.Session, "epoch": req.Fence.Epoch, "call_id": req.Fence.CallID,
 			"task": req.Fence.Task, "key": req.Fence.Key,
@@ -209,6 +213,21 @@ func (b *Backend) Body(tool string) worker.Body {
 		if err != nil {
 			// Nothing was sent: no effect. Retryable advice only.
 			return nil, worker.Retryable(err)
+		}
+		if b.cfg.URL != "" {
+			// A streamable-HTTP server that restarted since the last call
+			// leaves a dead keep-alive connection or a forgotten session:
+			// find out with a ping (safe to lose) rather than with the
+			// tools/call, whose loss would make the call uncertain.
+			if perr := s.Ping(ctx, nil); perr != nil {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				b.drop(s)
+				if s, err = b.session(ctx); err != nil {
+					return nil, worker.Retryable(err)
+				}
+			}
 		}
 		params := &mcp.CallToolParams{Meta: Meta(req), Name: tool, Arguments: req.Arguments}
 		res, err := s.CallTool(ctx, params)
@@ -250,10 +269,18 @@ func Text(res *mcp.CallToolResult) string {
 	return strings.Join(parts, "\n")
 }
 
-// Output is the jingwei output of a successful result: structuredContent,
-// else the single text content as a JSON string, else {"content": [...]}.
+// Output is the jingwei output of a successful result: structuredContent
+// (as the single text content that serializes it, when there is one), else the single text content as a JSON string, else {"content": [...]}.
 func Output(res *mcp.CallToolResult) (json.RawMessage, error) {
 	if res.StructuredContent != nil {
+		// The serialized JSON the specification asks servers to send as
+		// text beside it is exact (numbers, key order); the decoded
+		// structuredContent is not.
+		if len(res.Content) == 1 {
+			if t, ok := res.Content[0].(*mcp.TextContent); ok && json.Valid([]byte(t.Text)) {
+				return json.RawMessage(t.Text), nil
+			}
+		}
 		return json.Marshal(res.StructuredContent)
 	}
 	if len(res.Content) == 1 {
@@ -274,4 +301,31 @@ func (b *Backend) ToolInfo(name string) (*mcp.Tool, bool) {
 	defer b.mu.Unlock()
 	t, ok := b.tools[name]
 	return t, ok
+}
+
+// RequestFromMeta is the server side of Meta: the body request a tools/call
+// of tool with args and _meta meta stands for. It fails when meta lacks the
+// operation key or the fence (a call that did not come through jingwei).
+func RequestFromMeta(meta mcp.Meta, tool string, args json.RawMessage) (worker.BodyRequest, error) {
+	str := func(k string) string { s, _ := meta[k].(string); return s }
+	raw, ok := meta[MetaFence]
+	if !ok || str(MetaOperationKey) == "" {
+		return worker.BodyRequest{}, errors.New("no io.jingwei/fence or io.jingwei/operation-key in _meta: call through jingwei")
+	}
+	b, _ := json.Marshal(raw)
+	var f worker.Fence
+	if err := json.Unmarshal(b, &f); err != nil {
+		return worker.BodyRequest{}, fmt.Errorf("io.jingwei/fence: %w", err)
+	}
+	var ct struct{ Effect, Revision string }
+	if b, err := json.Marshal(meta[MetaContract]); err == nil {
+		_ = json.Unmarshal(b, &ct)
+	}
+	op := worker.Operation{Task: f.Task, Key: f.Key}
+	if e, err := effect.Parse(ct.Effect); err == nil {
+		op.Contract = effect.Contract{Effect: e, Revision: ct.Revision}
+	}
+	return worker.BodyRequest{
+		Session: f.Session, CallID: f.CallID, Tool: tool, Arguments: args, Operation: op, Fence: f,
+	}, nil
 }
