@@ -174,6 +174,7 @@ func (t *toolFlags) newToolWorker(ctx context.Context, js jetstream.JetStream, t
 		if list0, err = t.tools.Tools(ctx, list0); err != nil {
 			return nil, err
 		}
+		log.Info().Str("catalog", t.toolsFile).Int("tools", len(list0)).Strs("mcp_servers", t.tools.ServerNames()).Msg("tool catalog loaded")
 	}
 	list, err := applyApprovalRules(toolworker.Delay{Before: t.delay, After: t.delayAfter}.Wrap(list0...), t.rules)
 	if err != nil {

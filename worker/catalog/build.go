@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
+	"regexp"
 	"sort"
+	"strings"
 
 	"github.com/rs/zerolog"
 
@@ -34,9 +37,38 @@ func Open(cat *Catalog, log zerolog.Logger) *Set {
 	return s
 }
 
-// ServerConfig is the mcptool configuration of server name.
+// ServerConfig is the mcptool configuration of server name, with ${VAR}
+// in its command, args, env values, dir, url and header values replaced by
+// the environment's VAR (empty when unset).
 func ServerConfig(name string, sv Server) mcptool.Config {
-	return mcptool.Config{Name: name, Command: sv.Command, Args: sv.Args, Env: sv.Env, Dir: sv.Dir, URL: sv.URL, Headers: sv.Headers}
+	args := make([]string, len(sv.Args))
+	for i, a := range sv.Args {
+		args[i] = Expand(a)
+	}
+	return mcptool.Config{Name: name, Command: Expand(sv.Command), Args: args, Env: expandMap(sv.Env),
+		Dir: Expand(sv.Dir), URL: Expand(sv.URL), Headers: expandMap(sv.Headers)}
+}
+
+var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+
+// Expand replaces every ${VAR} in s by the environment's VAR (empty when
+// unset). A lone $ and $VAR are left as they are.
+func Expand(s string) string {
+	if !strings.Contains(s, "${") {
+		return s
+	}
+	return envRef.ReplaceAllStringFunc(s, func(m string) string { return os.Getenv(m[2 : len(m)-1]) })
+}
+
+func expandMap(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = Expand(v)
+	}
+	return out
 }
 
 // Catalog returns the set's catalog.
@@ -104,7 +136,7 @@ func (s *Set) Tools(ctx context.Context, builtin []worker.Tool) ([]worker.Tool, 
 			t.CheckArguments, t.OutputLimit, t.Body = bt.CheckArguments, bt.OutputLimit, bt.Body
 		case e.HTTP != nil:
 			t.Body = httptool.Endpoint{
-				Method: e.HTTP.Method, URL: e.HTTP.URL, Headers: e.HTTP.Headers,
+				Method: e.HTTP.Method, URL: Expand(e.HTTP.URL), Headers: expandMap(e.HTTP.Headers),
 				NoBody: e.HTTP.Body == "none", Client: s.HTTPClient,
 			}.Body()
 		case e.MCP != nil:
