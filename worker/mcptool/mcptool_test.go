@@ -246,3 +246,28 @@ func TestHTTPServerRestartsBetweenCalls(t *testing.T) {
 		t.Fatalf("server saw %d noop calls, want 2", n)
 	}
 }
+
+// Meta and RequestFromMeta are each other's inverse across the wire: a
+// server rebuilds the body request (fence, operation, contract) a call
+// stands for; a call without them is refused.
+func TestRequestFromMetaRoundTrip(t *testing.T) {
+	req := request("s1", "c1", "k1", `{"a":1}`)
+	b, err := json.Marshal(mcptool.Meta(req))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var meta mcp.Meta
+	if err := json.Unmarshal(b, &meta); err != nil {
+		t.Fatal(err)
+	}
+	got, err := mcptool.RequestFromMeta(meta, "t", req.Arguments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Session != "s1" || got.CallID != "c1" || got.Fence != req.Fence || got.Operation != req.Operation || string(got.Arguments) != `{"a":1}` {
+		t.Fatalf("got %+v, want %+v", got, req)
+	}
+	if _, err := mcptool.RequestFromMeta(mcp.Meta{}, "t", nil); err == nil {
+		t.Fatal("a call without the fence was accepted")
+	}
+}
