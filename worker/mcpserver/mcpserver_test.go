@@ -30,6 +30,7 @@ type stack struct {
 	backend *mcptest.Server
 	ledger  *mcptest.Ledger
 	url     string // jingwei mcp's endpoint
+	direct  string // the backend's own endpoint
 }
 
 // start runs: a test MCP server (streamable HTTP) writing a JetStream
@@ -64,6 +65,9 @@ tools:
   - name: ledger.hang
     mcp: {server: ledger, tool: hang}
     timeout: 300ms
+  - name: ledger.noop
+    mcp: {server: ledger, tool: noop}
+    contract: {effect: read_only, revision: noop-v1}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -89,7 +93,7 @@ tools:
 	caller := service.NewClient(nc, service.ClientConfig{Timeout: 30 * time.Second})
 	hs := httptest.NewServer(mcpserver.HTTP(mcpserver.New(mcpserver.Config{Caller: caller, Tools: list, ProgressEvery: 50 * time.Millisecond}), mcpserver.Tokens{"tok-1": "agent-1"}))
 	t.Cleanup(hs.Close)
-	return &stack{backend: backend, ledger: ledger, url: hs.URL}
+	return &stack{backend: backend, ledger: ledger, url: hs.URL, direct: bs.URL}
 }
 
 // bearer adds a token to every request; drop, when set, makes the first
