@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -94,6 +95,11 @@ func (s *Set) ServerNames() []string {
 	return out
 }
 
+// ListTimeout bounds the connection and tools/list through which Tools
+// reads an MCP server's input schemas: a server that hangs does not hold up
+// the worker's start.
+const ListTimeout = 10 * time.Second
+
 // Tools returns the catalog's tools, ready for worker.NewRegistry.
 // builtin are the example tools a builtin entry may name (their contract
 // stays theirs unless the entry declares one). An MCP tool's input schema
@@ -146,7 +152,10 @@ func (s *Set) Tools(ctx context.Context, builtin []worker.Tool) ([]worker.Tool, 
 				name = e.Name
 			}
 			if t.InputSchema == nil {
-				if tools, err := b.Tools(ctx); err != nil {
+				lctx, cancel := context.WithTimeout(ctx, ListTimeout)
+				tools, err := b.Tools(lctx)
+				cancel()
+				if err != nil {
 					s.log.Warn().Err(err).Str("tool", e.Name).Msg("MCP server unreachable: the tool runs without an input schema until the worker restarts")
 				} else if mt, ok := tools[name]; !ok {
 					s.log.Warn().Str("tool", e.Name).Str("server", e.MCP.Server).Msg("the MCP server has no such tool ('jingwei tools check')")

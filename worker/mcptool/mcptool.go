@@ -84,6 +84,16 @@ type Backend struct {
 	sess  *mcp.ClientSession
 	dead  chan struct{} // closed when sess ended
 	tools map[string]*mcp.Tool
+	// connects counts the sessions made.
+	connects int
+}
+
+// Connects returns how many sessions the backend has made (1 while the
+// first lives; one more after each loss of the server).
+func (b *Backend) Connects() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.connects
 }
 
 // New returns a backend for cfg; it connects on first use.
@@ -152,6 +162,7 @@ func (b *Backend) session(ctx context.Context) (*mcp.ClientSession, error) {
 	dead := make(chan struct{})
 	go func() { _ = s.Wait(); close(dead) }()
 	b.sess, b.dead, b.tools = s, dead, tools
+	b.connects++
 	return s, nil
 }
 

@@ -271,3 +271,20 @@ func TestRequestFromMetaRoundTrip(t *testing.T) {
 		t.Fatal("a call without the fence was accepted")
 	}
 }
+
+// The session outlives the body that made it: a second call, under another
+// context, after the first's ended, uses the same server process.
+func TestSessionOutlivesTheFirstCallsContext(t *testing.T) {
+	_, url := ledger(t)
+	b := stdio(t, url, 0)
+	for i := range 3 {
+		ctx, cancel := context.WithCancel(t.Context())
+		if _, err := b.Body("noop")(ctx, request("s1", "c"+string(rune('0'+i)), "k", `{}`)); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+	}
+	if n := b.Connects(); n != 1 {
+		t.Fatalf("%d sessions made for 3 calls, want 1", n)
+	}
+}
