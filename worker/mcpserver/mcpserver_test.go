@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -288,4 +289,46 @@ func TestProgressWhileWaiting(t *testing.T) {
 		t.Fatalf("hang: %q %v", text(res), res.Meta)
 	}
 	streamtest.Eventually(t, 10*time.Second, "progress notifications", func() bool { return got.Load() > 0 })
+}
+
+// A client that re-sends the same JSON-RPC request (same session, same
+// id) without a request id of its own: the request id derived from the
+// MCP session and the JSON-RPC id makes it one call, answered twice.
+func TestSameJSONRPCRequestTwiceRunsOnce(t *testing.T) {
+	st := start(t)
+	post := func(session, body string) (*http.Response, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, st.url, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer tok-1")
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+			req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(b)
+	}
+	resp, body := post("", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	sid := resp.Header.Get("Mcp-Session-Id")
+	if sid == "" {
+		t.Fatalf("initialize: %s %s", resp.Status, body)
+	}
+	post(sid, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	call := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"ledger.charge","arguments":{"amount":3}}}`
+	callID := regexp.MustCompile(`"io.jingwei/call-id":"([^"]+)"`)
+	_, first := post(sid, call)
+	_, second := post(sid, call)
+	m1, m2 := callID.FindStringSubmatch(first), callID.FindStringSubmatch(second)
+	if m1 == nil || m2 == nil || m1[1] != m2[1] {
+		t.Fatalf("answers name calls %v and %v:\n%s\n%s", m1, m2, first, second)
+	}
+	if n := st.backend.Calls("charge"); n != 1 {
+		t.Fatalf("charge ran %d times, want 1", n)
+	}
 }
