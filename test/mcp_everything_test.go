@@ -3,6 +3,7 @@ package test
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -132,5 +133,26 @@ func TestMCPEverything(t *testing.T) {
 	}
 	if res.IsError || !strings.Contains(txt.String(), "5") {
 		t.Fatalf("get-sum: isError %v %q", res.IsError, txt.String())
+	}
+
+	// The same through 'jingwei mcp --stdio', started by the client.
+	cmd := exec.Command(bin, "mcp", "--stdio", "--tools", file, "--server", srv.url, "--auth", srv.auth(), "--log-level", "warn")
+	cs, err := c.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"message": "over stdio"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	txt.Reset()
+	for _, ct := range res.Content {
+		if tc, ok := ct.(*mcp.TextContent); ok {
+			txt.WriteString(tc.Text)
+		}
+	}
+	if res.IsError || !strings.Contains(txt.String(), "over stdio") {
+		t.Fatalf("echo over stdio: isError %v %q", res.IsError, txt.String())
 	}
 }
