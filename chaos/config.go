@@ -149,6 +149,14 @@ type Config struct {
 	ToolDelay time.Duration
 	// LeaseTTL is the lease TTL of every process. Defaults to 2 s.
 	LeaseTTL time.Duration
+	// Tools, when set, is a tool catalog (docs/catalog.md) every tool
+	// worker runs (`jingwei worker --tools`) instead of the example tools:
+	// it must provide orders.create, payments.charge and catalog.lookup
+	// with their contracts, e.g. through an MCP backend of `jingwei tools
+	// serve-examples`. The tool workers, and the MCP servers they start,
+	// get the deployment in NATS_URL and JINGWEI_AUTH and this binary in
+	// JINGWEI_BIN.
+	Tools string
 
 	// StartTimeout bounds the start of the deployment (nodes, set-up,
 	// service). Defaults to 90 s.

@@ -350,6 +350,9 @@ func (h *harness) startWorkers(ctx context.Context) error {
 		maxSessions = (cfg.Sessions+cfg.Workers-2)/(cfg.Workers-1) + 1
 	}
 	prof := h.rng(2)
+	if cfg.Tools != "" {
+		h.sup.env = []string{"NATS_URL=" + h.url, "JINGWEI_AUTH=" + string(h.keys), "JINGWEI_BIN=" + h.sup.exe}
+	}
 	for i := range cfg.Workers {
 		build := func(inc int, p profile) ([]string, string) {
 			owner := fmt.Sprintf("%s-w%d-%d", h.runID, i, inc)
@@ -359,6 +362,9 @@ func (h *harness) startWorkers(ctx context.Context) error {
 			}
 			if p.After > 0 {
 				args = append(args, "--tool-delay-after", p.After.String())
+			}
+			if cfg.Tools != "" {
+				args = append(args, "--tools", cfg.Tools)
 			}
 			return args, owner
 		}

@@ -56,8 +56,10 @@ func (p profile) String() string {
 type supervisor struct {
 	exe  string
 	logs string
-	log  zerolog.Logger
-	t0   time.Time
+	// env is added to the environment of every tool worker.
+	env []string
+	log zerolog.Logger
+	t0  time.Time
 
 	mu     sync.Mutex
 	slots  []*slot
@@ -91,7 +93,11 @@ func (s *supervisor) startLocked(sl *slot, p profile) error {
 	}
 	sl.inc++
 	args, owner := sl.build(sl.inc, p)
-	c, err := proc.Start(proc.Config{Name: fmt.Sprintf("%s#%d", sl.name, sl.inc), Exe: s.exe, Args: args,
+	var env []string
+	if sl.kind == "worker" {
+		env = s.env
+	}
+	c, err := proc.Start(proc.Config{Name: fmt.Sprintf("%s#%d", sl.name, sl.inc), Exe: s.exe, Args: args, Env: env,
 		LogPath: filepath.Join(s.logs, fmt.Sprintf("%s-%d.log", sl.name, sl.inc))})
 	if err != nil {
 		return err

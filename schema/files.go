@@ -33,6 +33,7 @@ var SchemaFiles = []string{
 	"approval.schema.json",
 	"approvalrequest.schema.json",
 	"taskstop.schema.json",
+	"catalog.schema.json",
 }
 
 // SchemaBaseURL is the base of the schema files' $id.

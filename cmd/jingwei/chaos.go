@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/jingwei/jingwei/bench"
 	"github.com/jingwei/jingwei/chaos"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/worker/catalog"
 )
 
 func init() {
@@ -150,6 +152,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	keep := fs.Bool("keep", false, "keep the run's directory (stores, keys, child logs) and print where it is")
 	dir := fs.String("dir", os.TempDir(), "where the run's directory is created")
 	exe := fs.String("exe", "", "jingwei binary for the child processes (default: this executable)")
+	toolsFile := fs.String("tools", "", "tool catalog the tool workers run instead of the example tools (docs/catalog.md; e.g. the example tools behind an MCP backend of 'jingwei tools serve-examples')")
 	if st, ok := parseFlags(fs, args); !ok {
 		return st
 	}
@@ -191,6 +194,14 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	if *ttl < time.Second {
 		return usageError(stderr, "chaos", "--lease-ttl must be at least 1s")
+	}
+	if *toolsFile != "" {
+		if _, err := catalog.Load(*toolsFile); err != nil {
+			return usageError(stderr, "chaos", "--tools %v", err)
+		}
+		if cfg.Tools, err = filepath.Abs(*toolsFile); err != nil {
+			return usageError(stderr, "chaos", "--tools: %v", err)
+		}
 	}
 	if cfg.Exe == "" {
 		if cfg.Exe, err = os.Executable(); err != nil {

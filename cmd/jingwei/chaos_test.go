@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,21 +103,25 @@ func TestChaosQuick(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	modes := []string{"--single"}
+	// mcp: the same single-node run with the tool workers running the
+	// example tools behind an MCP backend (docs/chaos-mcp-tools.yaml:
+	// 'jingwei tools serve-examples' as a stdio MCP server).
+	modes := []string{"--single", "--single --tools " + filepath.Join("..", "..", "docs", "chaos-mcp-tools.yaml")}
 	if os.Getenv("JINGWEI_CHAOS_CLUSTER") == "1" {
 		modes = append(modes, "") // the default: a 3-node cluster
 	}
 	for _, mode := range modes {
 		name := "single"
-		if mode == "" {
+		switch {
+		case mode == "":
 			name = "cluster"
+		case strings.Contains(mode, "--tools"):
+			name = "mcp"
 		}
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			args := []string{"chaos", "--quick", "--json", "--seed", "12", "--dir", dir}
-			if mode != "" {
-				args = append(args, mode)
-			}
+			args = append(args, strings.Fields(mode)...)
 			// The harness runs in the test process (so -race watches it);
 			// its child processes are the binary built above.
 			ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)

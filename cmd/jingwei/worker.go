@@ -16,6 +16,7 @@ import (
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/tools"
 	"github.com/jingwei/jingwei/worker"
+	"github.com/jingwei/jingwei/worker/catalog"
 	"github.com/jingwei/jingwei/worker/toolworker"
 )
 
@@ -24,10 +25,12 @@ func init() {
 }
 
 const workerHelp = `  jingwei worker [--server URL] [--owner NAME] [--lease-ttl 10s] [--partitions 32] [--tool-delay 0]
-                 [--tool-delay-after 0] [--health ADDR]
+                 [--tool-delay-after 0] [--health ADDR] [--tools FILE]
 
 Runs a tool worker with the example tools (orders.create, payments.charge,
-catalog.lookup). It takes tool requests from jw.requests.<session>, owns
+catalog.lookup), or with the tools of a catalog (--tools FILE, docs/catalog.md:
+tools of MCP servers, HTTP endpoints and built-in tools, each with its
+host-owned contract). It takes tool requests from jw.requests.<session>, owns
 partitions of sessions through partition leases (one owner per partition,
 requests of a session in order, sessions in parallel), records
 every call on the session log and runs it through the canonical runtime, and
@@ -114,6 +117,12 @@ type toolFlags struct {
 	// observer is told of every append of the worker's runtimes
 	// (--metrics); nil: none. Not a flag.
 	observer worker.Observer
+	// toolsFile is --tools: a tool catalog (docs/catalog.md) run instead
+	// of the example tools; catalog is it loaded (check), and its MCP
+	// sessions live as long as the process.
+	toolsFile string
+	catalog   *catalog.Catalog
+	tools     *catalog.Set
 }
 
 func (t *toolFlags) register(fs *flag.FlagSet) {
@@ -125,6 +134,7 @@ func (t *toolFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&t.delay, "tool-delay", 0, "wait this long before every tool body (demos, crash tests)")
 	fs.DurationVar(&t.delayAfter, "tool-delay-after", 0, "wait this long after every tool body's side effect, before its answer (demos, crash tests)")
 	fs.DurationVar(&t.callTimeout, "call-timeout", toolworker.DefaultCallTimeout, "how long jw.api.call (served by this worker) waits for a tool result")
+	fs.StringVar(&t.toolsFile, "tools", envOr("JINGWEI_TOOLS", ""), "tool catalog file (YAML, docs/catalog.md): run its tools (MCP servers, HTTP endpoints, built-in tools) instead of the example tools (env JINGWEI_TOOLS)")
 	t.approvals.register(fs)
 }
 
@@ -140,6 +150,11 @@ func (t *toolFlags) check() string {
 		return err.Error()
 	}
 	t.rules = rules
+	if t.toolsFile != "" {
+		if t.catalog, err = catalog.Load(t.toolsFile); err != nil {
+			return "--tools " + err.Error()
+		}
+	}
 	return ""
 }
 
@@ -151,7 +166,17 @@ func (t *toolFlags) newToolWorker(ctx context.Context, js jetstream.JetStream, t
 		return nil, err
 	}
 	tl.FailAfterWrite(t.approvals.failAfterWrite)
-	list, err := applyApprovalRules(toolworker.Delay{Before: t.delay, After: t.delayAfter}.Wrap(tl.List()...), t.rules)
+	list0 := tl.List()
+	if t.catalog != nil {
+		if t.tools == nil {
+			t.tools = catalog.Open(t.catalog, log)
+		}
+		if list0, err = t.tools.Tools(ctx, list0); err != nil {
+			return nil, err
+		}
+		log.Info().Str("catalog", t.toolsFile).Int("tools", len(list0)).Strs("mcp_servers", t.tools.ServerNames()).Msg("tool catalog loaded")
+	}
+	list, err := applyApprovalRules(toolworker.Delay{Before: t.delay, After: t.delayAfter}.Wrap(list0...), t.rules)
 	if err != nil {
 		return nil, err
 	}
@@ -225,6 +250,7 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	defer ms.close()
 	tf.observer = ms.runtime()
+	defer tf.closeTools()
 	// The worker of the current attempt (keepUp builds a new one after a
 	// transient failure): its leases are what the metric reads.
 	var current atomic.Pointer[toolworker.Worker]
@@ -256,6 +282,14 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return exitFailure
 	}
 	return exitOK
+}
+
+// closeTools ends the sessions of the catalog's MCP servers (a stdio
+// server's process with its session).
+func (t *toolFlags) closeTools() {
+	if t.tools != nil {
+		t.tools.Close()
+	}
 }
 
 // workerStartup is how long a tool worker's Run must run without an error
