@@ -43,11 +43,11 @@ func partitionKey(p int) string      { return "partition." + strconv.Itoa(p) }
 func partitionEpochKey(p int) string { return "epoch.partition." + strconv.Itoa(p) }
 
 // PartitionHold is a tool worker's hold on one partition of sessions: the
-// partition's lease with the lease-clock guard LeaseHold has too (holdGuard: it trusts the
-// lease until one LeaseTTL after the start of its latest successful write,
-// by the local clock, so an owner whose renewals stall stops appending
-// before the server can let the lease expire), and the epoch its sessions
-// are written at. Session returns the per-session Hold a takeover takes.
+// partition's lease with the lease-clock guard LeaseHold has too
+// (holdGuard: it trusts the lease until one LeaseTTL after the start of
+// its latest successful write, by the local clock, so an owner whose
+// renewals stall stops appending before the server can let the lease
+// expire), and the epoch its sessions are written at. Session returns the per-session Hold a takeover takes.
 // Build it with AcquirePartition. Safe for concurrent use.
 type PartitionHold struct {
 	t         *Topology
