@@ -14,8 +14,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
-
-	"github.com/jingwei/jingwei/schema"
 )
 
 // LeaseValue is what a lease key holds (JSON): a session's lease, a
@@ -63,45 +61,13 @@ func epochKey(session string) string { return "epoch." + session }
 
 // nextEpoch draws a new epoch for the session: one above both the session's
 // epoch counter (key epoch.<session>, no TTL, so it outlives expired
-// leases) and the highest epoch on its log, stored back by compare-and-set.
+// leases) and the highest epoch on its log, stored back by compare-and-set
+// (epochCounter).
 func (t *Topology) nextEpoch(ctx context.Context, session string) (uint64, error) {
-	for {
-		logEpoch, err := t.HighestEpoch(ctx, session)
-		if err != nil {
-			return 0, err
-		}
-		var cur, rev uint64
-		e, err := t.Leases.Get(ctx, epochKey(session))
-		switch {
-		case err == nil:
-			rev = e.Revision()
-			cur, _ = strconv.ParseUint(string(e.Value()), 10, 64)
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-		default:
-			return 0, fmt.Errorf("stream: read epoch of %s: %w", session, err)
-		}
-		if max(cur, logEpoch) >= schema.MaxEpoch {
-			// Only a corrupt log or counter gets here (epochs grow by one
-			// per takeover): refuse instead of wrapping around.
-			return 0, fmt.Errorf("%w: session %s is at epoch %d (log) / %d (counter), the highest allowed is %d", ErrEpochExhausted, session, logEpoch, cur, uint64(schema.MaxEpoch))
-		}
-		next := max(cur, logEpoch) + 1
-		val := []byte(strconv.FormatUint(next, 10))
-		if rev == 0 {
-			_, err = t.Leases.Create(ctx, epochKey(session), val)
-		} else {
-			_, err = t.Leases.Update(ctx, epochKey(session), val, rev)
-		}
-		if err == nil {
-			return next, nil
-		}
-		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongLastSeq(err) {
-			return 0, fmt.Errorf("stream: store epoch of %s: %w", session, err)
-		}
-		if ctx.Err() != nil {
-			return 0, ctx.Err()
-		}
-	}
+	c := epochCounter{kv: t.Leases, key: epochKey(session), what: "session " + session, step: 1}
+	return c.draw(ctx, func(ctx context.Context) (uint64, error) {
+		return t.HighestEpoch(ctx, session)
+	})
 }
 
 // AcquireLease takes the session's lease for owner, with a new epoch higher
@@ -177,6 +143,21 @@ func (t *Topology) leaseSubject(key string) string {
 	return "$KV." + t.Prefix + "_leases." + key
 }
 
+// leaseMsg is the message that writes v as key's value in jw_leases.
+func (t *Topology) leaseMsg(key string, v LeaseValue) *nats.Msg {
+	msg := nats.NewMsg(t.leaseSubject(key))
+	msg.Data, _ = json.Marshal(v)
+	return msg
+}
+
+// rewriteLease publishes msg (leaseMsg) by compare-and-set on its key's
+// last revision, rev, with the lease TTL from now: a renewal.
+func (t *Topology) rewriteLease(ctx context.Context, msg *nats.Msg, rev uint64) (*jetstream.PubAck, error) {
+	return t.JS.PublishMsg(ctx, msg,
+		jetstream.WithExpectLastSequencePerSubject(rev),
+		jetstream.WithMsgTTL(t.cfg.LeaseTTL))
+}
+
 // Renew extends the lease by the topology's LeaseTTL from now. It returns
 // ErrLeaseLost if the lease expired or changed hands since its last write,
 // and gives up on a server that does not answer within RequestTimeout (the
@@ -184,14 +165,10 @@ func (t *Topology) leaseSubject(key string) string {
 func (l *Lease) Renew(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	val, _ := json.Marshal(LeaseValue{Owner: l.Owner, Epoch: l.Epoch, At: time.Now().UTC()})
-	msg := nats.NewMsg(l.t.leaseSubject(l.Session))
-	msg.Data = val
+	msg := l.t.leaseMsg(l.Session, LeaseValue{Owner: l.Owner, Epoch: l.Epoch, At: time.Now().UTC()})
 	ctx, cancel := context.WithTimeout(ctx, l.t.cfg.RequestTimeout)
 	defer cancel()
-	ack, err := l.t.JS.PublishMsg(ctx, msg,
-		jetstream.WithExpectLastSequencePerSubject(l.rev),
-		jetstream.WithMsgTTL(l.t.cfg.LeaseTTL))
+	ack, err := l.t.rewriteLease(ctx, msg, l.rev)
 	if err != nil {
 		if isWrongLastSeq(err) {
 			return fmt.Errorf("%w: session %s (epoch %d)", ErrLeaseLost, l.Session, l.Epoch)
@@ -379,9 +356,7 @@ func (t *Topology) RegisterWorker(ctx context.Context, owner string) (*Registrat
 
 // Renew writes the registration again with the TTL.
 func (r *Registration) Renew(ctx context.Context) error {
-	val, _ := json.Marshal(LeaseValue{Owner: r.owner, At: time.Now().UTC()})
-	msg := nats.NewMsg(r.t.leaseSubject(r.key))
-	msg.Data = val
+	msg := r.t.leaseMsg(r.key, LeaseValue{Owner: r.owner, At: time.Now().UTC()})
 	ctx, cancel := context.WithTimeout(ctx, r.t.cfg.RequestTimeout)
 	defer cancel()
 	if _, err := r.t.JS.PublishMsg(ctx, msg, jetstream.WithMsgTTL(r.t.cfg.LeaseTTL)); err != nil {

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jingwei/jingwei/schema"
@@ -44,26 +43,24 @@ func partitionKey(p int) string      { return "partition." + strconv.Itoa(p) }
 func partitionEpochKey(p int) string { return "epoch.partition." + strconv.Itoa(p) }
 
 // PartitionHold is a tool worker's hold on one partition of sessions: the
-// partition's lease with the lease-clock guard of LeaseHold (it trusts the
-// lease until one LeaseTTL after the start of its latest successful write,
-// by the local clock, so an owner whose renewals stall stops appending
-// before the server can let the lease expire), and the epoch its sessions
-// are written at. Session returns the per-session Hold a takeover takes.
+// partition's lease with the lease-clock guard LeaseHold has too
+// (holdGuard: it trusts the lease until one LeaseTTL after the start of
+// its latest successful write, by the local clock, so an owner whose
+// renewals stall stops appending before the server can let the lease
+// expire), and the epoch its sessions are written at. Session returns the per-session Hold a takeover takes.
 // Build it with AcquirePartition. Safe for concurrent use.
 type PartitionHold struct {
 	t         *Topology
 	partition int
 	owner     string
 	base      uint64
-	onLost    func(error)
+	guard     *holdGuard // the lease's expiry by our clock, and why the hold ended
 
 	wmu sync.Mutex // serializes the lease writes (renew, raise, release)
 
-	mu    sync.Mutex
-	rev   uint64    // KV revision of the latest lease write
-	epoch uint64    // the epoch sessions are confirmed at now
-	until time.Time // the lease is ours until then, by our clock
-	err   error     // permanent: why the hold ended
+	mu    sync.Mutex // taken after guard's lock, never before
+	rev   uint64     // KV revision of the latest lease write
+	epoch uint64     // the epoch sessions are confirmed at now
 }
 
 // AcquirePartition takes partition p's lease for owner, with an epoch above
@@ -94,45 +91,16 @@ func (t *Topology) AcquirePartition(ctx context.Context, p int, owner string, on
 	case err != nil:
 		return nil, fmt.Errorf("stream: acquire partition %d: %w", p, err)
 	}
-	return &PartitionHold{t: t, partition: p, owner: owner, base: epoch, onLost: onLost, rev: rev, epoch: epoch, until: t0.Add(t.cfg.LeaseTTL)}, nil
+	guard := newLeaseGuard("lease of partition "+strconv.Itoa(p), t.cfg.LeaseTTL, t0, onLost)
+	return &PartitionHold{t: t, partition: p, owner: owner, base: epoch, guard: guard, rev: rev, epoch: epoch}, nil
 }
 
 // raiseCounter moves partition p's epoch counter to a new epoch above
-// both its value and above, by partitionEpochStep, and returns it.
+// both its value and above, by partitionEpochStep, and returns it
+// (epochCounter).
 func (t *Topology) raiseCounter(ctx context.Context, p int, above uint64) (uint64, error) {
-	key := partitionEpochKey(p)
-	for {
-		var cur, rev uint64
-		e, err := t.Leases.Get(ctx, key)
-		switch {
-		case err == nil:
-			rev = e.Revision()
-			cur, _ = strconv.ParseUint(string(e.Value()), 10, 64)
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-		default:
-			return 0, fmt.Errorf("stream: read epoch of partition %d: %w", p, err)
-		}
-		base := max(cur, above)
-		if base > schema.MaxEpoch-partitionEpochStep {
-			return 0, fmt.Errorf("%w: partition %d is at epoch %d, the highest allowed is %d", ErrEpochExhausted, p, base, uint64(schema.MaxEpoch))
-		}
-		next := base + partitionEpochStep
-		val := []byte(strconv.FormatUint(next, 10))
-		if rev == 0 {
-			_, err = t.Leases.Create(ctx, key, val)
-		} else {
-			_, err = t.Leases.Update(ctx, key, val, rev)
-		}
-		if err == nil {
-			return next, nil
-		}
-		if !errors.Is(err, jetstream.ErrKeyExists) && !isWrongLastSeq(err) {
-			return 0, fmt.Errorf("stream: store epoch of partition %d: %w", p, err)
-		}
-		if ctx.Err() != nil {
-			return 0, ctx.Err()
-		}
-	}
+	c := epochCounter{kv: t.Leases, key: partitionEpochKey(p), what: "partition " + strconv.Itoa(p), step: partitionEpochStep}
+	return c.draw(ctx, func(context.Context) (uint64, error) { return above, nil })
 }
 
 func partitionHeldError(p int, v []byte) error {
@@ -183,46 +151,11 @@ func (h *PartitionHold) Epoch() uint64 {
 // Err returns nil while the lease can be trusted by the local clock; once
 // it cannot, the error that ended the hold, for good (it matches
 // ErrHoldLost and ErrFenced).
-func (h *PartitionHold) Err() error {
-	h.mu.Lock()
-	err, expired := h.err, !time.Now().Before(h.until)
-	h.mu.Unlock()
-	if err == nil && expired {
-		h.Lose(fmt.Errorf("lease of partition %d not renewed within its TTL", h.partition))
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.err
-}
+func (h *PartitionHold) Err() error { return h.guard.Err() }
 
 // Lose ends the hold with err (wrapped so that it matches ErrHoldLost and
 // ErrFenced) and calls the lost callback once.
-func (h *PartitionHold) Lose(err error) {
-	if first := h.lose(err); first && h.onLost != nil {
-		h.onLost(h.Err())
-	}
-}
-
-func (h *PartitionHold) lose(err error) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.err != nil {
-		return false
-	}
-	h.err = holdLostError(err)
-	return true
-}
-
-// holdLostError wraps err so that it matches ErrHoldLost and ErrFenced.
-func holdLostError(err error) error {
-	switch {
-	case !errors.Is(err, ErrFenced):
-		return fmt.Errorf("%w: %w (%w)", ErrHoldLost, ErrFenced, err)
-	case !errors.Is(err, ErrHoldLost):
-		return fmt.Errorf("%w: %w", ErrHoldLost, err)
-	}
-	return err
-}
+func (h *PartitionHold) Lose(err error) { h.guard.Lose(err) }
 
 // write publishes the lease's value at epoch by compare-and-set on its
 // last revision, with the TTL again, and trusts it one TTL from t0.
@@ -231,44 +164,47 @@ func (h *PartitionHold) write(ctx context.Context, epoch uint64, t0 time.Time) e
 	h.mu.Lock()
 	rev := h.rev
 	h.mu.Unlock()
-	val, _ := json.Marshal(LeaseValue{Owner: h.owner, Epoch: epoch, Base: h.base, At: time.Now().UTC()})
-	msg := nats.NewMsg(h.t.leaseSubject(partitionKey(h.partition)))
-	msg.Data = val
+	msg := h.t.leaseMsg(partitionKey(h.partition), LeaseValue{Owner: h.owner, Epoch: epoch, Base: h.base, At: time.Now().UTC()})
 	ctx, cancel := context.WithTimeout(ctx, h.t.cfg.RequestTimeout)
 	defer cancel()
-	ack, err := h.t.JS.PublishMsg(ctx, msg,
-		jetstream.WithExpectLastSequencePerSubject(rev),
-		jetstream.WithMsgTTL(h.t.cfg.LeaseTTL))
+	ack, err := h.t.rewriteLease(ctx, msg, rev)
 	if err != nil && isWrongLastSeq(err) {
-		// A write of ours whose ack was lost (a timeout) may be the
-		// latest: the lease is still ours if its value names this hold
-		// (the owner is unique per process, the base per acquisition).
-		if e, gerr := h.t.Leases.Get(ctx, partitionKey(h.partition)); gerr == nil {
-			var lv LeaseValue
-			if json.Unmarshal(e.Value(), &lv) == nil && lv.Owner == h.owner && lv.Base == h.base && e.Revision() != rev {
-				ack, err = h.t.JS.PublishMsg(ctx, msg,
-					jetstream.WithExpectLastSequencePerSubject(e.Revision()),
-					jetstream.WithMsgTTL(h.t.cfg.LeaseTTL))
-			}
+		if own, ok := h.ownRevision(ctx, rev); ok {
+			ack, err = h.t.rewriteLease(ctx, msg, own)
 		}
 	}
 	if err != nil {
 		if isWrongLastSeq(err) {
 			err = fmt.Errorf("%w: partition %d (epoch %d)", ErrLeaseLost, h.partition, epoch)
-			h.Lose(err)
-			return err
+		} else {
+			err = fmt.Errorf("stream: write lease of partition %d: %w", h.partition, err)
 		}
-		if h.Err() != nil { // the TTL ran out meanwhile
-			h.Lose(fmt.Errorf("lease of partition %d not renewed within its TTL: %w", h.partition, err))
-		}
-		return fmt.Errorf("stream: write lease of partition %d: %w", h.partition, err)
+		h.guard.failed(err)
+		return err
 	}
-	h.mu.Lock()
-	if h.err == nil {
-		h.rev, h.epoch, h.until = ack.Sequence, epoch, t0.Add(h.t.cfg.LeaseTTL)
-	}
-	h.mu.Unlock()
+	h.guard.renewed(t0, func() {
+		h.mu.Lock()
+		h.rev, h.epoch = ack.Sequence, epoch
+		h.mu.Unlock()
+	})
 	return nil
+}
+
+// ownRevision returns the revision of the partition's lease, ok true, when
+// it is not rev and its value names this hold (the owner is unique per
+// process, the base per acquisition): a write of ours whose answer was
+// lost (cancelled, timed out) may be the latest, and the lease is still
+// ours.
+func (h *PartitionHold) ownRevision(ctx context.Context, rev uint64) (uint64, bool) {
+	e, err := h.t.Leases.Get(ctx, partitionKey(h.partition))
+	if err != nil || e.Revision() == rev {
+		return 0, false
+	}
+	var lv LeaseValue
+	if json.Unmarshal(e.Value(), &lv) != nil || lv.Owner != h.owner || lv.Base != h.base {
+		return 0, false
+	}
+	return e.Revision(), true
 }
 
 // Renew renews the partition's lease and, once the server took the write,
@@ -321,20 +257,14 @@ func (h *PartitionHold) Release(ctx context.Context) error {
 	}
 	h.wmu.Lock()
 	defer h.wmu.Unlock()
-	h.lose(errReleased)
+	h.guard.end(errReleased)
 	h.mu.Lock()
 	rev := h.rev
 	h.mu.Unlock()
 	err := h.t.Leases.Delete(ctx, partitionKey(h.partition), jetstream.LastRevision(rev))
 	if err != nil && (errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSeq(err)) {
-		// A renewal of ours whose answer was lost (cancelled, timed out)
-		// may be the latest write: the lease is still ours if its value
-		// names this hold.
-		if e, gerr := h.t.Leases.Get(ctx, partitionKey(h.partition)); gerr == nil && e.Revision() != rev {
-			var lv LeaseValue
-			if json.Unmarshal(e.Value(), &lv) == nil && lv.Owner == h.owner && lv.Base == h.base {
-				err = h.t.Leases.Delete(ctx, partitionKey(h.partition), jetstream.LastRevision(e.Revision()))
-			}
+		if own, ok := h.ownRevision(ctx, rev); ok {
+			err = h.t.Leases.Delete(ctx, partitionKey(h.partition), jetstream.LastRevision(own))
 		}
 	}
 	if err != nil {
@@ -359,9 +289,7 @@ type sessionHold struct {
 	ph      *PartitionHold
 	session string
 	epoch   uint64
-
-	mu  sync.Mutex
-	err error
+	guard   holdGuard // no clock: the partition's hold has it
 }
 
 func (s *sessionHold) Session() string { return s.session }
@@ -369,22 +297,13 @@ func (s *sessionHold) Owner() string   { return s.ph.owner }
 func (s *sessionHold) Epoch() uint64   { return s.epoch }
 
 func (s *sessionHold) Err() error {
-	s.mu.Lock()
-	err := s.err
-	s.mu.Unlock()
-	if err != nil {
+	if err := s.guard.Err(); err != nil {
 		return err
 	}
 	return s.ph.Err()
 }
 
-func (s *sessionHold) Lose(err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.err == nil {
-		s.err = holdLostError(err)
-	}
-}
+func (s *sessionHold) Lose(err error) { s.guard.Lose(err) }
 
 func (s *sessionHold) Release(context.Context) error {
 	if err := s.Err(); err != nil {
@@ -505,28 +424,15 @@ func (t *Topology) RecoveryHolds() Acquirer {
 type fenceHold struct {
 	session, owner string
 	epoch          uint64
-
-	mu  sync.Mutex
-	err error
+	guard          holdGuard // no clock: good until released
 }
 
 func (f *fenceHold) Session() string { return f.session }
 func (f *fenceHold) Owner() string   { return f.owner }
 func (f *fenceHold) Epoch() uint64   { return f.epoch }
 
-func (f *fenceHold) Err() error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.err
-}
-
-func (f *fenceHold) Lose(err error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.err == nil {
-		f.err = holdLostError(err)
-	}
-}
+func (f *fenceHold) Err() error     { return f.guard.Err() }
+func (f *fenceHold) Lose(err error) { f.guard.Lose(err) }
 
 func (f *fenceHold) Release(context.Context) error {
 	f.Lose(errReleased)

@@ -3,8 +3,6 @@ package stream
 import (
 	"context"
 	"errors"
-	"fmt"
-	"sync"
 	"time"
 
 	"github.com/jingwei/jingwei/schema"
@@ -64,13 +62,8 @@ func (t *Topology) SessionLeases() Acquirer {
 // appending before the server lets the lease expire and someone else
 // fences it. Build it with HoldLease; renew it with Renew.
 type LeaseHold struct {
-	lease  *Lease
-	ttl    time.Duration
-	onLost func(error)
-
-	mu    sync.Mutex
-	until time.Time // the lease is ours until then, by our clock
-	err   error     // permanent: why the hold ended
+	lease *Lease
+	guard *holdGuard // the lease's expiry by our clock, and why the hold ended
 }
 
 // HoldLease acquires the session's lease for owner (AcquireLease) and
@@ -82,7 +75,7 @@ func (t *Topology) HoldLease(ctx context.Context, session, owner string, onLost 
 	if err != nil {
 		return nil, err
 	}
-	return &LeaseHold{lease: l, ttl: t.cfg.LeaseTTL, onLost: onLost, until: t0.Add(t.cfg.LeaseTTL)}, nil
+	return &LeaseHold{lease: l, guard: newLeaseGuard("lease of "+session, t.cfg.LeaseTTL, t0, onLost)}, nil
 }
 
 // Lease returns the lease held.
@@ -107,63 +100,22 @@ func (h *LeaseHold) Renew(ctx context.Context) error {
 		return err
 	}
 	t0 := time.Now()
-	err := h.lease.Renew(ctx)
-	switch {
-	case err == nil:
-		h.mu.Lock()
-		if h.err == nil {
-			h.until = t0.Add(h.ttl)
-		}
-		h.mu.Unlock()
-		return nil
-	case errors.Is(err, ErrLeaseLost):
-		h.Lose(err)
-	case h.Err() != nil: // the TTL ran out meanwhile
-		h.Lose(fmt.Errorf("lease not renewed within its TTL: %w", err))
+	if err := h.lease.Renew(ctx); err != nil {
+		h.guard.failed(err)
+		return err
 	}
-	return err
+	h.guard.renewed(t0, nil)
+	return nil
 }
 
 // Err returns nil while the lease can be trusted by the local clock; once
 // it cannot, the error that ended the hold (see Hold.Err).
-func (h *LeaseHold) Err() error {
-	h.mu.Lock()
-	err, expired := h.err, !time.Now().Before(h.until)
-	h.mu.Unlock()
-	if err == nil && expired {
-		h.Lose(fmt.Errorf("lease of %s not renewed within its TTL", h.lease.Session))
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.err
-}
+func (h *LeaseHold) Err() error { return h.guard.Err() }
 
 // Lose ends the hold with err, wrapped so that it matches ErrHoldLost and
 // ErrFenced (the runtime then stops writing for good), and calls the lost
 // callback once.
-func (h *LeaseHold) Lose(err error) {
-	if first := h.lose(err); first && h.onLost != nil {
-		h.onLost(h.Err())
-	}
-}
-
-// lose records err as why the hold ended; it reports whether it was the
-// first.
-func (h *LeaseHold) lose(err error) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.err != nil {
-		return false
-	}
-	switch {
-	case !errors.Is(err, ErrFenced):
-		err = fmt.Errorf("%w: %w (%w)", ErrHoldLost, ErrFenced, err)
-	case !errors.Is(err, ErrHoldLost):
-		err = fmt.Errorf("%w: %w", ErrHoldLost, err)
-	}
-	h.err = err
-	return true
-}
+func (h *LeaseHold) Lose(err error) { h.guard.Lose(err) }
 
 // Release gives the lease up (Lease.Release) if the hold is still good;
 // the hold ends either way, without the lost callback.
@@ -171,7 +123,7 @@ func (h *LeaseHold) Release(ctx context.Context) error {
 	if err := h.Err(); err != nil {
 		return err
 	}
-	h.lose(errReleased)
+	h.guard.end(errReleased)
 	return h.lease.Release(ctx)
 }
 
