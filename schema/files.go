@@ -33,6 +33,8 @@ var SchemaFiles = []string{
 	"approval.schema.json",
 	"approvalrequest.schema.json",
 	"taskstop.schema.json",
+	"historyrequest.schema.json",
+	"historypage.schema.json",
 }
 
 // SchemaBaseURL is the base of the schema files' $id.
