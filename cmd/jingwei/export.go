@@ -40,7 +40,8 @@ Exit status:
      exist there, a write error; {"error":{"code":"internal",…}} on stdout
      unless --out is stdout
   2  usage: a missing or bad flag, an invalid session id
-  3  refused: history_too_large or corrupt_history;
+  3  refused: history_too_large, corrupt_history, or (through the service)
+     forbidden: a tenant's agent asked for another tenant's session;
      {"error":{"code":…,"message":…}} on stdout`
 
 func runExport(ctx context.Context, args []string, stdout, stderr io.Writer) int {
