@@ -34,6 +34,8 @@ var SchemaFiles = []string{
 	"approvalrequest.schema.json",
 	"taskstop.schema.json",
 	"catalog.schema.json",
+	"historyrequest.schema.json",
+	"historypage.schema.json",
 }
 
 // SchemaBaseURL is the base of the schema files' $id.

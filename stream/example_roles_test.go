@@ -35,6 +35,7 @@ func ExampleRoleConfig_Imports() {
 	// singleton jw.requests.*
 	// singleton jw.api.call
 	// singleton jw.api.status
+	// singleton jw.api.history
 	// singleton $JS.API.STREAM.MSG.GET.JW_EVENTS
 	// stream $JS.API.DIRECT.GET.JW_EVENTS
 	// singleton $JS.API.DIRECT.GET.JW_EVENTS.>

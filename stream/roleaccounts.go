@@ -181,19 +181,19 @@ func (n names) importGroups(r Role, c RoleConfig) []importGroup {
 	case RoleAgent:
 		return append(base,
 			importGroup{"tool requests, published with JetStream: the PubAck comes back through the import", single(n.subj("requests"))},
-			importGroup{"service: run a call, ask for status", api("call", "status")},
+			importGroup{"service: run a call, ask for status, read a session's log a page at a time", api("call", "status", "history")},
 			importGroup{"read session events and the answers to refused requests: message gets and direct gets (batched ones answer with a stream of messages)", reads(n.events, n.answers)},
 		)
 	case RoleReviewer:
 		return append(base,
 			importGroup{"reviews, published with JetStream: the PubAck comes back through the import", single(n.subj("reviews"))},
 			importGroup{"approvals and denials of calls waiting for approval, published with JetStream", single(n.subj("approvals"))},
-			importGroup{"service: status, inspect", api("status", "inspect")},
+			importGroup{"service: status, inspect, read a session's log a page at a time", api("status", "inspect", "history")},
 			importGroup{"read session events, reviews, approval requests and approvals: message gets and direct gets", reads(n.events, n.reviews, n.approvals)},
 		)
 	case RoleHost:
 		return append(base,
-			importGroup{"service: prepare a retry, status, inspect", api("prepare", "status", "inspect")},
+			importGroup{"service: prepare a retry, status, inspect, read a session's log a page at a time", api("prepare", "status", "inspect", "history")},
 			importGroup{"task stops (jw.approvals.<session>.stop), published with JetStream: the session's owner records task.stopped", single(n.subj("approvals") + ".stop")},
 			importGroup{"`nats micro ls/info/stats` ($SRV.PING|INFO|STATS[.name[.id]]): every instance answers", []ServiceImport{
 				{Subject: "$SRV.>", Response: ResponseStream, Threshold: StreamedResponseWindow},
@@ -225,7 +225,7 @@ func (c RoleConfig) Imports(r Role) []ServiceImport {
 
 // Exports returns the services the trusted account exports: one entry per
 // subject any untrusted role's account imports, naming the importers, and,
-// with tenants, jw.api.call.* and jw.api.status.* to every tenant's
+// with tenants, jw.api.call.*, jw.api.status.* and jw.api.history.* to every tenant's
 // account.
 func (c RoleConfig) Exports() []ServiceExport {
 	return append(c.roleExports(), c.tenantExports()...)

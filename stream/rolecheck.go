@@ -1014,6 +1014,7 @@ func catalog(n names, session string) []probe {
 	}{
 		{"call", []Role{ag}},
 		{"status", []Role{ag, rv, ho}},
+		{"history", []Role{ag, rv, ho}},
 		{"inspect", []Role{rv, ho}},
 		{"prepare", []Role{ho}},
 	} {

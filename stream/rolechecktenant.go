@@ -75,7 +75,7 @@ type tenantProbe struct {
 	run     runFn
 }
 
-// tenantCatalog is every probe of a tenant's agent: the two services it
+// tenantCatalog is every probe of a tenant's agent: the services it
 // needs, and what the fleet-wide agent may and a tenant must not
 // (docs/protocol.md §4).
 func tenantCatalog(n names, session, tenant string) []tenantProbe {

@@ -321,7 +321,7 @@ func (n names) allows(r Role, c RoleConfig) []Grant {
 			pub("lease expiry watcher: an ordered pull consumer on the leases bucket (WatchLeaseExpiry)", consume(n.leasesKV)...),
 			pub("plan key listing: kv.Keys, a push watcher with flow control, on the plans bucket", watch(n.plansKV)...),
 			pub("whether the tool workers' plan consumer still holds a plan's message (a lost one is published again): consumer info only", "$JS.API.CONSUMER.INFO."+n.plans+".*"),
-			sub("serve the jingwei service (inspect, prepare, status; jw.api.status.<tenant>: a tenant's agents, through their account's import) and micro's $SRV discovery", n.api("inspect"), n.api("prepare"), n.api("status"), n.api("status")+".*", "$SRV.>"),
+			sub("serve the jingwei service (inspect, prepare, status, history; jw.api.status.<tenant>, jw.api.history.<tenant>: a tenant's agents, through their account's import) and micro's $SRV discovery", n.api("inspect"), n.api("prepare"), n.api("status"), n.api("status")+".*", n.api("history"), n.api("history")+".*", "$SRV.>"),
 			sub("the server's advisories of the protected streams (created, deleted, updated): a replaced stream is noticed at once (stream.ProtectedStreams)", advisories(c.Prefix)...),
 		)
 	case RoleAdmin:
@@ -368,8 +368,8 @@ func (n names) guards() []guard {
 			append(anyConsumer(n.events), anyConsumer(n.reviews)...), RoleRecoverer),
 		g(OpSubscribe, "only the tool workers receive jw.api.call (anyone else could answer someone else's call)",
 			[]string{n.api("call"), n.api("call") + ".*"}, RoleWorker),
-		g(OpSubscribe, "only the recoverer receives inspect, prepare and status requests",
-			[]string{n.api("inspect"), n.api("prepare"), n.api("status"), n.api("status") + ".*"}, RoleRecoverer),
+		g(OpSubscribe, "only the recoverer receives inspect, prepare, status and history requests",
+			[]string{n.api("inspect"), n.api("prepare"), n.api("status"), n.api("status") + ".*", n.api("history"), n.api("history") + ".*"}, RoleRecoverer),
 	}
 }
 

@@ -95,7 +95,7 @@ func rolesDoc(c stream.RoleConfig) []byte {
 	name := func(s string) string { return strings.ReplaceAll(s, "tenantname", "<tenant>") }
 	p("\n## agent of a tenant (account `%s`)\n\n", name(tc.TenantAccountName("tenantname")))
 	p("A tenant owns the sessions whose id begins with `<tenant>-`; its agents\n")
-	p("(`jingwei auth tenant`) ask the two services below about those sessions\n")
+	p("(`jingwei auth tenant`) ask the services below about those sessions\n")
 	p("only, and reach nothing else (no JetStream: see protocol.md §4).\n\n")
 	p("| list | subjects | why |\n|---|---|---|\n")
 	for _, g := range tc.TenantGrants() {

@@ -23,10 +23,11 @@ import (
 // tenants: a tenant owns the sessions whose id begins with "<tenant>-",
 // and its agents connect as users of an account of its own
 // (RoleConfig.TenantAccountName, JINGWEI_TENANT_<tenant>), which imports
-// nothing but two services of the trusted account:
+// nothing but three services of the trusted account:
 //
-//	jw.api.call.<tenant>   imported as jw.api.call
-//	jw.api.status.<tenant> imported as jw.api.status
+//	jw.api.call.<tenant>    imported as jw.api.call
+//	jw.api.status.<tenant>  imported as jw.api.status
+//	jw.api.history.<tenant> imported as jw.api.history
 //
 // The agent publishes on jw.api.call as any agent does; the server
 // carries the request into the trusted account under the subject of its
@@ -38,7 +39,9 @@ import (
 // otherwise). Session subjects stay one token each (jw.events.<session>),
 // and NATS wildcards match whole tokens only, so a tenant gets no direct
 // JetStream access at all: no stream info (its subjects filter would list
-// every session), no direct gets, no request publishes.
+// every session), no direct gets, no request publishes. It reads its
+// sessions' logs through jw.api.history, which the recovery worker
+// answers from the stream leader, one page at a time.
 
 // MaxTenantBytes bounds a tenant name.
 const MaxTenantBytes = 32
@@ -94,8 +97,9 @@ type Tenant struct {
 }
 
 // TenantEndpoints are the services a tenant's agents may ask, in the
-// order the imports list them: run a call, ask for status.
-var TenantEndpoints = []string{"call", "status"}
+// order the imports list them: run a call, ask for status, read a
+// session's log.
+var TenantEndpoints = []string{"call", "status", "history"}
 
 // TenantAPISubject returns the subject under which the trusted account
 // receives a tenant's requests to endpoint: <prefix>.api.<endpoint>.<tenant>.
@@ -159,8 +163,9 @@ func (c RoleConfig) tenantExports() []ServiceExport {
 }
 
 // TenantImports returns what tenant's account imports from the trusted
-// account: jw.api.call.<tenant> as jw.api.call and jw.api.status.<tenant>
-// as jw.api.status. Nil for a name that is not ValidTenant.
+// account: jw.api.call.<tenant> as jw.api.call, jw.api.status.<tenant>
+// as jw.api.status and jw.api.history.<tenant> as jw.api.history. Nil for
+// a name that is not ValidTenant.
 func (c RoleConfig) TenantImports(tenant string) []ServiceImport {
 	if !ValidTenant(tenant) {
 		return nil
@@ -171,14 +176,14 @@ func (c RoleConfig) TenantImports(tenant string) []ServiceImport {
 		out = append(out, ServiceImport{
 			Subject: TenantAPISubject(c.Prefix, e, tenant), To: APISubject(c.Prefix, e),
 			Response: ResponseSingleton, Threshold: c.ResponseExpiry,
-			Why: "service: run a call, ask for status, about the tenant's own sessions only: the import carries the tenant in the subject the service receives",
+			Why: "service: run a call, ask for status, read a session's log, about the tenant's own sessions only: the import carries the tenant in the subject the service receives",
 		})
 	}
 	return out
 }
 
 // TenantGrants returns the permission table of a tenant's agents inside
-// their tenant's account: publish the two services' local subjects,
+// their tenant's account: publish the services' local subjects,
 // receive replies. The same for every tenant.
 func (c RoleConfig) TenantGrants() []Grant {
 	c = c.WithDefaults()
@@ -187,7 +192,7 @@ func (c RoleConfig) TenantGrants() []Grant {
 		subjects = append(subjects, APISubject(c.Prefix, e))
 	}
 	return []Grant{
-		pub("service: run a call, ask for status (the account's imports add the tenant; the services answer about its own sessions only)", subjects...),
+		pub("service: run a call, ask for status, read a session's log (the account's imports add the tenant; the services answer about its own sessions only)", subjects...),
 		sub("replies: service answers (in the tenant's own account: no other tenant's replies reach it)", "_INBOX.>"),
 	}
 }

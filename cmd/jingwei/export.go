@@ -2,19 +2,24 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
+
+	"github.com/rs/zerolog"
 
 	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/worker/service"
 )
 
 func init() {
 	register(command{name: "export", summary: "write a session's history from the server as JSON Lines", run: runExport})
 }
 
-const exportHelp = `  jingwei export --session S [--server URL] [--out FILE]
+const exportHelp = `  jingwei export --session S [--server URL] [--out FILE] [--via auto|service|direct]
 
 Loads the session's log (jw.events.<session>) from the server and writes it
 as JSON Lines, one event per line with its seq: the format of the
@@ -22,13 +27,21 @@ conformance fixtures, which 'jingwei inspect --history' and 'jingwei plan
 --history' read. Reading does not fence the session: a writer that is still
 running may append after the export.
 
+--via says how the log is read: service asks the recovery worker
+(jw.api.history, a page at a time), which any role may, a tenant's agent
+too (--nkey or --creds of its key: its own sessions only); direct reads
+the stream itself (operators: host, admin); auto (the default) asks the
+service and reads directly when no recovery worker answers. Both read up
+to the last event the stream leader holds when the export starts.
+
 Exit status:
   0  success (an unknown session exports as empty)
   1  unexpected failure: the server is unreachable, jingwei's streams do not
      exist there, a write error; {"error":{"code":"internal",…}} on stdout
      unless --out is stdout
   2  usage: a missing or bad flag, an invalid session id
-  3  refused: history_too_large or corrupt_history;
+  3  refused: history_too_large, corrupt_history, or (through the service)
+     forbidden: a tenant's agent asked for another tenant's session;
      {"error":{"code":…,"message":…}} on stdout`
 
 func runExport(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -37,8 +50,12 @@ func runExport(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	nf.register(fs)
 	session := fs.String("session", "", "session id (required)")
 	out := fs.String("out", "", "output file (default stdout); written whole or not at all")
+	via := fs.String("via", "auto", "how to read: service (jw.api.history: any role, a tenant's agent too), direct (JetStream reads: operators), auto (the service, else direct)")
 	if st, ok := parseFlags(fs, args); !ok {
 		return st
+	}
+	if *via != "auto" && *via != "service" && *via != "direct" {
+		return usageError(stderr, "export", "--via %q: want auto, service or direct", *via)
 	}
 	if *session == "" {
 		return usageError(stderr, "export", "--session is required")
@@ -46,7 +63,7 @@ func runExport(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if !schema.ValidSession(*session) {
 		return usageError(stderr, "export", "invalid session id %q (1-128 bytes of [A-Za-z0-9_-])", *session)
 	}
-	events, err := nf.loadSession(ctx, "export", *session)
+	events, err := exportLoad(ctx, &nf, *via, *session)
 	if err != nil {
 		if *out == "" && schema.CodeOf(err) == "" {
 			fmt.Fprintf(stderr, "jingwei export: %v\n", err)
@@ -67,6 +84,70 @@ func runExport(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	fmt.Fprintf(stderr, "jingwei export: %d events of session %s written to %s\n", len(events), *session, *out)
 	return exitOK
+}
+
+// exportLoad reads the session's history as --via says.
+func exportLoad(ctx context.Context, nf *natsFlags, via, session string) ([]schema.Event, error) {
+	if via == "direct" {
+		return nf.loadSession(ctx, "export", session)
+	}
+	nc, err := nf.connect(ctx, "export", zerolog.Nop())
+	if err != nil {
+		return nil, err
+	}
+	events, err := loadViaService(ctx, service.NewClient(nc, service.ClientConfig{Prefix: nf.prefix}), session, schema.DefaultLimits)
+	nc.Close()
+	if via == "auto" && errors.Is(err, service.ErrNoService) {
+		return nf.loadSession(ctx, "export", session)
+	}
+	return events, err
+}
+
+// loadViaService reads the session's history through jw.api.history, page
+// after page, up to the end the first page reports (what the leader held
+// when the export started: later events are left out, as Load leaves
+// them), decoded as Load decodes them and refused over lim as Load
+// refuses it (history_too_large).
+func loadViaService(ctx context.Context, cl *service.Client, session string, lim schema.Limits) ([]schema.Event, error) {
+	var (
+		out   []schema.Event
+		bytes int64
+		end   uint64
+	)
+	for from, first := uint64(0), true; ; first = false {
+		var p service.HistoryPage
+		if err := cl.Request(ctx, service.EndpointHistory, service.HistoryRequest{V: schema.Version, Session: session, FromSeq: from, MaxEvents: service.DefaultHistoryEvents}, &p); err != nil {
+			return nil, err
+		}
+		if first {
+			end = p.End
+		}
+		for _, se := range p.Events {
+			if se.Seq > end {
+				return out, nil
+			}
+			if se.Seq < from || len(out) > 0 && se.Seq <= out[len(out)-1].Seq {
+				return nil, fmt.Errorf("jw.api.history: seq %d out of order (after %d)", se.Seq, from)
+			}
+			bytes += int64(len(se.Event) + len(`"seq":,`) + len(strconv.FormatUint(se.Seq, 10)) + 1)
+			if len(out)+1 > lim.MaxEvents || bytes > lim.MaxBytes {
+				return nil, schema.Errorf(schema.CodeHistoryTooLarge, "session %s is over the history limits (%d events, %d bytes)", session, lim.MaxEvents, lim.MaxBytes)
+			}
+			ev, err := schema.DecodeEvent(se.Event)
+			if err != nil {
+				return nil, schema.Errorf(schema.CodeCorruptHistory, "session %s seq %d: %v", session, se.Seq, err)
+			}
+			ev.Seq = se.Seq
+			out = append(out, ev)
+		}
+		if p.NextSeq > end {
+			return out, nil
+		}
+		if len(p.Events) == 0 || p.NextSeq <= from {
+			return nil, fmt.Errorf("jw.api.history: the page from seq %d made no progress (next %d, end %d)", from, p.NextSeq, end)
+		}
+		from = p.NextSeq
+	}
 }
 
 // writeFileAtomic writes the history to a temporary file next to name and

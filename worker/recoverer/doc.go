@@ -27,10 +27,11 @@
 //     issues each exactly once, publishes what a crash left unpublished,
 //     delivers again a plan whose message was lost, and runs the
 //     auto-planner;
-//   - the micro service (recoverer.go, serve) answers inspect, prepare and
-//     status through service.Start.
+//   - the micro service (recoverer.go, serve) answers inspect, prepare,
+//     status and history (history.go: a page of a session's log, for
+//     readers without JetStream access) through service.Start.
 //
-// The public methods (Inspect, Prepare, Status, Reviews, TakeOver,
+// The public methods (Inspect, Prepare, Status, History, Reviews, TakeOver,
 // Reconcile, RepairPlans, Stats) are the parts' entry points.
 //
 // # What it does

@@ -188,14 +188,14 @@ func (r *Recoverer) loop(ctx context.Context, name string, f func(context.Contex
 	}
 }
 
-// serve registers the `jingwei` micro service: inspect, prepare and
-// status (jw.api.call is the tool workers', see toolworker.Gateway).
+// serve registers the `jingwei` micro service: inspect, prepare, status
+// and history (jw.api.call is the tool workers', see toolworker.Gateway).
 func (r *Recoverer) serve(ctx context.Context) (micro.Service, error) {
 	svc, err := service.Start(ctx, service.Config{
 		Conn:        r.t.JS.Conn(),
 		Name:        service.Name,
 		Prefix:      r.t.Prefix,
-		Description: "jingwei recovery worker: inspect calls, prepare retries, status",
+		Description: "jingwei recovery worker: inspect calls, prepare retries, status, session history",
 		Metadata:    map[string]string{"recoverer": r.cfg.Name},
 		Logger:      r.log,
 	},
@@ -227,6 +227,17 @@ func (r *Recoverer) serve(ctx context.Context) (micro.Service, error) {
 			}
 			st.Reviews, err = r.Reviews(ctx, s.Session, s.CallID)
 			return st, err
+		}},
+		service.Endpoint{Name: service.EndpointHistory, Handler: func(ctx context.Context, data []byte) (any, error) {
+			var q service.HistoryRequest
+			if err := service.DecodeBody(data, &q, false); err != nil {
+				return nil, err
+			}
+			page, err := r.History(ctx, q)
+			if err != nil {
+				return nil, err
+			}
+			return encodeHistoryPage(page)
 		}},
 	)
 	if err != nil {

@@ -102,8 +102,8 @@ func TestServiceEndpoints(t *testing.T) {
 	}
 	errorsSent++
 
-	// The service is discoverable ($SRV.INFO.jingwei): inspect, prepare
-	// and status, each pointing at its schema files; jw.api.call is the
+	// The service is discoverable ($SRV.INFO.jingwei): inspect, prepare,
+	// status and history, each pointing at its schema files; jw.api.call is the
 	// tool workers'.
 	m, err := e.nc.Request("$SRV.INFO."+service.Name, nil, 2*time.Second)
 	if err != nil {
@@ -121,8 +121,8 @@ func TestServiceEndpoints(t *testing.T) {
 			t.Errorf("endpoint %+v", ep)
 		}
 	}
-	if len(names) != 3 || !names[service.EndpointInspect] || !names[service.EndpointPrepare] || !names[service.EndpointStatus] {
-		t.Fatalf("service info endpoints %v, want inspect, prepare, status", names)
+	if len(names) != 4 || !names[service.EndpointInspect] || !names[service.EndpointPrepare] || !names[service.EndpointStatus] || !names[service.EndpointHistory] {
+		t.Fatalf("service info endpoints %v, want inspect, prepare, status, history", names)
 	}
 
 	// `nats micro stats` counts the error answers.

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/jingwei/jingwei/effect"
@@ -121,4 +122,54 @@ type ReviewCheck struct {
 	Decides  bool          `json:"decides,omitempty"`
 	Code     string        `json:"code,omitempty"`
 	Reason   string        `json:"reason,omitempty"`
+}
+
+// DefaultHistoryEvents is how many events a jw.api.history page holds at
+// most when the request sets no max_events.
+const DefaultHistoryEvents = 1000
+
+// MaxHistoryEvents bounds HistoryRequest.MaxEvents.
+const MaxHistoryEvents = 10000
+
+// HistoryRequest is the request body of jw.api.history
+// (historyrequest.schema.json): one page of a session's log.
+type HistoryRequest struct {
+	// V is the schema version: schema.Version (1).
+	V int `json:"v"`
+	// Session is the session whose log is read (a tenant's agent: one of
+	// the tenant's own).
+	Session string `json:"session"`
+	// FromSeq is the stream sequence to read from: the page's first event
+	// is the session's first at or after it (0 and 1: from the start). A
+	// reader passes the previous page's NextSeq.
+	FromSeq uint64 `json:"from_seq,omitempty"`
+	// MaxEvents bounds the page's events: 1 to MaxHistoryEvents, 0 for
+	// DefaultHistoryEvents. The page is also bounded in bytes, below the
+	// server's max_payload.
+	MaxEvents int `json:"max_events,omitempty"`
+}
+
+// HistoryPage is the answer of jw.api.history (historypage.schema.json).
+// The page is done with the log as the leader held it when NextSeq > End;
+// otherwise ask again from NextSeq.
+type HistoryPage struct {
+	// Session is the session read.
+	Session string `json:"session"`
+	// Events are the session's events from FromSeq on, in stream order,
+	// each as stored on the log (never re-encoded from a decoded event).
+	Events []StoredEvent `json:"events"`
+	// NextSeq is the sequence to ask for next: one past the last event of
+	// the page (FromSeq, at least 1, when the page is empty).
+	NextSeq uint64 `json:"next_seq"`
+	// End is the sequence of the session's last event as the stream
+	// leader held it when the page was read (0: no events).
+	End uint64 `json:"end"`
+}
+
+// StoredEvent is one event of a HistoryPage: its stream sequence and the
+// event as stored on jw.events.<session> (an event.schema.json object
+// without seq). It decodes with schema.DecodeEvent.
+type StoredEvent struct {
+	Seq   uint64          `json:"seq"`
+	Event json.RawMessage `json:"event"`
 }

@@ -1,7 +1,7 @@
 package service
 
 // Name is the micro service name of the recovery worker's endpoints
-// (inspect, prepare, status): `nats micro ls` shows it.
+// (inspect, prepare, status, history): `nats micro ls` shows it.
 const Name = "jingwei"
 
 // GatewayName is the micro service name of the tool workers' call
@@ -31,6 +31,11 @@ const (
 	// (request StatusRequest, answer Status). Served by the recovery
 	// worker.
 	EndpointStatus = "status"
+	// EndpointHistory answers one page of a session's log: its stored
+	// events from a sequence on (request HistoryRequest, answer
+	// HistoryPage). Served by the recovery worker; tenant-scoped like
+	// status (a tenant reads its own sessions only).
+	EndpointHistory = "history"
 )
 
 // Metadata keys every endpoint advertises (micro.WithEndpointMetadata):
@@ -50,6 +55,7 @@ var schemaFiles = map[string][2]string{
 	EndpointInspect: {"target.schema.json", "assessment.schema.json"},
 	EndpointPrepare: {"target.schema.json", "plan.schema.json"},
 	EndpointStatus:  {"statusrequest.schema.json", "status.schema.json"},
+	EndpointHistory: {"historyrequest.schema.json", "historypage.schema.json"},
 }
 
 // EndpointMetadata returns the metadata an endpoint advertises: its

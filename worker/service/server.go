@@ -306,7 +306,9 @@ func (w *worker) run(subject string, data []byte) answer {
 		v, err = w.h(ctx, data)
 	}
 	var body []byte
-	if err == nil {
+	if raw, ok := v.(RawAnswer); ok && err == nil {
+		body = raw
+	} else if err == nil {
 		if body, err = json.Marshal(v); err != nil {
 			err = fmt.Errorf("service: encode answer: %w", err)
 		}
@@ -326,6 +328,11 @@ func (w *worker) run(subject string, data []byte) answer {
 	b, _ := json.Marshal(eb)
 	return answer{body: b, code: string(eb.Error.Code), desc: desc}
 }
+
+// RawAnswer is an answer a handler encoded itself: it is sent as it is,
+// not through json.Marshal (which would escape <, > and & in the strings
+// of a stored event jw.api.history passes on as stored).
+type RawAnswer []byte
 
 // DecodeBody decodes a request body strictly (schema.Unmarshal) into v; a
 // body that does not decode is a bad_request *schema.Error. An empty body
