@@ -316,13 +316,13 @@ func (n names) allows(r Role, c RoleConfig) []Grant {
 			pub("fences on session logs (session.fenced)", n.subj("events")),
 			pub("assessments and retry plans", n.subj("assessments"), n.subj("plans")),
 			pub("leases, budgets and plan state: KV create, update, delete", "$KV."+n.leases+".>", "$KV."+n.budget+".>", "$KV."+n.planState+".>"),
-			pub("read everything: direct and message gets", append(each(n.jingweiStreams(), get), each(n.jingweiBuckets(), getKV)...)...),
+			pub("read everything: direct and message gets of any stream of the account (three wildcards rather than a subject per stream and bucket keep the user's JWT under the server's control-line limit, SafeJWTBytes)", "$JS.API.DIRECT.GET.*", "$JS.API.DIRECT.GET.*.>", "$JS.API.STREAM.MSG.GET.*"),
 			pub("durable consumers on the session logs and the reviews (classifier, review checks)", append(consume(n.events), consume(n.reviews)...)...),
 			pub("lease expiry watcher: an ordered pull consumer on the leases bucket (WatchLeaseExpiry)", consume(n.leasesKV)...),
 			pub("plan key listing: kv.Keys, a push watcher with flow control, on the plans bucket", watch(n.plansKV)...),
 			pub("whether the tool workers' plan consumer still holds a plan's message (a lost one is published again): consumer info only", "$JS.API.CONSUMER.INFO."+n.plans+".*"),
 			sub("serve the jingwei service (inspect, prepare, status, history; jw.api.status.<tenant>, jw.api.history.<tenant>: a tenant's agents, through their account's import) and micro's $SRV discovery", n.api("inspect"), n.api("prepare"), n.api("status"), n.api("status")+".*", n.api("history"), n.api("history")+".*", "$SRV.>"),
-			sub("the server's advisories of the protected streams (created, deleted, updated): a replaced stream is noticed at once (stream.ProtectedStreams)", advisories(c.Prefix)...),
+			sub("the server's stream advisories: a protected stream created, deleted or updated is noticed at once (stream.ProtectedStreams)", "$JS.EVENT.ADVISORY.STREAM.>"),
 		)
 	case RoleAdmin:
 		return []Grant{
@@ -366,6 +366,8 @@ func (n names) guards() []guard {
 			append(append(anyConsumer(n.requests), anyConsumer(n.plans)...), anyConsumer(n.approvals)...), RoleWorker),
 		g(OpPublish, "consumers of the session logs and the reviews belong to the recoverer",
 			append(anyConsumer(n.events), anyConsumer(n.reviews)...), RoleRecoverer),
+		g(OpPublish, "the example tools' business data (orders, order keys, the ledger) is read by the tool workers only",
+			append(get(n.ledger), append(getKV(n.ordersKV), getKV(n.orderKeysKV)...)...), RoleWorker),
 		g(OpSubscribe, "only the tool workers receive jw.api.call (anyone else could answer someone else's call)",
 			[]string{n.api("call"), n.api("call") + ".*"}, RoleWorker),
 		g(OpSubscribe, "only the recoverer receives inspect, prepare, status and history requests",
@@ -496,15 +498,4 @@ func subjectsOverlap(a, b string) bool {
 			return false
 		}
 	}
-}
-
-// advisories are the subjects of the server's stream advisories (created,
-// deleted, updated) of the protected streams of prefix.
-func advisories(prefix string) []string {
-	ps := ProtectedStreams(prefix)
-	out := make([]string, len(ps))
-	for i, p := range ps {
-		out[i] = "$JS.EVENT.ADVISORY.STREAM.*." + p
-	}
-	return out
 }

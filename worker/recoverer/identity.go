@@ -57,37 +57,29 @@ type identityGuard struct {
 func (g *identityGuard) watch(ctx context.Context) error {
 	nc := g.t.JS.Conn()
 	protected := stream.ProtectedStreams(g.t.Prefix)
-	subs := make([]*nats.Subscription, 0, len(protected))
-	for _, name := range protected {
-		sub, err := nc.Subscribe("$JS.EVENT.ADVISORY.STREAM.*."+name, func(m *nats.Msg) {
-			g.gen.Add(1)
-			g.log.Warn().Str("stream", name).Str("advisory", strings.TrimPrefix(m.Subject, "$JS.EVENT.ADVISORY.STREAM.")).Msg("protected stream changed: compared with its recorded identity again")
-			select {
-			case g.wake <- struct{}{}:
-			default:
-			}
-		})
-		if err != nil {
-			for _, s := range subs {
-				_ = s.Unsubscribe()
-			}
-			return err
+	sub, err := nc.Subscribe("$JS.EVENT.ADVISORY.STREAM.>", func(m *nats.Msg) {
+		// $JS.EVENT.ADVISORY.STREAM.<what>.<stream>
+		what, name, ok := strings.Cut(strings.TrimPrefix(m.Subject, "$JS.EVENT.ADVISORY.STREAM."), ".")
+		if !ok || !slices.Contains(protected, name) || (what != "CREATED" && what != "DELETED" && what != "UPDATED") {
+			return
 		}
-		subs = append(subs, sub)
+		g.gen.Add(1)
+		g.log.Warn().Str("stream", name).Str("advisory", what).Msg("protected stream changed: compared with its recorded identity again")
+		select {
+		case g.wake <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		return err
 	}
 	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := nc.FlushWithContext(fctx); err != nil {
-		for _, s := range subs {
-			_ = s.Unsubscribe()
-		}
+		_ = sub.Unsubscribe()
 		return err
 	}
-	context.AfterFunc(ctx, func() {
-		for _, s := range subs {
-			_ = s.Unsubscribe()
-		}
-	})
+	context.AfterFunc(ctx, func() { _ = sub.Unsubscribe() })
 	return nil
 }
 
