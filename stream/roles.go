@@ -300,7 +300,8 @@ func (n names) allows(r Role, c RoleConfig) []Grant {
 				n.tp+".ledger", n.tp+".ledger.>", "$KV."+n.orders+".>", "$KV."+n.orderKeys+".>")...)...),
 			pub("answers to requests that cannot become calls (JetStream)", n.subj("answers")),
 			pub("forward jw.api.call requests to the work queue (JetStream)", n.subj("requests")),
-			sub("serve jw.api.call (the gateway) and micro's $SRV discovery", n.api("call"), "$SRV.>"),
+			pub("tell the gateway that forwarded a request where its tool.call is (a hint it checks against the log)", n.p+".gateway.>"),
+			sub("serve jw.api.call (the gateway) and micro's $SRV discovery, and hear the tool workers' hints about the gateway's calls", n.api("call"), "$SRV.>", n.p+".gateway.>"),
 			pub("approval requests of calls waiting for approval (JetStream), and the durable consumer of the answers", append([]string{n.p + ".approvals.*.request"}, consume(n.approvals)...)...),
 		)
 	case RoleRecoverer:

@@ -176,7 +176,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			return fmt.Errorf("toolworker: gateway: %w", err)
 		}
 		var once sync.Once
-		stopGateway = func() { once.Do(func() { _ = svc.Stop() }) }
+		stopGateway = func() { once.Do(func() { _ = svc.Stop(); gw.Close() }) }
 		defer stopGateway()
 	}
 	w.log.Info().Int("max_sessions", w.cfg.MaxSessions).Int("partitions", w.topo.Partitions()).Dur("lease_ttl", w.ttl).Msg("tool worker running")
