@@ -19,6 +19,15 @@ type Config struct {
 	// Topology is jingwei's streams and buckets (from stream.EnsureTopology).
 	// Its LeaseTTL is the TTL of the leases the worker holds. Required.
 	Topology *stream.Topology
+	// LeaseTopology is the topology the worker's registration and
+	// partition leases are renewed through. Defaults to one Run opens on a
+	// connection of its own, made with the options of Topology's
+	// connection (its callbacks included) and closed when Run returns, so
+	// that request traffic on Topology's connection (a flood of
+	// jw.api.call, large reads) cannot delay a renewal past the lease
+	// TTL; if that connection cannot be made, Topology is used and a
+	// warning logged. Set it to Topology to share one connection.
+	LeaseTopology *stream.Topology
 	// Registry holds the tools the worker runs. Required.
 	Registry *worker.Registry
 	// Owner identifies this worker in leases and on session.fenced events;

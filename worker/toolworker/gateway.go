@@ -12,8 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
 
 	"github.com/jingwei/jingwei/schema"
@@ -297,13 +297,13 @@ func (c *pendingCall) wait(ctx context.Context, wt *waiter, seen bool) (schema.E
 		case w := <-wt.words:
 			ev, ok, err = c.onWord(ctx, w)
 		case <-timer.C:
-			ev, ok, err = c.look(ctx)
+			ev, ok, err = c.look(ctx, false)
 			delay = min(max(2*delay, fallbackFirst), fallbackMax)
 			timer.Reset(delay)
 		case <-ctx.Done():
 			// A last look at the log after the deadline.
 			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			ev, ok, err = c.look(lctx)
+			ev, ok, err = c.look(lctx, true)
 			cancel()
 			var f final
 			if errors.As(err, &f) {
@@ -328,34 +328,54 @@ func (c *pendingCall) wait(ctx context.Context, wt *waiter, seen bool) (schema.E
 	}
 }
 
-// onWord looks where a tool worker's word says: the events from its call
-// on, or (no call in the word) the index.
+// onWord looks where a tool worker's word says: its call, then the
+// events after it, one message get each, for the call's result (or, no
+// call in the word, the index).
 func (c *pendingCall) onWord(ctx context.Context, w gatewayWord) (schema.Event, bool, error) {
 	if w.CallSeq == 0 || c.callID != "" {
-		return c.look(ctx)
+		return c.look(ctx, false)
 	}
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	evs, err := c.g.t.LoadFrom(rctx, c.q.Session, w.CallSeq)
+	ev, ok, err := c.g.eventAt(rctx, c.q.Session, w.CallSeq)
 	if err != nil {
 		return schema.Event{}, false, err
 	}
-	if len(evs) == 0 || evs[0].Seq != w.CallSeq {
-		return c.look(ctx) // not what the word says: the log decides
+	if !ok {
+		return c.look(ctx, false) // not what the word says: the log decides
 	}
-	if ok, err := c.isMine(evs[0]); err != nil || !ok {
+	if mine, err := c.isMine(ev); err != nil || !mine {
 		if err != nil {
 			return schema.Event{}, false, err
 		}
-		return c.look(ctx)
+		return c.look(ctx, false)
 	}
-	for _, ev := range evs[1:] {
-		if ev.Type == schema.TypeResult && ev.Result != nil && ev.Result.CallID == c.callID {
-			return ev, true, nil
+	events, subject := c.g.t.Events.CachedInfo().Config.Name, c.g.t.EventsSubject(c.q.Session)
+	next := w.CallSeq + 1
+	for range wordReadAhead {
+		m, ok, err := c.g.leaderGet(rctx, events, next, subject)
+		if err != nil || !ok {
+			return schema.Event{}, false, err // recorded, not finished: the index follows it
 		}
+		next = m.Sequence + 1
+		var e indexed
+		if json.Unmarshal(m.Data, &e) != nil || e.Type != schema.TypeResult || e.Result == nil || e.Result.CallID != c.callID {
+			continue
+		}
+		ev, err := schema.DecodeEvent(m.Data)
+		if err != nil {
+			return schema.Event{}, false, err
+		}
+		ev.Seq = m.Sequence
+		return ev, true, nil
 	}
-	return schema.Event{}, false, nil // recorded, not finished: the index follows it
+	return schema.Event{}, false, nil
 }
+
+// wordReadAhead is how many events after its call a word makes the
+// gateway read for the call's result (the session's other calls may come
+// in between); beyond them the index finds it.
+const wordReadAhead = 8
 
 // isMine checks that ev is the tool.call of c's request id: false when it
 // is not one (another event, another request id), request_conflict when it
@@ -397,14 +417,16 @@ func sameJSON(a, b json.RawMessage) bool {
 }
 
 // look asks the session's index (refreshed, shared with the session's
-// other calls) for the call, its result and an answer.
-func (c *pendingCall) look(ctx context.Context) (schema.Event, bool, error) {
+// other calls) for the call, its result and an answer. With wait false it
+// does not wait for a refresh another call runs (it looks at what the
+// index holds).
+func (c *pendingCall) look(ctx context.Context, wait bool) (schema.Event, bool, error) {
 	if c.idx == nil {
 		c.idx = c.g.index(c.q.Session)
 	}
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := c.idx.refresh(rctx, c.g, time.Now()); err != nil {
+	if err := c.idx.refresh(rctx, c.g, time.Now(), wait); err != nil {
 		return schema.Event{}, false, err
 	}
 	callSeq, resultSeq, a, answered := c.idx.lookup(c.q.RequestID, c.callID)

@@ -26,10 +26,11 @@ import (
 type sessionIndex struct {
 	session string
 
-	mu        sync.Mutex // held through a refresh
-	next      uint64     // first events seq not read
-	ansNext   uint64     // first answers seq not read
-	refreshed time.Time  // when the last refresh started
+	sem       chan struct{} // held through a refresh: one at a time
+	ansNext   uint64        // first answers seq not read; the refresh's
+	mu        sync.Mutex    // guards the rest
+	next      uint64        // first events seq not read
+	refreshed time.Time     // when the last refresh started
 	calls     map[string]uint64
 	results   map[string]uint64
 	answers   map[string]schema.Answer
@@ -53,7 +54,7 @@ func (g *Gateway) index(session string) *sessionIndex {
 	defer g.imu.Unlock()
 	x := g.indexes[session]
 	if x == nil {
-		x = &sessionIndex{session: session, next: 1, ansNext: 1, calls: map[string]uint64{}, results: map[string]uint64{}, answers: map[string]schema.Answer{}}
+		x = &sessionIndex{session: session, sem: make(chan struct{}, 1), next: 1, ansNext: 1, calls: map[string]uint64{}, results: map[string]uint64{}, answers: map[string]schema.Answer{}}
 		g.indexes[session] = x
 	}
 	x.refs++
@@ -87,30 +88,93 @@ func (g *Gateway) releaseIndex(x *sessionIndex) {
 }
 
 // refresh reads what was appended to the session's log and answers since
-// the last refresh, unless one started after asked.
-func (x *sessionIndex) refresh(ctx context.Context, g *Gateway, asked time.Time) error {
+// the last refresh, unless one started after asked. With wait false it
+// returns at once (nothing read) while another refresh runs: that one
+// serves the caller's next look. A refresh keeps what it read even when it
+// fails half way (ctx ended): the next one goes on from there.
+func (x *sessionIndex) refresh(ctx context.Context, g *Gateway, asked time.Time, wait bool) error {
+	if wait {
+		select {
+		case x.sem <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	} else {
+		select {
+		case x.sem <- struct{}{}:
+		default:
+			return nil
+		}
+	}
+	defer func() { <-x.sem }()
 	x.mu.Lock()
-	defer x.mu.Unlock()
-	if x.refreshed.After(asked) {
+	done := x.refreshed.After(asked)
+	if !done {
+		x.refreshed = time.Now()
+	}
+	next := x.next
+	x.mu.Unlock()
+	if done {
 		return nil
 	}
-	x.refreshed = time.Now()
-	evs, err := g.t.LoadFrom(ctx, x.session, x.next)
-	if err != nil {
-		return err
+	events := g.t.Events.CachedInfo().Config.Name
+	subject := g.t.EventsSubject(x.session)
+	add := func(m *jetstream.RawStreamMsg) error {
+		if m.Sequence < next {
+			return nil
+		}
+		var e indexed
+		if json.Unmarshal(m.Data, &e) == nil {
+			x.add(m.Sequence, e)
+		}
+		x.mu.Lock()
+		x.next = m.Sequence + 1
+		x.mu.Unlock()
+		return nil
 	}
-	for _, ev := range evs {
-		x.next = ev.Seq + 1
-		switch {
-		case ev.Type == schema.TypeCall && ev.Call != nil && ev.Call.RequestID != "":
-			if _, ok := x.calls[ev.Call.RequestID]; !ok {
-				x.calls[ev.Call.RequestID] = ev.Seq
+	var err error
+	if next <= 1 {
+		// The first read: the whole log, in batches, kept as it comes.
+		err = g.t.ReadSubject(ctx, events, subject, add)
+	} else {
+		// Then the events after the last read only: one message get
+		// each for a few, then the rest at once.
+		n := 0
+		for ; n < smallRefresh; n++ {
+			m, ok, gerr := g.leaderGet(ctx, events, next, subject)
+			if gerr != nil || !ok {
+				err = gerr
+				break
 			}
-		case ev.Type == schema.TypeResult && ev.Result != nil:
-			if _, ok := x.results[ev.Result.CallID]; !ok {
-				x.results[ev.Result.CallID] = ev.Seq
+			_ = add(m)
+			next = m.Sequence + 1
+		}
+		if err == nil && n == smallRefresh {
+			var evs []schema.Event
+			evs, err = g.t.LoadFrom(ctx, x.session, next)
+			for _, ev := range evs {
+				var e indexed
+				if ev.Call != nil {
+					e.Call = &struct {
+						CallID    string `json:"call_id"`
+						RequestID string `json:"request_id"`
+					}{ev.Call.CallID, ev.Call.RequestID}
+				}
+				if ev.Result != nil {
+					e.Result = &struct {
+						CallID string `json:"call_id"`
+					}{ev.Result.CallID}
+				}
+				e.Type = ev.Type
+				x.add(ev.Seq, e)
+				x.mu.Lock()
+				x.next = ev.Seq + 1
+				x.mu.Unlock()
 			}
 		}
+	}
+	if err != nil {
+		return err
 	}
 	// The answers, one message get each from where the last read stopped.
 	ans := g.t.Answers.CachedInfo().Config.Name
@@ -125,12 +189,48 @@ func (x *sessionIndex) refresh(ctx context.Context, g *Gateway, asked time.Time)
 		x.ansNext = m.Sequence + 1
 		var a schema.Answer
 		if schema.Unmarshal(m.Data, &a) == nil && a.Session == x.session && a.RequestID != "" {
+			x.mu.Lock()
 			if _, ok := x.answers[a.RequestID]; !ok {
 				x.answers[a.RequestID] = a
 			}
+			x.mu.Unlock()
 		}
 	}
 	return nil
+}
+
+// smallRefresh is how many new events a refresh reads with one message
+// get each before it reads the rest of the log in batches.
+const smallRefresh = 16
+
+// indexed is what the index reads of an event: the ids of a tool.call or
+// a tool.result (a light decode: the index only points at events, which
+// are read and checked in full when a call is answered from them).
+type indexed struct {
+	Type string `json:"type"`
+	Call *struct {
+		CallID    string `json:"call_id"`
+		RequestID string `json:"request_id"`
+	} `json:"call"`
+	Result *struct {
+		CallID string `json:"call_id"`
+	} `json:"result"`
+}
+
+// add indexes the event e at seq.
+func (x *sessionIndex) add(seq uint64, e indexed) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	switch {
+	case e.Type == schema.TypeCall && e.Call != nil && e.Call.RequestID != "":
+		if _, ok := x.calls[e.Call.RequestID]; !ok {
+			x.calls[e.Call.RequestID] = seq
+		}
+	case e.Type == schema.TypeResult && e.Result != nil && e.Result.CallID != "":
+		if _, ok := x.results[e.Result.CallID]; !ok {
+			x.results[e.Result.CallID] = seq
+		}
+	}
 }
 
 // answersPerRefresh bounds the answers one refresh reads (the rest next
@@ -236,5 +336,3 @@ func (g *Gateway) apiPrefix() string {
 	}
 	return "$JS.API."
 }
-
-

@@ -113,7 +113,9 @@ func TestGatewayBusy(t *testing.T) {
 	type callerKey struct{}
 	topo, _, gw := standalone(t, toolworker.GatewayConfig{CallTimeout: 3 * time.Second, MaxCallsPerSession: 2, MaxCallsPerCaller: 3,
 		Caller: func(ctx context.Context) string { s, _ := ctx.Value(callerKey{}).(string); return s }})
-	as := func(caller string) context.Context { return context.WithValue(context.Background(), callerKey{}, caller) }
+	as := func(caller string) context.Context {
+		return context.WithValue(context.Background(), callerKey{}, caller)
+	}
 	req := func(session, id string) schema.Request {
 		return schema.Request{V: 1, RequestID: id, Session: session, Task: "t-1", Tool: "nobody.runs", Arguments: json.RawMessage(`{}`)}
 	}

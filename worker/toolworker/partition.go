@@ -84,7 +84,7 @@ func (p *partition) take(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, takeTimeout)
 	defer cancel()
 	p.work, p.cancelWork = context.WithCancel(w.hardStop)
-	hold, err := w.topo.AcquirePartition(ctx, p.p, w.cfg.Owner, p.lost)
+	hold, err := w.leases.AcquirePartition(ctx, p.p, w.cfg.Owner, p.lost)
 	if err != nil {
 		p.cancelWork()
 		return err

@@ -23,8 +23,12 @@ import (
 // documentation). Build it with New and call Run once. Its methods are
 // safe for concurrent use.
 type Worker struct {
-	cfg    Config
-	topo   *stream.Topology
+	cfg  Config
+	topo *stream.Topology
+	// leases is the topology the worker's registration and partition
+	// leases are written through: on a connection of their own (see
+	// Config.LeaseTopology). Set by Run before anything uses it.
+	leases *stream.Topology
 	log    zerolog.Logger
 	plans  *stream.Plans
 	budget *stream.Budget
@@ -159,7 +163,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	defer w.hardAbort()
 
-	reg, err := w.topo.RegisterWorker(ctx, w.cfg.Owner)
+	leases, closeLeases := w.leaseTopology(ctx)
+	defer closeLeases()
+	w.leases = leases
+	reg, err := w.leases.RegisterWorker(ctx, w.cfg.Owner)
 	if err != nil {
 		return fmt.Errorf("toolworker: %w", err)
 	}
@@ -267,14 +274,14 @@ func preference(owner string, p int) uint32 {
 // has beyond it (one per round, so that a join moves partitions gradually
 // and never leaves them all unowned at once).
 func (w *Worker) balance(ctx context.Context) {
-	live, err := w.topo.LiveWorkers(ctx)
+	live, err := w.leases.LiveWorkers(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			w.log.Warn().Err(err).Msg("reading the worker registry failed")
 		}
 		return
 	}
-	leases, err := w.topo.PartitionLeases(ctx)
+	leases, err := w.leases.PartitionLeases(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			w.log.Warn().Err(err).Msg("reading the partition leases failed")

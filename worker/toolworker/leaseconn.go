@@ -1,0 +1,45 @@
+package toolworker
+
+import (
+	"cmp"
+	"context"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jingwei/jingwei/stream"
+)
+
+// leaseTopology returns the topology leases are written through
+// (Config.LeaseTopology, or one on a connection of its own) and what
+// closes it.
+func (w *Worker) leaseTopology(ctx context.Context) (*stream.Topology, func()) {
+	if w.cfg.LeaseTopology != nil {
+		return w.cfg.LeaseTopology, func() {}
+	}
+	opts := w.topo.JS.Conn().Opts
+	opts.Name = cmp.Or(opts.Name, "jingwei tool worker") + " (leases)"
+	nc, err := opts.Connect()
+	if err != nil {
+		w.log.Warn().Err(err).Msg("no connection of its own for the leases: renewals share the worker's connection")
+		return w.topo, func() {}
+	}
+	var js jetstream.JetStream
+	switch o := w.topo.JS.Options(); {
+	case o.APIPrefix != "":
+		js, err = jetstream.NewWithAPIPrefix(nc, o.APIPrefix)
+	case o.Domain != "":
+		js, err = jetstream.NewWithDomain(nc, o.Domain)
+	default:
+		js, err = jetstream.New(nc)
+	}
+	var t *stream.Topology
+	if err == nil {
+		t, err = stream.OpenTopology(ctx, js, w.topo.Config())
+	}
+	if err != nil {
+		nc.Close()
+		w.log.Warn().Err(err).Msg("no topology of its own for the leases: renewals share the worker's connection")
+		return w.topo, func() {}
+	}
+	return t, nc.Close
+}
