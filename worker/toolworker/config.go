@@ -1,6 +1,7 @@
 package toolworker
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -75,10 +76,17 @@ type Config struct {
 	// for the tool.result of a request it published. Defaults to
 	// DefaultCallTimeout.
 	CallTimeout time.Duration
+	// MaxCallsPerSession, MaxCallsPerCaller and Caller are the limits of
+	// the worker's gateway on calls in flight (see GatewayConfig, whose
+	// defaults they have).
+	MaxCallsPerSession int
+	MaxCallsPerCaller  int
+	Caller             func(ctx context.Context) string
 	// DisableGateway skips serving jw.api.call (the gateway's micro
 	// service, service.GatewayName). Defaults to false: every worker
-	// serves it, load balanced. The topology's connection must carry no
-	// other micro service.
+	// serves it, load balanced, on a connection of its own that Run opens
+	// with the options of Topology's (Topology's own, if that fails: it
+	// must then carry no other micro service).
 	DisableGateway bool
 	// Runtime is the template of every session's runtime: admission hooks,
 	// BudgetLimit, DefaultTask, timeouts, output limit, clock. Its Session,

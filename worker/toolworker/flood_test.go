@@ -28,7 +28,9 @@ import (
 // latency under the flood stays within a generous factor of its median
 // before, and no partition lease is lost. The gateway used to re-read the
 // whole log for every pending call, on the worker's one connection: the
-// worker was disconnected and its leases expired.
+// worker was disconnected and its leases expired. (The flooders share the
+// test machine's cores with the service, so their number is modest: what
+// is measured is the gateway's work per call, not the CPU.)
 func TestGatewayFloodLeavesOtherSessionsAlone(t *testing.T) {
 	_, nc, topo := streamtest.StartWith(t, streamtest.Config{Topology: stream.TopologyConfig{LeaseTTL: time.Second, Partitions: 4}})
 	noop := worker.Tool{Metadata: effect.Metadata{Name: "noop"}.WithEffect(effect.ReadOnly, "v1"),
@@ -72,12 +74,13 @@ func TestGatewayFloodLeavesOtherSessionsAlone(t *testing.T) {
 		return ds[len(ds)/2]
 	}
 	calmCalls("warm", 3)
-	before := calmCalls("before", 15)
+	before := calmCalls("before", 21)
 
+	const flooders = 16
 	stop := make(chan struct{})
 	var flood sync.WaitGroup
 	var answered, busy atomic.Int64
-	for g := range 48 {
+	for g := range flooders {
 		flood.Add(1)
 		go func() {
 			defer flood.Done()
@@ -104,14 +107,14 @@ func TestGatewayFloodLeavesOtherSessionsAlone(t *testing.T) {
 			}
 		}()
 	}
-	streamtest.Eventually(t, 20*time.Second, "the flood under way", func() bool { return answered.Load() >= 48 })
-	under := calmCalls("under", 15)
+	streamtest.Eventually(t, 20*time.Second, "the flood under way", func() bool { return answered.Load() >= 2*flooders })
+	under := calmCalls("under", 21)
 	close(stop)
 	flood.Wait()
 
-	t.Logf("calm session's median call: %s before, %s under a flood of 48 callers (%d answered, %d busy)", before, under, answered.Load(), busy.Load())
-	if limit := 10 * max(before, 2*time.Millisecond); under > limit {
-		t.Errorf("the calm session's median call took %s under the flood, %s before: over 10 times", under, before)
+	t.Logf("calm session's median call: %s before, %s under a flood of %d callers (%d answered, %d busy)", before, under, flooders, answered.Load(), busy.Load())
+	if limit := floodFactor * max(before, time.Millisecond); under > limit {
+		t.Errorf("the calm session's median call took %s under the flood, %s before: over %d times", under, before, floodFactor)
 	}
 	if st := r.w.Stats(); st.Lost != 0 {
 		t.Errorf("%d partitions lost during the flood", st.Lost)

@@ -328,21 +328,27 @@ func (c *pendingCall) wait(ctx context.Context, wt *waiter, seen bool) (schema.E
 	}
 }
 
-// onWord looks where a tool worker's word says: its call, then the
-// events after it, one message get each, for the call's result (or, no
-// call in the word, the index).
+// onWord looks where a tool worker's word says: its call and the events
+// just after it, with one batched direct get, for the call's result (or,
+// no call in the word, the index). A replica that lags answers short: the
+// index finds the rest.
 func (c *pendingCall) onWord(ctx context.Context, w gatewayWord) (schema.Event, bool, error) {
 	if w.CallSeq == 0 || c.callID != "" {
 		return c.look(ctx, false)
 	}
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	ev, ok, err := c.g.eventAt(rctx, c.q.Session, w.CallSeq)
+	events, subject := c.g.t.Events.CachedInfo().Config.Name, c.g.t.EventsSubject(c.q.Session)
+	msgs, err := c.g.directBatch(rctx, events, subject, w.CallSeq, wordReadAhead)
 	if err != nil {
 		return schema.Event{}, false, err
 	}
-	if !ok {
+	if len(msgs) == 0 || msgs[0].Sequence != w.CallSeq {
 		return c.look(ctx, false) // not what the word says: the log decides
+	}
+	ev, err := decodeStored(c.q.Session, msgs[0])
+	if err != nil {
+		return schema.Event{}, false, err
 	}
 	if mine, err := c.isMine(ev); err != nil || !mine {
 		if err != nil {
@@ -350,26 +356,15 @@ func (c *pendingCall) onWord(ctx context.Context, w gatewayWord) (schema.Event, 
 		}
 		return c.look(ctx, false)
 	}
-	events, subject := c.g.t.Events.CachedInfo().Config.Name, c.g.t.EventsSubject(c.q.Session)
-	next := w.CallSeq + 1
-	for range wordReadAhead {
-		m, ok, err := c.g.leaderGet(rctx, events, next, subject)
-		if err != nil || !ok {
-			return schema.Event{}, false, err // recorded, not finished: the index follows it
-		}
-		next = m.Sequence + 1
+	for _, m := range msgs[1:] {
 		var e indexed
 		if json.Unmarshal(m.Data, &e) != nil || e.Type != schema.TypeResult || e.Result == nil || e.Result.CallID != c.callID {
 			continue
 		}
-		ev, err := schema.DecodeEvent(m.Data)
-		if err != nil {
-			return schema.Event{}, false, err
-		}
-		ev.Seq = m.Sequence
-		return ev, true, nil
+		ev, err := decodeStored(c.q.Session, m)
+		return ev, err == nil, err
 	}
-	return schema.Event{}, false, nil
+	return schema.Event{}, false, nil // recorded, not finished: the index follows it
 }
 
 // wordReadAhead is how many events after its call a word makes the

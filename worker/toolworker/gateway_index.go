@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -108,7 +109,9 @@ func (x *sessionIndex) refresh(ctx context.Context, g *Gateway, asked time.Time,
 	}
 	defer func() { <-x.sem }()
 	x.mu.Lock()
-	done := x.refreshed.After(asked)
+	// A refresh started after the caller asked, or (a look on its own)
+	// within refreshEvery, serves it.
+	done := x.refreshed.After(asked) || !wait && time.Since(x.refreshed) < refreshEvery
 	if !done {
 		x.refreshed = time.Now()
 	}
@@ -132,45 +135,21 @@ func (x *sessionIndex) refresh(ctx context.Context, g *Gateway, asked time.Time,
 		x.mu.Unlock()
 		return nil
 	}
+	// The events after the last read only, in batches of direct gets;
+	// what a batch brings is kept even if a later one fails.
 	var err error
-	if next <= 1 {
-		// The first read: the whole log, in batches, kept as it comes.
-		err = g.t.ReadSubject(ctx, events, subject, add)
-	} else {
-		// Then the events after the last read only: one message get
-		// each for a few, then the rest at once.
-		n := 0
-		for ; n < smallRefresh; n++ {
-			m, ok, gerr := g.leaderGet(ctx, events, next, subject)
-			if gerr != nil || !ok {
-				err = gerr
-				break
-			}
+	for ctx.Err() == nil {
+		var msgs []*jetstream.RawStreamMsg
+		msgs, err = g.directBatch(ctx, events, subject, next, indexBatch)
+		if err != nil {
+			break
+		}
+		for _, m := range msgs {
 			_ = add(m)
 			next = m.Sequence + 1
 		}
-		if err == nil && n == smallRefresh {
-			var evs []schema.Event
-			evs, err = g.t.LoadFrom(ctx, x.session, next)
-			for _, ev := range evs {
-				var e indexed
-				if ev.Call != nil {
-					e.Call = &struct {
-						CallID    string `json:"call_id"`
-						RequestID string `json:"request_id"`
-					}{ev.Call.CallID, ev.Call.RequestID}
-				}
-				if ev.Result != nil {
-					e.Result = &struct {
-						CallID string `json:"call_id"`
-					}{ev.Result.CallID}
-				}
-				e.Type = ev.Type
-				x.add(ev.Seq, e)
-				x.mu.Lock()
-				x.next = ev.Seq + 1
-				x.mu.Unlock()
-			}
+		if len(msgs) < indexBatch {
+			break
 		}
 	}
 	if err != nil {
@@ -199,9 +178,58 @@ func (x *sessionIndex) refresh(ctx context.Context, g *Gateway, asked time.Time,
 	return nil
 }
 
-// smallRefresh is how many new events a refresh reads with one message
-// get each before it reads the rest of the log in batches.
-const smallRefresh = 16
+// refreshEvery is the least time between two refreshes of a session's
+// index for calls looking on their own: however many calls of the session
+// wait, their looks read its log at most this often.
+const refreshEvery = 50 * time.Millisecond
+
+// indexBatch is how many events one direct get of a refresh asks for
+// (indexBatchBytes at most).
+const (
+	indexBatch      = 256
+	indexBatchBytes = 1 << 20
+)
+
+// directBatch reads up to n messages of streamName on subject from seq on
+// with one batched direct get (any replica may answer: one that lags
+// answers short, and the next refresh reads the rest).
+func (g *Gateway) directBatch(ctx context.Context, streamName, subject string, seq uint64, n int) ([]*jetstream.RawStreamMsg, error) {
+	nc := g.t.JS.Conn()
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	body, _ := json.Marshal(map[string]any{"seq": seq, "next_by_subj": subject, "batch": n, "max_bytes": indexBatchBytes})
+	if err := nc.PublishRequest(g.apiPrefix()+"DIRECT.GET."+streamName, inbox, body); err != nil {
+		return nil, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, g.t.Config().RequestTimeout)
+		defer cancel()
+	}
+	var out []*jetstream.RawStreamMsg
+	for {
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return out, err
+		}
+		if len(m.Data) == 0 && m.Header.Get("Status") != "" {
+			switch m.Header.Get("Status") {
+			case "204", "404": // end of the batch, or nothing there
+				return out, nil
+			}
+			return out, fmt.Errorf("toolworker: direct get on %s: %s %s", streamName, m.Header.Get("Status"), m.Header.Get("Description"))
+		}
+		s, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+		if err != nil || m.Header.Get(jetstream.SubjectHeader) != subject {
+			return out, fmt.Errorf("toolworker: direct get on %s: a message without its sequence or of another subject", streamName)
+		}
+		out = append(out, &jetstream.RawStreamMsg{Subject: subject, Sequence: s, Data: m.Data})
+	}
+}
 
 // indexed is what the index reads of an event: the ids of a tool.call or
 // a tool.result (a light decode: the index only points at events, which
@@ -307,18 +335,30 @@ func (g *Gateway) leaderGet(ctx context.Context, streamName string, seq uint64, 
 }
 
 // eventAt returns the event stored at seq of the session's log (ok false
-// when seq holds none of it).
+// when seq holds none of it): a direct get, and the stream leader's
+// message get when the replica that answered does not have it (it lags).
 func (g *Gateway) eventAt(ctx context.Context, session string, seq uint64) (schema.Event, bool, error) {
-	m, ok, err := g.leaderGet(ctx, g.t.Events.CachedInfo().Config.Name, seq, g.t.EventsSubject(session))
-	if err != nil || !ok || m.Sequence != seq {
-		return schema.Event{}, false, err
+	events, subject := g.t.Events.CachedInfo().Config.Name, g.t.EventsSubject(session)
+	msgs, err := g.directBatch(ctx, events, subject, seq, 1)
+	if err != nil || len(msgs) == 0 || msgs[0].Sequence != seq {
+		m, ok, err := g.leaderGet(ctx, events, seq, subject)
+		if err != nil || !ok || m.Sequence != seq {
+			return schema.Event{}, false, err
+		}
+		msgs = []*jetstream.RawStreamMsg{m}
 	}
+	ev, err := decodeStored(session, msgs[0])
+	return ev, err == nil, err
+}
+
+// decodeStored decodes a stored event of session and stamps its seq.
+func decodeStored(session string, m *jetstream.RawStreamMsg) (schema.Event, error) {
 	ev, err := schema.DecodeEvent(m.Data)
 	if err != nil {
-		return schema.Event{}, false, schema.Errorf(schema.CodeCorruptHistory, "session %s seq %d: %v", session, seq, err)
+		return schema.Event{}, schema.Errorf(schema.CodeCorruptHistory, "session %s seq %d: %v", session, m.Sequence, err)
 	}
-	ev.Seq = seq
-	return ev, true, nil
+	ev.Seq = m.Sequence
+	return ev, nil
 }
 
 // apiPrefix is the JetStream API prefix of the topology's JetStream

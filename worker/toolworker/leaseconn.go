@@ -16,11 +16,18 @@ func (w *Worker) leaseTopology(ctx context.Context) (*stream.Topology, func()) {
 	if w.cfg.LeaseTopology != nil {
 		return w.cfg.LeaseTopology, func() {}
 	}
+	return w.ownTopology(ctx, "leases")
+}
+
+// ownTopology opens the worker's topology again on a connection of its
+// own (the options of Topology's, named "<name> (what)") and returns it
+// with what closes it; Topology itself, with a warning, when it cannot.
+func (w *Worker) ownTopology(ctx context.Context, what string) (*stream.Topology, func()) {
 	opts := w.topo.JS.Conn().Opts
-	opts.Name = cmp.Or(opts.Name, "jingwei tool worker") + " (leases)"
+	opts.Name = cmp.Or(opts.Name, "jingwei tool worker") + " (" + what + ")"
 	nc, err := opts.Connect()
 	if err != nil {
-		w.log.Warn().Err(err).Msg("no connection of its own for the leases: renewals share the worker's connection")
+		w.log.Warn().Err(err).Str("for", what).Msg("no connection of its own: sharing the worker's connection")
 		return w.topo, func() {}
 	}
 	var js jetstream.JetStream
@@ -38,7 +45,7 @@ func (w *Worker) leaseTopology(ctx context.Context) (*stream.Topology, func()) {
 	}
 	if err != nil {
 		nc.Close()
-		w.log.Warn().Err(err).Msg("no topology of its own for the leases: renewals share the worker's connection")
+		w.log.Warn().Err(err).Str("for", what).Msg("no topology of its own: sharing the worker's connection")
 		return w.topo, func() {}
 	}
 	return t, nc.Close

@@ -172,7 +172,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	stopGateway := func() {}
 	if !w.cfg.DisableGateway {
-		gw, err := NewGateway(GatewayConfig{Topology: w.topo, CallTimeout: w.cfg.CallTimeout, Owner: w.cfg.Owner, Logger: w.log})
+		// The gateway has a connection of its own: its reads of large
+		// logs never queue the worker's appends and acks behind them.
+		gt, closeGateway := w.ownTopology(ctx, "gateway")
+		defer closeGateway()
+		gw, err := NewGateway(GatewayConfig{Topology: gt, CallTimeout: w.cfg.CallTimeout, Owner: w.cfg.Owner, Logger: w.log,
+			MaxCallsPerSession: w.cfg.MaxCallsPerSession, MaxCallsPerCaller: w.cfg.MaxCallsPerCaller, Caller: w.cfg.Caller})
 		if err != nil {
 			return err
 		}
