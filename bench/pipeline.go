@@ -321,8 +321,9 @@ func (e *env) durableWrites() (int64, error) {
 }
 
 // rawWorker is the raw side of the pipeline: a work queue, a pull consumer
-// on a connection of its own, two expected-sequence appends per request,
-// the acknowledgement and a core reply.
+// on a connection of its own (its state in memory, as the tool worker's
+// request consumers), two expected-sequence appends per request, the
+// acknowledgement and a core reply.
 type rawWorker struct {
 	e      *env
 	topo   *stream.Topology
@@ -353,7 +354,7 @@ func (e *env) startRawWorker(ctx context.Context, topo *stream.Topology) (*rawWo
 		nc.Close()
 		return nil, err
 	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, st.CachedInfo().Config.Name, jetstream.ConsumerConfig{Durable: "raw", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 10000})
+	cons, err := js.CreateOrUpdateConsumer(ctx, st.CachedInfo().Config.Name, jetstream.ConsumerConfig{Durable: "raw", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 10000, MemoryStorage: true})
 	if err != nil {
 		nc.Close()
 		return nil, err

@@ -187,6 +187,15 @@ func (p *partition) openConsumers(ctx context.Context) error {
 		MaxAckPending:     w.cfg.MaxHeld,
 		DeliverPolicy:     jetstream.DeliverAllPolicy,
 		InactiveThreshold: p.inactive(),
+		// The consumer's state (what it delivered, what was acked) is
+		// kept in memory: with a file consumer every delivery and every
+		// ack was a durable state write (two fsyncs per request with
+		// sync=always) that nothing relies on. An ack still removes the
+		// request from the work queue durably; a consumer lost with a
+		// server restart is made again by the next take, which delivers
+		// every request still queued again, in order, and a request
+		// already in the log is not run again (its request id).
+		MemoryStorage: true,
 	}
 	var rcons jetstream.Consumer
 	err := again(ctx, func(ctx context.Context) (err error) {
