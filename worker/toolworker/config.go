@@ -23,7 +23,7 @@ type Config struct {
 	// LeaseTopology is the topology the worker's registration and
 	// partition leases are renewed through. Defaults to one Run opens on a
 	// connection of its own, made with the options of Topology's
-	// connection (its callbacks included) and closed when Run returns, so
+	// connection (not its event handlers) and closed when Run returns, so
 	// that request traffic on Topology's connection (a flood of
 	// jw.api.call, large reads) cannot delay a renewal past the lease
 	// TTL; if that connection cannot be made, Topology is used and a

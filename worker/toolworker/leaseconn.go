@@ -20,11 +20,19 @@ func (w *Worker) leaseTopology(ctx context.Context) (*stream.Topology, func()) {
 }
 
 // ownTopology opens the worker's topology again on a connection of its
-// own (the options of Topology's, named "<name> (what)") and returns it
+// own (the options of Topology's but its event handlers, named "<name>
+// (what)") and returns it
 // with what closes it; Topology itself, with a warning, when it cannot.
 func (w *Worker) ownTopology(ctx context.Context, what string) (*stream.Topology, func()) {
 	opts := w.topo.JS.Conn().Opts
 	opts.Name = cmp.Or(opts.Name, "jingwei tool worker") + " (" + what + ")"
+	// The connection's event handlers are not copied: they belong to
+	// Topology's connection and whoever set them on it (a micro service
+	// on it stops itself from its closed handler: copied, closing this
+	// connection stopped that service).
+	opts.ClosedCB, opts.DisconnectedCB, opts.DisconnectedErrCB, opts.ConnectedCB = nil, nil, nil, nil
+	opts.ReconnectedCB, opts.DiscoveredServersCB, opts.AsyncErrorCB, opts.LameDuckModeHandler = nil, nil, nil, nil
+	opts.ReconnectErrCB = nil
 	nc, err := opts.Connect()
 	if err != nil {
 		w.log.Warn().Err(err).Str("for", what).Msg("no connection of its own: sharing the worker's connection")
