@@ -501,7 +501,9 @@ func (p *partition) enqueue(id string, it item) bool {
 func (p *partition) next(s *session) (item, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(s.queue) == 0 || p.stopping {
+	// Run's context ended: nothing more starts, even before Run's
+	// goroutine has marked the partition stopping.
+	if len(s.queue) == 0 || p.stopping || p.w.stopping() {
 		s.active = false
 		return item{}, false
 	}

@@ -35,6 +35,10 @@ type Worker struct {
 	ttl    time.Duration
 
 	running atomic.Bool
+	// runDone is Run's context's Done channel (set before Run starts
+	// anything): once it is closed no item starts, even before Run's
+	// goroutine has drained the partitions.
+	runDone atomic.Pointer[<-chan struct{}]
 	// slots bounds the sessions that run a request or plan at once
 	// (MaxSessions); a session with work waits for a slot, counted.
 	slots chan struct{}
@@ -161,6 +165,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	if !w.running.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
+	runDone := ctx.Done()
+	w.runDone.Store(&runDone)
 	defer w.hardAbort()
 
 	leases, closeLeases := w.leaseTopology(ctx)
@@ -168,6 +174,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	w.leases = leases
 	reg, err := w.leases.RegisterWorker(ctx, w.cfg.Owner)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting
+		}
 		return fmt.Errorf("toolworker: %w", err)
 	}
 	stopGateway := func() {}
@@ -195,6 +204,11 @@ func (w *Worker) Run(ctx context.Context) error {
 
 	acons, err := w.approvalConsumer(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			// Stopped while starting (its own connections take a moment
+			// to open): a clean stop, nothing taken yet.
+			return nil
+		}
 		return fmt.Errorf("toolworker: approval consumer: %w", err)
 	}
 	var loops sync.WaitGroup
@@ -469,4 +483,18 @@ func decodePlan(id string, data []byte) (schema.Plan, error) {
 		return p, fmt.Errorf("plan %q for session %q on %q's subject", p.PlanID, p.Session, id)
 	}
 	return p, nil
+}
+
+// stopping reports whether Run's context has ended (the drain started).
+func (w *Worker) stopping() bool {
+	d := w.runDone.Load()
+	if d == nil {
+		return false
+	}
+	select {
+	case <-*d:
+		return true
+	default:
+		return false
+	}
 }
