@@ -33,7 +33,7 @@ type Config struct {
 	// scenario Rounds-2 but at least 2. Defaults to 7 (3 with Quick).
 	Rounds int
 	// Only, when not empty, runs just the scenarios named (see Scenarios:
-	// "appends", "runtime", "classify", "inspect", "issue", "crash",
+	// "appends", "runtime", "pipeline", "classify", "inspect", "issue", "crash",
 	// "memory", "scale"). Defaults to all.
 	Only []string
 	// Dir is where the embedded servers keep their stores (a fresh
@@ -72,7 +72,7 @@ const (
 
 // Scenarios are the scenario names Config.Only accepts, in the order they
 // run.
-var Scenarios = []string{"appends", "runtime", "classify", "inspect", "issue", "crash", "memory", "scale"}
+var Scenarios = []string{"appends", "runtime", "pipeline", "classify", "inspect", "issue", "crash", "memory", "scale"}
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
@@ -282,6 +282,9 @@ func plan(cfg Config) []step {
 	if cfg.runs("runtime") {
 		steps = append(steps, runtimeStep(cfg, stream.SyncInterval))
 	}
+	if cfg.runs("pipeline") {
+		steps = append(steps, pipelineStep(cfg, stream.SyncInterval))
+	}
 	if cfg.runs("classify") {
 		steps = append(steps, classifyStep(cfg))
 	}
@@ -307,6 +310,9 @@ func plan(cfg Config) []step {
 		}
 		if cfg.runs("runtime") {
 			steps = append(steps, runtimeStep(cfg, stream.SyncAlways))
+		}
+		if cfg.runs("pipeline") {
+			steps = append(steps, pipelineStep(cfg, stream.SyncAlways))
 		}
 	}
 	return steps

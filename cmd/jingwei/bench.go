@@ -22,7 +22,11 @@ const benchHelp = `  jingwei bench [--quick] [--json] [--rounds N] [--only appen
 Starts an embedded NATS server (store in a temporary directory under --dir,
 removed afterwards) and measures every jingwei path next to the raw
 JetStream operation it is built on, in the same run: fenced appends (1 and
-64 sessions), runtime calls of a no-op tool, the recovery worker's
+64 sessions), runtime calls of a no-op tool, the pipeline call (--only
+pipeline: jw.api.call through a tool worker, one caller and 16, against a
+raw JetStream work-queue request/reply with the same two appends and the
+in-process runtime; p50/p99 latency, calls/s and, with sync always,
+durable writes per call), the recovery worker's
 classification, Inspect of a 100,000-event history, plan issuance with 4
 racing issuers (and the duplicate count), crash-to-assessment latency after
 SIGKILL of a 'jingwei worker' child, and the resident memory of a 'jingwei
@@ -37,7 +41,7 @@ alternate jingwei and raw; ratio is always jingwei / raw (rates: higher is
 better; times: lower is better; the target column says which).
 
 The interval durability mode runs every scenario; a second server with sync
-always then repeats appends and runtime. --quick runs interval only, with
+always then repeats appends, runtime and pipeline. --quick runs interval only, with
 fewer rounds and events (100,000 events for the memory scenario, 5,000
 sessions for the fleet run), in a few minutes: the scenario names say
 what was cut.

@@ -1,6 +1,7 @@
 package toolworker
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -19,6 +20,15 @@ type Config struct {
 	// Topology is jingwei's streams and buckets (from stream.EnsureTopology).
 	// Its LeaseTTL is the TTL of the leases the worker holds. Required.
 	Topology *stream.Topology
+	// LeaseTopology is the topology the worker's registration and
+	// partition leases are renewed through. Defaults to one Run opens on a
+	// connection of its own, made with the options of Topology's
+	// connection (not its event handlers) and closed when Run returns, so
+	// that request traffic on Topology's connection (a flood of
+	// jw.api.call, large reads) cannot delay a renewal past the lease
+	// TTL; if that connection cannot be made, Topology is used and a
+	// warning logged. Set it to Topology to share one connection.
+	LeaseTopology *stream.Topology
 	// Registry holds the tools the worker runs. Required.
 	Registry *worker.Registry
 	// Owner identifies this worker in leases and on session.fenced events;
@@ -66,10 +76,17 @@ type Config struct {
 	// for the tool.result of a request it published. Defaults to
 	// DefaultCallTimeout.
 	CallTimeout time.Duration
+	// MaxCallsPerSession, MaxCallsPerCaller and Caller are the limits of
+	// the worker's gateway on calls in flight (see GatewayConfig, whose
+	// defaults they have).
+	MaxCallsPerSession int
+	MaxCallsPerCaller  int
+	Caller             func(ctx context.Context) string
 	// DisableGateway skips serving jw.api.call (the gateway's micro
 	// service, service.GatewayName). Defaults to false: every worker
-	// serves it, load balanced. The topology's connection must carry no
-	// other micro service.
+	// serves it, load balanced, on a connection of its own that Run opens
+	// with the options of Topology's (Topology's own, if that fails: it
+	// must then carry no other micro service).
 	DisableGateway bool
 	// Runtime is the template of every session's runtime: admission hooks,
 	// BudgetLimit, DefaultTask, timeouts, output limit, clock. Its Session,

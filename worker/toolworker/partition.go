@@ -84,7 +84,7 @@ func (p *partition) take(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, takeTimeout)
 	defer cancel()
 	p.work, p.cancelWork = context.WithCancel(w.hardStop)
-	hold, err := w.topo.AcquirePartition(ctx, p.p, w.cfg.Owner, p.lost)
+	hold, err := w.leases.AcquirePartition(ctx, p.p, w.cfg.Owner, p.lost)
 	if err != nil {
 		p.cancelWork()
 		return err
@@ -187,6 +187,15 @@ func (p *partition) openConsumers(ctx context.Context) error {
 		MaxAckPending:     w.cfg.MaxHeld,
 		DeliverPolicy:     jetstream.DeliverAllPolicy,
 		InactiveThreshold: p.inactive(),
+		// The consumer's state (what it delivered, what was acked) is
+		// kept in memory: with a file consumer every delivery and every
+		// ack was a durable state write (two fsyncs per request with
+		// sync=always) that nothing relies on. An ack still removes the
+		// request from the work queue durably; a consumer lost with a
+		// server restart is made again by the next take, which delivers
+		// every request still queued again, in order, and a request
+		// already in the log is not run again (its request id).
+		MemoryStorage: true,
 	}
 	var rcons jetstream.Consumer
 	err := again(ctx, func(ctx context.Context) (err error) {
@@ -492,7 +501,9 @@ func (p *partition) enqueue(id string, it item) bool {
 func (p *partition) next(s *session) (item, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(s.queue) == 0 || p.stopping {
+	// Run's context ended: nothing more starts, even before Run's
+	// goroutine has marked the partition stopping.
+	if len(s.queue) == 0 || p.stopping || p.w.stopping() {
 		s.active = false
 		return item{}, false
 	}

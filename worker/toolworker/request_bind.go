@@ -55,6 +55,7 @@ func (s *session) alreadyBound(lg zerolog.Logger, m jetstream.Msg, r schema.Requ
 	if ok && d == bound && bound != (requestDigest{}) {
 		lg.Info().Msg("request already in the log; acknowledged, not run again")
 		_ = m.Ack()
+		s.tellGateway(m, r, 0) // the gateway finds the call in the log
 		return true
 	}
 	return s.refuse(m, r, schema.CodeRequestConflict, fmt.Errorf("request_id %q is bound to another request of session %s (another tool, task or arguments): this one is not run, and the other's result is not its answer", r.RequestID, s.id))

@@ -305,6 +305,7 @@ func (s *session) runRequest(m jetstream.Msg) bool {
 		Task: r.Task, RequestID: r.RequestID, ProviderCallID: r.ProviderCallID,
 	})
 	s.setCur(nil)
+	s.tellGatewayCall(m, r, res.CallSeq)
 	return s.settle(lg, j, res, err)
 }
 
@@ -329,6 +330,7 @@ func (s *session) refuse(m jetstream.Msg, r schema.Request, code schema.Code, wh
 		return false
 	}
 	lg.Info().Str("reason", msg).Msg("request refused and answered")
+	s.tellGateway(m, r, 0)
 	_ = m.TermWithReason(string(code) + ": " + msg)
 	return true
 }

@@ -23,14 +23,22 @@ import (
 // documentation). Build it with New and call Run once. Its methods are
 // safe for concurrent use.
 type Worker struct {
-	cfg    Config
-	topo   *stream.Topology
+	cfg  Config
+	topo *stream.Topology
+	// leases is the topology the worker's registration and partition
+	// leases are written through: on a connection of their own (see
+	// Config.LeaseTopology). Set by Run before anything uses it.
+	leases *stream.Topology
 	log    zerolog.Logger
 	plans  *stream.Plans
 	budget *stream.Budget
 	ttl    time.Duration
 
 	running atomic.Bool
+	// runDone is Run's context's Done channel (set before Run starts
+	// anything): once it is closed no item starts, even before Run's
+	// goroutine has drained the partitions.
+	runDone atomic.Pointer[<-chan struct{}]
 	// slots bounds the sessions that run a request or plan at once
 	// (MaxSessions); a session with work waits for a slot, counted.
 	slots chan struct{}
@@ -157,15 +165,28 @@ func (w *Worker) Run(ctx context.Context) error {
 	if !w.running.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
+	runDone := ctx.Done()
+	w.runDone.Store(&runDone)
 	defer w.hardAbort()
 
-	reg, err := w.topo.RegisterWorker(ctx, w.cfg.Owner)
+	leases, closeLeases := w.leaseTopology(ctx)
+	defer closeLeases()
+	w.leases = leases
+	reg, err := w.leases.RegisterWorker(ctx, w.cfg.Owner)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting
+		}
 		return fmt.Errorf("toolworker: %w", err)
 	}
 	stopGateway := func() {}
 	if !w.cfg.DisableGateway {
-		gw, err := NewGateway(GatewayConfig{Topology: w.topo, CallTimeout: w.cfg.CallTimeout, Owner: w.cfg.Owner, Logger: w.log})
+		// The gateway has a connection of its own: its reads of large
+		// logs never queue the worker's appends and acks behind them.
+		gt, closeGateway := w.ownTopology(ctx, "gateway")
+		defer closeGateway()
+		gw, err := NewGateway(GatewayConfig{Topology: gt, CallTimeout: w.cfg.CallTimeout, Owner: w.cfg.Owner, Logger: w.log,
+			MaxCallsPerSession: w.cfg.MaxCallsPerSession, MaxCallsPerCaller: w.cfg.MaxCallsPerCaller, Caller: w.cfg.Caller})
 		if err != nil {
 			return err
 		}
@@ -176,13 +197,18 @@ func (w *Worker) Run(ctx context.Context) error {
 			return fmt.Errorf("toolworker: gateway: %w", err)
 		}
 		var once sync.Once
-		stopGateway = func() { once.Do(func() { _ = svc.Stop() }) }
+		stopGateway = func() { once.Do(func() { _ = svc.Stop(); gw.Close() }) }
 		defer stopGateway()
 	}
 	w.log.Info().Int("max_sessions", w.cfg.MaxSessions).Int("partitions", w.topo.Partitions()).Dur("lease_ttl", w.ttl).Msg("tool worker running")
 
 	acons, err := w.approvalConsumer(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			// Stopped while starting (its own connections take a moment
+			// to open): a clean stop, nothing taken yet.
+			return nil
+		}
 		return fmt.Errorf("toolworker: approval consumer: %w", err)
 	}
 	var loops sync.WaitGroup
@@ -267,14 +293,14 @@ func preference(owner string, p int) uint32 {
 // has beyond it (one per round, so that a join moves partitions gradually
 // and never leaves them all unowned at once).
 func (w *Worker) balance(ctx context.Context) {
-	live, err := w.topo.LiveWorkers(ctx)
+	live, err := w.leases.LiveWorkers(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			w.log.Warn().Err(err).Msg("reading the worker registry failed")
 		}
 		return
 	}
-	leases, err := w.topo.PartitionLeases(ctx)
+	leases, err := w.leases.PartitionLeases(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			w.log.Warn().Err(err).Msg("reading the partition leases failed")
@@ -457,4 +483,18 @@ func decodePlan(id string, data []byte) (schema.Plan, error) {
 		return p, fmt.Errorf("plan %q for session %q on %q's subject", p.PlanID, p.Session, id)
 	}
 	return p, nil
+}
+
+// stopping reports whether Run's context has ended (the drain started).
+func (w *Worker) stopping() bool {
+	d := w.runDone.Load()
+	if d == nil {
+		return false
+	}
+	select {
+	case <-*d:
+		return true
+	default:
+		return false
+	}
 }

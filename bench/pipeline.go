@@ -1,0 +1,458 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jingwei/jingwei/effect"
+	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/worker"
+	"github.com/jingwei/jingwei/worker/service"
+	"github.com/jingwei/jingwei/worker/toolworker"
+)
+
+// Issue 23's targets for the pipeline call (an agent's call through
+// jw.api.call, a tool worker and back): one caller's p50 at most 1.5 ms
+// with sync=interval and 4 ms with sync=always, its p99 at most 3 times
+// its p50; 16 callers at least half the calls/s of the in-process runtime
+// with 16 sessions; against the raw JetStream request/reply plus the same
+// two appends it is built on, at least 0.8 of its calls/s and at most
+// 1/0.8 of its latency; at most 3 durable writes (fsyncs with
+// sync=always) per call.
+var (
+	pipelineP50      = map[stream.SyncMode]float64{stream.SyncInterval: 1.5, stream.SyncAlways: 4}
+	pipelineTail     = Target{Check: RatioAtMost, Limit: 3, Text: "p99 <= 3 x p50"}
+	pipelineRate     = Target{Check: RatioAtLeast, Limit: 0.8}
+	pipelineLatency  = Target{Check: RatioAtMost, Limit: 1.25, Text: "ratio <= 1.25 (raw/jw >= 0.8)"}
+	pipelineRuntime  = Target{Check: RatioAtLeast, Limit: 0.5}
+	pipelineDurables = Target{Check: ValueAtMost, Limit: 3}
+)
+
+// pipelineCallers is the "many callers" side: callers at once, each on a
+// session of its own.
+const pipelineCallers = 16
+
+func pipelineStep(cfg Config, mode stream.SyncMode) step {
+	calls1, calls16 := cfg.n(400, 100, 10), cfg.n(60, 20, 3)
+	if mode == stream.SyncAlways {
+		calls1, calls16 = cfg.n(150, 50, 10), cfg.n(25, 10, 3)
+	}
+	m := fmt.Sprintf("(sync=%s)", mode)
+	rows := []row{
+		{"pipeline call, 1 caller: p50 ms (raw: request/reply + 2 appends) " + m, Target{Check: ValueAtMost, Limit: pipelineP50[mode]}},
+		{"pipeline call, 1 caller: p99 ms (raw: its p50) " + m, pipelineTail},
+		{"pipeline call, 1 caller: p50 vs raw request/reply + 2 appends " + m, pipelineLatency},
+		{"pipeline call, 1 caller: calls/s vs raw request/reply + 2 appends " + m, pipelineRate},
+		{fmt.Sprintf("pipeline call, %d callers: calls/s vs in-process runtime, %d sessions %s", pipelineCallers, pipelineCallers, m), pipelineRuntime},
+		{fmt.Sprintf("pipeline call, %d callers: calls/s vs raw request/reply + 2 appends %s", pipelineCallers, m), pipelineRate},
+		{fmt.Sprintf("pipeline call, %d callers: p50 vs raw request/reply + 2 appends %s", pipelineCallers, m), pipelineLatency},
+		{fmt.Sprintf("pipeline call, %d callers: p99 vs raw request/reply + 2 appends %s", pipelineCallers, m), pipelineLatency},
+	}
+	if mode == stream.SyncAlways {
+		rows = append(rows, row{"pipeline call: durable writes (fsyncs) per call (raw: request/reply + 2 appends) " + m, pipelineDurables})
+	}
+	return step{scenario: "pipeline", name: "pipeline call through jw.api.call " + m, server: mode, rows: rows,
+		run: func(ctx context.Context, e *env) ([]Result, error) {
+			p, err := e.pipeline(ctx, calls1, calls16)
+			if err != nil {
+				return nil, err
+			}
+			out := []Result{
+				NewResult(rows[0].name, Percentile(p.lat1, 50), Percentile(p.raw1, 50), "ms", rows[0].target),
+				NewResult(rows[1].name, Percentile(p.lat1, 99), Percentile(p.lat1, 50), "ms", rows[1].target),
+				NewResult(rows[2].name, Percentile(p.lat1, 50), Percentile(p.raw1, 50), "ms", rows[2].target),
+				NewResult(rows[3].name, Median(p.rate1), Median(p.rawRate1), "calls/s", rows[3].target),
+				NewResult(rows[4].name, Median(p.rate16), Median(p.rtRate16), "calls/s", rows[4].target),
+				NewResult(rows[5].name, Median(p.rate16), Median(p.rawRate16), "calls/s", rows[5].target),
+				NewResult(rows[6].name, Percentile(p.lat16, 50), Percentile(p.raw16, 50), "ms", rows[6].target),
+				NewResult(rows[7].name, Percentile(p.lat16, 99), Percentile(p.raw16, 99), "ms", rows[7].target),
+			}
+			if mode == stream.SyncAlways {
+				out = append(out, NewResult(rows[8].name, Median(p.writes), Median(p.rawWrites), "writes", rows[8].target))
+			}
+			return out, nil
+		}}
+}
+
+// pipelineFigures is what one pipeline step measured: latencies in ms of
+// every call (all rounds pooled), calls/s and durable writes per call per
+// round.
+type pipelineFigures struct {
+	lat1, raw1, lat16, raw16    []float64
+	rate1, rawRate1             []float64
+	rate16, rawRate16, rtRate16 []float64
+	writes, rawWrites           []float64
+	latMu                       sync.Mutex
+}
+
+func (p *pipelineFigures) add(into *[]float64, d time.Duration) {
+	p.latMu.Lock()
+	*into = append(*into, float64(d)/float64(time.Millisecond))
+	p.latMu.Unlock()
+}
+
+// pipeline measures, in rounds that rotate the sides, a no-op tool called
+// through jw.api.call (a service client on the bench's connection, a
+// toolworker.Worker with its gateway on a connection of its own) against
+// the raw operations it is built on: a JetStream publish to a work queue
+// (with a reply inbox in a header), a pull consumer on its own connection
+// that appends a tool.call and a tool.result with the expected-sequence
+// header, acknowledges the request and publishes the result's seq to the
+// inbox. One caller, then pipelineCallers callers on a session each, and
+// the in-process runtime (worker.Runtime) with as many sessions.
+func (e *env) pipeline(ctx context.Context, calls1, calls16 int) (*pipelineFigures, error) {
+	topo, err := e.topology(ctx, e.prefix("pl"))
+	if err != nil {
+		return nil, err
+	}
+	defer e.drop(topo)
+	contract := effect.Contract{Effect: effect.ReadOnly, Revision: "noop-v1"}
+	reg, err := worker.NewRegistry(worker.Tool{
+		Metadata: effect.Metadata{Name: "noop"}.WithEffect(contract.Effect, contract.Revision),
+		Body:     func(context.Context, worker.BodyRequest) (json.RawMessage, error) { return nil, nil },
+	})
+	if err != nil {
+		return nil, err
+	}
+	args := json.RawMessage(`{"sku":"A-1","qty":1}`)
+
+	// The tool worker, on a connection of its own.
+	wnc, err := e.srv.Connect()
+	if err != nil {
+		return nil, err
+	}
+	defer wnc.Close()
+	wjs, err := jetstream.New(wnc)
+	if err != nil {
+		return nil, err
+	}
+	wtopo, err := stream.OpenTopology(ctx, wjs, topo.Config())
+	if err != nil {
+		return nil, err
+	}
+	tw, err := toolworker.New(toolworker.Config{Topology: wtopo, Registry: reg, Logger: e.log})
+	if err != nil {
+		return nil, err
+	}
+	wctx, stopWorker := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- tw.Run(wctx) }()
+	defer func() { stopWorker(); <-done }()
+	if err := waitFor(ctx, 20*time.Millisecond, func() (bool, error) {
+		return len(tw.OwnedPartitions()) == topo.Partitions(), nil
+	}); err != nil {
+		return nil, err
+	}
+	cl := service.NewClient(e.nc, service.ClientConfig{Prefix: topo.Prefix, Timeout: 30 * time.Second})
+	if err := waitFor(ctx, 20*time.Millisecond, func() (bool, error) {
+		_, err := cl.Call(ctx, schema.Request{V: 1, RequestID: "warm", Session: "warm", Task: worker.DefaultTask, Tool: "noop", Arguments: args})
+		return err == nil, nil
+	}); err != nil {
+		return nil, err
+	}
+
+	raw, err := e.startRawWorker(ctx, topo)
+	if err != nil {
+		return nil, err
+	}
+	defer raw.stop()
+
+	p := &pipelineFigures{}
+	pipeCall := func(ctx context.Context, session string, i int, into *[]float64) error {
+		t0 := time.Now()
+		ev, err := cl.Call(ctx, schema.Request{V: 1, RequestID: fmt.Sprintf("r-%d", i), Session: session, Task: worker.DefaultTask, Tool: "noop", Arguments: args})
+		if err != nil {
+			return fmt.Errorf("pipeline call: %w", err)
+		}
+		if ev.Result == nil || ev.Result.Status != schema.StatusOK {
+			return fmt.Errorf("pipeline call: %+v", ev.Result)
+		}
+		p.add(into, time.Since(t0))
+		return nil
+	}
+	counted := func(calls int, into *[]float64, f func() error) error {
+		before, err := e.durableWrites()
+		if err != nil {
+			return err
+		}
+		if err := f(); err != nil {
+			return err
+		}
+		after, err := e.durableWrites()
+		if err != nil {
+			return err
+		}
+		*into = append(*into, float64(after-before)/float64(calls))
+		return nil
+	}
+	one := func(ctx context.Context, round int) (float64, error) {
+		session := fmt.Sprintf("p1-%d", round)
+		start := time.Now()
+		err := counted(calls1, &p.writes, func() error {
+			for i := range calls1 {
+				if err := pipeCall(ctx, session, i, &p.lat1); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		r := rate(calls1, time.Since(start))
+		p.rate1 = append(p.rate1, r)
+		return r, err
+	}
+	rawOne := func(ctx context.Context, round int) (float64, error) {
+		session := fmt.Sprintf("r1-%d", round)
+		start := time.Now()
+		err := counted(calls1, &p.rawWrites, func() error {
+			for range calls1 {
+				if err := raw.call(ctx, session, &p.raw1, p); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		r := rate(calls1, time.Since(start))
+		p.rawRate1 = append(p.rawRate1, r)
+		return r, err
+	}
+	if _, err := rotate(ctx, e.cfg.Rounds, one, rawOne); err != nil {
+		return nil, err
+	}
+
+	plans, budget := stream.NewPlans(topo.Plans), stream.NewBudget(topo.Budget)
+	many := func(ctx context.Context, round int) (float64, error) {
+		d, err := concurrently(ctx, pipelineCallers, func(ctx context.Context, c int) error {
+			session := fmt.Sprintf("p16-%d-%d", round, c)
+			for i := range calls16 {
+				if err := pipeCall(ctx, session, i, &p.lat16); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		r := rate(pipelineCallers*calls16, d)
+		p.rate16 = append(p.rate16, r)
+		return r, err
+	}
+	rawMany := func(ctx context.Context, round int) (float64, error) {
+		d, err := concurrently(ctx, pipelineCallers, func(ctx context.Context, c int) error {
+			session := fmt.Sprintf("r16-%d-%d", round, c)
+			for range calls16 {
+				if err := raw.call(ctx, session, &p.raw16, p); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		r := rate(pipelineCallers*calls16, d)
+		p.rawRate16 = append(p.rawRate16, r)
+		return r, err
+	}
+	runtimeMany := func(ctx context.Context, round int) (float64, error) {
+		rts := make([]*worker.Runtime, pipelineCallers)
+		for c := range rts {
+			lg, err := topo.OpenLog(ctx, fmt.Sprintf("rt16-%d-%d", round, c), "bench", 1)
+			if err != nil {
+				return 0, err
+			}
+			if rts[c], err = worker.New(worker.Config{Session: lg.Session(), Log: lg, Registry: reg, Plans: plans, Budget: budget}); err != nil {
+				return 0, err
+			}
+		}
+		d, err := concurrently(ctx, pipelineCallers, func(ctx context.Context, c int) error {
+			for range calls16 {
+				res, err := rts[c].Call(ctx, "noop", args)
+				if err != nil {
+					return err
+				}
+				if res.Status != schema.StatusOK {
+					return fmt.Errorf("runtime call: status %q: %s", res.Status, res.Error)
+				}
+			}
+			return nil
+		})
+		r := rate(pipelineCallers*calls16, d)
+		p.rtRate16 = append(p.rtRate16, r)
+		return r, err
+	}
+	if _, err := rotate(ctx, e.cfg.Rounds, many, rawMany, runtimeMany); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// durableWrites counts the writes the server's file store makes durable
+// (each an fsync with sync=always) since it started: every message stored
+// (a stream's last sequence), every message a work queue or interest
+// stream removed on an acknowledgement (a tombstone; a KV bucket's old
+// revisions go by limits, without one), and every state write of a file
+// consumer with explicit acks (one per delivery and one per
+// acknowledgement; the server may merge some, so this is an upper bound).
+func (e *env) durableWrites() (int64, error) {
+	jsz, err := e.srv.Server().Jsz(&server.JSzOptions{Accounts: true, Streams: true, Consumer: true, Config: true})
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	for _, a := range jsz.AccountDetails {
+		for _, s := range a.Streams {
+			n += int64(s.State.LastSeq)
+			if s.Config != nil && s.Config.Retention != server.LimitsPolicy {
+				n += int64(s.State.LastSeq) - int64(s.State.Msgs)
+			}
+			for _, c := range s.Consumer {
+				if c == nil || c.Config == nil || c.Config.MemoryStorage || c.Config.AckPolicy != server.AckExplicit {
+					continue
+				}
+				n += int64(c.Delivered.Consumer) + int64(c.AckFloor.Consumer)
+			}
+		}
+	}
+	return n, nil
+}
+
+// rawWorker is the raw side of the pipeline: a work queue, a pull consumer
+// on a connection of its own (its state in memory, as the tool worker's
+// request consumers), two expected-sequence appends per request, the
+// acknowledgement and a core reply.
+type rawWorker struct {
+	e      *env
+	topo   *stream.Topology
+	subj   string
+	nc     *nats.Conn
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	call1  []byte // tool.call payload template
+	result []byte
+}
+
+// rawReplyHeader carries the raw caller's inbox on a raw request.
+const rawReplyHeader = "Bench-Reply"
+
+func (e *env) startRawWorker(ctx context.Context, topo *stream.Topology) (*rawWorker, error) {
+	name := strings.ToUpper(topo.Prefix) + "_RAWQ"
+	subj := topo.Prefix + ".rawq"
+	st, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subj + ".>"}, Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage})
+	if err != nil {
+		return nil, err
+	}
+	nc, err := e.srv.Connect()
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, st.CachedInfo().Config.Name, jetstream.ConsumerConfig{Durable: "raw", AckPolicy: jetstream.AckExplicitPolicy, MaxAckPending: 10000, MemoryStorage: true})
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	id := "c-" + strings.Repeat("0", 32)
+	contract := effect.Contract{Effect: effect.ReadOnly, Revision: "noop-v1"}
+	r := &rawWorker{e: e, topo: topo, subj: subj, nc: nc}
+	r.call1, err = encodeFor(schema.Event{Type: schema.TypeCall, Call: &schema.Call{CallID: id, Tool: "noop", Arguments: json.RawMessage(`{"sku":"A-1","qty":1}`), Started: true,
+		Operation: &schema.Operation{Task: worker.DefaultTask, Key: "op-" + strings.Repeat("0", 32), Contract: contract}}}, "raw")
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	if r.result, err = encodeFor(schema.Event{Type: schema.TypeResult, Result: &schema.Result{CallID: id, Status: schema.StatusOK}}, "raw"); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	rctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	it, err := cons.Messages()
+	if err != nil {
+		cancel()
+		nc.Close()
+		return nil, err
+	}
+	sessions := map[string]chan jetstream.Msg{}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		go func() { <-rctx.Done(); it.Stop() }()
+		for {
+			m, err := it.Next()
+			if err != nil {
+				for _, ch := range sessions {
+					close(ch)
+				}
+				return
+			}
+			session := strings.TrimPrefix(m.Subject(), subj+".")
+			ch := sessions[session]
+			if ch == nil {
+				ch = make(chan jetstream.Msg, 64)
+				sessions[session] = ch
+				r.wg.Add(1)
+				go func() { defer r.wg.Done(); r.serve(rctx, js, session, ch) }()
+			}
+			ch <- m
+		}
+	}()
+	return r, nil
+}
+
+// serve runs one session's raw requests in order: the two appends, the
+// acknowledgement, the reply.
+func (r *rawWorker) serve(ctx context.Context, js jetstream.JetStream, session string, ch <-chan jetstream.Msg) {
+	subj := r.topo.EventsSubject(session)
+	var last uint64
+	for m := range ch {
+		var err error
+		if last, err = rawAppend(ctx, js, subj, r.call1, last); err != nil {
+			continue
+		}
+		if last, err = rawAppend(ctx, js, subj, r.result, last); err != nil {
+			continue
+		}
+		_ = m.Ack()
+		if inbox := m.Headers().Get(rawReplyHeader); inbox != "" {
+			_ = r.nc.Publish(inbox, []byte(fmt.Sprint(last)))
+		}
+	}
+}
+
+// call is one raw call on session: publish, wait for the reply.
+func (r *rawWorker) call(ctx context.Context, session string, into *[]float64, p *pipelineFigures) error {
+	inbox := r.e.nc.NewInbox()
+	sub, err := r.e.nc.SubscribeSync(inbox)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	t0 := time.Now()
+	msg := nats.NewMsg(r.subj + "." + session)
+	msg.Data = []byte(`{"v":1,"tool":"noop","arguments":{"sku":"A-1","qty":1}}`)
+	msg.Header.Set(rawReplyHeader, inbox)
+	if _, err := r.e.js.PublishMsg(ctx, msg); err != nil {
+		return fmt.Errorf("raw request: %w", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := sub.NextMsgWithContext(wctx); err != nil {
+		return fmt.Errorf("raw reply: %w", err)
+	}
+	p.add(into, time.Since(t0))
+	return nil
+}
+
+func (r *rawWorker) stop() {
+	r.cancel()
+	r.wg.Wait()
+	r.nc.Close()
+}
