@@ -153,3 +153,43 @@ func TestGatewayBusy(t *testing.T) {
 		t.Fatalf("after the calls ended: %v", err)
 	}
 }
+
+// TestGatewayNotAnsweredWithAnotherRequestsRefusal: an agent's request
+// refused (unknown_tool) under the victim's request id is on jw.answers
+// when the victim calls through jw.api.call, and the victim's own call is
+// recorded only later. The gateway must wait for the victim's result, not
+// answer it with the attacker's refusal (the victim, told unknown_tool,
+// would send its payment again under a new id while the first charged):
+// an answer counts only under its request's digest.
+func TestGatewayNotAnsweredWithAnotherRequestsRefusal(t *testing.T) {
+	topo, _, gw := standalone(t, toolworker.GatewayConfig{CallTimeout: 10 * time.Second})
+	const session = "s-victim"
+	ctx := context.Background()
+	victim := schema.Request{V: 1, RequestID: "r-1", Session: session, Task: "t-1", Tool: "catalog.lookup", Arguments: json.RawMessage(`{"sku":"B"}`)}
+	attack := victim
+	attack.Tool = "payments.nothing"
+	if err := topo.PublishAnswer(ctx, schema.Answer{V: 1, Session: session, RequestID: "r-1", RequestDigest: stream.RequestDigestHex(attack),
+		Code: schema.CodeUnknownTool, Message: "no tool payments.nothing"}); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		ev  schema.Event
+		err error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		ev, err := gw.Call(ctx, victim)
+		got <- answer{ev, err}
+	}()
+	select {
+	case a := <-got:
+		t.Fatalf("HOLE: the victim answered before its call was recorded: %+v %v (the attacker's refusal)", a.ev.Result, a.err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	w := newWriter(t, topo, session, "w1")
+	w.record(t, "r-1", "c-1", "catalog.lookup", `{"sku":"B"}`, `{"price":99}`)
+	a := <-got
+	if a.err != nil || a.ev.Result == nil || a.ev.Result.CallID != "c-1" || a.ev.Result.Status != schema.StatusOK {
+		t.Fatalf("victim answered %+v %v, want its own call's ok", a.ev.Result, a.err)
+	}
+}
