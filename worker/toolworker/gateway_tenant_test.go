@@ -12,6 +12,7 @@ import (
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream/streamtest"
+	"github.com/jingwei/jingwei/worker/toolworker"
 )
 
 // TestGatewayTenantScoped: a request on jw.api.call.<tenant> (what a
@@ -69,4 +70,48 @@ func TestGatewayTenantScoped(t *testing.T) {
 	if m := req("jw.api.call", victim); m.Header.Get(micro.ErrorCodeHeader) != string(schema.CodeResultPending) {
 		t.Fatalf("operator call: %s %s", m.Header.Get(micro.ErrorCodeHeader), m.Data)
 	}
+}
+
+// TestGatewayBusyPerTenant: the gateway's per-caller limit is keyed by the
+// tenant the server named (service.Caller): tenant acme, at its limit,
+// is answered busy without anything published, while tenant beta's call
+// is taken — one tenant's flood does not hold another's calls.
+func TestGatewayBusyPerTenant(t *testing.T) {
+	_, nc, topo := streamtest.StartWith(t, streamtest.Config{})
+	gw, err := toolworker.NewGateway(toolworker.GatewayConfig{Topology: topo, CallTimeout: 3 * time.Second, MaxCallsPerCaller: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	svc, err := gw.Serve(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Stop(); cancel(); gw.Close() })
+	call := func(subject, session, id string) *nats.Msg {
+		b, _ := json.Marshal(schema.Request{V: 1, RequestID: id, Session: session, Task: "t-1", Tool: "nobody.runs", Arguments: json.RawMessage(`{}`)})
+		m, err := nc.Request(subject, b, 10*time.Second)
+		if err != nil {
+			t.Errorf("%s %s: %v", subject, session, err)
+			return nil
+		}
+		return m
+	}
+	held := make(chan *nats.Msg, 1)
+	go func() { held <- call("jw.api.call.acme", "acme-1", "r-1") }() // pending: no tool worker
+	streamtest.Eventually(t, 5*time.Second, "acme's first call is published", func() bool {
+		st, err := topo.JS.Stream(ctx, topo.StreamName("REQUESTS"))
+		if err != nil {
+			return false
+		}
+		info, err := st.Info(ctx)
+		return err == nil && info.State.Msgs == 1
+	})
+	if m := call("jw.api.call.acme", "acme-2", "r-2"); m == nil || m.Header.Get(micro.ErrorCodeHeader) != string(schema.CodeBusy) {
+		t.Fatalf("acme's second call at its limit: %v, want busy", m)
+	}
+	if m := call("jw.api.call.beta", "beta-1", "r-1"); m == nil || m.Header.Get(micro.ErrorCodeHeader) != string(schema.CodeResultPending) {
+		t.Fatalf("beta's call while acme is at its limit: %v, want taken (result_pending: no tool worker)", m)
+	}
+	<-held
 }
