@@ -103,6 +103,11 @@ func (t *Topology) leaderGet(ctx context.Context, streamName string, req msgGetR
 	return m, true, nil
 }
 
+// APIPrefix is the JetStream API prefix of t's JetStream context, with
+// its trailing dot ("$JS.API.", "$JS.<domain>.API.", or the custom prefix):
+// what a raw JetStream request's subject starts with.
+func (t *Topology) APIPrefix() string { return t.apiPrefix() }
+
 // apiPrefix is the JetStream API prefix of t's JetStream context.
 func (t *Topology) apiPrefix() string {
 	o := t.JS.Options()

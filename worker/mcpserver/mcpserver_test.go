@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -91,6 +92,12 @@ tools:
 	done := make(chan error, 1)
 	go func() { done <- tw.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
+	// The tool worker serves jw.api.call on a connection of its own, a
+	// moment after Run starts: wait until it answers (a bad body).
+	streamtest.Eventually(t, 10*time.Second, "the tool worker's gateway answers", func() bool {
+		_, err := nc.Request("jw.api.call", []byte("{}"), 5*time.Second)
+		return !errors.Is(err, nats.ErrNoResponders)
+	})
 	caller := service.NewClient(nc, service.ClientConfig{Timeout: 30 * time.Second})
 	hs := httptest.NewServer(mcpserver.HTTP(mcpserver.New(mcpserver.Config{Caller: caller, Tools: list, ProgressEvery: 50 * time.Millisecond}), mcpserver.Tokens{"tok-1": "agent-1"}))
 	t.Cleanup(hs.Close)

@@ -205,7 +205,7 @@ func (g *Gateway) directBatch(ctx context.Context, streamName, subject string, s
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	body, _ := json.Marshal(map[string]any{"seq": seq, "next_by_subj": subject, "batch": n, "max_bytes": indexBatchBytes})
-	if err := nc.PublishRequest(g.apiPrefix()+"DIRECT.GET."+streamName, inbox, body); err != nil {
+	if err := nc.PublishRequest(g.t.APIPrefix()+"DIRECT.GET."+streamName, inbox, body); err != nil {
 		return nil, err
 	}
 	if _, ok := ctx.Deadline(); !ok {
@@ -317,7 +317,7 @@ func (g *Gateway) leaderGet(ctx context.Context, streamName string, seq uint64, 
 	body, _ := json.Marshal(msgGet{Seq: seq, NextFor: subject})
 	var resp *nats.Msg
 	var err error
-	subj := g.apiPrefix() + "STREAM.MSG.GET." + streamName
+	subj := g.t.APIPrefix() + "STREAM.MSG.GET." + streamName
 	if _, ok := ctx.Deadline(); ok {
 		resp, err = g.t.JS.Conn().RequestWithContext(ctx, subj, body)
 	} else {
@@ -367,20 +367,4 @@ func decodeStored(session string, m *jetstream.RawStreamMsg) (schema.Event, erro
 	}
 	ev.Seq = m.Sequence
 	return ev, nil
-}
-
-// apiPrefix is the JetStream API prefix of the topology's JetStream
-// context.
-func (g *Gateway) apiPrefix() string {
-	o := g.t.JS.Options()
-	switch {
-	case o.APIPrefix != "":
-		if o.APIPrefix[len(o.APIPrefix)-1] != '.' {
-			return o.APIPrefix + "."
-		}
-		return o.APIPrefix
-	case o.Domain != "":
-		return "$JS." + o.Domain + ".API."
-	}
-	return "$JS.API."
 }
