@@ -116,13 +116,6 @@ func (l *Log) Room() (events int, bytes int64) {
 	return max(lim.MaxEvents-resEvents-l.events-l.reservedEvents, 0), max(lim.MaxBytes-resBytes-l.bytes-l.reservedBytes, 0)
 }
 
-// WriterRoom returns how many events ordinary appends may still add to a
-// session log holding the given history (the fence reserve excluded).
-func (t *Topology) WriterRoom(h []schema.Event) int {
-	resEvents, _ := fenceReserve(t.cfg.Limits)
-	return max(t.cfg.Limits.MaxEvents-resEvents-len(h), 0)
-}
-
 // Err returns the permanent error (ErrFenced, ErrConflict) that stopped the
 // Log, or nil while it can still append.
 func (l *Log) Err() error {

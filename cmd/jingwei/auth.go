@@ -176,7 +176,7 @@ var roleUse = map[stream.Role]string{
 	stream.RoleReviewer:  "reviewers and approvers: jingwei review (signs with its own reviewer key)",
 	stream.RoleHost:      "hosts and operators: prepare retries, status, inspect, export, nats micro",
 	stream.RoleWorker:    "tool workers: jingwei worker (answers jw.api.call)",
-	stream.RoleRecoverer: "the recovery worker: jingwei recover (answers jw.api.inspect, prepare, status)",
+	stream.RoleRecoverer: "the recovery worker: jingwei recover (answers jw.api.inspect, prepare, status, history)",
 	stream.RoleAdmin:     "setup and administration only: creates the streams and buckets (jingwei serve, nats CLI)",
 }
 

@@ -34,7 +34,7 @@ const serveHelp = `  jingwei serve [--listen 127.0.0.1:4222] [--data ./.jingwei]
 
 The zero-set-up mode: one process runs an embedded NATS server with JetStream
 (store in DATA/data), the recovery worker with the 'jingwei' micro service
-(jw.api.inspect, prepare, status) and a tool worker with the example tools,
+(jw.api.inspect, prepare, status, history) and a tool worker with the example tools,
 which serves jw.api.call (micro service 'jingwei-gateway'; with --no-worker,
 start 'jingwei worker' for it). Agents publish requests on
 jw.requests.<session> or call jw.api.call; other 'jingwei worker' processes
