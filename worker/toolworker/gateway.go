@@ -3,10 +3,10 @@ package toolworker
 import (
 	"cmp"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"reflect"
 	"sync"
 	"time"
 
@@ -400,7 +400,7 @@ func (c *pendingCall) isMine(ev schema.Event) (bool, error) {
 	if ev.Type != schema.TypeCall || ev.Call == nil || ev.Call.RequestID != c.q.RequestID {
 		return false, nil
 	}
-	if why := conflict(c.q, ev.Call); why != "" {
+	if why := conflict(c.q, c.digest, ev.Call); why != "" {
 		return false, final{&schema.Error{Code: schema.CodeRequestConflict, CallID: ev.Call.CallID,
 			Message: fmt.Sprintf("request id %q of session %s is bound to call %s (seq %d) of another request: %s", c.q.RequestID, c.q.Session, ev.Call.CallID, ev.Seq, why)}}
 	}
@@ -409,27 +409,21 @@ func (c *pendingCall) isMine(ev schema.Event) (bool, error) {
 }
 
 // conflict says how call differs from the request q whose request id it
-// carries ("" when it does not): another tool, task (when q names one) or
-// arguments (compared as JSON values).
-func conflict(q schema.Request, call *schema.Call) string {
+// carries ("" when it does not). The test is the tool worker's own
+// binding (stream.CallDigest against q's digest, the hex in digest:
+// arguments compared as canonical JSON, so numbers beyond float64 stay
+// apart); the tool and task are named when they are what differs.
+func conflict(q schema.Request, digest string, call *schema.Call) string {
+	if d, ok := stream.CallDigest(call); ok && hex.EncodeToString(d[:16]) == digest {
+		return ""
+	}
 	switch {
 	case call.Tool != q.Tool:
 		return fmt.Sprintf("tool %q, not %q", call.Tool, q.Tool)
-	case q.Task != "" && call.Operation != nil && call.Operation.Task != q.Task:
+	case call.Operation != nil && call.Operation.Task != q.Task:
 		return fmt.Sprintf("task %q, not %q", call.Operation.Task, q.Task)
-	case !sameJSON(call.Arguments, q.Arguments):
-		return "other arguments"
 	}
-	return ""
-}
-
-// sameJSON reports whether a and b are the same JSON value.
-func sameJSON(a, b json.RawMessage) bool {
-	var x, y any
-	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
-		return string(a) == string(b)
-	}
-	return reflect.DeepEqual(x, y)
+	return "other arguments"
 }
 
 // look asks the session's index (refreshed, shared with the session's

@@ -74,6 +74,14 @@ func TestGatewayRequestConflict(t *testing.T) {
 	if err != nil || ev.Result == nil || ev.Result.CallID != "c-attacker" {
 		t.Fatalf("the same request: %+v %v, want its recorded result", ev, err)
 	}
+	// Arguments that differ only beyond float64's precision are other
+	// arguments, as the tool worker's binding (stream.CallDigest) says:
+	// the victim's 2^53 is not the attacker's 2^53+1.
+	w.record(t, "r-2", "c-big", "payments.charge", `{"to":"attacker","amount":9007199254740993}`, `{"charged":"attacker"}`)
+	ev, err = gw.Call(ctx, schema.Request{V: 1, RequestID: "r-2", Session: session, Task: "t-1", Tool: "payments.charge", Arguments: json.RawMessage(`{"to":"attacker","amount":9007199254740992}`)})
+	if !errors.Is(err, schema.ErrRequestConflict) {
+		t.Errorf("arguments that differ beyond float64: %+v %v, want request_conflict", ev.Result, err)
+	}
 }
 
 // TestGatewayForgedWord: a word on the gateway's inbox (read off the
