@@ -103,6 +103,27 @@ func (t *Topology) leaderGet(ctx context.Context, streamName string, req msgGetR
 	return m, true, nil
 }
 
+// LeaderGet reads the first message of streamName at or after seq on
+// subject from the stream's leader (a replica that lags never answers
+// it); ok is false when there is none.
+func (t *Topology) LeaderGet(ctx context.Context, streamName string, seq uint64, subject string) (*jetstream.RawStreamMsg, bool, error) {
+	return t.leaderGet(ctx, streamName, msgGetRequest{Seq: seq, NextFor: subject})
+}
+
+// DirectBatch reads up to n messages of streamName on subject from seq on
+// with one batched direct get, through the connection's shared
+// subscription for such reads (no subscription per read). Any replica may
+// answer: one that lags answers short, and none at or after seq is an
+// empty answer, not an error; an answer that is not a whole batch is an
+// error (read through the leader then).
+func (t *Topology) DirectBatch(ctx context.Context, streamName, subject string, seq uint64, n int) ([]*jetstream.RawStreamMsg, error) {
+	mux, err := batchMuxOf(t.JS.Conn())
+	if err != nil {
+		return nil, err
+	}
+	return mux.get(ctx, t.apiPrefix()+"DIRECT.GET."+streamName, batchRequest{Seq: seq, NextFor: subject, Batch: n, MaxBytes: readBatchBytes}, t.cfg.RequestTimeout)
+}
+
 // APIPrefix is the JetStream API prefix of t's JetStream context, with
 // its trailing dot ("$JS.API.", "$JS.<domain>.API.", or the custom prefix):
 // what a raw JetStream request's subject starts with.

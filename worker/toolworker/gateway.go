@@ -360,7 +360,7 @@ func (c *pendingCall) onWord(ctx context.Context, w gatewayWord) (schema.Event, 
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	events, subject := c.g.t.Events.CachedInfo().Config.Name, c.g.t.EventsSubject(c.q.Session)
-	msgs, err := c.g.directBatch(rctx, events, subject, w.CallSeq, wordReadAhead)
+	msgs, err := c.g.t.DirectBatch(rctx, events, subject, w.CallSeq, wordReadAhead)
 	if err != nil {
 		return schema.Event{}, false, err
 	}

@@ -3,12 +3,9 @@ package toolworker
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jingwei/jingwei/schema"
@@ -140,7 +137,7 @@ func (x *sessionIndex) refresh(ctx context.Context, g *Gateway, asked time.Time,
 	var err error
 	for ctx.Err() == nil {
 		var msgs []*jetstream.RawStreamMsg
-		msgs, err = g.directBatch(ctx, events, subject, next, indexBatch)
+		msgs, err = g.t.DirectBatch(ctx, events, subject, next, indexBatch)
 		if err != nil {
 			break
 		}
@@ -158,7 +155,7 @@ func (x *sessionIndex) refresh(ctx context.Context, g *Gateway, asked time.Time,
 	// The answers, one message get each from where the last read stopped.
 	ans := g.t.Answers.CachedInfo().Config.Name
 	for range answersPerRefresh {
-		m, ok, err := g.leaderGet(ctx, ans, x.ansNext, g.t.AnswersSubject(x.session))
+		m, ok, err := g.t.LeaderGet(ctx, ans, x.ansNext, g.t.AnswersSubject(x.session))
 		if err != nil {
 			return err
 		}
@@ -186,53 +183,8 @@ func (x *sessionIndex) refresh(ctx context.Context, g *Gateway, asked time.Time,
 // wait, their looks read its log at most this often.
 const refreshEvery = 50 * time.Millisecond
 
-// indexBatch is how many events one direct get of a refresh asks for
-// (indexBatchBytes at most).
-const (
-	indexBatch      = 256
-	indexBatchBytes = 1 << 20
-)
-
-// directBatch reads up to n messages of streamName on subject from seq on
-// with one batched direct get (any replica may answer: one that lags
-// answers short, and the next refresh reads the rest).
-func (g *Gateway) directBatch(ctx context.Context, streamName, subject string, seq uint64, n int) ([]*jetstream.RawStreamMsg, error) {
-	nc := g.t.JS.Conn()
-	inbox := nc.NewInbox()
-	sub, err := nc.SubscribeSync(inbox)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	body, _ := json.Marshal(map[string]any{"seq": seq, "next_by_subj": subject, "batch": n, "max_bytes": indexBatchBytes})
-	if err := nc.PublishRequest(g.t.APIPrefix()+"DIRECT.GET."+streamName, inbox, body); err != nil {
-		return nil, err
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, g.t.Config().RequestTimeout)
-		defer cancel()
-	}
-	var out []*jetstream.RawStreamMsg
-	for {
-		m, err := sub.NextMsgWithContext(ctx)
-		if err != nil {
-			return out, err
-		}
-		if len(m.Data) == 0 && m.Header.Get("Status") != "" {
-			switch m.Header.Get("Status") {
-			case "204", "404": // end of the batch, or nothing there
-				return out, nil
-			}
-			return out, fmt.Errorf("toolworker: direct get on %s: %s %s", streamName, m.Header.Get("Status"), m.Header.Get("Description"))
-		}
-		s, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
-		if err != nil || m.Header.Get(jetstream.SubjectHeader) != subject {
-			return out, fmt.Errorf("toolworker: direct get on %s: a message without its sequence or of another subject", streamName)
-		}
-		out = append(out, &jetstream.RawStreamMsg{Subject: subject, Sequence: s, Data: m.Data})
-	}
-}
+// indexBatch is how many events one direct get of a refresh asks for.
+const indexBatch = 256
 
 // indexed is what the index reads of an event: the ids of a tool.call or
 // a tool.result (a light decode: the index only points at events, which
@@ -293,63 +245,14 @@ func (x *sessionIndex) resultOf(callID string) uint64 {
 	return x.results[callID]
 }
 
-// msgGet is the body of $JS.API.STREAM.MSG.GET.<stream>: the first
-// message at or after seq on subject, from the stream leader.
-type msgGet struct {
-	Seq     uint64 `json:"seq"`
-	NextFor string `json:"next_by_subj"`
-}
-
-// msgGetAnswer is its answer.
-type msgGetAnswer struct {
-	Error *jetstream.APIError `json:"error,omitempty"`
-	Msg   *struct {
-		Subject  string `json:"subject"`
-		Sequence uint64 `json:"seq"`
-		Data     []byte `json:"data,omitempty"`
-	} `json:"message,omitempty"`
-}
-
-// leaderGet reads the first message of streamName at or after seq on
-// subject from the stream leader (a replica that lags never answers it);
-// ok false when there is none.
-func (g *Gateway) leaderGet(ctx context.Context, streamName string, seq uint64, subject string) (*jetstream.RawStreamMsg, bool, error) {
-	body, _ := json.Marshal(msgGet{Seq: seq, NextFor: subject})
-	var resp *nats.Msg
-	var err error
-	subj := g.t.APIPrefix() + "STREAM.MSG.GET." + streamName
-	if _, ok := ctx.Deadline(); ok {
-		resp, err = g.t.JS.Conn().RequestWithContext(ctx, subj, body)
-	} else {
-		resp, err = g.t.JS.Conn().Request(subj, body, g.t.Config().RequestTimeout)
-	}
-	if err != nil {
-		return nil, false, err
-	}
-	var r msgGetAnswer
-	if err := json.Unmarshal(resp.Data, &r); err != nil {
-		return nil, false, fmt.Errorf("toolworker: message get on %s: %w", streamName, err)
-	}
-	if r.Error != nil {
-		if r.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound {
-			return nil, false, nil
-		}
-		return nil, false, r.Error
-	}
-	if r.Msg == nil || r.Msg.Subject != subject {
-		return nil, false, nil
-	}
-	return &jetstream.RawStreamMsg{Subject: r.Msg.Subject, Sequence: r.Msg.Sequence, Data: r.Msg.Data}, true, nil
-}
-
 // eventAt returns the event stored at seq of the session's log (ok false
 // when seq holds none of it): a direct get, and the stream leader's
 // message get when the replica that answered does not have it (it lags).
 func (g *Gateway) eventAt(ctx context.Context, session string, seq uint64) (schema.Event, bool, error) {
 	events, subject := g.t.Events.CachedInfo().Config.Name, g.t.EventsSubject(session)
-	msgs, err := g.directBatch(ctx, events, subject, seq, 1)
+	msgs, err := g.t.DirectBatch(ctx, events, subject, seq, 1)
 	if err != nil || len(msgs) == 0 || msgs[0].Sequence != seq {
-		m, ok, err := g.leaderGet(ctx, events, seq, subject)
+		m, ok, err := g.t.LeaderGet(ctx, events, seq, subject)
 		if err != nil || !ok || m.Sequence != seq {
 			return schema.Event{}, false, err
 		}
