@@ -8,7 +8,7 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/jingwei/jingwei/internal/testhistory"
+	"github.com/jingwei/jingwei/bench/histgen"
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
@@ -36,7 +36,7 @@ func inspectStep(cfg Config) step {
 // collected heap, so neither pays for the other's garbage. It does not use
 // the server.
 func inspectVsDecode(ctx context.Context, events, rounds int) (jw, raw []float64, err error) {
-	h := testhistory.Generate(testhistory.Config{Events: events})
+	h := histgen.Generate(histgen.Config{Events: events})
 	data, last := h.JSONL, h.LastCall
 	jwRound := func(context.Context, int) (float64, error) {
 		runtime.GC()

@@ -5,13 +5,13 @@ import (
 	"io"
 	"testing"
 
-	"github.com/jingwei/jingwei/internal/testhistory"
+	"github.com/jingwei/jingwei/bench/histgen"
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 )
 
 // BenchmarkInspectGenerated is BenchmarkInspect over the history the
-// `jingwei bench` row "Inspect vs decode" reads (internal/testhistory's
+// `jingwei bench` row "Inspect vs decode" reads (bench/histgen's
 // default 100,000 events: combined-form calls, retries with reviews,
 // fences, rejections), reporting the same metrics. Run it with
 // -benchtime 10x or so.
@@ -26,7 +26,7 @@ import (
 // pass over per-call hashes after the read, see dups), then the call
 // structs (184 → 144 bytes) and one allocation per call's arguments.
 func BenchmarkInspectGenerated(b *testing.B) {
-	h := testhistory.Generate(testhistory.Config{})
+	h := histgen.Generate(histgen.Config{})
 	data, last := h.JSONL, h.LastCall
 	b.SetBytes(int64(len(data)))
 	b.ReportAllocs()
@@ -55,7 +55,7 @@ func BenchmarkInspectGenerated(b *testing.B) {
 // profiles (-cpuprofile, -memprofile) of Inspect without the decode-only
 // runs of BenchmarkInspectGenerated.
 func BenchmarkInspectOnly(b *testing.B) {
-	h := testhistory.Generate(testhistory.Config{})
+	h := histgen.Generate(histgen.Config{})
 	data, last := h.JSONL, h.LastCall
 	b.SetBytes(int64(len(data)))
 	b.ReportAllocs()
@@ -70,7 +70,7 @@ func BenchmarkInspectOnly(b *testing.B) {
 // BenchmarkDecodeOnly is the decode BenchmarkInspectOnly's Inspect starts
 // from, alone, for comparing profiles.
 func BenchmarkDecodeOnly(b *testing.B) {
-	h := testhistory.Generate(testhistory.Config{})
+	h := histgen.Generate(histgen.Config{})
 	data := h.JSONL
 	b.SetBytes(int64(len(data)))
 	b.ReportAllocs()
@@ -94,7 +94,7 @@ func BenchmarkDecodeOnly(b *testing.B) {
 // decode, which is most of BenchmarkInspectOnly and most of its noise;
 // cpu-ns/op is the median process CPU time (unix only).
 func BenchmarkInspectDecoded(b *testing.B) {
-	h := testhistory.Generate(testhistory.Config{})
+	h := histgen.Generate(histgen.Config{})
 	b.ReportAllocs()
 	var cpu []float64
 	for b.Loop() {

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/jingwei/jingwei/effect"
-	"github.com/jingwei/jingwei/internal/testhistory"
+	"github.com/jingwei/jingwei/bench/histgen"
 	"github.com/jingwei/jingwei/schema"
 )
 
@@ -44,7 +44,7 @@ func sameEncoding(t *testing.T, what string, ev schema.Event) {
 // with the reference encoder (encoding/json, then DecodeEvent over its
 // output), and requires byte-identical lines, or the same error.
 func TestEncodeEventMatchesReflect(t *testing.T) {
-	h := testhistory.Generate(testhistory.Config{Seed: 7})
+	h := histgen.Generate(histgen.Config{Seed: 7})
 	types := map[string]int{}
 	for i, ev := range h.Events {
 		types[ev.Type]++

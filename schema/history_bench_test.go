@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jingwei/jingwei/internal/testhistory"
+	"github.com/jingwei/jingwei/bench/histgen"
 	"github.com/jingwei/jingwei/schema"
 )
 
@@ -16,7 +16,7 @@ import (
 // json.Unmarshal of each line into a schema.Event; the benchmark reports
 // both times and their ratio (decode/unmarshal).
 func BenchmarkDecodeHistory(b *testing.B) {
-	h := testhistory.Generate(testhistory.Config{})
+	h := histgen.Generate(histgen.Config{})
 	b.SetBytes(int64(len(h.JSONL)))
 	var base, full time.Duration
 	for b.Loop() {

@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/jingwei/jingwei/internal/testhistory"
+	"github.com/jingwei/jingwei/bench/histgen"
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 )
@@ -15,7 +15,7 @@ import (
 // recovery.Inspect's on the history as it stood at that event.
 func TestIncrementalMatchesInspect(t *testing.T) {
 	for seed := uint64(1); seed <= 4; seed++ {
-		h := testhistory.Generate(testhistory.Config{Session: "s-gen", Events: 600, Seed: seed})
+		h := histgen.Generate(histgen.Config{Session: "s-gen", Events: 600, Seed: seed})
 		tr := newTracker()
 		var fast, loaded int
 		for i, ev := range h.Events {

@@ -1,5 +1,9 @@
-// Package testhistory builds realistic, valid session histories for tests
-// and benchmarks: tool calls with operations and start markers, started
+// Package histgen generates the synthetic session histories `jingwei bench`
+// measures Inspect against (the "Inspect vs decode" row); the tests of
+// schema, recovery and the recovery worker use the same histories as a
+// realistic workload. It is a workload generator, not a fixture set: it
+// ships in the binary because the bench command needs it. It builds
+// realistic, valid histories: tool calls with operations and start markers, started
 // events, calls in the combined form (call.started, every second call
 // whose body starts), results of every status, rejected admissions, retries linked to
 // their prior attempt (with plan ids, bases and reviews), takeovers
@@ -11,7 +15,7 @@
 // within the 16 MiB limit. Calls, started and result events alone average
 // about 180 bytes, so a 100,000-event history of nothing else would exceed
 // the limit; the small progress events keep it realistic and loadable.
-package testhistory
+package histgen
 
 import (
 	"bytes"
@@ -102,7 +106,7 @@ func Generate(cfg Config) History {
 	}
 	var buf bytes.Buffer
 	if err := schema.WriteHistory(&buf, g.h.Events); err != nil {
-		panic("testhistory: " + err.Error())
+		panic("histgen: " + err.Error())
 	}
 	g.h.JSONL = buf.Bytes()
 	return g.h

@@ -1,4 +1,4 @@
-package testhistory
+package histgen
 
 import (
 	"bytes"
