@@ -15,7 +15,7 @@ import (
 	"github.com/jingwei/jingwei/worker/recoverer"
 )
 
-// Issue 16's targets for the recovery worker's classification: against a
+// The targets for the recovery worker's classification: against a
 // raw consumer that stores as many assessment-sized messages as the
 // recovery worker stores assessments (one message per assessment: the
 // naive protocol, where the recovery worker stores its assessments of

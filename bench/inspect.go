@@ -14,8 +14,8 @@ import (
 	"github.com/jingwei/jingwei/stream"
 )
 
-// inspectTarget is issue 7's target for Inspect: at most 1.2 × the decode
-// time (the ratio is inspect time / decode time, lower is better).
+// inspectTarget: planning recovery from a history costs little more than
+// reading it — at most 1.2 × the decode time (the ratio is inspect time / decode time, lower is better).
 var inspectTarget = Target{Check: RatioAtMost, Limit: 1.2}
 
 func inspectStep(cfg Config) step {

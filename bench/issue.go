@@ -19,9 +19,9 @@ import (
 	"github.com/jingwei/jingwei/worker/recoverer"
 )
 
-// Targets of plan issuance (issue 23: at least 0.8 of a raw side making
-// the reads and writes the contract requires; issue 16's 0.6 was against
-// the create and publish alone).
+// Targets of plan issuance: at least 0.8 of a raw side making the reads
+// and writes the contract requires (a raw side of the create and publish
+// alone would hide the reads every issuance must make).
 var (
 	issueTarget = Target{Check: RatioAtLeast, Limit: 0.8}
 	dupTarget   = Target{Check: ValueEqual, Limit: 0}
@@ -61,7 +61,7 @@ func issueStep(cfg Config) step {
 // end, recovery.PrepareRetry, KV create on the plan id, publish on
 // jw.plans.<session> with the plan id as Nats-Msg-Id — against a raw side
 // making the reads and writes the contract requires with plain
-// nats.go/JetStream calls (issue 23): four goroutines (each on its own
+// nats.go/JetStream calls: four goroutines (each on its own
 // connection) each read, for every call of sessions of the same shape,
 // the latest review from the stream leader and the history to its
 // leader-known end (rawReader: three requests at once), then race a

@@ -14,8 +14,8 @@ import (
 	"github.com/jingwei/jingwei/worker/recoverer"
 )
 
-// memoryTarget is issue 7's target for the recovery worker's resident
-// memory, in MiB.
+// memoryTarget is the ceiling of the recovery worker's resident memory,
+// in MiB, while it watches the open calls of the scenario.
 var memoryTarget = Target{Check: ValueBelow, Limit: 150, Text: "< 150 MiB"}
 
 // memoryOpen is how many calls stay open (under live leases) in the memory

@@ -20,7 +20,7 @@ import (
 	"github.com/jingwei/jingwei/worker/toolworker"
 )
 
-// Issue 23's targets for the pipeline call (an agent's call through
+// The targets for the pipeline call (an agent's call through
 // jw.api.call, a tool worker and back): one caller's p50 at most 1.5 ms
 // with sync=interval and 4 ms with sync=always, its p99 at most 3 times
 // its p50; 16 callers at least half the calls/s of the in-process runtime

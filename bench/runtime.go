@@ -13,7 +13,7 @@ import (
 	"github.com/jingwei/jingwei/worker"
 )
 
-// Issue 16's targets for runtime calls: against a raw call made of three
+// The targets for runtime calls: against a raw call made of three
 // fenced appends (the three-event form: tool.call, tool.started,
 // tool.result), at least 1.3 times its rate; against a raw call of two
 // (tool.call with started, tool.result: the least an admitted call can

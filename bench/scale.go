@@ -21,7 +21,7 @@ import (
 	"github.com/jingwei/jingwei/worker/toolworker"
 )
 
-// The scale scenario (issue 17): what a fleet costs per session.
+// The scale scenario: what a fleet costs per session.
 //
 //   - storm: a tool worker owning every partition dies with one call open
 //     in each of n sessions; the seconds from its death (its last lease

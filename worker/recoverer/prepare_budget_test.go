@@ -15,7 +15,7 @@ import (
 )
 
 // TestPrepareRequestBudget pins the requests one prepare sends on each
-// path (issue 16), counted by a tap on the JetStream API, the KV and the
+// path, counted by a tap on the JetStream API, the KV and the
 // plan subjects — what the contract needs and nothing else:
 //
 //   - issued (no plan stored): the latest review (the JW_REVIEWS leader's

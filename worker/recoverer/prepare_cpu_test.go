@@ -13,7 +13,7 @@ import (
 	"github.com/jingwei/jingwei/stream/streamtest"
 )
 
-// BenchmarkPrepareCPU (issue 16) measures the process CPU (client and embedded
+// BenchmarkPrepareCPU measures the process CPU (client and embedded
 // server) of one prepare, alone and sequential, on each path — a plan
 // issued (the full path: review, history, create, publish) and the same
 // call asked again (review, KV get, the plan's latest message, the plan
