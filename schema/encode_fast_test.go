@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/bench/histgen"
+	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/schema"
 )
 
