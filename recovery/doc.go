@@ -1,6 +1,10 @@
 // Package recovery classifies the calls of a confirmed session history and
 // prepares retry plans (docs/protocol.md §9).
 //
+// It is the planner: pure functions, no I/O and no process. The recovery
+// worker, the process that reads the streams, calls these functions and
+// writes their results back, is package worker/recoverer.
+//
 // Inspect reads a history once, verifies it (physical order, one session,
 // call/started/result pairing, retry chains, fence epochs, field limits)
 // and classifies the latest attempt of one call: completed, not started or

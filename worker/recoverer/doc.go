@@ -3,6 +3,9 @@
 // jw.api.status; jw.api.call is served by the tool workers, see package
 // service).
 //
+// It is the process; the decisions it acts on (classification, plans)
+// are made by the pure functions of package recovery, the planner.
+//
 // # Parts
 //
 // A [Recoverer] is one type that composes small single-purpose services,
