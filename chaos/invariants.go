@@ -473,151 +473,8 @@ func leftOpen(f *facts, x *index) map[callKey]kill {
 // recovery worker's restart (a kill of it between the tool worker's kill
 // and the first assessment), and the healthy ones.
 func latency(f *facts, x *index) (Latency, []Row) {
-	type sample struct {
-		k             callKey
-		kl            kill
-		v             float64
-		expiry, first time.Time
-		fence         *time.Time
-		leaderless    time.Duration // overlap with the windows
-		windows       []string
-		back          time.Time // when the last window it overlapped closed
-		nodeDown      bool
-		recovererDown bool
-		split         string
-	}
-	ms := func(d time.Duration) float64 { return math.Round(d.Seconds()*1000) / 1000 }
-	var samples []sample
-	for k, kl := range leftOpen(f, x) {
-		first, ok := x.firstAssessment(k)
-		if !ok || first.Before(kl.At) {
-			continue
-		}
-		s := sample{k: k, kl: kl, v: ms(first.Sub(kl.At)), expiry: kl.At.Add(f.LeaseTTL), first: first, split: "no fence before it"}
-		if fe := x.calls[k].FencedAt; fe != nil && !fe.Time.After(first) {
-			t := fe.Time
-			s.fence = &t
-			by := fe.Owner
-			if fe.Event.Fence != nil && fe.Event.Fence.Owner != "" {
-				by = fe.Event.Fence.Owner
-			}
-			s.split = fmt.Sprintf("fence +%.3fs by %s, assessment +%.3fs after it", ms(fe.Time.Sub(kl.At)), by, ms(first.Sub(fe.Time)))
-		}
-		from := s.expiry
-		if first.Before(from) {
-			from = first
-		}
-		var clipped [][2]time.Time
-		for _, w := range f.Windows {
-			if !w.overlaps(from, first) {
-				continue
-			}
-			lo, hi := w.From, w.To
-			if lo.Before(from) {
-				lo = from
-			}
-			if hi.After(first) {
-				hi = first
-			}
-			clipped = append(clipped, [2]time.Time{lo, hi})
-			s.windows = append(s.windows, fmt.Sprintf("%s %.1fs", w.Target, w.To.Sub(w.From).Seconds()))
-			if w.To.After(s.back) {
-				s.back = w.To
-			}
-		}
-		s.leaderless = unionLength(clipped)
-		for _, ivs := range f.Outages {
-			for _, iv := range ivs {
-				if iv.overlaps(from, first.Add(time.Millisecond)) {
-					s.nodeDown = true
-				}
-			}
-		}
-		for _, rk := range f.RecovererKills {
-			if !rk.Before(kl.At) && rk.Before(first) {
-				s.recovererDown = true
-			}
-		}
-		if s.recovererDown {
-			s.split += "; the recovery worker restarted"
-		}
-		if len(s.windows) > 0 {
-			s.split += fmt.Sprintf("; leaderless: %s", strings.Join(s.windows, ", "))
-		} else if s.nodeDown {
-			s.split += "; a node down, leaders up"
-		}
-		samples = append(samples, s)
-	}
-	type over struct {
-		v    float64
-		text string
-	}
-	var slow []over
-	var xs, toFence, fenceToFirst []float64
-	var list []LatencySample
-	var grp struct{ down, leaderless, recoverer, healthy, beyond, backToFence []float64 }
-	var downSlow []over
-	for _, s := range samples {
-		ls := LatencySample{Call: ref(s.k), Owner: s.kl.Owner, Killed: Seconds(ms(s.kl.At.Sub(f.Start))), Latency: Seconds(s.v), Fence: Seconds(math.NaN())}
-		if f.Start.IsZero() {
-			ls.Killed = Seconds(math.NaN())
-		}
-		if s.fence != nil {
-			ls.Fence = Seconds(ms(s.fence.Sub(s.kl.At)))
-		}
-		if f.Split {
-			ls.Group, ls.Leaderless = "healthy", Seconds(ms(s.leaderless))
-			switch {
-			case len(s.windows) > 0:
-				ls.Group = "leaderless"
-			case s.nodeDown:
-				ls.Group = "node_down"
-			case s.recovererDown:
-				ls.Group = "recoverer_restart"
-			}
-		}
-		list = append(list, ls)
-		xs = append(xs, s.v)
-		if s.fence != nil {
-			toFence = append(toFence, math.Max(0, ms(s.fence.Sub(s.kl.At))))
-			fenceToFirst = append(fenceToFirst, ms(s.first.Sub(*s.fence)))
-		}
-		text := func() string {
-			at := fmt.Sprintf("%.3fs", ms(s.kl.At.Sub(f.Start)))
-			if f.Start.IsZero() {
-				at = s.kl.At.UTC().Format("15:04:05.000")
-			}
-			return fmt.Sprintf("%s %.3fs (%s killed at %s; %s)", ref(s.k), s.v, s.kl.Owner, at, s.split)
-		}
-		if s.v > f.Bound.Seconds() {
-			slow = append(slow, over{s.v, text()})
-		}
-		switch {
-		case len(s.windows) > 0:
-			grp.leaderless = append(grp.leaderless, s.v)
-			grp.beyond = append(grp.beyond, math.Max(0, ms(time.Duration(s.v*float64(time.Second))-s.leaderless)))
-			if s.fence != nil && s.fence.After(s.back) {
-				grp.backToFence = append(grp.backToFence, ms(s.fence.Sub(s.back)))
-			}
-		case s.nodeDown:
-			grp.down = append(grp.down, s.v)
-			if f.SplitBound > 0 && s.v > f.SplitBound.Seconds() {
-				downSlow = append(downSlow, over{s.v, text()})
-			}
-		case s.recovererDown:
-			grp.recoverer = append(grp.recoverer, s.v)
-		default:
-			grp.healthy = append(grp.healthy, s.v)
-		}
-	}
-	slowest := func(os []over) []string {
-		slices.SortFunc(os, func(a, b over) int { return cmp.Compare(b.v, a.v) })
-		var out []string
-		for _, o := range os {
-			out = append(out, o.text)
-		}
-		return out
-	}
+	t := tallyLatency(f, latencySamples(f, x))
+	xs := t.xs
 	slices.Sort(xs)
 	bound := f.Bound.Seconds()
 	l := Latency{Samples: len(xs), Bound: Seconds(bound), P50: Seconds(math.NaN()), P90: Seconds(math.NaN()), P99: Seconds(math.NaN()), Max: Seconds(math.NaN())}
@@ -632,27 +489,217 @@ func latency(f *facts, x *index) (Latency, []Row) {
 			r.Note = "no call was left open by a kill"
 		}
 		if name == "max" {
-			r.Examples = cap5(slowest(slow))
+			r.Examples = cap5(slowest(t.slow))
 		}
 		return r
 	}
 	l.ResultToAssessment = classifierLag(x)
-	l.CrashToFence, l.FenceToAssessment = distribution(toFence), distribution(fenceToFirst)
-	slices.SortStableFunc(list, func(a, b LatencySample) int { return cmp.Compare(b.Latency, a.Latency) })
-	l.List = list
+	l.CrashToFence, l.FenceToAssessment = distribution(t.toFence), distribution(t.fenceToFirst)
+	slices.SortStableFunc(t.list, func(a, b LatencySample) int { return cmp.Compare(b.Latency, a.Latency) })
+	l.List = t.list
 	rows := []Row{mk("p50", l.P50), mk("p90", l.P90), mk("p99", l.P99), mk("max", l.Max)}
 	if !f.Split {
 		return l, rows
 	}
+	return l, append(rows, splitLatency(f, &l, t)...)
+}
+
+// latencySample is one call left open by a kill, with what the cluster
+// was doing between its lease's expiry and its first assessment.
+type latencySample struct {
+	k             callKey
+	kl            kill
+	v             float64
+	expiry, first time.Time
+	fence         *time.Time
+	leaderless    time.Duration // overlap with the windows
+	windows       []string
+	back          time.Time // when the last window it overlapped closed
+	nodeDown      bool
+	recovererDown bool
+	split         string
+}
+
+// roundMS is d in seconds, rounded to the millisecond.
+func roundMS(d time.Duration) float64 { return math.Round(d.Seconds()*1000) / 1000 }
+
+// latencySamples returns a sample for every call a kill left open that
+// was assessed after the kill.
+func latencySamples(f *facts, x *index) []latencySample {
+	var samples []latencySample
+	for k, kl := range leftOpen(f, x) {
+		first, ok := x.firstAssessment(k)
+		if !ok || first.Before(kl.At) {
+			continue
+		}
+		s := latencySample{k: k, kl: kl, v: roundMS(first.Sub(kl.At)), expiry: kl.At.Add(f.LeaseTTL), first: first, split: "no fence before it"}
+		if fe := x.calls[k].FencedAt; fe != nil && !fe.Time.After(first) {
+			t := fe.Time
+			s.fence = &t
+			by := fe.Owner
+			if fe.Event.Fence != nil && fe.Event.Fence.Owner != "" {
+				by = fe.Event.Fence.Owner
+			}
+			s.split = fmt.Sprintf("fence +%.3fs by %s, assessment +%.3fs after it", roundMS(fe.Time.Sub(kl.At)), by, roundMS(first.Sub(fe.Time)))
+		}
+		s.placeInCluster(f)
+		samples = append(samples, s)
+	}
+	return samples
+}
+
+// placeInCluster finds what the cluster was doing between the sample's
+// lease expiry (or its assessment, if sooner) and its assessment:
+// leaderless windows, nodes down, a recovery worker restarted.
+func (s *latencySample) placeInCluster(f *facts) {
+	from := s.expiry
+	if s.first.Before(from) {
+		from = s.first
+	}
+	var clipped [][2]time.Time
+	for _, w := range f.Windows {
+		if !w.overlaps(from, s.first) {
+			continue
+		}
+		lo, hi := w.From, w.To
+		if lo.Before(from) {
+			lo = from
+		}
+		if hi.After(s.first) {
+			hi = s.first
+		}
+		clipped = append(clipped, [2]time.Time{lo, hi})
+		s.windows = append(s.windows, fmt.Sprintf("%s %.1fs", w.Target, w.To.Sub(w.From).Seconds()))
+		if w.To.After(s.back) {
+			s.back = w.To
+		}
+	}
+	s.leaderless = unionLength(clipped)
+	for _, ivs := range f.Outages {
+		for _, iv := range ivs {
+			if iv.overlaps(from, s.first.Add(time.Millisecond)) {
+				s.nodeDown = true
+			}
+		}
+	}
+	for _, rk := range f.RecovererKills {
+		if !rk.Before(s.kl.At) && rk.Before(s.first) {
+			s.recovererDown = true
+		}
+	}
+	if s.recovererDown {
+		s.split += "; the recovery worker restarted"
+	}
+	if len(s.windows) > 0 {
+		s.split += fmt.Sprintf("; leaderless: %s", strings.Join(s.windows, ", "))
+	} else if s.nodeDown {
+		s.split += "; a node down, leaders up"
+	}
+}
+
+// over is a sample over a bound, with its line for the examples.
+type over struct {
+	v    float64
+	text string
+}
+
+// slowest returns the examples' lines, slowest first.
+func slowest(os []over) []string {
+	slices.SortFunc(os, func(a, b over) int { return cmp.Compare(b.v, a.v) })
+	var out []string
+	for _, o := range os {
+		out = append(out, o.text)
+	}
+	return out
+}
+
+// latencyTally is the samples sorted into what the report prints.
+type latencyTally struct {
+	slow, downSlow        []over
+	xs                    []float64
+	toFence, fenceToFirst []float64
+	list                  []LatencySample
+	grp                   struct{ down, leaderless, recoverer, healthy, beyond, backToFence []float64 }
+}
+
+// tallyLatency sorts the samples into the report's list, its
+// distributions and (on a cluster) its groups.
+func tallyLatency(f *facts, samples []latencySample) latencyTally {
+	var t latencyTally
+	for _, s := range samples {
+		t.list = append(t.list, s.listed(f))
+		t.xs = append(t.xs, s.v)
+		if s.fence != nil {
+			t.toFence = append(t.toFence, math.Max(0, roundMS(s.fence.Sub(s.kl.At))))
+			t.fenceToFirst = append(t.fenceToFirst, roundMS(s.first.Sub(*s.fence)))
+		}
+		text := func() string {
+			at := fmt.Sprintf("%.3fs", roundMS(s.kl.At.Sub(f.Start)))
+			if f.Start.IsZero() {
+				at = s.kl.At.UTC().Format("15:04:05.000")
+			}
+			return fmt.Sprintf("%s %.3fs (%s killed at %s; %s)", ref(s.k), s.v, s.kl.Owner, at, s.split)
+		}
+		if s.v > f.Bound.Seconds() {
+			t.slow = append(t.slow, over{s.v, text()})
+		}
+		switch {
+		case len(s.windows) > 0:
+			t.grp.leaderless = append(t.grp.leaderless, s.v)
+			t.grp.beyond = append(t.grp.beyond, math.Max(0, roundMS(time.Duration(s.v*float64(time.Second))-s.leaderless)))
+			if s.fence != nil && s.fence.After(s.back) {
+				t.grp.backToFence = append(t.grp.backToFence, roundMS(s.fence.Sub(s.back)))
+			}
+		case s.nodeDown:
+			t.grp.down = append(t.grp.down, s.v)
+			if f.SplitBound > 0 && s.v > f.SplitBound.Seconds() {
+				t.downSlow = append(t.downSlow, over{s.v, text()})
+			}
+		case s.recovererDown:
+			t.grp.recoverer = append(t.grp.recoverer, s.v)
+		default:
+			t.grp.healthy = append(t.grp.healthy, s.v)
+		}
+	}
+	return t
+}
+
+// listed is the sample as the report lists it.
+func (s latencySample) listed(f *facts) LatencySample {
+	ls := LatencySample{Call: ref(s.k), Owner: s.kl.Owner, Killed: Seconds(roundMS(s.kl.At.Sub(f.Start))), Latency: Seconds(s.v), Fence: Seconds(math.NaN())}
+	if f.Start.IsZero() {
+		ls.Killed = Seconds(math.NaN())
+	}
+	if s.fence != nil {
+		ls.Fence = Seconds(roundMS(s.fence.Sub(s.kl.At)))
+	}
+	if f.Split {
+		ls.Group, ls.Leaderless = "healthy", Seconds(roundMS(s.leaderless))
+		switch {
+		case len(s.windows) > 0:
+			ls.Group = "leaderless"
+		case s.nodeDown:
+			ls.Group = "node_down"
+		case s.recovererDown:
+			ls.Group = "recoverer_restart"
+		}
+	}
+	return ls
+}
+
+// splitLatency sets l.Split from the groups of a cluster run and returns
+// its two rows: the node-down samples against the cluster's bound, and
+// what the takeover added beyond the leaderless windows.
+func splitLatency(f *facts, l *Latency, t latencyTally) []Row {
 	l.Split = &LatencySplit{
-		NodeDown: distribution(grp.down), Leaderless: distribution(grp.leaderless), Healthy: distribution(grp.healthy),
-		RecovererRestart:        distribution(grp.recoverer),
-		LeaderlessBeyondWindows: distribution(grp.beyond), LeadersBackToFence: distribution(grp.backToFence),
+		NodeDown: distribution(t.grp.down), Leaderless: distribution(t.grp.leaderless), Healthy: distribution(t.grp.healthy),
+		RecovererRestart:        distribution(t.grp.recoverer),
+		LeaderlessBeyondWindows: distribution(t.grp.beyond), LeadersBackToFence: distribution(t.grp.backToFence),
 		Bound: Seconds(f.SplitBound.Seconds()),
 	}
 	d := l.Split.NodeDown
 	r := Row{Name: rowLatencyNodeDown, Value: float64(d.P99), Unit: "s", Target: f.SplitBoundText,
-		Met: d.Samples > 0 && float64(d.P99) <= f.SplitBound.Seconds(), Examples: cap5(slowest(downSlow)),
+		Met: d.Samples > 0 && float64(d.P99) <= f.SplitBound.Seconds(), Examples: cap5(slowest(t.downSlow)),
 		Note: fmt.Sprintf("p99 of the %d samples whose lease expired while a node was down or cut off and every JetStream leader of the takeover was there", d.Samples)}
 	if d.Samples == 0 {
 		r.Note = "no sample: no lease expired while a node was down with every leader there"
@@ -661,7 +708,7 @@ func latency(f *facts, x *index) (Latency, []Row) {
 	rb := Row{Name: rowLatencyBeyond, Value: float64(b.P99), Unit: "s", Target: f.SplitBoundText,
 		Met:  b.Samples == 0 || float64(b.P99) <= f.SplitBound.Seconds(),
 		Note: fmt.Sprintf("p99, over the %d samples that met a leaderless window, of the latency minus the time without a leader: what the takeover added beyond the election", b.Samples)}
-	return l, append(rows, r, rb)
+	return []Row{r, rb}
 }
 
 // classifierLag is the distribution of the time from each closed call's
