@@ -139,17 +139,42 @@ func lastSeqOf(ms []rawMsg) uint64 {
 // against a deployment with other traffic judges its own actions only.
 func readSnapshot(ctx context.Context, js jetstream.JetStream, sessionPrefix, markerPrefix string) (*snapshot, error) {
 	s := &snapshot{At: time.Now(), Undecodable: map[string]int{}}
-	mine := func(subject, kind string) bool {
-		return strings.HasPrefix(subject, subjectPrefix+"."+kind+"."+sessionPrefix)
+	// mine keeps the messages of this run's sessions on kind's subjects.
+	mine := func(kind string) func(rawMsg) bool {
+		return func(m rawMsg) bool {
+			return strings.HasPrefix(m.Subject, subjectPrefix+"."+kind+"."+sessionPrefix)
+		}
 	}
-	read := func(name string) ([]rawMsg, error) { return readStream(ctx, js, name) }
-
-	msgs, err := read(streamEvents)
-	if err != nil {
+	for _, part := range []struct {
+		stream string
+		add    func([]rawMsg)
+	}{
+		{streamEvents, func(msgs []rawMsg) { s.addEvents(msgs, mine("events")) }},
+		{streamAssessments, func(msgs []rawMsg) { s.addAssessments(msgs, mine("assessments")) }},
+		{streamReviews, func(msgs []rawMsg) { s.addReviews(msgs, mine("reviews")) }},
+		{streamPlans, func(msgs []rawMsg) { s.addPlans(msgs, mine("plans")) }},
+		{streamAnswers, func(msgs []rawMsg) { s.addAnswers(msgs, mine("answers")) }},
+		{streamLedger, func(msgs []rawMsg) { s.addCharges(msgs, markerPrefix) }},
+		{streamOrders, func(msgs []rawMsg) { s.addOrders(msgs, markerPrefix) }},
+	} {
+		msgs, err := readStream(ctx, js, part.stream)
+		if err != nil {
+			return nil, err
+		}
+		part.add(msgs)
+	}
+	var err error
+	if s.PendingRequests, err = pendingRequests(ctx, js, sessionPrefix); err != nil {
 		return nil, err
 	}
+	return s, nil
+}
+
+// addEvents adds the session log events; one the strict decoder refuses
+// is counted undecodable and still kept if plain JSON reads it.
+func (s *snapshot) addEvents(msgs []rawMsg, mine func(rawMsg) bool) {
 	for _, m := range msgs {
-		if !mine(m.Subject, "events") {
+		if !mine(m) {
 			continue
 		}
 		ev, err := schema.DecodeEvent(m.Data)
@@ -162,15 +187,16 @@ func readSnapshot(ctx context.Context, js jetstream.JetStream, sessionPrefix, ma
 		ev.Seq = m.Seq
 		s.Events = append(s.Events, logEvent{Seq: m.Seq, Time: m.Time, Owner: m.Header.Get(headerOwner), Event: ev})
 	}
-	if msgs, err = read(streamAssessments); err != nil {
-		return nil, err
-	}
+}
+
+// addAssessments adds the assessments: one per message or a batch of them
+// (docs/protocol.md §5.4), each member one entry with its own
+// Jw-Assessment-Id value.
+func (s *snapshot) addAssessments(msgs []rawMsg, mine func(rawMsg) bool) {
 	for _, m := range msgs {
-		if !mine(m.Subject, "assessments") {
+		if !mine(m) {
 			continue
 		}
-		// One assessment or a batch of them (docs/protocol.md §5.4): each
-		// member is one entry, with its own Jw-Assessment-Id value.
 		as, err := schema.DecodeAssessments(m.Data)
 		if err != nil {
 			s.Undecodable[streamAssessments]++
@@ -187,11 +213,11 @@ func readSnapshot(ctx context.Context, js jetstream.JetStream, sessionPrefix, ma
 			s.Assessments = append(s.Assessments, assessmentMsg{Seq: m.Seq, Time: m.Time, ID: id, Assessment: a})
 		}
 	}
-	if msgs, err = read(streamReviews); err != nil {
-		return nil, err
-	}
+}
+
+func (s *snapshot) addReviews(msgs []rawMsg, mine func(rawMsg) bool) {
 	for _, m := range msgs {
-		if !mine(m.Subject, "reviews") {
+		if !mine(m) {
 			continue
 		}
 		var r schema.Review
@@ -201,11 +227,11 @@ func readSnapshot(ctx context.Context, js jetstream.JetStream, sessionPrefix, ma
 		}
 		s.Reviews = append(s.Reviews, reviewMsg{Seq: m.Seq, Time: m.Time, Review: r})
 	}
-	if msgs, err = read(streamPlans); err != nil {
-		return nil, err
-	}
+}
+
+func (s *snapshot) addPlans(msgs []rawMsg, mine func(rawMsg) bool) {
 	for _, m := range msgs {
-		if !mine(m.Subject, "plans") {
+		if !mine(m) {
 			continue
 		}
 		var p schema.Plan
@@ -215,11 +241,11 @@ func readSnapshot(ctx context.Context, js jetstream.JetStream, sessionPrefix, ma
 		}
 		s.Plans = append(s.Plans, planMsg{Seq: m.Seq, Time: m.Time, Plan: p})
 	}
-	if msgs, err = read(streamAnswers); err != nil {
-		return nil, err
-	}
+}
+
+func (s *snapshot) addAnswers(msgs []rawMsg, mine func(rawMsg) bool) {
 	for _, m := range msgs {
-		if !mine(m.Subject, "answers") {
+		if !mine(m) {
 			continue
 		}
 		var a schema.Answer
@@ -229,9 +255,12 @@ func readSnapshot(ctx context.Context, js jetstream.JetStream, sessionPrefix, ma
 		}
 		s.Answers = append(s.Answers, answerMsg{Seq: m.Seq, Time: m.Time, Answer: a})
 	}
-	if msgs, err = read(streamLedger); err != nil {
-		return nil, err
-	}
+}
+
+// addCharges adds the ledger's charges of this run's accounts, each with
+// its writer's epoch and the highest epoch written to its subject before
+// it (the fence it met).
+func (s *snapshot) addCharges(msgs []rawMsg, markerPrefix string) {
 	fences := map[string]uint64{} // ledger subject + session → highest epoch written so far
 	for _, m := range msgs {
 		var c chargeRecord
@@ -252,9 +281,12 @@ func readSnapshot(ctx context.Context, js jetstream.JetStream, sessionPrefix, ma
 		c.Seq, c.Time = m.Seq, m.Time
 		s.Charges = append(s.Charges, c)
 	}
-	if msgs, err = read(streamOrders); err != nil {
-		return nil, err
-	}
+}
+
+// addOrders adds the orders of this run's customers as the orders bucket
+// holds them last (a deleted or purged key holds none), in key order of
+// first write.
+func (s *snapshot) addOrders(msgs []rawMsg, markerPrefix string) {
 	latest := map[string]*orderRecord{} // KV key → its last value
 	var keys []string
 	for _, m := range msgs {
@@ -278,10 +310,6 @@ func readSnapshot(ctx context.Context, js jetstream.JetStream, sessionPrefix, ma
 			s.Orders = append(s.Orders, *o)
 		}
 	}
-	if s.PendingRequests, err = pendingRequests(ctx, js, sessionPrefix); err != nil {
-		return nil, err
-	}
-	return s, nil
 }
 
 // pendingRequests counts the run's requests still in the work queue.
