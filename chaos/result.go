@@ -11,6 +11,32 @@ import (
 // report builds the report from what the run gathered; it works on a run
 // cut short too (the rows are then missing, Error says why).
 func (h *harness) report() *Report {
+	rep := h.newReport()
+	if h.faults != nil {
+		rep.Faults = h.faults.list()
+	}
+	if h.leaders != nil && h.faults != nil {
+		h.leaderWindows(rep)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.exercised(rep)
+	if h.wl == nil || h.final == nil {
+		return rep
+	}
+	f := h.gatherFacts(rep)
+	rows, lat := check(f, h.final)
+	if h.cfg.Strict {
+		strict(rows, f.Split)
+	}
+	rep.Rows, rep.Latency = rows, lat
+	h.countFinal(rep, f)
+	return rep
+}
+
+// newReport is the report of the run's configuration, before anything
+// is counted or checked.
+func (h *harness) newReport() *Report {
 	cfg := h.cfg
 	rep := &Report{
 		Seed: cfg.Seed, Mode: cfg.Mode, Label: cfg.label(), Elapsed: Seconds(time.Since(h.started).Seconds()),
@@ -31,16 +57,14 @@ func (h *harness) report() *Report {
 	if cfg.Keep && h.dir != "" {
 		rep.Dir = h.dir
 	}
-	if h.faults != nil {
-		rep.Faults = h.faults.list()
-	}
-	if h.leaders != nil && h.faults != nil {
-		h.leaderWindows(rep)
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	rep.Notes = append(rep.Notes, h.notes...)
+	return rep
+}
+
+// exercised counts what the run did (reviews, prepares, publishes,
+// faults) and notes what went wrong on the way. h.mu is held.
+func (h *harness) exercised(rep *Report) {
 	e := &rep.Exercised
+	rep.Notes = append(rep.Notes, h.notes...)
 	e.ReviewsSigned, e.Prepares = copyCounts(h.reviews), copyCounts(h.prepares)
 	e.HandledDuringPause, e.ConcurrentPrepares, e.SetupAttempts = h.duringPause, h.concurrent, h.setupAttempts
 	if h.sup != nil {
@@ -58,10 +82,13 @@ func (h *harness) report() *Report {
 		e.WorkerKills, e.RecovererKills = h.faults.count("worker_kill"), h.faults.count("recoverer_kill")
 		e.NodeKills, e.Pauses, e.Partitions = h.faults.count("node_kill"), h.faults.count("pause"), h.faults.count("partition")
 	}
-	if h.wl == nil || h.final == nil {
-		return rep
-	}
+}
 
+// gatherFacts gathers what the invariants are checked against: the actions and
+// their acks, the kills, and the latency bound (and, on a cluster, the
+// leaderless windows and outages it is split by). h.mu is held.
+func (h *harness) gatherFacts(rep *Report) *facts {
+	cfg := h.cfg
 	f := &facts{Kills: h.kills, Checkpoint: h.checkpoint, HostNotes: h.hostNotes, ConcurrentMismatch: h.mismatch, Start: h.faults.t0, LeaseTTL: cfg.LeaseTTL}
 	for i, a := range h.wl.actions {
 		a.Acked = h.acked[i]
@@ -81,12 +108,14 @@ func (h *harness) report() *Report {
 			}
 		}
 	}
-	rows, lat := check(f, h.final)
-	if cfg.Strict {
-		strict(rows, f.Split)
-	}
-	rep.Rows, rep.Latency = rows, lat
+	return f
+}
 
+// countFinal counts the calls, results, retries, plans and business
+// records of the final snapshot, and notes what did not decode or was
+// still queued. h.mu is held.
+func (h *harness) countFinal(rep *Report, f *facts) {
+	e := &rep.Exercised
 	x := newIndex(h.final)
 	e.Actions = len(f.Actions)
 	e.Calls = len(x.order)
@@ -130,7 +159,6 @@ func (h *harness) report() *Report {
 	if h.final.PendingRequests > 0 {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("%d requests still in the work queue at the end", h.final.PendingRequests))
 	}
-	return rep
 }
 
 // strict makes the latency bound a must-hold row (Config.Strict): on a
