@@ -4,9 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/jingwei/jingwei/stream"
 
 	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream"
 )
 
 // Admission is what an admission hook sees of a call. The tool.call event is

@@ -115,6 +115,66 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if len(args) > 0 && args[0] == "node" {
 		return runChaosNode(ctx, args[1:], stderr)
 	}
+	cfg, out, st, ok := chaosConfig(args, stderr)
+	if !ok {
+		return st
+	}
+	if cfg.Exe == "" {
+		var err error
+		if cfg.Exe, err = os.Executable(); err != nil {
+			fmt.Fprintf(stderr, "jingwei chaos: cannot find this executable for the child processes: %v (use --exe)\n", err)
+			return exitFailure
+		}
+	}
+	if !out.asJSON && isTerminal(stderr) {
+		cfg.Progress = &bench.Bar{W: stderr}
+	}
+	rep, err := chaos.Run(ctx, cfg)
+	if errors.Is(err, chaos.ErrInvalidConfig) {
+		return usageError(stderr, "chaos", "%v", err)
+	}
+	out.write(rep, stdout, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "jingwei chaos: %v\n", err)
+		return exitFailure
+	}
+	if err := rep.Err(); err != nil {
+		fmt.Fprintf(stderr, "jingwei chaos: %v\n", err)
+		return exitFailure
+	}
+	return exitOK
+}
+
+// chaosOutput is where the report goes: stdout as a table or JSON, and
+// optionally a JSON file.
+type chaosOutput struct {
+	asJSON     bool
+	reportFile string
+}
+
+// write prints rep (nil: nothing to print) and writes its file.
+func (o chaosOutput) write(rep *chaos.Report, stdout, stderr io.Writer) {
+	if rep == nil {
+		return
+	}
+	if o.reportFile != "" {
+		if f, ferr := os.Create(o.reportFile); ferr != nil {
+			fmt.Fprintf(stderr, "jingwei chaos: --report: %v\n", ferr)
+		} else {
+			_ = rep.WriteJSON(f)
+			f.Close()
+		}
+	}
+	if o.asJSON {
+		_ = rep.WriteJSON(stdout)
+	} else {
+		_ = rep.WriteTable(stdout)
+	}
+}
+
+// chaosConfig parses the flags into the harness's configuration; false
+// with the exit status when they are wrong.
+func chaosConfig(args []string, stderr io.Writer) (chaos.Config, chaosOutput, int, bool) {
 	fs := newFlags("chaos", "Kill, freeze and partition a deployment under load, then check its invariants.", chaosHelp, stderr)
 	var lf logFlags
 	lf.register(fs)
@@ -154,11 +214,11 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	exe := fs.String("exe", "", "jingwei binary for the child processes (default: this executable)")
 	toolsFile := fs.String("tools", "", "tool catalog the tool workers run instead of the example tools (docs/catalog.md; e.g. the example tools behind an MCP backend of 'jingwei tools serve-examples')")
 	if st, ok := parseFlags(fs, args); !ok {
-		return st
+		return chaos.Config{}, chaosOutput{}, st, false
 	}
 	log, err := lf.logger(stderr)
 	if err != nil {
-		return usageError(stderr, "chaos", "%v", err)
+		return chaos.Config{}, chaosOutput{}, usageError(stderr, "chaos", "%v", err), false
 	}
 	cfg := chaos.Config{
 		Exe: *exe, Dir: *dir, Keep: *keep, Quick: *quick, Seed: *seed, Nodes: *nodes, Replicas: *replicas, Sync: *syncMode,
@@ -175,71 +235,57 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if *slow == 0 {
 		cfg.SlowFraction = -1
 	}
+	err = chaosTarget(&cfg, *single, *server, *auth, *reviewerKey)
+	if err == nil {
+		cfg.KillEvery, cfg.NoWorkerKills, err = parseRange(*killEvery)
+		if err != nil {
+			err = fmt.Errorf("--kill-every: %w", err)
+		}
+	}
+	if err == nil && *ttl < time.Second {
+		err = errors.New("--lease-ttl must be at least 1s")
+	}
+	if err == nil && *toolsFile != "" {
+		err = chaosTools(&cfg, *toolsFile)
+	}
+	if err != nil {
+		return chaos.Config{}, chaosOutput{}, usageError(stderr, "chaos", "%v", err), false
+	}
+	return cfg, chaosOutput{asJSON: *asJSON, reportFile: *reportFile}, exitOK, true
+}
+
+// chaosTarget sets the mode: one node, an existing deployment (--server
+// with its keys), or a cluster of the harness's own.
+func chaosTarget(cfg *chaos.Config, single bool, server, auth, reviewerKey string) error {
 	switch {
-	case *single && *server != "":
-		return usageError(stderr, "chaos", "--single and --server exclude each other")
-	case *server != "" && *auth == "":
-		return usageError(stderr, "chaos", "--server needs --auth DIR (the deployment's role keys; admin.nk for the set-up check)")
-	case *server == "" && (*auth != "" || *reviewerKey != ""):
-		return usageError(stderr, "chaos", "--auth and --reviewer-key are for an existing deployment (--server)")
-	case *single:
+	case single && server != "":
+		return errors.New("--single and --server exclude each other")
+	case server != "" && auth == "":
+		return errors.New("--server needs --auth DIR (the deployment's role keys; admin.nk for the set-up check)")
+	case server == "" && (auth != "" || reviewerKey != ""):
+		return errors.New("--auth and --reviewer-key are for an existing deployment (--server)")
+	case single:
 		cfg.Mode = chaos.ModeSingle
-	case *server != "":
-		cfg.Mode, cfg.Server, cfg.AuthDir, cfg.ReviewerKey = chaos.ModeExternal, *server, *auth, *reviewerKey
+	case server != "":
+		cfg.Mode, cfg.Server, cfg.AuthDir, cfg.ReviewerKey = chaos.ModeExternal, server, auth, reviewerKey
 	default:
 		cfg.Mode = chaos.ModeCluster
 	}
-	if cfg.KillEvery, cfg.NoWorkerKills, err = parseRange(*killEvery); err != nil {
-		return usageError(stderr, "chaos", "--kill-every: %v", err)
+	return nil
+}
+
+// chaosTools checks the tool catalog the tool workers are to run and
+// gives them its absolute path.
+func chaosTools(cfg *chaos.Config, file string) error {
+	if _, err := catalog.Load(file); err != nil {
+		return fmt.Errorf("--tools %v", err)
 	}
-	if *ttl < time.Second {
-		return usageError(stderr, "chaos", "--lease-ttl must be at least 1s")
-	}
-	if *toolsFile != "" {
-		if _, err := catalog.Load(*toolsFile); err != nil {
-			return usageError(stderr, "chaos", "--tools %v", err)
-		}
-		if cfg.Tools, err = filepath.Abs(*toolsFile); err != nil {
-			return usageError(stderr, "chaos", "--tools: %v", err)
-		}
-	}
-	if cfg.Exe == "" {
-		if cfg.Exe, err = os.Executable(); err != nil {
-			fmt.Fprintf(stderr, "jingwei chaos: cannot find this executable for the child processes: %v (use --exe)\n", err)
-			return exitFailure
-		}
-	}
-	if !*asJSON && isTerminal(stderr) {
-		cfg.Progress = &bench.Bar{W: stderr}
-	}
-	rep, err := chaos.Run(ctx, cfg)
-	if errors.Is(err, chaos.ErrInvalidConfig) {
-		return usageError(stderr, "chaos", "%v", err)
-	}
-	if rep != nil && *reportFile != "" {
-		if f, ferr := os.Create(*reportFile); ferr != nil {
-			fmt.Fprintf(stderr, "jingwei chaos: --report: %v\n", ferr)
-		} else {
-			_ = rep.WriteJSON(f)
-			f.Close()
-		}
-	}
-	if rep != nil {
-		if *asJSON {
-			_ = rep.WriteJSON(stdout)
-		} else {
-			_ = rep.WriteTable(stdout)
-		}
-	}
+	abs, err := filepath.Abs(file)
 	if err != nil {
-		fmt.Fprintf(stderr, "jingwei chaos: %v\n", err)
-		return exitFailure
+		return fmt.Errorf("--tools: %v", err)
 	}
-	if err := rep.Err(); err != nil {
-		fmt.Fprintf(stderr, "jingwei chaos: %v\n", err)
-		return exitFailure
-	}
-	return exitOK
+	cfg.Tools = abs
+	return nil
 }
 
 // parseRange parses "MIN-MAX" or one duration (MIN = MAX); "0" turns the

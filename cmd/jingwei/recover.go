@@ -8,7 +8,9 @@ import (
 	"os"
 	"time"
 
+	"github.com/nats-io/nkeys"
 	"github.com/nats-io/nuid"
+	"github.com/rs/zerolog"
 
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/stream"
@@ -106,35 +108,9 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if err != nil {
 		return usageError(stderr, "recover", "%v", err)
 	}
-	var trusted recovery.TrustedKeys
-	if *trustFile != "" {
-		b, err := os.ReadFile(*trustFile)
-		if err != nil {
-			return usageError(stderr, "recover", "--trust-reviewers: %v", err)
-		}
-		if trusted, err = recovery.ParseTrustedKeys(b); err != nil {
-			return usageError(stderr, "recover", "--trust-reviewers %s: %v", *trustFile, err)
-		}
-	}
-	if len(trusted) == 0 {
-		log.Warn().Msg("no trusted reviewer keys (--trust-reviewers): every review will be rejected")
-	}
-	planner, pfile, err := nf.plannerKey(*plannerFile)
+	trusted, planner, planners, err := recoverKeys(&nf, *trustFile, *plannerFile, *trustPlanners, log)
 	if err != nil {
-		if pfile == "" {
-			return usageError(stderr, "recover", "%v", err)
-		}
-		return usageError(stderr, "recover", "plan-signing key %s: %v", pfile, err)
-	}
-	planners, tfile, err := nf.trustedPlanners(*trustPlanners)
-	if err != nil {
-		return usageError(stderr, "recover", "trusted planners %s: %v", tfile, err)
-	}
-	if pub, err := planner.PublicKey(); err == nil {
-		if planners == nil {
-			planners = recovery.TrustedKeys{}
-		}
-		planners[pub] = struct{}{}
+		return usageError(stderr, "recover", "%v", err)
 	}
 	if *owner == "" {
 		// One owner id for every attempt below, as one process.
@@ -190,4 +166,41 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return exitFailure
 	}
 	return exitOK
+}
+
+// recoverKeys reads the keys the recovery worker trusts and signs with:
+// the reviewers' (--trust-reviewers), its plan-signing key and the plan
+// signers whose plans it accepts on the retries in a history (its own
+// always among them). Every error is the command line's.
+func recoverKeys(nf *natsFlags, trustFile, plannerFile, trustPlanners string, log zerolog.Logger) (trusted recovery.TrustedKeys, planner nkeys.KeyPair, planners recovery.TrustedKeys, err error) {
+	if trustFile != "" {
+		b, err := os.ReadFile(trustFile)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("--trust-reviewers: %v", err)
+		}
+		if trusted, err = recovery.ParseTrustedKeys(b); err != nil {
+			return nil, nil, nil, fmt.Errorf("--trust-reviewers %s: %v", trustFile, err)
+		}
+	}
+	if len(trusted) == 0 {
+		log.Warn().Msg("no trusted reviewer keys (--trust-reviewers): every review will be rejected")
+	}
+	planner, pfile, err := nf.plannerKey(plannerFile)
+	if err != nil {
+		if pfile == "" {
+			return nil, nil, nil, err
+		}
+		return nil, nil, nil, fmt.Errorf("plan-signing key %s: %v", pfile, err)
+	}
+	planners, tfile, err := nf.trustedPlanners(trustPlanners)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("trusted planners %s: %v", tfile, err)
+	}
+	if pub, err := planner.PublicKey(); err == nil {
+		if planners == nil {
+			planners = recovery.TrustedKeys{}
+		}
+		planners[pub] = struct{}{}
+	}
+	return trusted, planner, planners, nil
 }
