@@ -35,77 +35,14 @@ import (
 // auto-planner every call the log classifies retry_allowed that has no
 // plan in jw_plans.
 func (r *Recoverer) rebuildAwaiting(ctx context.Context) error {
-	streamName := r.t.StreamName("ASSESSMENTS")
-	st, err := r.t.JS.Stream(ctx, streamName)
+	order, sessions, err := r.assessmentOrder(ctx)
 	if err != nil {
-		return fmt.Errorf("recoverer: rebuild awaiting review: %w", err)
+		return err
 	}
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(r.t.AssessmentsSubject("*")))
+	all, unreadable, err := r.classifyInOrder(ctx, sessions, order.at)
 	if err != nil {
-		return fmt.Errorf("recoverer: rebuild awaiting review: list sessions: %w", err)
+		return err
 	}
-	// order is where the latest assessment naming a call stands: its
-	// stream sequence and its place in its batch.
-	type place struct{ seq, member uint64 }
-	order := map[callKey]place{}
-	assessed, skipped := 0, 0
-	var sessions []string
-	for subj := range info.State.Subjects {
-		session := stream.SessionOf(subj)
-		sessions = append(sessions, session)
-		err := r.t.ReadSubject(ctx, streamName, subj, func(m *jetstream.RawStreamMsg) error {
-			as, err := schema.DecodeAssessments(m.Data)
-			if err != nil {
-				skipped++
-				return nil
-			}
-			for i, a := range as {
-				assessed++
-				if a.Session == session {
-					order[callKey{a.Session, a.CallID}] = place{m.Sequence, uint64(i)}
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("recoverer: rebuild awaiting review: %w", err)
-		}
-	}
-	sort.Strings(sessions)
-	type found struct {
-		at place
-		n  int // the call's place in its log, for calls of equal place
-		a  schema.Assessment
-	}
-	var all []found
-	unreadable := 0
-	for _, session := range sessions {
-		as, err := r.classifyLog(ctx, session)
-		if err != nil {
-			if errors.As(err, new(*schema.Error)) {
-				// A log that is too large or corrupt: the live classifier
-				// assesses none of its calls either.
-				unreadable++
-				r.log.Warn().Err(err).Str("session", session).Msg("rebuild awaiting review: session log not classified")
-				continue
-			}
-			return fmt.Errorf("recoverer: rebuild awaiting review: %w", err)
-		}
-		for i, a := range as {
-			at, ok := order[callKey{a.Session, a.CallID}]
-			if !ok {
-				at = place{math.MaxUint64, 0}
-			}
-			all = append(all, found{at, i, a})
-		}
-	}
-	sort.SliceStable(all, func(i, j int) bool {
-		a, b := all[i], all[j]
-		if a.at != b.at {
-			return a.at.seq < b.at.seq || a.at.seq == b.at.seq && a.at.member < b.at.member
-		}
-		return a.n < b.n
-	})
 	w := newAwaiting(r.awaiting.max)
 	// With AutoPlan, the calls the log classifies retry_allowed and that
 	// have no plan yet are queued again below: the auto-plan queue of an
@@ -124,7 +61,120 @@ func (r *Recoverer) rebuildAwaiting(ctx context.Context) error {
 			}
 		}
 	}
-	// Settled by a completed review: read each session's reviews once.
+	if err := r.forgetReviewed(ctx, w); err != nil {
+		return err
+	}
+	untrusted, err := r.forgetPlanned(ctx, w, unplanned)
+	if err != nil {
+		return err
+	}
+	r.awaiting.replace(w)
+	for k := range unplanned {
+		r.issuer.queue(k.session, k.callID)
+	}
+	r.log.Info().Int("assessments", order.assessed).Int("undecodable", order.skipped).Int("sessions", len(sessions)).Int("unreadable_sessions", unreadable).
+		Int("unsigned_plan_records", untrusted).Int("awaiting_review", len(w.calls)).
+		Msg("awaiting review rebuilt from the session logs, JW_REVIEWS and the signed plans of jw_plans")
+	return nil
+}
+
+// place is where the latest assessment naming a call stands: its stream
+// sequence and its place in its batch.
+type place struct{ seq, member uint64 }
+
+// assessedOrder is what JW_ASSESSMENTS holds: the place of each call's
+// latest assessment, and how many assessments were read or skipped.
+type assessedOrder struct {
+	at                map[callKey]place
+	assessed, skipped int
+}
+
+// assessmentOrder reads JW_ASSESSMENTS once, every session's subject in
+// turn, for the order in which the calls were assessed; it returns the
+// sessions it names, sorted.
+func (r *Recoverer) assessmentOrder(ctx context.Context) (assessedOrder, []string, error) {
+	o := assessedOrder{at: map[callKey]place{}}
+	streamName := r.t.StreamName("ASSESSMENTS")
+	st, err := r.t.JS.Stream(ctx, streamName)
+	if err != nil {
+		return o, nil, fmt.Errorf("recoverer: rebuild awaiting review: %w", err)
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(r.t.AssessmentsSubject("*")))
+	if err != nil {
+		return o, nil, fmt.Errorf("recoverer: rebuild awaiting review: list sessions: %w", err)
+	}
+	var sessions []string
+	for subj := range info.State.Subjects {
+		session := stream.SessionOf(subj)
+		sessions = append(sessions, session)
+		err := r.t.ReadSubject(ctx, streamName, subj, func(m *jetstream.RawStreamMsg) error {
+			as, err := schema.DecodeAssessments(m.Data)
+			if err != nil {
+				o.skipped++
+				return nil
+			}
+			for i, a := range as {
+				o.assessed++
+				if a.Session == session {
+					o.at[callKey{a.Session, a.CallID}] = place{m.Sequence, uint64(i)}
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return o, nil, fmt.Errorf("recoverer: rebuild awaiting review: %w", err)
+		}
+	}
+	sort.Strings(sessions)
+	return o, sessions, nil
+}
+
+// foundAssessment is a call's assessment from its session log, with the
+// place of its latest published assessment.
+type foundAssessment struct {
+	at place
+	n  int // the call's place in its log, for calls of equal place
+	a  schema.Assessment
+}
+
+// classifyInOrder classifies the session logs and returns their
+// assessments in the order they were published (calls never published
+// last, in log order); unreadable counts the logs too large or corrupt
+// to classify.
+func (r *Recoverer) classifyInOrder(ctx context.Context, sessions []string, order map[callKey]place) (all []foundAssessment, unreadable int, err error) {
+	for _, session := range sessions {
+		as, err := r.classifyLog(ctx, session)
+		if err != nil {
+			if errors.As(err, new(*schema.Error)) {
+				// A log that is too large or corrupt: the live classifier
+				// assesses none of its calls either.
+				unreadable++
+				r.log.Warn().Err(err).Str("session", session).Msg("rebuild awaiting review: session log not classified")
+				continue
+			}
+			return nil, 0, fmt.Errorf("recoverer: rebuild awaiting review: %w", err)
+		}
+		for i, a := range as {
+			at, ok := order[callKey{a.Session, a.CallID}]
+			if !ok {
+				at = place{math.MaxUint64, 0}
+			}
+			all = append(all, foundAssessment{at, i, a})
+		}
+	}
+	sort.SliceStable(all, func(i, j int) bool {
+		a, b := all[i], all[j]
+		if a.at != b.at {
+			return a.at.seq < b.at.seq || a.at.seq == b.at.seq && a.at.member < b.at.member
+		}
+		return a.n < b.n
+	})
+	return all, unreadable, nil
+}
+
+// forgetReviewed takes out of w the calls settled by a completed review,
+// reading each session's reviews once.
+func (r *Recoverer) forgetReviewed(ctx context.Context, w *awaiting) error {
 	bySession := map[string][]string{}
 	for _, a := range w.list("") {
 		bySession[a.Session] = append(bySession[a.Session], a.CallID)
@@ -138,11 +188,17 @@ func (r *Recoverer) rebuildAwaiting(ctx context.Context) error {
 			w.forget(session, id)
 		}
 	}
+	return nil
+}
+
+// forgetPlanned takes out of w and unplanned the calls a signed plan in
+// jw_plans retries; untrusted counts the records no trusted planner
+// signed.
+func (r *Recoverer) forgetPlanned(ctx context.Context, w *awaiting, unplanned map[callKey]bool) (untrusted int, err error) {
 	recs, err := r.issuer.planRecords(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	untrusted := 0
 	for _, rec := range recs {
 		p := rec.Plan
 		if !r.signedPlan(p) {
@@ -154,14 +210,7 @@ func (r *Recoverer) rebuildAwaiting(ctx context.Context) error {
 		w.forget(p.Session, p.PriorCallID)
 		delete(unplanned, callKey{p.Session, p.PriorCallID})
 	}
-	r.awaiting.replace(w)
-	for k := range unplanned {
-		r.issuer.queue(k.session, k.callID)
-	}
-	r.log.Info().Int("assessments", assessed).Int("undecodable", skipped).Int("sessions", len(sessions)).Int("unreadable_sessions", unreadable).
-		Int("unsigned_plan_records", untrusted).Int("awaiting_review", len(w.calls)).
-		Msg("awaiting review rebuilt from the session logs, JW_REVIEWS and the signed plans of jw_plans")
-	return nil
+	return untrusted, nil
 }
 
 // logCall is what classifyLog keeps of a call in one pass over its log.
