@@ -123,171 +123,213 @@ func (e *env) pipeline(ctx context.Context, calls1, calls16 int) (*pipelineFigur
 	if err != nil {
 		return nil, err
 	}
-	args := json.RawMessage(`{"sku":"A-1","qty":1}`)
+	pr := &pipelineRun{e: e, topo: topo, reg: reg, args: json.RawMessage(`{"sku":"A-1","qty":1}`), calls1: calls1, calls16: calls16, p: &pipelineFigures{}}
+	stop, err := pr.startToolWorker(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	if pr.raw, err = e.startRawWorker(ctx, topo); err != nil {
+		return nil, err
+	}
+	defer pr.raw.stop()
+	if _, err := rotate(ctx, e.cfg.Rounds, pr.one, pr.rawOne); err != nil {
+		return nil, err
+	}
+	pr.plans, pr.budget = stream.NewPlans(topo.Plans), stream.NewBudget(topo.Budget)
+	if _, err := rotate(ctx, e.cfg.Rounds, pr.many, pr.rawMany, pr.runtimeMany); err != nil {
+		return nil, err
+	}
+	return pr.p, nil
+}
 
-	// The tool worker, on a connection of its own.
+// pipelineRun is one run of the pipeline scenario: the topology, the
+// tool worker's client, the raw side, and the figures its rounds add to.
+type pipelineRun struct {
+	e               *env
+	topo            *stream.Topology
+	reg             *worker.Registry
+	args            json.RawMessage
+	calls1, calls16 int
+	cl              *service.Client
+	raw             *rawWorker
+	plans           *stream.Plans
+	budget          *stream.Budget
+	p               *pipelineFigures
+}
+
+// startToolWorker starts a tool worker on a connection of its own, waits
+// until it owns every partition and answers a call, and returns how to
+// stop it.
+func (pr *pipelineRun) startToolWorker(ctx context.Context) (stop func(), err error) {
+	e, topo := pr.e, pr.topo
 	wnc, err := e.srv.Connect()
 	if err != nil {
 		return nil, err
 	}
-	defer wnc.Close()
 	wjs, err := jetstream.New(wnc)
 	if err != nil {
+		wnc.Close()
 		return nil, err
 	}
 	wtopo, err := stream.OpenTopology(ctx, wjs, topo.Config())
 	if err != nil {
+		wnc.Close()
 		return nil, err
 	}
-	tw, err := toolworker.New(toolworker.Config{Topology: wtopo, Registry: reg, Logger: e.log})
+	tw, err := toolworker.New(toolworker.Config{Topology: wtopo, Registry: pr.reg, Logger: e.log})
 	if err != nil {
+		wnc.Close()
 		return nil, err
 	}
 	wctx, stopWorker := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- tw.Run(wctx) }()
-	defer func() { stopWorker(); <-done }()
+	stop = func() { stopWorker(); <-done; wnc.Close() }
 	if err := waitFor(ctx, 20*time.Millisecond, func() (bool, error) {
 		return len(tw.OwnedPartitions()) == topo.Partitions(), nil
 	}); err != nil {
+		stop()
 		return nil, err
 	}
-	cl := service.NewClient(e.nc, service.ClientConfig{Prefix: topo.Prefix, Timeout: 30 * time.Second})
+	pr.cl = service.NewClient(e.nc, service.ClientConfig{Prefix: topo.Prefix, Timeout: 30 * time.Second})
 	if err := waitFor(ctx, 20*time.Millisecond, func() (bool, error) {
-		_, err := cl.Call(ctx, schema.Request{V: 1, RequestID: "warm", Session: "warm", Task: worker.DefaultTask, Tool: "noop", Arguments: args})
+		_, err := pr.cl.Call(ctx, schema.Request{V: 1, RequestID: "warm", Session: "warm", Task: worker.DefaultTask, Tool: "noop", Arguments: pr.args})
 		return err == nil, nil
 	}); err != nil {
+		stop()
 		return nil, err
 	}
+	return stop, nil
+}
 
-	raw, err := e.startRawWorker(ctx, topo)
+// call makes one call through jw.api.call and adds its latency to into.
+func (pr *pipelineRun) call(ctx context.Context, session string, i int, into *[]float64) error {
+	t0 := time.Now()
+	ev, err := pr.cl.Call(ctx, schema.Request{V: 1, RequestID: fmt.Sprintf("r-%d", i), Session: session, Task: worker.DefaultTask, Tool: "noop", Arguments: pr.args})
 	if err != nil {
-		return nil, err
+		return fmt.Errorf("pipeline call: %w", err)
 	}
-	defer raw.stop()
+	if ev.Result == nil || ev.Result.Status != schema.StatusOK {
+		return fmt.Errorf("pipeline call: %+v", ev.Result)
+	}
+	pr.p.add(into, time.Since(t0))
+	return nil
+}
 
-	p := &pipelineFigures{}
-	pipeCall := func(ctx context.Context, session string, i int, into *[]float64) error {
-		t0 := time.Now()
-		ev, err := cl.Call(ctx, schema.Request{V: 1, RequestID: fmt.Sprintf("r-%d", i), Session: session, Task: worker.DefaultTask, Tool: "noop", Arguments: args})
-		if err != nil {
-			return fmt.Errorf("pipeline call: %w", err)
-		}
-		if ev.Result == nil || ev.Result.Status != schema.StatusOK {
-			return fmt.Errorf("pipeline call: %+v", ev.Result)
-		}
-		p.add(into, time.Since(t0))
-		return nil
+// counted runs f and adds to into the server's durable writes per call
+// it made.
+func (pr *pipelineRun) counted(calls int, into *[]float64, f func() error) error {
+	before, err := pr.e.durableWrites()
+	if err != nil {
+		return err
 	}
-	counted := func(calls int, into *[]float64, f func() error) error {
-		before, err := e.durableWrites()
-		if err != nil {
-			return err
-		}
-		if err := f(); err != nil {
-			return err
-		}
-		after, err := e.durableWrites()
-		if err != nil {
-			return err
-		}
-		*into = append(*into, float64(after-before)/float64(calls))
-		return nil
+	if err := f(); err != nil {
+		return err
 	}
-	one := func(ctx context.Context, round int) (float64, error) {
-		session := fmt.Sprintf("p1-%d", round)
-		start := time.Now()
-		err := counted(calls1, &p.writes, func() error {
-			for i := range calls1 {
-				if err := pipeCall(ctx, session, i, &p.lat1); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		r := rate(calls1, time.Since(start))
-		p.rate1 = append(p.rate1, r)
-		return r, err
+	after, err := pr.e.durableWrites()
+	if err != nil {
+		return err
 	}
-	rawOne := func(ctx context.Context, round int) (float64, error) {
-		session := fmt.Sprintf("r1-%d", round)
-		start := time.Now()
-		err := counted(calls1, &p.rawWrites, func() error {
-			for range calls1 {
-				if err := raw.call(ctx, session, &p.raw1, p); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		r := rate(calls1, time.Since(start))
-		p.rawRate1 = append(p.rawRate1, r)
-		return r, err
-	}
-	if _, err := rotate(ctx, e.cfg.Rounds, one, rawOne); err != nil {
-		return nil, err
-	}
+	*into = append(*into, float64(after-before)/float64(calls))
+	return nil
+}
 
-	plans, budget := stream.NewPlans(topo.Plans), stream.NewBudget(topo.Budget)
-	many := func(ctx context.Context, round int) (float64, error) {
-		d, err := concurrently(ctx, pipelineCallers, func(ctx context.Context, c int) error {
-			session := fmt.Sprintf("p16-%d-%d", round, c)
-			for i := range calls16 {
-				if err := pipeCall(ctx, session, i, &p.lat16); err != nil {
-					return err
-				}
+// one is a round of one caller through the pipeline.
+func (pr *pipelineRun) one(ctx context.Context, round int) (float64, error) {
+	session := fmt.Sprintf("p1-%d", round)
+	start := time.Now()
+	err := pr.counted(pr.calls1, &pr.p.writes, func() error {
+		for i := range pr.calls1 {
+			if err := pr.call(ctx, session, i, &pr.p.lat1); err != nil {
+				return err
 			}
-			return nil
-		})
-		r := rate(pipelineCallers*calls16, d)
-		p.rate16 = append(p.rate16, r)
-		return r, err
-	}
-	rawMany := func(ctx context.Context, round int) (float64, error) {
-		d, err := concurrently(ctx, pipelineCallers, func(ctx context.Context, c int) error {
-			session := fmt.Sprintf("r16-%d-%d", round, c)
-			for range calls16 {
-				if err := raw.call(ctx, session, &p.raw16, p); err != nil {
-					return err
-				}
+		}
+		return nil
+	})
+	r := rate(pr.calls1, time.Since(start))
+	pr.p.rate1 = append(pr.p.rate1, r)
+	return r, err
+}
+
+// rawOne is a round of one caller on the raw side.
+func (pr *pipelineRun) rawOne(ctx context.Context, round int) (float64, error) {
+	session := fmt.Sprintf("r1-%d", round)
+	start := time.Now()
+	err := pr.counted(pr.calls1, &pr.p.rawWrites, func() error {
+		for range pr.calls1 {
+			if err := pr.raw.call(ctx, session, &pr.p.raw1, pr.p); err != nil {
+				return err
 			}
-			return nil
-		})
-		r := rate(pipelineCallers*calls16, d)
-		p.rawRate16 = append(p.rawRate16, r)
-		return r, err
+		}
+		return nil
+	})
+	r := rate(pr.calls1, time.Since(start))
+	pr.p.rawRate1 = append(pr.p.rawRate1, r)
+	return r, err
+}
+
+// many is a round of pipelineCallers callers through the pipeline.
+func (pr *pipelineRun) many(ctx context.Context, round int) (float64, error) {
+	d, err := concurrently(ctx, pipelineCallers, func(ctx context.Context, c int) error {
+		session := fmt.Sprintf("p16-%d-%d", round, c)
+		for i := range pr.calls16 {
+			if err := pr.call(ctx, session, i, &pr.p.lat16); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	r := rate(pipelineCallers*pr.calls16, d)
+	pr.p.rate16 = append(pr.p.rate16, r)
+	return r, err
+}
+
+// rawMany is a round of pipelineCallers callers on the raw side.
+func (pr *pipelineRun) rawMany(ctx context.Context, round int) (float64, error) {
+	d, err := concurrently(ctx, pipelineCallers, func(ctx context.Context, c int) error {
+		session := fmt.Sprintf("r16-%d-%d", round, c)
+		for range pr.calls16 {
+			if err := pr.raw.call(ctx, session, &pr.p.raw16, pr.p); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	r := rate(pipelineCallers*pr.calls16, d)
+	pr.p.rawRate16 = append(pr.p.rawRate16, r)
+	return r, err
+}
+
+// runtimeMany is a round of pipelineCallers in-process runtimes, each on
+// a session log of its own: what the pipeline adds to is measured
+// against it.
+func (pr *pipelineRun) runtimeMany(ctx context.Context, round int) (float64, error) {
+	rts := make([]*worker.Runtime, pipelineCallers)
+	for c := range rts {
+		lg, err := pr.topo.OpenLog(ctx, fmt.Sprintf("rt16-%d-%d", round, c), "bench", 1)
+		if err != nil {
+			return 0, err
+		}
+		if rts[c], err = worker.New(worker.Config{Session: lg.Session(), Log: lg, Registry: pr.reg, Plans: pr.plans, Budget: pr.budget}); err != nil {
+			return 0, err
+		}
 	}
-	runtimeMany := func(ctx context.Context, round int) (float64, error) {
-		rts := make([]*worker.Runtime, pipelineCallers)
-		for c := range rts {
-			lg, err := topo.OpenLog(ctx, fmt.Sprintf("rt16-%d-%d", round, c), "bench", 1)
+	d, err := concurrently(ctx, pipelineCallers, func(ctx context.Context, c int) error {
+		for range pr.calls16 {
+			res, err := rts[c].Call(ctx, "noop", pr.args)
 			if err != nil {
-				return 0, err
+				return err
 			}
-			if rts[c], err = worker.New(worker.Config{Session: lg.Session(), Log: lg, Registry: reg, Plans: plans, Budget: budget}); err != nil {
-				return 0, err
+			if res.Status != schema.StatusOK {
+				return fmt.Errorf("runtime call: status %q: %s", res.Status, res.Error)
 			}
 		}
-		d, err := concurrently(ctx, pipelineCallers, func(ctx context.Context, c int) error {
-			for range calls16 {
-				res, err := rts[c].Call(ctx, "noop", args)
-				if err != nil {
-					return err
-				}
-				if res.Status != schema.StatusOK {
-					return fmt.Errorf("runtime call: status %q: %s", res.Status, res.Error)
-				}
-			}
-			return nil
-		})
-		r := rate(pipelineCallers*calls16, d)
-		p.rtRate16 = append(p.rtRate16, r)
-		return r, err
-	}
-	if _, err := rotate(ctx, e.cfg.Rounds, many, rawMany, runtimeMany); err != nil {
-		return nil, err
-	}
-	return p, nil
+		return nil
+	})
+	r := rate(pipelineCallers*pr.calls16, d)
+	pr.p.rtRate16 = append(pr.p.rtRate16, r)
+	return r, err
 }
 
 // durableWrites counts the writes the server's file store makes durable
