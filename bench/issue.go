@@ -78,141 +78,172 @@ func (e *env) issue(ctx context.Context, calls int) (jw, raw []float64, dups, ra
 		return nil, nil, 0, 0, err
 	}
 	defer e.drop(topo)
+	ir := &issueRun{e: e, topo: topo, calls: calls}
+	defer ir.close()
 	// One topology handle per issuer, each on its own connection.
-	topos := make([]*stream.Topology, issuers)
-	for i := range topos {
+	ir.topos = make([]*stream.Topology, issuers)
+	for i := range ir.topos {
 		nc, err := e.srv.Connect()
 		if err != nil {
 			return nil, nil, 0, 0, err
 		}
-		defer nc.Close()
+		ir.conns = append(ir.conns, nc)
 		js, err := jetstream.New(nc)
 		if err != nil {
 			return nil, nil, 0, 0, err
 		}
-		if topos[i], err = stream.OpenTopology(ctx, js, topo.Config()); err != nil {
+		if ir.topos[i], err = stream.OpenTopology(ctx, js, topo.Config()); err != nil {
 			return nil, nil, 0, 0, err
 		}
 	}
-	value, planMsg, err := samplePlanRecord()
-	if err != nil {
+	if ir.value, ir.planMsg, err = samplePlanRecord(); err != nil {
 		return nil, nil, 0, 0, err
 	}
+	jw, raw, err = alternate(ctx, e.cfg.Rounds, ir.jwRound, ir.rawRound)
+	return jw, raw, ir.dups, ir.rawDups, err
+}
 
-	jwRound := func(ctx context.Context, round int) (float64, error) {
-		if err := settle(ctx, topo, issuers*calls); err != nil {
-			return 0, err
-		}
-		sessions, err := uncertainCalls(ctx, topo, fmt.Sprintf("r%d", round), calls)
-		if err != nil {
-			return 0, err
-		}
-		recs := make([]*recoverer.Recoverer, issuers)
-		for i := range recs {
-			if recs[i], err = recoverer.New(recoverer.Config{Topology: topos[i], Name: fmt.Sprintf("issuer%d", i), DisableService: true, Logger: e.log, PlannerKey: e.planner}); err != nil {
-				return 0, err
-			}
-		}
-		before, err := topo.PlanLog.Info(ctx)
-		if err != nil {
-			return 0, err
-		}
-		ids := make([][]string, issuers)
-		d, err := concurrently(ctx, issuers, func(ctx context.Context, i int) error {
-			ids[i] = make([]string, len(sessions))
-			for j, s := range sessions {
-				p, err := recs[i].Prepare(ctx, s, "c-1")
-				if err != nil {
-					return fmt.Errorf("issuer %d: prepare %s: %w", i, s, err)
-				}
-				ids[i][j] = p.PlanID
-			}
-			return nil
-		})
-		if err != nil {
-			return 0, err
-		}
-		for i := 1; i < issuers; i++ {
-			for j := range sessions {
-				if ids[i][j] != ids[0][j] {
-					return 0, fmt.Errorf("issuers disagree on the plan of %s: %s vs %s", sessions[j], ids[0][j], ids[i][j])
-				}
-			}
-		}
-		after, err := topo.PlanLog.Info(ctx)
-		if err != nil {
-			return 0, err
-		}
-		dups += int(after.State.Msgs-before.State.Msgs) - len(sessions)
-		return rate(len(sessions), d), nil
+// issueRun is one run of the plan-issuance scenario: the issuers'
+// topology handles, the sample plan record the raw side writes, and the
+// duplicates each side left.
+type issueRun struct {
+	e              *env
+	topo           *stream.Topology
+	topos          []*stream.Topology
+	conns          []*nats.Conn
+	calls          int
+	value, planMsg []byte
+	dups, rawDups  int
+}
+
+func (ir *issueRun) close() {
+	for _, nc := range ir.conns {
+		nc.Close()
 	}
-	rawRound := func(ctx context.Context, round int) (float64, error) {
-		// A bucket configured as jw_plans is (History 1, file storage,
-		// the topology's replicas); the plan messages go to JW_PLANS
-		// itself, on the raw sessions' subjects.
-		if err := settle(ctx, topo, issuers*calls); err != nil {
+}
+
+// jwRound has every issuer (a recovery worker without its service)
+// prepare the plan of every uncertain call of new sessions; the issuers
+// must agree on each plan, and each plan is published once.
+func (ir *issueRun) jwRound(ctx context.Context, round int) (float64, error) {
+	topo := ir.topo
+	if err := settle(ctx, topo, issuers*ir.calls); err != nil {
+		return 0, err
+	}
+	sessions, err := uncertainCalls(ctx, topo, fmt.Sprintf("r%d", round), ir.calls)
+	if err != nil {
+		return 0, err
+	}
+	recs := make([]*recoverer.Recoverer, issuers)
+	for i := range recs {
+		if recs[i], err = recoverer.New(recoverer.Config{Topology: ir.topos[i], Name: fmt.Sprintf("issuer%d", i), DisableService: true, Logger: ir.e.log, PlannerKey: ir.e.planner}); err != nil {
 			return 0, err
 		}
-		sessions, err := uncertainCalls(ctx, topo, fmt.Sprintf("raw%d", round), calls)
-		if err != nil {
-			return 0, err
-		}
-		readers := make([]*rawReader, issuers)
-		for i := range readers {
-			kv, err := topos[i].JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: topo.Prefix + "_raw", History: 1, Storage: jetstream.FileStorage, Replicas: topo.Config().Replicas})
+	}
+	before, err := topo.PlanLog.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	ids := make([][]string, issuers)
+	d, err := concurrently(ctx, issuers, func(ctx context.Context, i int) error {
+		ids[i] = make([]string, len(sessions))
+		for j, s := range sessions {
+			p, err := recs[i].Prepare(ctx, s, "c-1")
 			if err != nil {
-				return 0, err
+				return fmt.Errorf("issuer %d: prepare %s: %w", i, s, err)
 			}
-			if readers[i], err = newRawReader(topos[i], kv); err != nil {
-				return 0, err
-			}
-			defer readers[i].close()
+			ids[i][j] = p.PlanID
 		}
-		before, err := topo.PlanLog.Info(ctx)
-		if err != nil {
-			return 0, err
-		}
-		var won atomic.Int64
-		d, err := concurrently(ctx, issuers, func(ctx context.Context, i int) error {
-			rd := readers[i]
-			for j, s := range sessions {
-				if err := rd.read(ctx, s); err != nil {
-					return fmt.Errorf("raw read %s: %w", s, err)
-				}
-				key := fmt.Sprintf("p-%d-%d", round, j)
-				_, err := rd.kv.Create(ctx, key, value)
-				switch {
-				case err == nil:
-					// The winner publishes the plan, its id as Msg-Id.
-					won.Add(1)
-					msg := nats.NewMsg(topo.PlansSubject(s))
-					msg.Data = planMsg
-					if _, err := topos[i].JS.PublishMsg(ctx, msg, jetstream.WithMsgID(key)); err != nil {
-						return fmt.Errorf("raw publish: %w", err)
-					}
-				case errors.Is(err, jetstream.ErrKeyExists):
-					// A loser reads the winner's record to learn the plan.
-					if _, err := rd.kv.Get(ctx, key); err != nil {
-						return fmt.Errorf("raw get: %w", err)
-					}
-				default:
-					return fmt.Errorf("raw create: %w", err)
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return 0, err
-		}
-		after, err := topo.PlanLog.Info(ctx)
-		if err != nil {
-			return 0, err
-		}
-		rawDups += int(won.Load()) - calls + int(after.State.Msgs-before.State.Msgs) - calls
-		return rate(calls, d), nil
+		return nil
+	})
+	if err != nil {
+		return 0, err
 	}
-	jw, raw, err = alternate(ctx, e.cfg.Rounds, jwRound, rawRound)
-	return jw, raw, dups, rawDups, err
+	for i := 1; i < issuers; i++ {
+		for j := range sessions {
+			if ids[i][j] != ids[0][j] {
+				return 0, fmt.Errorf("issuers disagree on the plan of %s: %s vs %s", sessions[j], ids[0][j], ids[i][j])
+			}
+		}
+	}
+	after, err := topo.PlanLog.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	ir.dups += int(after.State.Msgs-before.State.Msgs) - len(sessions)
+	return rate(len(sessions), d), nil
+}
+
+// rawRound makes the same reads and writes with plain JetStream calls: a
+// bucket configured as jw_plans is (History 1, file storage, the
+// topology's replicas); the plan messages go to JW_PLANS itself, on the
+// raw sessions' subjects.
+func (ir *issueRun) rawRound(ctx context.Context, round int) (float64, error) {
+	topo := ir.topo
+	if err := settle(ctx, topo, issuers*ir.calls); err != nil {
+		return 0, err
+	}
+	sessions, err := uncertainCalls(ctx, topo, fmt.Sprintf("raw%d", round), ir.calls)
+	if err != nil {
+		return 0, err
+	}
+	readers := make([]*rawReader, issuers)
+	for i := range readers {
+		kv, err := ir.topos[i].JS.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: topo.Prefix + "_raw", History: 1, Storage: jetstream.FileStorage, Replicas: topo.Config().Replicas})
+		if err != nil {
+			return 0, err
+		}
+		if readers[i], err = newRawReader(ir.topos[i], kv); err != nil {
+			return 0, err
+		}
+		defer readers[i].close()
+	}
+	before, err := topo.PlanLog.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var won atomic.Int64
+	d, err := concurrently(ctx, issuers, func(ctx context.Context, i int) error {
+		return ir.rawIssue(ctx, i, readers[i], round, sessions, &won)
+	})
+	if err != nil {
+		return 0, err
+	}
+	after, err := topo.PlanLog.Info(ctx)
+	if err != nil {
+		return 0, err
+	}
+	ir.rawDups += int(won.Load()) - ir.calls + int(after.State.Msgs-before.State.Msgs) - ir.calls
+	return rate(ir.calls, d), nil
+}
+
+// rawIssue is one raw issuer's pass over the sessions: read, race the
+// others with a KV create; the winner publishes the plan (its id as
+// Msg-Id), a loser reads the winner's record.
+func (ir *issueRun) rawIssue(ctx context.Context, i int, rd *rawReader, round int, sessions []string, won *atomic.Int64) error {
+	for j, s := range sessions {
+		if err := rd.read(ctx, s); err != nil {
+			return fmt.Errorf("raw read %s: %w", s, err)
+		}
+		key := fmt.Sprintf("p-%d-%d", round, j)
+		_, err := rd.kv.Create(ctx, key, ir.value)
+		switch {
+		case err == nil:
+			won.Add(1)
+			msg := nats.NewMsg(ir.topo.PlansSubject(s))
+			msg.Data = ir.planMsg
+			if _, err := ir.topos[i].JS.PublishMsg(ctx, msg, jetstream.WithMsgID(key)); err != nil {
+				return fmt.Errorf("raw publish: %w", err)
+			}
+		case errors.Is(err, jetstream.ErrKeyExists):
+			if _, err := rd.kv.Get(ctx, key); err != nil {
+				return fmt.Errorf("raw get: %w", err)
+			}
+		default:
+			return fmt.Errorf("raw create: %w", err)
+		}
+	}
+	return nil
 }
 
 // settle waits until JW_EVENTS has room for loads more consumers.
