@@ -210,26 +210,8 @@ func (e *env) storm(ctx context.Context, n int) (float64, int, error) {
 		return 0, 0, err
 	}
 	defer e.drop(topo)
-	var (
-		mu       sync.Mutex
-		assessed = map[string]time.Time{}
-		last     time.Time
-	)
-	sub, err := e.nc.Subscribe(topo.AssessmentsSubject("*"), func(m *nats.Msg) {
-		// One assessment or a batch (docs/protocol.md §5.4).
-		as, err := schema.DecodeAssessments(m.Data)
-		if err != nil {
-			return
-		}
-		mu.Lock()
-		for _, a := range as {
-			if _, ok := assessed[a.CallID]; !ok {
-				assessed[a.CallID] = time.Now()
-				last = time.Now()
-			}
-		}
-		mu.Unlock()
-	})
+	sw := &stormWatch{assessed: map[string]time.Time{}}
+	sub, err := e.nc.Subscribe(topo.AssessmentsSubject("*"), sw.assessment)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -240,11 +222,75 @@ func (e *env) storm(ctx context.Context, n int) (float64, int, error) {
 		return 0, 0, err
 	}
 	defer stop()
+	dead, err := openStorm(ctx, topo, n, ttl)
+	if err != nil {
+		return 0, 0, err
+	}
+	wctx, cancel := context.WithTimeout(ctx, ttl+2*time.Minute)
+	defer cancel()
+	if err := waitFor(wctx, 20*time.Millisecond, func() (bool, error) {
+		return sw.count() >= n, nil
+	}); err != nil {
+		return 0, 0, fmt.Errorf("%d of %d open calls assessed: %w", sw.count(), n, err)
+	}
+	sw.mu.Lock()
+	took := sw.last.Sub(dead).Seconds()
+	sw.mu.Unlock()
+	if err := waitClassified(wctx, topo); err != nil {
+		return 0, 0, err
+	}
+	// A fence's assessments are single messages (docs/protocol.md §7;
+	// TestStormAssessedOnce checks each is single, with its Msg-Id), so
+	// the stream's message count is the assessment count. Reading them
+	// back (countAssessments) left client-side state that the next
+	// scenario's heap measurement saw freed: the held sessions' memory
+	// row read 4,140-5,080 B a session instead of ~3,980.
+	info, err := topo.Assessments.Info(ctx)
+	if err != nil {
+		return 0, 0, err
+	}
+	return took, int(info.State.Msgs) - n, nil
+}
 
+// stormWatch notes when each call's first assessment arrived, and the
+// last of those arrivals.
+type stormWatch struct {
+	mu       sync.Mutex
+	assessed map[string]time.Time
+	last     time.Time
+}
+
+// assessment reads one assessment or a batch (docs/protocol.md §5.4).
+func (sw *stormWatch) assessment(m *nats.Msg) {
+	as, err := schema.DecodeAssessments(m.Data)
+	if err != nil {
+		return
+	}
+	sw.mu.Lock()
+	for _, a := range as {
+		if _, ok := sw.assessed[a.CallID]; !ok {
+			sw.assessed[a.CallID] = time.Now()
+			sw.last = time.Now()
+		}
+	}
+	sw.mu.Unlock()
+}
+
+func (sw *stormWatch) count() int {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	return len(sw.assessed)
+}
+
+// openStorm plays the tool worker that dies: it holds every partition,
+// renewing the leases, opens one call in each of n sessions, then stops
+// renewing. It returns its last renewal: when it died, as the leases see
+// it.
+func openStorm(ctx context.Context, topo *stream.Topology, n int, ttl time.Duration) (dead time.Time, err error) {
 	holds := make([]*stream.PartitionHold, topo.Partitions())
 	for p := range holds {
 		if holds[p], err = topo.AcquirePartition(ctx, p, "bench-dead", nil); err != nil {
-			return 0, 0, err
+			return time.Time{}, err
 		}
 	}
 	alive, die := context.WithCancel(ctx)
@@ -268,6 +314,18 @@ func (e *env) storm(ctx context.Context, n int) (float64, int, error) {
 			}
 		}
 	}()
+	err = openStormCalls(alive, topo, holds, n)
+	die()
+	<-renewed
+	if err != nil {
+		return time.Time{}, err
+	}
+	return time.Unix(0, lastRenewal.Load()), nil
+}
+
+// openStormCalls confirms n sessions in the held partitions and leaves a
+// call open in each, 64 at a time; the first failure is returned.
+func openStormCalls(alive context.Context, topo *stream.Topology, holds []*stream.PartitionHold, n int) error {
 	sem := make(chan struct{}, 64)
 	errs := make(chan error, 1)
 	var wg sync.WaitGroup
@@ -294,52 +352,25 @@ func (e *env) storm(ctx context.Context, n int) (float64, int, error) {
 		}()
 	}
 	wg.Wait()
-	die()
-	<-renewed
 	select {
 	case err := <-errs:
-		return 0, 0, err
+		return err
 	default:
+		return nil
 	}
-	dead := time.Unix(0, lastRenewal.Load())
-	wctx, cancel := context.WithTimeout(ctx, ttl+2*time.Minute)
-	defer cancel()
-	if err := waitFor(wctx, 20*time.Millisecond, func() (bool, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(assessed) >= n, nil
-	}); err != nil {
-		mu.Lock()
-		got := len(assessed)
-		mu.Unlock()
-		return 0, 0, fmt.Errorf("%d of %d open calls assessed: %w", got, n, err)
-	}
-	mu.Lock()
-	took := last.Sub(dead).Seconds()
-	mu.Unlock()
-	// Settled: the classifier has nothing pending; then count what is
-	// stored.
-	if err := waitFor(wctx, 50*time.Millisecond, func() (bool, error) {
-		c, err := topo.JS.Consumer(wctx, topo.StreamName("EVENTS"), topo.Prefix+"-recoverer-storm-events")
+}
+
+// waitClassified waits until the storm's classifier has nothing pending,
+// so that what is stored can be counted.
+func waitClassified(ctx context.Context, topo *stream.Topology) error {
+	return waitFor(ctx, 50*time.Millisecond, func() (bool, error) {
+		c, err := topo.JS.Consumer(ctx, topo.StreamName("EVENTS"), topo.Prefix+"-recoverer-storm-events")
 		if err != nil {
 			return false, nil
 		}
-		ci, err := c.Info(wctx)
+		ci, err := c.Info(ctx)
 		return err == nil && ci.NumPending == 0 && ci.NumAckPending == 0, nil
-	}); err != nil {
-		return 0, 0, err
-	}
-	// A fence's assessments are single messages (docs/protocol.md §7;
-	// TestStormAssessedOnce checks each is single, with its Msg-Id), so
-	// the stream's message count is the assessment count. Reading them
-	// back (countAssessments) left client-side state that the next
-	// scenario's heap measurement saw freed: the held sessions' memory
-	// row read 4,140-5,080 B a session instead of ~3,980.
-	info, err := topo.Assessments.Info(ctx)
-	if err != nil {
-		return 0, 0, err
-	}
-	return took, int(info.State.Msgs) - n, nil
+	})
 }
 
 // heldFigures are the held-sessions scenario's figures.
