@@ -199,6 +199,11 @@ type Result struct {
 
 // Fence is the body of a session.fenced event: from this event on, only the
 // writer of Epoch may append.
+//
+// Not to be confused with the fencing token a tool body receives
+// (worker.Fence), the fenced business stores of package worker/fence, or
+// raising a ledger's fence (fence.Store.Raise); docs/packages.md tells
+// the four apart.
 type Fence struct {
 	Epoch uint64 `json:"epoch"`
 	Owner string `json:"owner"`

@@ -14,6 +14,10 @@ import "context"
 // that has been fenced once a newer writer — the next attempt, or a
 // reviewer who raised the fence — wrote there.
 //
+// The token is not the session.fenced event (its body is schema.Fence),
+// though it carries the epoch that event raises; docs/packages.md tells
+// the four things called fence apart.
+//
 // Epochs are comparable only within one Session. Key is the logical
 // operation's key (stable across retries): an external system that takes
 // an idempotency key should be given Key (with Task), never CallID, which
