@@ -76,7 +76,6 @@ type call struct {
 	callID string
 	op     schema.Operation
 	res    Result
-	adm    Admission
 }
 
 // logger returns the runtime's logger with the call's fields; it is built
@@ -92,6 +91,15 @@ func (c *call) logger(r *Runtime) func() *zerolog.Logger {
 		}
 		l := lc.Logger()
 		return &l
+	}
+}
+
+// admission is what the admission stages are asked about the call (once
+// identify has set its id and operation).
+func (c *call) admission(r *Runtime) Admission {
+	return Admission{
+		Session: r.cfg.Session, CallID: c.callID, Tool: c.tool, Arguments: c.args,
+		RequestID: c.opts.RequestID, ProviderCallID: c.opts.ProviderCallID, Operation: c.op,
 	}
 }
 
@@ -184,10 +192,6 @@ func (r *Runtime) identify(ctx context.Context, c *call) error {
 		return err
 	}
 	c.res = Result{CallID: c.callID, Operation: c.op}
-	c.adm = Admission{
-		Session: r.cfg.Session, CallID: c.callID, Tool: c.tool, Arguments: c.args,
-		RequestID: c.opts.RequestID, ProviderCallID: c.opts.ProviderCallID, Operation: c.op,
-	}
 	return nil
 }
 
@@ -250,7 +254,7 @@ func (r *Runtime) admitEarly(ctx context.Context, c *call) (v verdict, decided b
 	if !ok {
 		return verdict{}, false
 	}
-	stage, why, _ := r.admit(ctx, c.t, c.adm, false, func() (stream.Usage, error) { return u, nil })
+	stage, why, _ := r.admit(ctx, c.t, c.admission(r), false, func() (stream.Usage, error) { return u, nil })
 	return verdict{stage: stage, why: why}, true
 }
 
@@ -306,7 +310,7 @@ func (r *Runtime) recordThenAdmit(ctx context.Context, c *call) (Result, error) 
 	if err := r.record(ctx, c, false); err != nil {
 		return Result{}, err
 	}
-	stage, why, infraErr := r.admit(ctx, c.t, c.adm, c.waitsForApproval(), budgetStage)
+	stage, why, infraErr := r.admit(ctx, c.t, c.admission(r), c.waitsForApproval(), budgetStage)
 	switch {
 	case infraErr != nil:
 		// jw_budget stayed unavailable for the whole WriteTimeout: not a
@@ -317,7 +321,7 @@ func (r *Runtime) recordThenAdmit(ctx context.Context, c *call) (Result, error) 
 		c.logger(r)().Error().Err(infraErr).Msg("budget unavailable; call left open (not started), not rejected")
 		return c.res, &schema.Error{Code: schema.CodeLog, CallID: c.callID, Message: "budget unavailable, call not started: " + infraErr.Error(), Err: infraErr}
 	case stage == stageAwaiting:
-		return r.park(ctx, c.t, c.adm, budgetStage, c.res)
+		return r.park(ctx, c.t, c.admission(r), budgetStage, c.res)
 	case stage != "":
 		return r.refuse(ctx, c.res, stage, why, c.logger(r))
 	}

@@ -220,8 +220,8 @@ func TestStageIdentify(t *testing.T) {
 		t.Errorf("operation %+v", c.op)
 	case c.res.CallID != c.callID || c.res.Operation.Key != c.op.Key:
 		t.Errorf("result %+v does not name the call", c.res)
-	case c.adm.CallID != c.callID || c.adm.RequestID != "req-1" || string(c.adm.Arguments) != `{"a":1}` || c.adm.Session != "s-stages":
-		t.Errorf("admission %+v", c.adm)
+	case c.admission(r).CallID != c.callID || c.admission(r).RequestID != "req-1" || string(c.admission(r).Arguments) != `{"a":1}` || c.admission(r).Session != "s-stages":
+		t.Errorf("admission %+v", c.admission(r))
 	}
 
 	// A retry whose plan is not in jw_plans is refused, with nothing
