@@ -291,11 +291,11 @@ func (e *env) pipeline(ctx context.Context, calls1, calls16 int) (*pipelineFigur
 }
 
 // durableWrites counts the writes the server's file store makes durable
-// (each an fsync with sync=always) since it started: every message stored
-// in a stream with the default persist mode (an async one, such as the
-// request queue on one server, writes in batches and fsyncs only with the
-// server's sync interval)
-// (a stream's last sequence), every message a work queue or interest
+// (each an fsync with sync=always) since it started, in the streams with
+// the default persist mode (an async one, such as the request queue on one
+// server, writes in batches and fsyncs only with the server's sync
+// interval): every message stored (a stream's last sequence), every
+// message a work queue or interest
 // stream removed on an acknowledgement (a tombstone; a KV bucket's old
 // revisions go by limits, without one), and every state write of a file
 // consumer with explicit acks (one per delivery and one per
