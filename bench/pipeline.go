@@ -333,8 +333,11 @@ func (pr *pipelineRun) runtimeMany(ctx context.Context, round int) (float64, err
 }
 
 // durableWrites counts the writes the server's file store makes durable
-// (each an fsync with sync=always) since it started: every message stored
-// (a stream's last sequence), every message a work queue or interest
+// (each an fsync with sync=always) since it started, in the streams with
+// the default persist mode (an async one, such as the request queue on one
+// server, writes in batches and fsyncs only with the server's sync
+// interval): every message stored (a stream's last sequence), every
+// message a work queue or interest
 // stream removed on an acknowledgement (a tombstone; a KV bucket's old
 // revisions go by limits, without one), and every state write of a file
 // consumer with explicit acks (one per delivery and one per
@@ -347,6 +350,9 @@ func (e *env) durableWrites() (int64, error) {
 	var n int64
 	for _, a := range jsz.AccountDetails {
 		for _, s := range a.Streams {
+			if s.Config != nil && s.Config.PersistMode == server.AsyncPersistMode {
+				continue // flushed in batches, fsynced with the sync interval only
+			}
 			n += int64(s.State.LastSeq)
 			if s.Config != nil && s.Config.Retention != server.LimitsPolicy {
 				n += int64(s.State.LastSeq) - int64(s.State.Msgs)
@@ -383,7 +389,9 @@ const rawReplyHeader = "Bench-Reply"
 func (e *env) startRawWorker(ctx context.Context, topo *stream.Topology) (*rawWorker, error) {
 	name := strings.ToUpper(topo.Prefix) + "_RAWQ"
 	subj := topo.Prefix + ".rawq"
-	st, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subj + ".>"}, Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage})
+	// The same durability as the pipeline's request queue.
+	persist := topo.Requests.CachedInfo().Config.PersistMode
+	st, err := e.js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{subj + ".>"}, Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage, PersistMode: persist})
 	if err != nil {
 		return nil, err
 	}

@@ -389,6 +389,20 @@ func (c TopologyConfig) streamSpecs() []jetstream.StreamConfig {
 	for i := range specs {
 		specs[i].DenyDelete, specs[i].DenyPurge, specs[i].AllowDirect = true, true, true
 	}
+	for i := range specs {
+		if specs[i].Name != streamName(p, "REQUESTS") || c.Replicas > 1 {
+			continue
+		}
+		// A request is a delivery vehicle, not a fact recovery decides
+		// from: the tool.call that records it is. On one server its queue
+		// writes (the store, and the removal on acknowledgement) are
+		// flushed asynchronously, not fsynced one by one with sync
+		// always: a server crash may lose a request not yet recorded,
+		// whose agent then sees neither a call nor an answer and sends it
+		// again under the same request id (docs/protocol.md §12).
+		// nats-server allows the mode on one replica only.
+		specs[i].PersistMode = jetstream.AsyncPersistMode
+	}
 	return specs
 }
 

@@ -211,11 +211,14 @@ func (g *Gateway) Call(ctx context.Context, q schema.Request) (schema.Event, err
 		g.addWaiter(key, wt)
 		defer g.removeWaiter(key, wt)
 	}
-	ack, err := g.t.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(stream.RequestMsgIDOf(q)))
+	// The digest once (canonical JSON and a SHA-256 of the arguments):
+	// the Msg-Id's last part (stream.RequestMsgIDOf) and the answer's.
+	digest := stream.RequestDigestHex(q)
+	ack, err := g.t.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(stream.RequestMsgID(q.Session, q.RequestID)+"."+digest))
 	if err != nil {
 		return schema.Event{}, fmt.Errorf("toolworker: publish request %s: %w", q.RequestID, err)
 	}
-	c := &pendingCall{g: g, q: q, digest: stream.RequestDigestHex(q)}
+	c := &pendingCall{g: g, q: q, digest: digest}
 	defer c.done()
 	return c.wait(ctx, wt, ack.Duplicate)
 }

@@ -197,6 +197,17 @@ func (s *session) recorded(c *schema.Call) {
 		j.acked = true
 	}
 	s.mu.Unlock()
+	if match && j.requestID != "" {
+		// A request's acknowledgement is not waited for: it only takes the
+		// request out of the work queue, and one that is lost delivers
+		// the request again, which the log's call answers without a run.
+		// Waiting for the server's confirmation cost every call a round
+		// trip between its tool.call and its body.
+		if err := j.msg.Ack(); err != nil {
+			s.p.log.Warn().Str("session", s.id).Err(err).Str("call_id", c.CallID).Msg("acknowledgement failed")
+		}
+		return
+	}
 	if match {
 		ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 		defer cancel()
