@@ -134,4 +134,3 @@ func failRows(out string) string {
 	}
 	return strings.Join(rows, "\n")
 }
-
