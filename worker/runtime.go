@@ -80,6 +80,8 @@ type CallOptions struct {
 type Result struct {
 	// CallID is the attempt's id.
 	CallID string
+	// Tool is the call's tool.
+	Tool string
 	// Operation is the recorded operation (key, contract, retry link).
 	Operation schema.Operation
 	// CallSeq is the stream sequence of the tool.call event: the prior_seq
@@ -517,7 +519,7 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 		callID, key = randomIDs("c-", "op-")
 		op = schema.Operation{Task: task, Key: key, Contract: t.Metadata.Contract}
 	}
-	res := Result{CallID: callID, Operation: op}
+	res := Result{CallID: callID, Tool: tool, Operation: op}
 	// The call's logger is built only when something is logged.
 	lg := func() *zerolog.Logger {
 		lc := r.cfg.Logger.With().Str("session", r.cfg.Session).Str("call_id", callID).Str("tool", tool).Str("task", task).Str("op_key", op.Key)
@@ -937,10 +939,10 @@ func (r *Runtime) finish(ctx context.Context, res Result, callErr error) (Result
 
 // appendResult appends the tool.result of res.
 func (r *Runtime) appendResult(ctx context.Context, res Result) error {
-	_, err := r.append(ctx, schema.Event{Type: schema.TypeResult, Result: &schema.Result{
+	_, err := r.appendOf(ctx, schema.Event{Type: schema.TypeResult, Result: &schema.Result{
 		CallID: res.CallID, Status: res.Status, Stage: res.Stage, Retryable: res.Retryable,
 		Output: res.Output, Error: res.Error,
-	}})
+	}}, res.Tool)
 	return err
 }
 
@@ -976,6 +978,12 @@ func (r *Runtime) writeContext(ctx context.Context) (context.Context, context.Ca
 // per append). Only the Log itself: an Appender that wraps one (embeds
 // it, overriding Append) has its own Append called.
 func (r *Runtime) append(ctx context.Context, ev schema.Event) (uint64, error) {
+	return r.appendOf(ctx, ev, "")
+}
+
+// appendOf is append of an event of a call of tool ("" unknown), which a
+// ResultObserver is told.
+func (r *Runtime) appendOf(ctx context.Context, ev schema.Event, tool string) (uint64, error) {
 	ev.V, ev.Session, ev.At = schema.Version, r.cfg.Session, r.cfg.Now().UTC()
 	var start time.Time
 	if r.cfg.Observer != nil {
@@ -990,7 +998,9 @@ func (r *Runtime) append(ctx context.Context, ev schema.Event) (uint64, error) {
 		seq, err = r.cfg.Log.Append(wctx, ev)
 		cancel()
 	}
-	if o := r.cfg.Observer; o != nil {
+	if o, ok := r.cfg.Observer.(ResultObserver); ok && ev.Result != nil {
+		o.AppendedResult(ev, tool, time.Since(start), err)
+	} else if o := r.cfg.Observer; o != nil {
 		o.Appended(ev, time.Since(start), err)
 	}
 	if err == nil {

@@ -254,6 +254,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return fail(err)
 	}
 	defer srv.Shutdown()
+	ms.natsServer(srv.Server())
 	tcfg := stream.TopologyConfig{Prefix: *prefix, LeaseTTL: *ttl, Partitions: *partitions, Logger: log}
 	// connectAs connects as a role (any client when authorization is off)
 	// and checks the topology through that connection.
