@@ -28,6 +28,8 @@ const approvalPoll = 100 * time.Millisecond
 // events from the session log.
 type pendingView struct {
 	service.WaitingApproval
+	// Waited is how long it has waited, since its approval.requested.
+	Waited   string
 	Call     *schema.Call
 	Args     string
 	Chain    []eventView
@@ -40,10 +42,7 @@ func (c *Console) loadPending(ctx context.Context, waiting []service.WaitingAppr
 	logs := map[string][]schema.Event{}
 	errs := map[string]error{}
 	var out []pendingView
-	for i, w := range waiting {
-		if i >= MaxDetailed {
-			break
-		}
+	for _, w := range waiting {
 		v := pendingView{WaitingApproval: w}
 		h, ok := logs[w.Session]
 		if _, failed := errs[w.Session]; !ok && !failed {
@@ -58,6 +57,9 @@ func (c *Console) loadPending(ctx context.Context, waiting []service.WaitingAppr
 		for _, ev := range h {
 			if ev.CallID() != w.CallID {
 				continue
+			}
+			if ev.ApprovalRequest != nil {
+				v.Waited = waited(ev.At, time.Now())
 			}
 			v.Chain = append(v.Chain, viewEvent(ev))
 			if ev.Call != nil {
@@ -103,6 +105,16 @@ type approvalState struct {
 	Records  []approvalRecord
 	// Stopped is the task.stopped of the call's task, if any.
 	Stopped *schema.Stop
+}
+
+// denied reports a call that ended rejected at stage approval.
+func (st approvalState) denied() bool {
+	for _, r := range st.Records {
+		if !r.Granted {
+			return true
+		}
+	}
+	return false
 }
 
 // approvalOf reads a call's approval state from a session log.

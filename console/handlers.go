@@ -17,6 +17,7 @@ import (
 )
 
 var funcs = template.FuncMap{
+	"pager":       pager,
 	"short":       short,
 	"reviewState": reviewState,
 	"reviewHint":  reviewHint,
@@ -66,7 +67,7 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, name string, p 
 }
 
 func (c *Console) handleAwaiting(w http.ResponseWriter, r *http.Request) {
-	c.render(w, r, "awaiting.html", page{Title: "Awaiting review", Nav: "awaiting", Data: c.loadAwaiting(r.Context())})
+	c.render(w, r, "awaiting.html", page{Title: "Awaiting review", Nav: "awaiting", Data: c.loadAwaiting(r.Context(), filterOf(r.URL.Query()))})
 }
 
 // target reads and checks the session and call of a request.

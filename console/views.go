@@ -180,6 +180,24 @@ type callView struct {
 	// review while it needs review, an answer while it waits for
 	// approval.
 	Decide []decisionKind
+	// Final is the accepted completed review of the call, when there is
+	// one: the verdict is final, no review changes it, no retry runs.
+	Final *service.ReviewCheck
+	// Denied is set when the call ended rejected at stage approval (an
+	// approver's denial, the deadline, a stopped task): a retry needs a
+	// fresh approval, whatever the decision table says of it.
+	Denied bool
+	// Waited is how long the call has waited since its latest event (for
+	// a call awaiting review: since it was fenced or ended).
+	Waited string
+}
+
+// waited says how long ago at was, to the second ("" for a zero time).
+func waited(at, now time.Time) string {
+	if at.IsZero() {
+		return ""
+	}
+	return max(now.Sub(at), 0).Round(time.Second).String()
 }
 
 // loadCall gathers a call's view: its assessment (jw.api.inspect), the
@@ -213,8 +231,8 @@ func (c *Console) loadCall(ctx context.Context, session, callID string, a *schem
 		}
 		v.CanPrepare = a.Decision == schema.DecisionRetryAllowed || a.Decision == schema.DecisionNeedsReview
 		v.CanDecide = a.Decision == schema.DecisionNeedsReview
-		v.WriterMayRun = v.CanDecide && recovery.WriterMayRun(a.Evidence)
 	}
+	var last time.Time
 	if topo, err := c.topology(ctx); err != nil {
 		v.ChainErr = newProblem(err)
 	} else {
@@ -238,6 +256,7 @@ func (c *Console) loadCall(ctx context.Context, session, callID string, a *schem
 				continue
 			}
 			inChain = true
+			last = ev.At
 			v.Chain = append(v.Chain, viewEvent(ev))
 			if ev.Call != nil && id == callID {
 				v.Call = ev.Call
@@ -261,6 +280,18 @@ func (c *Console) loadCall(ctx context.Context, session, callID string, a *schem
 	} else {
 		v.Reviews = st.Reviews
 	}
+	for i, rc := range v.Reviews {
+		if rc.Accepted && rc.Review.Verdict == schema.VerdictCompleted {
+			v.Final = &v.Reviews[i]
+			v.CanDecide = false
+			break
+		}
+	}
+	v.Denied = v.Approval.denied()
+	if v.Assessment != nil {
+		v.WriterMayRun = v.CanDecide && recovery.WriterMayRun(v.Assessment.Evidence)
+	}
+	v.Waited = waited(last, time.Now())
 	if v.CanDecide {
 		v.Decide = append(v.Decide, reviewKind)
 	}
@@ -277,32 +308,39 @@ type awaitingView struct {
 	Pending    []pendingView
 	PendingAll int
 	Detailed   []callView
-	More       []schema.Assessment
 	OpenCalls  []service.OpenCall
-	Plans      service.PlanCounts
-	Err        *problem
+	// Filter is the list's filter and page.
+	Filter listFilter
+	// ReviewAll counts the calls awaiting review that match the filter.
+	ReviewAll int
+	Plans     service.PlanCounts
+	Err       *problem
 }
 
-func (c *Console) loadAwaiting(ctx context.Context) awaitingView {
-	var v awaitingView
+func (c *Console) loadAwaiting(ctx context.Context, f listFilter) awaitingView {
+	v := awaitingView{Filter: f}
 	st, err := c.reviewer.Status(ctx, service.StatusRequest{})
 	if err != nil {
 		v.Err = newProblem(err)
 		return v
 	}
-	v.Pending, v.PendingAll = c.loadPending(ctx, st.AwaitingApproval), len(st.AwaitingApproval)
-	aw := st.AwaitingReview
+	pending := filterList(st.AwaitingApproval, f, func(w service.WaitingApproval) []string {
+		return []string{w.Session, w.CallID, w.Tool, w.Task, "awaiting_approval"}
+	})
+	v.PendingAll = len(pending)
+	v.Pending = c.loadPending(ctx, pageOf(f, pending))
+	aw := filterList(st.AwaitingReview, f, func(a schema.Assessment) []string {
+		return []string{a.Session, a.CallID, a.Tool, string(a.Outcome), string(a.Decision), a.Evidence}
+	})
+	v.ReviewAll = len(aw)
 	sort.SliceStable(aw, func(i, j int) bool {
 		if aw[i].Session != aw[j].Session {
 			return aw[i].Session < aw[j].Session
 		}
 		return aw[i].CallID < aw[j].CallID
 	})
+	aw = pageOf(f, aw)
 	for i := range aw {
-		if i >= MaxDetailed {
-			v.More = aw[i:]
-			break
-		}
 		v.Detailed = append(v.Detailed, c.loadCall(ctx, aw[i].Session, aw[i].CallID, &aw[i]))
 	}
 	v.OpenCalls = st.OpenCalls

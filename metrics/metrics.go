@@ -41,6 +41,10 @@
 //	jingwei_recoverer_consumer_pending_events       events not yet delivered to the classifier
 //	jingwei_recoverer_consumer_ack_pending_events   events delivered, not yet acknowledged
 //	jingwei_recoverer_up                            1 when the last scrape read the recovery worker's state
+//	jingwei_plan_requests_total{result}             plans asked of this recovery worker: issued or the refusal's code
+//	jingwei_reviews_judged_total{verdict,result}    reviews it judged: accepted or the rejection's code
+//	jingwei_approvals_timed_out_total               calls whose approval timed out, as its classifier read them
+//	jingwei_nats_…                                  the embedded NATS server's own (serve only; see NewNATSServer)
 //	jingwei_console_reviews_total{verdict,result}   reviews the console signed, by how they were judged
 //	jingwei_console_plan_requests_total{result}     retry plans the console asked for, by answer
 package metrics

@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,6 +37,9 @@ type Recovery struct {
 	assessments *prometheus.CounterVec
 	takeovers   prometheus.Counter
 	crashToAsmt prometheus.Histogram
+	plans       *prometheus.CounterVec
+	reviews     *prometheus.CounterVec
+	approvalsTO prometheus.Counter
 
 	mu  sync.Mutex
 	src RecoverySource
@@ -84,6 +88,18 @@ func NewRecovery(reg prometheus.Registerer) *Recovery {
 			Help:    "For each call a takeover closed: seconds from the call's last event (its writer's last sign of life) to its assessment. Includes the lease TTL.",
 			Buckets: []float64{0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800},
 		}),
+		plans: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "plan_requests_total",
+			Help: "Retry plans this recovery worker was asked for (jw.api.prepare), by result: issued, or the refusal's code (needs_review, completed, superseded_call, ...). Each request is answered by one recovery worker, so sum() counts each once.",
+		}, []string{"result"}),
+		reviews: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "reviews_judged_total",
+			Help: "Reviews of JW_REVIEWS this recovery worker judged, by verdict and result (accepted, or the rejection's code: invalid_review, review_conflict, ...). Every recovery worker judges every review: aggregate with max by (verdict, result), not sum().",
+		}, []string{"verdict", "result"}),
+		approvalsTO: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "approvals_timed_out_total",
+			Help: "Calls that waited for approval and ended rejected at stage approval at or after their deadline, as this recovery worker's classifier read them. Every recovery worker reads every log: aggregate with max, not sum().",
+		}),
 		waiting:        map[string]time.Time{},
 		seen:           map[string]struct{}{},
 		now:            time.Now,
@@ -99,8 +115,44 @@ func NewRecovery(reg prometheus.Registerer) *Recovery {
 		replacedDesc:   d("stream_replaced", "1 for a protected stream that no longer matches the identity setup recorded (deleted and created again, or messages removed from its start): the recovery worker refuses to prepare plans and take sessions over until an operator confirms it (jingwei setup --confirm-replaced); 0 for the others.", "stream"),
 		stoppedDesc:    d("tasks_stopped", "Stopped tasks (task.stopped on their session log, by a host or the budget); a stopped task never reopens, so this only grows while the logs are kept."),
 	}
-	reg.MustRegister(m.assessments, m.takeovers, m.crashToAsmt, m)
+	for _, r := range []string{"issued", string(schema.CodeNeedsReview), string(schema.CodeCompleted)} {
+		m.plans.WithLabelValues(r)
+	}
+	reg.MustRegister(m.assessments, m.takeovers, m.crashToAsmt, m.plans, m.reviews, m.approvalsTO, m)
 	return m
+}
+
+var _ recoverer.OutcomeObserver = (*Recovery)(nil)
+
+// PlanAnswered is recoverer.OutcomeObserver's.
+func (m *Recovery) PlanAnswered(code schema.Code) {
+	m.plans.WithLabelValues(resultLabel(code, "issued")).Inc()
+}
+
+// ReviewJudged is recoverer.OutcomeObserver's.
+func (m *Recovery) ReviewJudged(verdict schema.Verdict, code schema.Code) {
+	v := string(verdict)
+	switch verdict {
+	case schema.VerdictCompleted, schema.VerdictNotExecuted, schema.VerdictUncertain:
+	default:
+		v = "other"
+	}
+	m.reviews.WithLabelValues(v, resultLabel(code, "accepted")).Inc()
+}
+
+// ApprovalTimedOut is recoverer.OutcomeObserver's.
+func (m *Recovery) ApprovalTimedOut(string, string) { m.approvalsTO.Inc() }
+
+// resultLabel is ok for no code, else the code, bounded to the codes of
+// the protocol (docs/protocol.md §15).
+func resultLabel(code schema.Code, ok string) string {
+	if code == "" {
+		return ok
+	}
+	if len(code) > 40 || strings.ContainsFunc(string(code), func(r rune) bool { return !(r == '_' || r >= 'a' && r <= 'z') }) {
+		return "other"
+	}
+	return string(code)
 }
 
 // Source sets what the state gauges are read from (the recoverer, once

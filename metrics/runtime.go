@@ -62,8 +62,32 @@ func NewRuntime(reg prometheus.Registerer) *Runtime {
 		open:  map[string]string{},
 		tools: map[string]bool{},
 	}
+	// Present from the start, at zero: an alert on its rate, or a
+	// dashboard, sees the series before the first failure.
+	for _, typ := range []string{schema.TypeCall, schema.TypeStarted, schema.TypeResult, schema.TypeFenced, "other"} {
+		for _, code := range []schema.Code{schema.CodeFenced, schema.CodeLog} {
+			r.appendErrs.WithLabelValues(typ, string(code))
+		}
+	}
 	reg.MustRegister(r.calls, r.rejections, r.appends, r.appendErrs)
 	return r
+}
+
+var _ worker.ResultObserver = (*Runtime)(nil)
+
+// AppendedResult is worker.ResultObserver's: Appended for a tool.result,
+// with the call's tool as the runtime knows it — also for a call whose
+// tool.call another process recorded (a call resumed after a takeover).
+func (r *Runtime) AppendedResult(ev schema.Event, tool string, d time.Duration, err error) {
+	if tool != "" && err == nil && ev.Result != nil {
+		key := ev.Session + "/" + ev.Result.CallID
+		r.mu.Lock()
+		if _, ok := r.open[key]; !ok && len(r.open) < maxOpen {
+			r.open[key] = r.toolLabel(tool)
+		}
+		r.mu.Unlock()
+	}
+	r.Appended(ev, d, err)
 }
 
 // Appended is worker.Observer's: it times the append and, for a recorded

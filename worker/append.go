@@ -25,6 +25,12 @@ func (r *Runtime) writeContext(ctx context.Context) (context.Context, context.Ca
 // per append). Only the Log itself: an Appender that wraps one (embeds
 // it, overriding Append) has its own Append called.
 func (r *Runtime) append(ctx context.Context, ev schema.Event) (uint64, error) {
+	return r.appendOf(ctx, ev, "")
+}
+
+// appendOf is append of an event of a call of tool ("" unknown), which a
+// ResultObserver is told.
+func (r *Runtime) appendOf(ctx context.Context, ev schema.Event, tool string) (uint64, error) {
 	ev.V, ev.Session, ev.At = schema.Version, r.cfg.Session, r.cfg.Now().UTC()
 	var start time.Time
 	if r.cfg.Observer != nil {
@@ -39,7 +45,9 @@ func (r *Runtime) append(ctx context.Context, ev schema.Event) (uint64, error) {
 		seq, err = r.cfg.Log.Append(wctx, ev)
 		cancel()
 	}
-	if o := r.cfg.Observer; o != nil {
+	if o, ok := r.cfg.Observer.(ResultObserver); ok && ev.Result != nil {
+		o.AppendedResult(ev, tool, time.Since(start), err)
+	} else if o := r.cfg.Observer; o != nil {
 		o.Appended(ev, time.Since(start), err)
 	}
 	if err == nil {

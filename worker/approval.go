@@ -98,7 +98,7 @@ func (r *Runtime) loadApprovals() {
 	}
 	for _, p := range ap.Pending {
 		op := *p.Call.Call.Operation
-		pc := &parked{res: Result{CallID: p.CallID, Operation: op, CallSeq: p.Call.Seq}, tool: p.Tool, args: p.Arguments, deadline: p.Deadline}
+		pc := &parked{res: Result{CallID: p.CallID, Tool: p.Tool, Operation: op, CallSeq: p.Call.Seq}, tool: p.Tool, args: p.Arguments, deadline: p.Deadline}
 		if lim := r.limitOf(op.Task); lim > 0 && upTo[p.CallID] > lim {
 			pc.budgetStage, pc.budgetWhy = schema.StageBudget, fmt.Sprintf("tool_calls %d over the limit %d for task %s", upTo[p.CallID], lim, op.Task)
 		}

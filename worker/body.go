@@ -93,10 +93,10 @@ func (r *Runtime) finish(ctx context.Context, res Result, callErr error) (Result
 
 // appendResult appends the tool.result of res.
 func (r *Runtime) appendResult(ctx context.Context, res Result) error {
-	_, err := r.append(ctx, schema.Event{Type: schema.TypeResult, Result: &schema.Result{
+	_, err := r.appendOf(ctx, schema.Event{Type: schema.TypeResult, Result: &schema.Result{
 		CallID: res.CallID, Status: res.Status, Stage: res.Stage, Retryable: res.Retryable,
 		Output: res.Output, Error: res.Error,
-	}})
+	}}, res.Tool)
 	return err
 }
 

@@ -191,7 +191,7 @@ func (r *Runtime) identify(ctx context.Context, c *call) error {
 	} else if err := r.takePlan(ctx, c, *c.opts.Retry); err != nil {
 		return err
 	}
-	c.res = Result{CallID: c.callID, Operation: c.op}
+	c.res = Result{CallID: c.callID, Tool: c.tool, Operation: c.op}
 	return nil
 }
 

@@ -19,3 +19,15 @@ type Observer interface {
 	// counts both.
 	Appended(ev schema.Event, d time.Duration, err error)
 }
+
+// ResultObserver is an Observer that is also told the tool of each
+// tool.result the runtime appends: a result does not name its tool, and
+// its tool.call may have been recorded by another process (a call resumed
+// after a takeover, such as one that waited for approval). A runtime
+// whose Observer implements it reports tool.result appends through
+// AppendedResult instead of Appended.
+type ResultObserver interface {
+	Observer
+	// AppendedResult is Appended for a tool.result of a call of tool.
+	AppendedResult(ev schema.Event, tool string, d time.Duration, err error)
+}

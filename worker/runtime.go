@@ -75,6 +75,8 @@ type CallOptions struct {
 type Result struct {
 	// CallID is the attempt's id.
 	CallID string
+	// Tool is the call's tool.
+	Tool string
 	// Operation is the recorded operation (key, contract, retry link).
 	Operation schema.Operation
 	// CallSeq is the stream sequence of the tool.call event: the prior_seq

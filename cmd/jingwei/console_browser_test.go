@@ -225,6 +225,14 @@ func TestConsoleBrowser(t *testing.T) {
 	if s := textOf(t, ctx, "#outcome"); !strings.Contains(s, "completed") || !strings.Contains(s, "refused") {
 		t.Fatalf("plan after completed: outcome %q, want the refusal completed", s)
 	}
+	// The verdict is final: shown so, no needs_review, no form to sign.
+	do(t, ctx, "the completed call's page", chromedp.Navigate(base+"/call?session=pay-1&call=c-pay-1"), chromedp.WaitVisible(chromedp.CSS("#call-detail .badge.final")))
+	if s := textOf(t, ctx, "#call-detail"); strings.Contains(s, "needs_review") || !strings.Contains(s, "final") {
+		t.Fatalf("after a completed verdict the call's page says: %q", s)
+	}
+	if n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("form.decide").length`)); err != nil || n != 0 {
+		t.Fatalf("after a completed verdict: %d sign forms (%v), want none", n, err)
+	}
 	screenshot(t, ctx, "console-refused")
 
 	// 3. A second payment. A key made in this browser is no one's the
@@ -342,6 +350,30 @@ func TestConsoleBrowser(t *testing.T) {
 	if n := charges(); n["pay-2"] != 1 || n["pay-1"] != 0 {
 		t.Fatalf("ledger charges by session %v, want pay-2:1 and none for pay-1 (completed)", n)
 	}
+
+	// A long queue: each card says how long it has waited; search and
+	// pages narrow the list.
+	openPayment(t, natsURL, dir, "pay-y", "c-pay-y", `{"account":"acct-9","amount_cents":2}`)
+	do(t, ctx, "wait for the second waiting payment", chromedp.WaitVisible(chromedp.CSS(`article[data-call="c-pay-y"]`)))
+	if s := textOf(t, ctx, `article[data-call="c-pay-y"] .waited`); !strings.HasPrefix(s, "waiting ") {
+		t.Fatalf("the card does not say how long it has waited: %q", s)
+	}
+	do(t, ctx, "search for pay-y", chromedp.SendKeys(chromedp.CSS(`#filter input[name=q]`), "pay-y"), chromedp.Submit(chromedp.CSS(`#filter`)),
+		chromedp.WaitNotPresent(chromedp.CSS(`article[data-call="c-pay-x"]`)), chromedp.WaitVisible(chromedp.CSS(`article[data-call="c-pay-y"]`)))
+	if n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("article[data-call]").length`)); err != nil || n != 1 {
+		t.Fatalf("search pay-y: %d cards (%v), want 1", n, err)
+	}
+	do(t, ctx, "search by status", chromedp.Navigate(base+"/?q=NEEDS_REVIEW"), chromedp.WaitVisible(chromedp.CSS(`article[data-call="c-pay-x"]`)), chromedp.WaitVisible(chromedp.CSS(`article[data-call="c-pay-y"]`)))
+	do(t, ctx, "one call a page", chromedp.Navigate(base+"/?per=1"), chromedp.WaitVisible(chromedp.CSS(`nav.pager[data-list=reviews] a.next`)))
+	first := textOf(t, ctx, "article[data-call] h2")
+	if s := textOf(t, ctx, `nav.pager[data-list=reviews]`); !strings.Contains(s, "page 1 of 2") {
+		t.Fatalf("pager: %q", s)
+	}
+	do(t, ctx, "the next page", chromedp.Click(chromedp.CSS(`nav.pager[data-list=reviews] a.next`)), chromedp.WaitVisible(chromedp.CSS(`nav.pager[data-list=reviews] a.prev`)))
+	if second := textOf(t, ctx, "article[data-call] h2"); second == first || !strings.Contains(textOf(t, ctx, `nav.pager[data-list=reviews]`), "page 2 of 2") {
+		t.Fatalf("page 2 shows %q after %q", second, first)
+	}
+	screenshot(t, ctx, "console-paging")
 }
 
 // TestConsoleBrowserApproval drives the approvals part of the console in
@@ -377,6 +409,9 @@ func TestConsoleBrowserApproval(t *testing.T) {
 	call := waitingCall(t, natsURL, dir, "buy-1")
 	sel := `article[data-approval="` + call + `"]`
 	do(t, ctx, "wait for the payment in the pending list", chromedp.WaitVisible(chromedp.CSS(sel)))
+	if s := textOf(t, ctx, sel+" .waited"); !strings.HasPrefix(s, "waiting ") {
+		t.Fatalf("the pending approval does not say how long it has waited: %q", s)
+	}
 	if v, err := chromedp.Run(ctx, chromedp.Evaluate[int](`window.jwNoReload || 0`)); err != nil || v != 42 {
 		t.Fatalf("the page was reloaded to show the pending approval (marker %d, %v)", v, err)
 	}
@@ -423,6 +458,11 @@ func TestConsoleBrowserApproval(t *testing.T) {
 	}
 	if s := textOf(t, ctx, `#call-detail tr.ev.rejected`); !strings.Contains(s, "rejected at approval") || !strings.Contains(s, "denied by carol@finance") {
 		t.Fatalf("the denied call's result: %q", s)
+	}
+	// Shown as denied, not as a green retry_allowed.
+	do(t, ctx, "the denied call's page", chromedp.Navigate(base+"/call?session=buy-2&call="+call2), chromedp.WaitVisible(chromedp.CSS("#call-detail .badge.denied")))
+	if n, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("#call-detail .badge.retry_allowed").length`)); err != nil || n != 0 {
+		t.Fatalf("the denied call shows %d retry_allowed badges (%v)", n, err)
 	}
 	screenshot(t, ctx, "console-denied")
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/jingwei/jingwei/metrics"
@@ -88,6 +89,13 @@ func (s *metricsServer) recovery() (recoverer.Observer, func(*recoverer.Recovere
 	}
 	m := metrics.NewRecovery(s.reg)
 	return m, func(r *recoverer.Recoverer) { m.Source(r) }
+}
+
+// natsServer exports the embedded NATS server's own metrics.
+func (s *metricsServer) natsServer(srv *server.Server) {
+	if s != nil {
+		metrics.NewNATSServer(s.reg, srv)
+	}
 }
 
 // console returns the review console's metrics (nil without --metrics).

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -32,6 +33,23 @@ func metricsURL(t *testing.T, stderr *lockedBuffer) string {
 		return false
 	})
 	return u
+}
+
+// lintMetrics runs promlint over what a /metrics endpoint serves.
+func lintMetrics(t *testing.T, u string) {
+	t.Helper()
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	problems, err := promlint.New(resp.Body).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint %s: %s", p.Metric, p.Text)
+	}
 }
 
 // scrapeMetrics GETs a /metrics endpoint and returns its samples as
@@ -147,6 +165,24 @@ func TestMetricsScrape(t *testing.T) {
 	if _, ok := got["jingwei_recoverer_consumer_pending_events"]; !ok {
 		t.Error("no jingwei_recoverer_consumer_pending_events")
 	}
+	// Present before anything failed, at zero.
+	for _, k := range []string{`jingwei_log_append_errors_total{code="fenced",type="tool.result"}`, `jingwei_log_append_errors_total{code="log_unavailable",type="tool.call"}`,
+		`jingwei_plan_requests_total{result="issued"}`, `jingwei_approvals_timed_out_total`} {
+		if v, ok := got[k]; !ok || v != 0 {
+			t.Errorf("serve at the start: %s = %v (present %v), want 0", k, v, ok)
+		}
+	}
+	// The embedded NATS server's own metrics, read in process.
+	for _, k := range []string{"jingwei_nats_connections", "jingwei_nats_connections_total", "jingwei_nats_jetstream_storage_bytes", "jingwei_nats_jetstream_streams",
+		"jingwei_nats_jetstream_consumers", "jingwei_nats_jetstream_messages", "jingwei_nats_jetstream_api_requests_total", "jingwei_nats_in_messages_total", "jingwei_nats_up"} {
+		if got[k] <= 0 {
+			t.Errorf("serve: %s = %v, want > 0", k, got[k])
+		}
+	}
+	if _, ok := got["jingwei_nats_jetstream_api_errors_total"]; !ok {
+		t.Error("serve: no jingwei_nats_jetstream_api_errors_total")
+	}
+	lintMetrics(t, serveMetrics)
 	// The writer's last event to the assessment spans at least the lease
 	// TTL (1 s).
 	if s := got["jingwei_crash_to_assessment_seconds_sum"]; s < 0.9 || s > 30 {
@@ -185,12 +221,15 @@ func TestMetricsScrape(t *testing.T) {
 			got[`jingwei_assessments_total{decision="refuse",outcome="completed"}`] >= 3 // counted once its publish is acknowledged
 	})
 	for k, v := range map[string]float64{
-		`jingwei_calls_awaiting_review`:                                    0,
-		`jingwei_review_wait_oldest_seconds`:                               0,
-		`jingwei_plans{state="issued"}`:                                    0,
-		`jingwei_tool_calls_total{status="ok",tool="payments.charge"}`:     1,
-		`jingwei_takeovers_total`:                                          1,
-		`jingwei_assessments_total{decision="refuse",outcome="completed"}`: 3, // + the retry
+		`jingwei_plan_requests_total{result="needs_review"}`:                     1, // the console's early prepare
+		`jingwei_plan_requests_total{result="issued"}`:                           1,
+		`jingwei_reviews_judged_total{result="accepted",verdict="not_executed"}`: 1,
+		`jingwei_calls_awaiting_review`:                                          0,
+		`jingwei_review_wait_oldest_seconds`:                                     0,
+		`jingwei_plans{state="issued"}`:                                          0,
+		`jingwei_tool_calls_total{status="ok",tool="payments.charge"}`:           1,
+		`jingwei_takeovers_total`:                                                1,
+		`jingwei_assessments_total{decision="refuse",outcome="completed"}`:       3, // + the retry
 	} {
 		if got[k] != v {
 			t.Errorf("serve after the retry: %s = %v, want %v", k, got[k], v)

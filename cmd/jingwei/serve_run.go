@@ -89,6 +89,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return serveExit(stderr, err)
 	}
 	defer s.srv.Shutdown()
+	ms.natsServer(s.srv.Server())
 	parts, closeParts, err := s.parts(ctx, f, keys, ms, log)
 	defer closeParts()
 	if err != nil {

@@ -24,6 +24,9 @@ type approvalTrack struct {
 	// classifier's map work.
 	calls   map[callKey]callInfo
 	stopped map[string]map[string]service.StoppedTask // session → task → stop
+	// timedOut, when set, is told of a waiting call rejected at stage
+	// approval at or after its deadline.
+	timedOut func(session, callID string)
 }
 
 type callInfo struct{ tool, task string }
@@ -53,6 +56,10 @@ func (a *approvalTrack) observe(session string, seq uint64, ev *schema.Event) {
 		del(a.waiting, session, ev.Approval.CallID)
 		delete(a.calls, callKey{session, ev.Approval.CallID})
 	case schema.TypeResult:
+		if w, ok := a.waiting[session][ev.Result.CallID]; ok && a.timedOut != nil &&
+			ev.Result.Status == schema.StatusRejected && ev.Result.Stage == schema.StageApproval && !ev.At.Before(w.Deadline) {
+			a.timedOut(session, ev.Result.CallID)
+		}
 		del(a.waiting, session, ev.Result.CallID)
 		delete(a.calls, callKey{session, ev.Result.CallID})
 	case schema.TypeTaskStopped:

@@ -22,6 +22,32 @@ type Observer interface {
 	TookOver(session string, h []schema.Event, assessed []schema.Assessment)
 }
 
+// OutcomeObserver is an Observer that is also told how the recoverer
+// answered: each plan it was asked for (jw.api.prepare), each review it
+// judged, and each call whose approval timed out. The recoverer calls
+// these when its Config.Observer implements it; they must be quick and
+// safe for concurrent use.
+type OutcomeObserver interface {
+	Observer
+	// PlanAnswered reports one prepare: code "" when a plan was issued
+	// (or an issued one returned again), else the refusal's code
+	// (needs_review, completed, superseded_call, …).
+	PlanAnswered(code schema.Code)
+	// ReviewJudged reports one review of JW_REVIEWS judged: code "" when
+	// accepted, else why it was rejected (invalid_review,
+	// review_conflict, …).
+	ReviewJudged(verdict schema.Verdict, code schema.Code)
+	// ApprovalTimedOut reports a call that waited for approval and ended
+	// rejected at stage approval at or after its deadline.
+	ApprovalTimedOut(session, callID string)
+}
+
+// outcomes returns cfg.Observer as an OutcomeObserver, or nil.
+func (b *base) outcomes() OutcomeObserver {
+	o, _ := b.cfg.Observer.(OutcomeObserver)
+	return o
+}
+
 // ConsumerLag returns how far the recoverer's classifier is behind the
 // session logs: the events its durable consumer on the events stream has
 // not been delivered yet (pending) and those delivered but not yet

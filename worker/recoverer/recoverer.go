@@ -2,6 +2,7 @@ package recoverer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -63,6 +64,9 @@ func New(cfg Config) (*Recoverer, error) {
 		return nil, err
 	}
 	r.classify = &classifier{base: b, pub: r.pub, track: newTracker()}
+	if o := b.outcomes(); o != nil {
+		r.classify.track.approvals.timedOut = o.ApprovalTimedOut
+	}
 	r.leases = &takeovers{base: b, pub: r.pub, track: r.classify.track}
 	r.reviews = &reviewChecker{base: b, settled: r.awaiting.forget}
 	r.issuer = newIssuer(b, r.pub, r.reviews, r.leases, r.awaiting.forget)
@@ -281,7 +285,19 @@ func (r *Recoverer) Prepare(ctx context.Context, session, callID string) (schema
 	if err := checkTarget(session, callID); err != nil {
 		return schema.Plan{}, err
 	}
-	return r.issuer.prepare(ctx, session, callID)
+	p, err := r.issuer.prepare(ctx, session, callID)
+	if o := r.outcomes(); o != nil && !errors.Is(err, context.Canceled) {
+		o.PlanAnswered(codeOf(err))
+	}
+	return p, err
+}
+
+// codeOf is the jingwei code of err, "" for nil.
+func codeOf(err error) schema.Code {
+	if err == nil {
+		return ""
+	}
+	return schema.CodeOf(err)
 }
 
 // TakeOver takes the session over and confirms its history: if nobody may

@@ -113,6 +113,9 @@ func (r *reviewChecker) run(ctx context.Context) error {
 			}
 			continue
 		}
+		if o := r.outcomes(); o != nil {
+			o.ReviewJudged(rv.Verdict, codeOf(err))
+		}
 		switch {
 		case errors.Is(err, schema.ErrReviewConflict):
 			lg.Warn().Err(err).Str("code", string(schema.CodeReviewConflict)).Msg("review rejected: it contradicts a completed review on record")
