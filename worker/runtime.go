@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"github.com/jingwei/jingwei/internal/tracing"
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
@@ -442,6 +443,8 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 	if t == nil {
 		return Result{}, &schema.Error{Code: schema.CodeUnknownTool, Message: fmt.Sprintf("no tool %q", tool)}
 	}
+	ctx, endStart := r.startCallSpan(ctx, tool, opts)
+	defer endStart()
 	if len(args) == 0 {
 		args = json.RawMessage(`{}`)
 	}
@@ -521,6 +524,7 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 	// The call's logger is built only when something is logged.
 	lg := func() *zerolog.Logger {
 		lc := r.cfg.Logger.With().Str("session", r.cfg.Session).Str("call_id", callID).Str("tool", tool).Str("task", task).Str("op_key", op.Key)
+		lc = tracing.LogContext(ctx, lc)
 		if op.Retry != nil {
 			// A plan consumed by an attempt whose tool.call is then not
 			// recorded leaves its prior call without a usable successor
@@ -688,6 +692,7 @@ func (r *Runtime) callLog(t *registered, res Result) *zerolog.Logger {
 // tool.started, or its tool.call in the combined form) and appends its
 // tool.result (step 6).
 func (r *Runtime) runAndFinish(ctx context.Context, t *registered, args json.RawMessage, res Result) (Result, error) {
+	ctx = started(ctx)
 	callID, op, tool := res.CallID, res.Operation, t.Metadata.Name
 	timeout := t.Timeout
 	if timeout <= 0 {
@@ -861,6 +866,8 @@ func (r *Runtime) admit(ctx context.Context, t *registered, a Admission, wants b
 
 // run executes the body and fills res.Status, Output, Error and Retryable.
 func (r *Runtime) run(ctx context.Context, t *registered, req BodyRequest, timeout time.Duration, limit int, res *Result) {
+	ctx, endRun := startRunSpan(ctx, req)
+	defer endRun(res)
 	bctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	type out struct {
@@ -983,6 +990,10 @@ func (r *Runtime) append(ctx context.Context, ev schema.Event) (uint64, error) {
 	}
 	var seq uint64
 	var err error
+	if ctx2, endSend := r.startAppendSpan(ctx, &ev); endSend != nil {
+		ctx = ctx2
+		defer func() { endSend(seq, err) }()
+	}
 	if l, ok := r.cfg.Log.(*stream.Log); ok {
 		seq, err = l.AppendFor(ctx, ev, r.cfg.WriteTimeout)
 	} else {

@@ -301,9 +301,11 @@ func (s *session) runRequest(m jetstream.Msg) bool {
 	}
 	j := &job{requestID: r.RequestID, msg: m}
 	s.setCur(j)
-	res, err := s.rt.CallWithOptions(s.p.work, r.Tool, r.Arguments, worker.CallOptions{
+	ctx, endSpan := consumeSpan(s.p.work, m, spanRequest, s.id)
+	res, err := s.rt.CallWithOptions(ctx, r.Tool, r.Arguments, worker.CallOptions{
 		Task: r.Task, RequestID: r.RequestID, ProviderCallID: r.ProviderCallID,
 	})
+	endSpan(res, err)
 	s.setCur(nil)
 	s.tellGatewayCall(m, r, res.CallSeq)
 	return s.settle(lg, j, res, err)
@@ -372,7 +374,9 @@ func (s *session) runPlan(m jetstream.Msg) bool {
 	}
 	j := &job{planID: plan.PlanID, msg: m}
 	s.setCur(j)
-	res, err := s.rt.CallWithOptions(s.p.work, plan.Tool, plan.Arguments, worker.CallOptions{Task: plan.Task, Retry: &plan})
+	pctx, endSpan := consumeSpan(s.p.work, m, spanRetry, s.id)
+	res, err := s.rt.CallWithOptions(pctx, plan.Tool, plan.Arguments, worker.CallOptions{Task: plan.Task, Retry: &plan})
+	endSpan(res, err)
 	s.setCur(nil)
 	s.mu.Lock()
 	acked := j.acked

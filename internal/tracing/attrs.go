@@ -1,0 +1,94 @@
+package tracing
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// jingwei's own span attributes (no semantic convention covers them).
+const (
+	AttrSession  = attribute.Key("jingwei.session")
+	AttrCallID   = attribute.Key("jingwei.call_id")
+	AttrTool     = attribute.Key("jingwei.tool")
+	AttrTask     = attribute.Key("jingwei.task")
+	AttrOpKey    = attribute.Key("jingwei.op_key")
+	AttrStatus   = attribute.Key("jingwei.status")
+	AttrStage    = attribute.Key("jingwei.stage")
+	AttrEpoch    = attribute.Key("jingwei.epoch")
+	AttrOutcome  = attribute.Key("jingwei.outcome")
+	AttrEvidence = attribute.Key("jingwei.evidence")
+	AttrDecision = attribute.Key("jingwei.decision")
+	AttrVerdict  = attribute.Key("jingwei.verdict")
+	AttrSigner   = attribute.Key("jingwei.signer")
+	AttrApprover = attribute.Key("jingwei.approver")
+	AttrOperator = attribute.Key("jingwei.operator")
+	AttrPlanID   = attribute.Key("jingwei.plan_id")
+	AttrPriorID  = attribute.Key("jingwei.prior_call_id")
+	AttrRetry    = attribute.Key("jingwei.retry")
+	AttrEvent    = attribute.Key("jingwei.event")
+	AttrLinkKind = attribute.Key("jingwei.link")
+)
+
+// Span names jingwei uses besides the per-tool ones.
+const (
+	SpanRequest    = "jw.request"
+	SpanTakeover   = "jw.takeover"
+	SpanAssessment = "jw.assessment"
+	SpanReview     = "jw.review"
+	SpanApproval   = "jw.approval"
+	SpanPlanIssue  = "jw.plan.issue"
+	SpanPlanTake   = "jw.plan.consume"
+)
+
+// StartToolCallName and RunToolCallName name a call's admission-and-start
+// span and its body's span, as Temporal names StartActivity/RunActivity.
+func StartToolCallName(tool string) string { return "StartToolCall:" + tool }
+
+// RunToolCallName names the span of a call's body.
+func RunToolCallName(tool string) string { return "RunToolCall:" + tool }
+
+func linkAttrs(kind string) []attribute.KeyValue {
+	if kind == "" {
+		return nil
+	}
+	return []attribute.KeyValue{AttrLinkKind.String(kind)}
+}
+
+// Publish starts a producer span for a message jingwei publishes on
+// subject (messaging semantic conventions: "send <destination>"), with
+// the event type when it is a session-log event. The span's context is
+// what Inject then puts on the message.
+func Publish(ctx context.Context, subject, event string) (context.Context, trace.Span) {
+	if !Enabled() {
+		return ctx, trace.SpanFromContext(ctx)
+	}
+	attrs := []attribute.KeyValue{
+		semconv.MessagingSystemKey.String("nats"),
+		semconv.MessagingOperationTypeSend,
+		semconv.MessagingOperationName("publish"),
+		semconv.MessagingDestinationName(subject),
+	}
+	if event != "" {
+		attrs = append(attrs, AttrEvent.String(event))
+	}
+	return Start(ctx, "send "+subject, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
+}
+
+// Consume starts a consumer span ("process <destination>") for a message
+// received on subject, as a child of the trace context its headers carry
+// (extracted by the caller into ctx), with opts added.
+func Consume(ctx context.Context, name, subject string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
+	if !Enabled() {
+		return ctx, trace.SpanFromContext(ctx)
+	}
+	opts = append(opts, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
+		semconv.MessagingSystemKey.String("nats"),
+		semconv.MessagingOperationTypeProcess,
+		semconv.MessagingOperationName("process"),
+		semconv.MessagingDestinationName(subject),
+	))
+	return Start(ctx, name, opts...)
+}
