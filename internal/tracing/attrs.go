@@ -30,6 +30,10 @@ const (
 	AttrRetry    = attribute.Key("jingwei.retry")
 	AttrEvent    = attribute.Key("jingwei.event")
 	AttrLinkKind = attribute.Key("jingwei.link")
+	AttrFenceSeq = attribute.Key("jingwei.fence_seq")
+	AttrBasis    = attribute.Key("jingwei.basis")
+	// AttrReviewSigner is the key that signed the review a plan rests on.
+	AttrReviewSigner = attribute.Key("jingwei.review.signer")
 )
 
 // Span names jingwei uses besides the per-tool ones.
