@@ -24,3 +24,9 @@ func (t *Topology) EventHeaders(ctx context.Context, session string, seq uint64)
 func (l *Log) HeadersAt(ctx context.Context, seq uint64) (nats.Header, error) {
 	return l.t.EventHeaders(ctx, l.session, seq)
 }
+
+// HeadersAt returns the NATS headers stored with the message at stream
+// sequence seq of the guarded session log (see Topology.EventHeaders).
+func (g *GuardedLog) HeadersAt(ctx context.Context, seq uint64) (nats.Header, error) {
+	return g.log.HeadersAt(ctx, seq)
+}

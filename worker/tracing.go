@@ -3,12 +3,13 @@ package worker
 import (
 	"context"
 
+	"github.com/nats-io/nats.go"
+
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jingwei/jingwei/internal/tracing"
 	"github.com/jingwei/jingwei/schema"
-	"github.com/jingwei/jingwei/stream"
 )
 
 // A call's spans: StartToolCall:<tool> covers admission and the start
@@ -50,7 +51,9 @@ func (r *Runtime) startCallSpan(ctx context.Context, tool string, opts CallOptio
 // session-log message at seq (a call's tool.call): invalid when there is
 // none or the log cannot say.
 func (r *Runtime) callSpanContext(ctx context.Context, seq uint64) trace.SpanContext {
-	l, ok := r.cfg.Log.(*stream.Log)
+	l, ok := r.cfg.Log.(interface {
+		HeadersAt(context.Context, uint64) (nats.Header, error)
+	})
 	if !ok || seq == 0 {
 		return trace.SpanContext{}
 	}

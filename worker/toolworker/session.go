@@ -143,7 +143,9 @@ func (s *session) confirm(ctx context.Context) error {
 		return nil
 	}
 	s.rt, s.hold = nil, nil
-	tk, err := s.w.topo.ConfirmIn(ctx, s.p.hold, s.id)
+	tctx, endSpan := startConfirmSpan(ctx, s.id)
+	tk, err := s.w.topo.ConfirmIn(tctx, s.p.hold, s.id)
+	endSpan(tctx, tk, err)
 	if err != nil {
 		return fmt.Errorf("fence and load: %w", err)
 	}
