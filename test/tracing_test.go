@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -284,7 +285,7 @@ func TestTraceAcrossCrashReviewAndRetry(t *testing.T) {
 		return apiCall(t, ctx, nc, topo, service.EndpointPrepare, service.Target{Session: "s-books", CallID: callID}, &plan) == ""
 	})
 	streamtest.Eventually(t, 30*time.Second, "the retry ran", func() bool {
-		return len(spanSet(exp.GetSpans()).named(tracing.RunToolCallName("ledger.post"), tracing.AttrStatus.String("ok"))) > 0
+		return len(spanSet(exp.GetSpans()).named("jw.retry", tracing.AttrStatus.String("ok"))) > 0
 	})
 
 	s := spanSet(exp.GetSpans())
@@ -332,6 +333,30 @@ func TestTraceAcrossCrashReviewAndRetry(t *testing.T) {
 	rstart := s.one(t, tracing.StartToolCallName("ledger.post"), tracing.AttrPlanID.String(plan.PlanID))
 	if !linksTo(rstart, tid, "retry_of") || rstart.Parent.SpanID() != retry.SpanContext.SpanID() {
 		t.Errorf("the retry's StartToolCall %+v / %+v", rstart.Attributes, rstart.Links)
+	}
+	// The trace context is in the stored message's headers only: the
+	// event's bytes carry no trace id, and the plan's signature verifies.
+	h, err := topo.Load(ctx, "s-books")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range h {
+		if ev.Call == nil || ev.Call.CallID != callID {
+			continue
+		}
+		m, ok, err := topo.LeaderGet(ctx, topo.Events.CachedInfo().Config.Name, ev.Seq, topo.EventsSubject("s-books"))
+		if err != nil || !ok {
+			t.Fatalf("stored tool.call: %v", err)
+		}
+		if tracing.SpanContextOf(m.Header).TraceID() != tid {
+			t.Errorf("stored tool.call headers %v carry no traceparent of the request", m.Header)
+		}
+		if strings.Contains(string(m.Data), tid.String()) || strings.Contains(string(m.Data), "traceparent") {
+			t.Errorf("trace context inside the event's bytes: %s", m.Data)
+		}
+	}
+	if err := recovery.VerifyPlan(plan, pl.trusted); err != nil {
+		t.Errorf("plan signature: %v", err)
 	}
 	if take := s.one(t, tracing.SpanPlanTake, tracing.AttrPlanID.String(plan.PlanID)); !s.ancestorIn(take, "jw.retry") {
 		t.Errorf("the plan's consumption is not under the retry")
