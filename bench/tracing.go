@@ -11,7 +11,6 @@ import (
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/internal/tracing"
@@ -33,7 +32,7 @@ func tracingStep(cfg Config) step {
 }
 
 // tracing measures, per round, calls/s of worker.Runtime.Call with a no-op
-// tool inside an agent's span with tracing on (an SDK provider batching
+// tool with tracing on (an SDK provider batching
 // to the OTLP/HTTP exporter, sending to an endpoint in this process that
 // reads and drops what it gets) against the same calls with tracing off,
 // alternating which side runs first. Tracing is jingwei's process-wide
@@ -58,7 +57,6 @@ func (e *env) tracing(ctx context.Context, calls int) (on, off []float64, err er
 		tracing.Use(nil)
 		_ = tp.Shutdown(context.WithoutCancel(ctx))
 	}()
-	agent := tp.Tracer("bench-agent")
 	reg, err := worker.NewRegistry(worker.Tool{
 		Metadata: effect.Metadata{Name: "noop"}.WithEffect(effect.ReadOnly, "noop-v1"),
 		Body:     func(context.Context, worker.BodyRequest) (json.RawMessage, error) { return nil, nil },
@@ -84,12 +82,7 @@ func (e *env) tracing(ctx context.Context, calls int) (on, off []float64, err er
 			}
 			start := time.Now()
 			for range calls {
-				cctx, sp := ctx, trace.SpanFromContext(ctx)
-				if traced {
-					cctx, sp = agent.Start(ctx, "agent.turn")
-				}
-				res, err := rt.Call(cctx, "noop", args)
-				sp.End()
+				res, err := rt.Call(ctx, "noop", args)
 				if err != nil {
 					return 0, err
 				}

@@ -302,8 +302,17 @@ func TestTraceAcrossCrashReviewAndRetry(t *testing.T) {
 	if startSpan.Parent.SpanID() != req.SpanContext.SpanID() || runSpan.Parent.SpanID() != req.SpanContext.SpanID() {
 		t.Errorf("StartToolCall and RunToolCall are not children of the request span")
 	}
-	if sends := s.named("send events.s-books", attribute.String("jingwei.event", "tool.call")); len(sends) == 0 || !s.ancestorIn(sends[0], "jw.request") {
-		t.Errorf("the tool.call append is not a messaging span under the request")
+	// StartToolCall is the publish span of the call's start (messaging
+	// attributes); the result's append is a send span of its own.
+	if attrOf(startSpan, "messaging.system") != "nats" || attrOf(startSpan, "messaging.destination.name") != "events.s-books" {
+		t.Errorf("StartToolCall has no messaging attributes: %v", startSpan.Attributes)
+	}
+	underRetry := false
+	for _, sp := range s.named("send events.s-books", attribute.String("jingwei.event", "tool.result"), attribute.String("messaging.system", "nats")) {
+		underRetry = underRetry || s.ancestorIn(sp, "jw.retry")
+	}
+	if !underRetry {
+		t.Errorf("the retry's tool.result append is not a messaging span under the retry")
 	}
 	// The takeover, the assessment, the review and the plan link back.
 	fenced := false

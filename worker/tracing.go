@@ -5,6 +5,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
@@ -99,20 +100,27 @@ func startRunSpan(ctx context.Context, req BodyRequest) (context.Context, func(*
 
 // startAppendSpan starts the "send" span of one append of ev to the
 // session log; the span's context is what the log puts in the message's
-// headers. A tool.call names its call on the enclosing span too.
+// headers. The start appends of a call (its tool.call, and tool.started)
+// are published in its StartToolCall span itself, which takes the
+// messaging attributes: no span of their own. nil end: no span.
 func (r *Runtime) startAppendSpan(ctx context.Context, ev *schema.Event) (context.Context, func(seq uint64, err error)) {
 	if !tracing.Enabled() {
 		return ctx, nil
 	}
-	if c := ev.Call; c != nil && c.Operation != nil {
-		trace.SpanFromContext(ctx).SetAttributes(tracing.AttrCallID.String(c.CallID),
-			tracing.AttrTask.String(c.Operation.Task), tracing.AttrOpKey.String(c.Operation.Key))
+	if ev.Type == schema.TypeCall || ev.Type == schema.TypeStarted {
+		if ct, ok := ctx.Value(callTraceKey{}).(*callTrace); ok && trace.SpanFromContext(ctx) == ct.start {
+			if c := ev.Call; c != nil && c.Operation != nil {
+				ct.start.SetAttributes(tracing.Messaging("events."+r.cfg.Session, "publish",
+					tracing.AttrCallID.String(c.CallID), tracing.AttrTask.String(c.Operation.Task), tracing.AttrOpKey.String(c.Operation.Key))...)
+			}
+			return ctx, nil
+		}
 	}
-	ctx, sp := tracing.Publish(ctx, "events."+r.cfg.Session, ev.Type)
-	sp.SetAttributes(tracing.AttrSession.String(r.cfg.Session), tracing.AttrCallID.String(ev.CallID()))
+	attrs := []attribute.KeyValue{tracing.AttrSession.String(r.cfg.Session), tracing.AttrCallID.String(ev.CallID())}
 	if res := ev.Result; res != nil {
-		sp.SetAttributes(tracing.AttrStatus.String(string(res.Status)), tracing.AttrStage.String(string(res.Stage)))
+		attrs = append(attrs, tracing.AttrStatus.String(string(res.Status)), tracing.AttrStage.String(string(res.Stage)))
 	}
+	ctx, sp := tracing.Publish(ctx, "events."+r.cfg.Session, ev.Type, attrs...)
 	return ctx, func(seq uint64, err error) {
 		if err != nil {
 			sp.RecordError(err)

@@ -61,24 +61,32 @@ func linkAttrs(kind string) []attribute.KeyValue {
 	return []attribute.KeyValue{AttrLinkKind.String(kind)}
 }
 
+// Messaging returns the messaging semantic-convention attributes of an
+// operation ("publish", "process") on a NATS subject, with extra appended.
+func Messaging(subject, operation string, extra ...attribute.KeyValue) []attribute.KeyValue {
+	op := semconv.MessagingOperationTypeSend
+	if operation == "process" {
+		op = semconv.MessagingOperationTypeProcess
+	}
+	return append([]attribute.KeyValue{
+		semconv.MessagingSystemKey.String("nats"), op,
+		semconv.MessagingOperationName(operation),
+		semconv.MessagingDestinationName(subject),
+	}, extra...)
+}
+
 // Publish starts a producer span for a message jingwei publishes on
 // subject (messaging semantic conventions: "send <destination>"), with
-// the event type when it is a session-log event. The span's context is
-// what Inject then puts on the message.
-func Publish(ctx context.Context, subject, event string) (context.Context, trace.Span) {
+// the event type when it is a session-log event, and extra attributes.
+// The span's context is what Inject then puts on the message.
+func Publish(ctx context.Context, subject, event string, extra ...attribute.KeyValue) (context.Context, trace.Span) {
 	if !Enabled() {
 		return ctx, trace.SpanFromContext(ctx)
 	}
-	attrs := []attribute.KeyValue{
-		semconv.MessagingSystemKey.String("nats"),
-		semconv.MessagingOperationTypeSend,
-		semconv.MessagingOperationName("publish"),
-		semconv.MessagingDestinationName(subject),
-	}
 	if event != "" {
-		attrs = append(attrs, AttrEvent.String(event))
+		extra = append(extra, AttrEvent.String(event))
 	}
-	return Start(ctx, "send "+subject, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
+	return Start(ctx, "send "+subject, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(Messaging(subject, "publish", extra...)...))
 }
 
 // Consume starts a consumer span ("process <destination>") for a message
@@ -88,11 +96,6 @@ func Consume(ctx context.Context, name, subject string, opts ...trace.SpanStartO
 	if !Enabled() {
 		return ctx, trace.SpanFromContext(ctx)
 	}
-	opts = append(opts, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
-		semconv.MessagingSystemKey.String("nats"),
-		semconv.MessagingOperationTypeProcess,
-		semconv.MessagingOperationName("process"),
-		semconv.MessagingDestinationName(subject),
-	))
+	opts = append(opts, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(Messaging(subject, "process")...))
 	return Start(ctx, name, opts...)
 }
