@@ -402,3 +402,80 @@ func apiCall(t *testing.T, ctx context.Context, nc *nats.Conn, topo *stream.Topo
 	}
 	return ""
 }
+
+// TestTraceAcrossApprovalAndRestart: a call waits for approval; its worker
+// dies; the next worker takes the session over and, on a signed approval,
+// runs the call. The approval's span carries the verdict, the approver and
+// the signer's key and links to the call's span in the request's trace;
+// the body runs under it.
+func TestTraceAcrossApprovalAndRestart(t *testing.T) {
+	exp, agent := traced(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	emb, _, topo := streamtest.StartWith(t, streamtest.Config{Topology: stream.TopologyConfig{LeaseTTL: time.Second}})
+	approver, _ := nkeys.CreateUser()
+	apub, _ := approver.PublicKey()
+	trusted, _ := recovery.NewTrustedKeys(apub)
+	var runs atomic.Int32
+	pay := worker.Tool{
+		Metadata: effect.Metadata{Name: "pay"}.WithEffect(effect.NonIdempotent, "pay-v1"),
+		Approval: &worker.ApprovalRule{Timeout: time.Minute},
+		Body: func(context.Context, worker.BodyRequest) (json.RawMessage, error) {
+			runs.Add(1)
+			return json.RawMessage(`{"charged":true}`), nil
+		},
+	}
+	reg, err := worker.NewRegistry(pay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	twCfg := func(owner string) toolworker.Config {
+		return toolworker.Config{Topology: topo, Registry: reg, Owner: owner, IdleTimeout: 300 * time.Millisecond,
+			PollInterval: 100 * time.Millisecond, DrainTimeout: 2 * time.Second,
+			Runtime: worker.Config{TrustedApprovers: trusted},
+			Logger:  zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)}
+	}
+	defer func() {
+		if t.Failed() {
+			n := spanSet(exp.GetSpans()).names()
+			t.Logf("%d spans, last: %v", len(n), n[max(0, len(n)-30):])
+		}
+	}()
+	crash := crashable(t, emb, topo, twCfg("tw-a"))
+	tid := agentRequest(t, agent, topo, schema.Request{V: 1, RequestID: "r-pay", Session: "s-pay", Task: "t-1", Tool: "pay", Arguments: json.RawMessage(`{"amount":5}`)})
+	var callID string
+	streamtest.Eventually(t, 20*time.Second, "the call waits for approval", func() bool {
+		for _, sp := range spanSet(exp.GetSpans()).named("send events.s-pay", attribute.String("jingwei.event", string(schema.TypeApprovalRequested))) {
+			callID = attrOf(sp, tracing.AttrCallID)
+			return sp.SpanContext.TraceID() == tid
+		}
+		return false
+	})
+	crash()
+	runWorker(t, twCfg("tw-b"))
+	a, err := recovery.SignApproval(approver, schema.Approval{V: 1, Session: "s-pay", CallID: callID, Decision: schema.Approved, Approver: "alice@ops"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.PublishApproval(ctx, topo.JS, "", a); err != nil {
+		t.Fatal(err)
+	}
+	streamtest.Eventually(t, 30*time.Second, "the approved call ran", func() bool {
+		return len(spanSet(exp.GetSpans()).named(tracing.SpanApproval, tracing.AttrCallID.String(callID))) > 0
+	})
+	s := spanSet(exp.GetSpans())
+	ap := s.one(t, tracing.SpanApproval, tracing.AttrCallID.String(callID))
+	if !linksTo(ap, tid, "approval_of") {
+		t.Errorf("the approval span does not link to the call's span: %+v", ap.Links)
+	}
+	if attrOf(ap, tracing.AttrVerdict) != string(schema.Approved) || attrOf(ap, tracing.AttrSigner) != apub || attrOf(ap, tracing.AttrApprover) != "alice@ops" {
+		t.Errorf("approval span attributes %v", ap.Attributes)
+	}
+	run := s.one(t, tracing.RunToolCallName("pay"), tracing.AttrCallID.String(callID))
+	if !s.ancestorIn(run, tracing.SpanApproval) || attrOf(run, tracing.AttrStatus) != "ok" {
+		t.Errorf("the body's span is not under the approval, or not ok: %v", run.Attributes)
+	}
+	if runs.Load() != 1 {
+		t.Fatalf("body ran %d times", runs.Load())
+	}
+}
