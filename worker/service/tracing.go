@@ -26,3 +26,15 @@ func requestSpan(ctx context.Context, subject string, h nats.Header) (context.Co
 		sp.End()
 	}
 }
+
+// request sends a service request on subj; with tracing on, the caller's
+// trace context goes in its headers (traceparent, tracestate).
+func request(ctx context.Context, nc *nats.Conn, subj string, body []byte) (*nats.Msg, error) {
+	if tracing.Enabled() {
+		m := &nats.Msg{Subject: subj, Data: body, Header: nats.Header{}}
+		if tracing.Inject(ctx, m.Header) {
+			return nc.RequestMsgWithContext(ctx, m)
+		}
+	}
+	return nc.RequestWithContext(ctx, subj, body)
+}
