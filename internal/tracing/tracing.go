@@ -139,3 +139,17 @@ func LinkTo(sc trace.SpanContext, kind string) []trace.SpanStartOption {
 	}
 	return []trace.SpanStartOption{trace.WithLinks(trace.Link{SpanContext: sc, Attributes: linkAttrs(kind)})}
 }
+
+// TraceIDOf returns the W3C trace id a message's traceparent header
+// carries ("" when it has none, or an invalid one), whether or not this
+// process traces: for display (a link to a trace UI).
+func TraceIDOf(h nats.Header) string {
+	if len(h) == 0 {
+		return ""
+	}
+	ctx := propagation.TraceContext{}.Extract(context.Background(), Header(h))
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		return sc.TraceID().String()
+	}
+	return ""
+}
