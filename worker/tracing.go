@@ -42,7 +42,9 @@ func (r *Runtime) startCallSpan(ctx context.Context, tool string, opts CallOptio
 		sopts = append(sopts, trace.WithAttributes(tracing.AttrRetry.Bool(true), tracing.AttrPlanID.String(p.PlanID), tracing.AttrPriorID.String(p.PriorCallID)))
 		sopts = append(sopts, tracing.LinkTo(r.callSpanContext(ctx, p.PriorSeq), "retry_of")...)
 	}
-	sopts = append(sopts, trace.WithAttributes(tracing.AttrSession.String(r.cfg.Session), tracing.AttrTool.String(tool)))
+	// The span publishes the call's start appends: messaging attributes.
+	sopts = append(sopts, trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(tracing.Messaging("events."+r.cfg.Session, "publish", tracing.AttrTool.String(tool))...))
 	ct := &callTrace{parent: trace.SpanFromContext(ctx)}
 	ctx, ct.start = tracing.Start(ctx, tracing.StartToolCallName(tool), sopts...)
 	return context.WithValue(ctx, callTraceKey{}, ct), func() { ct.start.End() }
@@ -86,9 +88,7 @@ func startRunSpan(ctx context.Context, req BodyRequest) (context.Context, func(*
 		return ctx, func(*Result) {}
 	}
 	ctx, sp := tracing.Start(ctx, tracing.RunToolCallName(req.Tool), trace.WithAttributes(
-		tracing.AttrSession.String(req.Session), tracing.AttrCallID.String(req.CallID),
-		tracing.AttrTool.String(req.Tool), tracing.AttrTask.String(req.Operation.Task),
-		tracing.AttrOpKey.String(req.Operation.Key), tracing.AttrEpoch.Int64(int64(req.Fence.Epoch))))
+		tracing.AttrCallID.String(req.CallID), tracing.AttrEpoch.Int64(int64(req.Fence.Epoch))))
 	return ctx, func(res *Result) {
 		sp.SetAttributes(tracing.AttrStatus.String(string(res.Status)))
 		if res.Status != schema.StatusOK {
@@ -110,15 +110,17 @@ func (r *Runtime) startAppendSpan(ctx context.Context, ev *schema.Event) (contex
 	if ev.Type == schema.TypeCall || ev.Type == schema.TypeStarted {
 		if ct, ok := ctx.Value(callTraceKey{}).(*callTrace); ok && trace.SpanFromContext(ctx) == ct.start {
 			if c := ev.Call; c != nil && c.Operation != nil {
-				ct.start.SetAttributes(tracing.Messaging("events."+r.cfg.Session, "publish",
-					tracing.AttrCallID.String(c.CallID), tracing.AttrTask.String(c.Operation.Task), tracing.AttrOpKey.String(c.Operation.Key))...)
+				ct.start.SetAttributes(tracing.AttrCallID.String(c.CallID), tracing.AttrOpKey.String(c.Operation.Key))
 			}
 			return ctx, nil
 		}
 	}
-	attrs := []attribute.KeyValue{tracing.AttrSession.String(r.cfg.Session), tracing.AttrCallID.String(ev.CallID())}
+	attrs := []attribute.KeyValue{tracing.AttrCallID.String(ev.CallID())}
 	if res := ev.Result; res != nil {
-		attrs = append(attrs, tracing.AttrStatus.String(string(res.Status)), tracing.AttrStage.String(string(res.Stage)))
+		attrs = append(attrs, tracing.AttrStatus.String(string(res.Status)))
+		if res.Stage != "" {
+			attrs = append(attrs, tracing.AttrStage.String(string(res.Stage)))
+		}
 	}
 	ctx, sp := tracing.Publish(ctx, "events."+r.cfg.Session, ev.Type, attrs...)
 	return ctx, func(seq uint64, err error) {
