@@ -304,6 +304,7 @@ func (s *session) runRequest(m jetstream.Msg) bool {
 	j := &job{requestID: r.RequestID, msg: m}
 	s.setCur(j)
 	ctx, endSpan := consumeSpan(s.p.work, m, spanRequest, s.id)
+	lg = traceLog(ctx, lg)
 	res, err := s.rt.CallWithOptions(ctx, r.Tool, r.Arguments, worker.CallOptions{
 		Task: r.Task, RequestID: r.RequestID, ProviderCallID: r.ProviderCallID,
 	})
@@ -377,6 +378,7 @@ func (s *session) runPlan(m jetstream.Msg) bool {
 	j := &job{planID: plan.PlanID, msg: m}
 	s.setCur(j)
 	pctx, endSpan := consumeSpan(s.p.work, m, spanRetry, s.id)
+	lg = traceLog(pctx, lg)
 	res, err := s.rt.CallWithOptions(pctx, plan.Tool, plan.Arguments, worker.CallOptions{Task: plan.Task, Retry: &plan})
 	endSpan(res, err)
 	s.setCur(nil)

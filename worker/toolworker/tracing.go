@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -69,4 +70,13 @@ func startConfirmSpan(ctx context.Context, session string) (context.Context, fun
 		}
 		sp.End()
 	}
+}
+
+// traceLog returns lg with ctx's trace_id and span_id (lg itself while
+// tracing is off: no copy).
+func traceLog(ctx context.Context, lg zerolog.Logger) zerolog.Logger {
+	if !tracing.Enabled() {
+		return lg
+	}
+	return tracing.LogContext(ctx, lg.With()).Logger()
 }
