@@ -72,7 +72,7 @@ const (
 
 // Scenarios are the scenario names Config.Only accepts, in the order they
 // run.
-var Scenarios = []string{"appends", "runtime", "pipeline", "classify", "inspect", "issue", "crash", "memory", "scale"}
+var Scenarios = []string{"appends", "runtime", "tracing", "pipeline", "classify", "inspect", "issue", "crash", "memory", "scale"}
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
@@ -281,6 +281,9 @@ func plan(cfg Config) []step {
 	}
 	if cfg.runs("runtime") {
 		steps = append(steps, runtimeStep(cfg, stream.SyncInterval))
+	}
+	if cfg.runs("tracing") {
+		steps = append(steps, tracingStep(cfg))
 	}
 	if cfg.runs("pipeline") {
 		steps = append(steps, pipelineStep(cfg, stream.SyncInterval))

@@ -101,6 +101,11 @@ type Config struct {
 	// localhost, 127.0.0.0/8 and ::1, any port. "*" answers to every host
 	// (a console on a non-loopback address whose names are not known).
 	AllowedHosts []string
+	// TraceURL is a trace UI's address of one trace, with {trace_id} where
+	// the trace id goes (e.g. http://jaeger:16686/trace/{trace_id}): a
+	// call's page links to the trace its tool.call message carries. Empty
+	// links nothing.
+	TraceURL string
 	// Logger receives the console's log (failed polls, published
 	// decisions). The zero value logs nothing.
 	Logger zerolog.Logger

@@ -161,6 +161,8 @@ type callView struct {
 	// Latest is the chain's latest attempt when the call is not it
 	// (superseded_call): the one to decide on.
 	Latest string
+	// TraceURL links the call to its trace (Config.TraceURL), "" for none.
+	TraceURL string
 	// Plans are the plan records of the call's chain.
 	Plans []stream.PlanRecord
 	// CanPrepare is set when the decision may allow a plan: retry_allowed,
@@ -261,6 +263,7 @@ func (c *Console) loadCall(ctx context.Context, session, callID string, a *schem
 			if ev.Call != nil && id == callID {
 				v.Call = ev.Call
 				v.Args = pretty(ev.Call.Arguments)
+				v.TraceURL = c.traceURL(ctx, topo, session, ev.Seq)
 			}
 		}
 		pctx, pcancel := context.WithTimeout(ctx, c.cfg.Timeout)

@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/jingwei/jingwei/internal/pause"
+	"github.com/jingwei/jingwei/internal/tracing"
 	"github.com/jingwei/jingwei/schema"
 )
 
@@ -415,6 +416,9 @@ func (l *Log) publishFence(ctx context.Context, id string) (uint64, error) {
 	msg.Data = payload
 	msg.Header[jetstream.MsgIDHeader][0] = id
 	msg.Header[jetstream.ExpectedLastSubjSeqHeader][0] = strconv.FormatUint(l.last, 10)
+	if tracing.Inject(ctx, msg.Header) {
+		defer tracing.Clear(msg.Header)
+	}
 	want := l.t.Events.CachedInfo().Config.Name
 	actx, cancel := context.WithTimeout(ctx, l.t.cfg.RequestTimeout)
 	defer cancel()
@@ -591,6 +595,9 @@ func (l *Log) send(ctx context.Context, payload []byte, id string, until time.Ti
 		msg.Data = nil
 		appendMsgs.Put(msg)
 	}()
+	if tracing.Inject(ctx, msg.Header) { // trace context in headers only, never in the event
+		defer tracing.Clear(msg.Header)
+	}
 
 	// ended is ctx's error, or DeadlineExceeded once until has passed.
 	ended := func() error {

@@ -38,6 +38,10 @@ func (r *Runtime) appendOf(ctx context.Context, ev schema.Event, tool string) (u
 	}
 	var seq uint64
 	var err error
+	if ctx2, endSend := r.startAppendSpan(ctx, &ev); endSend != nil {
+		ctx = ctx2
+		defer func() { endSend(seq, err) }()
+	}
 	if l, ok := r.cfg.Log.(*stream.Log); ok {
 		seq, err = l.AppendFor(ctx, ev, r.cfg.WriteTimeout)
 	} else {

@@ -272,6 +272,8 @@ func (r *Runtime) Resume(ctx context.Context, a schema.Approval, received time.T
 	if pc == nil {
 		return Result{}, schema.Errorf(schema.CodeInvalidApproval, "call %q of session %s does not wait for approval (answered already, never asked, or another call's): an approval is honoured once, for its own call", a.CallID, r.cfg.Session)
 	}
+	ctx, endApproval := r.startApprovalSpan(ctx, a, pc.res.CallSeq)
+	defer endApproval()
 	if received.IsZero() {
 		received = r.cfg.Now()
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/jingwei/jingwei/internal/tracing"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 )
@@ -34,6 +35,9 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 	if err != nil {
 		return Result{}, err
 	}
+	ctx, endStart := r.startCallSpan(ctx, tool, opts)
+	defer endStart()
+	c.ctx = ctx
 	// The read lock taken by holdStop is released once the tool.call is
 	// on the log (record), or here on any return before it.
 	defer c.stop.release()
@@ -65,6 +69,9 @@ type call struct {
 	task string
 	opts CallOptions
 
+	// ctx carries the call's trace span (for its log lines).
+	ctx context.Context
+
 	// stop is the read lock on the runtime's stopped tasks (holdStop).
 	stop stopHold
 
@@ -83,6 +90,9 @@ type call struct {
 func (c *call) logger(r *Runtime) func() *zerolog.Logger {
 	return func() *zerolog.Logger {
 		lc := r.cfg.Logger.With().Str("session", r.cfg.Session).Str("call_id", c.callID).Str("tool", c.tool).Str("task", c.task).Str("op_key", c.op.Key)
+		if c.ctx != nil {
+			lc = tracing.LogContext(c.ctx, lc)
+		}
 		if c.op.Retry != nil {
 			// A plan consumed by an attempt whose tool.call is then not
 			// recorded leaves its prior call without a usable successor
@@ -381,6 +391,7 @@ func (r *Runtime) callLog(t *registered, res Result) *zerolog.Logger {
 // tool.started, or its tool.call in the combined form) and appends its
 // tool.result (step 6).
 func (r *Runtime) runAndFinish(ctx context.Context, t *registered, args json.RawMessage, res Result) (Result, error) {
+	ctx = started(ctx)
 	callID, op, tool := res.CallID, res.Operation, t.Metadata.Name
 	timeout := t.Timeout
 	if timeout <= 0 {

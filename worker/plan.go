@@ -96,6 +96,14 @@ type Taken struct {
 // happens to the attempt afterwards. Custom runtimes call TakeOperation
 // before they record the attempt's tool.call.
 func TakeOperation(ctx context.Context, plans PlanStore, at Attempt, plan schema.Plan) (Taken, error) {
+	ctx, end := startPlanTakeSpan(ctx, plan)
+	taken, err := takeOperation(ctx, plans, at, plan)
+	end(taken, err)
+	return taken, err
+}
+
+// takeOperation is TakeOperation without its span.
+func takeOperation(ctx context.Context, plans PlanStore, at Attempt, plan schema.Plan) (Taken, error) {
 	if plans == nil {
 		return Taken{}, &schema.Error{Code: schema.CodePlanNotIssued, Message: "no plan store configured", Err: stream.ErrPlanNotIssued}
 	}

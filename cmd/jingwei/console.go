@@ -113,6 +113,7 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.StringVar(&host.nkey, "host-nkey", "", "nkey seed file of the host role (default: <auth dir>/host.nk)")
 	listen := fs.String("listen", console.DefaultListen, "address the console listens on (loopback unless --allow-remote)")
 	allowRemote := fs.Bool("allow-remote", false, "allow a non-loopback --listen address (serve it behind TLS: the login token is in the URL)")
+	traceURL := fs.String("trace-url", envOr("JINGWEI_TRACE_URL", ""), "trace UI address of one trace with {trace_id}, e.g. http://jaeger:16686/trace/{trace_id}: a call's page links to its trace (env JINGWEI_TRACE_URL)")
 	hostNames := fs.String("host-names", "", "comma-separated Host names the console answers to (default: loopback names; with --allow-remote: any)")
 	keyFile := fs.String("key", "", "no longer accepted: the console holds no signing key (people sign in their browsers)")
 	approverFile := fs.String("approver-key", "", "no longer accepted: the console holds no signing key (people sign in their browsers)")
@@ -197,7 +198,7 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		TrustedReviewers: reviewers, ReviewerNames: reviewerNames,
 		TrustedApprovers: approvers, ApproverNames: approverNames, ApprovalWait: *approvalWait,
 		Prefix: n.prefix, Timeout: *timeout,
-		PollInterval: *poll, AllowedHosts: allowed, Logger: lg, Metrics: ms.console(),
+		PollInterval: *poll, AllowedHosts: allowed, Logger: lg, Metrics: ms.console(), TraceURL: *traceURL,
 	})
 	if err != nil {
 		return usageError(stderr, "console", "%v", err)

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/jingwei/jingwei/internal/tracing"
 )
 
 // logFlags are the logging flags every command shares:
@@ -68,7 +70,7 @@ func newLogger(w io.Writer, format, level string) (zerolog.Logger, error) {
 	default:
 		return zerolog.Nop(), fmt.Errorf("unknown --log-format %q (want json or console)", format)
 	}
-	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
+	return zerolog.New(w).Level(lvl).Hook(tracing.LogHook).With().Timestamp().Logger(), nil
 }
 
 // envOr returns the environment variable key, or def when it is unset or

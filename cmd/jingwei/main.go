@@ -14,7 +14,9 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	endTracing := startTracing(ctx, os.Args[1:], os.Stderr)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	endTracing()
 	stop()
 	os.Exit(code)
 }

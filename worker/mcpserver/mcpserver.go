@@ -192,6 +192,8 @@ func handler(cfg Config, tool, stdioID string) mcp.ToolHandler {
 		if err != nil {
 			return toolError(schema.CodeInvalidRequest, err.Error(), "Fix the _meta of the call.", nil), nil
 		}
+		ctx, endSpan := callSpan(ctx, req.Params.Meta, tool)
+		defer endSpan()
 		if tok := req.Params.GetProgressToken(); tok != nil {
 			stop := progress(ctx, req, tok, cfg.ProgressEvery)
 			defer stop()

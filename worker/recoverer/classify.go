@@ -271,6 +271,9 @@ type finding struct {
 	// fenced: the call was closed by a session.fenced (its assessment is
 	// published with its id as Nats-Msg-Id).
 	fenced bool
+	// callSeq is the stream sequence of the call's tool.call (0 when the
+	// tracker did not see it): its message carries the call's trace context.
+	callSeq uint64
 }
 
 // tracker is the classifier's state: the open calls per session. Safe for
@@ -412,7 +415,7 @@ func (t *tracker) observe(session string, seq uint64, data []byte, out []finding
 			out = append(out, finding{session: session, callID: id})
 		case c.legacy:
 		default:
-			out = append(out, finding{session: session, callID: c.id, a: c.assess(session, ev.Result.Status, ev.Result.Stage), ready: true})
+			out = append(out, finding{session: session, callID: c.id, a: c.assess(session, ev.Result.Status, ev.Result.Stage), ready: true, callSeq: c.seq})
 		}
 		t.freeCall(c)
 	case schema.TypeApprovalRequested, schema.TypeApprovalGranted:
@@ -434,7 +437,7 @@ func (t *tracker) observe(session string, seq uint64, data []byte, out []finding
 					out = append(out, finding{session: session, callID: id, fenced: true})
 				case c.legacy:
 				default:
-					out = append(out, finding{session: session, callID: id, a: c.assess(session, "", ""), ready: true, fenced: true})
+					out = append(out, finding{session: session, callID: id, a: c.assess(session, "", ""), ready: true, fenced: true, callSeq: c.seq})
 				}
 				t.freeCall(c)
 			})

@@ -246,7 +246,10 @@ func (r *classifyRun) classify(ctx context.Context, m jetstream.Msg, seq uint64)
 		if a == nil {
 			continue
 		}
-		if err := r.publish(ctx, f, a); err != nil {
+		actx, endSpan := r.c.startAssessmentSpan(ctx, a, f.callSeq)
+		err = r.publish(actx, f, a)
+		endSpan(err)
+		if err != nil {
 			return err
 		}
 	}

@@ -142,7 +142,7 @@ func (r *issuer) prepare(ctx context.Context, session, callID string) (schema.Pl
 	if plan, err = recovery.SignPlan(r.planner, plan); err != nil {
 		return schema.Plan{}, fmt.Errorf("recoverer: sign plan: %w", err)
 	}
-	return r.issue(ctx, plan)
+	return r.issueTraced(ctx, plan)
 }
 
 // checkStored refuses a jw_plans record this prepare did not create

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jingwei/jingwei/internal/tracing"
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
@@ -74,6 +75,7 @@ func (p *publisher) assessmentMsg(a schema.Assessment) (msg *nats.Msg, id string
 // redelivery after a crash would repeat.
 func (p *publisher) publishAsync(ctx context.Context, acks *asyncAcks, a schema.Assessment, dedup bool) (uint64, error) {
 	msg, id := p.assessmentMsg(a)
+	tracing.Inject(ctx, msg.Header) // headers only: the assessment's bytes are the same
 	n, err := acks.publish(ctx, msg, id, dedup)
 	if err != nil {
 		return 0, err
@@ -100,6 +102,7 @@ func (p *publisher) publishAcked(ctx context.Context, msg *nats.Msg, id string) 
 	err := backoff.Retry(func() error {
 		m := nats.NewMsg(msg.Subject)
 		m.Data = msg.Data
+		tracing.Inject(ctx, m.Header) // headers only: a plan's signed bytes are the same
 		for k, v := range msg.Header {
 			if k != jetstream.MsgIDHeader {
 				m.Header[k] = v

@@ -101,7 +101,9 @@ func (r *reviewChecker) run(ctx context.Context) error {
 			continue
 		}
 		seq := md.Sequence.Stream
-		rv, err := r.accept(ctx, session, seq, m.Data())
+		rctx, endSpan := r.startReviewSpan(ctx, m)
+		rv, err := r.accept(rctx, session, seq, m.Data())
+		endSpan(rctx, rv, err)
 		lg := r.log.With().Str("session", session).Str("call_id", rv.CallID).Str("operator", rv.Operator).Str("signer", rv.Signer).Str("verdict", string(rv.Verdict)).Uint64("seq", seq).Logger()
 		if errors.Is(err, errUnchecked) {
 			// Not judged: a review acknowledged unjudged would be forgotten

@@ -386,6 +386,8 @@ func (r *takeovers) takeOver(ctx context.Context, session string, opts ...stream
 	if err := r.identity.current(); err != nil { // a replaced stream: stream_replaced
 		return nil, nil, err
 	}
+	ctx, endSpan := r.startTakeoverSpan(ctx, session)
+	defer endSpan()
 	if r.fault != nil {
 		if err := r.fault(session); err != nil {
 			return nil, nil, fmt.Errorf("recoverer: take over %s: %w", session, err)
@@ -416,6 +418,7 @@ func (r *takeovers) takeOver(ctx context.Context, session string, opts ...stream
 		h, epoch, fenceSeq = tk.History, tk.Hold.Epoch(), tk.FenceSeq
 	}
 	r.log.Info().Str("session", session).Uint64("epoch", epoch).Uint64("fence_seq", fenceSeq).Msg("session taken over")
+	r.noteTakeover(ctx, session, epoch, fenceSeq, h)
 	// The tool_calls counts are reconciled beside the rest, not before
 	// it returns: nothing waits for them (the classifier assesses the
 	// fenced calls when it reads the fence, whatever this does), and a

@@ -97,7 +97,7 @@ func (c *Client) Request(ctx context.Context, endpoint string, body, out any) er
 	subj := stream.APISubject(c.prefix, endpoint)
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	msg, err := c.nc.RequestWithContext(ctx, subj, b)
+	msg, err := request(ctx, c.nc, subj, b)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return fmt.Errorf("%w on %s", ErrNoService, subj)

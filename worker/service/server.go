@@ -239,7 +239,7 @@ func (w *worker) Handle(req micro.Request) {
 	done := make(chan answer, 1)
 	go func() {
 		defer func() { <-w.slots }()
-		a := w.run(subject, data)
+		a := w.run(subject, data, nats.Header(req.Headers()))
 		if state.CompareAndSwap(0, answered) {
 			done <- a
 			return
@@ -289,12 +289,13 @@ func (w *worker) Handle(req micro.Request) {
 // run runs the handler on data and encodes its outcome. A request on a
 // tenant subject runs with its tenant in ctx (Caller); one whose tenant is
 // no tenant name is forbidden without running.
-func (w *worker) run(subject string, data []byte) answer {
-	ctx := w.ctx
+func (w *worker) run(subject string, data []byte, h nats.Header) answer {
 	var (
 		v   any
 		err error
 	)
+	ctx, endSpan := requestSpan(w.ctx, subject, h)
+	defer func() { endSpan(err) }()
 	if w.tenantOf != "" {
 		tenant := strings.TrimPrefix(subject, w.tenantOf)
 		if !stream.ValidTenant(tenant) {

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nuid"
 	"github.com/rs/zerolog"
 
+	"github.com/jingwei/jingwei/internal/tracing"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/worker/service"
@@ -204,6 +205,7 @@ func (g *Gateway) Call(ctx context.Context, q schema.Request) (schema.Event, err
 	}
 	msg := nats.NewMsg(g.t.RequestsSubject(q.Session))
 	msg.Data = data
+	tracing.Inject(ctx, msg.Header) // the request's trace goes on to the tool worker
 	wt := &waiter{words: make(chan gatewayWord, 4)}
 	if g.listen() == nil {
 		msg.Header.Set(HeaderGatewayReply, g.inbox)

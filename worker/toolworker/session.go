@@ -143,7 +143,9 @@ func (s *session) confirm(ctx context.Context) error {
 		return nil
 	}
 	s.rt, s.hold = nil, nil
-	tk, err := s.w.topo.ConfirmIn(ctx, s.p.hold, s.id)
+	tctx, endSpan := startConfirmSpan(ctx, s.id)
+	tk, err := s.w.topo.ConfirmIn(tctx, s.p.hold, s.id)
+	endSpan(tctx, tk, err)
 	if err != nil {
 		return fmt.Errorf("fence and load: %w", err)
 	}
@@ -312,9 +314,12 @@ func (s *session) runRequest(m jetstream.Msg) bool {
 	}
 	j := &job{requestID: r.RequestID, msg: m}
 	s.setCur(j)
-	res, err := s.rt.CallWithOptions(s.p.work, r.Tool, r.Arguments, worker.CallOptions{
+	ctx, endSpan := consumeSpan(s.p.work, m, spanRequest, s.id)
+	lg = traceLog(ctx, lg)
+	res, err := s.rt.CallWithOptions(ctx, r.Tool, r.Arguments, worker.CallOptions{
 		Task: r.Task, RequestID: r.RequestID, ProviderCallID: r.ProviderCallID,
 	})
+	endSpan(res, err)
 	s.setCur(nil)
 	s.tellGatewayCall(m, r, res.CallSeq)
 	return s.settle(lg, j, res, err)
@@ -383,7 +388,10 @@ func (s *session) runPlan(m jetstream.Msg) bool {
 	}
 	j := &job{planID: plan.PlanID, msg: m}
 	s.setCur(j)
-	res, err := s.rt.CallWithOptions(s.p.work, plan.Tool, plan.Arguments, worker.CallOptions{Task: plan.Task, Retry: &plan})
+	pctx, endSpan := consumeSpan(s.p.work, m, spanRetry, s.id)
+	lg = traceLog(pctx, lg)
+	res, err := s.rt.CallWithOptions(pctx, plan.Tool, plan.Arguments, worker.CallOptions{Task: plan.Task, Retry: &plan})
+	endSpan(res, err)
 	s.setCur(nil)
 	s.mu.Lock()
 	acked := j.acked

@@ -1,0 +1,97 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/jingwei/jingwei/effect"
+	"github.com/jingwei/jingwei/internal/tracing"
+	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/worker"
+)
+
+// Issue 28's target for tracing: runtime calls with every span exported
+// over OTLP at least 0.9 of the same calls with tracing off, in the same
+// run.
+var tracingTarget = Target{Check: RatioAtLeast, Limit: 0.9}
+
+func tracingStep(cfg Config) step {
+	calls := cfg.n(1500, 400, 20)
+	name := "runtime call, no-op tool, tracing exported over OTLP vs tracing off (sync=interval)"
+	return ratioStep("tracing", name, stream.SyncInterval, "calls/s", tracingTarget,
+		func(ctx context.Context, e *env) (jw, raw []float64, err error) { return e.tracing(ctx, calls) })
+}
+
+// tracing measures, per round, calls/s of worker.Runtime.Call with a no-op
+// tool with tracing on (an SDK provider batching
+// to the OTLP/HTTP exporter, sending to an endpoint in this process that
+// reads and drops what it gets) against the same calls with tracing off,
+// alternating which side runs first. Tracing is jingwei's process-wide
+// switch: it is turned on for the traced rounds only and off at the end.
+func (e *env) tracing(ctx context.Context, calls int) (on, off []float64, err error) {
+	topo, err := e.topology(ctx, e.prefix("tr"))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer e.drop(topo)
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	defer sink.Close()
+	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(sink.URL+"/v1/traces"))
+	if err != nil {
+		return nil, nil, err
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp))
+	defer func() {
+		tracing.Use(nil)
+		_ = tp.Shutdown(context.WithoutCancel(ctx))
+	}()
+	reg, err := worker.NewRegistry(worker.Tool{
+		Metadata: effect.Metadata{Name: "noop"}.WithEffect(effect.ReadOnly, "noop-v1"),
+		Body:     func(context.Context, worker.BodyRequest) (json.RawMessage, error) { return nil, nil },
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	plans, budget := stream.NewPlans(topo.Plans), stream.NewBudget(topo.Budget)
+	args := json.RawMessage(`{"sku":"A-1","qty":1}`)
+	side := func(traced bool) func(ctx context.Context, round int) (float64, error) {
+		return func(ctx context.Context, round int) (float64, error) {
+			if traced {
+				tracing.Use(tp)
+				defer tracing.Use(nil)
+			}
+			lg, err := topo.OpenLog(ctx, fmt.Sprintf("tr-%t-%d", traced, round), "bench", 1)
+			if err != nil {
+				return 0, err
+			}
+			rt, err := worker.New(worker.Config{Session: lg.Session(), Log: lg, Registry: reg, Plans: plans, Budget: budget})
+			if err != nil {
+				return 0, err
+			}
+			start := time.Now()
+			for range calls {
+				res, err := rt.Call(ctx, "noop", args)
+				if err != nil {
+					return 0, err
+				}
+				if res.Status != schema.StatusOK {
+					return 0, fmt.Errorf("runtime call: status %q: %s", res.Status, res.Error)
+				}
+			}
+			return rate(calls, time.Since(start)), nil
+		}
+	}
+	return alternate(ctx, e.cfg.Rounds, side(true), side(false))
+}

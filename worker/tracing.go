@@ -1,0 +1,168 @@
+package worker
+
+import (
+	"context"
+
+	"github.com/nats-io/nats.go"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/jingwei/jingwei/internal/tracing"
+	"github.com/jingwei/jingwei/schema"
+)
+
+// A call's spans: StartToolCall:<tool> covers admission and the start
+// append and ends once the body may run; RunToolCall:<tool> covers the
+// body (its ctx is the tool's, so the body's own spans join the trace);
+// every append is a messaging "send" span. Both are children of the
+// caller's span (the request's). Everything here returns at once while
+// tracing is off.
+
+// callTraceKey holds the span a call's StartToolCall span was started
+// under, so the body's span is its sibling, not its child.
+type callTraceKey struct{}
+
+type callTrace struct {
+	parent trace.Span
+	start  trace.Span
+}
+
+// startCallSpan starts StartToolCall:<tool>; a retry's span carries the
+// plan and links to the original call's span (the trace context stored
+// with the prior tool.call message). The returned func ends the span if
+// the body never ran.
+func (r *Runtime) startCallSpan(ctx context.Context, tool string, opts CallOptions) (context.Context, func()) {
+	if !tracing.Enabled() {
+		return ctx, func() {}
+	}
+	var sopts []trace.SpanStartOption
+	if p := opts.Retry; p != nil {
+		sopts = append(sopts, trace.WithAttributes(tracing.AttrRetry.Bool(true), tracing.AttrPlanID.String(p.PlanID), tracing.AttrPriorID.String(p.PriorCallID)))
+		sopts = append(sopts, tracing.LinkTo(r.callSpanContext(ctx, p.PriorSeq), "retry_of")...)
+	}
+	// The span publishes the call's start appends: messaging attributes.
+	sopts = append(sopts, trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(tracing.Messaging("events."+r.cfg.Session, "publish", tracing.AttrTool.String(tool))...))
+	ct := &callTrace{parent: trace.SpanFromContext(ctx)}
+	ctx, ct.start = tracing.Start(ctx, tracing.StartToolCallName(tool), sopts...)
+	return context.WithValue(ctx, callTraceKey{}, ct), func() { ct.start.End() }
+}
+
+// callSpanContext returns the span context stored in the headers of the
+// session-log message at seq (a call's tool.call): invalid when there is
+// none or the log cannot say.
+func (r *Runtime) callSpanContext(ctx context.Context, seq uint64) trace.SpanContext {
+	l, ok := r.cfg.Log.(interface {
+		HeadersAt(context.Context, uint64) (nats.Header, error)
+	})
+	if !ok || seq == 0 {
+		return trace.SpanContext{}
+	}
+	h, err := l.HeadersAt(ctx, seq)
+	if err != nil {
+		return trace.SpanContext{}
+	}
+	return tracing.SpanContextOf(h)
+}
+
+// started ends the call's StartToolCall span (its start is on the log)
+// and returns ctx under the span it was started in.
+func started(ctx context.Context) context.Context {
+	if !tracing.Enabled() {
+		return ctx
+	}
+	ct, ok := ctx.Value(callTraceKey{}).(*callTrace)
+	if !ok {
+		return ctx
+	}
+	ct.start.End()
+	return trace.ContextWithSpan(ctx, ct.parent)
+}
+
+// startRunSpan starts RunToolCall:<tool> for the body of req; end records
+// what became of it.
+func startRunSpan(ctx context.Context, req BodyRequest) (context.Context, func(*Result)) {
+	if !tracing.Enabled() {
+		return ctx, func(*Result) {}
+	}
+	ctx, sp := tracing.Start(ctx, tracing.RunToolCallName(req.Tool), trace.WithAttributes(
+		tracing.AttrCallID.String(req.CallID), tracing.AttrEpoch.Int64(int64(req.Fence.Epoch))))
+	return ctx, func(res *Result) {
+		sp.SetAttributes(tracing.AttrStatus.String(string(res.Status)))
+		if res.Status != schema.StatusOK {
+			sp.SetStatus(codes.Error, res.Error)
+		}
+		sp.End()
+	}
+}
+
+// startAppendSpan starts the "send" span of one append of ev to the
+// session log; the span's context is what the log puts in the message's
+// headers. The start appends of a call (its tool.call, and tool.started)
+// are published in its StartToolCall span itself, which takes the
+// messaging attributes: no span of their own. nil end: no span.
+func (r *Runtime) startAppendSpan(ctx context.Context, ev *schema.Event) (context.Context, func(seq uint64, err error)) {
+	if !tracing.Enabled() {
+		return ctx, nil
+	}
+	if ev.Type == schema.TypeCall || ev.Type == schema.TypeStarted {
+		if ct, ok := ctx.Value(callTraceKey{}).(*callTrace); ok && trace.SpanFromContext(ctx) == ct.start {
+			if c := ev.Call; c != nil && c.Operation != nil {
+				ct.start.SetAttributes(tracing.AttrCallID.String(c.CallID), tracing.AttrOpKey.String(c.Operation.Key))
+			}
+			return ctx, nil
+		}
+	}
+	attrs := []attribute.KeyValue{tracing.AttrCallID.String(ev.CallID())}
+	if res := ev.Result; res != nil {
+		attrs = append(attrs, tracing.AttrStatus.String(string(res.Status)))
+		if res.Stage != "" {
+			attrs = append(attrs, tracing.AttrStage.String(string(res.Stage)))
+		}
+	}
+	ctx, sp := tracing.Publish(ctx, "events."+r.cfg.Session, ev.Type, attrs...)
+	return ctx, func(seq uint64, err error) {
+		if err != nil {
+			sp.RecordError(err)
+			sp.SetStatus(codes.Error, err.Error())
+		}
+		sp.End()
+	}
+}
+
+// startApprovalSpan starts the span of an approval's answer to a waiting
+// call (verdict, approver, signer key), linked to the call's original
+// span: the worker that parked the call may be gone.
+func (r *Runtime) startApprovalSpan(ctx context.Context, a schema.Approval, callSeq uint64) (context.Context, func()) {
+	if !tracing.Enabled() {
+		return ctx, func() {}
+	}
+	opts := append(tracing.LinkTo(r.callSpanContext(ctx, callSeq), "approval_of"), trace.WithAttributes(
+		tracing.AttrSession.String(r.cfg.Session), tracing.AttrCallID.String(a.CallID),
+		tracing.AttrVerdict.String(string(a.Decision)), tracing.AttrSigner.String(a.Signer),
+		tracing.AttrApprover.String(a.Approver)))
+	ctx, sp := tracing.Start(ctx, tracing.SpanApproval, opts...)
+	return ctx, func() { sp.End() }
+}
+
+// startPlanTakeSpan starts the span of a plan's consumption by a retry.
+func startPlanTakeSpan(ctx context.Context, p schema.Plan) (context.Context, func(Taken, error)) {
+	if !tracing.Enabled() {
+		return ctx, func(Taken, error) {}
+	}
+	ctx, sp := tracing.Start(ctx, tracing.SpanPlanTake, trace.WithAttributes(
+		tracing.AttrSession.String(p.Session), tracing.AttrPlanID.String(p.PlanID),
+		tracing.AttrPriorID.String(p.PriorCallID), tracing.AttrOpKey.String(p.Key),
+		tracing.AttrSigner.String(p.Signer)))
+	return ctx, func(t Taken, err error) {
+		if err != nil {
+			sp.RecordError(err)
+			sp.SetStatus(codes.Error, err.Error())
+		} else {
+			sp.SetAttributes(tracing.AttrCallID.String(t.CallID))
+		}
+		sp.End()
+	}
+}
