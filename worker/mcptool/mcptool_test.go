@@ -20,6 +20,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jingwei/jingwei/effect"
+	"github.com/jingwei/jingwei/recovery"
+	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/worker"
 	"github.com/jingwei/jingwei/worker/mcptool"
@@ -343,5 +346,44 @@ func TestSessionOutlivesTheFirstCallsContext(t *testing.T) {
 	}
 	if n := b.Connects(); n != 1 {
 		t.Fatalf("%d sessions made for 3 calls, want 1", n)
+	}
+}
+
+// A server that exits in the middle of tools/call, through the runtime and
+// the log: the call's result is failed and not retryable (nothing claims
+// the server did not act), and recovery assesses it uncertain — a
+// non_idempotent tool's call needs a review, never a retry of its own.
+func TestCrashMidCallIsUncertainOnTheLog(t *testing.T) {
+	_, _, topo := streamtest.Start(t)
+	b := stdio(t, "", 0)
+	reg, err := worker.NewRegistry(worker.Tool{Metadata: effect.Metadata{Name: "crash"}.WithEffect(effect.NonIdempotent, "crash-v1"), Body: b.Body("crash")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lg, err := topo.OpenLog(t.Context(), "s-crash", "test", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := worker.New(worker.Config{Session: lg.Session(), Log: lg, Registry: reg, Plans: stream.NewPlans(topo.Plans), Budget: stream.NewBudget(topo.Budget)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := rt.Call(t.Context(), "crash", json.RawMessage(`{}`)) // err: the result is not ok
+	if res.CallID == "" {
+		t.Fatalf("no result recorded: %v", err)
+	}
+	if res.Status != schema.StatusFailed || res.Retryable {
+		t.Fatalf("crash mid-call: status %s retryable %v (%s), want failed, not retryable", res.Status, res.Retryable, res.Error)
+	}
+	h, err := topo.Load(t.Context(), "s-crash")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := recovery.Inspect(schema.Events(h), res.CallID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Outcome != schema.OutcomeUncertain || a.Decision != schema.DecisionNeedsReview {
+		t.Fatalf("assessment %+v, want uncertain, needs_review", a)
 	}
 }
