@@ -29,6 +29,10 @@ var (
 	mcpAddedP50 = Target{Check: AddedAtMost, Limit: 3}
 	mcpAddedP99 = Target{Check: AddedAtMost, Limit: 15}
 	mcpRate     = Target{Check: RatioAtLeast, Limit: 0.5}
+	// mcpCPU is what the rate target asks of a CPU-bound run (every
+	// process of both sides is this one): at most twice the CPU per call.
+	// Less noisy than calls/s on a shared machine.
+	mcpCPU = Target{Check: RatioAtMost, Limit: 2, Text: "ratio <= 2 (calls/s >= 0.5 when CPU-bound)"}
 )
 
 // mcpClients is the "many clients" side: MCP clients at once, each with a
@@ -44,6 +48,7 @@ func mcpStep(cfg Config) step {
 		{fmt.Sprintf("mcp call via jingwei mcp, %d clients: calls/s vs direct %s", mcpClients, m), mcpRate},
 		{fmt.Sprintf("mcp call via jingwei mcp, %d clients: p50 ms (raw: direct) %s", mcpClients, m), mcpAddedP50},
 		{fmt.Sprintf("mcp call via jingwei mcp, %d clients: p99 ms (raw: direct) %s", mcpClients, m), mcpAddedP99},
+		{fmt.Sprintf("mcp call via jingwei mcp, %d clients: CPU ms per call, all processes (raw: direct) %s", mcpClients, m), mcpCPU},
 	}
 	return step{scenario: "mcp", name: "MCP call through jingwei mcp vs direct " + m, server: stream.SyncInterval, rows: rows,
 		run: func(ctx context.Context, e *env) ([]Result, error) {
@@ -57,8 +62,17 @@ func mcpStep(cfg Config) step {
 				NewResult(rows[2].name, Median(f.rate16), Median(f.rawRate16), "calls/s", rows[2].target),
 				NewResult(rows[3].name, Percentile(f.lat16, 50), Percentile(f.raw16, 50), "ms", rows[3].target),
 				NewResult(rows[4].name, Percentile(f.lat16, 99), Percentile(f.raw16, 99), "ms", rows[4].target),
+				NewResult(rows[5].name, Median(f.cpu16), Median(f.rawCPU16), "ms", rows[5].target),
 			}, nil
 		}}
+}
+
+// mcpFigures is what the MCP step measured: the pipeline's figures (lat1,
+// raw1, lat16, raw16, rate16, rawRate16) and the CPU ms per call with
+// mcpClients clients, per round.
+type mcpFigures struct {
+	pipelineFigures
+	cpu16, rawCPU16 []float64
 }
 
 // mcpNoopServer is the tools' MCP server: the Go SDK's, one tool "noop"
@@ -215,7 +229,7 @@ func (e *env) startMCPStack(ctx context.Context, topo *stream.Topology) (_ *mcpS
 // server directly: one client, then mcpClients clients at once. Every
 // round connects fresh clients (so jingwei's sessions are fresh too);
 // connecting is not timed.
-func (e *env) mcp(ctx context.Context, calls1, calls16 int) (*pipelineFigures, error) {
+func (e *env) mcp(ctx context.Context, calls1, calls16 int) (*mcpFigures, error) {
 	topo, err := e.topology(ctx, e.prefix("mcp"))
 	if err != nil {
 		return nil, err
@@ -226,10 +240,11 @@ func (e *env) mcp(ctx context.Context, calls1, calls16 int) (*pipelineFigures, e
 		return nil, err
 	}
 	defer st.stop()
-	p := &pipelineFigures{}
+	p := &mcpFigures{}
 	// side runs n clients of url calling tool calls times each and returns
-	// the calls/s of the timed part.
-	side := func(url, tool string, n, calls int, lat *[]float64) func(ctx context.Context, round int) (float64, error) {
+	// the calls/s of the timed part; the CPU ms per call (every part of
+	// both sides runs in this process) go to cpu.
+	side := func(url, tool string, n, calls int, lat, cpu *[]float64) func(ctx context.Context, round int) (float64, error) {
 		return func(ctx context.Context, round int) (float64, error) {
 			ss := make([]*mcp.ClientSession, n)
 			defer func() {
@@ -245,6 +260,7 @@ func (e *env) mcp(ctx context.Context, calls1, calls16 int) (*pipelineFigures, e
 					return 0, err
 				}
 			}
+			cpu0 := processCPU()
 			d, err := concurrently(ctx, n, func(ctx context.Context, c int) error {
 				for range calls {
 					if err := p.mcpCall(ctx, ss[c], tool, lat); err != nil {
@@ -253,13 +269,17 @@ func (e *env) mcp(ctx context.Context, calls1, calls16 int) (*pipelineFigures, e
 				}
 				return nil
 			})
+			if cpu0 >= 0 {
+				*cpu = append(*cpu, float64(processCPU()-cpu0)/float64(time.Millisecond)/float64(n*calls))
+			}
 			return rate(n*calls, d), err
 		}
 	}
-	if _, err := rotate(ctx, e.cfg.Rounds, side(st.jingwei, "bench.noop", 1, calls1, &p.lat1), side(st.direct, "noop", 1, calls1, &p.raw1)); err != nil {
+	var none []float64
+	if _, err := rotate(ctx, e.cfg.Rounds, side(st.jingwei, "bench.noop", 1, calls1, &p.lat1, &none), side(st.direct, "noop", 1, calls1, &p.raw1, &none)); err != nil {
 		return nil, err
 	}
-	rates, err := rotate(ctx, e.cfg.Rounds, side(st.jingwei, "bench.noop", mcpClients, calls16, &p.lat16), side(st.direct, "noop", mcpClients, calls16, &p.raw16))
+	rates, err := rotate(ctx, e.cfg.Rounds, side(st.jingwei, "bench.noop", mcpClients, calls16, &p.lat16, &p.cpu16), side(st.direct, "noop", mcpClients, calls16, &p.raw16, &p.rawCPU16))
 	if err != nil {
 		return nil, err
 	}
