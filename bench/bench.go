@@ -33,8 +33,8 @@ type Config struct {
 	// scenario Rounds-2 but at least 2. Defaults to 7 (3 with Quick).
 	Rounds int
 	// Only, when not empty, runs just the scenarios named (see Scenarios:
-	// "appends", "runtime", "pipeline", "classify", "inspect", "issue", "crash",
-	// "memory", "scale"). Defaults to all.
+	// "appends", "runtime", "pipeline", "mcp", "classify", "inspect", "issue",
+	// "crash", "memory", "scale"). Defaults to all.
 	Only []string
 	// Dir is where the embedded servers keep their stores (a fresh
 	// subdirectory, removed afterwards). Defaults to os.TempDir().
@@ -72,7 +72,7 @@ const (
 
 // Scenarios are the scenario names Config.Only accepts, in the order they
 // run.
-var Scenarios = []string{"appends", "runtime", "tracing", "pipeline", "classify", "inspect", "issue", "crash", "memory", "scale"}
+var Scenarios = []string{"appends", "runtime", "tracing", "pipeline", "mcp", "classify", "inspect", "issue", "crash", "memory", "scale"}
 
 // WithDefaults returns c with zero fields set to their defaults.
 func (c Config) WithDefaults() Config {
@@ -287,6 +287,9 @@ func plan(cfg Config) []step {
 	}
 	if cfg.runs("pipeline") {
 		steps = append(steps, pipelineStep(cfg, stream.SyncInterval))
+	}
+	if cfg.runs("mcp") {
+		steps = append(steps, mcpStep(cfg))
 	}
 	if cfg.runs("classify") {
 		steps = append(steps, classifyStep(cfg))

@@ -55,6 +55,10 @@ const (
 	ValueBelow
 	// ValueEqual: Jingwei == Limit (counts, such as duplicates).
 	ValueEqual
+	// AddedAtMost: Jingwei − Raw ≤ Limit (what jingwei adds to a time,
+	// in the row's unit). Raw is recovered from the ratio, so a row
+	// without one fails.
+	AddedAtMost
 )
 
 // Target is what a row must reach. The zero value is "ratio >= 0".
@@ -86,6 +90,8 @@ func (t Target) String() string {
 		return "< " + l
 	case ValueEqual:
 		return "= " + l
+	case AddedAtMost:
+		return "jingwei - raw <= " + l
 	}
 	return "?"
 }
@@ -103,6 +109,11 @@ func (t Target) Met(jingwei float64, ratio *float64) bool {
 			return *ratio >= t.Limit
 		}
 		return *ratio <= t.Limit
+	case AddedAtMost:
+		if ratio == nil || !finite(*ratio) || *ratio <= 0 || !finite(jingwei) {
+			return false
+		}
+		return jingwei - jingwei / *ratio <= t.Limit
 	}
 	if !finite(jingwei) {
 		return false

@@ -83,6 +83,11 @@ func TestTargetMet(t *testing.T) {
 		{"below, NaN", Target{Check: ValueBelow, Limit: 150}, math.NaN(), nil, false},
 		{"equal zero", Target{Check: ValueEqual}, 0, nil, true},
 		{"one duplicate", Target{Check: ValueEqual}, 1, nil, false},
+		// Added time: jingwei − raw (raw = jingwei / ratio).
+		{"added under", Target{Check: AddedAtMost, Limit: 3}, 4, ptr(2.0), true},
+		{"added equal", Target{Check: AddedAtMost, Limit: 3}, 4, ptr(4.0), true},
+		{"added over", Target{Check: AddedAtMost, Limit: 3}, 14, ptr(14.0), false},
+		{"added without raw", Target{Check: AddedAtMost, Limit: 3}, 1, nil, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := tc.target.Met(tc.jingwei, tc.ratio); got != tc.want {
@@ -106,6 +111,8 @@ func TestNewResult(t *testing.T) {
 		{"time over", 130, 100, Target{Check: RatioAtMost, Limit: 1.2}, ptr(1.3), false},
 		{"raw zero has no ratio", 5, 0, Target{Check: RatioAtLeast, Limit: 0.9}, nil, false},
 		{"value target ignores the ratio", 2.5, 2, Target{Check: ValueAtMost, Limit: 3}, ptr(1.25), true},
+		{"added within", 2.5, 0.5, Target{Check: AddedAtMost, Limit: 3}, ptr(5.0), true},
+		{"added over", 16, 0.5, Target{Check: AddedAtMost, Limit: 15}, ptr(32.0), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := NewResult("x", tc.jw, tc.raw, "u", tc.target)
@@ -137,6 +144,7 @@ func TestTargetString(t *testing.T) {
 		{Target{Check: RatioAtMost, Limit: 1.2}, "ratio <= 1.2"},
 		{Target{Check: ValueBelow, Limit: 150}, "< 150"},
 		{Target{Check: ValueEqual}, "= 0"},
+		{Target{Check: AddedAtMost, Limit: 3}, "jingwei - raw <= 3"},
 		{Target{Check: ValueAtMost, Limit: 3, Text: "<= TTL+1s (3s)"}, "<= TTL+1s (3s)"},
 	} {
 		if got := tc.t.String(); got != tc.want {

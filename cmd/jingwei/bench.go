@@ -26,7 +26,11 @@ JetStream operation it is built on, in the same run: fenced appends (1 and
 pipeline: jw.api.call through a tool worker, one caller and 16, against a
 raw JetStream work-queue request/reply with the same two appends and the
 in-process runtime; p50/p99 latency, calls/s and, with sync always,
-durable writes per call), the recovery worker's
+durable writes per call), the MCP call (--only mcp: a no-op tool of a Go
+SDK MCP server called by MCP clients through 'jingwei mcp', a tool worker
+and back, against the same clients calling the server directly; what
+jingwei adds to one client's p50 and p99, and 16 clients' calls/s and
+latencies), the recovery worker's
 classification, Inspect of a 100,000-event history, plan issuance with 4
 racing issuers (and the duplicate count), crash-to-assessment latency after
 SIGKILL of a 'jingwei worker' child, and the resident memory of a 'jingwei

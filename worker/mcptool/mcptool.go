@@ -3,8 +3,9 @@
 // A Backend holds one MCP client session per server, made on first use and
 // made again (initialize, tools/list) after the server went away — a stdio
 // server that exited, a streamable-HTTP server that forgot the session
-// after a restart (a ping before each tools/call over HTTP finds a dead
-// connection or session before the call is sent). tools/call is sent only from a body, that is after the
+// after a restart (a ping before a tools/call to a server that has been
+// quiet for Config.PingAfter finds a dead connection or session before
+// the call is sent). tools/call is sent only from a body, that is after the
 // call's tool.started is on the session log, and carries the call's
 // operation key and fencing token in _meta (MetaOperationKey, MetaFence …)
 // so that a server that deduplicates or fences its writes can.
@@ -34,6 +35,8 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -72,13 +75,39 @@ type Config struct {
 	// URL is a streamable-HTTP endpoint; Headers go with every request.
 	URL     string
 	Headers map[string]string
+	// PingAfter is how long a streamable-HTTP server may have been quiet
+	// (no answer from it) before a tools/call is preceded by a ping: a
+	// server that restarted, or closed an idle connection, in that time
+	// costs the ping (safe to lose) instead of making the call uncertain.
+	// A server that answered within it is not pinged: the busy path pays
+	// one round trip per call, not two. Defaults to DefaultPingAfter;
+	// negative: ping before every call.
+	PingAfter time.Duration
 }
+
+// DefaultPingAfter is Config.PingAfter's default.
+const DefaultPingAfter = time.Second
+
+// Connection pool of a streamable-HTTP backend: enough idle connections
+// for the calls a worker runs at once (http.DefaultTransport keeps 2 per
+// host, so 16 concurrent calls would dial and close 14 connections per
+// round), closed by the client after idleConnTimeout — shorter than the
+// keep-alive timeout of common servers (Node's 5 s), so a server never
+// closes a connection just as the client sends a call on it.
+const (
+	maxIdleConns    = 256
+	idleConnTimeout = 2 * time.Second
+)
 
 // Backend is one MCP server as seen by a tool worker. Safe for concurrent
 // use.
 type Backend struct {
 	cfg    Config
 	client *mcp.Client
+	http   *http.Client // streamable HTTP: one connection pool for every session
+
+	// heard is when the server last answered (UnixNano).
+	heard atomic.Int64
 
 	mu    sync.Mutex
 	sess  *mcp.ClientSession
@@ -98,7 +127,16 @@ func (b *Backend) Connects() int {
 
 // New returns a backend for cfg; it connects on first use.
 func New(cfg Config) *Backend {
-	return &Backend{cfg: cfg, client: mcp.NewClient(&mcp.Implementation{Name: "jingwei", Version: "1"}, nil)}
+	if cfg.PingAfter == 0 {
+		cfg.PingAfter = DefaultPingAfter
+	}
+	b := &Backend{cfg: cfg, client: mcp.NewClient(&mcp.Implementation{Name: "jingwei", Version: "1"}, nil)}
+	if cfg.URL != "" {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConns, tr.MaxIdleConnsPerHost, tr.IdleConnTimeout = maxIdleConns, maxIdleConns, idleConnTimeout
+		b.http = &http.Client{Transport: headerRoundTripper{h: cfg.Headers, next: tr}}
+	}
+	return b
 }
 
 // Name returns the server's name.
@@ -117,10 +155,17 @@ func (h headerRoundTripper) RoundTrip(r *http.Request) (*http.Response, error) {
 	return h.next.RoundTrip(r)
 }
 
+// CloseIdleConnections closes the pool's idle connections (through
+// http.Client.CloseIdleConnections).
+func (h headerRoundTripper) CloseIdleConnections() {
+	if c, ok := h.next.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
 func (b *Backend) transport() mcp.Transport {
 	if b.cfg.URL != "" {
-		hc := &http.Client{Transport: headerRoundTripper{h: b.cfg.Headers, next: http.DefaultTransport}}
-		return &mcp.StreamableClientTransport{Endpoint: b.cfg.URL, HTTPClient: hc, MaxRetries: -1, DisableStandaloneSSE: true}
+		return &mcp.StreamableClientTransport{Endpoint: b.cfg.URL, HTTPClient: b.http, MaxRetries: -1, DisableStandaloneSSE: true}
 	}
 	cmd := exec.Command(b.cfg.Command, b.cfg.Args...)
 	cmd.Dir = b.cfg.Dir
@@ -163,6 +208,7 @@ func (b *Backend) session(ctx context.Context) (*mcp.ClientSession, error) {
 	go func() { _ = s.Wait(); close(dead) }()
 	b.sess, b.dead, b.tools = s, dead, tools
 	b.connects++
+	b.heardNow()
 	return s, nil
 }
 
@@ -193,10 +239,14 @@ func (b *Backend) Close() error {
 	s := b.sess
 	b.sess = nil
 	b.mu.Unlock()
+	var err error
 	if s != nil {
-		return s.Close()
+		err = s.Close()
 	}
-	return nil
+	if b.http != nil {
+		b.http.CloseIdleConnections()
+	}
+	return err
 }
 
 // Meta returns the _meta of a tools/call for req.
@@ -225,8 +275,8 @@ func (b *Backend) Body(tool string) worker.Body {
 			// Nothing was sent: no effect. Retryable advice only.
 			return nil, worker.Retryable(err)
 		}
-		if b.cfg.URL != "" {
-			// A streamable-HTTP server that restarted since the last call
+		if b.cfg.URL != "" && b.quiet() {
+			// A streamable-HTTP server that restarted while it was quiet
 			// leaves a dead keep-alive connection or a forgotten session:
 			// find out with a ping (safe to lose) rather than with the
 			// tools/call, whose loss would make the call uncertain.
@@ -238,6 +288,8 @@ func (b *Backend) Body(tool string) worker.Body {
 				if s, err = b.session(ctx); err != nil {
 					return nil, worker.Retryable(err)
 				}
+			} else {
+				b.heardNow()
 			}
 		}
 		params := &mcp.CallToolParams{Meta: Meta(req), Name: tool, Arguments: req.Arguments}
@@ -262,11 +314,20 @@ func (b *Backend) Body(tool string) worker.Body {
 			// so recovery treats the call as uncertain.
 			return nil, fmt.Errorf("mcp server %s: tools/call %s: no result: %w", b.cfg.Name, tool, err)
 		}
+		b.heardNow()
 		if res.IsError {
 			return nil, fmt.Errorf("%w: %s", ErrToolError, Text(res))
 		}
 		return Output(res)
 	}
+}
+
+// heardNow notes that the server answered.
+func (b *Backend) heardNow() { b.heard.Store(time.Now().UnixNano()) }
+
+// quiet reports whether the server has not answered for PingAfter.
+func (b *Backend) quiet() bool {
+	return b.cfg.PingAfter < 0 || time.Since(time.Unix(0, b.heard.Load())) >= b.cfg.PingAfter
 }
 
 // Text returns the text contents of res, joined by newlines.

@@ -1,14 +1,18 @@
 package mcptool_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,6 +20,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jingwei/jingwei/effect"
+	"github.com/jingwei/jingwei/recovery"
+	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/worker"
 	"github.com/jingwei/jingwei/worker/mcptool"
@@ -211,6 +218,57 @@ func TestStdioPutDedupes(t *testing.T) {
 	}
 }
 
+// pingCounter counts the JSON-RPC pings and tools/calls an HTTP MCP
+// handler receives.
+type pingCounter struct {
+	next         http.Handler
+	pings, calls atomic.Int64
+}
+
+func (c *pingCounter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodPost {
+		b, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		var msg struct{ Method string }
+		_ = json.Unmarshal(b, &msg)
+		switch msg.Method {
+		case "ping":
+			c.pings.Add(1)
+		case "tools/call":
+			c.calls.Add(1)
+		}
+	}
+	c.next.ServeHTTP(w, r)
+}
+
+// A server that answered a moment ago is not pinged before the next
+// tools/call (the busy path is one round trip per call); one quiet for
+// PingAfter is, once, before the call.
+func TestPingOnlyAfterAQuietSpell(t *testing.T) {
+	srv := mcptest.NewServer(mcptest.Options{})
+	pc := &pingCounter{next: mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv.Server }, nil)}
+	hs := httptest.NewServer(pc)
+	t.Cleanup(hs.Close)
+	const quiet = 300 * time.Millisecond
+	b := mcptool.New(mcptool.Config{Name: "http", URL: hs.URL, PingAfter: quiet})
+	t.Cleanup(func() { _ = b.Close() })
+	for i := range 20 {
+		if _, err := b.Body("noop")(t.Context(), request("s1", fmt.Sprint("c", i), "k", `{}`)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p, c := pc.pings.Load(), pc.calls.Load(); c != 20 || p != 0 {
+		t.Fatalf("20 back-to-back calls: %d tools/call and %d pings, want 20 and 0", c, p)
+	}
+	time.Sleep(quiet + 50*time.Millisecond) // the server falls quiet
+	if _, err := b.Body("noop")(t.Context(), request("s1", "c-late", "k", `{}`)); err != nil {
+		t.Fatal(err)
+	}
+	if p, c := pc.pings.Load(), pc.calls.Load(); c != 21 || p != 1 {
+		t.Fatalf("a call after a quiet spell: %d tools/call and %d pings in all, want 21 and 1", c, p)
+	}
+}
+
 // A streamable-HTTP server that restarts between calls (forgetting its
 // sessions): the backend makes a new session and the call runs.
 func TestHTTPServerRestartsBetweenCalls(t *testing.T) {
@@ -225,12 +283,14 @@ func TestHTTPServerRestartsBetweenCalls(t *testing.T) {
 	addr := ln.Addr().String()
 	hs := &http.Server{Handler: handler()}
 	go hs.Serve(ln)
-	b := mcptool.New(mcptool.Config{Name: "http", URL: "http://" + addr})
+	const quiet = 100 * time.Millisecond
+	b := mcptool.New(mcptool.Config{Name: "http", URL: "http://" + addr, PingAfter: quiet})
 	t.Cleanup(func() { _ = b.Close() })
 	if _, err := b.Body("noop")(t.Context(), request("s1", "c1", "k1", `{}`)); err != nil {
 		t.Fatal(err)
 	}
 	_ = hs.Close()
+	time.Sleep(quiet) // a restart while the server is quiet: the next call pings first
 	ln2, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Skipf("port %s not free again: %v", addr, err)
@@ -286,5 +346,44 @@ func TestSessionOutlivesTheFirstCallsContext(t *testing.T) {
 	}
 	if n := b.Connects(); n != 1 {
 		t.Fatalf("%d sessions made for 3 calls, want 1", n)
+	}
+}
+
+// A server that exits in the middle of tools/call, through the runtime and
+// the log: the call's result is failed and not retryable (nothing claims
+// the server did not act), and recovery assesses it uncertain — a
+// non_idempotent tool's call needs a review, never a retry of its own.
+func TestCrashMidCallIsUncertainOnTheLog(t *testing.T) {
+	_, _, topo := streamtest.Start(t)
+	b := stdio(t, "", 0)
+	reg, err := worker.NewRegistry(worker.Tool{Metadata: effect.Metadata{Name: "crash"}.WithEffect(effect.NonIdempotent, "crash-v1"), Body: b.Body("crash")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lg, err := topo.OpenLog(t.Context(), "s-crash", "test", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := worker.New(worker.Config{Session: lg.Session(), Log: lg, Registry: reg, Plans: stream.NewPlans(topo.Plans), Budget: stream.NewBudget(topo.Budget)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := rt.Call(t.Context(), "crash", json.RawMessage(`{}`)) // err: the result is not ok
+	if res.CallID == "" {
+		t.Fatalf("no result recorded: %v", err)
+	}
+	if res.Status != schema.StatusFailed || res.Retryable {
+		t.Fatalf("crash mid-call: status %s retryable %v (%s), want failed, not retryable", res.Status, res.Retryable, res.Error)
+	}
+	h, err := topo.Load(t.Context(), "s-crash")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := recovery.Inspect(schema.Events(h), res.CallID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Outcome != schema.OutcomeUncertain || a.Decision != schema.DecisionNeedsReview {
+		t.Fatalf("assessment %+v, want uncertain, needs_review", a)
 	}
 }

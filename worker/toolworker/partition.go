@@ -394,11 +394,17 @@ func (p *partition) renew(ctx context.Context) {
 func (p *partition) fetch(ctx context.Context, cons jetstream.Consumer, plans bool) {
 	own := cons.CachedInfo()
 	for ctx.Err() == nil {
-		// The pull ends with its context at the latest: a pull the server
-		// never answers (its consumer deleted meanwhile) cannot stall the
-		// partition.
-		fctx, cancel := context.WithTimeout(ctx, pullWait)
-		batch, err := cons.Fetch(pullBatch, jetstream.FetchContext(fctx))
+		// The server ends the pull after pullWait (its request timeout
+		// status, after every message it delivered on the pull), and the
+		// client a second later at the latest: a pull the server never
+		// answers (its consumer deleted meanwhile) cannot stall the
+		// partition. Not FetchContext with a deadline: that gives the
+		// server only a tenth of the wait less than the client, and a
+		// message delivered just before the server's expiry but read after
+		// the client's (a loaded machine) was dropped unacknowledged — its
+		// request then waited out the consumer's AckWait (30 s) and the
+		// gateway's call timed out.
+		batch, err := cons.Fetch(pullBatch, jetstream.FetchMaxWait(pullWait))
 		if err == nil {
 			for m := range batch.Messages() {
 				if ctx.Err() != nil {
@@ -417,7 +423,6 @@ func (p *partition) fetch(ctx context.Context, cons jetstream.Consumer, plans bo
 			}
 			err = batch.Error()
 		}
-		cancel()
 		if err == nil || errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) {
 			continue
 		}
