@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -117,17 +119,30 @@ func (c *Client) Request(ctx context.Context, endpoint string, body, out any) er
 
 // AnswerError returns the error an answer carries, or nil for an ordinary
 // answer: the error body (schema.DecodeErrorBody), else micro's error
-// headers (code internal when the code header is missing).
+// headers: the jingwei code at the head of the description ("code:
+// message"; internal when it names none). The code header is the numeric
+// status (docs/protocol.md §5.7), never the jingwei code.
 func AnswerError(msg *nats.Msg) *schema.Error {
 	if e, ok := schema.DecodeErrorBody(msg.Data); ok {
 		return e
 	}
-	if desc := msg.Header.Get(micro.ErrorHeader); desc != "" {
-		code := schema.Code(msg.Header.Get(micro.ErrorCodeHeader))
-		if code == "" {
-			code = schema.CodeInternal
+	if desc := msg.Header.Get(micro.ErrorHeader); desc != "" || msg.Header.Get(micro.ErrorCodeHeader) != "" {
+		code, text, ok := strings.Cut(desc, ": ")
+		if !ok || !codeRE.MatchString(code) {
+			return &schema.Error{Code: schema.CodeInternal, Message: desc}
 		}
-		return &schema.Error{Code: code, Message: desc}
+		return &schema.Error{Code: schema.Code(code), Message: text}
 	}
 	return nil
 }
+
+// AnswerCode returns the jingwei code of an error answer (AnswerError),
+// "" for an ordinary answer.
+func AnswerCode(msg *nats.Msg) string {
+	if e := AnswerError(msg); e != nil {
+		return string(e.Code)
+	}
+	return ""
+}
+
+var codeRE = regexp.MustCompile(`^[a-z][a-z_]*$`)

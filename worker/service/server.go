@@ -320,13 +320,15 @@ func (w *worker) run(subject string, data []byte) answer {
 		w.log.Error().Err(err).Str("subject", subject).Msg("service request failed")
 	}
 	eb := schema.NewErrorBody(err)
-	// The description travels in a header: one line, never empty.
-	desc := strings.NewReplacer("\r", " ", "\n", " ").Replace(eb.Error.Message)
-	if desc == "" {
-		desc = string(eb.Error.Code)
+	// The micro error code header is numeric (the micro protocol: a client
+	// such as nats.js reads it as a number); the jingwei code leads the
+	// description, "code: message", on one line, and is the body's.
+	desc := string(eb.Error.Code)
+	if m := strings.NewReplacer("\r", " ", "\n", " ").Replace(eb.Error.Message); m != "" {
+		desc += ": " + m
 	}
 	b, _ := json.Marshal(eb)
-	return answer{body: b, code: string(eb.Error.Code), desc: desc}
+	return answer{body: b, code: eb.Error.Code.StatusText(), desc: desc}
 }
 
 // RawAnswer is an answer a handler encoded itself: it is sent as it is,
