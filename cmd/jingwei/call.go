@@ -74,14 +74,19 @@ func (c *clientFlags) connect(ctx context.Context, name string, stderr io.Writer
 	if err != nil {
 		return nil, err
 	}
-	c.nats.connectTimeout = c.timeout
+	// A server that does not accept the connection within 2 s is
+	// unreachable: the rest of --timeout is for the answer.
+	c.nats.connectTimeout = min(c.timeout, clientConnectTimeout)
 	nc, err := c.nats.connect(ctx, name, log)
 	if err != nil {
 		return nil, err
 	}
-	cl := service.NewClient(nc, service.ClientConfig{Prefix: c.nats.prefix, Timeout: c.timeout})
+	cl := service.NewClient(nc, service.ClientConfig{Prefix: c.nats.prefix, Timeout: c.timeout, Role: string(commandRole[name])})
 	return &apiClient{Client: cl, nc: nc, prefix: c.nats.prefix, timeout: c.timeout, log: log}, nil
 }
+
+// clientConnectTimeout bounds a client command's first connection.
+const clientConnectTimeout = 2 * time.Second
 
 // apiClient is the typed client of the jingwei services (jw.api.*) on the
 // CLI's connection.
@@ -128,8 +133,11 @@ func printErrorBody(stdout io.Writer, err error, ev *schema.Event) int {
 	} else {
 		_ = writeJSON(stdout, body)
 	}
-	if body.Error.Code == schema.CodeInternal {
+	switch body.Error.Code {
+	case schema.CodeInternal:
 		return exitFailure
+	case schema.CodeUnreachable:
+		return exitUnreachable
 	}
 	return exitRefused
 }

@@ -337,13 +337,20 @@ func (w *worker) run(subject string, data []byte) answer {
 type RawAnswer []byte
 
 // DecodeBody decodes a request body strictly (schema.Unmarshal) into v; a
-// body that does not decode is a bad_request *schema.Error. An empty body
+// body that does not decode, or has a member whose name differs from one
+// of v's only in case ({"Session":…}: schema.CheckMemberCase), is a
+// bad_request *schema.Error; other unknown members are ignored. An empty body
 // (only white space) leaves v as it is when allowEmpty is set.
 func DecodeBody(data []byte, v any, allowEmpty bool) error {
 	if allowEmpty && strings.TrimSpace(string(data)) == "" {
 		return nil
 	}
 	if err := schema.Unmarshal(data, v); err != nil {
+		return schema.Errorf(schema.CodeBadRequest, "request body: %v", err)
+	}
+	// Member names are case-sensitive: {"Session":"x"} names no session
+	// and must not be read as a request about every session.
+	if err := schema.CheckMemberCase(data, v); err != nil {
 		return schema.Errorf(schema.CodeBadRequest, "request body: %v", err)
 	}
 	return nil
