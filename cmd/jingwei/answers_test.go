@@ -1,0 +1,117 @@
+package main
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/tools"
+	"github.com/jingwei/jingwei/worker/service"
+)
+
+// errorCode returns the code of the error body on stdout ("" for none).
+func errorCode(stdout string) string {
+	e, ok := schema.DecodeErrorBody([]byte(strings.TrimSpace(stdout)))
+	if !ok {
+		return ""
+	}
+	return string(e.Code)
+}
+
+// TestAnswersTellTheTruth runs the CLI against a live serve, as its user
+// would, and a plain NATS client with the agent's credentials:
+//   - approve/deny refuse a call that does not wait (nothing published),
+//     report an untrusted signer's answer as refused, and a trusted one as
+//     accepted with its effect;
+//   - retry with the agent's key fails at once with permission_denied
+//     naming the subject and the role, not after its timeout as busy;
+//   - jw.api.status {"Session":"x y"} is bad_request, not the fleet's
+//     status;
+//   - status --session of an unknown session exits 3 unknown_session.
+func TestAnswersTellTheTruth(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	url, serveErr, _ := startServe(t, dir, "--require-approval", "payments.charge:amount_cents>1000")
+	auth := filepath.Join(dir, "auth")
+	key := filepath.Join(dir, approverKeyFile)
+	base := []string{"--server", url, "--auth", auth}
+
+	// A case variant of a member is no member: refused, as the contract says.
+	agent := connectRole(t, url, dir, stream.RoleAgent)
+	defer agent.Close()
+	m, err := agent.Request("jw.api.status", []byte(`{"Session":"x y"}`), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := service.AnswerCode(m); code != string(schema.CodeBadRequest) || m.Header.Get(micro.ErrorCodeHeader) != "400" {
+		t.Fatalf(`jw.api.status {"Session":"x y"}: %q %q %s, want bad_request (400)`, code, m.Header.Get(micro.ErrorCodeHeader), m.Data)
+	}
+
+	// An unknown session: exit 3, unknown_session, for status and export.
+	for _, cmd := range []string{"status", "export"} {
+		code, stdout, stderr := runCLI(append([]string{cmd, "--session", "nobody-here"}, base...)...)
+		if code != exitRefused || errorCode(stdout) != string(schema.CodeUnknownSession) {
+			t.Errorf("%s --session nobody-here: exit %d %q %q, want 3 unknown_session", cmd, code, stdout, stderr)
+		}
+	}
+
+	// retry with the agent's key: the server refuses the publish; the CLI
+	// says so at once.
+	t0 := time.Now()
+	code, stdout, stderr := runCLI("retry", "--server", url, "--nkey", filepath.Join(auth, "agent.nk"), "--session", "s-1", "--call", "c-1", "--timeout", "20s")
+	if took := time.Since(t0); code != exitRefused || errorCode(stdout) != string(schema.CodePermissionDenied) || took > 5*time.Second ||
+		!strings.Contains(stdout, "jw.api.prepare") || !strings.Contains(stdout, "role host") {
+		t.Errorf("retry with the agent key: exit %d after %s %q %q, want 3 permission_denied naming jw.api.prepare and role host at once", code, took, stdout, stderr)
+	}
+
+	// No call waits: approve refuses, nothing published.
+	code, stdout, _ = runCLI(append([]string{"approve", "--session", "pay-1", "--call", "c-none", "--approver", "alice@finance", "--key", key}, base...)...)
+	if code != exitRefused || errorCode(stdout) != string(schema.CodeNotWaiting) {
+		t.Errorf("approve of no waiting call: exit %d %q, want 3 not_waiting", code, stdout)
+	}
+
+	requestCall(t, url, dir, "pay-1", "r-1", tools.PaymentsCharge, `{"account":"acct-1","amount_cents":250000}`)
+	call := waitingCall(t, url, dir, "pay-1")
+
+	// An untrusted signer: published, refused by the tool worker, said so.
+	stranger := filepath.Join(t.TempDir(), "stranger.nk")
+	if c, _, e := runCLI("keys", "new", "--out", stranger); c != exitOK {
+		t.Fatalf("keys new: %s", e)
+	}
+	code, stdout, stderr = runCLI(append([]string{"approve", "--session", "pay-1", "--call", call, "--approver", "mallory", "--key", stranger, "--wait", "2s"}, base...)...)
+	if code != exitRefused || errorCode(stdout) != string(schema.CodeInvalidApproval) || !strings.Contains(stdout, "not a trusted approver") {
+		t.Errorf("approve with an untrusted key: exit %d %q %q, want 3 invalid_approval (not a trusted approver)", code, stdout, stderr)
+	}
+
+	// A trusted signer: accepted, with the effect on the log.
+	code, stdout, stderr = runCLI(append([]string{"approve", "--session", "pay-1", "--call", call, "--approver", "alice@finance", "--key", key, "--json"}, base...)...)
+	var out answerOutcome
+	if code != exitOK || json.Unmarshal([]byte(stdout), &out) != nil || out.Outcome != "accepted" || out.Seq == 0 {
+		t.Fatalf("approve with serve's key: exit %d %q %q (%s)", code, stdout, stderr, serveErr)
+	}
+	// Answered: a second answer is refused before publishing.
+	code, stdout, _ = runCLI(append([]string{"deny", "--session", "pay-1", "--call", call, "--approver", "alice@finance", "--key", key}, base...)...)
+	if code != exitRefused || errorCode(stdout) != string(schema.CodeNotWaiting) || !strings.Contains(stdout, "approved already") {
+		t.Errorf("deny after approval: exit %d %q, want 3 not_waiting (approved already)", code, stdout)
+	}
+
+	// A denial: accepted, the call ends rejected at stage approval.
+	requestCall(t, url, dir, "pay-2", "r-1", tools.PaymentsCharge, `{"account":"acct-2","amount_cents":990000}`)
+	call2 := waitingCall(t, url, dir, "pay-2")
+	code, stdout, stderr = runCLI(append([]string{"deny", "--session", "pay-2", "--call", call2, "--approver", "alice@finance", "--reason", "no PO", "--key", key}, base...)...)
+	if code != exitOK || !strings.Contains(stdout, "accepted") || !strings.Contains(stdout, "rejected at stage approval") {
+		t.Errorf("deny: exit %d %q %q", code, stdout, stderr)
+	}
+
+	// task stop --json prints the stored stop.
+	code, stdout, stderr = runCLI(append([]string{"task", "stop", "--session", "pay-2", "--task", "t-1", "--json"}, base...)...)
+	var stop taskStopOutput
+	if code != exitOK || json.Unmarshal([]byte(stdout), &stop) != nil || stop.Seq == 0 || stop.Stop.Task != "t-1" {
+		t.Errorf("task stop --json: exit %d %q %q", code, stdout, stderr)
+	}
+}
