@@ -345,6 +345,8 @@ func DecodeBody(data []byte, v any, allowEmpty bool) error {
 	if allowEmpty && strings.TrimSpace(string(data)) == "" {
 		return nil
 	}
+	// 1.0 is the number 1, as the body's schema says (integer, const 1).
+	data = schema.WholeNumbers(data)
 	if err := schema.Unmarshal(data, v); err != nil {
 		return schema.Errorf(schema.CodeBadRequest, "request body: %v", err)
 	}
