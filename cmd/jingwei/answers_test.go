@@ -115,3 +115,15 @@ func TestAnswersTellTheTruth(t *testing.T) {
 		t.Errorf("task stop --json: exit %d %q %q", code, stdout, stderr)
 	}
 }
+
+// TestConsoleTakesCreds: the console accepts --creds as every other
+// command does, and connects with it (a role without its own flags): a
+// file that is not there is named in the connection's failure, not
+// refused as an unknown flag.
+func TestConsoleTakesCreds(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "nobody.creds")
+	code, _, stderr := runCLI("console", "--server", "nats://127.0.0.1:1", "--creds", missing, "--listen", "127.0.0.1:0", "--timeout", "1s")
+	if code == exitUsage || code == exitOK || !strings.Contains(stderr, missing) {
+		t.Errorf("console --creds: exit %d %q, want a connection failure naming %s", code, stderr, missing)
+	}
+}
