@@ -7,10 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/tools"
 	"github.com/jingwei/jingwei/worker/service"
 )
@@ -125,5 +127,34 @@ func TestConsoleTakesCreds(t *testing.T) {
 	code, _, stderr := runCLI("console", "--server", "nats://127.0.0.1:1", "--creds", missing, "--listen", "127.0.0.1:0", "--timeout", "1s")
 	if code == exitUsage || code == exitOK || !strings.Contains(stderr, missing) {
 		t.Errorf("console --creds: exit %d %q, want a connection failure naming %s", code, stderr, missing)
+	}
+}
+
+// TestCallWaitingForApprovalSaysSo: a call parked for approval is
+// answered approval_pending (with its call id) when the gateway's time is
+// up, not result_pending nor "busy"; the CLI exits 3 with that code.
+func TestCallWaitingForApprovalSaysSo(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	url, _, _ := startServe(t, dir, "--require-approval", "payments.charge:amount_cents>1000", "--call-timeout", "1s")
+	agent := connectRole(t, url, dir, stream.RoleAgent)
+	defer agent.Close()
+	body := `{"v":1,"request_id":"r-1","session":"wait-1","task":"t-1","tool":"payments.charge","arguments":{"account":"acct-1","amount_cents":250000}}`
+	// The first ask may end before the tool worker took the session and
+	// parked the call (result_pending); asking again with the same
+	// request id finds it waiting.
+	var m *nats.Msg
+	streamtest.Eventually(t, 30*time.Second, "jw.api.call answers approval_pending", func() bool {
+		var err error
+		m, err = agent.Request("jw.api.call", []byte(body), 10*time.Second)
+		return err == nil && service.AnswerCode(m) == string(schema.CodeApprovalPending)
+	})
+	e := service.AnswerError(m)
+	if e == nil || e.Code != schema.CodeApprovalPending || e.CallID == "" || m.Header.Get(micro.ErrorCodeHeader) != "409" {
+		t.Fatalf("a call waiting for approval: %v %s", e, m.Data)
+	}
+	code, stdout, stderr := runCLI("call", "--server", url, "--auth", filepath.Join(dir, "auth"), "--session", "wait-1", "--task", "t-1", "--request-id", "r-1",
+		"--tool", tools.PaymentsCharge, "--args", `{"account":"acct-1","amount_cents":250000}`)
+	if code != exitRefused || errorCode(stdout) != string(schema.CodeApprovalPending) || strings.Contains(stdout+stderr, "busy") {
+		t.Errorf("jingwei call of a waiting call: exit %d %q %q, want 3 approval_pending", code, stdout, stderr)
 	}
 }
