@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -156,5 +158,44 @@ func TestCallWaitingForApprovalSaysSo(t *testing.T) {
 		"--tool", tools.PaymentsCharge, "--args", `{"account":"acct-1","amount_cents":250000}`)
 	if code != exitRefused || errorCode(stdout) != string(schema.CodeApprovalPending) || strings.Contains(stdout+stderr, "busy") {
 		t.Errorf("jingwei call of a waiting call: exit %d %q %q, want 3 approval_pending", code, stdout, stderr)
+	}
+}
+
+// TestUnreachableAnswersFast: with the default 10 s --timeout, a server
+// that is not there is reported within about 2 s, as unreachable (exit 4),
+// by a service client and by a direct reader alike.
+func TestUnreachableAnswersFast(t *testing.T) {
+	for _, args := range [][]string{
+		{"status", "--server", "nats://127.0.0.1:1"},
+		{"export", "--server", "nats://127.0.0.1:1", "--session", "s-1"},
+		{"approve", "--server", "nats://127.0.0.1:1", "--session", "s-1", "--call", "c-1", "--approver", "a", "--key", writeFile(t, "a.nk", newSeed(t))},
+	} {
+		t0 := time.Now()
+		code, stdout, stderr := runCLI(args...)
+		if took := time.Since(t0); code != exitUnreachable || errorCode(stdout) != string(schema.CodeUnreachable) || took > 4*time.Second {
+			t.Errorf("%s against no server: exit %d after %s %q %q, want 4 unreachable within ~2s", args[0], code, took, stdout, stderr)
+		}
+	}
+}
+
+// TestServeRenamesTheLegacyReviewerKey: a data directory of an older serve
+// keeps its trusted review-signing key, under its new name.
+func TestServeRenamesTheLegacyReviewerKey(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	b := []byte(newSeed(t))
+	if err := os.WriteFile(filepath.Join(dir, legacyReviewerKeyFile), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, serveErr, stop := startServe(t, dir, "--no-worker")
+	stop()
+	got, err := os.ReadFile(filepath.Join(dir, reviewerKeyFile))
+	if err != nil || !bytes.Equal(got, b) {
+		t.Fatalf("%s after serve: %v (%s)", reviewerKeyFile, err, serveErr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, legacyReviewerKeyFile)); err == nil {
+		t.Errorf("%s still there next to %s", legacyReviewerKeyFile, reviewerKeyFile)
 	}
 }
