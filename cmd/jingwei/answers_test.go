@@ -48,6 +48,7 @@ func TestAnswersTellTheTruth(t *testing.T) {
 	// A case variant of a member is no member: refused, as the contract says.
 	agent := connectRole(t, url, dir, stream.RoleAgent)
 	defer agent.Close()
+	awaitServices(t, agent)
 	m, err := agent.Request("jw.api.status", []byte(`{"Session":"x y"}`), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -198,4 +199,19 @@ func TestServeRenamesTheLegacyReviewerKey(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, legacyReviewerKeyFile)); err == nil {
 		t.Errorf("%s still there next to %s", legacyReviewerKeyFile, reviewerKeyFile)
 	}
+}
+
+// awaitServices waits until both services of a fresh serve answer on nc:
+// serve prints its URL before the recovery worker and the tool worker
+// have registered their endpoints.
+func awaitServices(t *testing.T, nc *nats.Conn) {
+	t.Helper()
+	streamtest.Eventually(t, 30*time.Second, "jw.api.status and jw.api.call answer", func() bool {
+		for _, subj := range []string{"jw.api.status", "jw.api.call"} {
+			if _, err := nc.Request(subj, []byte(`{}`), 5*time.Second); err != nil {
+				return false
+			}
+		}
+		return true
+	})
 }

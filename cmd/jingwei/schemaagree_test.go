@@ -67,6 +67,7 @@ func TestSchemasAgreeWithTheService(t *testing.T) {
 	for _, nc := range conns {
 		defer nc.Close()
 	}
+	awaitServices(t, conns[stream.RoleAgent])
 	n := 0
 	call := func(extra string) string {
 		n++
