@@ -63,7 +63,8 @@ ignores it; review exits 3 with the code and the reason in that case.
 
 Exit status:
   0  the review was published and acknowledged
-  1  unexpected failure: the server is unreachable, the publish failed
+  1  unexpected failure: the publish failed
+  4  unreachable: the server did not accept the connection within 2 s
   2  usage: a missing or bad flag, a key file that is not an nkey user seed
   3  refused, nothing published: {"error":{"code":…,"message":…}} on stdout
      (field_too_long for --operator or --evidence over 1,024 bytes;
