@@ -93,6 +93,20 @@ func TestAnswersTellTheTruth(t *testing.T) {
 		t.Errorf("approve with an untrusted key: exit %d %q %q, want 3 invalid_approval (not a trusted approver)", code, stdout, stderr)
 	}
 
+	// The agent's credentials may read the log but not publish answers nor
+	// stops: said at once, permission_denied, nothing waits out a timeout.
+	agentKey := filepath.Join(auth, "agent.nk")
+	for _, args := range [][]string{
+		{"approve", "--session", "pay-1", "--call", call, "--approver", "alice@finance", "--key", key},
+		{"task", "stop", "--session", "pay-1", "--task", "t-1"},
+	} {
+		t0 := time.Now()
+		code, stdout, stderr := runCLI(append(args, "--server", url, "--nkey", agentKey, "--timeout", "20s")...)
+		if took := time.Since(t0); code != exitRefused || errorCode(stdout) != string(schema.CodePermissionDenied) || took > 5*time.Second || !strings.Contains(stdout, "jw.approvals.pay-1") {
+			t.Errorf("%s with the agent key: exit %d after %s %q %q, want 3 permission_denied naming jw.approvals.pay-1 at once", args[0], code, took, stdout, stderr)
+		}
+	}
+
 	// A trusted signer: accepted, with the effect on the log.
 	code, stdout, stderr = runCLI(append([]string{"approve", "--session", "pay-1", "--call", call, "--approver", "alice@finance", "--key", key, "--json"}, base...)...)
 	var out answerOutcome

@@ -24,21 +24,27 @@ import (
 // operations waiting on it.
 type permWatch struct {
 	mu      sync.Mutex
-	waiters map[chan error]struct{}
+	waiters map[*permWaiter]struct{}
+}
+
+// permWaiter is one operation waiting on subjects: its context is
+// cancelled with the violation as the cause.
+type permWaiter struct {
+	subjects []string
+	cancel   context.CancelCauseFunc
 }
 
 // watchPermissions installs a permission watch in front of nc's own
 // asynchronous error handler, which still sees every error.
 func watchPermissions(nc *nats.Conn) *permWatch {
-	w := &permWatch{waiters: map[chan error]struct{}{}}
+	w := &permWatch{waiters: map[*permWaiter]struct{}{}}
 	prev := nc.ErrorHandler()
 	nc.SetErrorHandler(func(c *nats.Conn, s *nats.Subscription, err error) {
 		if errors.Is(err, nats.ErrPermissionViolation) {
 			w.mu.Lock()
-			for ch := range w.waiters {
-				select {
-				case ch <- err:
-				default:
+			for pw := range w.waiters {
+				if violates(err, pw.subjects) {
+					pw.cancel(err)
 				}
 			}
 			w.mu.Unlock()
@@ -48,20 +54,6 @@ func watchPermissions(nc *nats.Conn) *permWatch {
 		}
 	})
 	return w
-}
-
-func (w *permWatch) add() chan error {
-	ch := make(chan error, 4)
-	w.mu.Lock()
-	w.waiters[ch] = struct{}{}
-	w.mu.Unlock()
-	return ch
-}
-
-func (w *permWatch) remove(ch chan error) {
-	w.mu.Lock()
-	delete(w.waiters, ch)
-	w.mu.Unlock()
 }
 
 // violates reports whether the violation err is about one of subjects, or
@@ -84,25 +76,22 @@ func violates(err error, subjects []string) bool {
 // requests and publishes run through it; a caller publishing on the
 // Client's connection itself (a task stop) may too.
 func (c *Client) Guard(ctx context.Context, subjects []string, op func(context.Context) error) error {
-	ch := c.perm.add()
-	defer c.perm.remove(ch)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- op(ctx) }()
-	for {
-		select {
-		case err := <-done:
-			return err
-		case perr := <-ch:
-			if !violates(perr, subjects) {
-				continue
-			}
-			cancel()
-			<-done
-			return c.permissionDenied(perr)
-		}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	pw := &permWaiter{subjects: subjects, cancel: cancel}
+	c.perm.mu.Lock()
+	c.perm.waiters[pw] = struct{}{}
+	c.perm.mu.Unlock()
+	defer func() {
+		c.perm.mu.Lock()
+		delete(c.perm.waiters, pw)
+		c.perm.mu.Unlock()
+	}()
+	err := op(ctx)
+	if cause := context.Cause(ctx); errors.Is(cause, nats.ErrPermissionViolation) {
+		return c.permissionDenied(cause)
 	}
+	return err
 }
 
 // permissionDenied returns the permission_denied error of the violation
