@@ -89,8 +89,8 @@ func TestAnswersTellTheTruth(t *testing.T) {
 		t.Fatalf("keys new: %s", e)
 	}
 	code, stdout, stderr = runCLI(append([]string{"approve", "--session", "pay-1", "--call", call, "--approver", "mallory", "--key", stranger, "--wait", "2s"}, base...)...)
-	if code != exitRefused || errorCode(stdout) != string(schema.CodeInvalidApproval) || !strings.Contains(stdout, "not a trusted approver") {
-		t.Errorf("approve with an untrusted key: exit %d %q %q, want 3 invalid_approval (not a trusted approver)", code, stdout, stderr)
+	if code != exitRefused || errorCode(stdout) != string(schema.CodeInvalidApproval) || !strings.Contains(stdout, "is not in "+filepath.Join(auth, "approvers")) {
+		t.Errorf("approve with an untrusted key: exit %d %q %q, want 3 invalid_approval (not in the approvers file)", code, stdout, stderr)
 	}
 
 	// The agent's credentials may read the log but not publish answers nor

@@ -18,7 +18,8 @@ type answerOutcome struct {
 	Subject  string          `json:"subject"`
 	// Outcome is "accepted": the session's tool worker recorded the
 	// answer's effect (approval.granted, or the call's result rejected at
-	// stage approval for a denial).
+	// stage approval for a denial); "published" with --wait 0: not waited
+	// for.
 	Outcome string `json:"outcome"`
 	// Seq is the sequence of the event on the session log that shows it.
 	Seq uint64 `json:"seq"`
@@ -114,7 +115,7 @@ func untrustedHint(signer, authDir string) string {
 		file := filepath.Join(authDir, "approvers")
 		if b, err := os.ReadFile(file); err == nil {
 			if t, _, err := recovery.ParseNamedKeys(b); err == nil && !t.Has(signer) {
-				return fmt.Sprintf("the signer %s is not a trusted approver (not in %s, the tool workers' default --trust-approvers): the tool worker refused it; sign with a trusted key (jingwei keys pub --key FILE prints yours)", signer, file)
+				return fmt.Sprintf("the signer %s is not in %s, the tool workers' default trusted approvers (--trust-approvers): unless they were given another file, the tool worker refused it; sign with a trusted key (jingwei keys pub --key FILE prints yours)", signer, file)
 			}
 		}
 	}

@@ -60,9 +60,11 @@ result rejected at stage approval — and reports it: accepted. An answer
 still without effect by then is reported refused, invalid_approval: its
 signer is not among the tool workers' trusted approvers (definitely so when
 <auth dir>/approvers is readable here and lacks it), or no tool worker runs
-for the session (it is then judged when one takes the session).
+for the session (it is then judged when one takes the session: answer with
+--wait 0 when none runs, and the command only publishes).
 
-Output: one line; --json prints {"approval","subject","outcome":"accepted","seq"}.
+Output: one line; --json prints {"approval","subject","outcome","seq"}
+(outcome "accepted", or "published" with --wait 0).
 
 Exit status: 0 accepted; 1 unexpected failure; 2 usage; 3 refused
 ({"error":…} on stdout: not_waiting or field_too_long with nothing
@@ -80,7 +82,7 @@ func runAnswer(ctx context.Context, name string, d schema.ApprovalDecision, args
 	reason := fs.String("reason", "", "why, e.g. a ticket")
 	keyFile := fs.String("key", "", "approver nkey seed file (required)")
 	asJSON := fs.Bool("json", false, "print the signed answer and its outcome as JSON")
-	wait := fs.Duration("wait", 10*time.Second, "how long to wait for the tool worker to record the answer's effect")
+	wait := fs.Duration("wait", 10*time.Second, "how long to wait for the tool worker to record the answer's effect; 0: publish only (no tool worker runs now: the next one judges it)")
 	if st, ok := parseFlags(fs, args); !ok {
 		return st
 	}
@@ -121,6 +123,16 @@ func runAnswer(ctx context.Context, name string, d schema.ApprovalDecision, args
 	rc, err := api.SubmitApproval(ctx, a)
 	if err != nil {
 		return printError(stdout, err)
+	}
+	if *wait <= 0 {
+		// Not waited for: the answer is judged when a tool worker takes
+		// the session (one may not run now).
+		if *asJSON {
+			_ = writeJSON(stdout, answerOutcome{Approval: a, Subject: rc.Subject, Outcome: "published"})
+			return exitOK
+		}
+		fmt.Fprintf(stdout, "%s call %s in session %s (signer %s), published on %s; not waited for: the session's tool worker judges it\n", d, a.CallID, a.Session, a.Signer, rc.Subject)
+		return exitOK
 	}
 	out, err := awaitAnswer(ctx, api, a, *wait, cf.nats.authDir())
 	out.Subject = rc.Subject
