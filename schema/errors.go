@@ -141,6 +141,22 @@ const (
 	// otherwise lost history, since setup recorded its identity: recovery
 	// and prepare refuse to act on it until an operator confirms.
 	CodeStreamReplaced Code = "stream_replaced"
+	// CodePermissionDenied: the caller's credentials may not publish or
+	// subscribe on a subject the request needs (the NATS server's
+	// permissions violation): the message names the subject and the role.
+	// Nothing was published; asking again with the same credentials
+	// changes nothing.
+	CodePermissionDenied Code = "permission_denied"
+	// CodeUnknownSession: the session has no event on its log (the CLI's
+	// export and status of one session).
+	CodeUnknownSession Code = "unknown_session"
+	// CodeUnreachable: the client could not reach the NATS server (nothing
+	// listens at the URL, or it did not answer the connection in time).
+	CodeUnreachable Code = "unreachable"
+	// CodeNotWaiting: an approval or denial for a call that does not wait
+	// for approval (never asked, answered already, timed out): the CLI
+	// publishes nothing.
+	CodeNotWaiting Code = "not_waiting"
 	// CodeInternal: anything else (the server unreachable, a failed write);
 	// an error that is not an *Error travels with this code.
 	CodeInternal Code = "internal"

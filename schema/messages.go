@@ -125,7 +125,7 @@ func DecodeRequest(b []byte) (Request, error) {
 	if err := checkCase("", w.Unknown, requestFields); err != nil {
 		return Request{}, fmt.Errorf("%w: %s", ErrInvalidRequest, describe(err))
 	}
-	r := Request{V: w.V, RequestID: w.RequestID, Session: w.Session, Task: w.Task, Tool: w.Tool,
+	r := Request{V: int(w.V), RequestID: w.RequestID, Session: w.Session, Task: w.Task, Tool: w.Tool,
 		Arguments: json.RawMessage(w.Arguments), ProviderCallID: w.ProviderCallID}
 	// A well-formed request that breaks a field rule is returned with the
 	// error, so the refusal can be answered under its request id.

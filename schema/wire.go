@@ -79,7 +79,7 @@ type wireReview struct {
 }
 
 type wireRequest struct {
-	V              int            `json:"v"`
+	V              wholeNumber    `json:"v"`
 	RequestID      string         `json:"request_id"`
 	Session        string         `json:"session"`
 	Task           string         `json:"task"`

@@ -93,10 +93,11 @@ func (s *approvalStack) worker(name string, extra ...string) *process {
 }
 
 // answer runs `jingwei approve|deny` as the approver.
-func (s *approvalStack) answer(verb, session, callID string) {
+func (s *approvalStack) answer(verb, session, callID string, extra ...string) {
 	s.t.Helper()
-	out, err := exec.Command(s.bin, verb, "--server", s.url, "--auth", s.auth, "--session", session, "--call", callID,
-		"--approver", "alice@finance", "--reason", "ticket-77", "--key", s.keyFile, "--json").CombinedOutput()
+	args := append([]string{verb, "--server", s.url, "--auth", s.auth, "--session", session, "--call", callID,
+		"--approver", "alice@finance", "--reason", "ticket-77", "--key", s.keyFile, "--json"}, extra...)
+	out, err := exec.Command(s.bin, args...).CombinedOutput()
 	if err != nil {
 		s.t.Fatalf("jingwei %s: %v\n%s", verb, err, out)
 	}
@@ -197,8 +198,10 @@ func TestApprovalSurvivesWorkerCrash(t *testing.T) {
 	s.leaseGone("pay-ok")
 	s.leaseGone("pay-no")
 
-	s.answer("approve", "pay-ok", okCall)
-	s.answer("deny", "pay-no", noCall)
+	// No tool worker runs: the answers are only published (--wait 0),
+	// and judged by the next worker.
+	s.answer("approve", "pay-ok", okCall, "--wait", "0")
+	s.answer("deny", "pay-no", noCall, "--wait", "0")
 	s.worker("tw-b", "--require-approval", "payments.charge:amount_cents>1000")
 
 	if r := s.waitResult("pay-ok", okCall); r.Status != schema.StatusOK {

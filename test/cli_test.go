@@ -233,7 +233,7 @@ func TestCLI(t *testing.T) {
 	srv := startServe(t, bin)
 	url := srv.url
 	dir := t.TempDir()
-	trustedKey := filepath.Join(srv.data, "reviewer.nk")
+	trustedKey := filepath.Join(srv.data, "review-signer.nk")
 	cli := func(args ...string) cliResult {
 		t.Helper()
 		return jwAuth(t, bin, url, srv.auth(), args...)

@@ -10,7 +10,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nats.go/micro"
 	"github.com/nats-io/nkeys"
 
 	"github.com/jingwei/jingwei/effect"
@@ -127,7 +126,7 @@ func TestRecovererWithToolWorker(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", endpoint, err)
 		}
-		if code := m.Header.Get(micro.ErrorCodeHeader); code != "" {
+		if code := service.AnswerCode(m); code != "" {
 			return code
 		}
 		if err := json.Unmarshal(m.Data, out); err != nil {

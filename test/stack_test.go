@@ -8,13 +8,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/micro"
 
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/tools"
 	"github.com/jingwei/jingwei/worker"
 	"github.com/jingwei/jingwei/worker/recoverer"
+	"github.com/jingwei/jingwei/worker/service"
 	"github.com/jingwei/jingwei/worker/toolworker"
 )
 
@@ -119,7 +119,7 @@ func (s *stack) api(endpoint string, body, out any) string {
 	if err != nil {
 		s.t.Fatalf("%s: %v", endpoint, err)
 	}
-	if code := m.Header.Get(micro.ErrorCodeHeader); code != "" {
+	if code := service.AnswerCode(m); code != "" {
 		return code
 	}
 	if out != nil {

@@ -51,8 +51,26 @@ An answer is bound to one call id: a retry of the call is a new call and
 needs an answer of its own. An answer for a call that does not wait (any
 more) changes nothing; answers stay in JW_APPROVALS (the audit trail).
 
-Exit status: 0 published; 1 unexpected failure; 2 usage; 3 refused, nothing
-published ({"error":…} on stdout: field_too_long).`
+Before publishing, the command reads the session's log (jw.api.history) and
+refuses an answer for a call that does not wait for approval (not_waiting:
+never asked, approved or ended already, unknown session): nothing is
+published. After publishing it waits (--wait, default 10s) until the log
+shows the answer's effect — approval.granted, or for deny the call's
+result rejected at stage approval — and reports it: accepted. An answer
+still without effect by then is reported refused, invalid_approval: its
+signer is not among the tool workers' trusted approvers (definitely so when
+<auth dir>/approvers is readable here and lacks it), or no tool worker runs
+for the session (it is then judged when one takes the session: answer with
+--wait 0 when none runs, and the command only publishes).
+
+Output: one line; --json prints {"approval","subject","outcome","seq"}
+(outcome "accepted", or "published" with --wait 0).
+
+Exit status: 0 accepted; 1 unexpected failure; 2 usage; 3 refused
+({"error":…} on stdout: not_waiting or field_too_long with nothing
+published; invalid_approval or not_waiting after publishing;
+permission_denied: the credentials may not publish answers (role
+reviewer)); 4 the server is unreachable.`
 
 func runAnswer(ctx context.Context, name string, d schema.ApprovalDecision, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags(name, "Sign and publish an answer to a call waiting for approval.", approveHelp, stderr)
@@ -63,7 +81,8 @@ func runAnswer(ctx context.Context, name string, d schema.ApprovalDecision, args
 	approver := fs.String("approver", "", "who you are, e.g. alice@finance (required)")
 	reason := fs.String("reason", "", "why, e.g. a ticket")
 	keyFile := fs.String("key", "", "approver nkey seed file (required)")
-	asJSON := fs.Bool("json", false, "print the signed answer as JSON")
+	asJSON := fs.Bool("json", false, "print the signed answer and its outcome as JSON")
+	wait := fs.Duration("wait", 10*time.Second, "how long to wait for the tool worker to record the answer's effect; 0: publish only (no tool worker runs now: the next one judges it)")
 	if st, ok := parseFlags(fs, args); !ok {
 		return st
 	}
@@ -94,20 +113,47 @@ func runAnswer(ctx context.Context, name string, d schema.ApprovalDecision, args
 		return printError(stdout, err)
 	}
 	defer api.Close()
+	// Only a call that waits may be answered: say so before publishing.
+	if st, seq, h, err := readAnswerState(ctx, api, a.Session, a.CallID); err != nil {
+		return printError(stdout, err)
+	} else if st != stateWaiting {
+		return printError(stdout, notWaiting(a.Session, a.CallID, st, seq, h))
+	}
 	// The console publishes its answers through the same function.
 	rc, err := api.SubmitApproval(ctx, a)
 	if err != nil {
 		return printError(stdout, err)
 	}
-	if *asJSON {
-		_ = writeJSON(stdout, a)
+	if *wait <= 0 {
+		// Not waited for: the answer is judged when a tool worker takes
+		// the session (one may not run now).
+		if *asJSON {
+			_ = writeJSON(stdout, answerOutcome{Approval: a, Subject: rc.Subject, Outcome: "published"})
+			return exitOK
+		}
+		fmt.Fprintf(stdout, "%s call %s in session %s (signer %s), published on %s; not waited for: the session's tool worker judges it\n", d, a.CallID, a.Session, a.Signer, rc.Subject)
 		return exitOK
 	}
-	fmt.Fprintf(stdout, "%s call %s in session %s (signer %s), published on %s\n", d, a.CallID, a.Session, a.Signer, rc.Subject)
+	out, err := awaitAnswer(ctx, api, a, *wait, cf.nats.authDir())
+	out.Subject = rc.Subject
+	if err != nil {
+		st := printError(stdout, err)
+		fmt.Fprintf(stderr, "jingwei %s: published on %s, not honoured: %s\n", name, rc.Subject, schema.TextOf(err))
+		return st
+	}
+	if *asJSON {
+		_ = writeJSON(stdout, out)
+		return exitOK
+	}
+	effect := "approval.granted recorded: the call's body runs"
+	if d == schema.Denied {
+		effect = "the call ended rejected at stage approval: its body never runs"
+	}
+	fmt.Fprintf(stdout, "%s call %s in session %s (signer %s), published on %s: accepted, %s (log seq %d)\n", d, a.CallID, a.Session, a.Signer, rc.Subject, effect, out.Seq)
 	return exitOK
 }
 
-const taskHelp = `  jingwei task stop --session S --task T [--reason TEXT]
+const taskHelp = `  jingwei task stop --session S --task T [--reason TEXT] [--json]
 
 Stops a task (docs/protocol.md §17): the request is published on
 jw.approvals.<session>.stop and the tool worker that owns the session (or
@@ -117,7 +163,12 @@ counting, calls of it waiting for approval end rejected at stage approval,
 and prepare refuses a plan for any call of the task (task_stopped). Nothing
 reopens a stopped task, and its budget is never restored.
 
-Exit status: 0 published; 1 unexpected failure; 2 usage.`
+Output: one line; --json prints {"stop","stream","seq"} (and "conflict"
+when another message held the stop's id).
+
+Exit status: 0 published; 1 unexpected failure; 2 usage; 3 refused
+(permission_denied: the credentials may not publish stops, role host);
+4 the server is unreachable.`
 
 func runTask(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] != "stop" {
@@ -133,6 +184,7 @@ func runTask(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	session := fs.String("session", "", "session id (required)")
 	task := fs.String("task", "", "task to stop (required)")
 	reason := fs.String("reason", "", "why")
+	asJSON := fs.Bool("json", false, "print the stored stop as JSON")
 	if st, ok := parseFlags(fs, args[1:]); !ok {
 		return st
 	}
@@ -151,15 +203,40 @@ func runTask(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	pctx, cancel := context.WithTimeout(ctx, api.timeout)
 	defer cancel()
-	ack, err := stream.PublishStop(pctx, js, api.prefix, req)
+	var ack *jetstream.PubAck
+	err = api.Guard(pctx, []string{stream.StopSubject(api.prefix, req.Session)}, func(ctx context.Context) error {
+		var err error
+		ack, err = stream.PublishStop(ctx, js, api.prefix, req)
+		return err
+	})
 	if err != nil && ack == nil {
 		return printError(stdout, err)
 	}
 	if err != nil { // stored, but another message held the stop's Msg-Id
 		fmt.Fprintf(stderr, "jingwei task stop: %s\n", schema.TextOf(err))
 	}
+	if *asJSON {
+		out := taskStopOutput{Stop: req, Stream: ack.Stream, Seq: ack.Sequence}
+		if err != nil {
+			b := schema.NewErrorBody(err)
+			out.Conflict = &b.Error
+		}
+		_ = writeJSON(stdout, out)
+		return exitOK
+	}
 	fmt.Fprintf(stdout, "stop of task %s in session %s published (%s seq %d); the session's tool worker records task.stopped\n", req.Task, req.Session, ack.Stream, ack.Sequence)
 	return exitOK
+}
+
+// taskStopOutput is what task stop prints with --json.
+type taskStopOutput struct {
+	Stop schema.StopRequest `json:"stop"`
+	// Stream and Seq locate the stored stop in JW_APPROVALS.
+	Stream string `json:"stream"`
+	Seq    uint64 `json:"seq"`
+	// Conflict is set when another stop held the stop's Msg-Id
+	// (request_conflict): the stop was stored under another id.
+	Conflict *schema.ErrorDetail `json:"conflict,omitempty"`
 }
 
 // approvalFlags are a tool worker's approval settings (worker, serve).

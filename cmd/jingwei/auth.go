@@ -173,7 +173,7 @@ func keyError(stderr io.Writer, name string, err error) int {
 // roleUse says which client connects as a role, and how.
 var roleUse = map[stream.Role]string{
 	stream.RoleAgent:     "fleet-wide agents (every session; tenants: jingwei auth tenant): tool requests, jw.api.call/status (jingwei call)",
-	stream.RoleReviewer:  "reviewers and approvers: jingwei review (signs with its own reviewer key)",
+	stream.RoleReviewer:  "reviewers and approvers: jingwei review, approve (which sign with their own keys, e.g. DATA/review-signer.nk)",
 	stream.RoleHost:      "hosts and operators: prepare retries, status, inspect, export, nats micro",
 	stream.RoleWorker:    "tool workers: jingwei worker (answers jw.api.call)",
 	stream.RoleRecoverer: "the recovery worker: jingwei recover (answers jw.api.inspect, prepare, status, history)",

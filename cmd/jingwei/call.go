@@ -42,15 +42,18 @@ body, with or without --json. stdout never mixes text and JSON.
 Exit status:
   0  the tool ran and its result is ok
   1  unexpected failure: no jingwei service answers (start 'jingwei serve' or
-     'jingwei worker'), the server is unreachable
+     'jingwei worker')
   2  usage: a missing or bad flag, --args that is not JSON
   3  refused or not ok: {"error":{"code":…,"message":…}} on stdout, with the
      service's code (invalid_request, unknown_tool, …; result_pending when the
-     tool worker saw no result in its time, no_answer when no answer came
+     tool worker saw no result in its time, approval_pending when the call
+     waits for approval, permission_denied at once when the credentials
+     may not call, no_answer when no answer came
      within --timeout: the call may still run, see 'jingwei status') or the
      result's status (rejected, failed, timeout, cancelled, budget_exhausted,
      output_limit); with --json the tool.result is included as "event";
-     without it a not-ok result is the text above`
+     without it a not-ok result is the text above
+  4  unreachable: the server did not accept the connection within 2 s`
 
 // clientFlags are the flags of every client command: the connection flags
 // of docs/protocol.md §13 (natsFlags: --server, --creds, --nkey, --tlsca, --prefix),
@@ -74,14 +77,19 @@ func (c *clientFlags) connect(ctx context.Context, name string, stderr io.Writer
 	if err != nil {
 		return nil, err
 	}
-	c.nats.connectTimeout = c.timeout
+	// A server that does not accept the connection within 2 s is
+	// unreachable: the rest of --timeout is for the answer.
+	c.nats.connectTimeout = min(c.timeout, clientConnectTimeout)
 	nc, err := c.nats.connect(ctx, name, log)
 	if err != nil {
 		return nil, err
 	}
-	cl := service.NewClient(nc, service.ClientConfig{Prefix: c.nats.prefix, Timeout: c.timeout})
+	cl := service.NewClient(nc, service.ClientConfig{Prefix: c.nats.prefix, Timeout: c.timeout, Role: string(commandRole[name])})
 	return &apiClient{Client: cl, nc: nc, prefix: c.nats.prefix, timeout: c.timeout, log: log}, nil
 }
+
+// clientConnectTimeout bounds a client command's first connection.
+const clientConnectTimeout = 2 * time.Second
 
 // apiClient is the typed client of the jingwei services (jw.api.*) on the
 // CLI's connection.
@@ -128,8 +136,11 @@ func printErrorBody(stdout io.Writer, err error, ev *schema.Event) int {
 	} else {
 		_ = writeJSON(stdout, body)
 	}
-	if body.Error.Code == schema.CodeInternal {
+	switch body.Error.Code {
+	case schema.CodeInternal:
 		return exitFailure
+	case schema.CodeUnreachable:
+		return exitUnreachable
 	}
 	return exitRefused
 }

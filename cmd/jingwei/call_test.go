@@ -79,7 +79,7 @@ func TestDecodeServiceError(t *testing.T) {
 		{"error body", &nats.Msg{Data: body("needs_review", "review first", "")}, &schema.Error{Code: "needs_review", Message: "review first"}, exitRefused},
 		{"superseded with latest", &nats.Msg{Data: body("superseded_call", "later attempt", "c-2")}, &schema.Error{Code: "superseded_call", Message: "later attempt", Latest: "c-2"}, exitRefused},
 		{"internal", &nats.Msg{Data: body("internal", "disk full", "")}, &schema.Error{Code: "internal", Message: "disk full"}, exitFailure},
-		{"headers only", &nats.Msg{Data: nil, Header: nats.Header{micro.ErrorHeader: {"boom"}, micro.ErrorCodeHeader: {"bad_request"}}}, &schema.Error{Code: "bad_request", Message: "boom"}, exitRefused},
+		{"headers only", &nats.Msg{Data: nil, Header: nats.Header{micro.ErrorHeader: {"bad_request: boom"}, micro.ErrorCodeHeader: {"400"}}}, &schema.Error{Code: "bad_request", Message: "boom"}, exitRefused},
 		{"header without code", &nats.Msg{Header: nats.Header{micro.ErrorHeader: {"boom"}}}, &schema.Error{Code: "internal", Message: "boom"}, exitFailure},
 	}
 	for _, tt := range tests {

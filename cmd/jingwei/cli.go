@@ -11,12 +11,15 @@ import (
 	"strings"
 )
 
-// Exit statuses (docs/protocol.md §13).
+// Exit statuses (docs/protocol.md §13, "Exit statuses of the CLI").
 const (
 	exitOK      = 0
-	exitFailure = 1 // an unexpected failure (I/O, server unreachable)
+	exitFailure = 1 // an unexpected failure (I/O, an internal answer)
 	exitUsage   = 2
 	exitRefused = 3 // refused, with the error code in the JSON on stdout
+	// exitUnreachable: the server did not accept the connection within
+	// 2 s ({"error":{"code":"unreachable"}} on stdout).
+	exitUnreachable = 4
 )
 
 // command is one subcommand. Each lives in its own file and registers itself

@@ -78,7 +78,9 @@ signed reviews and answers and asks jw.api.status and jw.api.inspect) and
 as the host role (it reads the session logs and jw_plans and asks
 jw.api.prepare), with <auth dir>/reviewer.nk and <auth dir>/host.nk
 ('jingwei serve' keeps them in DATA/auth), or the files
---reviewer-nkey/--reviewer-creds and --host-nkey/--host-creds name. It can
+--reviewer-nkey/--reviewer-creds and --host-nkey/--host-creds name
+(--creds or --nkey, as other commands spell them, for a role without its
+own: one user allowed what both roles may). It can
 do nothing those roles cannot, and a review counts only when signed by a
 trusted person's key, which the console never holds.
 
@@ -216,9 +218,12 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	return exitOK
 }
 
-// registerConsoleNATS registers the connection flags every client has
-// but --creds and --nkey: the console has one set per role instead.
+// registerConsoleNATS registers the connection flags every client has.
+// --creds and --nkey, as every other command spells them, are the
+// credentials of a role without its own --<role>-creds/--<role>-nkey.
 func registerConsoleNATS(fs *flag.FlagSet, n *natsFlags) {
+	fs.StringVar(&n.creds, "creds", envOr("NATS_CREDS", ""), "NATS credentials file for both roles (a user that may do what the reviewer and the host may), used for a role without --<role>-creds/--<role>-nkey (env NATS_CREDS)")
+	fs.StringVar(&n.nkey, "nkey", envOr("NATS_NKEY", ""), "NATS nkey seed file for both roles, used for a role without --<role>-creds/--<role>-nkey (env NATS_NKEY)")
 	fs.StringVar(&n.server, "server", envOr("NATS_URL", stream.DefaultURL), "NATS server URL(s), comma separated (env NATS_URL)")
 	fs.StringVar(&n.tlsca, "tlsca", envOr("NATS_CA", ""), "PEM file of CAs to verify the server's TLS certificate (env NATS_CA)")
 	fs.StringVar(&n.prefix, "prefix", envOr("JINGWEI_PREFIX", "jw"), "subject prefix of the jingwei topology (env JINGWEI_PREFIX)")
@@ -229,6 +234,9 @@ func registerConsoleNATS(fs *flag.FlagSet, n *natsFlags) {
 // or --<role>-nkey, else <auth dir>/<role>.nk, else without credentials.
 func (n *natsFlags) connectConsole(ctx context.Context, cc consoleConn, log zerolog.Logger) (*nats.Conn, error) {
 	nkey := cc.nkey
+	if cc.creds == "" && nkey == "" {
+		cc.creds, nkey = n.creds, n.nkey
+	}
 	if cc.creds == "" && nkey == "" {
 		if dir := n.authDir(); dir != "" {
 			if _, err := stream.KeyDir(dir).KeyPair(cc.role); err != nil {

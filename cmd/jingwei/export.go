@@ -35,14 +35,16 @@ service and reads directly when no recovery worker answers. Both read up
 to the last event the stream leader holds when the export starts.
 
 Exit status:
-  0  success (an unknown session exports as empty)
-  1  unexpected failure: the server is unreachable, jingwei's streams do not
-     exist there, a write error; {"error":{"code":"internal",…}} on stdout
-     unless --out is stdout
+  0  success
+  1  unexpected failure: jingwei's streams do not exist there, a write
+     error; {"error":{"code":"internal",…}} on stdout unless --out is stdout
   2  usage: a missing or bad flag, an invalid session id
-  3  refused: history_too_large, corrupt_history, or (through the service)
+  3  refused: unknown_session (no event on the session's log: nothing is
+     written), history_too_large, corrupt_history, or (through the service)
      forbidden: a tenant's agent asked for another tenant's session;
-     {"error":{"code":…,"message":…}} on stdout`
+     {"error":{"code":…,"message":…}} on stdout
+  4  unreachable: the server did not accept the connection within 2 s
+     ({"error":{"code":"unreachable",…}} on stdout)`
 
 func runExport(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("export", "Write a session's history from the server as JSON Lines.", exportHelp, stderr)
@@ -63,7 +65,11 @@ func runExport(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if !schema.ValidSession(*session) {
 		return usageError(stderr, "export", "invalid session id %q (1-128 bytes of [A-Za-z0-9_-])", *session)
 	}
+	nf.connectTimeout = clientConnectTimeout
 	events, err := exportLoad(ctx, &nf, *via, *session)
+	if err == nil && len(events) == 0 {
+		err = unknownSession(*session)
+	}
 	if err != nil {
 		if *out == "" && schema.CodeOf(err) == "" {
 			fmt.Fprintf(stderr, "jingwei export: %v\n", err)
@@ -173,4 +179,9 @@ func writeFileAtomic(name string, events []schema.Event) error {
 		return err
 	}
 	return os.Rename(f.Name(), name)
+}
+
+// unknownSession is the refusal of a session with no event on its log.
+func unknownSession(session string) error {
+	return schema.Errorf(schema.CodeUnknownSession, "session %q has no events on the log (check the id: jingwei status lists the open sessions)", session)
 }

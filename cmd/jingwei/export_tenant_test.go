@@ -12,7 +12,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nats.go/micro"
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
@@ -35,12 +34,12 @@ func TestExportTenantThroughHistory(t *testing.T) {
 	t.Cleanup(host.Close)
 	for i := range 3 {
 		q := schema.Request{V: 1, RequestID: fmt.Sprintf("r-%d", i), Session: "acme-1", Task: "t-1", Tool: "catalog.lookup", Arguments: json.RawMessage(`{"sku":"A-1"}`)}
-		if m := callVia(t, acme, q); m.Header.Get(micro.ErrorCodeHeader) != "" {
-			t.Fatalf("acme's call: %s %s (%s)", m.Header.Get(micro.ErrorCodeHeader), m.Data, stderr)
+		if m := callVia(t, acme, q); service.AnswerCode(m) != "" {
+			t.Fatalf("acme's call: %s %s (%s)", service.AnswerCode(m), m.Data, stderr)
 		}
 		q.Session = "beta-1"
-		if m := callVia(t, beta, q); m.Header.Get(micro.ErrorCodeHeader) != "" {
-			t.Fatalf("beta's call: %s %s", m.Header.Get(micro.ErrorCodeHeader), m.Data)
+		if m := callVia(t, beta, q); service.AnswerCode(m) != "" {
+			t.Fatalf("beta's call: %s %s", service.AnswerCode(m), m.Data)
 		}
 	}
 	hjs, _ := jetstream.New(host)
@@ -74,7 +73,7 @@ func TestExportTenantThroughHistory(t *testing.T) {
 			break
 		}
 		var p service.HistoryPage
-		if c := m.Header.Get(micro.ErrorCodeHeader); c != "" {
+		if c := service.AnswerCode(m); c != "" {
 			return p, c
 		}
 		if err := json.Unmarshal(m.Data, &p); err != nil {

@@ -85,7 +85,7 @@ func TestExportThenInspect(t *testing.T) {
 		}
 	}
 	stdout.Reset()
-	if code := run(ctx, []string{"inspect", "--server", "nats://127.0.0.1:1", "--session", "s-1", "--call", "c-1"}, &stdout, &stderr); code != exitFailure || !strings.Contains(stdout.String(), `"internal"`) {
+	if code := run(ctx, []string{"inspect", "--server", "nats://127.0.0.1:1", "--session", "s-1", "--call", "c-1"}, &stdout, &stderr); code != exitUnreachable || !strings.Contains(stdout.String(), `"unreachable"`) {
 		t.Fatalf("inspect --session without a server: %d %s", code, stdout.String())
 	}
 
@@ -106,9 +106,9 @@ func TestExportErrors(t *testing.T) {
 	}{
 		{"no session", []string{"export", "--server", srv.ClientURL()}, exitUsage},
 		{"bad session", []string{"export", "--server", srv.ClientURL(), "--session", "a.b"}, exitUsage},
-		{"unknown session", []string{"export", "--server", srv.ClientURL(), "--session", "nobody"}, exitOK},
+		{"unknown session", []string{"export", "--server", srv.ClientURL(), "--session", "nobody"}, exitRefused},
 		{"other prefix", []string{"export", "--server", srv.ClientURL(), "--session", "s-1", "--prefix", "zz"}, exitFailure},
-		{"no server", []string{"export", "--server", "nats://127.0.0.1:1", "--session", "s-1"}, exitFailure},
+		{"no server", []string{"export", "--server", "nats://127.0.0.1:1", "--session", "s-1"}, exitUnreachable},
 	}
 	for _, c := range cases {
 		var stdout, stderr bytes.Buffer

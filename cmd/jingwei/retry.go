@@ -30,7 +30,8 @@ JSON object (docs/protocol.md §5 "Plan").
 
 Exit status:
   0  a plan was issued (or had been issued before and is still unused)
-  1  unexpected failure: no service answers, the server is unreachable
+  1  unexpected failure: no service answers
+  4  unreachable: the server did not accept the connection within 2 s
   2  usage: a missing or bad flag
   3  refused: {"error":{"code":…,"message":…}} on stdout; the codes and what to
      do next:
@@ -41,6 +42,8 @@ Exit status:
        not_confirmed   the call is still running under a live lease: wait
        superseded_call the call has a later attempt: retry that one ("latest")
        plan_consumed   the call's plan was already used: inspect its retry
+       permission_denied  the credentials may not ask for plans (role host),
+                       reported at once
        unknown_call, legacy_call, corrupt_history, history_too_large,
        field_too_long  the history does not allow a plan (docs/protocol.md §9)`
 

@@ -36,11 +36,13 @@ takeover) was written by a tool worker that can no longer append to the
 log, but whose body MAY STILL BE RUNNING (a frozen or paused process resumes
 and carries on). "No effect yet" is not "no effect", so, in this order:
   1. stop the old writer from landing the effect: raise the fence of what the
-     call writes to the session's latest epoch (the example tools:
-     tools.Tools.FenceLedger; see docs/tool-authors.md), or confirm that the
+     call writes to the session's latest epoch (the example tools' ledger:
+     jingwei fence --session S; in Go tools.Tools.FenceLedger; see
+     docs/tool-authors.md), or confirm that the
      process that ran the call is gone (killed, not just unreachable), or that
      the external system deduplicates on the call's operation key;
-  2. only then look for the effect, by call id and by operation key;
+  2. only then look for the effect, by call id and by operation key (the
+     example ledger: jingwei ledger --session S --call C);
   3. sign completed if you found it, not_executed if not, uncertain if you
      could not do step 1 (docs/protocol.md §10).
 
@@ -61,7 +63,8 @@ ignores it; review exits 3 with the code and the reason in that case.
 
 Exit status:
   0  the review was published and acknowledged
-  1  unexpected failure: the server is unreachable, the publish failed
+  1  unexpected failure: the publish failed
+  4  unreachable: the server did not accept the connection within 2 s
   2  usage: a missing or bad flag, a key file that is not an nkey user seed
   3  refused, nothing published: {"error":{"code":…,"message":…}} on stdout
      (field_too_long for --operator or --evidence over 1,024 bytes;

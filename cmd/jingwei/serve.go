@@ -48,8 +48,10 @@ agents may call jw.api.call and jw.api.status for sessions NAME-… only, and
 read nothing else (docs/protocol.md §4). The fleet-wide agent key
 (DATA/auth/agent.nk) sees every session.
 
-It also creates a reviewer key in DATA/reviewer.nk and trusts it; sign
-reviews with: jingwei review --key DATA/reviewer.nk …
+It also creates a review-signing key in DATA/review-signer.nk (not the
+reviewer role's connection key DATA/auth/reviewer.nk; a DATA/reviewer.nk of
+an older serve is renamed) and trusts it; sign reviews with: jingwei review
+--key DATA/review-signer.nk …
 --trust-reviewers FILE trusts more keys (lines "<public key> <name>").
 
 --no-auth runs the server open to every client (only on a loopback
@@ -79,8 +81,14 @@ Exit status: 0 after a clean shutdown; 1 the server or a worker could not
 start (address in use, store unusable, a weakened stream); 2 usage (a bad
 flag, an insecure data directory or key file).`
 
-// reviewerKeyFile is the reviewer seed serve creates in its data directory.
-const reviewerKeyFile = "reviewer.nk"
+// reviewerKeyFile is the review-signing seed serve creates in its data
+// directory: not DATA/auth/reviewer.nk, the reviewer role's connection
+// key. Until December 2026 it was DATA/reviewer.nk (legacyReviewerKeyFile),
+// which serve renames on start.
+const reviewerKeyFile = "review-signer.nk"
+
+// legacyReviewerKeyFile is the review-signing seed's former name.
+const legacyReviewerKeyFile = "reviewer.nk"
 
 // authSubdir is where serve keeps the role credentials (DATA/auth).
 const authSubdir = "auth"
@@ -112,6 +120,18 @@ func loopback(listen string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// renameLegacyKey moves a key file from its former name to its name,
+// unless a file of that name exists already.
+func renameLegacyKey(legacy, path string) error {
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	if _, err := os.Stat(legacy); err != nil {
+		return nil
+	}
+	return os.Rename(legacy, path)
 }
 
 // ensureReviewerKey returns the public key of the reviewer seed at path,

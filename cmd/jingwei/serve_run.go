@@ -111,7 +111,7 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, int, bool) {
 	fs := newFlags("serve", "All in one: embedded NATS + recovery worker + tool worker.", serveHelp, stderr)
 	f := &serveFlags{}
 	f.listen = fs.String("listen", stream.DefaultListen, "client address of the embedded server, host:port (port -1: any free port)")
-	f.data = fs.String("data", "./.jingwei", "data directory: server store (DATA/data), role credentials (DATA/auth) and reviewer key (DATA/reviewer.nk)")
+	f.data = fs.String("data", "./.jingwei", "data directory: server store (DATA/data), role credentials (DATA/auth) and review-signing key (DATA/review-signer.nk)")
 	f.syncMode = fs.String("sync", string(stream.SyncAlways), "store durability: always (fsync every write) or interval")
 	f.prefix = fs.String("prefix", envOr("JINGWEI_PREFIX", "jw"), "subject prefix of the jingwei topology (env JINGWEI_PREFIX)")
 	f.ttl = fs.Duration("lease-ttl", 10*time.Second, "session lease TTL (at least 1s; the same for every process)")
@@ -213,6 +213,9 @@ func loadServeKeys(f *serveFlags, stderr io.Writer) (serveKeys, error) {
 // reviewer key (created if missing) and those of trustFile, if named.
 func serveReviewers(data, trustFile string, stderr io.Writer) (recovery.TrustedKeys, error) {
 	keyPath := filepath.Join(data, reviewerKeyFile)
+	if err := renameLegacyKey(filepath.Join(data, legacyReviewerKeyFile), keyPath); err != nil {
+		return nil, usageErr{err}
+	}
 	pub, created, err := ensureReviewerKey(keyPath)
 	if err != nil {
 		return nil, usageErr{err}

@@ -310,8 +310,8 @@ func TestCLIKeepsItsWord(t *testing.T) {
 	}
 	t0 := time.Now()
 	code, stdout, _ := runCLI("status", "--timeout", "1s", "--server", "nats://127.0.0.1:1")
-	if took := time.Since(t0); code != exitFailure || took > 2500*time.Millisecond {
-		t.Errorf("status --timeout 1s against no server: exit %d after %s (%s), want 1 within about a second", code, took, stdout)
+	if took := time.Since(t0); code != exitUnreachable || took > 2500*time.Millisecond || !strings.Contains(stdout, `"unreachable"`) {
+		t.Errorf("status --timeout 1s against no server: exit %d after %s (%s), want 4 (unreachable) within about a second", code, took, stdout)
 	}
 	if strings.Contains(stdout, "requires credentials") {
 		t.Errorf("a server that is not there is not an authorization problem: %s", stdout)

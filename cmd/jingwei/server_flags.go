@@ -38,7 +38,8 @@ func (n *natsFlags) connect(ctx context.Context, name string, log zerolog.Logger
 			}
 			return nil, err
 		}
-		return nil, fmt.Errorf("%w (is a server running? start one with 'jingwei serve', or point --server/$NATS_URL at yours)", err)
+		return nil, &schema.Error{Code: schema.CodeUnreachable, Err: err,
+			Message: fmt.Sprintf("%v (is a server running? start one with 'jingwei serve', or point --server/$NATS_URL at yours)", err)}
 	}
 	return nc, nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 )
 
@@ -42,9 +43,10 @@ func TestSetup(t *testing.T) {
 	if out.Prefix != "jw" || len(out.Streams) != 6 || len(out.Buckets) != 3 || out.Streams[0].Name != "JW_EVENTS" || out.Streams[0].Replicas != 1 {
 		t.Errorf("setup --json: %+v; want prefix jw, 6 streams starting with JW_EVENTS (1 replica), 3 buckets", out)
 	}
-	// The workers' roles now find the topology.
-	if code, _, stderr := runCLI("export", "--server", url, "--auth", string(kd), "--session", "s-1"); code != exitOK {
-		t.Fatalf("export as host after setup: exit %d %s", code, stderr)
+	// The workers' roles now find the topology: the session is read, and
+	// has no events (unknown_session, not a missing stream).
+	if code, stdout, stderr := runCLI("export", "--server", url, "--auth", string(kd), "--session", "s-1"); code != exitRefused || errorCode(stdout) != string(schema.CodeUnknownSession) {
+		t.Fatalf("export as host after setup: exit %d %s %s", code, stdout, stderr)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jingwei/jingwei/recovery"
+	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/worker/service"
 )
@@ -39,8 +40,10 @@ Output: three aligned tables; --json prints one JSON object
 {"status":{…jw.api.status…},"plans":[…]}. --watch refreshes every --interval
 until interrupted (Ctrl-C); with --json it prints one object per refresh.
 
-Exit status: 0 success; 1 no service answers or the server is unreachable;
-2 usage; 3 refused ({"error":{…}} on stdout, e.g. bad_request).`
+Exit status: 0 success; 1 no service answers; 2 usage; 3 refused
+({"error":{…}} on stdout: unknown_session for a --session with no event on
+its log, bad_request, permission_denied); 4 the server is unreachable (it
+did not accept the connection within 2 s; code unreachable).`
 
 // statusView is what status prints with --json.
 type statusView struct {
@@ -78,6 +81,11 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	defer api.Close()
 
+	if *session != "" {
+		if err := checkSession(ctx, api, *session); err != nil {
+			return printError(stdout, err)
+		}
+	}
 	clear := *watch && !*asJSON && isTerminal(stdout)
 	for {
 		v, err := loadStatus(ctx, api, *session)
@@ -210,4 +218,17 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// checkSession refuses a session with no event on its log
+// (unknown_session), read through jw.api.history as any role may.
+func checkSession(ctx context.Context, api *apiClient, session string) error {
+	var p service.HistoryPage
+	if err := api.Request(ctx, service.EndpointHistory, service.HistoryRequest{V: schema.Version, Session: session, MaxEvents: 1}, &p); err != nil {
+		return err
+	}
+	if p.End == 0 {
+		return unknownSession(session)
+	}
+	return nil
 }

@@ -13,7 +13,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nats.go/micro"
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
@@ -82,15 +81,15 @@ func TestServeTenantAgents(t *testing.T) {
 
 	// acme's own session works.
 	own := schema.Request{V: 1, RequestID: "r-1", Session: "acme-1", Task: "t-1", Tool: "catalog.lookup", Arguments: json.RawMessage(`{"sku":"A-1"}`)}
-	if m := callVia(t, acme, own); m.Header.Get(micro.ErrorCodeHeader) != "" {
-		t.Fatalf("acme's own call: %s %s (%s)", m.Header.Get(micro.ErrorCodeHeader), m.Data, stderr)
+	if m := callVia(t, acme, own); service.AnswerCode(m) != "" {
+		t.Fatalf("acme's own call: %s %s (%s)", service.AnswerCode(m), m.Data, stderr)
 	}
 
 	// The fabricated answer: acme claims beta's (predictable) request id
 	// ahead, in beta's session, with its own charge.
 	forged := schema.Request{V: 1, RequestID: "pay-1", Session: "beta-1", Task: "t-1", Tool: "payments.charge", Arguments: json.RawMessage(`{"account":"acme-account","amount_cents":500}`)}
-	if m := callVia(t, acme, forged); m.Header.Get(micro.ErrorCodeHeader) != string(schema.CodeForbidden) {
-		t.Fatalf("ATTACK: acme's call in beta-1 answered %s %s", m.Header.Get(micro.ErrorCodeHeader), m.Data)
+	if m := callVia(t, acme, forged); service.AnswerCode(m) != string(schema.CodeForbidden) {
+		t.Fatalf("ATTACK: acme's call in beta-1 answered %s %s", service.AnswerCode(m), m.Data)
 	}
 	var (
 		vmu sync.Mutex
@@ -128,7 +127,7 @@ func TestServeTenantAgents(t *testing.T) {
 	m := callVia(t, beta, victim)
 	var ev schema.Event
 	if err := json.Unmarshal(m.Data, &ev); err != nil || ev.Type != schema.TypeResult || ev.Result.Status != schema.StatusOK || !strings.Contains(string(ev.Result.Output), "beta-account") {
-		t.Fatalf("beta's own charge: %s %s", m.Header.Get(micro.ErrorCodeHeader), m.Data)
+		t.Fatalf("beta's own charge: %s %s", service.AnswerCode(m), m.Data)
 	}
 	if err := acme.Flush(); err != nil {
 		t.Fatal(err)
@@ -147,7 +146,7 @@ func TestServeTenantAgents(t *testing.T) {
 			t.Fatal(err)
 		}
 		var st service.Status
-		if c := m.Header.Get(micro.ErrorCodeHeader); c != "" {
+		if c := service.AnswerCode(m); c != "" {
 			return st, c
 		}
 		if err := json.Unmarshal(m.Data, &st); err != nil {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/micro"
 
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/schema"
@@ -32,7 +31,7 @@ func askHistory(t *testing.T, nc *nats.Conn, subject string, body any) (service.
 		t.Fatalf("%s: %v", subject, err)
 	}
 	var p service.HistoryPage
-	if code := m.Header.Get(micro.ErrorCodeHeader); code != "" {
+	if code := service.AnswerCode(m); code != "" {
 		return p, code
 	}
 	if err := json.Unmarshal(m.Data, &p); err != nil {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/micro"
 
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/schema"
@@ -33,7 +32,7 @@ func answer(t *testing.T, nc *nats.Conn, subj string, body []byte, d time.Durati
 	if err != nil {
 		return "", nil, err
 	}
-	return m.Header.Get(micro.ErrorCodeHeader), m.Data, nil
+	return service.AnswerCode(m), m.Data, nil
 }
 
 // TestServiceAnswersAfterServerRestart: the server is stopped and started

@@ -46,7 +46,7 @@ func TestServiceEndpoints(t *testing.T) {
 	errCode := func(m *nats.Msg) (string, schema.ErrorBody) {
 		var body schema.ErrorBody
 		_ = json.Unmarshal(m.Data, &body)
-		return m.Header.Get(micro.ErrorCodeHeader), body
+		return service.AnswerCode(m), body
 	}
 
 	// inspect

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/micro"
 
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/schema"
@@ -40,7 +39,7 @@ func TestStatusTenantScoped(t *testing.T) {
 			t.Fatalf("%s: %v", subject, err)
 		}
 		var st service.Status
-		if code := m.Header.Get(micro.ErrorCodeHeader); code != "" {
+		if code := service.AnswerCode(m); code != "" {
 			return st, code
 		}
 		if err := json.Unmarshal(m.Data, &st); err != nil {

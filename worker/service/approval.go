@@ -46,7 +46,10 @@ func (c *Client) SubmitApproval(ctx context.Context, a schema.Approval) (Approva
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	if err := stream.PublishApproval(ctx, js, c.prefix, a); err != nil {
+	if err := c.Guard(ctx, []string{rc.Subject}, func(ctx context.Context) error { return stream.PublishApproval(ctx, js, c.prefix, a) }); err != nil {
+		if schema.CodeOf(err) == schema.CodePermissionDenied {
+			return rc, err
+		}
 		return rc, fmt.Errorf("%w (does the topology exist? start 'jingwei serve')", err)
 	}
 	return rc, nil

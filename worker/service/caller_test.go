@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/micro"
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream/streamtest"
@@ -42,7 +41,7 @@ func TestCaller(t *testing.T) {
 		if err != nil {
 			return "", "", err
 		}
-		if code := m.Header.Get(micro.ErrorCodeHeader); code != "" {
+		if code := service.AnswerCode(m); code != "" {
 			return "", code, nil
 		}
 		var caller string

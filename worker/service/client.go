@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -26,6 +28,10 @@ type ClientConfig struct {
 	// Defaults to DefaultTimeout. A call waits for its tool's result:
 	// give it more than the service's own call timeout.
 	Timeout time.Duration
+	// Role is the role the connection's credentials are meant to have
+	// (docs/protocol.md §4), named in a permission_denied error: "" names
+	// none.
+	Role string
 }
 
 // Client is a typed client of the `jingwei` services (jw.api.*): one
@@ -38,10 +44,16 @@ type Client struct {
 	nc      *nats.Conn
 	prefix  string
 	timeout time.Duration
+	role    string
+	perm    *permWatch
 }
 
 // NewClient returns a client that sends its requests on nc. The caller
-// keeps nc and closes it.
+// keeps nc and closes it. It installs a handler of the server's
+// permission violations in front of nc's asynchronous error handler (which
+// still sees every error), so that a request the credentials may not make
+// fails at once with permission_denied instead of waiting for its
+// timeout; build one Client per connection.
 func NewClient(nc *nats.Conn, cfg ClientConfig) *Client {
 	if cfg.Prefix == "" {
 		cfg.Prefix = stream.DefaultPrefix
@@ -49,7 +61,7 @@ func NewClient(nc *nats.Conn, cfg ClientConfig) *Client {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
 	}
-	return &Client{nc: nc, prefix: cfg.Prefix, timeout: cfg.Timeout}
+	return &Client{nc: nc, prefix: cfg.Prefix, timeout: cfg.Timeout, role: cfg.Role, perm: watchPermissions(nc)}
 }
 
 // Call sends the tool request q to jw.api.call and returns the tool.result
@@ -97,12 +109,20 @@ func (c *Client) Request(ctx context.Context, endpoint string, body, out any) er
 	subj := stream.APISubject(c.prefix, endpoint)
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
-	msg, err := request(ctx, c.nc, subj, b)
+	var msg *nats.Msg
+	err = c.Guard(ctx, []string{subj}, func(ctx context.Context) error {
+		var err error
+		msg, err = request(ctx, c.nc, subj, b)
+		return err
+	})
+	var perm *schema.Error
 	switch {
+	case errors.As(err, &perm) && perm.Code == schema.CodePermissionDenied:
+		return perm
 	case errors.Is(err, nats.ErrNoResponders):
 		return fmt.Errorf("%w on %s", ErrNoService, subj)
 	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil:
-		return &schema.Error{Code: schema.CodeNoAnswer, Message: fmt.Sprintf("no answer on %s within %s: the service is busy or the call is still running", subj, c.timeout), Err: err}
+		return &schema.Error{Code: schema.CodeNoAnswer, Message: fmt.Sprintf("no answer on %s within %s: the request may still be running (a call may also wait for approval: jingwei status), or no service instance took it in time", subj, c.timeout), Err: err}
 	case err != nil:
 		return fmt.Errorf("service: request %s: %w", subj, err)
 	}
@@ -117,17 +137,30 @@ func (c *Client) Request(ctx context.Context, endpoint string, body, out any) er
 
 // AnswerError returns the error an answer carries, or nil for an ordinary
 // answer: the error body (schema.DecodeErrorBody), else micro's error
-// headers (code internal when the code header is missing).
+// headers: the jingwei code at the head of the description ("code:
+// message"; internal when it names none). The code header is the numeric
+// status (docs/protocol.md §5.7), never the jingwei code.
 func AnswerError(msg *nats.Msg) *schema.Error {
 	if e, ok := schema.DecodeErrorBody(msg.Data); ok {
 		return e
 	}
-	if desc := msg.Header.Get(micro.ErrorHeader); desc != "" {
-		code := schema.Code(msg.Header.Get(micro.ErrorCodeHeader))
-		if code == "" {
-			code = schema.CodeInternal
+	if desc := msg.Header.Get(micro.ErrorHeader); desc != "" || msg.Header.Get(micro.ErrorCodeHeader) != "" {
+		code, text, ok := strings.Cut(desc, ": ")
+		if !ok || !codeRE.MatchString(code) {
+			return &schema.Error{Code: schema.CodeInternal, Message: desc}
 		}
-		return &schema.Error{Code: code, Message: desc}
+		return &schema.Error{Code: schema.Code(code), Message: text}
 	}
 	return nil
 }
+
+// AnswerCode returns the jingwei code of an error answer (AnswerError),
+// "" for an ordinary answer.
+func AnswerCode(msg *nats.Msg) string {
+	if e := AnswerError(msg); e != nil {
+		return string(e.Code)
+	}
+	return ""
+}
+
+var codeRE = regexp.MustCompile(`^[a-z][a-z_]*$`)

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/micro"
-
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/worker/service"
@@ -64,7 +62,7 @@ func TestQuickRequestsNotQueuedBehindSlowOnes(t *testing.T) {
 		}
 		var a struct{ Kind string }
 		_ = json.Unmarshal(m.Data, &a)
-		return got{code: m.Header.Get(micro.ErrorCodeHeader), kind: a.Kind}
+		return got{code: service.AnswerCode(m), kind: a.Kind}
 	}
 	var slow sync.WaitGroup
 	slowGot := make(chan got, 8)

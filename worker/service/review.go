@@ -128,7 +128,15 @@ func (c *Client) publishReview(ctx context.Context, r schema.Review) (*jetstream
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	subj := stream.ReviewsSubject(c.prefix, r.Session)
-	ack, err := js.Publish(ctx, subj, b, jetstream.WithMsgID(id))
+	var ack *jetstream.PubAck
+	err = c.Guard(ctx, []string{subj}, func(ctx context.Context) error {
+		var err error
+		ack, err = js.Publish(ctx, subj, b, jetstream.WithMsgID(id))
+		return err
+	})
+	if schema.CodeOf(err) == schema.CodePermissionDenied {
+		return nil, err
+	}
 	if err != nil {
 		return nil, fmt.Errorf("publish review on %s: %w (does the topology exist? start 'jingwei serve' or 'jingwei recover')", subj, err)
 	}

@@ -321,13 +321,15 @@ func (w *worker) run(subject string, data []byte, h nats.Header) answer {
 		w.log.Error().Err(err).Str("subject", subject).Msg("service request failed")
 	}
 	eb := schema.NewErrorBody(err)
-	// The description travels in a header: one line, never empty.
-	desc := strings.NewReplacer("\r", " ", "\n", " ").Replace(eb.Error.Message)
-	if desc == "" {
-		desc = string(eb.Error.Code)
+	// The micro error code header is numeric (the micro protocol: a client
+	// such as nats.js reads it as a number); the jingwei code leads the
+	// description, "code: message", on one line, and is the body's.
+	desc := string(eb.Error.Code)
+	if m := strings.NewReplacer("\r", " ", "\n", " ").Replace(eb.Error.Message); m != "" {
+		desc += ": " + m
 	}
 	b, _ := json.Marshal(eb)
-	return answer{body: b, code: string(eb.Error.Code), desc: desc}
+	return answer{body: b, code: eb.Error.Code.StatusText(), desc: desc}
 }
 
 // RawAnswer is an answer a handler encoded itself: it is sent as it is,
@@ -336,13 +338,22 @@ func (w *worker) run(subject string, data []byte, h nats.Header) answer {
 type RawAnswer []byte
 
 // DecodeBody decodes a request body strictly (schema.Unmarshal) into v; a
-// body that does not decode is a bad_request *schema.Error. An empty body
+// body that does not decode, or has a member whose name differs from one
+// of v's only in case ({"Session":…}: schema.CheckMemberCase), is a
+// bad_request *schema.Error; other unknown members are ignored. An empty body
 // (only white space) leaves v as it is when allowEmpty is set.
 func DecodeBody(data []byte, v any, allowEmpty bool) error {
 	if allowEmpty && strings.TrimSpace(string(data)) == "" {
 		return nil
 	}
+	// 1.0 is the number 1, as the body's schema says (integer, const 1).
+	data = schema.WholeNumbers(data)
 	if err := schema.Unmarshal(data, v); err != nil {
+		return schema.Errorf(schema.CodeBadRequest, "request body: %v", err)
+	}
+	// Member names are case-sensitive: {"Session":"x"} names no session
+	// and must not be read as a request about every session.
+	if err := schema.CheckMemberCase(data, v); err != nil {
 		return schema.Errorf(schema.CodeBadRequest, "request body: %v", err)
 	}
 	return nil

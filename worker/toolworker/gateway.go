@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/jingwei/jingwei/internal/tracing"
+	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/worker/service"
@@ -332,7 +333,7 @@ func (c *pendingCall) wait(ctx context.Context, wt *waiter, seen bool) (schema.E
 				err = f.error
 			}
 			if !ok && err == nil {
-				err = schema.Errorf(schema.CodeResultPending, "no tool.result for request %q within %s (it may still run)", c.q.RequestID, c.g.timeout)
+				err = c.pendingError(lctx)
 			}
 			return ev, err
 		}
@@ -479,3 +480,29 @@ func (f final) Unwrap() error { return f.error }
 
 // errGatewayClosed is the inbox's error once Close was called.
 var errGatewayClosed = errors.New("toolworker: gateway closed")
+
+// pendingError is the answer of a call without a result in the gateway's
+// time: approval_pending when its tool.call waits for approval (the log
+// says so: a call waiting for a person is not a slow or busy service),
+// result_pending otherwise.
+func (c *pendingCall) pendingError(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if h, err := c.g.t.Load(ctx, c.q.Session); err == nil {
+		callID := c.callID
+		for i := range h {
+			if callID == "" && h[i].Call != nil && h[i].Call.RequestID == c.q.RequestID {
+				callID = h[i].Call.CallID
+			}
+		}
+		if callID != "" {
+			for _, p := range recovery.ApprovalsOf(h).Pending {
+				if p.CallID == callID {
+					return &schema.Error{Code: schema.CodeApprovalPending, CallID: callID,
+						Message: fmt.Sprintf("call %s of request %q waits for approval until %s (jingwei approve/deny; ask again with the same request id for its result)", callID, c.q.RequestID, p.Deadline.Format(time.RFC3339))}
+				}
+			}
+		}
+	}
+	return schema.Errorf(schema.CodeResultPending, "no tool.result for request %q within %s (it may still run)", c.q.RequestID, c.g.timeout)
+}

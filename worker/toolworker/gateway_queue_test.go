@@ -54,8 +54,8 @@ func TestGatewayCallsNotQueuedBehindSlowCalls(t *testing.T) {
 			switch {
 			case err != nil:
 				t.Errorf("malformed request %d: %v", i, err)
-			case m.Header.Get("Nats-Service-Error-Code") != string(schema.CodeInvalidRequest):
-				t.Errorf("malformed request %d: answer %q %s", i, m.Header.Get("Nats-Service-Error-Code"), m.Data)
+			case service.AnswerCode(m) != string(schema.CodeInvalidRequest):
+				t.Errorf("malformed request %d: answer %q %s", i, service.AnswerCode(m), m.Data)
 			case d > 2*time.Second:
 				late = append(late, fmt.Sprintf("#%d after %s", i, d.Round(time.Millisecond)))
 			}

@@ -8,10 +8,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nats.go/micro"
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream/streamtest"
+	"github.com/jingwei/jingwei/worker/service"
 	"github.com/jingwei/jingwei/worker/toolworker"
 )
 
@@ -42,8 +42,8 @@ func TestGatewayTenantScoped(t *testing.T) {
 	for _, s := range []string{"beta-1", "s-1", "acme_x-1"} {
 		q := victim
 		q.Session = s
-		if m := req("jw.api.call.acme", q); m.Header.Get(micro.ErrorCodeHeader) != string(schema.CodeForbidden) {
-			t.Errorf("ATTACK: tenant acme called in %s: %s %s", s, m.Header.Get(micro.ErrorCodeHeader), m.Data)
+		if m := req("jw.api.call.acme", q); service.AnswerCode(m) != string(schema.CodeForbidden) {
+			t.Errorf("ATTACK: tenant acme called in %s: %s %s", s, service.AnswerCode(m), m.Data)
 		}
 	}
 	st, err := topo.JS.Stream(ctx, topo.StreamName("REQUESTS"))
@@ -60,15 +60,15 @@ func TestGatewayTenantScoped(t *testing.T) {
 	// Its own session: published (no tool worker here: result_pending).
 	own := victim
 	own.Session = "acme-1"
-	if m := req("jw.api.call.acme", own); m.Header.Get(micro.ErrorCodeHeader) != string(schema.CodeResultPending) {
-		t.Fatalf("tenant acme, own session: %s %s", m.Header.Get(micro.ErrorCodeHeader), m.Data)
+	if m := req("jw.api.call.acme", own); service.AnswerCode(m) != string(schema.CodeResultPending) {
+		t.Fatalf("tenant acme, own session: %s %s", service.AnswerCode(m), m.Data)
 	}
 	if info, err = st.Info(ctx, jetstream.WithSubjectFilter("jw.requests.acme-1")); err != nil || info.State.Msgs != 1 {
 		t.Fatalf("acme-1's request not published: %v %+v", err, info)
 	}
 	// The operators' jw.api.call is not scoped.
-	if m := req("jw.api.call", victim); m.Header.Get(micro.ErrorCodeHeader) != string(schema.CodeResultPending) {
-		t.Fatalf("operator call: %s %s", m.Header.Get(micro.ErrorCodeHeader), m.Data)
+	if m := req("jw.api.call", victim); service.AnswerCode(m) != string(schema.CodeResultPending) {
+		t.Fatalf("operator call: %s %s", service.AnswerCode(m), m.Data)
 	}
 }
 
@@ -107,10 +107,10 @@ func TestGatewayBusyPerTenant(t *testing.T) {
 		info, err := st.Info(ctx)
 		return err == nil && info.State.Msgs == 1
 	})
-	if m := call("jw.api.call.acme", "acme-2", "r-2"); m == nil || m.Header.Get(micro.ErrorCodeHeader) != string(schema.CodeBusy) {
+	if m := call("jw.api.call.acme", "acme-2", "r-2"); m == nil || service.AnswerCode(m) != string(schema.CodeBusy) {
 		t.Fatalf("acme's second call at its limit: %v, want busy", m)
 	}
-	if m := call("jw.api.call.beta", "beta-1", "r-1"); m == nil || m.Header.Get(micro.ErrorCodeHeader) != string(schema.CodeResultPending) {
+	if m := call("jw.api.call.beta", "beta-1", "r-1"); m == nil || service.AnswerCode(m) != string(schema.CodeResultPending) {
 		t.Fatalf("beta's call while acme is at its limit: %v, want taken (result_pending: no tool worker)", m)
 	}
 	<-held

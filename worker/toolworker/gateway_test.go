@@ -195,7 +195,7 @@ func TestCallAnswersOnlyFromTheStoredLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code := m.Header.Get(micro.ErrorCodeHeader); code != string(schema.CodeResultPending) {
+	if code := service.AnswerCode(m); code != string(schema.CodeResultPending) {
 		t.Fatalf("call with only forged, refused events on the wire: code %q, answer %s; want result_pending", code, m.Data)
 	}
 	if h, err := topo.Load(context.Background(), session); err != nil || len(h) != 0 {
@@ -232,7 +232,7 @@ func TestCallAnswersOnlyFromTheStoredLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ev schema.Event
-	if code := m.Header.Get(micro.ErrorCodeHeader); code != "" || json.Unmarshal(m.Data, &ev) != nil || ev.Result == nil || ev.Result.CallID != "c-real" || string(ev.Result.Output) != `{"price":3}` {
+	if code := service.AnswerCode(m); code != "" || json.Unmarshal(m.Data, &ev) != nil || ev.Result == nil || ev.Result.CallID != "c-real" || string(ev.Result.Output) != `{"price":3}` {
 		t.Fatalf("call: %s, want the stored result of c-real", m.Data)
 	}
 }

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/tools"
+)
+
+func init() {
+	register(command{name: "fence", summary: "raise the example ledger's fence for a session (before a not_executed review)", run: runFence})
+	register(command{name: "ledger", summary: "list the example ledger's charges (what a reviewer checks)", run: runLedger})
+	// The example tools' business data belongs to the tool workers: the
+	// ledger is read and fenced with their role (docs/protocol.md §4).
+	commandRole["fence"] = stream.RoleWorker
+	commandRole["ledger"] = stream.RoleWorker
+}
+
+const fenceHelp = `  jingwei fence --session S [--epoch E] [--json]
+
+Raises the fence of what the example tool payments.charge writes — the
+ledger stream TOOLS_LEDGER, subject tools.ledger.<session> — to epoch E
+(default: the session's latest epoch on its log, the epoch of its last
+session.fenced), as tools.Tools.FenceLedger does: from then on a charge by
+a writer of the session below epoch E is refused, so a frozen tool worker
+that resumes can no longer land its payment. Raising to an epoch at or
+below the current fence changes nothing.
+
+This is step 1 before signing not_executed for a call whose writer may
+still be running (jingwei help review): fence, then look for the effect
+(jingwei ledger), then sign. The ledger is the tool workers' store: the
+command connects with the worker role (<auth dir>/worker.nk, or --nkey /
+--creds), the role that writes it.
+
+Exit status: 0 raised; 1 unexpected failure (a ledger that predates
+fencing); 2 usage; 3 refused (unknown_session: no events on the log and
+no --epoch; permission_denied); 4 the server is unreachable.`
+
+// fenceOutput is what fence prints with --json.
+type fenceOutput struct {
+	Session string `json:"session"`
+	Subject string `json:"subject"`
+	Epoch   uint64 `json:"epoch"`
+}
+
+func runFence(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("fence", "Raise the example ledger's fence for a session.", fenceHelp, stderr)
+	var nf natsFlags
+	nf.register(fs)
+	session := fs.String("session", "", "session id (required)")
+	epoch := fs.Uint64("epoch", 0, "epoch to raise the fence to (default: the session's latest on its log)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if st, ok := parseFlags(fs, args); !ok {
+		return st
+	}
+	if err := stream.ValidateSession(*session); err != nil {
+		return usageError(stderr, "fence", "--session: %v", err)
+	}
+	nf.connectTimeout = clientConnectTimeout
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if *epoch == 0 {
+		h, err := nf.loadSession(ctx, "fence", *session)
+		if err != nil {
+			return printError(stdout, err)
+		}
+		*epoch = latestEpoch(h)
+		if *epoch == 0 {
+			return printError(stdout, unknownSession(*session))
+		}
+	}
+	tl, closeFn, err := openTools(ctx, &nf, "fence")
+	if err != nil {
+		return printError(stdout, err)
+	}
+	defer closeFn()
+	if err := tl.FenceLedger(ctx, *session, *epoch); err != nil {
+		return printError(stdout, err)
+	}
+	out := fenceOutput{Session: *session, Subject: tl.LedgerSubject(*session), Epoch: *epoch}
+	if *asJSON {
+		_ = writeJSON(stdout, out)
+		return exitOK
+	}
+	fmt.Fprintf(stdout, "fence of %s raised to epoch %d: a writer of session %s below epoch %d can no longer charge\n", out.Subject, out.Epoch, out.Session, out.Epoch)
+	return exitOK
+}
+
+// latestEpoch returns the highest epoch of a history: its last
+// session.fenced's, or its writers'.
+func latestEpoch(h []schema.Event) uint64 {
+	var e uint64
+	for i := range h {
+		e = max(e, h[i].Epoch)
+		if h[i].Fence != nil {
+			e = max(e, h[i].Fence.Epoch)
+		}
+	}
+	return e
+}
+
+// openTools connects with the worker role and opens the example tools'
+// stores.
+func openTools(ctx context.Context, nf *natsFlags, name string) (*tools.Tools, func(), error) {
+	nc, err := nf.connect(ctx, name, zerolog.Nop())
+	if err != nil {
+		return nil, nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	tl, err := tools.New(ctx, tools.Config{JS: js})
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return tl, nc.Close, nil
+}
+
+const ledgerHelp = `  jingwei ledger [--session S] [--call C] [--json]
+
+Lists the charges of the example tool payments.charge in its ledger
+(TOOLS_LEDGER), oldest first: what a reviewer checks before signing a
+verdict for a payment ("ledger TOOLS_LEDGER seq N" is the evidence). A
+raised fence is not a charge and is not listed. --session and --call
+narrow the list. The ledger is the tool workers' store: the command
+connects with the worker role (<auth dir>/worker.nk, or --nkey / --creds).
+
+Output: one line per charge; --json prints {"charges":[…]}.
+
+Exit status: 0 success (an empty list included); 1 unexpected failure;
+2 usage; 3 refused (permission_denied); 4 the server is unreachable.`
+
+func runLedger(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("ledger", "List the example ledger's charges.", ledgerHelp, stderr)
+	var nf natsFlags
+	nf.register(fs)
+	session := fs.String("session", "", "only the charges of this session")
+	call := fs.String("call", "", "only the charges of this call id")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if st, ok := parseFlags(fs, args); !ok {
+		return st
+	}
+	nf.connectTimeout = clientConnectTimeout
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	tl, closeFn, err := openTools(ctx, &nf, "ledger")
+	if err != nil {
+		return printError(stdout, err)
+	}
+	defer closeFn()
+	all, err := tl.Ledger(ctx)
+	if err != nil {
+		return printError(stdout, err)
+	}
+	charges := []tools.Charge{}
+	for _, c := range all {
+		if (*session == "" || c.Session == *session) && (*call == "" || c.CallID == *call) {
+			charges = append(charges, c)
+		}
+	}
+	if *asJSON {
+		_ = writeJSON(stdout, struct {
+			Charges []tools.Charge `json:"charges"`
+		}{charges})
+		return exitOK
+	}
+	if len(charges) == 0 {
+		fmt.Fprintln(stdout, "no charges")
+	}
+	for _, c := range charges {
+		fmt.Fprintf(stdout, "TOOLS_LEDGER seq %d: %d cents to %s by call %s (session %s, epoch %d)\n", c.Seq, c.AmountCents, c.Account, c.CallID, c.Session, c.Epoch)
+	}
+	return exitOK
+}
