@@ -33,7 +33,7 @@ func (r *reviewChecker) check(subjectSession string, data []byte) (schema.Review
 	case !rv.Verdict.Valid():
 		return rv, schema.Errorf(schema.CodeInvalidReview, "review has unknown verdict %q", rv.Verdict)
 	}
-	if err := recovery.VerifyReview(rv, r.cfg.TrustedReviewers); err != nil {
+	if err := recovery.VerifyReviewBy(rv, r.cfg.TrustedReviewers, r.cfg.TrustedProbers); err != nil {
 		return rv, err
 	}
 	return rv, nil
