@@ -66,36 +66,33 @@ func (t *Tools) lookupCharge(ctx context.Context, req worker.BodyRequest) (json.
 		}
 		return nil, fmt.Errorf("payments.lookup: raise fence: %w", err)
 	}
+	// Read with message gets (what the tool workers' role may do), the
+	// session's subject only.
 	subj := t.LedgerSubject(req.Session)
-	cons, err := t.ledger.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}})
+	info, err := t.ledger.Info(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("payments.lookup: read ledger: %w", err)
 	}
-	info, err := t.ledger.Info(ctx, jetstream.WithSubjectFilter(subj))
-	if err != nil {
-		return nil, fmt.Errorf("payments.lookup: read ledger: %w", err)
-	}
-	n := info.State.Subjects[subj]
-	for i := uint64(0); i < n; i++ {
-		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+	n := 0
+	for seq := info.State.FirstSeq; seq > 0 && seq <= info.State.LastSeq; seq++ {
+		m, err := t.ledger.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("payments.lookup: read ledger: %w", err)
 		}
-		if m.Headers().Get(fence.HeaderMarker) != "" {
+		if m.Subject != subj || m.Header.Get(fence.HeaderMarker) != "" {
 			continue
 		}
+		n++
 		var c Charge
-		if json.Unmarshal(m.Data(), &c) != nil || c.CallID != req.CallID {
+		if json.Unmarshal(m.Data, &c) != nil || c.CallID != req.CallID {
 			continue
-		}
-		md, _ := m.Metadata()
-		var seq uint64
-		if md != nil {
-			seq = md.Sequence.Stream
 		}
 		return json.Marshal(probeResult{Answer: "found", Evidence: fmt.Sprintf("ledger %s seq %d: %d cents charged to %s by call %s at epoch %d", subj, seq, c.AmountCents, c.Account, c.CallID, c.Epoch)})
 	}
-	return json.Marshal(probeResult{Answer: "not_found", Evidence: fmt.Sprintf("ledger fence of %s raised to epoch %d; no charge of call %s among its %d messages", subj, req.Fence.Epoch, req.CallID, n)})
+	return json.Marshal(probeResult{Answer: "not_found", Evidence: fmt.Sprintf("ledger fence of %s raised to epoch %d; no charge of call %s among its %d charges", subj, req.Fence.Epoch, req.CallID, n)})
 }
 
 // OrdersLookupTool returns orders.lookup, the probe of orders.create: it

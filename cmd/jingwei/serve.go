@@ -197,6 +197,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		verb = "created"
 	}
 	fmt.Fprintf(stderr, "jingwei serve: %s reviewer key %s (public key %s, trusted); sign reviews with: jingwei review --key %s\n", verb, keyPath, pub, keyPath)
+	probers, proberKey, err := serveProberKey(*data, stderr)
+	if err != nil {
+		return usageError(stderr, "serve", "%v", err)
+	}
 
 	kd := stream.KeyDir(filepath.Join(*data, authSubdir))
 	apKey, apPub, err := serveApprovers(*data, string(kd), &tf)
@@ -295,9 +299,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return fail(err)
 	}
 	defer rnc.Close()
+	tee := &teeObserver{next: observer}
 	rec, err := recoverer.New(recoverer.Config{
-		Topology: rtopo, Logger: log, TrustedReviewers: trusted, AutoPlan: *autoPlan,
-		PlannerKey: planner, TrustedPlanners: planners, Observer: observer,
+		Topology: rtopo, Logger: log, TrustedReviewers: trusted, TrustedProbers: probers, AutoPlan: *autoPlan,
+		PlannerKey: planner, TrustedPlanners: planners, Observer: tee,
 	})
 	if err != nil {
 		return fail(err)
@@ -316,6 +321,25 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			return fail(err)
 		}
 		parts["tool worker"] = tw
+		// The prober: the example tools' probes settle uncertain calls
+		// they can read back (payments.lookup, orders.lookup).
+		var rvnc *nats.Conn
+		if users != nil {
+			kp, err := kd.KeyPair(stream.RoleReviewer)
+			if err != nil {
+				return fail(err)
+			}
+			if rvnc, err = srv.Connect(stream.NkeyOption(kp), nats.Name("jingwei serve prober")); err != nil {
+				return fail(err)
+			}
+			defer rvnc.Close()
+		}
+		pr, err := serveProber(ctx, proberKey, wjs, wtopo, rvnc, log)
+		if err != nil {
+			return fail(err)
+		}
+		tee.p = pr
+		parts["prober"] = proberRunner{pr}
 		ms.leases(func() metrics.Ownership { return ownership(tw) })
 	}
 	ms.serve(ctx, "serve", stderr)

@@ -112,6 +112,11 @@ type Config struct {
 	Observe func(Outcome)
 	// Now defaults to time.Now.
 	Now func() time.Time
+	// Publish, when set, publishes a signed review (JetStream, with the
+	// given Nats-Msg-Id) in place of Topology's connection: a deployment
+	// whose prober reads through one role's connection and may publish
+	// reviews only through another's.
+	Publish func(ctx context.Context, subject string, data []byte, msgID string) error
 }
 
 // ErrInvalidConfig is a Config with a required field missing.
@@ -119,8 +124,9 @@ var ErrInvalidConfig = errors.New("prober: invalid config")
 
 // Prober runs probes for uncertain calls. Safe for concurrent use.
 type Prober struct {
-	cfg Config
-	pub string
+	cfg   Config
+	pub   string
+	queue chan schema.Assessment
 }
 
 // New returns a prober for cfg.
@@ -155,7 +161,7 @@ func New(cfg Config) (*Prober, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: Key: %w", ErrInvalidConfig, err)
 	}
-	return &Prober{cfg: cfg, pub: pub}, nil
+	return &Prober{cfg: cfg, pub: pub, queue: make(chan schema.Assessment, 1024)}, nil
 }
 
 // PublicKey is the key the prober signs with.
@@ -264,7 +270,7 @@ func (p *Prober) Probe(ctx context.Context, a schema.Assessment) (*schema.Review
 		return nil, err
 	}
 	id := "probe-" + a.Session + "-" + a.CallID + "-" + string(signed.Verdict)
-	if _, err := p.cfg.Topology.JS.Publish(ctx, p.cfg.Topology.ReviewsSubject(a.Session), b, jetstream.WithMsgID(id)); err != nil {
+	if err := p.publish(ctx, p.cfg.Topology.ReviewsSubject(a.Session), b, id); err != nil {
 		return nil, fmt.Errorf("prober: publish review of %q: %w", a.CallID, err)
 	}
 	out.Verdict, out.Took, out.Kind = signed.Verdict, p.cfg.Now().Sub(start), Settled
@@ -274,6 +280,44 @@ func (p *Prober) Probe(ctx context.Context, a schema.Assessment) (*schema.Review
 	p.observe(out)
 	p.cfg.Logger.Info().Str("session", a.Session).Str("call_id", a.CallID).Str("probe", probe.Metadata.Name).Str("answer", string(res.Answer)).Str("verdict", string(signed.Verdict)).Msg("automated review published")
 	return &signed, nil
+}
+
+func (p *Prober) publish(ctx context.Context, subject string, b []byte, id string) error {
+	if p.cfg.Publish != nil {
+		return p.cfg.Publish(ctx, subject, b, id)
+	}
+	_, err := p.cfg.Topology.JS.Publish(ctx, subject, b, jetstream.WithMsgID(id))
+	return err
+}
+
+// Assessed queues an assessment the recovery worker published, for
+// RunQueue: how a prober in the recovery worker's process (jingwei serve)
+// hears of uncertain calls without a consumer of its own. It never blocks:
+// when the queue is full the assessment is dropped (and logged), and the
+// call waits for a person as it would without a prober.
+func (p *Prober) Assessed(a schema.Assessment) {
+	if a.Outcome != schema.OutcomeUncertain || a.Decision != schema.DecisionNeedsReview {
+		return
+	}
+	select {
+	case p.queue <- a:
+	default:
+		p.cfg.Logger.Warn().Str("session", a.Session).Str("call_id", a.CallID).Msg("prober queue full: the call is left for a person")
+	}
+}
+
+// RunQueue probes the assessments Assessed queues until ctx ends.
+func (p *Prober) RunQueue(ctx context.Context) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case a := <-p.queue:
+			if _, err := p.Probe(ctx, a); err != nil && ctx.Err() == nil && !errors.Is(err, ErrNotProbed) {
+				p.cfg.Logger.Warn().Err(err).Str("session", a.Session).Str("call_id", a.CallID).Msg("prober: call not probed")
+			}
+		}
+	}
 }
 
 func (p *Prober) observe(o Outcome) {

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"github.com/jingwei/jingwei/recovery"
+	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/tools"
+	"github.com/jingwei/jingwei/worker"
+	"github.com/jingwei/jingwei/worker/prober"
+	"github.com/jingwei/jingwei/worker/recoverer"
+)
+
+// proberKeyFile is the prober's signing seed serve creates in its data
+// directory: its automated reviews are signed with it, and the recovery
+// worker trusts it as a prober's key (never as a person's).
+const proberKeyFile = "prober.nk"
+
+// serveProberKey returns serve's prober key set (trusted probers) and the
+// key pair, creating DATA/prober.nk on first start.
+func serveProberKey(data string, stderr io.Writer) (recovery.TrustedKeys, string, error) {
+	path := filepath.Join(data, proberKeyFile)
+	pub, created, err := ensureReviewerKey(path)
+	if err != nil {
+		return nil, "", err
+	}
+	verb := "using"
+	if created {
+		verb = "created"
+	}
+	fmt.Fprintf(stderr, "jingwei serve: %s prober key %s (public key %s, trusted as a prober: its reviews say they are a probe's)\n", verb, path, pub)
+	t, err := recovery.NewTrustedKeys(pub)
+	return t, path, err
+}
+
+// serveProber is the prober serve runs next to its recovery worker: it
+// hears of uncertain calls from the recovery worker in-process (the
+// recoverer's Observer), reads the session logs and runs the example
+// tools' probes through the tool workers' connection (the role that may
+// read and fence the tools' data), and publishes its signed reviews through
+// a reviewer-role connection (the only role that may publish on
+// jw.reviews.>; nil when authorization is off, and the worker's connection
+// publishes).
+func serveProber(ctx context.Context, keyPath string, wjs jetstream.JetStream, wtopo *stream.Topology, reviewerNC *nats.Conn, log zerolog.Logger) (*prober.Prober, error) {
+	kp, err := stream.ReadSeedFile(keyPath)
+	if err != nil {
+		return nil, err
+	}
+	tl, err := tools.New(ctx, tools.Config{JS: wjs, Replicas: wtopo.Config().Replicas, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	reg, err := worker.NewRegistry(append(tl.List(), tl.Probes()...)...)
+	if err != nil {
+		return nil, err
+	}
+	cfg := prober.Config{Topology: wtopo, Key: kp, Tools: reg, Logger: log.With().Str("part", "prober").Logger()}
+	if reviewerNC != nil {
+		js, err := jetstream.New(reviewerNC)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Publish = func(ctx context.Context, subject string, data []byte, msgID string) error {
+			_, err := js.Publish(ctx, subject, data, jetstream.WithMsgID(msgID))
+			return err
+		}
+	}
+	return prober.New(cfg)
+}
+
+// proberRunner runs a prober's queue as one of serve's parts.
+type proberRunner struct{ p *prober.Prober }
+
+func (r proberRunner) Run(ctx context.Context) error { return r.p.RunQueue(ctx) }
+
+// teeObserver tells the metrics observer (when there is one) and the
+// prober (once set, before anything runs) of every assessment.
+type teeObserver struct {
+	next recoverer.Observer
+	p    *prober.Prober
+}
+
+func (o *teeObserver) Assessed(a schema.Assessment) {
+	if o.next != nil {
+		o.next.Assessed(a)
+	}
+	if o.p != nil {
+		o.p.Assessed(a)
+	}
+}
+
+// TookOver passes the takeover on; its assessments reach the prober
+// through Assessed when the classifier publishes them.
+func (o *teeObserver) TookOver(session string, h []schema.Event, assessed []schema.Assessment) {
+	if o.next != nil {
+		o.next.TookOver(session, h, assessed)
+	}
+}
