@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
 	"github.com/rs/zerolog"
 
 	"github.com/jingwei/jingwei/recovery"
@@ -74,6 +76,72 @@ func serveProber(ctx context.Context, keyPath string, wjs jetstream.JetStream, w
 		}
 	}
 	return prober.New(cfg)
+}
+
+// recoverProbers reads recover's trusted prober keys: the --trust-probers
+// file, plus the public key of --probe-key's seed when the prober runs in
+// the process.
+func recoverProbers(file, seed string) (recovery.TrustedKeys, error) {
+	t := recovery.TrustedKeys{}
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("--trust-probers: %w", err)
+		}
+		if t, err = recovery.ParseTrustedKeys(b); err != nil {
+			return nil, fmt.Errorf("--trust-probers %s: %w", file, err)
+		}
+	}
+	if seed != "" {
+		kp, err := stream.ReadSeedFile(seed)
+		if err != nil {
+			return nil, fmt.Errorf("--probe-key: %w", err)
+		}
+		pub, err := kp.PublicKey()
+		if err != nil || !nkeys.IsValidPublicUserKey(pub) {
+			return nil, fmt.Errorf("--probe-key %s is not an nkey user seed", seed)
+		}
+		t[pub] = struct{}{}
+	}
+	return t, nil
+}
+
+// startProber runs recover's in-process prober (--probe-key): fed by the
+// recovery worker's assessments (tee), reading and fencing through a
+// worker-role connection and publishing through a reviewer-role one. stop
+// ends it and closes both.
+func (n *natsFlags) startProber(ctx context.Context, seed string, tee *teeObserver, log zerolog.Logger) (stop func(), err error) {
+	wnc, err := n.connectConsole(ctx, consoleConn{role: stream.RoleWorker}, log)
+	if err != nil {
+		return nil, fmt.Errorf("prober: %w", err)
+	}
+	rvnc, err := n.connectConsole(ctx, consoleConn{role: stream.RoleReviewer}, log)
+	if err != nil {
+		wnc.Close()
+		return nil, fmt.Errorf("prober: %w", err)
+	}
+	closeAll := func() { rvnc.Close(); wnc.Close() }
+	wjs, err := jetstream.New(wnc)
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	wtopo, err := stream.OpenTopology(ctx, wjs, stream.TopologyConfig{Prefix: n.prefix})
+	if err != nil {
+		closeAll()
+		return nil, fmt.Errorf("prober: %w", err)
+	}
+	pr, err := serveProber(ctx, seed, wjs, wtopo, rvnc, log)
+	if err != nil {
+		closeAll()
+		return nil, fmt.Errorf("prober: %w", err)
+	}
+	tee.p = pr
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = pr.RunQueue(pctx) }()
+	log.Info().Str("prober_key", pr.PublicKey()).Msg("prober started: the example tools' probes settle the uncertain calls they can read back")
+	return func() { cancel(); <-done; closeAll() }, nil
 }
 
 // proberRunner runs a prober's queue as one of serve's parts.

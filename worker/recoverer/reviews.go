@@ -201,7 +201,7 @@ func (r *reviewChecker) list(ctx context.Context, session, callID string) ([]ser
 	fold := recovery.FoldReviews(session, callID, entries)
 	out := make([]service.ReviewCheck, len(entries))
 	for i, e := range entries {
-		c := service.ReviewCheck{Seq: e.Seq, Review: e.Review, Accepted: fold.Rejected[i] == nil, Decides: i == fold.Decides}
+		c := service.ReviewCheck{Seq: e.Seq, Review: e.Review, Source: e.Review.Source(), Accepted: fold.Rejected[i] == nil, Decides: i == fold.Decides}
 		if err := fold.Rejected[i]; err != nil {
 			c.Code = string(schema.CodeOf(err))
 			c.Reason = schema.TextOf(err)

@@ -118,7 +118,11 @@ type ReviewCheck struct {
 	// Seq is the review's sequence in JW_REVIEWS.
 	Seq      uint64        `json:"seq"`
 	Review   schema.Review `json:"review"`
-	Accepted bool          `json:"accepted"`
+	// Source is where the review came from: "person" (signed with a
+	// reviewer key) or "probe" (an automated review, Review.Probe set,
+	// signed with a prober key).
+	Source   string `json:"source,omitempty"`
+	Accepted bool   `json:"accepted"`
 	Decides  bool          `json:"decides,omitempty"`
 	Code     string        `json:"code,omitempty"`
 	Reason   string        `json:"reason,omitempty"`
