@@ -36,6 +36,7 @@ type Recovery struct {
 	assessments *prometheus.CounterVec
 	takeovers   prometheus.Counter
 	crashToAsmt prometheus.Histogram
+	rev         reviewMetrics
 
 	mu  sync.Mutex
 	src RecoverySource
@@ -99,7 +100,8 @@ func NewRecovery(reg prometheus.Registerer) *Recovery {
 		replacedDesc:   d("stream_replaced", "1 for a protected stream that no longer matches the identity setup recorded (deleted and created again, or messages removed from its start): the recovery worker refuses to prepare plans and take sessions over until an operator confirms it (jingwei setup --confirm-replaced); 0 for the others.", "stream"),
 		stoppedDesc:    d("tasks_stopped", "Stopped tasks (task.stopped on their session log, by a host or the budget); a stopped task never reopens, so this only grows while the logs are kept."),
 	}
-	reg.MustRegister(m.assessments, m.takeovers, m.crashToAsmt, m)
+	m.rev = newReviewMetrics()
+	reg.MustRegister(append(m.rev.collectors(), m.assessments, m.takeovers, m.crashToAsmt, m)...)
 	return m
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/worker/prober"
 	"github.com/jingwei/jingwei/worker/recoverer"
 )
 
@@ -165,6 +166,10 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	defer ms.close()
 	observer, observed := ms.recovery()
+	var proberObserve func(prober.Outcome)
+	if *probeKey != "" {
+		proberObserve = ms.prober()
+	}
 	ms.serve(ctx, "recover", stderr)
 	h := newHealth(log)
 	if err := h.serve(ctx, *healthAddr); err != nil {
@@ -189,7 +194,7 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			return err
 		}
 		if *probeKey != "" {
-			stop, err := nf.startProber(ctx, *probeKey, tee, log)
+			stop, err := nf.startProber(ctx, *probeKey, tee, proberObserve, log)
 			if err != nil {
 				return err
 			}

@@ -334,7 +334,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			}
 			defer rvnc.Close()
 		}
-		pr, err := serveProber(ctx, proberKey, wjs, wtopo, rvnc, log)
+		pr, err := serveProber(ctx, proberKey, wjs, wtopo, rvnc, ms.prober(), log)
 		if err != nil {
 			return fail(err)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nkeys"
 	"github.com/rs/zerolog"
 
+	"github.com/jingwei/jingwei/metrics"
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
@@ -51,7 +52,7 @@ func serveProberKey(data string, stderr io.Writer) (recovery.TrustedKeys, string
 // a reviewer-role connection (the only role that may publish on
 // jw.reviews.>; nil when authorization is off, and the worker's connection
 // publishes).
-func serveProber(ctx context.Context, keyPath string, wjs jetstream.JetStream, wtopo *stream.Topology, reviewerNC *nats.Conn, log zerolog.Logger) (*prober.Prober, error) {
+func serveProber(ctx context.Context, keyPath string, wjs jetstream.JetStream, wtopo *stream.Topology, reviewerNC *nats.Conn, observe func(prober.Outcome), log zerolog.Logger) (*prober.Prober, error) {
 	kp, err := stream.ReadSeedFile(keyPath)
 	if err != nil {
 		return nil, err
@@ -64,7 +65,7 @@ func serveProber(ctx context.Context, keyPath string, wjs jetstream.JetStream, w
 	if err != nil {
 		return nil, err
 	}
-	cfg := prober.Config{Topology: wtopo, Key: kp, Tools: reg, Logger: log.With().Str("part", "prober").Logger()}
+	cfg := prober.Config{Topology: wtopo, Key: kp, Tools: reg, Observe: observe, Logger: log.With().Str("part", "prober").Logger()}
 	if reviewerNC != nil {
 		js, err := jetstream.New(reviewerNC)
 		if err != nil {
@@ -110,7 +111,7 @@ func recoverProbers(file, seed string) (recovery.TrustedKeys, error) {
 // recovery worker's assessments (tee), reading and fencing through a
 // worker-role connection and publishing through a reviewer-role one. stop
 // ends it and closes both.
-func (n *natsFlags) startProber(ctx context.Context, seed string, tee *teeObserver, log zerolog.Logger) (stop func(), err error) {
+func (n *natsFlags) startProber(ctx context.Context, seed string, tee *teeObserver, observe func(prober.Outcome), log zerolog.Logger) (stop func(), err error) {
 	wnc, err := n.connectConsole(ctx, consoleConn{role: stream.RoleWorker}, log)
 	if err != nil {
 		return nil, fmt.Errorf("prober: %w", err)
@@ -131,7 +132,7 @@ func (n *natsFlags) startProber(ctx context.Context, seed string, tee *teeObserv
 		closeAll()
 		return nil, fmt.Errorf("prober: %w", err)
 	}
-	pr, err := serveProber(ctx, seed, wjs, wtopo, rvnc, log)
+	pr, err := serveProber(ctx, seed, wjs, wtopo, rvnc, observe, log)
 	if err != nil {
 		closeAll()
 		return nil, fmt.Errorf("prober: %w", err)
@@ -165,10 +166,25 @@ func (o *teeObserver) Assessed(a schema.Assessment) {
 	}
 }
 
+// Reviewed passes a judged review on to the metrics.
+func (o *teeObserver) Reviewed(rv schema.Review, accepted bool) {
+	if ro, ok := o.next.(recoverer.ReviewObserver); ok {
+		ro.Reviewed(rv, accepted)
+	}
+}
+
 // TookOver passes the takeover on; its assessments reach the prober
 // through Assessed when the classifier publishes them.
 func (o *teeObserver) TookOver(session string, h []schema.Event, assessed []schema.Assessment) {
 	if o.next != nil {
 		o.next.TookOver(session, h, assessed)
 	}
+}
+
+// prober returns a prober's metrics' Observe (nil without --metrics).
+func (s *metricsServer) prober() func(prober.Outcome) {
+	if s == nil {
+		return nil
+	}
+	return metrics.NewProber(s.reg).Observe
 }

@@ -46,7 +46,7 @@ func key(t *testing.T) (nkeys.KeyPair, string) {
 	return kp, pub
 }
 
-func setup(t *testing.T) *env {
+func setup(t *testing.T, mods ...func(*recoverer.Config)) *env {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	_, _, topo := streamtest.StartWith(t, streamtest.Config{Topology: stream.TopologyConfig{LeaseTTL: time.Second}})
@@ -61,7 +61,11 @@ func setup(t *testing.T) *env {
 	e.planner, _ = key(t)
 	reviewers, _ := recovery.NewTrustedKeys(personPub)
 	probers, _ := recovery.NewTrustedKeys(proberPub)
-	e.rec, err = recoverer.New(recoverer.Config{Topology: topo, Name: "t", TrustedReviewers: reviewers, TrustedProbers: probers, PlannerKey: e.planner, DisableService: true})
+	rcfg := recoverer.Config{Topology: topo, Name: "t", TrustedReviewers: reviewers, TrustedProbers: probers, PlannerKey: e.planner, DisableService: true}
+	for _, m := range mods {
+		m(&rcfg)
+	}
+	e.rec, err = recoverer.New(rcfg)
 	if err != nil {
 		t.Fatal(err)
 	}

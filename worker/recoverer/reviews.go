@@ -102,7 +102,7 @@ func (r *reviewChecker) run(ctx context.Context) error {
 		}
 		seq := md.Sequence.Stream
 		rv, err := r.accept(ctx, session, seq, m.Data())
-		lg := r.log.With().Str("session", session).Str("call_id", rv.CallID).Str("operator", rv.Operator).Str("signer", rv.Signer).Str("verdict", string(rv.Verdict)).Uint64("seq", seq).Logger()
+		lg := r.log.With().Str("session", session).Str("call_id", rv.CallID).Str("operator", rv.Operator).Str("source", rv.Source()).Str("probe", rv.Probe).Str("signer", rv.Signer).Str("verdict", string(rv.Verdict)).Uint64("seq", seq).Logger()
 		if errors.Is(err, errUnchecked) {
 			// Not judged: a review acknowledged unjudged would be forgotten
 			// (a completed one would leave its call awaiting review until a
@@ -112,6 +112,9 @@ func (r *reviewChecker) run(ctx context.Context) error {
 				return fmt.Errorf("nak review: %w", err)
 			}
 			continue
+		}
+		if ro, ok := r.cfg.Observer.(ReviewObserver); ok {
+			ro.Reviewed(rv, err == nil)
 		}
 		switch {
 		case errors.Is(err, schema.ErrReviewConflict):
