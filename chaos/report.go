@@ -101,14 +101,14 @@ type Exercised struct {
 	ProbesUndecided    int            `json:"probes_undecided"`
 	SettledByPeople    map[string]int `json:"settled_by_people"`
 	PeopleWithoutProbe int            `json:"people_reviews_without_probe_evidence"`
-	HandledDuringPause   int            `json:"calls_handled_during_pauses"`
-	Prepares             map[string]int `json:"prepares"`
-	ConcurrentPrepares   int            `json:"concurrent_prepares"`
-	UnexpectedExits      map[string]int `json:"unexpected_exits"`
-	SetupAttempts        int            `json:"setup_attempts"`
-	Orders               int            `json:"orders"`
-	Charges              int            `json:"charges"`
-	Assessments          int            `json:"assessments"`
+	HandledDuringPause int            `json:"calls_handled_during_pauses"`
+	Prepares           map[string]int `json:"prepares"`
+	ConcurrentPrepares int            `json:"concurrent_prepares"`
+	UnexpectedExits    map[string]int `json:"unexpected_exits"`
+	SetupAttempts      int            `json:"setup_attempts"`
+	Orders             int            `json:"orders"`
+	Charges            int            `json:"charges"`
+	Assessments        int            `json:"assessments"`
 	// CallResults counts the calls by how they ended on the log: a result
 	// status ("rejected:<stage>" for a rejection), or "none".
 	CallResults map[string]int `json:"call_results"`

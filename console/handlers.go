@@ -17,7 +17,7 @@ import (
 )
 
 var funcs = template.FuncMap{
-	"provenance": provenance,
+	"provenance":  provenance,
 	"short":       short,
 	"reviewState": reviewState,
 	"reviewHint":  reviewHint,
