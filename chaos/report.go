@@ -92,6 +92,18 @@ type Exercised struct {
 	PlansIssued          int            `json:"plans_issued"`
 	PlansRun             int            `json:"plans_run"`
 	ReviewsSigned        map[string]int `json:"reviews_signed"`
+	HandledDuringPause   int            `json:"calls_handled_during_pauses"`
+	Prepares             map[string]int `json:"prepares"`
+	ConcurrentPrepares   int            `json:"concurrent_prepares"`
+	UnexpectedExits      map[string]int `json:"unexpected_exits"`
+	SetupAttempts        int            `json:"setup_attempts"`
+	Orders               int            `json:"orders"`
+	Charges              int            `json:"charges"`
+	Assessments          int            `json:"assessments"`
+	// CallResults counts the calls by how they ended on the log: a result
+	// status ("rejected:<stage>" for a rejection), or "none".
+	CallResults map[string]int `json:"call_results"`
+
 	// SettledByProbes counts the calls an automated review (a probe's)
 	// settled, by verdict; ProbesUndecided those whose probe could not
 	// decide (evidence only); SettledByPeople those the harness's
@@ -101,17 +113,6 @@ type Exercised struct {
 	ProbesUndecided    int            `json:"probes_undecided"`
 	SettledByPeople    map[string]int `json:"settled_by_people"`
 	PeopleWithoutProbe int            `json:"people_reviews_without_probe_evidence"`
-	HandledDuringPause int            `json:"calls_handled_during_pauses"`
-	Prepares           map[string]int `json:"prepares"`
-	ConcurrentPrepares int            `json:"concurrent_prepares"`
-	UnexpectedExits    map[string]int `json:"unexpected_exits"`
-	SetupAttempts      int            `json:"setup_attempts"`
-	Orders             int            `json:"orders"`
-	Charges            int            `json:"charges"`
-	Assessments        int            `json:"assessments"`
-	// CallResults counts the calls by how they ended on the log: a result
-	// status ("rejected:<stage>" for a rejection), or "none".
-	CallResults map[string]int `json:"call_results"`
 }
 
 // Latency is the crash → first assessment distribution: from the SIGKILL
