@@ -116,16 +116,17 @@ type Stats struct {
 // prepare applies: the latest accepted one.
 type ReviewCheck struct {
 	// Seq is the review's sequence in JW_REVIEWS.
-	Seq    uint64        `json:"seq"`
-	Review schema.Review `json:"review"`
+	Seq      uint64        `json:"seq"`
+	Review   schema.Review `json:"review"`
+	Accepted bool          `json:"accepted"`
+	Decides  bool          `json:"decides,omitempty"`
+	Code     string        `json:"code,omitempty"`
+	Reason   string        `json:"reason,omitempty"`
+
 	// Source is where the review came from: "person" (signed with a
 	// reviewer key) or "probe" (an automated review, Review.Probe set,
 	// signed with a prober key).
-	Source   string `json:"source,omitempty"`
-	Accepted bool   `json:"accepted"`
-	Decides  bool   `json:"decides,omitempty"`
-	Code     string `json:"code,omitempty"`
-	Reason   string `json:"reason,omitempty"`
+	Source string `json:"source,omitempty"`
 }
 
 // DefaultHistoryEvents is how many events a jw.api.history page holds at
