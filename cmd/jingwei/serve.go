@@ -28,7 +28,7 @@ func init() {
 }
 
 const serveHelp = `  jingwei serve [--listen 127.0.0.1:4222] [--data ./.jingwei] [--sync always|interval]
-                [--trust-reviewers FILE] [--auto-plan] [--no-worker] [--lease-ttl 10s]
+                [--trust-reviewers FILE] [--auto-plan] [--no-worker] [--no-prober] [--lease-ttl 10s]
                 [--partitions 32] [--no-auth] [--repair-topology]
                 [--tenant NAME]...
 
@@ -62,6 +62,13 @@ read nothing else (docs/protocol.md §4). The fleet-wide agent key
 It also creates a reviewer key in DATA/reviewer.nk and trusts it; sign
 reviews with: jingwei review --key DATA/reviewer.nk …
 --trust-reviewers FILE trusts more keys (lines "<public key> <name>").
+
+It also runs a prober (docs/protocol.md §10.1) with the example tools'
+probes, signing with its own key DATA/prober.nk, which the recovery worker
+trusts as a prober's (never as a person's): an uncertain payment is settled
+by reading the ledger back after raising its fence (completed when the
+charge is there, not_executed when it is not), without a person; what the
+probe cannot decide still waits for one. --no-prober runs none.
 
 --no-auth runs the server open to every client (only on a loopback
 --listen address; a non-loopback one is refused without authorization).
@@ -108,6 +115,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	prefix := fs.String("prefix", envOr("JINGWEI_PREFIX", "jw"), "subject prefix of the jingwei topology (env JINGWEI_PREFIX)")
 	ttl := fs.Duration("lease-ttl", 10*time.Second, "session lease TTL (at least 1s; the same for every process)")
 	partitions := partitionsFlag(fs)
+	noProber := fs.Bool("no-prober", false, "run no prober: every uncertain call of an unknown or non-idempotent tool waits for a person's review")
 	trustFile := fs.String("trust-reviewers", "", "file of further trusted reviewer public keys, one per line, each with the person's name (\"<key> <name>\")")
 	autoPlan := fs.Bool("auto-plan", false, "issue plans for retry_allowed calls without a prepare request")
 	noWorker := fs.Bool("no-worker", false, "run no tool worker in this process")
@@ -321,8 +329,18 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			return fail(err)
 		}
 		parts["tool worker"] = tw
-		// The prober: the example tools' probes settle uncertain calls
-		// they can read back (payments.lookup, orders.lookup).
+		ms.leases(func() metrics.Ownership { return ownership(tw) })
+	}
+	if !*noProber {
+		// The prober, on connections of its own: the example tools'
+		// probes settle uncertain calls they can read back
+		// (payments.lookup, orders.lookup), with or without the tool
+		// worker here.
+		pnc, pjs, ptopo, err := connectAs(stream.RoleWorker)
+		if err != nil {
+			return fail(err)
+		}
+		defer pnc.Close()
 		var rvnc *nats.Conn
 		if users != nil {
 			kp, err := kd.KeyPair(stream.RoleReviewer)
@@ -334,13 +352,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			}
 			defer rvnc.Close()
 		}
-		pr, err := serveProber(ctx, proberKey, wjs, wtopo, rvnc, ms.prober(), log)
+		pr, err := serveProber(ctx, proberKey, pjs, ptopo, rvnc, ms.prober(), log)
 		if err != nil {
 			return fail(err)
 		}
 		tee.p = pr
 		parts["prober"] = proberRunner{pr}
-		ms.leases(func() metrics.Ownership { return ownership(tw) })
 	}
 	ms.serve(ctx, "serve", stderr)
 
