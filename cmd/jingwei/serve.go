@@ -352,7 +352,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			}
 			defer rvnc.Close()
 		}
-		pr, err := serveProber(ctx, proberKey, pjs, ptopo, rvnc, ms.prober(), log)
+		pr, err := serveProber(ctx, proberKey, pjs, ptopo, rvnc, ms.prober(), &tf, log)
 		if err != nil {
 			return fail(err)
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/tools"
 	"github.com/jingwei/jingwei/worker"
+	"github.com/jingwei/jingwei/worker/catalog"
 	"github.com/jingwei/jingwei/worker/prober"
 	"github.com/jingwei/jingwei/worker/recoverer"
 )
@@ -52,7 +53,10 @@ func serveProberKey(data string, stderr io.Writer) (recovery.TrustedKeys, string
 // a reviewer-role connection (the only role that may publish on
 // jw.reviews.>; nil when authorization is off, and the worker's connection
 // publishes).
-func serveProber(ctx context.Context, keyPath string, wjs jetstream.JetStream, wtopo *stream.Topology, reviewerNC *nats.Conn, observe func(prober.Outcome), log zerolog.Logger) (*prober.Prober, error) {
+//
+// With a tool catalog (serve --tools), the catalog's tools and the probes
+// they name (MCP or HTTP tools declared read_only) are probed too.
+func serveProber(ctx context.Context, keyPath string, wjs jetstream.JetStream, wtopo *stream.Topology, reviewerNC *nats.Conn, observe func(prober.Outcome), tf *toolFlags, log zerolog.Logger) (*prober.Prober, error) {
 	kp, err := stream.ReadSeedFile(keyPath)
 	if err != nil {
 		return nil, err
@@ -61,7 +65,29 @@ func serveProber(ctx context.Context, keyPath string, wjs jetstream.JetStream, w
 	if err != nil {
 		return nil, err
 	}
-	reg, err := worker.NewRegistry(append(tl.List(), tl.Probes()...)...)
+	list := append(tl.List(), tl.Probes()...)
+	if tf != nil && tf.catalog != nil {
+		if tf.tools == nil {
+			tf.tools = catalog.Open(tf.catalog, log)
+		}
+		cl, err := tf.tools.Tools(ctx, list)
+		if err != nil {
+			return nil, err
+		}
+		// The catalog's tools, and the example probes its built-in
+		// entries name.
+		have := map[string]bool{}
+		for _, t := range cl {
+			have[t.Metadata.Name] = true
+		}
+		for _, p := range tl.Probes() {
+			if !have[p.Metadata.Name] {
+				cl = append(cl, p)
+			}
+		}
+		list = cl
+	}
+	reg, err := worker.NewRegistry(list...)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +158,7 @@ func (n *natsFlags) startProber(ctx context.Context, seed string, tee *teeObserv
 		closeAll()
 		return nil, fmt.Errorf("prober: %w", err)
 	}
-	pr, err := serveProber(ctx, seed, wjs, wtopo, rvnc, observe, log)
+	pr, err := serveProber(ctx, seed, wjs, wtopo, rvnc, observe, nil, log)
 	if err != nil {
 		closeAll()
 		return nil, fmt.Errorf("prober: %w", err)

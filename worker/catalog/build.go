@@ -131,6 +131,9 @@ func (s *Set) Tools(ctx context.Context, builtin []worker.Tool) ([]worker.Tool, 
 			if e.Contract == nil {
 				t.Metadata.Contract = bt.Metadata.Contract
 			}
+			if e.Probe == "" {
+				t.Metadata.Probe, t.Metadata.AuthoritativeNotFound = bt.Metadata.Probe, bt.Metadata.AuthoritativeNotFound
+			}
 			if t.InputSchema == nil {
 				t.InputSchema = bt.InputSchema
 			}
