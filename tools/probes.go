@@ -43,7 +43,7 @@ func (t *Tools) Probes() []worker.Tool {
 // call) and only then looks for a charge of the call id on the session's
 // ledger subject. Its not_found is authoritative: after the raise, the
 // call's writer (an older epoch) can no longer charge. A request without an
-// epoch answers unknown.
+// epoch raises nothing: it answers found or unknown, never not_found.
 func (t *Tools) PaymentsLookupTool() worker.Tool {
 	return worker.Tool{
 		Metadata: effect.Metadata{
@@ -57,14 +57,16 @@ func (t *Tools) PaymentsLookupTool() worker.Tool {
 }
 
 func (t *Tools) lookupCharge(ctx context.Context, req worker.BodyRequest) (json.RawMessage, error) {
-	if req.Fence.Epoch == 0 {
-		return json.Marshal(probeResult{Answer: "unknown", Evidence: "no fence epoch to raise the ledger's fence to"})
-	}
-	if err := t.FenceLedger(ctx, req.Session, req.Fence.Epoch); err != nil {
+	// Without an epoch (the session is not fenced after the call) nothing
+	// is raised: a charge found is still found, its absence proves nothing.
+	unfenced := req.Fence.Epoch == 0
+	if !unfenced {
+		err := t.FenceLedger(ctx, req.Session, req.Fence.Epoch)
 		if errors.Is(err, ErrUnfenced) {
-			return json.Marshal(probeResult{Answer: "unknown", Evidence: "the ledger cannot be fenced: a late charge could still land"})
+			unfenced = true
+		} else if err != nil {
+			return nil, fmt.Errorf("payments.lookup: raise fence: %w", err)
 		}
-		return nil, fmt.Errorf("payments.lookup: raise fence: %w", err)
 	}
 	// Read with message gets (what the tool workers' role may do), the
 	// session's subject only.
@@ -91,6 +93,9 @@ func (t *Tools) lookupCharge(ctx context.Context, req worker.BodyRequest) (json.
 			continue
 		}
 		return json.Marshal(probeResult{Answer: "found", Evidence: fmt.Sprintf("ledger %s seq %d: %d cents charged to %s by call %s at epoch %d", subj, seq, c.AmountCents, c.Account, c.CallID, c.Epoch)})
+	}
+	if unfenced {
+		return json.Marshal(probeResult{Answer: "unknown", Evidence: fmt.Sprintf("no charge of call %s on %s yet, but its fence was not raised: a late charge could still land", req.CallID, subj)})
 	}
 	return json.Marshal(probeResult{Answer: "not_found", Evidence: fmt.Sprintf("ledger fence of %s raised to epoch %d; no charge of call %s among its %d charges", subj, req.Fence.Epoch, req.CallID, n)})
 }

@@ -221,8 +221,9 @@ var ErrNotProbed = errors.New("prober: not probed")
 // publishes its automated review. It returns the published review (nil
 // when nothing was published). A call that is not uncertain and
 // needs_review, whose tool names no probe, whose contract revision is not
-// the tool's, whose probe is not a read-only tool, or whose session is not
-// fenced after it, is left alone (ErrNotProbed). A probe that fails every
+// the tool's, or whose probe is not a read-only tool, is left alone
+// (ErrNotProbed). A call whose session is not fenced after it is probed
+// with epoch 0: found still settles it (completed), not_found does not. A probe that fails every
 // attempt publishes nothing (a nil review and nil error; Observe hears
 // Failed).
 func (p *Prober) Probe(ctx context.Context, a schema.Assessment) (*schema.Review, error) {
@@ -329,15 +330,19 @@ func (p *Prober) observe(o Outcome) {
 // review is the automated review of a's call for the probe's answer: what
 // a probe may conclude (docs/protocol.md §10.1).
 func (p *Prober) review(a schema.Assessment, probe worker.Tool, epoch uint64, res Result) schema.Review {
+	// A not_found is authoritative only from a probe that declares it so,
+	// run with a fence epoch to raise (the session was fenced after the
+	// call): otherwise the call's writer could still land its effect.
+	authoritative := probe.Metadata.AuthoritativeNotFound && epoch > 0
 	v := schema.VerdictUncertain
 	switch {
 	case res.Answer == Found:
 		v = schema.VerdictCompleted
-	case res.Answer == NotFound && probe.Metadata.AuthoritativeNotFound:
+	case res.Answer == NotFound && authoritative:
 		v = schema.VerdictNotExecuted
 	}
 	ev := fmt.Sprintf("probe %s answered %s at fence epoch %d", probe.Metadata.Name, res.Answer, epoch)
-	if res.Answer == NotFound && !probe.Metadata.AuthoritativeNotFound {
+	if res.Answer == NotFound && !authoritative {
 		ev += " (not authoritative: a late write could still land)"
 	}
 	if res.Evidence != "" {

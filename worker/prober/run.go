@@ -14,8 +14,10 @@ import (
 // request builds the probe's input from the session's log: the call's
 // arguments and operation, and the epoch the session was fenced at after
 // the call (the probe raises its store's fence to it before it looks). A
-// call the log does not hold, or whose session is not fenced after it (its
-// writer may still be running), is not probed.
+// call the log does not hold is not probed. A session not fenced after the
+// call (a timeout whose writer still holds the session: its body may still
+// be running) gives epoch 0: the probe may still find the effect, but its
+// not_found is never authoritative then.
 func (p *Prober) request(ctx context.Context, a schema.Assessment) (worker.BodyRequest, error) {
 	h, err := p.cfg.Topology.Load(ctx, a.Session)
 	if err != nil {
@@ -32,11 +34,8 @@ func (p *Prober) request(ctx context.Context, a schema.Assessment) (worker.BodyR
 			epoch = ev.Fence.Epoch
 		}
 	}
-	switch {
-	case call == nil || call.Operation == nil:
+	if call == nil || call.Operation == nil {
 		return worker.BodyRequest{}, fmt.Errorf("%w: call %q is not an operation of session %s's log", ErrNotProbed, a.CallID, a.Session)
-	case epoch == 0:
-		return worker.BodyRequest{}, fmt.Errorf("%w: session %s is not fenced after call %q: its writer may still be running", ErrNotProbed, a.Session, a.CallID)
 	}
 	op := call.Operation
 	return worker.BodyRequest{
