@@ -145,3 +145,32 @@ func TestPrepareRetryOnProbeReview(t *testing.T) {
 		t.Fatalf("plan %+v", p)
 	}
 }
+
+// TestVerifyRetriesOnProbeReview: a retry planned on a probe's signed
+// not_executed verifies with VerifyRetriesBy when the prober's key is
+// trusted as a prober's, and is unauthorized_retry when it is not, or
+// when the prober's key is only trusted as a reviewer's.
+func TestVerifyRetriesOnProbeReview(t *testing.T) {
+	k := newKeys(t)
+	proberKP, _ := nkeys.CreateUser()
+	probers := mustTrust(t, pub(t, proberKP))
+	nonIdem := []schema.Event{callEv("c-1", effect.NonIdempotent, true), startedEv("c-1"), resultEv("c-1", schema.StatusTimeout, "")}
+	rv, err := recovery.SignReview(proberKP, probeReview(schema.VerdictNotExecuted))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := recovery.PrepareRetry(hist(nonIdem...), "c-1", &rv, recovery.RequireSignedReview(k.reviewers), recovery.TrustProbers(probers), recovery.WithClock(planClock))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := cat(nonIdem, []schema.Event{runtimeRetry(signPlan(t, k.planner, p), "c-2", nil)})
+	if err := recovery.VerifyRetriesBy(hist(h...), k.planners, k.reviewers, probers); err != nil {
+		t.Fatalf("retry on a trusted probe's review: %v", err)
+	}
+	if err := recovery.VerifyRetries(hist(h...), k.planners, k.reviewers); schema.CodeOf(err) != schema.CodeUnauthorizedRetry {
+		t.Fatalf("no prober trusted: %v, want unauthorized_retry", err)
+	}
+	if err := recovery.VerifyRetriesBy(hist(h...), k.planners, probers, nil); schema.CodeOf(err) != schema.CodeUnauthorizedRetry {
+		t.Fatalf("the prober's key trusted as a reviewer's only: %v, want unauthorized_retry", err)
+	}
+}
