@@ -194,7 +194,7 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			return err
 		}
 		if *probeKey != "" {
-			stop, err := nf.startProber(ctx, *probeKey, tee, proberObserve, log)
+			stop, err := nf.startProber(ctx, *probeKey, rec, tee, proberObserve, log)
 			if err != nil {
 				return err
 			}

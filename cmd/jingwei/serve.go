@@ -357,7 +357,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			return fail(err)
 		}
 		tee.p = pr
-		parts["prober"] = proberRunner{pr}
+		parts["prober"] = proberRunner{pr, rec}
 	}
 	ms.serve(ctx, "serve", stderr)
 

@@ -137,7 +137,7 @@ func recoverProbers(file, seed string) (recovery.TrustedKeys, error) {
 // recovery worker's assessments (tee), reading and fencing through a
 // worker-role connection and publishing through a reviewer-role one. stop
 // ends it and closes both.
-func (n *natsFlags) startProber(ctx context.Context, seed string, tee *teeObserver, observe func(prober.Outcome), log zerolog.Logger) (stop func(), err error) {
+func (n *natsFlags) startProber(ctx context.Context, seed string, rec *recoverer.Recoverer, tee *teeObserver, observe func(prober.Outcome), log zerolog.Logger) (stop func(), err error) {
 	wnc, err := n.connectConsole(ctx, consoleConn{role: stream.RoleWorker}, log)
 	if err != nil {
 		return nil, fmt.Errorf("prober: %w", err)
@@ -166,15 +166,41 @@ func (n *natsFlags) startProber(ctx context.Context, seed string, tee *teeObserv
 	tee.p = pr
 	pctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { defer close(done); _ = pr.RunQueue(pctx) }()
+	go func() { defer close(done); _ = proberRunner{pr, rec}.Run(pctx) }()
 	log.Info().Str("prober_key", pr.PublicKey()).Msg("prober started: the example tools' probes settle the uncertain calls they can read back")
 	return func() { cancel(); <-done; closeAll() }, nil
 }
 
-// proberRunner runs a prober's queue as one of serve's parts.
-type proberRunner struct{ p *prober.Prober }
+// proberRunner runs a prober's queue as one of serve's parts, and queues
+// the calls awaiting review once the recovery worker is ready.
+type proberRunner struct {
+	p   *prober.Prober
+	rec *recoverer.Recoverer
+}
 
-func (r proberRunner) Run(ctx context.Context) error { return r.p.RunQueue(ctx) }
+func (r proberRunner) Run(ctx context.Context) error {
+	go queueAwaiting(ctx, r.rec, r.p)
+	return r.p.RunQueue(ctx)
+}
+
+// queueAwaiting hands the prober the calls that already await review when
+// the recovery worker is ready: those it rebuilt from the streams after a
+// restart were assessed before this process, and no assessment of theirs
+// will come again.
+func queueAwaiting(ctx context.Context, rec *recoverer.Recoverer, p *prober.Prober) {
+	select {
+	case <-rec.Ready():
+	case <-ctx.Done():
+		return
+	}
+	st, err := rec.Status(ctx, "")
+	if err != nil {
+		return
+	}
+	for _, a := range st.AwaitingReview {
+		p.Assessed(a)
+	}
+}
 
 // teeObserver tells the metrics observer (when there is one) and the
 // prober (once set, before anything runs) of every assessment.
