@@ -133,6 +133,12 @@ type Config struct {
 	// let the retry run), as an operator who cannot tell a frozen worker
 	// from a dead one would; the worker resumes after.
 	NoReviewDuringPause bool
+	// NoProbes runs the harness's recovery worker without a prober: every
+	// needs_review payment waits for the harness's reviewer (a person), as
+	// before probes. By default the recovery worker runs one (recover
+	// --probe-key) with the example tools' probes, and the host waits a
+	// moment for the probe's review before a person reviews.
+	NoProbes bool
 	// Partitions is how many times one node is cut from the others (all
 	// its route proxies closed) and healed (ModeCluster). Defaults to 1;
 	// negative means none.

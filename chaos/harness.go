@@ -341,6 +341,13 @@ func (h *harness) startWorkers(ctx context.Context) error {
 		name = "chaos-" + h.runID
 	}
 	recArgs := append([]string{"recover", "--trust-reviewers", h.trustFile, "--name", name}, common...)
+	if h.probes() {
+		key, err := h.proberKey()
+		if err != nil {
+			return err
+		}
+		recArgs = append(recArgs, "--probe-key", key)
+	}
 	var err error
 	if h.recov, err = h.sup.add("recoverer", "recover", profile{}, func(int, profile) ([]string, string) { return recArgs, "" }); err != nil {
 		return err

@@ -146,6 +146,16 @@ func (h *harness) handle(ctx context.Context, a *action, k callKey, decision sch
 		}
 		h.mu.Unlock()
 	}
+	if decision == schema.DecisionNeedsReview && h.probes() {
+		// The prober reads the ledger back first; a person reviews only
+		// what it could not decide.
+		switch h.cl.probeVerdict(ctx, k) {
+		case schema.VerdictCompleted:
+			return "", "probe_completed"
+		case schema.VerdictNotExecuted:
+			reviewed = true
+		}
+	}
 	if decision == schema.DecisionNeedsReview {
 		doReview()
 	}

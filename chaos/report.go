@@ -103,6 +103,16 @@ type Exercised struct {
 	// CallResults counts the calls by how they ended on the log: a result
 	// status ("rejected:<stage>" for a rejection), or "none".
 	CallResults map[string]int `json:"call_results"`
+
+	// SettledByProbes counts the calls an automated review (a probe's)
+	// settled, by verdict; ProbesUndecided those whose probe could not
+	// decide (evidence only); SettledByPeople those the harness's
+	// reviewer (a person) reviewed, by verdict, PeopleWithoutProbe of
+	// them with no probe review at all (the probe failed or never ran).
+	SettledByProbes    map[string]int `json:"settled_by_probes"`
+	ProbesUndecided    int            `json:"probes_undecided"`
+	SettledByPeople    map[string]int `json:"settled_by_people"`
+	PeopleWithoutProbe int            `json:"people_reviews_without_probe_evidence"`
 }
 
 // Latency is the crash → first assessment distribution: from the SIGKILL
@@ -299,6 +309,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(tw, "workload\t%d published (%d again with the same request_id, %d publish retries), %d calls, %d retries\n", e.Published, e.Republished, e.PublishRetries, e.Calls, e.Retries)
 	fmt.Fprintf(tw, "recovery\t%d calls left open by kills, %d by pauses; %d plans issued, %d run; reviews %s; prepares %s\n",
 		e.CallsLeftOpenByKills, e.CallsLeftOpenByPause, e.PlansIssued, e.PlansRun, counts(e.ReviewsSigned), counts(e.Prepares))
+	fmt.Fprintf(tw, "reviews\tsettled by probes %s, %d undecided by their probe; by people %s (%d with no probe review at all)\n",
+		counts(e.SettledByProbes), e.ProbesUndecided, counts(e.SettledByPeople), e.PeopleWithoutProbe)
 	fmt.Fprintf(tw, "records\t%d orders, %d ledger charges, %d assessments; calls ended %s\n", e.Orders, e.Charges, e.Assessments, counts(e.CallResults))
 	if d := r.Latency.ResultToAssessment; d.Samples > 0 {
 		fmt.Fprintf(tw, "classifier\tresult -> first assessment p50 %s, p99 %s, max %s (%d calls)\n", secs(d.P50), secs(d.P99), secs(d.Max), d.Samples)

@@ -142,6 +142,7 @@ func (h *harness) countFinal(rep *Report, f *facts) {
 		issued[p.Plan.PlanID] = true
 	}
 	e.PlansIssued = len(issued)
+	probeCounts(x, e)
 	e.CallsLeftOpenByKills = len(leftOpen(f, x))
 	paused := map[string]bool{}
 	for _, o := range h.pauseOwners {

@@ -18,6 +18,7 @@ import (
 
 var funcs = template.FuncMap{
 	"pager":       pager,
+	"provenance":  provenance,
 	"short":       short,
 	"reviewState": reviewState,
 	"reviewHint":  reviewHint,
@@ -240,6 +241,8 @@ func (c *Console) checkReview(session, call string, signed []byte) (schema.Revie
 		return rv, schema.Errorf(schema.CodeInvalidReview, "the review is for call %q of session %q, not this call", rv.CallID, rv.Session)
 	case strings.TrimSpace(rv.Operator) == "":
 		return rv, schema.Errorf(schema.CodeInvalidReview, "the review's operator is blank")
+	case rv.Automated():
+		return rv, schema.Errorf(schema.CodeInvalidReview, "the review names probe %q: the console publishes persons' reviews, a probe's come from a prober", rv.Probe)
 	}
 	// The signature alone first: a forged or unsigned review is refused
 	// whatever the signer claims to be.

@@ -431,9 +431,20 @@ func short(s string) string {
 	return s[:12] + "…"
 }
 
+// provenance says where a review came from: "probe <name>" for an
+// automated review, "person" otherwise.
+func provenance(r schema.Review) string {
+	if r.Automated() {
+		return "probe " + r.Probe
+	}
+	return "person"
+}
+
 // reviewState says how the recovery worker judges a review, in words.
 func reviewState(ch service.ReviewCheck) string {
 	switch {
+	case ch.Accepted && ch.Review.Automated() && ch.Review.Verdict == schema.VerdictUncertain:
+		return "accepted, evidence only (the probe could not decide)"
 	case ch.Accepted && ch.Decides:
 		return "accepted, decides"
 	case ch.Accepted:

@@ -114,8 +114,12 @@ type Report struct {
 	Orders int `json:"orders"`
 	// Charges is the number of ledger entries payments.charge wrote.
 	Charges int `json:"charges"`
-	// PaymentVerdict is the verdict the reviewer signed for the payment.
+	// PaymentVerdict is the verdict that settled the payment: the
+	// prober's, or a person's when the probe could not decide.
 	PaymentVerdict schema.Verdict `json:"payment_verdict"`
+	// PaymentSettledBy says who settled the payment: "probe <name>" or
+	// "person <operator>".
+	PaymentSettledBy string `json:"payment_settled_by"`
 	// PaymentRetry is what became of the payment's retry: "refused
 	// (completed)" or the retry's result status.
 	PaymentRetry string `json:"payment_retry"`

@@ -15,7 +15,6 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/jingwei/jingwei/internal/proc"
-	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/tools"
@@ -140,7 +139,11 @@ func (s *story) loadReviewerKey() (trustFile string, err error) {
 // startWorkers starts the recovery worker and a tool worker whose bodies
 // stop midway, the one the story kills.
 func (s *story) startWorkers(ctx context.Context, trustFile string) (*proc.Child, error) {
-	rec, err := s.start("recover", "recover", "--server", s.url, "--auth", s.auth, "--trust-reviewers", trustFile, "--lease-ttl", s.cfg.LeaseTTL.String(), "--log-format", "json")
+	proberFile, proberPub, err := s.proberKey()
+	if err != nil {
+		return nil, err
+	}
+	rec, err := s.start("recover", "recover", "--server", s.url, "--auth", s.auth, "--trust-reviewers", trustFile, "--probe-key", proberFile, "--lease-ttl", s.cfg.LeaseTTL.String(), "--log-format", "json")
 	if err != nil {
 		return nil, err
 	}
@@ -160,9 +163,10 @@ func (s *story) startWorkers(ctx context.Context, trustFile string) (*proc.Child
 	if err := s.waitService(ctx); err != nil {
 		return nil, err
 	}
-	s.say("start", "recovery worker  pid %-6d jingwei recover --trust-reviewers %s", rec.PID(), filepath.Base(trustFile))
+	s.say("start", "recovery worker  pid %-6d jingwei recover --trust-reviewers %s --probe-key %s", rec.PID(), filepath.Base(trustFile), filepath.Base(proberFile))
 	s.say("", "tool worker      pid %-6d jingwei %s", held.PID(), strings.Join(publicArgs(workerArgs), " "))
 	s.say("", "reviewer key     %s (trusted)", s.reviewerPub)
+	s.say("", "prober key       %s (trusted as a prober's: runs payments.lookup for uncertain payments)", proberPub)
 	return held, nil
 }
 
@@ -269,39 +273,27 @@ func (s *story) retryOrder(ctx context.Context, order *schema.Call, orderRec too
 	return nil
 }
 
-// reviewPayment shows the payment refused without a review
-// (non-idempotent), then has the reviewer check the ledger and sign what
-// it shows.
+// reviewPayment settles the payment: non-idempotent, so no plan without
+// a review. The prober reads the ledger back the way a reviewer would (it
+// raises the ledger's fence to the session's epoch, then looks the charge
+// up); when it cannot decide, a person checks the ledger and signs.
 func (s *story) reviewPayment(ctx context.Context, pay *schema.Call) error {
-	if _, err := s.prepare(ctx, PaymentSession, pay.CallID); schema.CodeOf(err) != schema.CodeNeedsReview {
-		return fmt.Errorf("%w: prepare of the payment before any review: %v (want needs_review)", ErrStory, err)
-	}
-	s.say("host", "retry %s: refused, needs_review (a non-idempotent call that may have run)", pay.CallID)
-	ledger, err := s.tools.Ledger(ctx)
+	probe, err := s.waitProbe(ctx, pay.CallID)
 	if err != nil {
 		return err
 	}
-	verdict, evidence := schema.VerdictNotExecuted, fmt.Sprintf("ledger %s: no entry for call %s", "TOOLS_LEDGER", pay.CallID)
-	for _, ch := range ledger {
-		if ch.CallID == pay.CallID {
-			verdict, evidence = schema.VerdictCompleted, fmt.Sprintf("ledger TOOLS_LEDGER seq %d: %d cents to %s by call %s", ch.Seq, ch.AmountCents, ch.Account, ch.CallID)
+	verdict := probe.Review.Verdict
+	if probeSettled(probe) {
+		s.rep.PaymentSettledBy = "probe " + probe.Review.Probe
+		s.say("probe", "%s (key %s...) for call %s: %s\nsigns verdict %s as a probe's review: settled without a person", probe.Review.Probe, probe.Review.Signer[:12], pay.CallID, probe.Review.Evidence, verdict)
+	} else {
+		s.say("probe", "%s could not decide call %s: %s\nevidence only: the call still needs a person", probe.Review.Probe, pay.CallID, probe.Review.Evidence)
+		if verdict, err = s.personReview(ctx, s.reviewer, s.reviewerPub, pay.CallID); err != nil {
+			return err
 		}
+		s.rep.PaymentSettledBy = "person demo-reviewer@ops"
 	}
 	s.rep.PaymentVerdict = verdict
-	rv, err := recovery.SignReview(s.reviewer, schema.Review{V: schema.Version, Session: PaymentSession, CallID: pay.CallID,
-		Operator: "demo-reviewer@ops", Evidence: evidence, Verdict: verdict, At: time.Now().UTC().Format(time.RFC3339)})
-	if err != nil {
-		return err
-	}
-	b, _ := json.Marshal(rv)
-	reviewer, err := jetstream.New(s.roles[stream.RoleReviewer])
-	if err != nil {
-		return err
-	}
-	if _, err := reviewer.Publish(ctx, s.topo.ReviewsSubject(PaymentSession), b); err != nil {
-		return fmt.Errorf("publish review: %w", err)
-	}
-	s.say("review", "demo-reviewer@ops checks the ledger: %s\nsigns verdict %s with %s..., published on %s", evidence, verdict, s.reviewerPub[:12], s.topo.ReviewsSubject(PaymentSession))
 	return nil
 }
 

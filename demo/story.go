@@ -329,6 +329,7 @@ func (s *story) table(ctx context.Context) error {
 	fmt.Fprintf(tw, "order records:\t%d\n", len(orders))
 	fmt.Fprintf(tw, "ledger charges:\t%d\n", len(ledger))
 	fmt.Fprintf(tw, "payment verdict:\t%s\n", s.rep.PaymentVerdict)
+	fmt.Fprintf(tw, "payment settled by:\t%s\n", s.rep.PaymentSettledBy)
 	fmt.Fprintf(tw, "payment retry:\t%s\n", s.rep.PaymentRetry)
 	return tw.Flush()
 }

@@ -164,6 +164,18 @@ type Metadata struct {
 	Description string
 	// Contract is the declared side-effect contract. Defaults to Unknown.
 	Contract Contract
+	// Probe, on a tool whose calls can be uncertain (unknown or
+	// non-idempotent), names a probe: a read-only tool of the same backend
+	// that finds out whether a call took effect (package worker/prober).
+	// Empty: no probe; every uncertain call waits for a person.
+	Probe string
+	// AuthoritativeNotFound, on a probe, declares that its not_found is
+	// authoritative: the probe raises the store's fence to the session's
+	// current epoch before it looks (so a frozen old writer's late write
+	// is refused) or the backend deduplicates on the operation key. Only
+	// then may a prober conclude not_executed from it (docs/protocol.md
+	// §10.1).
+	AuthoritativeNotFound bool
 }
 
 // WithEffect returns a copy of m declaring effect e at the given contract

@@ -40,6 +40,7 @@ type Recovery struct {
 	plans       *prometheus.CounterVec
 	reviews     *prometheus.CounterVec
 	approvalsTO prometheus.Counter
+	rev         reviewMetrics
 
 	mu  sync.Mutex
 	src RecoverySource
@@ -118,7 +119,8 @@ func NewRecovery(reg prometheus.Registerer) *Recovery {
 	for _, r := range []string{"issued", string(schema.CodeNeedsReview), string(schema.CodeCompleted)} {
 		m.plans.WithLabelValues(r)
 	}
-	reg.MustRegister(m.assessments, m.takeovers, m.crashToAsmt, m.plans, m.reviews, m.approvalsTO, m)
+	m.rev = newReviewMetrics()
+	reg.MustRegister(append(m.rev.collectors(), m.assessments, m.takeovers, m.crashToAsmt, m.plans, m.reviews, m.approvalsTO, m)...)
 	return m
 }
 

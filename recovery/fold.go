@@ -60,6 +60,15 @@ type ReviewFold struct {
 //     decides again (replaying needs no key).
 //   - reviews the caller did not accept change nothing; their Err is
 //     passed through.
+//   - automated reviews (a probe's, schema.Review.Probe set) rank below a
+//     person's: an automated uncertain is evidence only (it stands, and is
+//     shown, but never decides: a probe that could not decide takes no
+//     verdict away from anyone), and an automated not_executed after a
+//     person's standing review is review_conflict (a probe does not
+//     overrule a person). A person's review after a probe's decides as any
+//     later review does, so a person's completed overrules a probe's
+//     not_executed; a probe's completed (the effect was found) is final
+//     like any completed.
 //
 // The deciding review goes to PrepareRetry, which refuses on completed and
 // keeps needs_review on uncertain (an uncertain verdict never lifts it). A
@@ -70,6 +79,7 @@ func FoldReviews(session, callID string, entries []ReviewEntry) ReviewFold {
 	f := ReviewFold{Decides: -1, Rejected: make([]error, len(entries))}
 	final := -1 // the first trusted completed review
 	seen := map[[2]string]bool{}
+	person := -1 // the first standing person's review
 	for i := range entries {
 		e := &entries[i]
 		r := &e.Review
@@ -86,7 +96,17 @@ func FoldReviews(session, callID string, entries []ReviewEntry) ReviewFold {
 				at(entries, i), callID, r.Operator, r.Verdict, r.Evidence, at(entries, final), c.Operator, c.Evidence)
 		case r.Sig != "" && seen[[2]string{r.Signer, r.Sig}]:
 			// a replay of a standing review: it stands where it first came
+		case r.Automated() && r.Verdict == schema.VerdictUncertain:
+			// a probe that could not decide: evidence for the person who
+			// reviews, never a verdict
+		case r.Automated() && r.Verdict == schema.VerdictNotExecuted && person >= 0:
+			p := &entries[person].Review
+			f.Rejected[i] = schema.Errorf(schema.CodeReviewConflict, "automated review at %s of call %q by probe %q (verdict not_executed) comes after the review at %s by %q (verdict %s): a probe does not overrule a person",
+				at(entries, i), callID, r.Probe, at(entries, person), p.Operator, p.Verdict)
 		default:
+			if !r.Automated() && person < 0 {
+				person = i
+			}
 			if r.Sig != "" {
 				seen[[2]string{r.Signer, r.Sig}] = true
 			}

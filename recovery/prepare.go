@@ -19,6 +19,19 @@ type options struct {
 	// plan by one of planners (see RequireSignedPlans).
 	signedPlans         bool
 	planners, reviewers TrustedKeys
+	// probers are the prober keys automated reviews are checked against
+	// (TrustProbers); nil trusts no probe.
+	probers TrustedKeys
+}
+
+// TrustProbers makes PrepareRetry (with RequireSignedReview) and the chain
+// check of RequireSignedPlans accept automated reviews (schema.Review.Probe
+// set) signed by one of probers, the keys of the probers. A person's review
+// is still checked against the reviewer keys only, and an automated one
+// against the prober keys only: a key trusted for one is not trusted for
+// the other. Without this option no automated review is trusted.
+func TrustProbers(probers TrustedKeys) Option {
+	return func(o *options) { o.probers = probers }
 }
 
 // WithClock sets the clock that stamps Plan.IssuedAt. Defaults to
@@ -115,7 +128,7 @@ func PrepareRetry(h schema.History, callID string, review *schema.Review, opts .
 		return schema.Plan{}, err
 	}
 	if o.signedPlans {
-		if err := s.authorizeChain(o.planners, o.reviewers); err != nil {
+		if err := s.authorizeChain(o.planners, o.reviewers, o.probers); err != nil {
 			return schema.Plan{}, err
 		}
 	}

@@ -11,7 +11,7 @@ import (
 // reviewed_not_executed resting on a trusted not_executed review of that
 // prior call. The error is unauthorized_retry naming seq, the call and what
 // failed.
-func authorize(p *schema.Plan, seq uint64, callID string, planners, reviewers TrustedKeys) error {
+func authorize(p *schema.Plan, seq uint64, callID string, planners, reviewers, probers TrustedKeys) error {
 	fail := func(cause error, format string, args ...any) error {
 		return unauthorized(cause, "retry call %q (seq %d) of call %q: %s", callID, seq, p.PriorCallID, fmt.Sprintf(format, args...))
 	}
@@ -34,7 +34,8 @@ func authorize(p *schema.Plan, seq uint64, callID string, planners, reviewers Tr
 	if rv.Signer == "" || rv.Sig == "" {
 		return fail(ErrUnsignedReview, "the review by %q it rests on is not signed", rv.Operator)
 	}
-	if cause, msg := checkSig("review", "reviewer", rv.Signer, rv.Sig, reviewers, func() ([]byte, error) { return reviewPayload(*rv) }); cause != nil {
+	keys, role := keysFor(rv, reviewers, probers)
+	if cause, msg := checkSig("review", role, rv.Signer, rv.Sig, keys, func() ([]byte, error) { return reviewPayload(*rv) }); cause != nil {
 		return fail(cause, "the review by %q it rests on: %s", rv.Operator, msg)
 	}
 	if err := rv.Validate(); err != nil {
@@ -69,6 +70,14 @@ func authorize(p *schema.Plan, seq uint64, callID string, planners, reviewers Tr
 // RequireSignedPlans applies the same check to the chain of the call it
 // plans.
 func VerifyRetries(h schema.History, planners, reviewers TrustedKeys) error {
+	return VerifyRetriesBy(h, planners, reviewers, nil)
+}
+
+// VerifyRetriesBy is VerifyRetries that also trusts automated reviews
+// (schema.Review.Probe set) signed by a key in probers: a retry planned on
+// a probe's authoritative not_found rests on such a review. A person's
+// review is checked against reviewers only, a probe's against probers only.
+func VerifyRetriesBy(h schema.History, planners, reviewers, probers TrustedKeys) error {
 	if h == nil {
 		return nil
 	}
@@ -88,7 +97,7 @@ func VerifyRetries(h schema.History, planners, reviewers TrustedKeys) error {
 		if err != nil {
 			return err
 		}
-		if err := authorize(&p, ev.Seq, ev.Call.CallID, planners, reviewers); err != nil {
+		if err := authorize(&p, ev.Seq, ev.Call.CallID, planners, reviewers, probers); err != nil {
 			return err
 		}
 	}
@@ -100,7 +109,7 @@ func VerifyRetries(h schema.History, planners, reviewers TrustedKeys) error {
 // attempt of a chain has the target's tool, task, key, contract and
 // canonical arguments (the scan checked that), so each plan is rebuilt as
 // PlanOf would rebuild it from the call.
-func (s *scan) authorizeChain(planners, reviewers TrustedKeys) error {
+func (s *scan) authorizeChain(planners, reviewers, probers TrustedKeys) error {
 	var retries []int32
 	for i := s.idx; s.at(i).prior >= 0; i = s.at(i).prior {
 		retries = append(retries, i)
@@ -126,7 +135,7 @@ func (s *scan) authorizeChain(planners, reviewers TrustedKeys) error {
 			Signer:      l.Signer,
 			Sig:         l.Sig,
 		}
-		if err := authorize(&p, c.seq, c.id, planners, reviewers); err != nil {
+		if err := authorize(&p, c.seq, c.id, planners, reviewers, probers); err != nil {
 			return err
 		}
 	}

@@ -102,6 +102,36 @@ func VerifyReview(r schema.Review, trusted TrustedKeys) error {
 	return nil
 }
 
+// VerifyReviewBy checks r's signature against the keys of its source: a
+// person's review (no probe) must be signed by a key in reviewers, an
+// automated review (schema.Review.Probe set) by a key in probers. A prober
+// key cannot sign a person's review, nor a reviewer key a probe's: the
+// provenance a review claims is the one its key was trusted for. Errors are
+// VerifyReview's.
+func VerifyReviewBy(r schema.Review, reviewers, probers TrustedKeys) error {
+	if r.Automated() {
+		if strings.TrimSpace(r.Operator) == "" {
+			return invalidReview(nil, "review of call %q has a blank operator", r.CallID)
+		}
+		if r.Signer == "" || r.Sig == "" {
+			return invalidReview(ErrUnsignedReview, "automated review of call %q by probe %q is not signed", r.CallID, r.Probe)
+		}
+		if cause, msg := checkSig("automated review", "prober", r.Signer, r.Sig, probers, func() ([]byte, error) { return reviewPayload(r) }); cause != nil {
+			return invalidReview(cause, "%s", msg)
+		}
+		return nil
+	}
+	return VerifyReview(r, reviewers)
+}
+
+// keysFor returns the keys r must be signed by, and their role's name.
+func keysFor(r *schema.Review, reviewers, probers TrustedKeys) (TrustedKeys, string) {
+	if r.Automated() {
+		return probers, "prober"
+	}
+	return reviewers, "reviewer"
+}
+
 // checkSig verifies sig, the unpadded base64url ed25519 signature by signer
 // over payload(), with signer a trusted nkey user public key. It returns
 // nil, or the sentinel for what failed and a message saying so about the
@@ -168,7 +198,7 @@ func checkReview(r *schema.Review, session, callID string, o *options) error {
 		return invalidReview(nil, "review of call %q has a blank operator", callID)
 	}
 	if o.signed {
-		return VerifyReview(*r, o.trusted)
+		return VerifyReviewBy(*r, o.trusted, o.probers)
 	}
 	return nil
 }

@@ -185,6 +185,7 @@ func appendRetry(b []byte, r *RetryLink) (_ []byte, ok bool) {
 			{`,"operator":`, rv.Operator, false},
 			{`,"evidence":`, rv.Evidence, false},
 			{`,"verdict":`, string(rv.Verdict), false},
+			{`,"probe":`, rv.Probe, true},
 			{`,"at":`, rv.At, true},
 			{`,"signer":`, rv.Signer, true},
 			{`,"sig":`, rv.Sig, true},

@@ -341,6 +341,8 @@ func (d *eventReader) review(path string) (*Review, error) {
 			var s string
 			s, err = d.str("call.operation.retry.review.verdict")
 			r.Verdict = Verdict(s)
+		case "probe":
+			r.Probe, err = d.str("call.operation.retry.review.probe")
 		case "at":
 			r.At, err = d.str("call.operation.retry.review.at")
 		case "signer":

@@ -82,6 +82,14 @@ func (r *Review) checkFields(what string) error {
 	if err := checkLen(what+".evidence", r.Evidence); err != nil {
 		return err
 	}
+	if r.Probe != "" {
+		if err := checkID(what+".probe", r.Probe); err != nil {
+			return err
+		}
+		if strings.TrimSpace(r.Probe) != r.Probe {
+			return Errorf(CodeCorruptHistory, "%s.probe has surrounding white space", what)
+		}
+	}
 	if !r.Verdict.Valid() {
 		return Errorf(CodeCorruptHistory, "%s.verdict %s is not not_executed, completed or uncertain", what, quoteShort([]byte(r.Verdict)))
 	}

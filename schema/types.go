@@ -234,9 +234,28 @@ type Review struct {
 	Operator string  `json:"operator"`
 	Evidence string  `json:"evidence"`
 	Verdict  Verdict `json:"verdict"`
-	At       string  `json:"at,omitempty"`
-	Signer   string  `json:"signer,omitempty"`
-	Sig      string  `json:"sig,omitempty"`
+	// Probe, when set, names the probe whose answer this review is: the
+	// review is automated (a prober signed it with a prober key, not a
+	// person with a reviewer key). It is part of the signed bytes, so a
+	// review cannot be passed off as a person's or a probe's after signing.
+	// Empty: a person's review.
+	Probe  string `json:"probe,omitempty"`
+	At     string `json:"at,omitempty"`
+	Signer string `json:"signer,omitempty"`
+	Sig    string `json:"sig,omitempty"`
+}
+
+// Automated reports whether the review is a probe's (Probe set) rather
+// than a person's.
+func (r *Review) Automated() bool { return r.Probe != "" }
+
+// Source is "probe" for an automated review and "person" otherwise: where
+// a review came from, as status, export and the console show it.
+func (r *Review) Source() string {
+	if r.Automated() {
+		return "probe"
+	}
+	return "person"
 }
 
 // Plan is a single-use permission to attempt one exact call again

@@ -26,7 +26,7 @@ var (
 	operationFields  = []string{"task", "key", "contract", "retry"}
 	contractFields   = []string{"effect", "revision"}
 	retryFields      = []string{"prior_call_id", "prior_seq", "plan_id", "basis", "review", "issued_at", "signer", "sig"}
-	reviewFields     = []string{"v", "session", "call_id", "operator", "evidence", "verdict", "at", "signer", "sig"}
+	reviewFields     = []string{"v", "session", "call_id", "operator", "evidence", "verdict", "probe", "at", "signer", "sig"}
 	requestFields    = []string{"v", "request_id", "session", "task", "tool", "arguments", "provider_call_id"}
 	planFields       = []string{"v", "plan_id", "session", "task", "tool", "arguments", "args_digest", "contract", "key", "prior_call_id", "prior_seq", "basis", "review", "issued_at", "signer", "sig"}
 	assessmentFields = []string{"session", "call_id", "tool", "task", "key", "contract", "outcome", "evidence", "decision", "attempts", "chain"}
@@ -72,6 +72,7 @@ type wireReview struct {
 	Operator string         `json:"operator"`
 	Evidence *string        `json:"evidence"`
 	Verdict  Verdict        `json:"verdict"`
+	Probe    string         `json:"probe"`
 	At       string         `json:"at"`
 	Signer   string         `json:"signer"`
 	Sig      string         `json:"sig"`
@@ -142,7 +143,7 @@ type wireAssessment struct {
 
 // review converts a checked wire review.
 func (w *wireReview) review() *Review {
-	r := &Review{V: w.V, Session: w.Session, CallID: w.CallID, Operator: w.Operator, Verdict: w.Verdict, At: w.At, Signer: w.Signer, Sig: w.Sig}
+	r := &Review{V: w.V, Session: w.Session, CallID: w.CallID, Operator: w.Operator, Verdict: w.Verdict, Probe: w.Probe, At: w.At, Signer: w.Signer, Sig: w.Sig}
 	if w.Evidence != nil {
 		r.Evidence = *w.Evidence
 	}

@@ -56,7 +56,7 @@ func newApprovalStack(t *testing.T) *approvalStack {
 	if err := os.WriteFile(s.trust, []byte(pub+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	srv := startServe(t, s.bin, "--no-worker", "--lease-ttl", pipelineLeaseTTL)
+	srv := startServe(t, s.bin, "--no-worker", "--no-prober", "--lease-ttl", pipelineLeaseTTL)
 	s.url, s.auth = srv.url, srv.auth()
 	ctx := context.Background()
 	connect := func(r stream.Role) (*nats.Conn, jetstream.JetStream) {

@@ -22,8 +22,9 @@ import (
 
 // TestDemo runs `jingwei demo` as a process, in both endings of the story,
 // and checks its final table and report: exactly one order record, the
-// payment's verdict as the ledger shows it, the payment charged once, and no
-// child process left behind.
+// payment's verdict as the ledger shows it — signed by the recovery
+// worker's prober (payments.lookup), not a person — the payment charged
+// once, and no child process left behind.
 func TestDemo(t *testing.T) {
 	bin := jingweiBinary(t)
 	tests := []struct {
@@ -60,6 +61,8 @@ func TestDemo(t *testing.T) {
 				`(?m)^order records:\s+1$`,
 				`(?m)^ledger charges:\s+1$`,
 				`(?m)^payment verdict:\s+` + string(tt.verdict) + `$`,
+				`(?m)^payment settled by:\s+probe payments.lookup$`,
+				`(?m)^probe\s+payments.lookup \(key U\S+\) for call c-\S+: .*\n\s+signs verdict ` + string(tt.verdict) + ` as a probe's review`,
 				`(?m)^demo-orders\s+c-\S+\s+orders.create\s+idempotent\s+1\s+none \(killed\)\s+superseded`,
 				`(?m)^demo-orders\s+c-\S+\s+orders.create\s+idempotent\s+2\s+ok\s+completed\s+refuse$`,
 				`(?m)^demo-payments\s+c-\S+\s+payments.charge\s+non_idempotent\s+1\s+none \(killed\)`,
@@ -79,6 +82,9 @@ func TestDemo(t *testing.T) {
 			}
 			if rest, _ := io.ReadAll(dec.Buffered()); len(bytes.TrimSpace(rest)) != 0 || dec.More() {
 				t.Fatalf("stdout holds more than the JSON report: %q", rest)
+			}
+			if rep.PaymentSettledBy != "probe payments.lookup" {
+				t.Errorf("report: payment settled by %q, want the probe payments.lookup", rep.PaymentSettledBy)
 			}
 			if rep.Orders != 1 || rep.Charges != 1 || rep.PaymentVerdict != tt.verdict || rep.PaymentRetry != tt.retry {
 				t.Errorf("report: orders %d, charges %d, verdict %s, payment retry %q; want 1, 1, %s, %q", rep.Orders, rep.Charges, rep.PaymentVerdict, rep.PaymentRetry, tt.verdict, tt.retry)

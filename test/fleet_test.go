@@ -43,7 +43,7 @@ func TestFleetChurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	ttl := fleetLeaseTTL.String()
-	srv := startServe(t, bin, "--no-worker", "--lease-ttl", ttl, "--trust-reviewers", trustFile)
+	srv := startServe(t, bin, "--no-worker", "--no-prober", "--lease-ttl", ttl, "--trust-reviewers", trustFile)
 	auth := srv.auth()
 	nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: srv.url, NKeySeedFile: stream.KeyDir(auth).SeedFile(stream.RoleAdmin)})
 	if err != nil {

@@ -63,7 +63,7 @@ func TestPipelineCrashAndRecovery(t *testing.T) {
 	// the recovery worker. Every client of the test connects as its role:
 	// the agent publishes requests, the reviewer reviews, the host
 	// prepares; admin only reads (the business records, the streams).
-	srv := startServe(t, bin, "--no-worker", "--lease-ttl", pipelineLeaseTTL, "--trust-reviewers", trustFile)
+	srv := startServe(t, bin, "--no-worker", "--no-prober", "--lease-ttl", pipelineLeaseTTL, "--trust-reviewers", trustFile)
 	url := srv.url
 	auth := srv.auth()
 	connect := func(r stream.Role) (*nats.Conn, jetstream.JetStream, *stream.Topology) {

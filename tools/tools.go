@@ -244,6 +244,7 @@ func (t *Tools) OrdersCreateTool() worker.Tool {
 		Metadata: effect.Metadata{
 			Name:        OrdersCreate,
 			Description: "Place an order for qty of sku; deduplicated on task + operation key.",
+			Probe:       OrdersLookup,
 		}.WithEffect(effect.Idempotent, OrdersRevision),
 		InputSchema:    json.RawMessage(ordersSchema),
 		CheckArguments: decodes[OrderArgs],
@@ -411,6 +412,7 @@ func (t *Tools) PaymentsChargeTool() worker.Tool {
 		Metadata: effect.Metadata{
 			Name:        PaymentsCharge,
 			Description: "Charge an account; every run appends a ledger entry (not idempotent).",
+			Probe:       PaymentsLookup,
 		}.WithEffect(effect.NonIdempotent, PaymentsRevision),
 		InputSchema:    json.RawMessage(`{"type":"object","properties":{"account":{"type":"string","minLength":1},"amount_cents":{"type":"integer","minimum":1}},"required":["account","amount_cents"],"additionalProperties":false}`),
 		CheckArguments: decodes[ChargeArgs],

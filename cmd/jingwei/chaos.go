@@ -199,6 +199,7 @@ func chaosConfig(args []string, stderr io.Writer) (chaos.Config, chaosOutput, in
 	nodeDown := fs.Duration("node-down", 0, "how long a killed node stays down (default 20s, 15s with --quick; its leaders' elections take 4-9 s of it, and tool workers are killed in the rest)")
 	pauses := countFlag(fs, "pauses", "SIGSTOP pauses of a tool worker in the middle of a payment (default 2, 1 with --quick; 0: none)")
 	noPauseReview := fs.Bool("no-review-during-pause", false, "leave the calls of a frozen worker alone until the host phase")
+	noProbes := fs.Bool("no-probes", false, "run the recovery worker without a prober: every needs_review payment waits for the harness's reviewer (a person)")
 	partitions := countFlag(fs, "partitions", "partitions of one node from the others, cluster only (default 1; 0: none)")
 	partitionFor := fs.Duration("partition-for", 6*time.Second, "how long a partition lasts")
 	republish := fs.Float64("republish", 0.05, "fraction of actions published again with the same request_id")
@@ -224,7 +225,7 @@ func chaosConfig(args []string, stderr io.Writer) (chaos.Config, chaosOutput, in
 		Exe: *exe, Dir: *dir, Keep: *keep, Quick: *quick, Seed: *seed, Nodes: *nodes, Replicas: *replicas, Sync: *syncMode,
 		Actions: *actions, Sessions: *sessions, Duration: *duration, Workers: *workers,
 		RecovererKills: count(*recKills), NodeKills: count(*nodeKills), NodeDown: *nodeDown,
-		Pauses: count(*pauses), NoReviewDuringPause: *noPauseReview, Partitions: count(*partitions), PartitionFor: *partitionFor,
+		Pauses: count(*pauses), NoReviewDuringPause: *noPauseReview, NoProbes: *noProbes, Partitions: count(*partitions), PartitionFor: *partitionFor,
 		SlowFraction: *slow, ToolDelay: *toolDelay, LeaseTTL: *ttl, Strict: *strict, Logger: log,
 	}
 	if *republish == 0 {

@@ -178,7 +178,7 @@ func TestConsoleBrowser(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
 	alice, bob := newPerson(t, "alice"), newPerson(t, "bob")
 	trust := writeFile(t, "reviewers", "# people who review\n"+alice.pub+" alice\n"+bob.pub+" bob\n")
-	natsURL, _, _ := startServe(t, dir, "--trust-reviewers", trust)
+	natsURL, _, _ := startServe(t, dir, "--no-prober", "--trust-reviewers", trust)
 	base := startConsole(t, natsURL, dir, "--trust-reviewers", trust)
 
 	// Without the login, nothing.

@@ -297,7 +297,7 @@ func TestConsoleUsage(t *testing.T) {
 // holds.
 func TestConsoleWeb(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
-	natsURL, _, _ := startServe(t, dir)
+	natsURL, _, _ := startServe(t, dir, "--no-prober")
 	alice := personKey(t, dir, reviewerKeyFile)
 	apub, _ := alice.PublicKey()
 	stranger, _ := nkeys.CreateUser()
@@ -519,7 +519,7 @@ func newSeed(t *testing.T) string {
 // probes both roles' full tables with the same keys.
 func TestConsoleRoles(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
-	natsURL, _, _ := startServe(t, dir)
+	natsURL, _, _ := startServe(t, dir, "--no-prober")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	n := natsFlags{server: natsURL, auth: filepath.Join(dir, "auth"), prefix: "jw", connectTimeout: 10 * time.Second}
@@ -584,7 +584,7 @@ func curlPost(t *testing.T, c *http.Client, u string, form url.Values) int {
 // published and no plan issued.
 func TestConsoleCurlSecondCharge(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
-	natsURL, _, _ := startServe(t, dir)
+	natsURL, _, _ := startServe(t, dir, "--no-prober")
 	base := startConsole(t, natsURL, dir)
 	openPayment(t, natsURL, dir, "curl-1", "c-curl-1", `{"account":"acct-1","amount_cents":700}`)
 	waitAwaiting(t, natsURL, dir, "curl-1", "c-curl-1")

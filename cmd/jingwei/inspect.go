@@ -26,7 +26,7 @@ const exitStatusHelp = `Exit status:
      unknown_call, superseded_call (with "latest": the latest call of the
      chain), legacy_call, corrupt_history, history_too_large, field_too_long`
 
-const inspectHelp = `  jingwei inspect --history FILE --call ID [--trust-planners FILE [--trust-reviewers FILE]]
+const inspectHelp = `  jingwei inspect --history FILE --call ID [--trust-planners FILE [--trust-reviewers FILE] [--trust-probers FILE]]
   jingwei inspect --session S [--server URL …] --call ID
 
 Reads a session history (JSON Lines, one event per line with its seq, as
@@ -46,7 +46,8 @@ With --trust-planners (one plan-signer public key per line, the recovery
 workers' planner keys) every retry in the history is verified first: its
 retry link must carry a plan signed by one of those keys for exactly that
 call, and a reviewed_not_executed retry a review signed by a key in
---trust-reviewers. A retry that fails is refused with unauthorized_retry
+--trust-reviewers (a person's) or, for a probe's automated review, in
+--trust-probers. A retry that fails is refused with unauthorized_retry
 (exit 3), naming its seq: the retry was not authorized by jingwei (a
 compromised or impersonated writer). Without keys the history classifies as
 it is.
@@ -117,17 +118,18 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	callID := fs.String("call", "", "call id to inspect (required)")
 	plannersFile := fs.String("trust-planners", "", "verify every retry against these plan-signer public keys (one per line)")
 	reviewersFile := fs.String("trust-reviewers", "", "with --trust-planners: reviewer public keys the reviewed_not_executed retries' reviews must be signed by")
+	probersFile := fs.String("trust-probers", "", "with --trust-planners: prober public keys a retry resting on a probe's (automated) review may be signed by")
 	if st, ok := parseFlags(fs, args); !ok {
 		return st
 	}
-	if *reviewersFile != "" && *plannersFile == "" {
-		return usageError(stderr, "inspect", "--trust-reviewers needs --trust-planners")
+	if (*reviewersFile != "" || *probersFile != "") && *plannersFile == "" {
+		return usageError(stderr, "inspect", "--trust-reviewers and --trust-probers need --trust-planners")
 	}
-	var planners, reviewers recovery.TrustedKeys
+	var planners, reviewers, probers recovery.TrustedKeys
 	for _, f := range []struct {
 		name string
 		into *recovery.TrustedKeys
-	}{{*plannersFile, &planners}, {*reviewersFile, &reviewers}} {
+	}{{*plannersFile, &planners}, {*reviewersFile, &reviewers}, {*probersFile, &probers}} {
 		if f.name == "" {
 			continue
 		}
@@ -160,7 +162,7 @@ func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			events = append(events, ev)
 		}
 		h = schema.Events(events)
-		if err := recovery.VerifyRetries(h, planners, reviewers); err != nil {
+		if err := recovery.VerifyRetriesBy(h, planners, reviewers, probers); err != nil {
 			return writeError(stdout, err)
 		}
 	}

@@ -117,7 +117,7 @@ func agentCall(t *testing.T, nc *nats.Conn, req string) {
 // the retry run once.
 func TestMetricsScrape(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
-	natsURL, serveErr, _ := startServe(t, dir, "--metrics", "127.0.0.1:0")
+	natsURL, serveErr, _ := startServe(t, dir, "--no-prober", "--metrics", "127.0.0.1:0")
 	serveMetrics := metricsURL(t, serveErr)
 	base, consoleErr := startConsoleLog(t, natsURL, dir, "--metrics", "127.0.0.1:0")
 	consoleMetrics := metricsURL(t, consoleErr)

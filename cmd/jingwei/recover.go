@@ -14,6 +14,7 @@ import (
 
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/worker/prober"
 	"github.com/jingwei/jingwei/worker/recoverer"
 )
 
@@ -22,7 +23,7 @@ func init() {
 }
 
 const recoverHelp = `  jingwei recover [--server URL] --trust-reviewers FILE [--auto-plan] [--lease-ttl 10s] [--name main]
-                  [--partitions 32] [--health ADDR]
+                  [--partitions 32] [--health ADDR] [--trust-probers FILE] [--probe-key FILE]
 
 Runs the recovery worker and the 'jingwei' NATS micro service (jw.api.inspect,
 jw.api.prepare, jw.api.status; 'nats micro ls' lists it; jw.api.call is served
@@ -42,6 +43,18 @@ by the tool workers, 'jingwei worker'):
 
 Without --trust-reviewers no review is ever accepted: uncertain calls of
 unknown or non-idempotent tools then cannot be planned.
+
+Probes (docs/protocol.md §10.1): --probe-key FILE runs a prober in this
+process with the example tools' probes (payments.lookup, orders.lookup):
+when a call is assessed uncertain and needs_review and its tool names a
+probe, the prober runs it after the fence and publishes a review signed with
+FILE's key and marked as a probe's — completed when the effect is found,
+not_executed only for an authoritative not_found, evidence only otherwise.
+Its key is trusted as a prober's, never as a person's; --trust-probers FILE
+trusts other probers' keys. The prober is fed by this recovery worker's
+assessments (no consumer of its own), reads and fences the tools' data with
+the worker role's credentials and publishes with the reviewer role's
+(<auth dir>/worker.nk and reviewer.nk).
 
 Every plan is signed with --planner-key (default <auth dir>/planner.nk);
 tool workers run only plans signed by a key they trust. A call whose chain
@@ -82,6 +95,8 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	trustFile := fs.String("trust-reviewers", "", "file of trusted reviewer nkey public keys, one per line, each with the person's name (\"<key> <name>\")")
 	plannerFile := fs.String("planner-key", envOr("JINGWEI_PLANNER_KEY", ""), "nkey seed this recovery worker signs its plans with (default <auth dir>/planner.nk; env JINGWEI_PLANNER_KEY)")
 	trustPlanners := fs.String("trust-planners", envOr("JINGWEI_TRUST_PLANNERS", ""), "file of plan-signer public keys whose plans are accepted on the retries in a history (default: the planner key's own, plus <auth dir>/planners)")
+	trustProbers := fs.String("trust-probers", "", "file of prober public keys whose signed automated reviews (a probe's) are accepted (\"<key> <name>\" lines); a person's review is never checked against them")
+	probeKey := fs.String("probe-key", "", "run a prober in this process, signing its automated reviews with this nkey seed (trusted as a prober's): the example tools' probes, read through the worker role's credentials and published through the reviewer role's (<auth dir>/worker.nk, reviewer.nk)")
 	autoPlan := fs.Bool("auto-plan", false, "issue plans for retry_allowed calls without a prepare request")
 	ttl := fs.Duration("lease-ttl", 10*time.Second, "session lease TTL (at least 1s; the same for every process)")
 	partitions := partitionsFlag(fs)
@@ -112,6 +127,10 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if err != nil {
 		return usageError(stderr, "recover", "%v", err)
 	}
+	probers, err := recoverProbers(*trustProbers, *probeKey)
+	if err != nil {
+		return usageError(stderr, "recover", "%v", err)
+	}
 	if *owner == "" {
 		// One owner id for every attempt below, as one process.
 		*owner = "recoverer-" + *name + "-" + nuid.Next()
@@ -123,6 +142,10 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	defer ms.close()
 	observer, observed := ms.recovery()
+	var proberObserve func(prober.Outcome)
+	if *probeKey != "" {
+		proberObserve = ms.prober()
+	}
 	ms.serve(ctx, "recover", stderr)
 	h := newHealth(log)
 	if err := h.serve(ctx, *healthAddr); err != nil {
@@ -137,13 +160,21 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		defer nc.Close()
 		defer watchQuorum(ctx, nc, log, ms)()
+		tee := &teeObserver{next: observer}
 		rec, err := recoverer.New(recoverer.Config{
-			Topology: topo, Logger: log, TrustedReviewers: trusted, AutoPlan: *autoPlan,
+			Topology: topo, Logger: log, TrustedReviewers: trusted, TrustedProbers: probers, AutoPlan: *autoPlan,
 			Name: *name, Owner: *owner,
-			PlannerKey: planner, TrustedPlanners: planners, Observer: observer,
+			PlannerKey: planner, TrustedPlanners: planners, Observer: tee,
 		})
 		if err != nil {
 			return err
+		}
+		if *probeKey != "" {
+			stop, err := nf.startProber(ctx, *probeKey, rec, tee, proberObserve, log)
+			if err != nil {
+				return err
+			}
+			defer stop()
 		}
 		observed(rec)
 		log.Info().Str("server", nc.ConnectedUrlRedacted()).Int("trusted_reviewers", len(trusted)).Bool("auto_plan", *autoPlan).Msg("recovery worker started")

@@ -17,7 +17,7 @@ func init() {
 }
 
 const serveHelp = `  jingwei serve [--listen 127.0.0.1:4222] [--data ./.jingwei] [--sync always|interval]
-                [--trust-reviewers FILE] [--auto-plan] [--no-worker] [--lease-ttl 10s]
+                [--trust-reviewers FILE] [--auto-plan] [--no-worker] [--no-prober] [--lease-ttl 10s]
                 [--partitions 32] [--no-auth] [--repair-topology]
                 [--tenant NAME]...
 
@@ -53,6 +53,13 @@ reviewer role's connection key DATA/auth/reviewer.nk; a DATA/reviewer.nk of
 an older serve is renamed) and trusts it; sign reviews with: jingwei review
 --key DATA/review-signer.nk …
 --trust-reviewers FILE trusts more keys (lines "<public key> <name>").
+
+It also runs a prober (docs/protocol.md §10.1) with the example tools'
+probes, signing with its own key DATA/prober.nk, which the recovery worker
+trusts as a prober's (never as a person's): an uncertain payment is settled
+by reading the ledger back after raising its fence (completed when the
+charge is there, not_executed when it is not), without a person; what the
+probe cannot decide still waits for one. --no-prober runs none.
 
 --no-auth runs the server open to every client (only on a loopback
 --listen address; a non-loopback one is refused without authorization).

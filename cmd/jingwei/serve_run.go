@@ -21,6 +21,7 @@ import (
 	"github.com/jingwei/jingwei/metrics"
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/worker/prober"
 	"github.com/jingwei/jingwei/worker/recoverer"
 )
 
@@ -38,6 +39,7 @@ type serveFlags struct {
 	trustFile   *string
 	autoPlan    *bool
 	noWorker    *bool
+	noProber    *bool
 	noAuth      *bool
 	repair      *bool
 	tenantNames multiFlag
@@ -119,6 +121,7 @@ func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, int, bool) {
 	f.trustFile = fs.String("trust-reviewers", "", "file of further trusted reviewer public keys, one per line, each with the person's name (\"<key> <name>\")")
 	f.autoPlan = fs.Bool("auto-plan", false, "issue plans for retry_allowed calls without a prepare request")
 	f.noWorker = fs.Bool("no-worker", false, "run no tool worker in this process")
+	f.noProber = fs.Bool("no-prober", false, "run no prober: every uncertain call of an unknown or non-idempotent tool waits for a person's review")
 	f.noAuth = fs.Bool("no-auth", false, "run the server without authorization (loopback --listen only)")
 	f.repair = fs.Bool("repair-topology", false, "mend jingwei streams and buckets that lack a protection, in place")
 	fs.Var(&f.tenantNames, "tenant", "create an agent key for this tenant if missing (DATA/auth/tenants/NAME/agent.nk); repeatable")
@@ -172,6 +175,10 @@ type serveKeys struct {
 	tenants  []stream.Tenant
 	planner  nkeys.KeyPair
 	planners recovery.TrustedKeys
+	// probers are the trusted prober keys; proberKey the prober's seed
+	// file (DATA/prober.nk).
+	probers   recovery.TrustedKeys
+	proberKey string
 }
 
 // loadServeKeys makes the data directory private and loads (creating the
@@ -187,6 +194,9 @@ func loadServeKeys(f *serveFlags, stderr io.Writer) (serveKeys, error) {
 		return k, err
 	}
 	k.trusted = trusted
+	if k.probers, k.proberKey, err = serveProberKey(*f.data, stderr); err != nil {
+		return k, usageErr{err}
+	}
 	k.kd = stream.KeyDir(filepath.Join(*f.data, authSubdir))
 	apKey, apPub, err := serveApprovers(*f.data, string(k.kd), &f.tf)
 	if err != nil {
@@ -358,15 +368,25 @@ func (s *serveServer) parts(ctx context.Context, f *serveFlags, k serveKeys, ms 
 		return nil, closeParts, err
 	}
 	conns = append(conns, rnc)
+	tee := &teeObserver{next: observer}
 	rec, err := recoverer.New(recoverer.Config{
-		Topology: rtopo, Logger: log, TrustedReviewers: k.trusted, AutoPlan: *f.autoPlan,
-		PlannerKey: k.planner, TrustedPlanners: k.planners, Observer: observer,
+		Topology: rtopo, Logger: log, TrustedReviewers: k.trusted, TrustedProbers: k.probers, AutoPlan: *f.autoPlan,
+		PlannerKey: k.planner, TrustedPlanners: k.planners, Observer: tee,
 	})
 	if err != nil {
 		return nil, closeParts, err
 	}
 	observed(rec)
 	parts = map[string]runner{"recovery worker": rec}
+	if !*f.noProber {
+		pconns, pr, err := s.proberPart(ctx, f, k, ms, log)
+		conns = append(conns, pconns...)
+		if err != nil {
+			return nil, closeParts, err
+		}
+		tee.p = pr
+		parts["prober"] = proberRunner{pr, rec}
+	}
 	if *f.noWorker {
 		return parts, closeParts, nil
 	}
@@ -382,6 +402,33 @@ func (s *serveServer) parts(ctx context.Context, f *serveFlags, k serveKeys, ms 
 	parts["tool worker"] = tw
 	ms.leases(func() metrics.Ownership { return ownership(tw) })
 	return parts, closeParts, nil
+}
+
+// proberPart makes the prober, on connections of its own: the example
+// tools' probes settle uncertain calls they can read back
+// (payments.lookup, orders.lookup), with or without the tool worker here.
+// It reads and fences as the worker role and publishes its reviews as the
+// reviewer role.
+func (s *serveServer) proberPart(ctx context.Context, f *serveFlags, k serveKeys, ms *metricsServer, log zerolog.Logger) ([]*nats.Conn, *prober.Prober, error) {
+	var conns []*nats.Conn
+	pnc, pjs, ptopo, err := s.connectAs(ctx, stream.RoleWorker)
+	if err != nil {
+		return conns, nil, err
+	}
+	conns = append(conns, pnc)
+	var rvnc *nats.Conn
+	if s.users != nil {
+		kp, err := s.kd.KeyPair(stream.RoleReviewer)
+		if err != nil {
+			return conns, nil, err
+		}
+		if rvnc, err = s.srv.Connect(stream.NkeyOption(kp), nats.Name("jingwei serve prober")); err != nil {
+			return conns, nil, err
+		}
+		conns = append(conns, rvnc)
+	}
+	pr, err := serveProber(ctx, k.proberKey, pjs, ptopo, rvnc, ms.prober(), &f.tf, log)
+	return conns, pr, err
 }
 
 // runParts runs every part until ctx ends; if a part fails, the others

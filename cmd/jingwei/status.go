@@ -21,13 +21,15 @@ func init() {
 	register(command{name: "status", summary: "show open calls, calls awaiting review and retry plans", run: runStatus})
 }
 
-const statusHelp = `  jingwei status [--session S] [--json] [--watch [--interval D]]
+const statusHelp = `  jingwei status [--session S [--call ID]] [--json] [--watch [--interval D]]
 
 Asks the recovery worker (jw.api.status) for the calls that are open (a
 tool.call without its tool.result yet) and the calls awaiting a review
 (needs_review, no plan issued since), and reads the retry plans in jw_plans
 (issued: waiting for a tool worker to run them; consumed: used by an
-attempt). --session limits everything to one session.
+attempt). --session limits everything to one session; --call ID (with
+--session) also lists the call's reviews, each with where it came from (a
+person, or a probe and which), its key and how the recovery worker judges it.
 
 A call awaiting review whose evidence is no_result, timeout or cancelled was
 closed without its body's own answer: the tool worker that ran it may STILL
@@ -58,6 +60,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	var cf clientFlags
 	cf.register(fs, 10*time.Second)
 	session := fs.String("session", "", "only this session (default: all)")
+	call := fs.String("call", "", "with --session: also list the call's reviews and where each came from (a person or a probe)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	watch := fs.Bool("watch", false, "refresh until interrupted")
 	interval := fs.Duration("interval", 2*time.Second, "refresh interval with --watch")
@@ -68,6 +71,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		if err := stream.ValidateSession(*session); err != nil {
 			return usageError(stderr, "status", "--session: %v", err)
 		}
+	}
+	if *call != "" && *session == "" {
+		return usageError(stderr, "status", "--call needs --session")
 	}
 	if *interval <= 0 {
 		return usageError(stderr, "status", "--interval must be positive")
@@ -88,7 +94,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	}
 	clear := *watch && !*asJSON && isTerminal(stdout)
 	for {
-		v, err := loadStatus(ctx, api, *session)
+		v, err := loadStatus(ctx, api, *session, *call)
 		if err != nil {
 			if ctx.Err() != nil && *watch {
 				return exitOK
@@ -123,9 +129,9 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 }
 
 // loadStatus asks the service for its status and reads the plans.
-func loadStatus(ctx context.Context, api *apiClient, session string) (statusView, error) {
+func loadStatus(ctx context.Context, api *apiClient, session, call string) (statusView, error) {
 	var v statusView
-	st, err := api.Status(ctx, service.StatusRequest{Session: session})
+	st, err := api.Status(ctx, service.StatusRequest{Session: session, CallID: call})
 	if err != nil {
 		return v, err
 	}
@@ -185,15 +191,45 @@ func printStatus(w io.Writer, v statusView) {
 	fmt.Fprintln(tw)
 	fmt.Fprintf(tw, "PLANS (issued %d, consumed %d)\n", st.Plans.Issued, st.Plans.Consumed)
 	if len(v.Plans) > 0 {
-		fmt.Fprintln(tw, "PLAN\tSESSION\tTOOL\tRETRIES\tBASIS\tSTATE\tCONSUMED BY")
+		fmt.Fprintln(tw, "PLAN\tSESSION\tTOOL\tRETRIES\tBASIS\tREVIEW BY\tSTATE\tCONSUMED BY")
 		for _, p := range v.Plans {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Plan.PlanID, p.Plan.Session, p.Plan.Tool, p.Plan.PriorCallID, p.Plan.Basis, p.State, orDash(p.ConsumedBy))
+			by := "-"
+			if rv := p.Plan.Review; rv != nil {
+				by = reviewFrom(*rv)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Plan.PlanID, p.Plan.Session, p.Plan.Tool, p.Plan.PriorCallID, p.Plan.Basis, by, p.State, orDash(p.ConsumedBy))
+		}
+	}
+	if len(st.Reviews) > 0 {
+		fmt.Fprintln(tw)
+		fmt.Fprintf(tw, "REVIEWS OF %s (%d)\n", st.Reviews[0].Review.CallID, len(st.Reviews))
+		fmt.Fprintln(tw, "SEQ\tVERDICT\tFROM\tKEY\tJUDGED\tEVIDENCE")
+		for _, c := range st.Reviews {
+			judged := "accepted"
+			switch {
+			case !c.Accepted:
+				judged = "ignored: " + c.Code
+			case c.Review.Automated() && c.Review.Verdict == schema.VerdictUncertain:
+				judged = "evidence only"
+			case c.Decides:
+				judged = "decides"
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", c.Seq, c.Review.Verdict, reviewFrom(c.Review), orDash(c.Review.Signer), judged, c.Review.Evidence)
 		}
 	}
 	tw.Flush()
 	if st.Stats.EventsSeen > 0 || st.Stats.OpenCalls > 0 {
 		fmt.Fprintf(w, "\nrecovery worker: %d events classified, %d calls open\n", st.Stats.EventsSeen, st.Stats.OpenCalls)
 	}
+}
+
+// reviewFrom says where a review came from: "probe <name>" or "person
+// <operator>".
+func reviewFrom(r schema.Review) string {
+	if r.Automated() {
+		return "probe " + r.Probe
+	}
+	return "person " + r.Operator
 }
 
 func orDash(s string) string {

@@ -115,8 +115,9 @@ func (s *Set) Tools(ctx context.Context, builtin []worker.Tool) ([]worker.Tool, 
 	for _, e := range s.cat.Tools {
 		timeout, _ := parseDuration(e.Timeout)
 		t := worker.Tool{
-			Metadata: effect.Metadata{Name: e.Name, Description: e.Description, Contract: e.EffectContract()},
-			Timeout:  timeout,
+			Metadata: effect.Metadata{Name: e.Name, Description: e.Description, Contract: e.EffectContract(),
+				Probe: e.Probe, AuthoritativeNotFound: e.AuthoritativeNotFound},
+			Timeout: timeout,
 		}
 		if e.InputSchema != nil {
 			t.InputSchema, _ = json.Marshal(e.InputSchema)
@@ -129,6 +130,9 @@ func (s *Set) Tools(ctx context.Context, builtin []worker.Tool) ([]worker.Tool, 
 			}
 			if e.Contract == nil {
 				t.Metadata.Contract = bt.Metadata.Contract
+			}
+			if e.Probe == "" {
+				t.Metadata.Probe, t.Metadata.AuthoritativeNotFound = bt.Metadata.Probe, bt.Metadata.AuthoritativeNotFound
 			}
 			if t.InputSchema == nil {
 				t.InputSchema = bt.InputSchema

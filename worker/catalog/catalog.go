@@ -83,6 +83,16 @@ type Entry struct {
 	// InputSchema overrides the argument schema (for an MCP tool, the
 	// server's inputSchema is used otherwise).
 	InputSchema map[string]any `yaml:"input_schema,omitempty" json:"input_schema,omitempty"`
+	// Probe names another tool of the catalog, declared read_only, that
+	// finds out whether an uncertain call of this one took effect
+	// (effect.Metadata.Probe, docs/protocol.md §10.1). Its output must be
+	// {"answer": "found"|"not_found"|"unknown", "evidence": "…"}.
+	Probe string `yaml:"probe,omitempty" json:"probe,omitempty"`
+	// AuthoritativeNotFound, on a probe (a read_only tool), declares its
+	// not_found authoritative: it raises the store's fence to the
+	// session's epoch before it looks, or the backend deduplicates on the
+	// operation key (effect.Metadata.AuthoritativeNotFound).
+	AuthoritativeNotFound bool `yaml:"authoritative_not_found,omitempty" json:"authoritative_not_found,omitempty"`
 }
 
 // MCPBackend is a tool of an MCP server.
@@ -225,6 +235,33 @@ func (c *Catalog) Validate() error {
 			if _, err := json.Marshal(e.InputSchema); err != nil {
 				return bad("%s: input_schema: %v", where, err)
 			}
+		}
+		if e.AuthoritativeNotFound && e.EffectContract().Effect != effect.ReadOnly {
+			return bad("%s: authoritative_not_found is for a probe, a read_only tool", where)
+		}
+	}
+	return c.checkProbes()
+}
+
+// checkProbes checks that every probe a tool names is another tool of the
+// catalog declared read_only: a prober never runs anything else.
+func (c *Catalog) checkProbes() error {
+	byName := map[string]Entry{}
+	for _, e := range c.Tools {
+		byName[e.Name] = e
+	}
+	for i, e := range c.Tools {
+		if e.Probe == "" {
+			continue
+		}
+		p, ok := byName[e.Probe]
+		switch {
+		case !ok:
+			return fmt.Errorf("%w: tools[%d] %q: probe %q is not a tool of the catalog", ErrInvalid, i, e.Name, e.Probe)
+		case e.Probe == e.Name:
+			return fmt.Errorf("%w: tools[%d] %q: a tool cannot be its own probe", ErrInvalid, i, e.Name)
+		case p.EffectContract().Effect != effect.ReadOnly:
+			return fmt.Errorf("%w: tools[%d] %q: probe %q is not declared read_only", ErrInvalid, i, e.Name, e.Probe)
 		}
 	}
 	return nil

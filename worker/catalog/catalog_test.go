@@ -12,6 +12,8 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/jingwei/jingwei/effect"
+	"github.com/rs/zerolog"
+
 	"github.com/jingwei/jingwei/worker/catalog"
 )
 
@@ -91,6 +93,10 @@ func TestCatalogRefusals(t *testing.T) {
 		{"bad timeout", base + "  - name: a\n    mcp: {server: s}\n    timeout: soon\n", "timeout", true},
 		{"bad approval", base + "  - name: a\n    mcp: {server: s}\n    approval: {when: amount}\n", "FIELD>NUMBER", true},
 		{"wrong version", "version: 2\ntools: []\n", "version must be 1", true},
+		{"probe not in catalog", base + "  - name: a\n    mcp: {server: s}\n    probe: nope\n", "not a tool of the catalog", false},
+		{"probe not read_only", base + "  - name: a\n    mcp: {server: s}\n    probe: b\n  - name: b\n    mcp: {server: s}\n    contract: {effect: idempotent, revision: r}\n", "not declared read_only", false},
+		{"probe of itself", base + "  - name: a\n    mcp: {server: s}\n    contract: {effect: read_only, revision: r}\n    probe: a\n", "its own probe", false},
+		{"authoritative on a writer", base + "  - name: a\n    mcp: {server: s}\n    authoritative_not_found: true\n", "authoritative_not_found is for a probe", false},
 		{"server with both", "version: 1\nservers:\n  s: {command: x, url: http://h}\ntools: []\n", "exactly one of command and url", true},
 	}
 	for _, tc := range cases {
@@ -115,5 +121,36 @@ func TestCatalogRefusals(t *testing.T) {
 				t.Errorf("catalog.schema.json accepts what Parse refuses: %s", b)
 			}
 		})
+	}
+}
+
+// TestCatalogProbe: a tool may name a read_only tool of the catalog as its
+// probe; the built tools carry it in their metadata, and the probe's
+// authoritative_not_found.
+func TestCatalogProbe(t *testing.T) {
+	cat, err := catalog.Parse([]byte(`version: 1
+tools:
+  - name: pay
+    http: {url: "http://127.0.0.1:1/pay"}
+    contract: {effect: non_idempotent, revision: pay-v1}
+    probe: pay.find
+  - name: pay.find
+    http: {url: "http://127.0.0.1:1/find"}
+    contract: {effect: read_only, revision: find-v1}
+    authoritative_not_found: true
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools, err := catalog.Open(cat, zerolog.Nop()).Tools(t.Context(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][2]any{}
+	for _, tl := range tools {
+		got[tl.Metadata.Name] = [2]any{tl.Metadata.Probe, tl.Metadata.AuthoritativeNotFound}
+	}
+	if got["pay"] != [2]any{"pay.find", false} || got["pay.find"] != [2]any{"", true} {
+		t.Fatalf("metadata %v", got)
 	}
 }

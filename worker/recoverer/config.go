@@ -29,6 +29,11 @@ type Config struct {
 	// uncertain calls of unknown or non-idempotent tools can never be
 	// planned.
 	TrustedReviewers recovery.TrustedKeys
+	// TrustedProbers are the nkey user public keys of the probers whose
+	// signed automated reviews (schema.Review.Probe set) are accepted. A
+	// person's review is checked against TrustedReviewers only and a
+	// probe's against TrustedProbers only. Nil or empty trusts no probe.
+	TrustedProbers recovery.TrustedKeys
 	// PlannerKey is the nkey user key pair the recoverer signs its plans
 	// with (recovery.SignPlan); tool workers run only plans whose signature
 	// verifies against their trusted planner keys. Required.

@@ -48,6 +48,14 @@ func (b *base) outcomes() OutcomeObserver {
 	return o
 }
 
+// ReviewObserver, when Config.Observer also implements it, is told of
+// every review the review checker judged: accepted or not. It is called
+// before the call a completed review settles leaves the calls awaiting
+// review. It must be quick and safe for concurrent use.
+type ReviewObserver interface {
+	Reviewed(rv schema.Review, accepted bool)
+}
+
 // ConsumerLag returns how far the recoverer's classifier is behind the
 // session logs: the events its durable consumer on the events stream has
 // not been delivered yet (pending) and those delivered but not yet

@@ -135,6 +135,7 @@ func (r *issuer) prepare(ctx context.Context, session, callID string) (schema.Pl
 	plan, err := recovery.PrepareRetry(schema.Events(h), callID, review,
 		recovery.RequireSignedReview(r.cfg.TrustedReviewers),
 		recovery.RequireSignedPlans(r.cfg.TrustedPlanners, r.cfg.TrustedReviewers),
+		recovery.TrustProbers(r.cfg.TrustedProbers),
 		recovery.WithClock(r.cfg.Now))
 	if err != nil {
 		return schema.Plan{}, err

@@ -33,7 +33,7 @@ func (r *reviewChecker) check(subjectSession string, data []byte) (schema.Review
 	case !rv.Verdict.Valid():
 		return rv, schema.Errorf(schema.CodeInvalidReview, "review has unknown verdict %q", rv.Verdict)
 	}
-	if err := recovery.VerifyReview(rv, r.cfg.TrustedReviewers); err != nil {
+	if err := recovery.VerifyReviewBy(rv, r.cfg.TrustedReviewers, r.cfg.TrustedProbers); err != nil {
 		return rv, err
 	}
 	return rv, nil
@@ -104,7 +104,7 @@ func (r *reviewChecker) run(ctx context.Context) error {
 		rctx, endSpan := r.startReviewSpan(ctx, m)
 		rv, err := r.accept(rctx, session, seq, m.Data())
 		endSpan(rctx, rv, err)
-		lg := r.log.With().Str("session", session).Str("call_id", rv.CallID).Str("operator", rv.Operator).Str("signer", rv.Signer).Str("verdict", string(rv.Verdict)).Uint64("seq", seq).Logger()
+		lg := r.log.With().Str("session", session).Str("call_id", rv.CallID).Str("operator", rv.Operator).Str("source", rv.Source()).Str("probe", rv.Probe).Str("signer", rv.Signer).Str("verdict", string(rv.Verdict)).Uint64("seq", seq).Logger()
 		if errors.Is(err, errUnchecked) {
 			// Not judged: a review acknowledged unjudged would be forgotten
 			// (a completed one would leave its call awaiting review until a
@@ -117,6 +117,9 @@ func (r *reviewChecker) run(ctx context.Context) error {
 		}
 		if o := r.outcomes(); o != nil {
 			o.ReviewJudged(rv.Verdict, codeOf(err))
+		}
+		if ro, ok := r.cfg.Observer.(ReviewObserver); ok {
+			ro.Reviewed(rv, err == nil)
 		}
 		switch {
 		case errors.Is(err, schema.ErrReviewConflict):
@@ -206,7 +209,7 @@ func (r *reviewChecker) list(ctx context.Context, session, callID string) ([]ser
 	fold := recovery.FoldReviews(session, callID, entries)
 	out := make([]service.ReviewCheck, len(entries))
 	for i, e := range entries {
-		c := service.ReviewCheck{Seq: e.Seq, Review: e.Review, Accepted: fold.Rejected[i] == nil, Decides: i == fold.Decides}
+		c := service.ReviewCheck{Seq: e.Seq, Review: e.Review, Source: e.Review.Source(), Accepted: fold.Rejected[i] == nil, Decides: i == fold.Decides}
 		if err := fold.Rejected[i]; err != nil {
 			c.Code = string(schema.CodeOf(err))
 			c.Reason = schema.TextOf(err)

@@ -122,6 +122,11 @@ type ReviewCheck struct {
 	Decides  bool          `json:"decides,omitempty"`
 	Code     string        `json:"code,omitempty"`
 	Reason   string        `json:"reason,omitempty"`
+
+	// Source is where the review came from: "person" (signed with a
+	// reviewer key) or "probe" (an automated review, Review.Probe set,
+	// signed with a prober key).
+	Source string `json:"source,omitempty"`
 }
 
 // DefaultHistoryEvents is how many events a jw.api.history page holds at
