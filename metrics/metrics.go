@@ -56,7 +56,8 @@
 // there when it took it — so sum() over the recovery workers counts each
 // once. A counting worker that stops or freezes stops counting by its own
 // clock before its lease can expire and another take it: a hand-over
-// leaves a gap (an undercount), never a double count.
+// leaves a gap (an undercount), never a double count; so does the restart
+// of a lone recovery worker (the backlog it classifies on start).
 // jingwei_recoverer_counting shows which worker counts.
 package metrics
 
