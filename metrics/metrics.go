@@ -30,7 +30,7 @@
 //	jingwei_leases_held                             partition leases this tool worker holds
 //	jingwei_sessions_held                           sessions of them held in memory
 //	jingwei_sessions_waiting                        sessions with work waiting for a slot
-//	jingwei_assessments_total{outcome,decision}     assessments the recovery worker published
+//	jingwei_assessments_total{outcome,decision}     assessments the recovery workers published (*)
 //	jingwei_takeovers_total                         sessions the recovery worker took over
 //	jingwei_crash_to_assessment_seconds             a closed call's last event to its assessment (histogram)
 //	jingwei_calls_awaiting_review                   needs_review calls without a plan since
@@ -42,11 +42,23 @@
 //	jingwei_recoverer_consumer_ack_pending_events   events delivered, not yet acknowledged
 //	jingwei_recoverer_up                            1 when the last scrape read the recovery worker's state
 //	jingwei_plan_requests_total{result}             plans asked of this recovery worker: issued or the refusal's code
-//	jingwei_reviews_judged_total{verdict,result}    reviews it judged: accepted or the rejection's code
-//	jingwei_approvals_timed_out_total               calls whose approval timed out, as its classifier read them
+//	jingwei_reviews_judged_total{verdict,result}    reviews judged: accepted or the rejection's code (*)
+//	jingwei_approvals_timed_out_total               calls whose approval timed out, as the classifiers read them (*)
+//	jingwei_recoverer_counting                      1 while this recovery worker is the one counting (*)
 //	jingwei_nats_…                                  the embedded NATS server's own (serve only; see NewNATSServer)
 //	jingwei_console_reviews_total{verdict,result}   reviews the console signed, by how they were judged
 //	jingwei_console_plan_requests_total{result}     retry plans the console asked for, by answer
+//
+// (*) Every recovery worker publishes every assessment, judges every
+// review and reads every approval timeout; only one of them counts these
+// at a time — the holder of the counting lease (recoverer.CountingLease,
+// a key of jw_leases with the lease TTL), once it caught up with what was
+// there when it took it — so sum() over the recovery workers counts each
+// once. A counting worker that stops or freezes stops counting by its own
+// clock before its lease can expire and another take it: a hand-over
+// leaves a gap (an undercount), never a double count; so does the restart
+// of a lone recovery worker (the backlog it classifies on start).
+// jingwei_recoverer_counting shows which worker counts.
 package metrics
 
 import (

@@ -29,6 +29,16 @@ type RecoverySource interface {
 	ConsumerLag(ctx context.Context) (pending, ackPending uint64, err error)
 }
 
+// CountingSource is what says, when the RecoverySource also implements it
+// (*recoverer.Recoverer does), whether this recovery worker counts the
+// work every recovery worker does alike: assessments_total,
+// reviews_judged_total and approvals_timed_out_total grow only while it
+// is true, so that a sum() over the recovery workers counts each once.
+// Without it (or before Source), Recovery counts everything it is told.
+type CountingSource interface {
+	Counting() bool
+}
+
 // Recovery is the recovery worker's metrics: a recoverer.Observer (set it
 // as recoverer.Config.Observer, then give it the recoverer with Source)
 // and a collector of the recoverer's state at each scrape. Safe for
@@ -54,7 +64,7 @@ type Recovery struct {
 
 	awaitingDesc, oldestDesc, openDesc, plansDesc, seenDesc, pendingDesc, ackPendingDesc, upDesc *prometheus.Desc
 	approvalsDesc, stoppedDesc                                                                   *prometheus.Desc
-	replacedDesc                                                                                 *prometheus.Desc
+	replacedDesc, countingDesc                                                                   *prometheus.Desc
 }
 
 // IdentitySource is what the stream_replaced gauge reads at each scrape,
@@ -78,7 +88,7 @@ func NewRecovery(reg prometheus.Registerer) *Recovery {
 	m := &Recovery{
 		assessments: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "assessments_total",
-			Help: "Distinct assessments the recovery worker published (one published again counts once), by outcome (completed, not_started, uncertain) and decision (refuse, retry_allowed, needs_review).",
+			Help: "Distinct assessments the recovery workers published (one published again counts once), by outcome (completed, not_started, uncertain) and decision (refuse, retry_allowed, needs_review). Every recovery worker publishes every assessment; only the one whose recoverer_counting is 1 counts them, so sum() counts each once. A hand-over of the counting (the counting worker stopped or frozen) leaves a gap, never a double count.",
 		}, []string{"outcome", "decision"}),
 		takeovers: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "takeovers_total",
@@ -95,11 +105,11 @@ func NewRecovery(reg prometheus.Registerer) *Recovery {
 		}, []string{"result"}),
 		reviews: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "reviews_judged_total",
-			Help: "Reviews of JW_REVIEWS this recovery worker judged, by verdict and result (accepted, or the rejection's code: invalid_review, review_conflict, ...). Every recovery worker judges every review: aggregate with max by (verdict, result), not sum().",
+			Help: "Reviews of JW_REVIEWS the recovery workers judged, by verdict and result (accepted, or the rejection's code: invalid_review, review_conflict, ...). Every recovery worker judges every review; only the one whose recoverer_counting is 1 counts them, so sum() counts each once (a hand-over leaves a gap, never a double count).",
 		}, []string{"verdict", "result"}),
 		approvalsTO: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "approvals_timed_out_total",
-			Help: "Calls that waited for approval and ended rejected at stage approval at or after their deadline, as this recovery worker's classifier read them. Every recovery worker reads every log: aggregate with max, not sum().",
+			Help: "Calls that waited for approval and ended rejected at stage approval at or after their deadline, as the recovery workers' classifiers read them. Every recovery worker reads every log; only the one whose recoverer_counting is 1 counts them, so sum() counts each once (a hand-over leaves a gap, never a double count).",
 		}),
 		waiting:        map[string]time.Time{},
 		seen:           map[string]struct{}{},
@@ -114,6 +124,7 @@ func NewRecovery(reg prometheus.Registerer) *Recovery {
 		upDesc:         d("recoverer_up", "1 when the last scrape read the recovery worker's state and consumer, 0 when it could not."),
 		approvalsDesc:  d("approvals_pending", "Calls waiting for approval: approval.requested on the log, no approval.granted and no result yet (docs/protocol.md §17)."),
 		replacedDesc:   d("stream_replaced", "1 for a protected stream that no longer matches the identity setup recorded (deleted and created again, or messages removed from its start): the recovery worker refuses to prepare plans and take sessions over until an operator confirms it (jingwei setup --confirm-replaced); 0 for the others.", "stream"),
+		countingDesc:   d("recoverer_counting", "1 while this recovery worker counts the work every recovery worker does alike (assessments_total, reviews_judged_total, approvals_timed_out_total): it holds the counting lease and has caught up with the events and reviews that existed when it took it; 0 otherwise. At most one recovery worker of a deployment is at 1; sum() of those counters over all of them counts each once."),
 		stoppedDesc:    d("tasks_stopped", "Stopped tasks (task.stopped on their session log, by a host or the budget); a stopped task never reopens, so this only grows while the logs are kept."),
 	}
 	for _, r := range []string{"issued", string(schema.CodeNeedsReview), string(schema.CodeCompleted)} {
@@ -139,11 +150,29 @@ func (m *Recovery) ReviewJudged(verdict schema.Verdict, code schema.Code) {
 	default:
 		v = "other"
 	}
-	m.reviews.WithLabelValues(v, resultLabel(code, "accepted")).Inc()
+	// Made also while not counting: the series is there, at 0.
+	c := m.reviews.WithLabelValues(v, resultLabel(code, "accepted"))
+	if m.counting() {
+		c.Inc()
+	}
 }
 
 // ApprovalTimedOut is recoverer.OutcomeObserver's.
-func (m *Recovery) ApprovalTimedOut(string, string) { m.approvalsTO.Inc() }
+func (m *Recovery) ApprovalTimedOut(string, string) {
+	if m.counting() {
+		m.approvalsTO.Inc()
+	}
+}
+
+// counting reports whether this process counts the work every recovery
+// worker does alike (CountingSource).
+func (m *Recovery) counting() bool {
+	m.mu.Lock()
+	src := m.src
+	m.mu.Unlock()
+	cs, ok := src.(CountingSource)
+	return !ok || cs.Counting()
+}
 
 // resultLabel is ok for no code, else the code, bounded to the codes of
 // the protocol (docs/protocol.md §15).
@@ -170,7 +199,9 @@ func (m *Recovery) Source(src RecoverySource) {
 func (m *Recovery) Assessed(a schema.Assessment) {
 	// The same assessment is published more than once (the classifier
 	// when it reads a fence, the takeover that wrote it; a redelivery):
-	// count it once, as its Jw-Assessment-Id identifies it.
+	// count it once, as its Jw-Assessment-Id identifies it. Those seen
+	// while not counting are remembered too: a repeat after this process
+	// took the counting over is not counted again.
 	id := a.Session + "/" + a.CallID + "/" + a.Evidence
 	m.mu.Lock()
 	if _, dup := m.seen[id]; dup {
@@ -184,7 +215,11 @@ func (m *Recovery) Assessed(a schema.Assessment) {
 		m.seenOrder = m.seenOrder[1:]
 	}
 	m.mu.Unlock()
-	m.assessments.WithLabelValues(string(a.Outcome), string(a.Decision)).Inc()
+	// Made also while not counting: the series is there, at 0.
+	c := m.assessments.WithLabelValues(string(a.Outcome), string(a.Decision))
+	if m.counting() {
+		c.Inc()
+	}
 	if a.Decision == schema.DecisionNeedsReview {
 		k := a.Session + "/" + a.CallID
 		m.mu.Lock()
@@ -218,7 +253,7 @@ func (m *Recovery) TookOver(_ string, h []schema.Event, assessed []schema.Assess
 
 // Describe is prometheus.Collector's.
 func (m *Recovery) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.awaitingDesc, m.oldestDesc, m.openDesc, m.plansDesc, m.seenDesc, m.pendingDesc, m.ackPendingDesc, m.upDesc, m.approvalsDesc, m.stoppedDesc, m.replacedDesc} {
+	for _, d := range []*prometheus.Desc{m.awaitingDesc, m.oldestDesc, m.openDesc, m.plansDesc, m.seenDesc, m.pendingDesc, m.ackPendingDesc, m.upDesc, m.approvalsDesc, m.stoppedDesc, m.replacedDesc, m.countingDesc} {
 		ch <- d
 	}
 }
@@ -275,6 +310,11 @@ func (m *Recovery) Collect(ch chan<- prometheus.Metric) {
 			gauge(m.replacedDesc, v, name)
 		}
 	}
+	c := 0.0
+	if m.counting() {
+		c = 1
+	}
+	gauge(m.countingDesc, c)
 	gauge(m.upDesc, up)
 }
 

@@ -29,6 +29,7 @@ type Recoverer struct {
 	issuer   *issuer        // prepare, issue, repair, redelivery
 	awaiting *awaiting      // calls awaiting review, for status
 	identity *identityGuard // the protected streams against their recorded identity
+	count    *counting      // the lease that says whether this one counts shared work
 
 	ready     chan struct{} // closed once Run has started up
 	readyOnce sync.Once
@@ -71,6 +72,7 @@ func New(cfg Config) (*Recoverer, error) {
 	r.reviews = &reviewChecker{base: b, settled: r.awaiting.forget}
 	r.issuer = newIssuer(b, r.pub, r.reviews, r.leases, r.awaiting.forget)
 	r.identity = &identityGuard{base: b, wake: make(chan struct{}, 1)}
+	r.count = &counting{base: b}
 	b.identity = r.identity
 	return r, nil
 }
@@ -149,7 +151,7 @@ func (r *Recoverer) run(ctx context.Context) error {
 	}
 	r.readyOnce.Do(func() { close(r.ready) })
 	var wg sync.WaitGroup
-	for _, p := range []struct {
+	parts := []struct {
 		name string
 		run  func(context.Context) error
 	}{
@@ -158,7 +160,14 @@ func (r *Recoverer) run(ctx context.Context) error {
 		{"auto-plan", r.issuer.autoPlan},
 		{"leases", r.leases.run},
 		{"identity", r.identity.run},
-	} {
+	}
+	if r.cfg.Observer != nil {
+		parts = append(parts, struct {
+			name string
+			run  func(context.Context) error
+		}{"counting", r.count.run})
+	}
+	for _, p := range parts {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -113,6 +113,9 @@ func (r *takeovers) run(ctx context.Context) error {
 			if !ok {
 				return errors.New("lease watcher stopped")
 			}
+			if s == CountingLease {
+				continue // no session: the recovery workers' counting lease
+			}
 			r.log.Info().Str("session", s).Msg("lease expired")
 			if err := r.takeOverIfOpen(ctx, s, nil); err != nil && ctx.Err() == nil {
 				r.log.Error().Err(err).Str("session", s).Msg("takeover after lease expiry failed")
