@@ -42,8 +42,14 @@ var _ recoverer.ReviewObserver = (*Recovery)(nil)
 
 // Reviewed is recoverer.ReviewObserver's: it counts the review by source,
 // and a settling one (accepted completed or not_executed) with the time
-// since the call was first seen needs_review.
+// since the call was first seen needs_review. Only while this worker is
+// the one counting.
 func (m *Recovery) Reviewed(rv schema.Review, accepted bool) {
+	// Every recovery worker judges every review: only the one counting
+	// counts it (see counting), so that a sum over workers is exact.
+	if !m.counting() {
+		return
+	}
 	acc := "false"
 	if accepted {
 		acc = "true"
