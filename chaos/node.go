@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 )
 
 // NodeConfig configures RunNode: one NATS node of a chaos run, with
@@ -67,12 +68,12 @@ func RunNode(ctx context.Context, cfg NodeConfig, ready func(url string)) error 
 	if cfg.Sync == "" {
 		cfg.Sync = stream.SyncInterval
 	}
-	users, err := stream.KeyDir(cfg.AuthDir).PublicKeys()
+	users, err := access.KeyDir(cfg.AuthDir).PublicKeys()
 	if err != nil {
 		return fmt.Errorf("chaos node: role keys: %w", err)
 	}
 	ecfg := stream.EmbeddedConfig{
-		Dir: cfg.Dir, Listen: cfg.Listen, Name: cfg.Name, Sync: cfg.Sync, Users: users,
+		Dir: cfg.Dir, Listen: cfg.Listen, Name: cfg.Name, Sync: cfg.Sync, Auth: access.Users{Keys: users},
 		ReadyTimeout: 30 * time.Second, Logger: cfg.Logger,
 	}
 	if cfg.ClusterName != "" {

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 )
 
 // TestQuorumWatchLeavesACutOffNode runs three nodes in this process wired
@@ -27,7 +28,7 @@ func TestQuorumWatchLeavesACutOffNode(t *testing.T) {
 	// The client, on node 0 (the pool is shuffled: connect until it is).
 	var nc *nats.Conn
 	for range 50 {
-		c, err := stream.Connect(ctx, stream.ConnectConfig{URL: net.URLs(), NKeySeedFile: keys.SeedFile(stream.RoleAdmin), Name: "cut-off client", ConnectTimeout: 10 * time.Second})
+		c, err := stream.Connect(ctx, stream.ConnectConfig{URL: net.URLs(), NKeySeedFile: keys.SeedFile(access.RoleAdmin), Name: "cut-off client", ConnectTimeout: 10 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 	"github.com/jingwei/jingwei/tools"
 )
 
@@ -75,7 +76,7 @@ func (s *story) approvals(ctx context.Context, kp nkeys.KeyPair, w *proc.Child, 
 	fmt.Fprintln(s.out)
 	rep := &ApprovalReport{}
 	s.rep.Approval = rep
-	agent, err := jetstream.New(s.roles[stream.RoleAgent])
+	agent, err := jetstream.New(s.roles[access.RoleAgent])
 	if err != nil {
 		return err
 	}
@@ -119,7 +120,7 @@ func (s *story) approvals(ctx context.Context, kp nkeys.KeyPair, w *proc.Child, 
 	if err != nil {
 		return err
 	}
-	approver, err := jetstream.New(s.roles[stream.RoleReviewer])
+	approver, err := jetstream.New(s.roles[access.RoleReviewer])
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 	"github.com/jingwei/jingwei/tools"
 	"github.com/jingwei/jingwei/worker/service"
 )
@@ -41,9 +42,9 @@ type story struct {
 	dead  map[*proc.Child]bool // children the story killed or stopped on purpose
 
 	srv   *stream.Embedded
-	keys  stream.KeyDir // the role credentials the server enforces
+	keys  access.KeyDir // the role credentials the server enforces
 	nc    *nats.Conn    // admin: set-up, and the narrator's view of everything
-	roles map[stream.Role]*nats.Conn
+	roles map[access.Role]*nats.Conn
 	topo  *stream.Topology
 	tools *tools.Tools
 	watch *watcher
@@ -101,7 +102,7 @@ func (s *story) run(ctx context.Context) (Report, error) {
 	fmt.Fprintln(s.out)
 
 	// 1. A fresh server, with authorization on: one key per role.
-	s.keys = stream.KeyDir(filepath.Join(s.dir, "auth"))
+	s.keys = access.KeyDir(filepath.Join(s.dir, "auth"))
 	if _, err := s.keys.Init(); err != nil {
 		return s.rep, err
 	}
@@ -110,7 +111,7 @@ func (s *story) run(ctx context.Context) (Report, error) {
 		return s.rep, err
 	}
 	cfg := embeddedConfig(s.dir, s.log)
-	cfg.Users = users
+	cfg.Auth = access.Users{Keys: users}
 	srv, err := stream.StartEmbedded(ctx, cfg)
 	if err != nil {
 		return s.rep, fmt.Errorf("start embedded server: %w", err)
@@ -119,7 +120,7 @@ func (s *story) run(ctx context.Context) (Report, error) {
 	// The narrator (set-up, reading the business records, watching the
 	// logs) is admin; the agent, the reviewer and the host act through
 	// connections of their own roles, as they would from elsewhere.
-	if s.nc, err = s.connect(stream.RoleAdmin); err != nil {
+	if s.nc, err = s.connect(access.RoleAdmin); err != nil {
 		return s.rep, err
 	}
 	js, err := jetstream.New(s.nc)
@@ -137,8 +138,8 @@ func (s *story) run(ctx context.Context) (Report, error) {
 	if s.watch, err = newWatcher(s.nc, s.topo); err != nil {
 		return s.rep, err
 	}
-	s.roles = map[stream.Role]*nats.Conn{}
-	for _, r := range []stream.Role{stream.RoleAgent, stream.RoleReviewer, stream.RoleHost} {
+	s.roles = map[access.Role]*nats.Conn{}
+	for _, r := range []access.Role{access.RoleAgent, access.RoleReviewer, access.RoleHost} {
 		if s.roles[r], err = s.connect(r); err != nil {
 			return s.rep, err
 		}
@@ -180,7 +181,7 @@ func (s *story) run(ctx context.Context) (Report, error) {
 	s.say("", "reviewer key     %s (trusted)", pub)
 
 	// 4. The agent's requests.
-	agent, err := jetstream.New(s.roles[stream.RoleAgent])
+	agent, err := jetstream.New(s.roles[access.RoleAgent])
 	if err != nil {
 		return s.rep, err
 	}
@@ -292,7 +293,7 @@ func (s *story) run(ctx context.Context) (Report, error) {
 		return s.rep, err
 	}
 	b, _ := json.Marshal(rv)
-	reviewer, err := jetstream.New(s.roles[stream.RoleReviewer])
+	reviewer, err := jetstream.New(s.roles[access.RoleReviewer])
 	if err != nil {
 		return s.rep, err
 	}
@@ -338,7 +339,7 @@ func (s *story) run(ctx context.Context) (Report, error) {
 }
 
 // connect opens a connection to the demo's server as role r.
-func (s *story) connect(r stream.Role) (*nats.Conn, error) {
+func (s *story) connect(r access.Role) (*nats.Conn, error) {
 	kp, err := s.keys.KeyPair(r)
 	if err != nil {
 		return nil, err
@@ -499,7 +500,7 @@ func (s *story) prepare(ctx context.Context, session, callID string) (schema.Pla
 // host returns the client of the jingwei service on the host's
 // connection: an error answer is a *schema.Error with its code.
 func (s *story) host() *service.Client {
-	return service.NewClient(s.roles[stream.RoleHost], service.ClientConfig{Prefix: s.topo.Prefix})
+	return service.NewClient(s.roles[access.RoleHost], service.ClientConfig{Prefix: s.topo.Prefix})
 }
 
 // table prints the final table of calls and business records and fills the

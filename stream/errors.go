@@ -73,21 +73,6 @@ var (
 	// ErrInvalidSession is returned for a session id that is not 1–128 bytes
 	// of [A-Za-z0-9_-].
 	ErrInvalidSession = errors.New("stream: invalid session id")
-
-	// ErrInsecureFile is returned for a credentials directory or key file
-	// that other users could read or change (group or world permission
-	// bits): the error names the file and the chmod that fixes it. Nothing
-	// is read from or written to it.
-	ErrInsecureFile = errors.New("stream: credentials readable or writable by other users")
-
-	// ErrBadKey is returned for a key file that holds no nkey seed of the
-	// kind wanted (a user seed for a role, an account seed to sign
-	// credentials), a planners line that is no user public key, or a
-	// credentials path that is not a regular file or directory.
-	ErrBadKey = errors.New("stream: not the key wanted")
-
-	// ErrUnknownRole is returned for a role that is not one of Roles.
-	ErrUnknownRole = errors.New("stream: unknown role")
 )
 
 // ConflictError says which stream or bucket conflicts and how. It matches

@@ -178,6 +178,10 @@ func (t *Topology) Limits() schema.Limits { return t.cfg.Limits }
 // StreamName returns the stream name for a kind ("EVENTS" → "JW_EVENTS").
 func (t *Topology) StreamName(kind string) string { return streamName(t.Prefix, kind) }
 
+// StreamName returns the name of the stream of kind for a prefix ("jw",
+// "EVENTS" → "JW_EVENTS").
+func StreamName(prefix, kind string) string { return streamName(prefix, kind) }
+
 func streamName(prefix, kind string) string {
 	return strings.ToUpper(strings.ReplaceAll(prefix, "-", "_")) + "_" + kind
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/tools"
 	"github.com/jingwei/jingwei/worker/service"
@@ -59,8 +60,8 @@ func newApprovalStack(t *testing.T) *approvalStack {
 	srv := startServe(t, s.bin, "--no-worker", "--lease-ttl", pipelineLeaseTTL)
 	s.url, s.auth = srv.url, srv.auth()
 	ctx := context.Background()
-	connect := func(r stream.Role) (*nats.Conn, jetstream.JetStream) {
-		nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: s.url, NKeySeedFile: stream.KeyDir(s.auth).SeedFile(r)})
+	connect := func(r access.Role) (*nats.Conn, jetstream.JetStream) {
+		nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: s.url, NKeySeedFile: access.KeyDir(s.auth).SeedFile(r)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -68,7 +69,7 @@ func newApprovalStack(t *testing.T) *approvalStack {
 		js, _ := jetstream.New(nc)
 		return nc, js
 	}
-	_, js := connect(stream.RoleAdmin)
+	_, js := connect(access.RoleAdmin)
 	var err error
 	if s.topo, err = stream.OpenTopology(ctx, js, stream.TopologyConfig{}); err != nil {
 		t.Fatal(err)
@@ -76,9 +77,9 @@ func newApprovalStack(t *testing.T) *approvalStack {
 	if s.tools, err = tools.New(ctx, tools.Config{JS: js}); err != nil {
 		t.Fatal(err)
 	}
-	_, s.agentJS = connect(stream.RoleAgent)
-	_, s.reviewJS = connect(stream.RoleReviewer)
-	hostNC, _ := connect(stream.RoleHost)
+	_, s.agentJS = connect(access.RoleAgent)
+	_, s.reviewJS = connect(access.RoleReviewer)
+	hostNC, _ := connect(access.RoleHost)
 	s.host = service.NewClient(hostNC, service.ClientConfig{Timeout: 20 * time.Second})
 	s.procs = &processes{t: t, bin: s.bin, dir: t.TempDir()}
 	t.Cleanup(s.procs.killAll)

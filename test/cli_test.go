@@ -21,6 +21,7 @@ import (
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/tools"
 )
@@ -189,7 +190,7 @@ func (r cliResult) want(t *testing.T, what string, code int, errCode string) {
 func openUncertainPayment(t *testing.T, srv *serveProc, session, callID string) {
 	t.Helper()
 	ctx := context.Background()
-	nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: srv.url, NKeySeedFile: stream.KeyDir(srv.auth()).SeedFile(stream.RoleWorker)})
+	nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: srv.url, NKeySeedFile: access.KeyDir(srv.auth()).SeedFile(access.RoleWorker)})
 	if err != nil {
 		t.Fatal(err)
 	}

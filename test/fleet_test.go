@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/tools"
 )
@@ -45,7 +46,7 @@ func TestFleetChurn(t *testing.T) {
 	ttl := fleetLeaseTTL.String()
 	srv := startServe(t, bin, "--no-worker", "--lease-ttl", ttl, "--trust-reviewers", trustFile)
 	auth := srv.auth()
-	nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: srv.url, NKeySeedFile: stream.KeyDir(auth).SeedFile(stream.RoleAdmin)})
+	nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: srv.url, NKeySeedFile: access.KeyDir(auth).SeedFile(access.RoleAdmin)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +56,7 @@ func TestFleetChurn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	agentNC, err := stream.Connect(ctx, stream.ConnectConfig{URL: srv.url, NKeySeedFile: stream.KeyDir(auth).SeedFile(stream.RoleAgent)})
+	agentNC, err := stream.Connect(ctx, stream.ConnectConfig{URL: srv.url, NKeySeedFile: access.KeyDir(auth).SeedFile(access.RoleAgent)})
 	if err != nil {
 		t.Fatal(err)
 	}

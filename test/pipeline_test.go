@@ -22,6 +22,7 @@ import (
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/tools"
 	"github.com/jingwei/jingwei/worker"
@@ -66,9 +67,9 @@ func TestPipelineCrashAndRecovery(t *testing.T) {
 	srv := startServe(t, bin, "--no-worker", "--lease-ttl", pipelineLeaseTTL, "--trust-reviewers", trustFile)
 	url := srv.url
 	auth := srv.auth()
-	connect := func(r stream.Role) (*nats.Conn, jetstream.JetStream, *stream.Topology) {
+	connect := func(r access.Role) (*nats.Conn, jetstream.JetStream, *stream.Topology) {
 		t.Helper()
-		nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: url, NKeySeedFile: stream.KeyDir(auth).SeedFile(r)})
+		nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: url, NKeySeedFile: access.KeyDir(auth).SeedFile(r)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -80,10 +81,10 @@ func TestPipelineCrashAndRecovery(t *testing.T) {
 		}
 		return nc, js, topo
 	}
-	_, js, topo := connect(stream.RoleAdmin)
-	_, agentJS, _ := connect(stream.RoleAgent)
-	_, reviewerJS, _ := connect(stream.RoleReviewer)
-	hostNC, _, _ := connect(stream.RoleHost)
+	_, js, topo := connect(access.RoleAdmin)
+	_, agentJS, _ := connect(access.RoleAgent)
+	_, reviewerJS, _ := connect(access.RoleReviewer)
+	hostNC, _, _ := connect(access.RoleHost)
 	tl, err := tools.New(ctx, tools.Config{JS: js}) // to read orders and the ledger
 	if err != nil {
 		t.Fatal(err)

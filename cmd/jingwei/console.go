@@ -17,6 +17,7 @@ import (
 	"github.com/jingwei/jingwei/console"
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 )
 
 func init() {
@@ -95,7 +96,7 @@ Exit status:
 
 // consoleConn is the connection flags of one of the console's roles.
 type consoleConn struct {
-	role        stream.Role
+	role        access.Role
 	creds, nkey string
 }
 
@@ -105,8 +106,8 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	registerConsoleNATS(fs, &n)
 	var log logFlags
 	log.register(fs)
-	reviewer := consoleConn{role: stream.RoleReviewer}
-	host := consoleConn{role: stream.RoleHost}
+	reviewer := consoleConn{role: access.RoleReviewer}
+	host := consoleConn{role: access.RoleHost}
 	fs.StringVar(&reviewer.creds, "reviewer-creds", "", "credentials file of the reviewer role (default: <auth dir>/reviewer.nk)")
 	fs.StringVar(&reviewer.nkey, "reviewer-nkey", "", "nkey seed file of the reviewer role (default: <auth dir>/reviewer.nk)")
 	fs.StringVar(&host.creds, "host-creds", "", "credentials file of the host role (default: <auth dir>/host.nk)")
@@ -230,10 +231,10 @@ func (n *natsFlags) connectConsole(ctx context.Context, cc consoleConn, log zero
 	nkey := cc.nkey
 	if cc.creds == "" && nkey == "" {
 		if dir := n.authDir(); dir != "" {
-			if _, err := stream.KeyDir(dir).KeyPair(cc.role); err != nil {
+			if _, err := access.KeyDir(dir).KeyPair(cc.role); err != nil {
 				return nil, fmt.Errorf("role %s: %w", cc.role, err)
 			}
-			nkey = stream.KeyDir(dir).SeedFile(cc.role)
+			nkey = access.KeyDir(dir).SeedFile(cc.role)
 		}
 	}
 	nc, err := stream.Connect(ctx, stream.ConnectConfig{
@@ -278,7 +279,7 @@ func readTrustFile(file, authDir string) (recovery.TrustedKeys, recovery.KeyName
 
 func consoleFailure(stderr io.Writer, err error) int {
 	fmt.Fprintf(stderr, "jingwei console: %v\n", err)
-	if errors.Is(err, stream.ErrBadKey) {
+	if errors.Is(err, access.ErrBadKey) {
 		return exitUsage
 	}
 	return exitFailure

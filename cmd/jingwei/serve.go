@@ -20,6 +20,7 @@ import (
 	"github.com/jingwei/jingwei/metrics"
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 	"github.com/jingwei/jingwei/worker/recoverer"
 )
 
@@ -136,8 +137,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return usageError(stderr, "serve", "--sync %q: want always or interval", *syncMode)
 	}
 	for _, tn := range tenantNames {
-		if !stream.ValidTenant(tn) {
-			return usageError(stderr, "serve", "--tenant %q: want 1 to %d of [A-Za-z0-9_] (no \"-\": it ends the tenant in a session id)", tn, stream.MaxTenantBytes)
+		if !access.ValidTenant(tn) {
+			return usageError(stderr, "serve", "--tenant %q: want 1 to %d of [A-Za-z0-9_] (no \"-\": it ends the tenant in a session id)", tn, access.MaxTenantBytes)
 		}
 	}
 	if *noAuth && len(tenantNames) > 0 {
@@ -198,15 +199,15 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	fmt.Fprintf(stderr, "jingwei serve: %s reviewer key %s (public key %s, trusted); sign reviews with: jingwei review --key %s\n", verb, keyPath, pub, keyPath)
 
-	kd := stream.KeyDir(filepath.Join(*data, authSubdir))
+	kd := access.KeyDir(filepath.Join(*data, authSubdir))
 	apKey, apPub, err := serveApprovers(*data, string(kd), &tf)
 	if err != nil {
 		return usageError(stderr, "serve", "%v", err)
 	}
 	fmt.Fprintf(stderr, "jingwei serve: approver key %s (public key %s, trusted by the tool workers); answer waiting calls with: jingwei approve --key %s\n", apKey, apPub, apKey)
 	var (
-		users    map[stream.Role]string
-		tenants  []stream.Tenant
+		users    map[access.Role]string
+		tenants  []access.Tenant
 		planner  nkeys.KeyPair
 		planners recovery.TrustedKeys
 	)
@@ -248,7 +249,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	srv, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{
 		Dir: filepath.Join(*data, "data"), Listen: *listen, Sync: stream.SyncMode(*syncMode), Logger: srvLog,
-		Users: users, Roles: stream.RoleConfig{Prefix: *prefix, Tenants: tenants},
+		Auth: access.Users{Keys: users, Roles: access.RoleConfig{Prefix: *prefix, Tenants: tenants}},
 	})
 	if err != nil {
 		return fail(err)
@@ -257,7 +258,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	tcfg := stream.TopologyConfig{Prefix: *prefix, LeaseTTL: *ttl, Partitions: *partitions, Logger: log}
 	// connectAs connects as a role (any client when authorization is off)
 	// and checks the topology through that connection.
-	connectAs := func(r stream.Role) (*nats.Conn, jetstream.JetStream, *stream.Topology, error) {
+	connectAs := func(r access.Role) (*nats.Conn, jetstream.JetStream, *stream.Topology, error) {
 		var opts []nats.Option
 		if users != nil {
 			kp, err := kd.KeyPair(r)
@@ -276,7 +277,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			return nil, nil, nil, err
 		}
 		cfg := tcfg
-		cfg.Repair = *repair && r == stream.RoleAdmin
+		cfg.Repair = *repair && r == access.RoleAdmin
 		topo, err := stream.EnsureTopology(ctx, js, cfg)
 		if err != nil {
 			nc.Close()
@@ -285,12 +286,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return nc, js, topo, nil
 	}
 	// The topology is made (and checked) by admin before anyone uses it.
-	anc, _, _, err := connectAs(stream.RoleAdmin)
+	anc, _, _, err := connectAs(access.RoleAdmin)
 	if err != nil {
 		return fail(err)
 	}
 	anc.Close()
-	rnc, _, rtopo, err := connectAs(stream.RoleRecoverer)
+	rnc, _, rtopo, err := connectAs(access.RoleRecoverer)
 	if err != nil {
 		return fail(err)
 	}
@@ -306,7 +307,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	type runner interface{ Run(context.Context) error }
 	parts := map[string]runner{"recovery worker": rec}
 	if !*noWorker {
-		wnc, wjs, wtopo, err := connectAs(stream.RoleWorker)
+		wnc, wjs, wtopo, err := connectAs(access.RoleWorker)
 		if err != nil {
 			return fail(err)
 		}
@@ -349,13 +350,13 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fmt.Fprintf(stdout, "jingwei serve: listening on %s (data %s, sync %s, authorization %s, tool worker %t)\n", srv.ClientURL(), *data, *syncMode, authState, !*noWorker)
 	if users != nil {
 		fmt.Fprintf(stdout, "jingwei serve: clients connect with the role keys in %s (jingwei commands run here find them; elsewhere pass --auth %s or --nkey FILE):\n", kd, kd)
-		for _, r := range stream.Roles {
+		for _, r := range access.Roles {
 			fmt.Fprintf(stdout, "  %-14s %s\n", filepath.Base(kd.SeedFile(r)), roleUse[r])
 		}
 		agents, _ := kd.TenantAgents()
 		for _, a := range agents {
 			rel, _ := filepath.Rel(string(kd), a.Path)
-			fmt.Fprintf(stdout, "  %-14s agent %s of tenant %s: jw.api.call and jw.api.status for sessions %s%s… only\n", rel, a.Agent, a.Tenant, a.Tenant, stream.TenantSeparator)
+			fmt.Fprintf(stdout, "  %-14s agent %s of tenant %s: jw.api.call and jw.api.status for sessions %s%s… only\n", rel, a.Agent, a.Tenant, a.Tenant, access.TenantSeparator)
 		}
 	}
 	wg.Wait()
@@ -377,7 +378,7 @@ func privateDir(dir string) error {
 		return err
 	}
 	if st.Mode().Perm()&0o077 != 0 {
-		return fmt.Errorf("%w: data directory %s has mode %04o: others can read or write it; fix it with: chmod 700 %s", stream.ErrInsecureFile, dir, st.Mode().Perm(), dir)
+		return fmt.Errorf("%w: data directory %s has mode %04o: others can read or write it; fix it with: chmod 700 %s", access.ErrInsecureFile, dir, st.Mode().Perm(), dir)
 	}
 	return nil
 }
@@ -410,7 +411,7 @@ func ensureReviewerKey(path string) (pub string, created bool, err error) {
 		}
 		created = true
 	}
-	kp, err := stream.ReadSeedFile(path)
+	kp, err := access.ReadSeedFile(path)
 	if err != nil {
 		return "", false, err
 	}

@@ -12,11 +12,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 )
 
 func init() {
 	register(command{name: "setup", summary: "create (or check and repair) jingwei's streams and buckets, as admin", run: runSetup})
-	commandRole["setup"] = stream.RoleAdmin
+	commandRole["setup"] = access.RoleAdmin
 }
 
 const setupHelp = `  jingwei setup [--server URL] [--auth DIR | --nkey FILE | --creds FILE]

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 )
 
 // TestSetup: on a server with authorization on and no topology yet, setup
@@ -20,7 +21,7 @@ func TestSetup(t *testing.T) {
 	kd, url := keyedServer(t)
 
 	t0 := time.Now()
-	code, _, stderr := runCLI("setup", "--server", url, "--nkey", kd.SeedFile(stream.RoleWorker))
+	code, _, stderr := runCLI("setup", "--server", url, "--nkey", kd.SeedFile(access.RoleWorker))
 	if code != exitFailure || !strings.Contains(stderr, "admin role") {
 		t.Fatalf("setup as worker: exit %d, %q; want 1 naming the admin role", code, stderr)
 	}
@@ -51,10 +52,10 @@ func TestSetup(t *testing.T) {
 // keyedServer starts an embedded server with authorization on (the role
 // keys of a fresh key directory) and no topology yet; it returns the key
 // directory and the server's URL. The server stops with the test.
-func keyedServer(t *testing.T) (stream.KeyDir, string) {
+func keyedServer(t *testing.T) (access.KeyDir, string) {
 	t.Helper()
 	dir := t.TempDir()
-	kd := stream.KeyDir(filepath.Join(dir, "auth"))
+	kd := access.KeyDir(filepath.Join(dir, "auth"))
 	if _, err := kd.Init(); err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +63,7 @@ func keyedServer(t *testing.T) (stream.KeyDir, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := stream.StartEmbedded(context.Background(), stream.EmbeddedConfig{Dir: filepath.Join(dir, "data"), Listen: "127.0.0.1:-1", Sync: stream.SyncInterval, Users: users})
+	srv, err := stream.StartEmbedded(context.Background(), stream.EmbeddedConfig{Dir: filepath.Join(dir, "data"), Listen: "127.0.0.1:-1", Sync: stream.SyncInterval, Auth: access.Users{Keys: users}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +84,7 @@ func TestSetupConfirmReplaced(t *testing.T) {
 	if code, stdout, stderr := runCLI("setup", "--server", url, "--auth", string(kd)); code != exitOK {
 		t.Fatalf("setup: exit %d\n%s\n%s", code, stdout, stderr)
 	}
-	connect := func(r stream.Role) jetstream.JetStream {
+	connect := func(r access.Role) jetstream.JetStream {
 		nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: url, NKeySeedFile: kd.SeedFile(r)})
 		if err != nil {
 			t.Fatal(err)
@@ -92,7 +93,7 @@ func TestSetupConfirmReplaced(t *testing.T) {
 		js, _ := jetstream.New(nc)
 		return js
 	}
-	admin, recoverer, worker := connect(stream.RoleAdmin), connect(stream.RoleRecoverer), connect(stream.RoleWorker)
+	admin, recoverer, worker := connect(access.RoleAdmin), connect(access.RoleRecoverer), connect(access.RoleWorker)
 	if ps, err := stream.CheckIdentity(ctx, recoverer, ""); err != nil || len(ps) != 0 {
 		t.Fatalf("CheckIdentity as recoverer after setup = %v, %v; want no problem", ps, err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 	"github.com/jingwei/jingwei/worker/service"
 )
 
@@ -24,7 +25,7 @@ import (
 // its key in DATA/auth/tenants/<tenant>/<agent>.nk.
 func connectTenant(t *testing.T, url, data, tenant, agent string) *nats.Conn {
 	t.Helper()
-	kp, err := stream.ReadSeedFile(stream.KeyDir(filepath.Join(data, "auth")).TenantAgentSeedFile(tenant, agent))
+	kp, err := access.ReadSeedFile(access.KeyDir(filepath.Join(data, "auth")).TenantAgentSeedFile(tenant, agent))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +78,7 @@ func TestServeTenantAgents(t *testing.T) {
 
 	acme := connectTenant(t, url, dir, "acme", "agent")
 	beta := connectTenant(t, url, dir, "beta", "agent")
-	host := connectRole(t, url, dir, stream.RoleHost)
+	host := connectRole(t, url, dir, access.RoleHost)
 	t.Cleanup(host.Close)
 
 	// acme's own session works.
@@ -193,7 +194,7 @@ func TestServeTenantAgents(t *testing.T) {
 	}
 	// `jingwei call` with the tenant's key: its own session runs, another
 	// tenant's is forbidden (exit status and code).
-	key := stream.KeyDir(filepath.Join(dir, "auth")).TenantAgentSeedFile("acme", "agent")
+	key := access.KeyDir(filepath.Join(dir, "auth")).TenantAgentSeedFile("acme", "agent")
 	out.Reset()
 	errb.Reset()
 	if code := run(context.Background(), []string{"call", "--server", url, "--nkey", key, "--session", "acme-2", "--tool", "catalog.lookup", "--args", `{"sku":"A-1"}`, "--json"}, &out, &errb); code != exitOK {
@@ -252,7 +253,7 @@ func TestAuthCredsTenants(t *testing.T) {
 	if st, _, errOut := runCLI("auth", "creds", "--dir", dir, "--operator-seed", operatorSeed); st != exitOK {
 		t.Fatalf("creds again: %s", errOut)
 	}
-	kd := stream.KeyDir(dir)
+	kd := access.KeyDir(dir)
 	nc, err := stream.Connect(context.Background(), stream.ConnectConfig{URL: url, Creds: kd.TenantAgentCredsFile("acme", "bot2")})
 	if err != nil {
 		t.Fatalf("bot2: %v", err)

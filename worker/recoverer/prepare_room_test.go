@@ -18,6 +18,7 @@ import (
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 )
 
 // roomServer is a jingwei server with the roles' accounts on, a recovery
@@ -33,7 +34,7 @@ func startRoomServer(t *testing.T) *roomServer {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	dir := stream.KeyDir(filepath.Join(t.TempDir(), "keys"))
+	dir := access.KeyDir(filepath.Join(t.TempDir(), "keys"))
 	if _, err := dir.Init(); err != nil {
 		t.Fatal(err)
 	}
@@ -41,12 +42,12 @@ func startRoomServer(t *testing.T) *roomServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{Users: keys, Dir: t.TempDir(), Listen: "127.0.0.1:-1", Sync: stream.SyncInterval})
+	srv, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{Auth: access.Users{Keys: keys}, Dir: t.TempDir(), Listen: "127.0.0.1:-1", Sync: stream.SyncInterval})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Shutdown)
-	connect := func(r stream.Role) (*nats.Conn, jetstream.JetStream) {
+	connect := func(r access.Role) (*nats.Conn, jetstream.JetStream) {
 		nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: srv.ClientURL(), NKeySeedFile: dir.SeedFile(r), Name: "test " + string(r)})
 		if err != nil {
 			t.Fatalf("connect as %s: %v", r, err)
@@ -58,11 +59,11 @@ func startRoomServer(t *testing.T) *roomServer {
 		}
 		return nc, js
 	}
-	_, adminJS := connect(stream.RoleAdmin)
+	_, adminJS := connect(access.RoleAdmin)
 	if _, err := stream.EnsureTopology(ctx, adminJS, stream.TopologyConfig{}); err != nil {
 		t.Fatal(err)
 	}
-	_, recJS := connect(stream.RoleRecoverer)
+	_, recJS := connect(access.RoleRecoverer)
 	topo, err := stream.OpenTopology(ctx, recJS, stream.TopologyConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +72,7 @@ func startRoomServer(t *testing.T) *roomServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, workerJS := connect(stream.RoleWorker)
+	_, workerJS := connect(access.RoleWorker)
 	return &roomServer{rec: rec, topo: topo, worker: workerJS}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/worker"
 )
@@ -24,7 +25,7 @@ import (
 // serve` runs it: the admin's topology (to read what happened), the tool
 // worker's (worker credentials) and an agent's plain connection.
 type roleWorld struct {
-	dir    stream.KeyDir
+	dir    access.KeyDir
 	url    string
 	admin  *stream.Topology
 	worker *stream.Topology
@@ -35,7 +36,7 @@ type roleWorld struct {
 // worker opens it with the same cfg: limits are the writer's).
 func startRoles(t *testing.T, cfg stream.TopologyConfig) *roleWorld {
 	t.Helper()
-	dir := stream.KeyDir(filepath.Join(t.TempDir(), "keys"))
+	dir := access.KeyDir(filepath.Join(t.TempDir(), "keys"))
 	if _, err := dir.Init(); err != nil {
 		t.Fatal(err)
 	}
@@ -45,26 +46,26 @@ func startRoles(t *testing.T, cfg stream.TopologyConfig) *roleWorld {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	e, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{Users: keys, Dir: t.TempDir(), Listen: "127.0.0.1:-1", Sync: stream.SyncInterval})
+	e, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{Auth: access.Users{Keys: keys}, Dir: t.TempDir(), Listen: "127.0.0.1:-1", Sync: stream.SyncInterval})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.Shutdown)
 	w := &roleWorld{dir: dir, url: e.ClientURL()}
-	js, _ := jetstream.New(w.conn(t, stream.RoleAdmin))
+	js, _ := jetstream.New(w.conn(t, access.RoleAdmin))
 	if w.admin, err = stream.EnsureTopology(ctx, js, cfg); err != nil {
 		t.Fatal(err)
 	}
-	wjs, _ := jetstream.New(w.conn(t, stream.RoleWorker))
+	wjs, _ := jetstream.New(w.conn(t, access.RoleWorker))
 	if w.worker, err = stream.OpenTopology(ctx, wjs, cfg); err != nil {
 		t.Fatal(err)
 	}
-	w.agent, _ = jetstream.New(w.conn(t, stream.RoleAgent))
+	w.agent, _ = jetstream.New(w.conn(t, access.RoleAgent))
 	return w
 }
 
 // conn connects as role with its nkey seed file, as a client would.
-func (w *roleWorld) conn(t *testing.T, r stream.Role) *nats.Conn {
+func (w *roleWorld) conn(t *testing.T, r access.Role) *nats.Conn {
 	t.Helper()
 	nc, err := stream.Connect(context.Background(), stream.ConnectConfig{URL: w.url, NKeySeedFile: w.dir.SeedFile(r), Name: "test " + string(r)})
 	if err != nil {

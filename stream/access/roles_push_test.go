@@ -1,4 +1,4 @@
-package stream_test
+package access_test
 
 // Red-team tests of one trusted role's push consumers. A consumer's deliver
 // subject is not checked against its creator's permissions: the server
@@ -26,6 +26,7 @@ import (
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 )
 
 // countOn returns, as admin, how many messages streamName holds on subject.
@@ -92,7 +93,7 @@ func TestRolesWorkerPushConsumerWritesDeniedSubjects(t *testing.T) {
 	if _, err := rs.topo.JS.Publish(ctx, rs.topo.ReviewsSubject(sess), review); err != nil {
 		t.Fatal(err)
 	}
-	_, worker := rs.asRole(t, stream.RoleWorker, stream.TopologyConfig{})
+	_, worker := rs.asRole(t, access.RoleWorker, stream.TopologyConfig{})
 	// The worker reads the review (its right) and stores it, and an
 	// assessment and a plan of its own making, where it may: on an
 	// approval-request subject of a session nobody uses.
@@ -181,7 +182,7 @@ func TestRolesRecovererPushConsumerWritesDeniedSubjects(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const sess = "s-1"
-	_, rec := rs.asRole(t, stream.RoleRecoverer, stream.TopologyConfig{})
+	_, rec := rs.asRole(t, access.RoleRecoverer, stream.TopologyConfig{})
 	bodies := map[string][]byte{
 		"zz-request": []byte(`{"v":1,"request_id":"r-evil","session":"s-1","task":"t-1","tool":"payments.charge","arguments":{"amount_cents":100000}}`),
 		"zz-answer":  []byte(`{"v":1,"session":"s-1","request_id":"r-9","code":"unknown_tool","message":"no such tool","at":"2026-11-29T10:00:01Z"}`),
@@ -261,7 +262,7 @@ func TestRolesWorkerCannotAskPrepareThroughAPushConsumer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const sess = "s-p"
-	_, worker := rs.asRole(t, stream.RoleWorker, stream.TopologyConfig{})
+	_, worker := rs.asRole(t, access.RoleWorker, stream.TopologyConfig{})
 	// A call recorded and never started (its writer gone, no lease held):
 	// retry_allowed, basis not_started.
 	lg, err := worker.OpenLog(ctx, sess, "w-gone", 1)
@@ -301,7 +302,7 @@ func TestRolesWorkerCannotAskPrepareThroughAPushConsumer(t *testing.T) {
 		t.Errorf("HOLE: %d plan(s) published for %s without a host asking", n, sess)
 	}
 	// A host still gets the plan when it asks.
-	host := rs.connect(t, stream.RoleHost)
+	host := rs.connect(t, access.RoleHost)
 	resp, err := host.Request(stream.APISubject("", "prepare"), []byte(`{"session":"s-p","call_id":"c-1"}`), 20*time.Second)
 	if err != nil || resp.Header.Get("Nats-Service-Error") != "" {
 		t.Fatalf("host prepare: %v %v", resp, err)

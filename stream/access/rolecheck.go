@@ -1,4 +1,4 @@
-package stream
+package access
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
+
+	"github.com/jingwei/jingwei/stream"
 )
 
 // DefaultProbeSession is the session id CheckRoles's probes use. Nothing is
@@ -21,7 +23,7 @@ const DefaultProbeSession = "jingwei-role-check"
 
 // CheckConfig configures CheckRoles.
 type CheckConfig struct {
-	// URL is the server to check. Defaults to DefaultURL.
+	// URL is the server to check. Defaults to stream.DefaultURL.
 	URL string
 	// Dir holds the roles' credentials (KeyDir). Required.
 	Dir KeyDir
@@ -47,7 +49,7 @@ type CheckConfig struct {
 // WithDefaults returns c with zero fields set to their defaults.
 func (c CheckConfig) WithDefaults() CheckConfig {
 	if c.URL == "" {
-		c.URL = DefaultURL
+		c.URL = stream.DefaultURL
 	}
 	if len(c.Roles) == 0 {
 		c.Roles = Roles
@@ -183,7 +185,7 @@ func CheckRoles(ctx context.Context, cfg CheckConfig) (*CheckReport, error) {
 	if err := cfg.Subjects.Validate(); err != nil {
 		return nil, err
 	}
-	if err := ValidateSession(cfg.Session); err != nil {
+	if err := stream.ValidateSession(cfg.Session); err != nil {
 		return nil, fmt.Errorf("stream: CheckConfig.Session: %w", err)
 	}
 	for _, r := range cfg.Roles {
@@ -282,7 +284,7 @@ type prober struct {
 var violationRe = regexp.MustCompile(`Permissions Violation for (Publish|Subscription) to "([^"]+)"`)
 
 func connectProber(ctx context.Context, cfg CheckConfig, r Role, st *checkState) (*prober, error) {
-	cc := ConnectConfig{URL: cfg.URL, TLSCA: cfg.TLSCA, Name: "jingwei auth check " + string(r), ConnectTimeout: cfg.Timeout}
+	cc := stream.ConnectConfig{URL: cfg.URL, TLSCA: cfg.TLSCA, Name: "jingwei auth check " + string(r), ConnectTimeout: cfg.Timeout}
 	if cfg.Creds {
 		cc.Creds = cfg.Dir.CredsFile(r)
 		if err := checkDir(string(cfg.Dir)); err != nil {
@@ -297,7 +299,7 @@ func connectProber(ctx context.Context, cfg CheckConfig, r Role, st *checkState)
 		}
 		cc.NKeySeedFile = cfg.Dir.SeedFile(r)
 	}
-	nc, err := Connect(ctx, cc)
+	nc, err := stream.Connect(ctx, cc)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package stream_test
+package access_test
 
 import (
 	"context"
@@ -14,13 +14,14 @@ import (
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/tools"
 )
 
 // asRole connects as r and opens the topology (no creation), as a client of
 // that role does.
-func (rs *roleServer) asRole(t *testing.T, r stream.Role, cfg stream.TopologyConfig) (*nats.Conn, *stream.Topology) {
+func (rs *roleServer) asRole(t *testing.T, r access.Role, cfg stream.TopologyConfig) (*nats.Conn, *stream.Topology) {
 	t.Helper()
 	nc := rs.connect(t, r)
 	js, _ := jetstream.New(nc)
@@ -72,12 +73,12 @@ func TestRolesLibraryPaths(t *testing.T) {
 	rs := startRoleServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	workerNC, worker := rs.asRole(t, stream.RoleWorker, stream.TopologyConfig{})
-	_, workerShort := rs.asRole(t, stream.RoleWorker, stream.TopologyConfig{LeaseTTL: time.Second})
-	recNC, rec := rs.asRole(t, stream.RoleRecoverer, stream.TopologyConfig{})
-	agentNC, agent := rs.asRole(t, stream.RoleAgent, stream.TopologyConfig{})
-	reviewerNC, reviewer := rs.asRole(t, stream.RoleReviewer, stream.TopologyConfig{})
-	hostNC, host := rs.asRole(t, stream.RoleHost, stream.TopologyConfig{})
+	workerNC, worker := rs.asRole(t, access.RoleWorker, stream.TopologyConfig{})
+	_, workerShort := rs.asRole(t, access.RoleWorker, stream.TopologyConfig{LeaseTTL: time.Second})
+	recNC, rec := rs.asRole(t, access.RoleRecoverer, stream.TopologyConfig{})
+	agentNC, agent := rs.asRole(t, access.RoleAgent, stream.TopologyConfig{})
+	reviewerNC, reviewer := rs.asRole(t, access.RoleReviewer, stream.TopologyConfig{})
+	hostNC, host := rs.asRole(t, access.RoleHost, stream.TopologyConfig{})
 
 	// Worker: lease, fence, append, renew; the example tools' buckets and
 	// stream created from scratch.
@@ -276,7 +277,7 @@ func TestRolesLibraryPaths(t *testing.T) {
 	// permission lets one connection answer each request once): $SRV.PING
 	// has two responders, and both answers come back through the host's
 	// import (response type stream).
-	rec2NC := rs.connect(t, stream.RoleRecoverer)
+	rec2NC := rs.connect(t, access.RoleRecoverer)
 	svc2, err := micro.AddService(rec2NC, micro.Config{Name: "jingwei", Version: "0.0.1"})
 	if err != nil {
 		t.Fatal(err)
@@ -351,7 +352,7 @@ func TestRolesLibraryPaths(t *testing.T) {
 // publish a session event; nothing reaches the log.
 func TestRolesAgentPlainClient(t *testing.T) {
 	rs := startRoleServer(t)
-	opt, err := nats.NkeyOptionFromSeed(rs.dir.SeedFile(stream.RoleAgent))
+	opt, err := nats.NkeyOptionFromSeed(rs.dir.SeedFile(access.RoleAgent))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,10 +1,12 @@
-package stream
+package access
 
 import (
 	"context"
 	"fmt"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/jingwei/jingwei/stream"
 )
 
 // checkTenants runs the tenant probes of CheckRoles: for each tenant of
@@ -40,11 +42,11 @@ func checkTenants(ctx context.Context, cfg CheckConfig, st *checkState) ([]Check
 			continue
 		}
 		a := agents[i]
-		cc := ConnectConfig{URL: cfg.URL, TLSCA: cfg.TLSCA, Name: "jingwei auth check tenant " + t.Name, ConnectTimeout: cfg.Timeout, NKeySeedFile: a.Path}
+		cc := stream.ConnectConfig{URL: cfg.URL, TLSCA: cfg.TLSCA, Name: "jingwei auth check tenant " + t.Name, ConnectTimeout: cfg.Timeout, NKeySeedFile: a.Path}
 		if cfg.Creds {
 			cc.NKeySeedFile, cc.Creds = "", cfg.Dir.TenantAgentCredsFile(a.Tenant, a.Agent)
 		}
-		nc, err := Connect(ctx, cc)
+		nc, err := stream.Connect(ctx, cc)
 		if err != nil {
 			fail(err.Error())
 			continue

@@ -1,4 +1,4 @@
-package stream_test
+package access_test
 
 import (
 	"bytes"
@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 )
 
 var updateRolesDoc = flag.Bool("update-roles-doc", false, "rewrite docs/roles.md from stream.RoleConfig")
@@ -25,7 +25,7 @@ var rolesDocFile = filepath.Join("..", "docs", "roles.md")
 //
 //	go test ./stream -run TestRolesDoc -update-roles-doc
 func TestRolesDoc(t *testing.T) {
-	got := rolesDoc(stream.RoleConfig{})
+	got := rolesDoc(access.RoleConfig{})
 	if *updateRolesDoc {
 		if err := os.WriteFile(rolesDocFile, got, 0o644); err != nil {
 			t.Fatal(err)
@@ -41,7 +41,7 @@ func TestRolesDoc(t *testing.T) {
 	}
 }
 
-func rolesDoc(c stream.RoleConfig) []byte {
+func rolesDoc(c access.RoleConfig) []byte {
 	var b bytes.Buffer
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	p("# Roles: the complete permission lists\n\n")
@@ -63,7 +63,7 @@ func rolesDoc(c stream.RoleConfig) []byte {
 	p("Agents of a fleet get the credential of their tenant (below), which\n")
 	p("reaches only the tenant's own sessions; the fleet-wide `agent` role is\n")
 	p("an operator's.\n")
-	for _, r := range stream.Roles {
+	for _, r := range access.Roles {
 		p("\n## %s (account `%s`)\n\n", r, c.AccountName(r))
 		p("| list | subjects | why |\n|---|---|---|\n")
 		for _, g := range c.Grants(r) {
@@ -83,7 +83,7 @@ func rolesDoc(c stream.RoleConfig) []byte {
 			p("| responses | one answer per request received, within %s | the service answers through it |\n", perm.ResponseExpiry)
 		}
 		if imps := c.Imports(r); len(imps) > 0 {
-			p("\nImports from `%s`:\n\n| subject | response | why |\n|---|---|---|\n", c.AccountName(stream.RoleAdmin))
+			p("\nImports from `%s`:\n\n| subject | response | why |\n|---|---|---|\n", c.AccountName(access.RoleAdmin))
 			for _, imp := range imps {
 				p("| `%s` | %s | %s |\n", imp.Subject, imp.Response, strings.ReplaceAll(imp.Why, "|", "\\|"))
 			}
@@ -91,7 +91,7 @@ func rolesDoc(c stream.RoleConfig) []byte {
 	}
 	// A tenant's agents, shown for a tenant named "<tenant>".
 	tc := c
-	tc.Tenants = []stream.Tenant{{Name: "tenantname"}}
+	tc.Tenants = []access.Tenant{{Name: "tenantname"}}
 	name := func(s string) string { return strings.ReplaceAll(s, "tenantname", "<tenant>") }
 	p("\n## agent of a tenant (account `%s`)\n\n", name(tc.TenantAccountName("tenantname")))
 	p("A tenant owns the sessions whose id begins with `<tenant>-`; its agents\n")
@@ -105,11 +105,11 @@ func rolesDoc(c stream.RoleConfig) []byte {
 		}
 		p("| %s allow | %s | %s |\n", g.Op, strings.Join(subs, "<br>"), strings.ReplaceAll(g.Why, "|", "\\|"))
 	}
-	p("\nImports from `%s` (the agent publishes on the local subject; the service receives the tenant's):\n\n| subject | local subject | response | why |\n|---|---|---|---|\n", c.AccountName(stream.RoleAdmin))
+	p("\nImports from `%s` (the agent publishes on the local subject; the service receives the tenant's):\n\n| subject | local subject | response | why |\n|---|---|---|---|\n", c.AccountName(access.RoleAdmin))
 	for _, imp := range tc.TenantImports("tenantname") {
 		p("| `%s` | `%s` | %s | %s |\n", name(imp.Subject), imp.To, imp.Response, strings.ReplaceAll(imp.Why, "|", "\\|"))
 	}
-	p("\nExported by `%s` to every tenant's account:\n\n| subject | response | why |\n|---|---|---|\n", c.AccountName(stream.RoleAdmin))
+	p("\nExported by `%s` to every tenant's account:\n\n| subject | response | why |\n|---|---|---|\n", c.AccountName(access.RoleAdmin))
 	for _, e := range tc.Exports() {
 		if len(e.Accounts) == 1 && e.Accounts[0] == tc.TenantAccountName("tenantname") {
 			p("| `%s` | %s | %s |\n", e.Subject, e.Response, strings.ReplaceAll(e.Why, "|", "\\|"))
