@@ -12,18 +12,18 @@ import (
 	"github.com/jingwei/jingwei/stream/access"
 )
 
-var updateRolesDoc = flag.Bool("update-roles-doc", false, "rewrite docs/roles.md from stream.RoleConfig")
+var updateRolesDoc = flag.Bool("update-roles-doc", false, "rewrite docs/roles.md from access.RoleConfig")
 
 // rolesDocFile is the generated permission reference of the protocol
 // document.
-var rolesDocFile = filepath.Join("..", "docs", "roles.md")
+var rolesDocFile = filepath.Join("..", "..", "docs", "roles.md")
 
 // TestRolesDoc keeps docs/roles.md, the protocol document's complete list of
 // every role's permissions and every account's imports, equal to what the
-// code enforces (stream.RoleConfig with the default prefixes). After a
+// code enforces (access.RoleConfig with the default prefixes). After a
 // change to the roles run:
 //
-//	go test ./stream -run TestRolesDoc -update-roles-doc
+//	go test ./stream/access -run TestRolesDoc -update-roles-doc
 func TestRolesDoc(t *testing.T) {
 	got := rolesDoc(access.RoleConfig{})
 	if *updateRolesDoc {
@@ -34,10 +34,10 @@ func TestRolesDoc(t *testing.T) {
 	}
 	want, err := os.ReadFile(rolesDocFile)
 	if err != nil {
-		t.Fatalf("%v (generate it: go test ./stream -run TestRolesDoc -update-roles-doc)", err)
+		t.Fatalf("%v (generate it: go test ./stream/access -run TestRolesDoc -update-roles-doc)", err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Fatalf("%s is not what the code enforces; regenerate it: go test ./stream -run TestRolesDoc -update-roles-doc", rolesDocFile)
+		t.Fatalf("%s is not what the code enforces; regenerate it: go test ./stream/access -run TestRolesDoc -update-roles-doc", rolesDocFile)
 	}
 }
 
@@ -45,8 +45,8 @@ func rolesDoc(c access.RoleConfig) []byte {
 	var b bytes.Buffer
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	p("# Roles: the complete permission lists\n\n")
-	p("Generated from `stream.RoleConfig` (prefix `jw`, example tools prefix\n")
-	p("`tools`, trusted account `JINGWEI`) by `go test ./stream -run TestRolesDoc\n")
+	p("Generated from `access.RoleConfig` (prefix `jw`, example tools prefix\n")
+	p("`tools`, trusted account `JINGWEI`) by `go test ./stream/access -run TestRolesDoc\n")
 	p("-update-roles-doc`; the test fails when this file and the code disagree.\n")
 	p("See [protocol.md §4](protocol.md#4-roles-and-accounts) for what the roles\n")
 	p("are and why the untrusted ones have accounts of their own.\n\n")
