@@ -12,6 +12,7 @@ import (
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/worker/recoverer"
 )
 
@@ -24,7 +25,7 @@ func crashStep(cfg Config) step {
 	p50 := fmt.Sprintf("crash -> assessment p50, %s (raw = lease TTL)", what)
 	p99 := fmt.Sprintf("crash -> assessment p99, %s (raw = lease TTL)", what)
 	return step{
-		scenario: "crash", name: "crash -> assessment", server: stream.SyncInterval, rows: []row{{p50, target}, {p99, target}},
+		scenario: "crash", name: "crash -> assessment", server: natsnode.SyncInterval, rows: []row{{p50, target}, {p99, target}},
 		run: func(ctx context.Context, e *env) ([]Result, error) {
 			lat, err := e.crash(ctx, rounds, sessions)
 			if err != nil {
@@ -62,7 +63,7 @@ func (e *env) crash(ctx context.Context, rounds, sessions int) ([]float64, error
 		started  = map[string]string{}    // session → call id of its start
 		assessed = map[string]time.Time{} // call id → arrival of its assessment
 	)
-	evSub, err := e.nc.Subscribe(topo.EventsSubject("*"), func(m *nats.Msg) {
+	evSub, err := e.nc.Subscribe(topo.Names().EventsSubject("*"), func(m *nats.Msg) {
 		var ev schema.Event
 		if json.Unmarshal(m.Data, &ev) != nil {
 			return
@@ -86,7 +87,7 @@ func (e *env) crash(ctx context.Context, rounds, sessions int) ([]float64, error
 		return nil, err
 	}
 	defer evSub.Unsubscribe()
-	asSub, err := e.nc.Subscribe(topo.AssessmentsSubject("*"), func(m *nats.Msg) {
+	asSub, err := e.nc.Subscribe(topo.Names().AssessmentsSubject("*"), func(m *nats.Msg) {
 		at := time.Now()
 		// One assessment or a batch (docs/protocol.md §5.4).
 		as, err := schema.DecodeAssessments(m.Data)
@@ -122,7 +123,7 @@ func (e *env) crash(ctx context.Context, rounds, sessions int) ([]float64, error
 	}()
 	// The recovery worker is running once its events consumer exists.
 	if err := waitFor(ctx, 10*time.Millisecond, func() (bool, error) {
-		_, err := topo.JS.Consumer(ctx, topo.StreamName("EVENTS"), topo.Prefix+"-recoverer-crash-events")
+		_, err := topo.JS.Consumer(ctx, topo.Names().StreamName("EVENTS"), topo.Prefix+"-recoverer-crash-events")
 		return err == nil, nil
 	}); err != nil {
 		return nil, err
@@ -143,7 +144,7 @@ func (e *env) crash(ctx context.Context, rounds, sessions int) ([]float64, error
 			q := schema.Request{V: schema.Version, RequestID: fmt.Sprintf("q-%d-%d", round, i), Session: names[i], Task: "t-1",
 				Tool: "catalog.lookup", Arguments: json.RawMessage(`{"sku":"A-1"}`)}
 			b, _ := json.Marshal(q)
-			if _, err := topo.JS.Publish(ctx, topo.RequestsSubject(q.Session), b, jetstream.WithMsgID(stream.RequestMsgIDOf(q))); err != nil {
+			if _, err := topo.JS.Publish(ctx, topo.Names().RequestsSubject(q.Session), b, jetstream.WithMsgID(stream.RequestMsgIDOf(q))); err != nil {
 				w.Kill()
 				return nil, fmt.Errorf("publish request: %w", err)
 			}

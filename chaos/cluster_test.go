@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 // TestPartitionThroughProxies runs three nodes in this process, wired as a
@@ -114,7 +114,7 @@ func startCluster(t *testing.T) *testCluster {
 // connection is closed when the test ends.
 func (c *testCluster) connect(t *testing.T, url string) *nats.Conn {
 	t.Helper()
-	nc, err := stream.Connect(c.ctx, stream.ConnectConfig{URL: url, NKeySeedFile: c.keys.SeedFile(access.RoleAdmin), ConnectTimeout: 20 * time.Second})
+	nc, err := natsnode.Connect(c.ctx, natsnode.ConnectConfig{URL: url, NKeySeedFile: c.keys.SeedFile(access.RoleAdmin), ConnectTimeout: 20 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

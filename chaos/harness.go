@@ -17,8 +17,8 @@ import (
 
 	"github.com/jingwei/jingwei/internal/proc"
 	"github.com/jingwei/jingwei/schema"
-	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 // The steps the progress bar shows.
@@ -264,7 +264,7 @@ func (h *harness) startNodes(ctx context.Context) error {
 	h.url = h.net.URLs()
 	for i := range cfg.Nodes {
 		nc := h.net.nodeConfig(i, filepath.Join(h.dir, fmt.Sprintf("node-%d", i)), string(h.keys))
-		nc.Sync = stream.SyncMode(cfg.Sync)
+		nc.Sync = natsnode.SyncMode(cfg.Sync)
 		args := append(nc.Args(), "--log-format", "json")
 		sl, err := h.sup.add(fmt.Sprintf("node-%d", i), "node", profile{}, func(int, profile) ([]string, string) { return args, nc.Name })
 		if err != nil {

@@ -13,8 +13,8 @@ import (
 
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
-	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/worker/fence"
 )
 
@@ -35,7 +35,7 @@ func connectRoles(ctx context.Context, url string, keys access.KeyDir, reviewer 
 		role access.Role
 		nc   **nats.Conn
 	}{{access.RoleAdmin, &c.admin}, {access.RoleAgent, &c.agent}, {access.RoleReviewer, &c.reviewer}, {access.RoleHost, &c.host}} {
-		nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: url, NKeySeedFile: keys.SeedFile(r.role), Name: "jingwei chaos " + string(r.role), ConnectTimeout: timeout})
+		nc, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: url, NKeySeedFile: keys.SeedFile(r.role), Name: "jingwei chaos " + string(r.role), ConnectTimeout: timeout})
 		if err != nil {
 			c.close()
 			return nil, fmt.Errorf("connect as %s: %w", r.role, err)

@@ -82,7 +82,7 @@ func (s *story) approvals(ctx context.Context, kp nkeys.KeyPair, w *proc.Child, 
 	}
 	q := schema.Request{V: schema.Version, RequestID: ApprovalRequest, Session: ApprovalSession, Task: Task, Tool: tools.PaymentsCharge, Arguments: bigPaymentArgs}
 	b, _ := json.Marshal(q)
-	if _, err := agent.Publish(ctx, s.topo.RequestsSubject(q.Session), b, jetstream.WithMsgID(stream.RequestMsgIDOf(q))); err != nil {
+	if _, err := agent.Publish(ctx, s.topo.Names().RequestsSubject(q.Session), b, jetstream.WithMsgID(stream.RequestMsgIDOf(q))); err != nil {
 		return fmt.Errorf("publish request %s: %w", q.RequestID, err)
 	}
 	s.say("agent", "request %-10s %s %s: above %d cents, it needs a signed approval", q.RequestID, q.Tool, q.Arguments, ApprovalAbove)
@@ -127,7 +127,7 @@ func (s *story) approvals(ctx context.Context, kp nkeys.KeyPair, w *proc.Child, 
 	if err := stream.PublishApproval(ctx, approver, s.topo.Prefix, a); err != nil {
 		return err
 	}
-	s.say("approve", "demo-approver@finance approves call %s (signed), published on %s while no tool worker runs", c.CallID, s.topo.ApprovalsSubject(ApprovalSession))
+	s.say("approve", "demo-approver@finance approves call %s (signed), published on %s while no tool worker runs", c.CallID, s.topo.Names().ApprovalsSubject(ApprovalSession))
 
 	w3, err := s.start("worker-3", args...)
 	if err != nil {
@@ -145,7 +145,7 @@ func (s *story) approvals(ctx context.Context, kp nkeys.KeyPair, w *proc.Child, 
 		return err
 	}
 	rep.Result = string(r.Status)
-	h, err := s.topo.Load(ctx, ApprovalSession)
+	h, err := s.topo.Logs().Load(ctx, ApprovalSession)
 	if err != nil {
 		return err
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/tools"
 	"github.com/jingwei/jingwei/worker/service"
 )
@@ -41,7 +42,7 @@ type story struct {
 	procs *children
 	dead  map[*proc.Child]bool // children the story killed or stopped on purpose
 
-	srv   *stream.Embedded
+	srv   *natsnode.Embedded
 	keys  access.KeyDir // the role credentials the server enforces
 	nc    *nats.Conn    // admin: set-up, and the narrator's view of everything
 	roles map[access.Role]*nats.Conn
@@ -112,7 +113,7 @@ func (s *story) run(ctx context.Context) (Report, error) {
 	}
 	cfg := embeddedConfig(s.dir, s.log)
 	cfg.Auth = access.Users{Keys: users}
-	srv, err := stream.StartEmbedded(ctx, cfg)
+	srv, err := natsnode.StartEmbedded(ctx, cfg)
 	if err != nil {
 		return s.rep, fmt.Errorf("start embedded server: %w", err)
 	}
@@ -190,10 +191,10 @@ func (s *story) run(ctx context.Context) (Report, error) {
 		{V: schema.Version, RequestID: PaymentRequest, Session: PaymentSession, Task: Task, Tool: tools.PaymentsCharge, Arguments: paymentArgs},
 	} {
 		b, _ := json.Marshal(q)
-		if _, err := agent.Publish(ctx, s.topo.RequestsSubject(q.Session), b, jetstream.WithMsgID(stream.RequestMsgIDOf(q))); err != nil {
+		if _, err := agent.Publish(ctx, s.topo.Names().RequestsSubject(q.Session), b, jetstream.WithMsgID(stream.RequestMsgIDOf(q))); err != nil {
 			return s.rep, fmt.Errorf("publish request %s: %w", q.RequestID, err)
 		}
-		s.say("agent", "request %-10s %s %s on %s", q.RequestID, q.Tool, q.Arguments, s.topo.RequestsSubject(q.Session))
+		s.say("agent", "request %-10s %s %s on %s", q.RequestID, q.Tool, q.Arguments, s.topo.Names().RequestsSubject(q.Session))
 	}
 
 	// 5. Both bodies are in the middle: started, business record written
@@ -297,10 +298,10 @@ func (s *story) run(ctx context.Context) (Report, error) {
 	if err != nil {
 		return s.rep, err
 	}
-	if _, err := reviewer.Publish(ctx, s.topo.ReviewsSubject(PaymentSession), b); err != nil {
+	if _, err := reviewer.Publish(ctx, s.topo.Names().ReviewsSubject(PaymentSession), b); err != nil {
 		return s.rep, fmt.Errorf("publish review: %w", err)
 	}
-	s.say("review", "demo-reviewer@ops checks the ledger: %s\nsigns verdict %s with %s..., published on %s", evidence, verdict, pub[:12], s.topo.ReviewsSubject(PaymentSession))
+	s.say("review", "demo-reviewer@ops checks the ledger: %s\nsigns verdict %s with %s..., published on %s", evidence, verdict, pub[:12], s.topo.Names().ReviewsSubject(PaymentSession))
 
 	// 12. The payment's retry, or its refusal.
 	pplan, err := s.prepare(ctx, PaymentSession, pay.CallID)
@@ -344,7 +345,7 @@ func (s *story) connect(r access.Role) (*nats.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return s.srv.Connect(nats.Name("jingwei demo "+string(r)), stream.NkeyOption(kp))
+	return s.srv.Connect(nats.Name("jingwei demo "+string(r)), natsnode.NkeyOption(kp))
 }
 
 // publicArgs drops the flags every child gets (server, credentials, log
@@ -507,7 +508,7 @@ func (s *story) host() *service.Client {
 // report.
 func (s *story) table(ctx context.Context) error {
 	for _, session := range []string{OrderSession, PaymentSession} {
-		h, err := s.topo.Load(ctx, session)
+		h, err := s.topo.Logs().Load(ctx, session)
 		if err != nil {
 			return err
 		}

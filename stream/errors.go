@@ -36,14 +36,6 @@ var (
 	// lease expired or was taken over since it was last renewed.
 	ErrLeaseLost = errors.New("stream: lease lost")
 
-	// ErrServerTooOld is returned by Connect when the server is older than
-	// 2.11 (per-message TTL, which leases depend on, came with 2.11).
-	ErrServerTooOld = errors.New("stream: nats-server too old (need 2.11 or newer)")
-
-	// ErrAddressInUse means an embedded server's listen address is taken,
-	// most often by another `jingwei serve` or nats-server.
-	ErrAddressInUse = errors.New("stream: listen address in use")
-
 	// ErrTopologyConflict is returned by EnsureTopology when a stream or
 	// bucket exists with a configuration that conflicts with jingwei's.
 	// Nothing is replaced or purged.

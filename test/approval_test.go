@@ -18,6 +18,7 @@ import (
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/tools"
 	"github.com/jingwei/jingwei/worker/service"
@@ -61,7 +62,7 @@ func newApprovalStack(t *testing.T) *approvalStack {
 	s.url, s.auth = srv.url, srv.auth()
 	ctx := context.Background()
 	connect := func(r access.Role) (*nats.Conn, jetstream.JetStream) {
-		nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: s.url, NKeySeedFile: access.KeyDir(s.auth).SeedFile(r)})
+		nc, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: s.url, NKeySeedFile: access.KeyDir(s.auth).SeedFile(r)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -176,7 +177,7 @@ func (s *approvalStack) count(session, typ, callID string) int {
 func (s *approvalStack) leaseGone(session string) {
 	s.t.Helper()
 	streamtest.Eventually(s.t, waitLimit, session+": lease expired", func() bool {
-		_, err := s.topo.Leases.Get(context.Background(), session)
+		_, err := s.topo.LeaseBucket.Get(context.Background(), session)
 		return err != nil
 	})
 }
@@ -403,7 +404,7 @@ func TestTaskStopThroughPipeline(t *testing.T) {
 	publishRequest(t, s.agentJS, s.topo, sess, "r-3", tools.CatalogLookup, `{"sku":"A-1"}`)
 	var ans schema.Answer
 	streamtest.Eventually(t, waitLimit, "the request after the stop is answered", func() bool {
-		a, ok, err := s.topo.FindAnswer(ctx, sess, "r-3")
+		a, ok, err := s.topo.Answers().FindAnswer(ctx, sess, "r-3")
 		ans = a
 		return err == nil && ok
 	})

@@ -16,6 +16,7 @@ import (
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/worker/mcptool/mcptest"
 )
@@ -80,7 +81,7 @@ func TestMCPWorkerKilledMidToolsCall(t *testing.T) {
 	url, auth := srv.url, srv.auth()
 	connect := func(r access.Role) (*nats.Conn, jetstream.JetStream, *stream.Topology) {
 		t.Helper()
-		nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: url, NKeySeedFile: access.KeyDir(auth).SeedFile(r)})
+		nc, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: url, NKeySeedFile: access.KeyDir(auth).SeedFile(r)})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 // TestNatsCLIRoles is the check the README tells an operator to run, with
@@ -45,7 +46,7 @@ func TestNatsCLIRoles(t *testing.T) {
 	}
 	// Nothing reached the session log.
 	ctx := context.Background()
-	nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: srv.url, NKeySeedFile: filepath.Join(srv.auth(), "admin.nk")})
+	nc, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: srv.url, NKeySeedFile: filepath.Join(srv.auth(), "admin.nk")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +56,7 @@ func TestNatsCLIRoles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h, err := topo.Load(ctx, "x"); err != nil || len(h) != 0 {
+	if h, err := topo.Logs().Load(ctx, "x"); err != nil || len(h) != 0 {
 		t.Fatalf("session x holds %d events (%v), want none", len(h), err)
 	}
 }

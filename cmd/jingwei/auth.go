@@ -12,8 +12,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 func init() {
@@ -269,7 +269,7 @@ func runAuthCheck(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs := newFlags("auth check", "Check, as every role, that the server allows what the role needs and refuses the rest.", authHelp, stderr)
 	var af authFlags
 	af.register(fs)
-	server := fs.String("server", envOr("NATS_URL", stream.DefaultURL), "NATS server URL(s), comma separated (env NATS_URL)")
+	server := fs.String("server", envOr("NATS_URL", natsnode.DefaultURL), "NATS server URL(s), comma separated (env NATS_URL)")
 	tlsca := fs.String("tlsca", envOr("NATS_CA", ""), "PEM file of CAs to verify the server's TLS certificate (env NATS_CA)")
 	operator := fs.Bool("operator", false, "connect with DIR/<role>.creds (operator mode, see auth creds) instead of DIR/<role>.nk")
 	roles := fs.String("roles", "", "only these roles, comma separated (default: all)")

@@ -17,6 +17,7 @@ import (
 
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 func fileMode(t *testing.T, path string) os.FileMode {
@@ -154,7 +155,7 @@ func authServer(t *testing.T, dir string, widen bool) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := stream.EmbeddedConfig{Dir: t.TempDir(), Listen: "127.0.0.1:-1", Sync: stream.SyncInterval, Auth: access.Users{Keys: keys}}
+	cfg := natsnode.EmbeddedConfig{Dir: t.TempDir(), Listen: "127.0.0.1:-1", Sync: natsnode.SyncInterval, Auth: access.Users{Keys: keys}}
 	if widen {
 		cfg.Options = func(o *server.Options) {
 			var trusted *server.Account
@@ -170,22 +171,22 @@ func authServer(t *testing.T, dir string, widen bool) string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	e, err := stream.StartEmbedded(ctx, cfg)
+	e, err := natsnode.StartEmbedded(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.Shutdown)
-	makeTopology(t, e.ClientURL(), stream.ConnectConfig{NKeySeedFile: access.KeyDir(dir).SeedFile(access.RoleAdmin)})
+	makeTopology(t, e.ClientURL(), natsnode.ConnectConfig{NKeySeedFile: access.KeyDir(dir).SeedFile(access.RoleAdmin)})
 	return e.ClientURL()
 }
 
 // makeTopology creates the topology as admin.
-func makeTopology(t *testing.T, url string, cc stream.ConnectConfig) {
+func makeTopology(t *testing.T, url string, cc natsnode.ConnectConfig) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cc.URL = url
-	nc, err := stream.Connect(ctx, cc)
+	nc, err := natsnode.Connect(ctx, cc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,7 +353,7 @@ func TestAuthCreds(t *testing.T) {
 		t.Errorf("creds warned: %s", errOut)
 	}
 	url := operatorServer(t, dir, ojwt, sys, sysJWT)
-	makeTopology(t, url, stream.ConnectConfig{Creds: filepath.Join(dir, "admin.creds")})
+	makeTopology(t, url, natsnode.ConnectConfig{Creds: filepath.Join(dir, "admin.creds")})
 	if st, out, _ := runCLI("auth", "check", "--dir", dir, "--server", url, "--operator"); st != exitOK {
 		t.Fatalf("check --operator: exit %d\n%s", st, out)
 	}

@@ -16,8 +16,8 @@ import (
 
 	"github.com/jingwei/jingwei/console"
 	"github.com/jingwei/jingwei/recovery"
-	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 func init() {
@@ -219,7 +219,7 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) in
 // registerConsoleNATS registers the connection flags every client has
 // but --creds and --nkey: the console has one set per role instead.
 func registerConsoleNATS(fs *flag.FlagSet, n *natsFlags) {
-	fs.StringVar(&n.server, "server", envOr("NATS_URL", stream.DefaultURL), "NATS server URL(s), comma separated (env NATS_URL)")
+	fs.StringVar(&n.server, "server", envOr("NATS_URL", natsnode.DefaultURL), "NATS server URL(s), comma separated (env NATS_URL)")
 	fs.StringVar(&n.tlsca, "tlsca", envOr("NATS_CA", ""), "PEM file of CAs to verify the server's TLS certificate (env NATS_CA)")
 	fs.StringVar(&n.prefix, "prefix", envOr("JINGWEI_PREFIX", "jw"), "subject prefix of the jingwei topology (env JINGWEI_PREFIX)")
 	fs.StringVar(&n.auth, "auth", envOr("JINGWEI_AUTH", ""), "directory of role credentials (reviewer.nk, host.nk), used for a role without --<role>-creds/--<role>-nkey; default ./.jingwei/auth if it exists (env JINGWEI_AUTH)")
@@ -237,7 +237,7 @@ func (n *natsFlags) connectConsole(ctx context.Context, cc consoleConn, log zero
 			nkey = access.KeyDir(dir).SeedFile(cc.role)
 		}
 	}
-	nc, err := stream.Connect(ctx, stream.ConnectConfig{
+	nc, err := natsnode.Connect(ctx, natsnode.ConnectConfig{
 		URL: n.server, Creds: cc.creds, NKeySeedFile: nkey, TLSCA: n.tlsca,
 		Name: "jingwei console (" + string(cc.role) + ")", Logger: log, ConnectTimeout: n.connectTimeout,
 	})

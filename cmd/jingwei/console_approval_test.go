@@ -66,7 +66,7 @@ func sessionEvents(t *testing.T, url, data, session string) []schema.Event {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := topo.Load(context.Background(), session)
+	h, err := topo.Logs().Load(context.Background(), session)
 	if err != nil {
 		t.Fatal(err)
 	}

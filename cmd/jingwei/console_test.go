@@ -126,11 +126,11 @@ func openPayment(t *testing.T, url, data, session, callID, args string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lease, err := topo.AcquireLease(ctx, session, "crashed-writer-"+session)
+	lease, err := topo.Leases().AcquireLease(ctx, session, "crashed-writer-"+session)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lg, err := topo.Fence(ctx, session, "crashed-writer-"+session, lease.Epoch)
+	lg, err := topo.Logs().Fence(ctx, session, "crashed-writer-"+session, lease.Epoch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -630,7 +630,7 @@ func TestConsoleCurlSecondCharge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plans, err := topo.ListPlans(context.Background(), "curl-1")
+	plans, err := topo.Plans().ListPlans(context.Background(), "curl-1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,7 +50,7 @@ func TestExportTenantThroughHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	direct := func(session string) string {
-		h, err := topo.Load(context.Background(), session)
+		h, err := topo.Logs().Load(context.Background(), session)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/worker/recoverer"
 )
 
@@ -103,9 +104,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		tf toolFlags
 		lf logFlags
 	)
-	listen := fs.String("listen", stream.DefaultListen, "client address of the embedded server, host:port (port -1: any free port)")
+	listen := fs.String("listen", natsnode.DefaultListen, "client address of the embedded server, host:port (port -1: any free port)")
 	data := fs.String("data", "./.jingwei", "data directory: server store (DATA/data), role credentials (DATA/auth) and reviewer key (DATA/reviewer.nk)")
-	syncMode := fs.String("sync", string(stream.SyncAlways), "store durability: always (fsync every write) or interval")
+	syncMode := fs.String("sync", string(natsnode.SyncAlways), "store durability: always (fsync every write) or interval")
 	prefix := fs.String("prefix", envOr("JINGWEI_PREFIX", "jw"), "subject prefix of the jingwei topology (env JINGWEI_PREFIX)")
 	ttl := fs.Duration("lease-ttl", 10*time.Second, "session lease TTL (at least 1s; the same for every process)")
 	partitions := partitionsFlag(fs)
@@ -133,7 +134,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if msg := checkPartitions(*partitions); msg != "" {
 		return usageError(stderr, "serve", "%s", msg)
 	}
-	if m := stream.SyncMode(*syncMode); m != stream.SyncAlways && m != stream.SyncInterval {
+	if m := natsnode.SyncMode(*syncMode); m != natsnode.SyncAlways && m != natsnode.SyncInterval {
 		return usageError(stderr, "serve", "--sync %q: want always or interval", *syncMode)
 	}
 	for _, tn := range tenantNames {
@@ -157,7 +158,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 
 	// A taken port is said at once, before any key is made.
-	if err := stream.CheckListen(*listen); err != nil {
+	if err := natsnode.CheckListen(*listen); err != nil {
 		return fail(err)
 	}
 	ms, err := mf.listen()
@@ -247,8 +248,8 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if !*serverLog && log.GetLevel() < zerolog.WarnLevel {
 		srvLog = log.Level(zerolog.WarnLevel)
 	}
-	srv, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{
-		Dir: filepath.Join(*data, "data"), Listen: *listen, Sync: stream.SyncMode(*syncMode), Logger: srvLog,
+	srv, err := natsnode.StartEmbedded(ctx, natsnode.EmbeddedConfig{
+		Dir: filepath.Join(*data, "data"), Listen: *listen, Sync: natsnode.SyncMode(*syncMode), Logger: srvLog,
 		Auth: access.Users{Keys: users, Roles: access.RoleConfig{Prefix: *prefix, Tenants: tenants}},
 	})
 	if err != nil {
@@ -265,7 +266,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			if err != nil {
 				return nil, nil, nil, err
 			}
-			opts = append(opts, stream.NkeyOption(kp))
+			opts = append(opts, natsnode.NkeyOption(kp))
 		}
 		nc, err := srv.Connect(append(opts, nats.Name("jingwei serve "+string(r)))...)
 		if err != nil {

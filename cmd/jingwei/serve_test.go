@@ -18,8 +18,8 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/jingwei/jingwei/schema"
-	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/worker/service"
 )
 
@@ -193,7 +193,7 @@ func connectRole(t *testing.T, url, data string, r access.Role) *nats.Conn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(url, stream.NkeyOption(kp))
+	nc, err := nats.Connect(url, natsnode.NkeyOption(kp))
 	if err != nil {
 		t.Fatal(err)
 	}

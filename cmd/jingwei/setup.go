@@ -127,7 +127,7 @@ func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "jingwei setup: %v\n", err)
 		return exitFailure
 	}
-	for _, s := range []jetstream.Stream{topo.Events, topo.Requests, topo.Reviews, topo.PlanLog, topo.Assessments, topo.Answers} {
+	for _, s := range []jetstream.Stream{topo.Events, topo.Requests, topo.Reviews, topo.PlanLog, topo.Assessments, topo.AnswerLog} {
 		c := s.CachedInfo().Config
 		out.Streams = append(out.Streams, setupStream{Name: c.Name, Subjects: c.Subjects, Replicas: max(c.Replicas, 1)})
 	}

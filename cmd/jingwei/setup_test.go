@@ -12,6 +12,7 @@ import (
 
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 // TestSetup: on a server with authorization on and no topology yet, setup
@@ -63,7 +64,7 @@ func keyedServer(t *testing.T) (access.KeyDir, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := stream.StartEmbedded(context.Background(), stream.EmbeddedConfig{Dir: filepath.Join(dir, "data"), Listen: "127.0.0.1:-1", Sync: stream.SyncInterval, Auth: access.Users{Keys: users}})
+	srv, err := natsnode.StartEmbedded(context.Background(), natsnode.EmbeddedConfig{Dir: filepath.Join(dir, "data"), Listen: "127.0.0.1:-1", Sync: natsnode.SyncInterval, Auth: access.Users{Keys: users}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +86,7 @@ func TestSetupConfirmReplaced(t *testing.T) {
 		t.Fatalf("setup: exit %d\n%s\n%s", code, stdout, stderr)
 	}
 	connect := func(r access.Role) jetstream.JetStream {
-		nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: url, NKeySeedFile: kd.SeedFile(r)})
+		nc, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: url, NKeySeedFile: kd.SeedFile(r)})
 		if err != nil {
 			t.Fatal(err)
 		}

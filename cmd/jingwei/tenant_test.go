@@ -18,6 +18,7 @@ import (
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/worker/service"
 )
 
@@ -29,7 +30,7 @@ func connectTenant(t *testing.T, url, data, tenant, agent string) *nats.Conn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(url, stream.NkeyOption(kp))
+	nc, err := nats.Connect(url, natsnode.NkeyOption(kp))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +177,7 @@ func TestServeTenantAgents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := topo.Load(context.Background(), "beta-1")
+	h, err := topo.Logs().Load(context.Background(), "beta-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +242,7 @@ func TestAuthCredsTenants(t *testing.T) {
 		t.Fatalf("creds: exit %d\n%s\n%s", st, out, errOut)
 	}
 	url := operatorServer(t, dir, ojwt, sys, sysJWT)
-	makeTopology(t, url, stream.ConnectConfig{Creds: filepath.Join(dir, "admin.creds")})
+	makeTopology(t, url, natsnode.ConnectConfig{Creds: filepath.Join(dir, "admin.creds")})
 	if st, out, _ := runCLI("auth", "check", "--dir", dir, "--server", url, "--operator", "--roles", "agent"); st != exitOK || !strings.Contains(out, "agent (tenant acme)") {
 		t.Fatalf("check --operator: exit %d\n%s", st, out)
 	}
@@ -254,7 +255,7 @@ func TestAuthCredsTenants(t *testing.T) {
 		t.Fatalf("creds again: %s", errOut)
 	}
 	kd := access.KeyDir(dir)
-	nc, err := stream.Connect(context.Background(), stream.ConnectConfig{URL: url, Creds: kd.TenantAgentCredsFile("acme", "bot2")})
+	nc, err := natsnode.Connect(context.Background(), natsnode.ConnectConfig{URL: url, Creds: kd.TenantAgentCredsFile("acme", "bot2")})
 	if err != nil {
 		t.Fatalf("bot2: %v", err)
 	}

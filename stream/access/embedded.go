@@ -5,7 +5,7 @@ import (
 
 	"github.com/nats-io/nkeys"
 
-	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 // Users runs an embedded server (stream.EmbeddedConfig.Auth) with the
@@ -26,7 +26,7 @@ type Users struct {
 	Roles RoleConfig
 }
 
-var _ stream.Authorization = Users{}
+var _ natsnode.Authorization = Users{}
 
 // Validate checks the keys: known roles, nkey user public keys, no key
 // shared by two roles.

@@ -35,7 +35,7 @@ func TestLogOwnEventIsRecognizedByContent(t *testing.T) {
 	defer cancel()
 	const sess = "s-1"
 	_, honest := rs.asRole(t, access.RoleWorker, stream.TopologyConfig{})
-	lg, err := honest.OpenLog(ctx, sess, "tw-honest", 2)
+	lg, err := honest.Logs().OpenLog(ctx, sess, "tw-honest", 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestLogOwnEventIsRecognizedByContent(t *testing.T) {
 
 	// The honest writer records the start, which is what lets its body run.
 	seq, err := lg.Append(ctx, schema.Event{Type: schema.TypeStarted, Started: &schema.Started{CallID: "c-1"}})
-	h, lerr := honest.Load(ctx, sess)
+	h, lerr := honest.Logs().Load(ctx, sess)
 	if lerr != nil {
 		t.Fatal(lerr)
 	}
@@ -106,11 +106,11 @@ func TestLogEventAt(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_, w := rs.asRole(t, access.RoleWorker, stream.TopologyConfig{})
-	a, err := w.OpenLog(ctx, "s-a", "tw-1", 2)
+	a, err := w.Logs().OpenLog(ctx, "s-a", "tw-1", 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := w.OpenLog(ctx, "s-b", "tw-1", 2)
+	b, err := w.Logs().OpenLog(ctx, "s-b", "tw-1", 2)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 // TestAccountsBlockConfigFile writes a full nats-server configuration file
@@ -104,7 +105,7 @@ func TestAccountsBlockConfigFile(t *testing.T) {
 	if !s.ReadyForConnections(10 * time.Second) {
 		t.Fatal("server not ready")
 	}
-	admin, err := stream.Connect(ctx, stream.ConnectConfig{URL: s.ClientURL(), NKeySeedFile: dir.SeedFile(access.RoleAdmin)})
+	admin, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: s.ClientURL(), NKeySeedFile: dir.SeedFile(access.RoleAdmin)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 // testOperator is an operator with a system account.
@@ -179,7 +180,7 @@ func TestRoleCredsOperatorMode(t *testing.T) {
 			url := startOperatorServer(t, op, got.PreloadFile)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			admin, err := stream.Connect(ctx, stream.ConnectConfig{URL: url, Creds: dir.CredsFile(access.RoleAdmin)})
+			admin, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: url, Creds: dir.CredsFile(access.RoleAdmin)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -197,7 +198,7 @@ func TestRoleCredsOperatorMode(t *testing.T) {
 				t.Fatal("role check failed in operator mode")
 			}
 			// The plain nkey seed is no user here: only the JWT is.
-			if _, err := stream.Connect(ctx, stream.ConnectConfig{URL: url, NKeySeedFile: dir.SeedFile(access.RoleAgent), ConnectTimeout: time.Second}); err == nil {
+			if _, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: url, NKeySeedFile: dir.SeedFile(access.RoleAgent), ConnectTimeout: time.Second}); err == nil {
 				t.Error("nkey without a JWT accepted in operator mode")
 			}
 			// Issued again: the account keys stay, so the creds of a
@@ -214,7 +215,7 @@ func TestRoleCredsOperatorMode(t *testing.T) {
 			if len(again.Users) != 1 || again.Users[0].Role != access.RoleAgent {
 				t.Errorf("reissue for the agent only: %+v", again.Users)
 			}
-			agent, err := stream.Connect(ctx, stream.ConnectConfig{URL: url, Creds: dir.CredsFile(access.RoleAgent)})
+			agent, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: url, Creds: dir.CredsFile(access.RoleAgent)})
 			if err != nil {
 				t.Fatalf("reissued agent creds: %v", err)
 			}
@@ -251,7 +252,7 @@ func TestRoleCredsUntrustedOperator(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	_, err = stream.Connect(ctx, stream.ConnectConfig{URL: url, Creds: dir.CredsFile(access.RoleAdmin), ConnectTimeout: time.Second})
+	_, err = natsnode.Connect(ctx, natsnode.ConnectConfig{URL: url, Creds: dir.CredsFile(access.RoleAdmin), ConnectTimeout: time.Second})
 	if !errors.Is(err, nats.ErrAuthorization) {
 		t.Errorf("rogue operator's creds: %v", err)
 	}

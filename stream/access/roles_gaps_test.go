@@ -299,11 +299,11 @@ func TestRolesNoSnoopingAcrossAccounts(t *testing.T) {
 	_, reviewer := rs.asRole(t, access.RoleReviewer, stream.TopologyConfig{})
 	_, worker := rs.asRole(t, access.RoleWorker, stream.TopologyConfig{})
 
-	lease, err := worker.AcquireLease(ctx, "s-1", "worker-1")
+	lease, err := worker.Leases().AcquireLease(ctx, "s-1", "worker-1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	log, err := worker.OpenLog(ctx, "s-1", "worker-1", lease.Epoch)
+	log, err := worker.Logs().OpenLog(ctx, "s-1", "worker-1", lease.Epoch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +315,7 @@ func TestRolesNoSnoopingAcrossAccounts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := host.Load(ctx, "s-1"); err != nil {
+	if _, err := host.Logs().Load(ctx, "s-1"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := reviewer.JS.Publish(ctx, "jw.reviews.s-1", []byte(`{"v":1}`)); err != nil {

@@ -17,12 +17,13 @@ import (
 
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 // roleServer is an embedded server that enforces the roles, with the
 // topology created by admin.
 type roleServer struct {
-	srv   *stream.Embedded
+	srv   *natsnode.Embedded
 	dir   access.KeyDir
 	admin *nats.Conn
 	topo  *stream.Topology // admin's
@@ -38,15 +39,15 @@ func startRoleServer(t *testing.T) *roleServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return startRoleServerWith(t, dir, stream.EmbeddedConfig{Auth: access.Users{Keys: keys}})
+	return startRoleServerWith(t, dir, natsnode.EmbeddedConfig{Auth: access.Users{Keys: keys}})
 }
 
-func startRoleServerWith(t *testing.T, dir access.KeyDir, cfg stream.EmbeddedConfig) *roleServer {
+func startRoleServerWith(t *testing.T, dir access.KeyDir, cfg natsnode.EmbeddedConfig) *roleServer {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cfg.Dir, cfg.Listen, cfg.Sync = t.TempDir(), "127.0.0.1:-1", stream.SyncInterval
-	e, err := stream.StartEmbedded(ctx, cfg)
+	cfg.Dir, cfg.Listen, cfg.Sync = t.TempDir(), "127.0.0.1:-1", natsnode.SyncInterval
+	e, err := natsnode.StartEmbedded(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +64,7 @@ func startRoleServerWith(t *testing.T, dir access.KeyDir, cfg stream.EmbeddedCon
 // connect connects as role with its nkey seed file, as a client would.
 func (rs *roleServer) connect(t *testing.T, r access.Role) *nats.Conn {
 	t.Helper()
-	nc, err := stream.Connect(context.Background(), stream.ConnectConfig{URL: rs.srv.ClientURL(), NKeySeedFile: rs.dir.SeedFile(r), Name: "test " + string(r)})
+	nc, err := natsnode.Connect(context.Background(), natsnode.ConnectConfig{URL: rs.srv.ClientURL(), NKeySeedFile: rs.dir.SeedFile(r), Name: "test " + string(r)})
 	if err != nil {
 		t.Fatalf("connect as %s: %v", r, err)
 	}
@@ -184,7 +185,7 @@ func TestRolesCheckCatchesWrongPermissions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs := startRoleServerWith(t, dir, stream.EmbeddedConfig{Auth: access.Users{Keys: keys}, Options: oneAccount})
+	rs := startRoleServerWith(t, dir, natsnode.EmbeddedConfig{Auth: access.Users{Keys: keys}, Options: oneAccount})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	before := serverState(t, ctx, rs)
@@ -254,7 +255,7 @@ func TestRolesCheckAccountsAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs := startRoleServerWith(t, dir, stream.EmbeddedConfig{Auth: access.Users{Keys: keys}, Options: func(o *server.Options) {
+	rs := startRoleServerWith(t, dir, natsnode.EmbeddedConfig{Auth: access.Users{Keys: keys}, Options: func(o *server.Options) {
 		for _, u := range o.Nkeys {
 			if u.Account.Name != access.DefaultAccount {
 				u.Permissions = nil
@@ -317,7 +318,7 @@ func TestRolesCheckWithoutWitness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs := startRoleServerWith(t, dir, stream.EmbeddedConfig{Auth: access.Users{Keys: keys}})
+	rs := startRoleServerWith(t, dir, natsnode.EmbeddedConfig{Auth: access.Users{Keys: keys}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if err := os.Remove(dir.SeedFile(access.RoleAdmin)); err != nil {
@@ -580,13 +581,13 @@ func TestEmbeddedRefusesBadUsers(t *testing.T) {
 		"shared key":   {access.RoleAgent: k, access.RoleHost: k},
 		"not a user":   {access.RoleAgent: init.Roles[1].PublicKey[1:]},
 	} {
-		_, err := stream.StartEmbedded(context.Background(), stream.EmbeddedConfig{Dir: t.TempDir(), Listen: "127.0.0.1:-1", Auth: access.Users{Keys: users}})
+		_, err := natsnode.StartEmbedded(context.Background(), natsnode.EmbeddedConfig{Dir: t.TempDir(), Listen: "127.0.0.1:-1", Auth: access.Users{Keys: users}})
 		if err == nil {
 			t.Errorf("%s: started", name)
 		}
 	}
 	// Without users the server stays open: no credentials needed.
-	e, err := stream.StartEmbedded(context.Background(), stream.EmbeddedConfig{Dir: t.TempDir(), Listen: "127.0.0.1:-1", Sync: stream.SyncInterval})
+	e, err := natsnode.StartEmbedded(context.Background(), natsnode.EmbeddedConfig{Dir: t.TempDir(), Listen: "127.0.0.1:-1", Sync: natsnode.SyncInterval})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -598,16 +599,16 @@ func TestEmbeddedRefusesBadUsers(t *testing.T) {
 	nc.Close()
 	// With users, a client without a key is refused.
 	keys, _ := dir.PublicKeys()
-	e2, err := stream.StartEmbedded(context.Background(), stream.EmbeddedConfig{Dir: t.TempDir(), Listen: "127.0.0.1:-1", Sync: stream.SyncInterval, Auth: access.Users{Keys: keys}})
+	e2, err := natsnode.StartEmbedded(context.Background(), natsnode.EmbeddedConfig{Dir: t.TempDir(), Listen: "127.0.0.1:-1", Sync: natsnode.SyncInterval, Auth: access.Users{Keys: keys}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e2.Shutdown()
-	if _, err := stream.Connect(context.Background(), stream.ConnectConfig{URL: e2.ClientURL(), ConnectTimeout: time.Second}); !errors.Is(err, nats.ErrAuthorization) {
+	if _, err := natsnode.Connect(context.Background(), natsnode.ConnectConfig{URL: e2.ClientURL(), ConnectTimeout: time.Second}); !errors.Is(err, nats.ErrAuthorization) {
 		t.Errorf("anonymous client: %v", err)
 	}
 	kp, _ := dir.KeyPair(access.RoleAgent)
-	nc, err = e2.Connect(stream.NkeyOption(kp))
+	nc, err = e2.Connect(natsnode.NkeyOption(kp))
 	if err != nil {
 		t.Fatalf("NkeyOption: %v", err)
 	}

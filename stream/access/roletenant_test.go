@@ -16,6 +16,7 @@ import (
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 func TestSessionTenant(t *testing.T) {
@@ -64,12 +65,12 @@ func startTenantServer(t *testing.T) *roleServer {
 	if len(tenants) != 2 || tenants[0].Name != "acme" || len(tenants[0].Agents) != 1 {
 		t.Fatalf("tenants %+v", tenants)
 	}
-	return startRoleServerWith(t, dir, stream.EmbeddedConfig{Auth: access.Users{Keys: keys, Roles: access.RoleConfig{Tenants: tenants}}})
+	return startRoleServerWith(t, dir, natsnode.EmbeddedConfig{Auth: access.Users{Keys: keys, Roles: access.RoleConfig{Tenants: tenants}}})
 }
 
 func (rs *roleServer) connectTenant(t *testing.T, tenant string) *nats.Conn {
 	t.Helper()
-	nc, err := stream.Connect(context.Background(), stream.ConnectConfig{URL: rs.srv.ClientURL(), NKeySeedFile: rs.dir.TenantAgentSeedFile(tenant, "bot1"), Name: "test tenant " + tenant})
+	nc, err := natsnode.Connect(context.Background(), natsnode.ConnectConfig{URL: rs.srv.ClientURL(), NKeySeedFile: rs.dir.TenantAgentSeedFile(tenant, "bot1"), Name: "test tenant " + tenant})
 	if err != nil {
 		t.Fatalf("connect as tenant %s: %v", tenant, err)
 	}
@@ -141,11 +142,11 @@ func TestTenantSeesNoOtherSession(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	_, worker := rs.asRole(t, access.RoleWorker, stream.TopologyConfig{})
-	lease, err := worker.AcquireLease(ctx, "beta-1", "worker-1")
+	lease, err := worker.Leases().AcquireLease(ctx, "beta-1", "worker-1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	log, err := worker.OpenLog(ctx, "beta-1", "worker-1", lease.Epoch)
+	log, err := worker.Logs().OpenLog(ctx, "beta-1", "worker-1", lease.Epoch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +185,7 @@ func TestTenantSeesNoOtherSession(t *testing.T) {
 		t.Error("ATTACK: tenant acme opened JW_EVENTS")
 	}
 	scancel()
-	if st, err := worker.JS.Stream(ctx, worker.StreamName("REQUESTS")); err != nil {
+	if st, err := worker.JS.Stream(ctx, worker.Names().StreamName("REQUESTS")); err != nil {
 		t.Fatal(err)
 	} else if info, err := st.Info(ctx, jetstream.WithSubjectFilter("jw.requests.beta-1")); err != nil {
 		t.Fatal(err)
@@ -252,7 +253,7 @@ func TestTenantCredsOperatorMode(t *testing.T) {
 	defer cancel()
 	conn := func(creds string) *nats.Conn {
 		t.Helper()
-		nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: url, Creds: creds})
+		nc, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: url, Creds: creds})
 		if err != nil {
 			t.Fatalf("connect %s: %v", creds, err)
 		}

@@ -1,4 +1,4 @@
-package stream
+package natsnode
 
 import (
 	"context"
@@ -295,7 +295,7 @@ func (c ConnectConfig) WithDefaults() ConnectConfig {
 // disconnect.
 func reconnectDelay() nats.ReconnectDelayHandler {
 	var mu sync.Mutex
-	b := newBackoff(50*time.Millisecond, 5*time.Second)
+	b := Backoff(50*time.Millisecond, 5*time.Second)
 	return func(attempts int) time.Duration {
 		mu.Lock()
 		defer mu.Unlock()
@@ -306,7 +306,9 @@ func reconnectDelay() nats.ReconnectDelayHandler {
 	}
 }
 
-func newBackoff(initial, max time.Duration) *backoff.ExponentialBackOff {
+// Backoff returns an exponential backoff from initial to max that never
+// gives up (the caller's context bounds it), reset and ready to use.
+func Backoff(initial, max time.Duration) *backoff.ExponentialBackOff {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval = initial
 	b.MaxInterval = max
@@ -360,7 +362,7 @@ func Connect(ctx context.Context, cfg ConnectConfig) (*nats.Conn, error) {
 			return backoff.Permanent(err)
 		}
 		return err
-	}, backoff.WithContext(newBackoff(50*time.Millisecond, time.Second), ctx))
+	}, backoff.WithContext(Backoff(50*time.Millisecond, time.Second), ctx))
 	if err != nil {
 		return nil, fmt.Errorf("stream: connect to %s: %w", cfg.URL, err)
 	}

@@ -59,7 +59,7 @@ func historyPage(ctx context.Context, t *stream.Topology, req service.HistoryReq
 		used int
 		bad  error
 	)
-	end, err := t.ReadLog(ctx, req.Session, req.FromSeq, func(seq uint64, data []byte) bool {
+	end, err := t.Logs().ReadLog(ctx, req.Session, req.FromSeq, func(seq uint64, data []byte) bool {
 		if _, err := schema.DecodeEvent(data); err != nil {
 			bad = storedEventError(req.Session, seq, err)
 			return false

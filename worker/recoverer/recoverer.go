@@ -255,7 +255,7 @@ func (r *Recoverer) Inspect(ctx context.Context, session, callID string) (schema
 	if err := checkTarget(session, callID); err != nil {
 		return schema.Assessment{}, err
 	}
-	h, err := r.t.Load(ctx, session)
+	h, err := r.t.Logs().Load(ctx, session)
 	if err != nil {
 		return schema.Assessment{}, err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/worker"
 )
@@ -46,7 +47,7 @@ func startRoles(t *testing.T, cfg stream.TopologyConfig) *roleWorld {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	e, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{Auth: access.Users{Keys: keys}, Dir: t.TempDir(), Listen: "127.0.0.1:-1", Sync: stream.SyncInterval})
+	e, err := natsnode.StartEmbedded(ctx, natsnode.EmbeddedConfig{Auth: access.Users{Keys: keys}, Dir: t.TempDir(), Listen: "127.0.0.1:-1", Sync: natsnode.SyncInterval})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +68,7 @@ func startRoles(t *testing.T, cfg stream.TopologyConfig) *roleWorld {
 // conn connects as role with its nkey seed file, as a client would.
 func (w *roleWorld) conn(t *testing.T, r access.Role) *nats.Conn {
 	t.Helper()
-	nc, err := stream.Connect(context.Background(), stream.ConnectConfig{URL: w.url, NKeySeedFile: w.dir.SeedFile(r), Name: "test " + string(r)})
+	nc, err := natsnode.Connect(context.Background(), natsnode.ConnectConfig{URL: w.url, NKeySeedFile: w.dir.SeedFile(r), Name: "test " + string(r)})
 	if err != nil {
 		t.Fatalf("connect as %s: %v", r, err)
 	}
@@ -83,7 +84,7 @@ func (w *roleWorld) publishAs(t *testing.T, q schema.Request, id string) *jetstr
 	if err != nil {
 		t.Fatal(err)
 	}
-	ack, err := w.agent.Publish(context.Background(), w.admin.RequestsSubject(q.Session), b, jetstream.WithMsgID(id))
+	ack, err := w.agent.Publish(context.Background(), w.admin.Names().RequestsSubject(q.Session), b, jetstream.WithMsgID(id))
 	if err != nil {
 		t.Fatalf("agent publishes %s: %v", q.RequestID, err)
 	}
@@ -93,7 +94,7 @@ func (w *roleWorld) publishAs(t *testing.T, q schema.Request, id string) *jetstr
 // answer returns the answer recorded for requestID, if any.
 func (w *roleWorld) answer(t *testing.T, session, requestID string) (schema.Answer, bool) {
 	t.Helper()
-	a, ok, err := w.admin.FindAnswer(context.Background(), session, requestID)
+	a, ok, err := w.admin.Answers().FindAnswer(context.Background(), session, requestID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +105,7 @@ func (w *roleWorld) answer(t *testing.T, session, requestID string) (schema.Answ
 // whether a tool.result follows it.
 func (w *roleWorld) callOf(t *testing.T, session, requestID string) (c *schema.Call, done bool, n int) {
 	t.Helper()
-	h, err := w.admin.Load(context.Background(), session)
+	h, err := w.admin.Logs().Load(context.Background(), session)
 	if err != nil {
 		t.Fatal(err)
 	}
