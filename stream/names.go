@@ -45,9 +45,7 @@ func (n Names) RequestsStoredSubject(session string) string {
 // RequestsPartitionSubject returns jw.requests.<partition>.*: every
 // stored request of one partition (the filter of its consumer).
 func (n Names) RequestsPartitionSubject(partition int) string {
-	t := n.t
-
-	return t.Prefix + ".requests." + strconv.Itoa(partition) + ".*"
+	return n.t.Prefix + ".requests." + strconv.Itoa(partition) + ".*"
 }
 
 // PlansStoredSubject returns jw.plans.<partition>.<session>: the subject
@@ -59,9 +57,7 @@ func (n Names) PlansStoredSubject(session string) string {
 // PlansPartitionSubject returns jw.plans.<partition>.*: every stored plan
 // of one partition.
 func (n Names) PlansPartitionSubject(partition int) string {
-	t := n.t
-
-	return t.Prefix + ".plans." + strconv.Itoa(partition) + ".*"
+	return n.t.Prefix + ".plans." + strconv.Itoa(partition) + ".*"
 }
 
 // storedSubject is <prefix>.<kind>.<partition>.<session>, or
@@ -69,7 +65,6 @@ func (n Names) PlansPartitionSubject(partition int) string {
 // deployment opened read-only).
 func (n Names) storedSubject(kind, session string) string {
 	t := n.t
-
 	if t.cfg.Partitions == 0 {
 		return t.Prefix + "." + kind + "." + session
 	}
@@ -102,9 +97,7 @@ func (n Names) PlansSubject(session string) string {
 
 // AssessmentsSubject returns jw.assessments.<session>.
 func (n Names) AssessmentsSubject(session string) string {
-	t := n.t
-
-	return t.Prefix + ".assessments." + session
+	return n.t.Prefix + ".assessments." + session
 }
 
 // AnswersSubject returns jw.answers.<session>.

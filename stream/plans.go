@@ -68,7 +68,9 @@ type Plans struct {
 	t   *Topology // nil from NewPlans: only Topology.Plans lists and loads
 }
 
-// NewPlans returns a plan store on kv (normally Topology.Plans).
+// NewPlans returns a plan store on kv (normally Topology.PlanBucket) that
+// issues, gets, consumes and completes plans; the one Topology.Plans
+// returns also lists them and loads histories for them.
 func NewPlans(kv jetstream.KeyValue) *Plans {
 	return &Plans{kv: kv, now: time.Now}
 }

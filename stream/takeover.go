@@ -33,7 +33,7 @@ type Hold interface {
 }
 
 // Acquirer takes holds on sessions for TakeOver: AcquireLease behind
-// Topology.SessionLeases today.
+// Leases.SessionLeases today.
 type Acquirer interface {
 	// Acquire takes the hold of session for owner, or fails (ErrLeaseHeld
 	// when someone else holds it).
