@@ -58,7 +58,7 @@ type classifier struct {
 	// must follow it. Only the run goroutine uses it.
 	delivered uint64
 	// load reads a session's history through at least a sequence
-	// (Topology.LoadThrough); tests replace it with a lagging replica.
+	// (Logs.LoadThrough); tests replace it with a lagging replica.
 	load func(ctx context.Context, session string, atLeast uint64) ([]schema.Event, error)
 }
 

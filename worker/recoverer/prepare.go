@@ -190,7 +190,7 @@ func (r *issuer) retryNeed(args json.RawMessage) (int, int64) {
 // roomForRetry refuses, with history_too_large, a plan for callID whose
 // attempt the session log has no room to record: fewer events, or fewer
 // bytes of serialized history, left before the fence reserve (loaded, the
-// log as read, stream.Topology.LoadedRoom) than a retry needs
+// log as read, stream.Plans.LoadedRoom) than a retry needs
 // (retryNeed). No plan is issued then: no tool
 // worker could run it, and it would be held and tried again for nothing.
 // A call that inspect refuses (unknown, corrupt) gets that answer first.
@@ -300,7 +300,7 @@ func (r *issuer) ensurePublished(ctx context.Context, plan schema.Plan) error {
 }
 
 // ackFloor is the answer of a plan consumer's ack-floor read
-// (stream.Topology.PlanConsumerAckFloor).
+// (stream.Plans.PlanConsumerAckFloor).
 type ackFloor struct {
 	floor uint64
 	ok    bool
@@ -308,7 +308,7 @@ type ackFloor struct {
 }
 
 // readAckFloor reads the plan consumer's ack floor for session
-// (Topology.PlanConsumerAckFloor) meanwhile: the answer comes on the
+// (Plans.PlanConsumerAckFloor) meanwhile: the answer comes on the
 // channel returned.
 func (r *issuer) readAckFloor(ctx context.Context, session string) <-chan ackFloor {
 	floors := make(chan ackFloor, 1)

@@ -285,7 +285,7 @@ func (r *Recoverer) Prepare(ctx context.Context, session, callID string) (schema
 }
 
 // TakeOver takes the session over and confirms its history: if nobody may
-// still write it (stream.Topology.Writer: no live session lease, and the
+// still write it (stream.Logs.Writer: no live session lease, and the
 // owner of its partition did not write its last event) it appends
 // session.fenced at the epoch just above the log's (from then on the old
 // writer's appends fail with stream.ErrFenced; a later owner of the

@@ -46,7 +46,7 @@ func (r *reviewChecker) check(subjectSession string, data []byte) (schema.Review
 type reviewChecker struct {
 	*base
 	settled func(session, callID string)
-	// load reads a session's log for a check (nil: Topology.Load); a test
+	// load reads a session's log for a check (nil: Logs.Load); a test
 	// makes it fail.
 	load func(ctx context.Context, session string) ([]schema.Event, error)
 }

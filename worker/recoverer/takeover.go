@@ -205,7 +205,7 @@ func (r *takeovers) sweepPartitions(ctx context.Context) {
 // partitionExpired takes over, in parallel, every session of partition p
 // with open calls: those the classifier tracks and those the start's
 // reconcile left to the partition's owner. A session a live owner writes
-// again is left to it (stream.Topology.RecoveryHolds).
+// again is left to it (stream.Leases.RecoveryHolds).
 func (r *takeovers) partitionExpired(ctx context.Context, p int) {
 	t0 := time.Now()
 	set := map[string]struct{}{}
@@ -335,7 +335,7 @@ func (r *takeovers) takeOverIfOpen(ctx context.Context, session string, leftLive
 }
 
 // takeOverOpen takes the session over if its log has open calls and
-// nobody may still write it (stream.Topology.Writer); it reports whether
+// nobody may still write it (stream.Logs.Writer); it reports whether
 // it fenced. A session left to a live writer is passed to leftLive (when
 // not nil).
 func (r *takeovers) takeOverOpen(ctx context.Context, session string, leftLive func(string)) (bool, error) {
