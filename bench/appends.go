@@ -13,6 +13,7 @@ import (
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 // appendTarget: fenced appends keep at least 0.9 of the events/s of raw
@@ -34,10 +35,10 @@ func encodeFor(ev schema.Event, session string) ([]byte, error) {
 	return schema.EncodeEvent(ev)
 }
 
-func appendSteps(cfg Config, mode stream.SyncMode) []step {
+func appendSteps(cfg Config, mode natsnode.SyncMode) []step {
 	type shape struct{ sessions, perSession int }
 	var shapes []shape
-	if mode == stream.SyncAlways {
+	if mode == natsnode.SyncAlways {
 		shapes = []shape{{1, cfg.n(800, 200, 20)}, {64, cfg.n(60, 15, 2)}}
 	} else {
 		shapes = []shape{{1, cfg.n(5000, 1500, 50)}, {64, cfg.n(250, 60, 3)}}
@@ -71,7 +72,7 @@ func (e *env) appends(ctx context.Context, sessions, perSession int) (jw, raw []
 	jwRound := func(ctx context.Context, round int) (float64, error) {
 		logs := make([]*stream.Log, sessions)
 		for i := range logs {
-			lg, err := topo.OpenLog(ctx, fmt.Sprintf("jw-%d-%d", round, i), "bench", 1)
+			lg, err := topo.Logs().OpenLog(ctx, fmt.Sprintf("jw-%d-%d", round, i), "bench", 1)
 			if err != nil {
 				return 0, err
 			}
@@ -97,7 +98,7 @@ func (e *env) appends(ctx context.Context, sessions, perSession int) (jw, raw []
 			payloads[i] = p
 		}
 		d, err := concurrently(ctx, sessions, func(ctx context.Context, i int) error {
-			subj := topo.EventsSubject(fmt.Sprintf("raw-%d-%d", round, i))
+			subj := topo.Names().EventsSubject(fmt.Sprintf("raw-%d-%d", round, i))
 			var last uint64
 			for range perSession {
 				seq, err := rawAppend(ctx, topo.JS, subj, payloads[i], last)

@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 // Config configures Run. The zero value runs every scenario at full size
@@ -129,8 +130,8 @@ func (c Config) n(full, quick, least int) int {
 // env is one embedded server and a connection to it.
 type env struct {
 	cfg  Config
-	mode stream.SyncMode
-	srv  *stream.Embedded
+	mode natsnode.SyncMode
+	srv  *natsnode.Embedded
 	nc   *nats.Conn
 	js   jetstream.JetStream
 	log  zerolog.Logger
@@ -183,8 +184,8 @@ func (e *env) drop(t *stream.Topology) {
 	_ = t.Drop(ctx)
 }
 
-func startEnv(ctx context.Context, cfg Config, dir string, mode stream.SyncMode) (*env, error) {
-	srv, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{Dir: dir, Listen: "127.0.0.1:-1", Sync: mode, Name: "jingwei-bench-" + string(mode), Logger: cfg.Logger})
+func startEnv(ctx context.Context, cfg Config, dir string, mode natsnode.SyncMode) (*env, error) {
+	srv, err := natsnode.StartEmbedded(ctx, natsnode.EmbeddedConfig{Dir: dir, Listen: "127.0.0.1:-1", Sync: mode, Name: "jingwei-bench-" + string(mode), Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -224,7 +225,7 @@ func (e *env) close() {
 type step struct {
 	scenario string // one of Scenarios
 	name     string // shown in the progress bar
-	server   stream.SyncMode
+	server   natsnode.SyncMode
 	// rows are the step's rows and targets, for the rows of a failed step.
 	rows []row
 	run  func(ctx context.Context, e *env) ([]Result, error)
@@ -232,7 +233,7 @@ type step struct {
 
 // ratioStep returns a step of one row, name: the medians of the jingwei and
 // raw rounds that measure returns, in unit, checked against target.
-func ratioStep(scenario, name string, mode stream.SyncMode, unit string, target Target,
+func ratioStep(scenario, name string, mode natsnode.SyncMode, unit string, target Target,
 	measure func(ctx context.Context, e *env) (jw, raw []float64, err error)) step {
 	return step{
 		scenario: scenario, name: name, server: mode, rows: []row{{name, target}},
@@ -250,7 +251,7 @@ func ratioStep(scenario, name string, mode stream.SyncMode, unit string, target 
 // the same rounds: row a is the medians of the jingwei and rawA rounds,
 // row b of the jingwei and rawB rounds, in unit, each checked against its
 // row's target. name is the step's, shown in the progress bar.
-func twoRatioStep(scenario, name string, mode stream.SyncMode, unit string, a, b row,
+func twoRatioStep(scenario, name string, mode natsnode.SyncMode, unit string, a, b row,
 	measure func(ctx context.Context, e *env) (jw, rawA, rawB []float64, err error)) step {
 	return step{
 		scenario: scenario, name: name, server: mode, rows: []row{a, b},
@@ -277,16 +278,16 @@ type row struct {
 func plan(cfg Config) []step {
 	var steps []step
 	if cfg.runs("appends") {
-		steps = append(steps, appendSteps(cfg, stream.SyncInterval)...)
+		steps = append(steps, appendSteps(cfg, natsnode.SyncInterval)...)
 	}
 	if cfg.runs("runtime") {
-		steps = append(steps, runtimeStep(cfg, stream.SyncInterval))
+		steps = append(steps, runtimeStep(cfg, natsnode.SyncInterval))
 	}
 	if cfg.runs("tracing") {
 		steps = append(steps, tracingStep(cfg))
 	}
 	if cfg.runs("pipeline") {
-		steps = append(steps, pipelineStep(cfg, stream.SyncInterval))
+		steps = append(steps, pipelineStep(cfg, natsnode.SyncInterval))
 	}
 	if cfg.runs("mcp") {
 		steps = append(steps, mcpStep(cfg))
@@ -312,13 +313,13 @@ func plan(cfg Config) []step {
 	// The durable mode last, on a server of its own (full runs only).
 	if !cfg.Quick {
 		if cfg.runs("appends") {
-			steps = append(steps, appendSteps(cfg, stream.SyncAlways)...)
+			steps = append(steps, appendSteps(cfg, natsnode.SyncAlways)...)
 		}
 		if cfg.runs("runtime") {
-			steps = append(steps, runtimeStep(cfg, stream.SyncAlways))
+			steps = append(steps, runtimeStep(cfg, natsnode.SyncAlways))
 		}
 		if cfg.runs("pipeline") {
-			steps = append(steps, pipelineStep(cfg, stream.SyncAlways))
+			steps = append(steps, pipelineStep(cfg, natsnode.SyncAlways))
 		}
 	}
 	return steps
@@ -346,7 +347,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	var (
 		out  []Result
 		errs []error
-		envs = map[stream.SyncMode]*env{}
+		envs = map[natsnode.SyncMode]*env{}
 	)
 	defer func() {
 		for _, e := range envs {

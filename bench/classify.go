@@ -12,6 +12,7 @@ import (
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/worker/recoverer"
 )
 
@@ -50,7 +51,7 @@ func classifyStep(cfg Config) step {
 	what := fmt.Sprintf("recovery worker classification, %d events", events)
 	storing := what + " (raw stores as many assessments)"
 	bare := what + " (raw only acks)"
-	return twoRatioStep("classify", what, stream.SyncInterval, "events/s", row{storing, classifyStoringTarget}, row{bare, classifyBareTarget},
+	return twoRatioStep("classify", what, natsnode.SyncInterval, "events/s", row{storing, classifyStoringTarget}, row{bare, classifyBareTarget},
 		func(ctx context.Context, e *env) (jw, rawStoring, rawBare []float64, err error) {
 			return e.classify(ctx, events)
 		})
@@ -115,7 +116,7 @@ func (e *env) classify(ctx context.Context, events int) (jw, rawStoring, rawBare
 		rctx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- rec.Run(rctx) }()
-		d, err := ackFloor(ctx, e.js, topo.StreamName("EVENTS"), topo.Prefix+"-recoverer-bench-events", f.lastSeq, floorPoll, nil)
+		d, err := ackFloor(ctx, e.js, topo.Names().StreamName("EVENTS"), topo.Prefix+"-recoverer-bench-events", f.lastSeq, floorPoll, nil)
 		cancel()
 		if rerr := <-done; err == nil && rerr != nil {
 			err = rerr
@@ -145,7 +146,7 @@ func (e *env) classify(ctx context.Context, events int) (jw, rawStoring, rawBare
 				subj = func(session string) string { return topo.Prefix + ".rawbench.assessments." + session }
 			}
 			go func() { done <- rawConsume(rctx, e.nc, topo, name, subj) }()
-			d, err := ackFloor(ctx, e.js, topo.StreamName("EVENTS"), name, f.lastSeq, floorPoll, nil)
+			d, err := ackFloor(ctx, e.js, topo.Names().StreamName("EVENTS"), name, f.lastSeq, floorPoll, nil)
 			cancel()
 			if rerr := <-done; err == nil && rerr != nil {
 				err = rerr
@@ -196,7 +197,7 @@ func countAssessments(ctx context.Context, topo *stream.Topology) (distinct, tot
 	if info.State.Msgs == 0 {
 		return 0, 0, 0, nil
 	}
-	cons, err := topo.JS.OrderedConsumer(ctx, topo.StreamName("ASSESSMENTS"), jetstream.OrderedConsumerConfig{})
+	cons, err := topo.JS.OrderedConsumer(ctx, topo.Names().StreamName("ASSESSMENTS"), jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		return 0, 0, 0, err
 	}
@@ -262,7 +263,7 @@ var resultMark = []byte(`"type":"tool.result"`)
 // before, whose acks normally have arrived, is settled and acknowledged),
 // the best a hand-written program doing the same writes would do.
 func rawConsume(ctx context.Context, nc *nats.Conn, topo *stream.Topology, name string, assessments func(session string) string) error {
-	cons, err := topo.JS.CreateOrUpdateConsumer(ctx, topo.StreamName("EVENTS"), jetstream.ConsumerConfig{
+	cons, err := topo.JS.CreateOrUpdateConsumer(ctx, topo.Names().StreamName("EVENTS"), jetstream.ConsumerConfig{
 		Durable:       name,
 		AckPolicy:     jetstream.AckAllPolicy,
 		DeliverPolicy: jetstream.DeliverAllPolicy,

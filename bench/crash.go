@@ -12,6 +12,7 @@ import (
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/worker/recoverer"
 )
 
@@ -24,7 +25,7 @@ func crashStep(cfg Config) step {
 	p50 := fmt.Sprintf("crash -> assessment p50, %s (raw = lease TTL)", what)
 	p99 := fmt.Sprintf("crash -> assessment p99, %s (raw = lease TTL)", what)
 	return step{
-		scenario: "crash", name: "crash -> assessment", server: stream.SyncInterval, rows: []row{{p50, target}, {p99, target}},
+		scenario: "crash", name: "crash -> assessment", server: natsnode.SyncInterval, rows: []row{{p50, target}, {p99, target}},
 		run: func(ctx context.Context, e *env) ([]Result, error) {
 			lat, err := e.crash(ctx, rounds, sessions)
 			if err != nil {
@@ -87,11 +88,11 @@ type crashWatch struct {
 // watchCrash subscribes to the topology's events and assessments.
 func watchCrash(nc *nats.Conn, topo *stream.Topology) (cw *crashWatch, stop func(), err error) {
 	cw = &crashWatch{started: map[string]string{}, assessed: map[string]time.Time{}}
-	evSub, err := nc.Subscribe(topo.EventsSubject("*"), cw.event)
+	evSub, err := nc.Subscribe(topo.Names().EventsSubject("*"), cw.event)
 	if err != nil {
 		return nil, nil, err
 	}
-	asSub, err := nc.Subscribe(topo.AssessmentsSubject("*"), cw.assessment)
+	asSub, err := nc.Subscribe(topo.Names().AssessmentsSubject("*"), cw.assessment)
 	if err != nil {
 		_ = evSub.Unsubscribe()
 		return nil, nil, err
@@ -172,7 +173,7 @@ func (e *env) startCrashRecoverer(ctx context.Context, topo *stream.Topology) (s
 		<-done
 	}
 	if err := waitFor(ctx, 10*time.Millisecond, func() (bool, error) {
-		_, err := topo.JS.Consumer(ctx, topo.StreamName("EVENTS"), topo.Prefix+"-recoverer-crash-events")
+		_, err := topo.JS.Consumer(ctx, topo.Names().StreamName("EVENTS"), topo.Prefix+"-recoverer-crash-events")
 		return err == nil, nil
 	}); err != nil {
 		stop()
@@ -200,7 +201,7 @@ func (e *env) crashRound(ctx context.Context, topo *stream.Topology, cw *crashWa
 		q := schema.Request{V: schema.Version, RequestID: fmt.Sprintf("q-%d-%d", round, i), Session: names[i], Task: "t-1",
 			Tool: "catalog.lookup", Arguments: json.RawMessage(`{"sku":"A-1"}`)}
 		b, _ := json.Marshal(q)
-		if _, err := topo.JS.Publish(ctx, topo.RequestsSubject(q.Session), b, jetstream.WithMsgID(stream.RequestMsgIDOf(q))); err != nil {
+		if _, err := topo.JS.Publish(ctx, topo.Names().RequestsSubject(q.Session), b, jetstream.WithMsgID(stream.RequestMsgIDOf(q))); err != nil {
 			w.Kill()
 			return nil, fmt.Errorf("publish request: %w", err)
 		}

@@ -125,7 +125,7 @@ func fill(ctx context.Context, nc *nats.Conn, topo *stream.Topology, spec fillSp
 		if err != nil {
 			return filled{}, err
 		}
-		sessions[s] = sessionFill{name: session, subj: topo.EventsSubject(session), tpl: tpl, calls: perSession}
+		sessions[s] = sessionFill{name: session, subj: topo.Names().EventsSubject(session), tpl: tpl, calls: perSession}
 		if s < spec.open {
 			sessions[s].calls++
 		}

@@ -11,7 +11,7 @@ import (
 	"github.com/jingwei/jingwei/bench/histgen"
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
-	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 // inspectTarget: planning recovery from a history costs little more than
@@ -24,7 +24,7 @@ func inspectStep(cfg Config) step {
 		events = max(int(float64(events)*cfg.Scale), 100)
 	}
 	name := fmt.Sprintf("Inspect vs decode, %d-event history", events)
-	return ratioStep("inspect", name, stream.SyncInterval, "ms", inspectTarget,
+	return ratioStep("inspect", name, natsnode.SyncInterval, "ms", inspectTarget,
 		func(ctx context.Context, _ *env) ([]float64, []float64, error) {
 			return inspectVsDecode(ctx, events, max(cfg.Rounds, 5))
 		})

@@ -16,6 +16,7 @@ import (
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/worker/recoverer"
 )
 
@@ -41,7 +42,7 @@ func issueStep(cfg Config) step {
 	name := fmt.Sprintf("plan issuance, %d racing issuers", issuers)
 	dupName := "plan issuance: duplicate plans published"
 	return step{
-		scenario: "issue", name: name, server: stream.SyncInterval, rows: []row{{name, issueTarget}, {dupName, dupTarget}},
+		scenario: "issue", name: name, server: natsnode.SyncInterval, rows: []row{{name, issueTarget}, {dupName, dupTarget}},
 		run: func(ctx context.Context, e *env) ([]Result, error) {
 			jw, raw, dups, rawDups, err := e.issue(ctx, calls)
 			if err != nil {
@@ -230,7 +231,7 @@ func (ir *issueRun) rawIssue(ctx context.Context, i int, rd *rawReader, round in
 		switch {
 		case err == nil:
 			won.Add(1)
-			msg := nats.NewMsg(ir.topo.PlansSubject(s))
+			msg := nats.NewMsg(ir.topo.Names().PlansSubject(s))
 			msg.Data = ir.planMsg
 			if _, err := ir.topos[i].JS.PublishMsg(ctx, msg, jetstream.WithMsgID(key)); err != nil {
 				return fmt.Errorf("raw publish: %w", err)
@@ -271,7 +272,7 @@ func uncertainCalls(ctx context.Context, topo *stream.Topology, name string, n i
 	out := make([]string, n)
 	for i := range out {
 		s := fmt.Sprintf("%s-%d", name, i)
-		lg, err := topo.OpenLog(ctx, s, "bench-writer", 1)
+		lg, err := topo.Logs().OpenLog(ctx, s, "bench-writer", 1)
 		if err != nil {
 			return nil, err
 		}
@@ -332,7 +333,7 @@ type rawReader struct {
 func newRawReader(t *stream.Topology, kv jetstream.KeyValue) (*rawReader, error) {
 	nc := t.JS.Conn()
 	r := &rawReader{t: t, kv: kv, prefix: nc.NewInbox() + ".",
-		reviewsGet:   "$JS.API.STREAM.MSG.GET." + t.StreamName("REVIEWS"),
+		reviewsGet:   "$JS.API.STREAM.MSG.GET." + t.Names().StreamName("REVIEWS"),
 		eventsGet:    "$JS.API.STREAM.MSG.GET." + t.Events.CachedInfo().Config.Name,
 		eventsDirect: "$JS.API.DIRECT.GET." + t.Events.CachedInfo().Config.Name,
 	}
@@ -367,9 +368,9 @@ func (r *rawReader) read(ctx context.Context, session string) error {
 	nc := r.t.JS.Conn()
 	r.gen++
 	pre := r.prefix + strconv.FormatUint(r.gen, 36) + "."
-	rv, _ := json.Marshal(map[string]string{"last_by_subj": r.t.ReviewsSubject(session)})
-	tl, _ := json.Marshal(map[string]string{"last_by_subj": r.t.EventsSubject(session)})
-	bt, _ := json.Marshal(map[string]any{"seq": 1, "next_by_subj": r.t.EventsSubject(session), "batch": 1000, "max_bytes": 4 << 20})
+	rv, _ := json.Marshal(map[string]string{"last_by_subj": r.t.Names().ReviewsSubject(session)})
+	tl, _ := json.Marshal(map[string]string{"last_by_subj": r.t.Names().EventsSubject(session)})
+	bt, _ := json.Marshal(map[string]any{"seq": 1, "next_by_subj": r.t.Names().EventsSubject(session), "batch": 1000, "max_bytes": 4 << 20})
 	if err := nc.PublishRequest(r.reviewsGet, pre+"r", rv); err != nil {
 		return err
 	}

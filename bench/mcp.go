@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/worker"
 	"github.com/jingwei/jingwei/worker/catalog"
 	"github.com/jingwei/jingwei/worker/mcpserver"
@@ -50,7 +51,7 @@ func mcpStep(cfg Config) step {
 		{fmt.Sprintf("mcp call via jingwei mcp, %d clients: p99 ms (raw: direct) %s", mcpClients, m), mcpAddedP99},
 		{fmt.Sprintf("mcp call via jingwei mcp, %d clients: CPU ms per call, all processes (raw: direct) %s", mcpClients, m), mcpCPU},
 	}
-	return step{scenario: "mcp", name: "MCP call through jingwei mcp vs direct " + m, server: stream.SyncInterval, rows: rows,
+	return step{scenario: "mcp", name: "MCP call through jingwei mcp vs direct " + m, server: natsnode.SyncInterval, rows: rows,
 		run: func(ctx context.Context, e *env) ([]Result, error) {
 			f, err := e.mcp(ctx, calls1, calls16)
 			if err != nil {
@@ -189,7 +190,7 @@ func (e *env) startMCPStack(ctx context.Context, topo *stream.Topology) (_ *mcpS
 	go func() { done <- tw.Run(wctx) }()
 	st.stops = append(st.stops, func() { stopWorker(); <-done })
 	if err := waitFor(ctx, 20*time.Millisecond, func() (bool, error) {
-		return len(tw.OwnedPartitions()) == topo.Partitions(), nil
+		return len(tw.OwnedPartitions()) == topo.Names().Partitions(), nil
 	}); err != nil {
 		return nil, err
 	}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 // TestMCPNoStall runs the mcp scenario's jingwei side (16 fresh MCP
@@ -25,7 +25,7 @@ func TestMCPNoStall(t *testing.T) {
 		t.Skip("a stress run of 150 s: JINGWEI_MCP_STALL=1 runs it")
 	}
 	ctx := context.Background()
-	e, err := startEnv(ctx, Config{}.WithDefaults(), t.TempDir(), stream.SyncInterval)
+	e, err := startEnv(ctx, Config{}.WithDefaults(), t.TempDir(), natsnode.SyncInterval)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/worker/recoverer"
 )
 
@@ -31,7 +32,7 @@ func memoryStep(cfg Config) step {
 	rss := fmt.Sprintf("recovery worker VmRSS after %s", what)
 	hwm := fmt.Sprintf("recovery worker VmHWM (peak) after %s", what)
 	return step{
-		scenario: "memory", name: "recovery worker memory", server: stream.SyncInterval, rows: []row{{rss, memoryTarget}, {hwm, memoryTarget}},
+		scenario: "memory", name: "recovery worker memory", server: natsnode.SyncInterval, rows: []row{{rss, memoryTarget}, {hwm, memoryTarget}},
 		run: func(ctx context.Context, e *env) ([]Result, error) {
 			vm, err := e.memory(ctx, events)
 			if err != nil {
@@ -65,7 +66,7 @@ func (e *env) memory(ctx context.Context, events int) (map[string]float64, error
 	defer e.drop(topo)
 	sessions := max(events/10_000, memoryOpen)
 	for i := range memoryOpen {
-		if _, err := topo.AcquireLease(ctx, fmt.Sprintf("s-%d", i), "bench-writer"); err != nil {
+		if _, err := topo.Leases().AcquireLease(ctx, fmt.Sprintf("s-%d", i), "bench-writer"); err != nil {
 			return nil, err
 		}
 	}
@@ -86,7 +87,7 @@ func (e *env) memory(ctx context.Context, events int) (map[string]float64, error
 	wctx, cancel := context.WithTimeout(ctx, 15*time.Minute)
 	defer cancel()
 	name := topo.Prefix + "-recoverer-" + recoverer.DefaultName + "-events"
-	if _, err := ackFloor(wctx, e.js, topo.StreamName("EVENTS"), name, f.lastSeq, 50*time.Millisecond, rec.exitedErr); err != nil {
+	if _, err := ackFloor(wctx, e.js, topo.Names().StreamName("EVENTS"), name, f.lastSeq, 50*time.Millisecond, rec.exitedErr); err != nil {
 		return nil, fmt.Errorf("waiting for jingwei recover to consume %d events: %w", f.events, err)
 	}
 	vm, err := procStatus(rec.PID())

@@ -15,6 +15,7 @@ import (
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/worker"
 	"github.com/jingwei/jingwei/worker/service"
 	"github.com/jingwei/jingwei/worker/toolworker"
@@ -29,7 +30,7 @@ import (
 // 1/0.8 of its latency; at most 3 durable writes (fsyncs with
 // sync=always) per call.
 var (
-	pipelineP50      = map[stream.SyncMode]float64{stream.SyncInterval: 1.5, stream.SyncAlways: 4}
+	pipelineP50      = map[natsnode.SyncMode]float64{natsnode.SyncInterval: 1.5, natsnode.SyncAlways: 4}
 	pipelineTail     = Target{Check: RatioAtMost, Limit: 3, Text: "p99 <= 3 x p50"}
 	pipelineRate     = Target{Check: RatioAtLeast, Limit: 0.8}
 	pipelineLatency  = Target{Check: RatioAtMost, Limit: 1.25, Text: "ratio <= 1.25 (raw/jw >= 0.8)"}
@@ -41,9 +42,9 @@ var (
 // session of its own.
 const pipelineCallers = 16
 
-func pipelineStep(cfg Config, mode stream.SyncMode) step {
+func pipelineStep(cfg Config, mode natsnode.SyncMode) step {
 	calls1, calls16 := cfg.n(400, 100, 10), cfg.n(60, 20, 3)
-	if mode == stream.SyncAlways {
+	if mode == natsnode.SyncAlways {
 		calls1, calls16 = cfg.n(150, 50, 10), cfg.n(25, 10, 3)
 	}
 	m := fmt.Sprintf("(sync=%s)", mode)
@@ -57,7 +58,7 @@ func pipelineStep(cfg Config, mode stream.SyncMode) step {
 		{fmt.Sprintf("pipeline call, %d callers: p50 vs raw request/reply + 2 appends %s", pipelineCallers, m), pipelineLatency},
 		{fmt.Sprintf("pipeline call, %d callers: p99 vs raw request/reply + 2 appends %s", pipelineCallers, m), pipelineLatency},
 	}
-	if mode == stream.SyncAlways {
+	if mode == natsnode.SyncAlways {
 		rows = append(rows, row{"pipeline call: durable writes (fsyncs) per call (raw: request/reply + 2 appends) " + m, pipelineDurables})
 	}
 	return step{scenario: "pipeline", name: "pipeline call through jw.api.call " + m, server: mode, rows: rows,
@@ -76,7 +77,7 @@ func pipelineStep(cfg Config, mode stream.SyncMode) step {
 				NewResult(rows[6].name, Percentile(p.lat16, 50), Percentile(p.raw16, 50), "ms", rows[6].target),
 				NewResult(rows[7].name, Percentile(p.lat16, 99), Percentile(p.raw16, 99), "ms", rows[7].target),
 			}
-			if mode == stream.SyncAlways {
+			if mode == natsnode.SyncAlways {
 				out = append(out, NewResult(rows[8].name, Median(p.writes), Median(p.rawWrites), "writes", rows[8].target))
 			}
 			return out, nil
@@ -136,7 +137,7 @@ func (e *env) pipeline(ctx context.Context, calls1, calls16 int) (*pipelineFigur
 	if _, err := rotate(ctx, e.cfg.Rounds, pr.one, pr.rawOne); err != nil {
 		return nil, err
 	}
-	pr.plans, pr.budget = stream.NewPlans(topo.Plans), stream.NewBudget(topo.Budget)
+	pr.plans, pr.budget = stream.NewPlans(topo.PlanBucket), stream.NewBudget(topo.Budget)
 	if _, err := rotate(ctx, e.cfg.Rounds, pr.many, pr.rawMany, pr.runtimeMany); err != nil {
 		return nil, err
 	}
@@ -187,7 +188,7 @@ func (pr *pipelineRun) startToolWorker(ctx context.Context) (stop func(), err er
 	go func() { done <- tw.Run(wctx) }()
 	stop = func() { stopWorker(); <-done; wnc.Close() }
 	if err := waitFor(ctx, 20*time.Millisecond, func() (bool, error) {
-		return len(tw.OwnedPartitions()) == topo.Partitions(), nil
+		return len(tw.OwnedPartitions()) == topo.Names().Partitions(), nil
 	}); err != nil {
 		stop()
 		return nil, err
@@ -307,7 +308,7 @@ func (pr *pipelineRun) rawMany(ctx context.Context, round int) (float64, error) 
 func (pr *pipelineRun) runtimeMany(ctx context.Context, round int) (float64, error) {
 	rts := make([]*worker.Runtime, pipelineCallers)
 	for c := range rts {
-		lg, err := pr.topo.OpenLog(ctx, fmt.Sprintf("rt16-%d-%d", round, c), "bench", 1)
+		lg, err := pr.topo.Logs().OpenLog(ctx, fmt.Sprintf("rt16-%d-%d", round, c), "bench", 1)
 		if err != nil {
 			return 0, err
 		}
@@ -460,7 +461,7 @@ func (e *env) startRawWorker(ctx context.Context, topo *stream.Topology) (*rawWo
 // serve runs one session's raw requests in order: the two appends, the
 // acknowledgement, the reply.
 func (r *rawWorker) serve(ctx context.Context, js jetstream.JetStream, session string, ch <-chan jetstream.Msg) {
-	subj := r.topo.EventsSubject(session)
+	subj := r.topo.Names().EventsSubject(session)
 	var last uint64
 	for m := range ch {
 		var err error

@@ -10,6 +10,7 @@ import (
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/worker"
 )
 
@@ -23,9 +24,9 @@ var (
 	runtimeTarget2 = Target{Check: RatioAtLeast, Limit: 0.9}
 )
 
-func runtimeStep(cfg Config, mode stream.SyncMode) step {
+func runtimeStep(cfg Config, mode natsnode.SyncMode) step {
 	calls := cfg.n(1500, 400, 20)
-	if mode == stream.SyncAlways {
+	if mode == natsnode.SyncAlways {
 		calls = cfg.n(250, 60, 10)
 	}
 	name3 := fmt.Sprintf("runtime call, no-op tool, vs raw 3-append call (sync=%s)", mode)
@@ -56,11 +57,11 @@ func (e *env) runtime(ctx context.Context, calls int) (jw, raw3, raw2 []float64,
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	plans, budget := stream.NewPlans(topo.Plans), stream.NewBudget(topo.Budget)
+	plans, budget := stream.NewPlans(topo.PlanBucket), stream.NewBudget(topo.Budget)
 	args := json.RawMessage(`{"sku":"A-1","qty":1}`)
 
 	jwRound := func(ctx context.Context, round int) (float64, error) {
-		lg, err := topo.OpenLog(ctx, fmt.Sprintf("jw-%d", round), "bench", 1)
+		lg, err := topo.Logs().OpenLog(ctx, fmt.Sprintf("jw-%d", round), "bench", 1)
 		if err != nil {
 			return 0, err
 		}
@@ -99,7 +100,7 @@ func (e *env) runtime(ctx context.Context, calls int) (jw, raw3, raw2 []float64,
 				}
 				payloads[i] = p
 			}
-			subj := topo.EventsSubject(session)
+			subj := topo.Names().EventsSubject(session)
 			var last uint64
 			start := time.Now()
 			for range calls {

@@ -16,6 +16,7 @@ import (
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/worker"
 	"github.com/jingwei/jingwei/worker/recoverer"
 	"github.com/jingwei/jingwei/worker/toolworker"
@@ -44,7 +45,7 @@ func scaleSteps(cfg Config) []step {
 		name := fmt.Sprintf("storm: %d open calls assessed after the owner died", n)
 		dup := fmt.Sprintf("storm: %d open calls, assessments stored more than once", n)
 		steps = append(steps, step{
-			scenario: "scale", name: fmt.Sprintf("storm of %d", n), server: stream.SyncInterval,
+			scenario: "scale", name: fmt.Sprintf("storm of %d", n), server: natsnode.SyncInterval,
 			rows: []row{{name, stormTarget}, {dup, once}},
 			run: func(ctx context.Context, e *env) ([]Result, error) {
 				took, dups, err := e.storm(ctx, n)
@@ -65,7 +66,7 @@ func scaleSteps(cfg Config) []step {
 	kTarget := Target{Check: ValueAtMost, Limit: 100 * 1000 / float64(held), Text: fmt.Sprintf("<= 100/s over %d", held)}
 	mTarget := Target{Check: ValueAtMost, Limit: 4096, Text: "<= 4 KiB"}
 	steps = append(steps, step{
-		scenario: "scale", name: fmt.Sprintf("%d held sessions", held), server: stream.SyncInterval,
+		scenario: "scale", name: fmt.Sprintf("%d held sessions", held), server: natsnode.SyncInterval,
 		rows: []row{{writes, wTarget}, {perK, kTarget}, {mem, mTarget}},
 		run: func(ctx context.Context, e *env) ([]Result, error) {
 			h, err := e.held(ctx, held)
@@ -87,7 +88,7 @@ func scaleSteps(cfg Config) []step {
 	cTarget := Target{Check: ValueBelow, Limit: 100}
 	tTarget := Target{Check: ValueAtMost, Limit: 1800, Text: "<= 30 min"}
 	steps = append(steps, step{
-		scenario: "scale", name: fmt.Sprintf("fleet of %d sessions", n), server: stream.SyncInterval,
+		scenario: "scale", name: fmt.Sprintf("fleet of %d sessions", n), server: natsnode.SyncInterval,
 		rows: []row{{ok, okTarget}, {cons, cTarget}, {wall, tTarget}},
 		run: func(ctx context.Context, e *env) ([]Result, error) {
 			f, err := e.fleet(ctx, n)
@@ -121,7 +122,7 @@ func publishRequests(ctx context.Context, js jetstream.JetStream, topo *stream.T
 		q := schema.Request{V: schema.Version, RequestID: fmt.Sprintf("q-%s-%d", pre, i), Session: fmt.Sprintf("%s-%d", pre, i), Task: "t-1", Tool: tool, Arguments: json.RawMessage(args)}
 		b, _ := json.Marshal(q)
 		for {
-			_, err := js.PublishAsync(topo.RequestsSubject(q.Session), b, jetstream.WithMsgID(stream.RequestMsgIDOf(q)))
+			_, err := js.PublishAsync(topo.Names().RequestsSubject(q.Session), b, jetstream.WithMsgID(stream.RequestMsgIDOf(q)))
 			if err == nil {
 				break
 			}
@@ -154,7 +155,7 @@ type resultCounter struct {
 
 func countResults(nc *nats.Conn, topo *stream.Topology) (*resultCounter, error) {
 	rc := &resultCounter{}
-	sub, err := nc.Subscribe(topo.EventsSubject("*"), func(m *nats.Msg) {
+	sub, err := nc.Subscribe(topo.Names().EventsSubject("*"), func(m *nats.Msg) {
 		var ev struct {
 			Type   string `json:"type"`
 			Result *struct {
@@ -211,7 +212,7 @@ func (e *env) storm(ctx context.Context, n int) (float64, int, error) {
 	}
 	defer e.drop(topo)
 	sw := &stormWatch{assessed: map[string]time.Time{}}
-	sub, err := e.nc.Subscribe(topo.AssessmentsSubject("*"), sw.assessment)
+	sub, err := e.nc.Subscribe(topo.Names().AssessmentsSubject("*"), sw.assessment)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -287,9 +288,9 @@ func (sw *stormWatch) count() int {
 // renewing. It returns its last renewal: when it died, as the leases see
 // it.
 func openStorm(ctx context.Context, topo *stream.Topology, n int, ttl time.Duration) (dead time.Time, err error) {
-	holds := make([]*stream.PartitionHold, topo.Partitions())
+	holds := make([]*stream.PartitionHold, topo.Names().Partitions())
 	for p := range holds {
-		if holds[p], err = topo.AcquirePartition(ctx, p, "bench-dead", nil); err != nil {
+		if holds[p], err = topo.Leases().AcquirePartition(ctx, p, "bench-dead", nil); err != nil {
 			return time.Time{}, err
 		}
 	}
@@ -336,7 +337,7 @@ func openStormCalls(alive context.Context, topo *stream.Topology, holds []*strea
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			tk, err := topo.ConfirmIn(alive, holds[topo.PartitionOf(s)], s)
+			tk, err := topo.Leases().ConfirmIn(alive, holds[topo.Names().PartitionOf(s)], s)
 			if err == nil {
 				_, err = tk.Log.Append(alive, schema.Event{Type: schema.TypeCall, Call: &schema.Call{
 					CallID: "c-" + s, Tool: "payments.charge", Arguments: json.RawMessage(`{}`), StartMarker: true,
@@ -364,7 +365,7 @@ func openStormCalls(alive context.Context, topo *stream.Topology, holds []*strea
 // so that what is stored can be counted.
 func waitClassified(ctx context.Context, topo *stream.Topology) error {
 	return waitFor(ctx, 50*time.Millisecond, func() (bool, error) {
-		c, err := topo.JS.Consumer(ctx, topo.StreamName("EVENTS"), topo.Prefix+"-recoverer-storm-events")
+		c, err := topo.JS.Consumer(ctx, topo.Names().StreamName("EVENTS"), topo.Prefix+"-recoverer-storm-events")
 		if err != nil {
 			return false, nil
 		}
@@ -422,7 +423,7 @@ func (e *env) held(ctx context.Context, n int) (heldFigures, error) {
 	// Idle: every write to the buckets over a window of a few renew
 	// intervals.
 	kvLast := func() (leases, all uint64, err error) {
-		for i, b := range []jetstream.KeyValue{topo.Leases, topo.Plans, topo.Budget} {
+		for i, b := range []jetstream.KeyValue{topo.LeaseBucket, topo.PlanBucket, topo.Budget} {
 			st, err := b.Status(ctx)
 			if err != nil {
 				return 0, 0, err
@@ -524,7 +525,7 @@ func (e *env) fleet(ctx context.Context, n int) (fleetFigures, error) {
 	consumers := func() (int, error) {
 		most := 0
 		for _, s := range streams {
-			st, err := e.js.Stream(ctx, topo.StreamName(s))
+			st, err := e.js.Stream(ctx, topo.Names().StreamName(s))
 			if err != nil {
 				return 0, err
 			}

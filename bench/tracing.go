@@ -16,6 +16,7 @@ import (
 	"github.com/jingwei/jingwei/internal/tracing"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/worker"
 )
 
@@ -27,7 +28,7 @@ var tracingTarget = Target{Check: RatioAtLeast, Limit: 0.9}
 func tracingStep(cfg Config) step {
 	calls := cfg.n(1500, 400, 20)
 	name := "runtime call, no-op tool, tracing exported over OTLP vs tracing off (sync=interval)"
-	return ratioStep("tracing", name, stream.SyncInterval, "calls/s", tracingTarget,
+	return ratioStep("tracing", name, natsnode.SyncInterval, "calls/s", tracingTarget,
 		func(ctx context.Context, e *env) (jw, raw []float64, err error) { return e.tracing(ctx, calls) })
 }
 
@@ -64,7 +65,7 @@ func (e *env) tracing(ctx context.Context, calls int) (on, off []float64, err er
 	if err != nil {
 		return nil, nil, err
 	}
-	plans, budget := stream.NewPlans(topo.Plans), stream.NewBudget(topo.Budget)
+	plans, budget := stream.NewPlans(topo.PlanBucket), stream.NewBudget(topo.Budget)
 	args := json.RawMessage(`{"sku":"A-1","qty":1}`)
 	side := func(traced bool) func(ctx context.Context, round int) (float64, error) {
 		return func(ctx context.Context, round int) (float64, error) {
@@ -72,7 +73,7 @@ func (e *env) tracing(ctx context.Context, calls int) (on, off []float64, err er
 				tracing.Use(tp)
 				defer tracing.Use(nil)
 			}
-			lg, err := topo.OpenLog(ctx, fmt.Sprintf("tr-%t-%d", traced, round), "bench", 1)
+			lg, err := topo.Logs().OpenLog(ctx, fmt.Sprintf("tr-%t-%d", traced, round), "bench", 1)
 			if err != nil {
 				return 0, err
 			}

@@ -28,11 +28,11 @@ func TestReadSnapshotAssessmentBatches(t *testing.T) {
 	defer cancel()
 	js := topo.JS
 	const s = "cxB-s1"
-	lease, err := topo.AcquireLease(ctx, s, "w-1")
+	lease, err := topo.Leases().AcquireLease(ctx, s, "w-1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	log, err := topo.Fence(ctx, s, "w-1", lease.Epoch)
+	log, err := topo.Logs().Fence(ctx, s, "w-1", lease.Epoch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestReadSnapshotAssessmentBatches(t *testing.T) {
 				ids = append(ids, idOf(a))
 			}
 		}
-		if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: topo.AssessmentsSubject(s), Data: data, Header: nats.Header{headerAssessmentID: ids}}); err != nil {
+		if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: topo.Names().AssessmentsSubject(s), Data: data, Header: nats.Header{headerAssessmentID: ids}}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -11,7 +11,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 // TestPartitionThroughProxies runs three nodes in this process, wired as a
@@ -73,7 +74,7 @@ func TestPartitionThroughProxies(t *testing.T) {
 type testCluster struct {
 	ctx  context.Context // canceled, and the nodes waited for, when the test ends
 	net  *network
-	keys stream.KeyDir
+	keys access.KeyDir
 }
 
 // startCluster starts a testCluster; the nodes are stopped and the
@@ -84,7 +85,7 @@ func startCluster(t *testing.T) *testCluster {
 		t.Skip("3-node cluster")
 	}
 	dir := t.TempDir()
-	keys := stream.KeyDir(filepath.Join(dir, "auth"))
+	keys := access.KeyDir(filepath.Join(dir, "auth"))
 	if _, err := keys.Init(); err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +114,7 @@ func startCluster(t *testing.T) *testCluster {
 // connection is closed when the test ends.
 func (c *testCluster) connect(t *testing.T, url string) *nats.Conn {
 	t.Helper()
-	nc, err := stream.Connect(c.ctx, stream.ConnectConfig{URL: url, NKeySeedFile: c.keys.SeedFile(stream.RoleAdmin), ConnectTimeout: 20 * time.Second})
+	nc, err := natsnode.Connect(c.ctx, natsnode.ConnectConfig{URL: url, NKeySeedFile: c.keys.SeedFile(access.RoleAdmin), ConnectTimeout: 20 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

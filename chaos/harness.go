@@ -17,7 +17,8 @@ import (
 
 	"github.com/jingwei/jingwei/internal/proc"
 	"github.com/jingwei/jingwei/schema"
-	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 // The steps the progress bar shows.
@@ -41,7 +42,7 @@ type harness struct {
 	dir   string
 	logs  string
 
-	keys      stream.KeyDir
+	keys      access.KeyDir
 	trustFile string
 	reviewer  nkeys.KeyPair
 
@@ -219,16 +220,16 @@ func (h *harness) run(ctx context.Context) error {
 func (h *harness) credentials() error {
 	cfg := h.cfg
 	if cfg.Mode == ModeExternal {
-		h.keys = stream.KeyDir(cfg.AuthDir)
+		h.keys = access.KeyDir(cfg.AuthDir)
 	} else {
-		h.keys = stream.KeyDir(filepath.Join(h.dir, "auth"))
+		h.keys = access.KeyDir(filepath.Join(h.dir, "auth"))
 		if _, err := h.keys.Init(); err != nil {
 			return err
 		}
 	}
 	var err error
 	if cfg.ReviewerKey != "" {
-		if h.reviewer, err = stream.ReadSeedFile(cfg.ReviewerKey); err != nil {
+		if h.reviewer, err = access.ReadSeedFile(cfg.ReviewerKey); err != nil {
 			return fmt.Errorf("%w: ReviewerKey: %v", ErrInvalidConfig, err)
 		}
 	} else if h.reviewer, err = nkeys.CreateUser(); err != nil {
@@ -263,7 +264,7 @@ func (h *harness) startNodes(ctx context.Context) error {
 	h.url = h.net.URLs()
 	for i := range cfg.Nodes {
 		nc := h.net.nodeConfig(i, filepath.Join(h.dir, fmt.Sprintf("node-%d", i)), string(h.keys))
-		nc.Sync = stream.SyncMode(cfg.Sync)
+		nc.Sync = natsnode.SyncMode(cfg.Sync)
 		args := append(nc.Args(), "--log-format", "json")
 		sl, err := h.sup.add(fmt.Sprintf("node-%d", i), "node", profile{}, func(int, profile) ([]string, string) { return args, nc.Name })
 		if err != nil {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 )
 
 // The JetStream leaders a takeover and its assessment need, as the leader
@@ -73,8 +73,8 @@ type leaderMonitor struct {
 // startLeaderMonitor connects to every node of w as admin and polls until
 // stop. A connection that cannot be made yet (a node not up) is retried by
 // the client.
-func startLeaderMonitor(w *network, keys stream.KeyDir) (*leaderMonitor, error) {
-	seed, err := nats.NkeyOptionFromSeed(keys.SeedFile(stream.RoleAdmin))
+func startLeaderMonitor(w *network, keys access.KeyDir) (*leaderMonitor, error) {
+	seed, err := nats.NkeyOptionFromSeed(keys.SeedFile(access.RoleAdmin))
 	if err != nil {
 		return nil, err
 	}

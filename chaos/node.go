@@ -11,7 +11,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/rs/zerolog"
 
-	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 // NodeConfig configures RunNode: one NATS node of a chaos run, with
@@ -29,7 +30,7 @@ type NodeConfig struct {
 	// a chaos node always runs with authorization on.
 	AuthDir string
 	// Sync is the durability mode. Defaults to stream.SyncInterval.
-	Sync stream.SyncMode
+	Sync natsnode.SyncMode
 	// ClusterName names the cluster; empty runs a single node (the cluster
 	// fields below are then ignored).
 	ClusterName string
@@ -65,14 +66,14 @@ func RunNode(ctx context.Context, cfg NodeConfig, ready func(url string)) error 
 		return err
 	}
 	if cfg.Sync == "" {
-		cfg.Sync = stream.SyncInterval
+		cfg.Sync = natsnode.SyncInterval
 	}
-	users, err := stream.KeyDir(cfg.AuthDir).PublicKeys()
+	users, err := access.KeyDir(cfg.AuthDir).PublicKeys()
 	if err != nil {
 		return fmt.Errorf("chaos node: role keys: %w", err)
 	}
-	ecfg := stream.EmbeddedConfig{
-		Dir: cfg.Dir, Listen: cfg.Listen, Name: cfg.Name, Sync: cfg.Sync, Users: users,
+	ecfg := natsnode.EmbeddedConfig{
+		Dir: cfg.Dir, Listen: cfg.Listen, Name: cfg.Name, Sync: cfg.Sync, Auth: access.Users{Keys: users},
 		ReadyTimeout: 30 * time.Second, Logger: cfg.Logger,
 	}
 	if cfg.ClusterName != "" {
@@ -89,7 +90,7 @@ func RunNode(ctx context.Context, cfg NodeConfig, ready func(url string)) error 
 			o.Routes = routes
 		}
 	}
-	srv, err := stream.StartEmbedded(ctx, ecfg)
+	srv, err := natsnode.StartEmbedded(ctx, ecfg)
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 // TestQuorumWatchLeavesACutOffNode runs three nodes in this process wired
@@ -27,7 +28,7 @@ func TestQuorumWatchLeavesACutOffNode(t *testing.T) {
 	// The client, on node 0 (the pool is shuffled: connect until it is).
 	var nc *nats.Conn
 	for range 50 {
-		c, err := stream.Connect(ctx, stream.ConnectConfig{URL: net.URLs(), NKeySeedFile: keys.SeedFile(stream.RoleAdmin), Name: "cut-off client", ConnectTimeout: 10 * time.Second})
+		c, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: net.URLs(), NKeySeedFile: keys.SeedFile(access.RoleAdmin), Name: "cut-off client", ConnectTimeout: 10 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,7 +74,7 @@ func TestQuorumWatchLeavesACutOffNode(t *testing.T) {
 
 	var moved sync.Once
 	movedAt := make(chan string, 1)
-	w := stream.WatchQuorum(ctx, nc, stream.QuorumWatchConfig{After: 3 * time.Second, Every: 250 * time.Millisecond,
+	w := natsnode.WatchQuorum(ctx, nc, natsnode.QuorumWatchConfig{After: 3 * time.Second, Every: 250 * time.Millisecond,
 		OnReconnect: func(why string) { moved.Do(func() { movedAt <- why }) }})
 	defer w.Stop()
 	start := time.Now()

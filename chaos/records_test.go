@@ -32,11 +32,11 @@ func TestReadSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range []string{"cxA-s1", "other-s1"} {
-		lease, err := topo.AcquireLease(ctx, s, "w-"+s)
+		lease, err := topo.Leases().AcquireLease(ctx, s, "w-"+s)
 		if err != nil {
 			t.Fatal(err)
 		}
-		log, err := topo.Fence(ctx, s, "w-"+s, lease.Epoch)
+		log, err := topo.Logs().Fence(ctx, s, "w-"+s, lease.Epoch)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -47,7 +47,7 @@ func TestReadSnapshot(t *testing.T) {
 		}
 		a, _ := json.Marshal(schema.Assessment{Session: s, CallID: call.CallID, Tool: call.Tool, Task: task, Key: "op-1", Contract: call.Operation.Contract,
 			Outcome: schema.OutcomeUncertain, Evidence: "no_result", Decision: schema.DecisionNeedsReview, Attempts: 1, Chain: []string{call.CallID}})
-		if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: topo.AssessmentsSubject(s), Data: a, Header: nats.Header{headerAssessmentID: {"a." + s}}}); err != nil {
+		if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: topo.Names().AssessmentsSubject(s), Data: a, Header: nats.Header{headerAssessmentID: {"a." + s}}}); err != nil {
 			t.Fatal(err)
 		}
 		b, _ := json.Marshal(chargeRecord{Session: s, CallID: call.CallID, Account: s[:3] + "-a1", AmountCents: 5})
@@ -55,11 +55,11 @@ func TestReadSnapshot(t *testing.T) {
 			t.Fatal(err)
 		}
 		rv, _ := json.Marshal(schema.Review{V: 1, Session: s, CallID: call.CallID, Operator: "o", Evidence: "e", Verdict: schema.VerdictCompleted})
-		if _, err := js.Publish(ctx, topo.ReviewsSubject(s), rv); err != nil {
+		if _, err := js.Publish(ctx, topo.Names().ReviewsSubject(s), rv); err != nil {
 			t.Fatal(err)
 		}
 		q, _ := json.Marshal(schema.Request{V: 1, RequestID: "r-2", Session: s, Task: task, Tool: tools.OrdersCreate, Arguments: json.RawMessage(`{}`)})
-		if _, err := js.Publish(ctx, topo.RequestsSubject(s), q); err != nil {
+		if _, err := js.Publish(ctx, topo.Names().RequestsSubject(s), q); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -13,7 +13,8 @@ import (
 
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
-	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/worker/fence"
 )
 
@@ -28,13 +29,13 @@ type clients struct {
 	reviewerKey                  nkeys.KeyPair
 }
 
-func connectRoles(ctx context.Context, url string, keys stream.KeyDir, reviewer nkeys.KeyPair, timeout time.Duration) (*clients, error) {
+func connectRoles(ctx context.Context, url string, keys access.KeyDir, reviewer nkeys.KeyPair, timeout time.Duration) (*clients, error) {
 	c := &clients{reviewerKey: reviewer}
 	for _, r := range []struct {
-		role stream.Role
+		role access.Role
 		nc   **nats.Conn
-	}{{stream.RoleAdmin, &c.admin}, {stream.RoleAgent, &c.agent}, {stream.RoleReviewer, &c.reviewer}, {stream.RoleHost, &c.host}} {
-		nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: url, NKeySeedFile: keys.SeedFile(r.role), Name: "jingwei chaos " + string(r.role), ConnectTimeout: timeout})
+	}{{access.RoleAdmin, &c.admin}, {access.RoleAgent, &c.agent}, {access.RoleReviewer, &c.reviewer}, {access.RoleHost, &c.host}} {
+		nc, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: url, NKeySeedFile: keys.SeedFile(r.role), Name: "jingwei chaos " + string(r.role), ConnectTimeout: timeout})
 		if err != nil {
 			c.close()
 			return nil, fmt.Errorf("connect as %s: %w", r.role, err)

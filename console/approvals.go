@@ -79,7 +79,7 @@ func (c *Console) sessionLog(ctx context.Context, session string) ([]schema.Even
 	}
 	lctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
-	return topo.Load(lctx, session)
+	return topo.Logs().Load(lctx, session)
 }
 
 // approvalRecord is an answer to a call's approval request as its session

@@ -88,7 +88,7 @@ func (c *Console) fingerprint(ctx context.Context) (string, error) {
 	seqs := map[string]uint64{}
 	for _, kind := range []string{"EVENTS", "REVIEWS", "APPROVALS"} {
 		ictx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
-		s, err := c.hostJS.Stream(ictx, topo.StreamName(kind))
+		s, err := c.hostJS.Stream(ictx, topo.Names().StreamName(kind))
 		if err == nil {
 			var info, ierr = s.Info(ictx)
 			if ierr == nil {
@@ -98,7 +98,7 @@ func (c *Console) fingerprint(ctx context.Context) (string, error) {
 		}
 		cancel()
 		if err != nil {
-			return "", fmt.Errorf("stream %s: %w", topo.StreamName(kind), err)
+			return "", fmt.Errorf("stream %s: %w", topo.Names().StreamName(kind), err)
 		}
 	}
 	b, err := json.Marshal(struct {

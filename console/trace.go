@@ -19,7 +19,7 @@ func (c *Console) traceURL(ctx context.Context, topo *stream.Topology, session s
 	}
 	hctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
-	h, err := topo.EventHeaders(hctx, session, seq)
+	h, err := topo.Logs().EventHeaders(hctx, session, seq)
 	if err != nil {
 		return ""
 	}

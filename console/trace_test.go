@@ -23,7 +23,7 @@ func TestCallLinksToItsTrace(t *testing.T) {
 	op := &schema.Operation{Task: "t-1", Key: "op-1", Contract: effect.Contract{Effect: effect.ReadOnly, Revision: "r-1"}}
 	appendCall := func(ctx context.Context, session string) {
 		t.Helper()
-		lg, err := topo.OpenLog(ctx, session, "w-1", 1)
+		lg, err := topo.Logs().OpenLog(ctx, session, "w-1", 1)
 		if err != nil {
 			t.Fatal(err)
 		}

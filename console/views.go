@@ -239,7 +239,7 @@ func (c *Console) loadCall(ctx context.Context, session, callID string, a *schem
 		v.ChainErr = newProblem(err)
 	} else {
 		lctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
-		h, err := topo.Load(lctx, session)
+		h, err := topo.Logs().Load(lctx, session)
 		cancel()
 		if err != nil {
 			v.ChainErr = newProblem(err)
@@ -267,7 +267,7 @@ func (c *Console) loadCall(ctx context.Context, session, callID string, a *schem
 			}
 		}
 		pctx, pcancel := context.WithTimeout(ctx, c.cfg.Timeout)
-		plans, err := topo.ListPlans(pctx, session)
+		plans, err := topo.Plans().ListPlans(pctx, session)
 		pcancel()
 		if err == nil {
 			for _, p := range plans {
@@ -364,11 +364,11 @@ func (c *Console) loadSessions(ctx context.Context) ([]sessionRow, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
-	s, err := c.hostJS.Stream(ctx, topo.StreamName("EVENTS"))
+	s, err := c.hostJS.Stream(ctx, topo.Names().StreamName("EVENTS"))
 	if err != nil {
 		return nil, err
 	}
-	info, err := s.Info(ctx, jetstream.WithSubjectFilter(topo.EventsSubject("*")))
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(topo.Names().EventsSubject("*")))
 	if err != nil {
 		return nil, err
 	}
@@ -400,14 +400,14 @@ func (c *Console) loadSession(ctx context.Context, session string) sessionView {
 	}
 	lctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
-	h, err := topo.Load(lctx, session)
+	h, err := topo.Logs().Load(lctx, session)
 	if err != nil {
 		v.Err = newProblem(err)
 	}
 	for _, ev := range h {
 		v.Events = append(v.Events, viewEvent(ev))
 	}
-	if plans, err := topo.ListPlans(lctx, session); err == nil {
+	if plans, err := topo.Plans().ListPlans(lctx, session); err == nil {
 		v.Plans = plans
 	}
 	return v
@@ -420,7 +420,7 @@ func (c *Console) loadPlans(ctx context.Context) ([]stream.PlanRecord, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
-	return topo.ListPlans(ctx, "")
+	return topo.Plans().ListPlans(ctx, "")
 }
 
 // short shortens a key or signer for a table, keeping its start.

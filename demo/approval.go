@@ -15,6 +15,7 @@ import (
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 	"github.com/jingwei/jingwei/tools"
 )
 
@@ -75,13 +76,13 @@ func (s *story) approvals(ctx context.Context, kp nkeys.KeyPair, w *proc.Child, 
 	fmt.Fprintln(s.out)
 	rep := &ApprovalReport{}
 	s.rep.Approval = rep
-	agent, err := jetstream.New(s.roles[stream.RoleAgent])
+	agent, err := jetstream.New(s.roles[access.RoleAgent])
 	if err != nil {
 		return err
 	}
 	q := schema.Request{V: schema.Version, RequestID: ApprovalRequest, Session: ApprovalSession, Task: Task, Tool: tools.PaymentsCharge, Arguments: bigPaymentArgs}
 	b, _ := json.Marshal(q)
-	if _, err := agent.Publish(ctx, s.topo.RequestsSubject(q.Session), b, jetstream.WithMsgID(stream.RequestMsgIDOf(q))); err != nil {
+	if _, err := agent.Publish(ctx, s.topo.Names().RequestsSubject(q.Session), b, jetstream.WithMsgID(stream.RequestMsgIDOf(q))); err != nil {
 		return fmt.Errorf("publish request %s: %w", q.RequestID, err)
 	}
 	s.say("agent", "request %-10s %s %s: above %d cents, it needs a signed approval", q.RequestID, q.Tool, q.Arguments, ApprovalAbove)
@@ -119,14 +120,14 @@ func (s *story) approvals(ctx context.Context, kp nkeys.KeyPair, w *proc.Child, 
 	if err != nil {
 		return err
 	}
-	approver, err := jetstream.New(s.roles[stream.RoleReviewer])
+	approver, err := jetstream.New(s.roles[access.RoleReviewer])
 	if err != nil {
 		return err
 	}
 	if err := stream.PublishApproval(ctx, approver, s.topo.Prefix, a); err != nil {
 		return err
 	}
-	s.say("approve", "demo-approver@finance approves call %s (signed), published on %s while no tool worker runs", c.CallID, s.topo.ApprovalsSubject(ApprovalSession))
+	s.say("approve", "demo-approver@finance approves call %s (signed), published on %s while no tool worker runs", c.CallID, s.topo.Names().ApprovalsSubject(ApprovalSession))
 
 	w3, err := s.start("worker-3", args...)
 	if err != nil {
@@ -144,7 +145,7 @@ func (s *story) approvals(ctx context.Context, kp nkeys.KeyPair, w *proc.Child, 
 		return err
 	}
 	rep.Result = string(r.Status)
-	h, err := s.topo.Load(ctx, ApprovalSession)
+	h, err := s.topo.Logs().Load(ctx, ApprovalSession)
 	if err != nil {
 		return err
 	}

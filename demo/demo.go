@@ -37,7 +37,7 @@ import (
 
 	"github.com/jingwei/jingwei/internal/proc"
 	"github.com/jingwei/jingwei/schema"
-	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 // Sessions and requests of the story.
@@ -190,10 +190,10 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 }
 
 // embeddedConfig is the demo server's configuration.
-func embeddedConfig(dir string, log zerolog.Logger) stream.EmbeddedConfig {
+func embeddedConfig(dir string, log zerolog.Logger) natsnode.EmbeddedConfig {
 	// The server's notices would drown the story: warnings and errors only.
 	if log.GetLevel() < zerolog.WarnLevel {
 		log = log.Level(zerolog.WarnLevel)
 	}
-	return stream.EmbeddedConfig{Dir: filepath.Join(dir, "nats"), Listen: "127.0.0.1:-1", Name: "jingwei-demo", Logger: log}
+	return natsnode.EmbeddedConfig{Dir: filepath.Join(dir, "nats"), Listen: "127.0.0.1:-1", Name: "jingwei-demo", Logger: log}
 }

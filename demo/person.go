@@ -11,7 +11,7 @@ import (
 
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
-	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 )
 
 // personReview is the payment's review by a person, when the probe could
@@ -38,14 +38,14 @@ func (s *story) personReview(ctx context.Context, kp nkeys.KeyPair, pub, callID 
 		return "", err
 	}
 	b, _ := json.Marshal(rv)
-	reviewer, err := jetstream.New(s.roles[stream.RoleReviewer])
+	reviewer, err := jetstream.New(s.roles[access.RoleReviewer])
 	if err != nil {
 		return "", err
 	}
-	if _, err := reviewer.Publish(ctx, s.topo.ReviewsSubject(PaymentSession), b); err != nil {
+	if _, err := reviewer.Publish(ctx, s.topo.Names().ReviewsSubject(PaymentSession), b); err != nil {
 		return "", fmt.Errorf("publish review: %w", err)
 	}
-	s.say("review", "demo-reviewer@ops checks the ledger: %s\nsigns verdict %s with %s..., published on %s", evidence, verdict, pub[:12], s.topo.ReviewsSubject(PaymentSession))
+	s.say("review", "demo-reviewer@ops checks the ledger: %s\nsigns verdict %s with %s..., published on %s", evidence, verdict, pub[:12], s.topo.Names().ReviewsSubject(PaymentSession))
 
 	return verdict, nil
 }

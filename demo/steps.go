@@ -17,6 +17,8 @@ import (
 	"github.com/jingwei/jingwei/internal/proc"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/tools"
 )
 
@@ -78,7 +80,7 @@ func (s *story) run(ctx context.Context) (Report, error) {
 // role), the topology, the example tools' stores, the watcher and the
 // connections of the agent, the reviewer and the host.
 func (s *story) startServer(ctx context.Context) error {
-	s.keys = stream.KeyDir(filepath.Join(s.dir, "auth"))
+	s.keys = access.KeyDir(filepath.Join(s.dir, "auth"))
 	if _, err := s.keys.Init(); err != nil {
 		return err
 	}
@@ -87,8 +89,8 @@ func (s *story) startServer(ctx context.Context) error {
 		return err
 	}
 	cfg := embeddedConfig(s.dir, s.log)
-	cfg.Users = users
-	srv, err := stream.StartEmbedded(ctx, cfg)
+	cfg.Auth = access.Users{Keys: users}
+	srv, err := natsnode.StartEmbedded(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("start embedded server: %w", err)
 	}
@@ -96,7 +98,7 @@ func (s *story) startServer(ctx context.Context) error {
 	// The narrator (set-up, reading the business records, watching the
 	// logs) is admin; the agent, the reviewer and the host act through
 	// connections of their own roles, as they would from elsewhere.
-	if s.nc, err = s.connect(stream.RoleAdmin); err != nil {
+	if s.nc, err = s.connect(access.RoleAdmin); err != nil {
 		return err
 	}
 	js, err := jetstream.New(s.nc)
@@ -114,8 +116,8 @@ func (s *story) startServer(ctx context.Context) error {
 	if s.watch, err = newWatcher(s.nc, s.topo); err != nil {
 		return err
 	}
-	s.roles = map[stream.Role]*nats.Conn{}
-	for _, r := range []stream.Role{stream.RoleAgent, stream.RoleReviewer, stream.RoleHost} {
+	s.roles = map[access.Role]*nats.Conn{}
+	for _, r := range []access.Role{access.RoleAgent, access.RoleReviewer, access.RoleHost} {
 		if s.roles[r], err = s.connect(r); err != nil {
 			return err
 		}
@@ -172,7 +174,7 @@ func (s *story) startWorkers(ctx context.Context, trustFile string) (*proc.Child
 
 // sendRequests publishes the agent's two requests, as the agent role.
 func (s *story) sendRequests(ctx context.Context) error {
-	agent, err := jetstream.New(s.roles[stream.RoleAgent])
+	agent, err := jetstream.New(s.roles[access.RoleAgent])
 	if err != nil {
 		return err
 	}
@@ -181,10 +183,10 @@ func (s *story) sendRequests(ctx context.Context) error {
 		{V: schema.Version, RequestID: PaymentRequest, Session: PaymentSession, Task: Task, Tool: tools.PaymentsCharge, Arguments: paymentArgs},
 	} {
 		b, _ := json.Marshal(q)
-		if _, err := agent.Publish(ctx, s.topo.RequestsSubject(q.Session), b, jetstream.WithMsgID(stream.RequestMsgIDOf(q))); err != nil {
+		if _, err := agent.Publish(ctx, s.topo.Names().RequestsSubject(q.Session), b, jetstream.WithMsgID(stream.RequestMsgIDOf(q))); err != nil {
 			return fmt.Errorf("publish request %s: %w", q.RequestID, err)
 		}
-		s.say("agent", "request %-10s %s %s on %s", q.RequestID, q.Tool, q.Arguments, s.topo.RequestsSubject(q.Session))
+		s.say("agent", "request %-10s %s %s on %s", q.RequestID, q.Tool, q.Arguments, s.topo.Names().RequestsSubject(q.Session))
 	}
 	return nil
 }

@@ -20,6 +20,8 @@ import (
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/tools"
 	"github.com/jingwei/jingwei/worker/service"
 )
@@ -39,10 +41,10 @@ type story struct {
 	procs *children
 	dead  map[*proc.Child]bool // children the story killed or stopped on purpose
 
-	srv   *stream.Embedded
-	keys  stream.KeyDir // the role credentials the server enforces
+	srv   *natsnode.Embedded
+	keys  access.KeyDir // the role credentials the server enforces
 	nc    *nats.Conn    // admin: set-up, and the narrator's view of everything
-	roles map[stream.Role]*nats.Conn
+	roles map[access.Role]*nats.Conn
 	topo  *stream.Topology
 	tools *tools.Tools
 	watch *watcher
@@ -100,12 +102,12 @@ func (s *story) start(name string, args ...string) (*proc.Child, error) {
 }
 
 // connect opens a connection to the demo's server as role r.
-func (s *story) connect(r stream.Role) (*nats.Conn, error) {
+func (s *story) connect(r access.Role) (*nats.Conn, error) {
 	kp, err := s.keys.KeyPair(r)
 	if err != nil {
 		return nil, err
 	}
-	return s.srv.Connect(nats.Name("jingwei demo "+string(r)), stream.NkeyOption(kp))
+	return s.srv.Connect(nats.Name("jingwei demo "+string(r)), natsnode.NkeyOption(kp))
 }
 
 // publicArgs drops the flags every child gets (server, credentials, log
@@ -261,14 +263,14 @@ func (s *story) prepare(ctx context.Context, session, callID string) (schema.Pla
 // host returns the client of the jingwei service on the host's
 // connection: an error answer is a *schema.Error with its code.
 func (s *story) host() *service.Client {
-	return service.NewClient(s.roles[stream.RoleHost], service.ClientConfig{Prefix: s.topo.Prefix})
+	return service.NewClient(s.roles[access.RoleHost], service.ClientConfig{Prefix: s.topo.Prefix})
 }
 
 // table prints the final table of calls and business records and fills the
 // report.
 func (s *story) table(ctx context.Context) error {
 	for _, session := range []string{OrderSession, PaymentSession} {
-		h, err := s.topo.Load(ctx, session)
+		h, err := s.topo.Logs().Load(ctx, session)
 		if err != nil {
 			return err
 		}

@@ -27,7 +27,7 @@ type watcher struct {
 
 func newWatcher(nc *nats.Conn, topo *stream.Topology) (*watcher, error) {
 	w := &watcher{changed: make(chan struct{}), events: map[string][]schema.Event{}, assessments: map[string]schema.Assessment{}}
-	sub, err := nc.Subscribe(topo.EventsSubject("*"), func(m *nats.Msg) {
+	sub, err := nc.Subscribe(topo.Names().EventsSubject("*"), func(m *nats.Msg) {
 		var ev schema.Event
 		if json.Unmarshal(m.Data, &ev) != nil {
 			return
@@ -38,7 +38,7 @@ func newWatcher(nc *nats.Conn, topo *stream.Topology) (*watcher, error) {
 		return nil, err
 	}
 	w.subs = append(w.subs, sub)
-	sub, err = nc.Subscribe(topo.AssessmentsSubject("*"), func(m *nats.Msg) {
+	sub, err = nc.Subscribe(topo.Names().AssessmentsSubject("*"), func(m *nats.Msg) {
 		// One assessment or a batch of a session's (docs/protocol.md §5.4).
 		as, err := schema.DecodeAssessments(m.Data)
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/tools"
 	"github.com/jingwei/jingwei/worker"
 	"github.com/jingwei/jingwei/worker/toolworker"
@@ -94,7 +95,7 @@ func HoldTools(t *tools.Tools, holds map[string]HoldPoint) []worker.Tool {
 // WorkerConfig configures RunWorker: the demo's tool worker child process.
 type WorkerConfig struct {
 	// Connect says how to reach the server. Required: URL.
-	Connect stream.ConnectConfig
+	Connect natsnode.ConnectConfig
 	// Topology is the topology configuration; its LeaseTTL is the TTL of
 	// the worker's leases. The zero value is the defaults.
 	Topology stream.TopologyConfig
@@ -114,7 +115,7 @@ type WorkerConfig struct {
 // waits.
 func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	cfg.Topology.Logger = cfg.Logger
-	nc, err := stream.Connect(ctx, cfg.Connect)
+	nc, err := natsnode.Connect(ctx, cfg.Connect)
 	if err != nil {
 		return err
 	}

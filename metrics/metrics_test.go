@@ -130,16 +130,16 @@ func TestRuntimeEveryStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lease, err := topo.AcquireLease(ctx, "m-1", "me")
+	lease, err := topo.Leases().AcquireLease(ctx, "m-1", "me")
 	if err != nil {
 		t.Fatal(err)
 	}
-	lg, err := topo.Fence(ctx, "m-1", "me", lease.Epoch)
+	lg, err := topo.Logs().Fence(ctx, "m-1", "me", lease.Epoch)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rt, err := worker.New(worker.Config{
-		Session: "m-1", Log: lg, Registry: reg2, Plans: stream.NewPlans(topo.Plans), Budget: stream.NewBudget(topo.Budget),
+		Session: "m-1", Log: lg, Registry: reg2, Plans: stream.NewPlans(topo.PlanBucket), Budget: stream.NewBudget(topo.Budget),
 		Observer: obs,
 		Permission: worker.HookFunc(func(_ context.Context, a worker.Admission) error {
 			if strings.Contains(string(a.Arguments), "forbidden") {
@@ -169,7 +169,7 @@ func TestRuntimeEveryStatus(t *testing.T) {
 	}()
 	_, _ = rt.Call(cctx, "t.wait", json.RawMessage(`{}`))
 
-	h, err := topo.Load(ctx, "m-1")
+	h, err := topo.Logs().Load(ctx, "m-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +222,7 @@ func TestRuntimeEveryStatus(t *testing.T) {
 	}
 
 	// A fenced log: the failed appends are counted by code, not timed.
-	if _, err := topo.Fence(ctx, "m-1", "other", lease.Epoch+1); err != nil {
+	if _, err := topo.Logs().Fence(ctx, "m-1", "other", lease.Epoch+1); err != nil {
 		t.Fatal(err)
 	}
 	call("t.ok", `{"after":"fence"}`)

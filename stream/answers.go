@@ -14,6 +14,10 @@ import (
 	"github.com/jingwei/jingwei/schema"
 )
 
+// Answers is the handle on the answers to tool requests that could not
+// become a call. Get it with Topology.Answers.
+type Answers struct{ t *Topology }
+
 // answerMsgID is the Nats-Msg-Id of the answer to a request: the same for
 // every worker that answers it, so an answer is stored once per dedup
 // window however often the request is delivered; another request under
@@ -113,7 +117,8 @@ func scopedID(kind, session, requestID string) string {
 // PublishAnswer records the answer to a tool request that could not become
 // a call on jw.answers.<session> (JW_ANSWERS), with a Msg-Id derived from
 // session and request id. It waits for JetStream's acknowledgement.
-func (t *Topology) PublishAnswer(ctx context.Context, a schema.Answer) error {
+func (an Answers) PublishAnswer(ctx context.Context, a schema.Answer) error {
+	t := an.t
 	if err := ValidateSession(a.Session); err != nil {
 		return err
 	}
@@ -122,13 +127,13 @@ func (t *Topology) PublishAnswer(ctx context.Context, a schema.Answer) error {
 	if err != nil {
 		return err
 	}
-	msg := nats.NewMsg(t.AnswersSubject(a.Session))
+	msg := nats.NewMsg(t.Names().AnswersSubject(a.Session))
 	msg.Data = b
 	ack, err := t.JS.PublishMsg(ctx, msg, jetstream.WithMsgID(answerMsgID(a)))
 	if err != nil {
 		return fmt.Errorf("stream: answer request %q of %s: %w", a.RequestID, a.Session, err)
 	}
-	if ack.Stream != t.Answers.CachedInfo().Config.Name {
+	if ack.Stream != t.AnswerLog.CachedInfo().Config.Name {
 		return fmt.Errorf("stream: answer request %q of %s: %w: from stream %q", a.RequestID, a.Session, errForeignAck, ack.Stream)
 	}
 	return nil
@@ -138,8 +143,8 @@ func (t *Topology) PublishAnswer(ctx context.Context, a schema.Answer) error {
 // first one; ok false if none), read from JW_ANSWERS with the leader's
 // tail and direct gets. It may be the answer to another request under
 // the same id: a reader waiting for one request uses FindAnswerFor.
-func (t *Topology) FindAnswer(ctx context.Context, session, requestID string) (schema.Answer, bool, error) {
-	return t.findAnswer(ctx, session, requestID, "")
+func (an Answers) FindAnswer(ctx context.Context, session, requestID string) (schema.Answer, bool, error) {
+	return an.findAnswer(ctx, session, requestID, "")
 }
 
 // FindAnswerFor returns the answer recorded for request q (the first
@@ -147,18 +152,19 @@ func (t *Topology) FindAnswer(ctx context.Context, session, requestID string) (s
 // whose request_digest is q's (RequestDigestHex), or that carries none
 // (recorded before answers carried it). An answer to another request
 // under the same id — another agent's, refused — is not q's.
-func (t *Topology) FindAnswerFor(ctx context.Context, q schema.Request) (schema.Answer, bool, error) {
-	return t.findAnswer(ctx, q.Session, q.RequestID, RequestDigestHex(q))
+func (an Answers) FindAnswerFor(ctx context.Context, q schema.Request) (schema.Answer, bool, error) {
+	return an.findAnswer(ctx, q.Session, q.RequestID, RequestDigestHex(q))
 }
 
 // findAnswer is FindAnswer for the request with digest (any if "").
-func (t *Topology) findAnswer(ctx context.Context, session, requestID, digest string) (schema.Answer, bool, error) {
+func (an Answers) findAnswer(ctx context.Context, session, requestID, digest string) (schema.Answer, bool, error) {
+	t := an.t
 	if err := ValidateSession(session); err != nil {
 		return schema.Answer{}, false, err
 	}
 	found := errors.New("found")
 	var out schema.Answer
-	err := t.ReadSubject(ctx, t.Answers.CachedInfo().Config.Name, t.AnswersSubject(session), func(m *jetstream.RawStreamMsg) error {
+	err := t.Reader().ReadSubject(ctx, t.AnswerLog.CachedInfo().Config.Name, t.Names().AnswersSubject(session), func(m *jetstream.RawStreamMsg) error {
 		var a schema.Answer
 		if schema.Unmarshal(m.Data, &a) != nil || a.Session != session || a.RequestID != requestID {
 			return nil

@@ -16,6 +16,10 @@ import (
 	"github.com/jingwei/jingwei/schema"
 )
 
+// Approvals is the handle on approval requests. Get it with
+// Topology.Approvals.
+type Approvals struct{ t *Topology }
+
 // JW_APPROVALS (docs/protocol.md §3, §17) keeps approval requests and the
 // signed approvals and denials that answer them, as an audit trail: like
 // JW_REVIEWS it denies deletes and purges. Its subjects are
@@ -40,12 +44,6 @@ func (c TopologyConfig) approvalsSpec() jetstream.StreamConfig {
 	}
 }
 
-// ApprovalsSubject returns jw.approvals.<session>, where the signed
-// answers to the session's approval requests are published.
-func (t *Topology) ApprovalsSubject(session string) string {
-	return ApprovalsSubject(t.Prefix, session)
-}
-
 // ApprovalsSubject returns <prefix>.approvals.<session>, for an approver
 // with a connection and a prefix but no topology (DefaultPrefix when
 // prefix is "").
@@ -55,17 +53,6 @@ func ApprovalsSubject(prefix, session string) string {
 	}
 	return prefix + ".approvals." + session
 }
-
-// ApprovalRequestsSubject returns jw.approvals.<session>.request, where
-// tool workers publish the approval requests of the session's calls.
-func (t *Topology) ApprovalRequestsSubject(session string) string {
-	return t.ApprovalsSubject(session) + ".request"
-}
-
-// ApprovalConsumerName is the durable consumer on JW_APPROVALS that the
-// tool workers share (<PREFIX>_toolworker_approvals): it delivers every
-// answer to a worker that owns, or can take, the answer's session.
-func (t *Topology) ApprovalConsumerName() string { return t.StreamName("toolworker_approvals") }
 
 // ApprovalMsgID is the Nats-Msg-Id of an approval: one per call, decision
 // and signature, so an approval published twice is stored once per dedup
@@ -108,7 +95,8 @@ func PublishApproval(ctx context.Context, js jetstream.JetStream, prefix string,
 // PublishApprovalRequest records that a call waits for approval on
 // jw.approvals.<session>.request (Msg-Id ask.<session>.<call_id>: once
 // per call, however often a new owner re-publishes it).
-func (t *Topology) PublishApprovalRequest(ctx context.Context, a schema.AskedApproval) error {
+func (ap Approvals) PublishApprovalRequest(ctx context.Context, a schema.AskedApproval) error {
+	t := ap.t
 	if err := ValidateSession(a.Session); err != nil {
 		return err
 	}
@@ -120,13 +108,13 @@ func (t *Topology) PublishApprovalRequest(ctx context.Context, a schema.AskedApp
 	if err != nil {
 		return err
 	}
-	msg := nats.NewMsg(t.ApprovalRequestsSubject(a.Session))
+	msg := nats.NewMsg(t.Names().ApprovalRequestsSubject(a.Session))
 	msg.Data = b
 	ack, err := t.JS.PublishMsg(ctx, msg, jetstream.WithMsgID("ask."+a.Session+"."+a.CallID))
 	if err != nil {
 		return fmt.Errorf("stream: approval request of %s/%s: %w", a.Session, a.CallID, err)
 	}
-	if ack.Stream != t.Approvals.CachedInfo().Config.Name {
+	if ack.Stream != t.ApprovalLog.CachedInfo().Config.Name {
 		return fmt.Errorf("stream: approval request of %s/%s: %w: from stream %q", a.Session, a.CallID, errForeignAck, ack.Stream)
 	}
 	return nil

@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/jingwei/jingwei/schema"
-	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/stream/streamtest"
 )
 
@@ -56,7 +56,7 @@ func interleaved(b *testing.B, fs ...func(i int)) []time.Duration {
 // raw-ns/op, fenced-ns/op and ratio = fenced throughput / raw throughput
 // (target ≥ 0.9). ns/op counts one raw plus one fenced append.
 func BenchmarkAppend(b *testing.B) {
-	for _, mode := range []stream.SyncMode{stream.SyncInterval, stream.SyncAlways} {
+	for _, mode := range []natsnode.SyncMode{natsnode.SyncInterval, natsnode.SyncAlways} {
 		b.Run(string(mode), func(b *testing.B) {
 			_, _, topo := streamtest.StartWith(b, streamtest.Config{Sync: mode})
 			ctx := context.Background()
@@ -66,7 +66,7 @@ func BenchmarkAppend(b *testing.B) {
 			e := ev
 			e.V, e.Session, e.Epoch, e.At = 1, rawSession, 1, time.Now().UTC()
 			payload, _ := json.Marshal(e)
-			subj := topo.EventsSubject(rawSession)
+			subj := topo.Names().EventsSubject(rawSession)
 			var last uint64
 			raw := func(i int) {
 				// A raw publisher encodes its event too (plain json.Marshal,
@@ -84,7 +84,7 @@ func BenchmarkAppend(b *testing.B) {
 				}
 				last = ack.Sequence
 			}
-			l, err := topo.Fence(ctx, "fenced-"+nuid.Next(), "bench", 1)
+			l, err := topo.Logs().Fence(ctx, "fenced-"+nuid.Next(), "bench", 1)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -1,7 +1,19 @@
-// Package stream is everything jingwei keeps in NATS JetStream: an embedded
-// server, the connection to an external one, the topology of docs/protocol.md §3
-// (streams and KV buckets, created idempotently), fenced session logs, and
-// session leases with server-side expiry.
+// Package stream is everything jingwei keeps in NATS JetStream: the
+// topology of docs/protocol.md §3 (streams and KV buckets, created
+// idempotently), fenced session logs, and session leases with server-side
+// expiry. The embedded server and the connection to an external one are
+// package natsnode's; the roles, keys and accounts package access's.
+//
+// # Handles
+//
+// A [Topology] is its configuration, its streams and buckets, and one small
+// handle per resource, the way jetstream hands out a Stream or a KeyValue:
+// [Topology.Names] (stream, consumer and subject names, a session's
+// partition), [Topology.Logs] (open, fence and load a session log),
+// [Topology.Reader] (leader and direct reads of any stream),
+// [Topology.Leases] (session and partition leases, worker registrations,
+// takeovers), [Topology.Plans], [Topology.Approvals] and [Topology.Answers].
+// A handle holds nothing but the topology and costs nothing to get.
 //
 // # Session logs and fencing
 //
@@ -15,20 +27,20 @@
 //
 // # Taking a session over
 //
-// There is one takeover, [Topology.TakeOver]: acquire a [Hold] on the
+// There is one takeover, [Leases.TakeOver]: acquire a [Hold] on the
 // session from an [Acquirer] (a new, higher epoch), fence the log at that
-// epoch and load the confirmed history ([Topology.Confirm]), releasing the
+// epoch and load the confirmed history ([Leases.Confirm]), releasing the
 // hold if anything fails; it returns a [Takeover] with the hold, the
 // history and a [GuardedLog]. The guarded log is the appender a runtime
 // writes with: it refuses every append once the hold can no longer be
 // trusted ([ErrHoldLost], which also matches [ErrFenced]) — for the
-// per-session lease ([LeaseHold], [Topology.SessionLeases]) that is when
+// per-session lease ([LeaseHold], [Leases.SessionLeases]) that is when
 // the lease was lost or was not renewed within its TTL by the local clock.
 // A writer that takes a session lazily holds the lease first
-// ([Topology.HoldLease]) and confirms when it has something to record. The
+// ([Leases.HoldLease]) and confirms when it has something to record. The
 // hold is an interface so that a lease on a partition of sessions can
 // replace the per-session lease without changing the takeover. A full log
-// ([ErrLogClosed]) has no room for a fence: [Topology.Load] gives its
+// ([ErrLogClosed]) has no room for a fence: [Logs.Load] gives its
 // confirmed history as it stands.
 //
 // # Leases and epochs
@@ -70,66 +82,6 @@
 // an event that does not validate (schema.EncodeEvent: field_too_long,
 // corrupt_history). Append counts the serialized size with the largest
 // possible seq, so whatever it accepts, Load accepts.
-//
-// # Roles
-//
-// Every client connects as one [Role] (agent, reviewer, host, worker,
-// recoverer, admin; docs/protocol.md §4), and the server keeps it to its subjects
-// on two levels.
-//
-// Accounts: the trusted roles (worker, recoverer, admin) share one NATS
-// account ([RoleConfig.Account], "JINGWEI"), which holds JetStream and every
-// stream and bucket. Each untrusted role has an account of its own
-// ([RoleConfig.AccountName]: JINGWEI_AGENT, JINGWEI_REVIEWER, JINGWEI_HOST)
-// without JetStream, which imports from the trusted account exactly the
-// services the role uses ([RoleConfig.Imports]: JetStream publishes of its
-// requests or reviews, its service endpoints, message and direct gets of
-// the streams it reads, stream info of the topology, $JS.API.INFO, and for
-// the host $SRV.>). A service import rewrites the reply subject (_R_.… in
-// the trusted account), so an answer always comes back to the requester's
-// own account: a reply subject naming a bucket or a session log stores
-// nothing, and no client sees the inboxes of another account. Batched
-// direct gets and $SRV.PING answer with many messages: their imports have
-// response type stream ([ResponseStream]).
-//
-// Permissions inside each account: [RoleConfig.Grants] is each role's
-// table. An untrusted role may publish exactly what its account imports and
-// receive its replies on _INBOX.>. The worker's and the recoverer's tables
-// name their subjects and carry denies that keep the attacks out whatever
-// the allows say (only admin changes streams; only workers and the
-// recoverer write session logs and buckets; only the recoverer publishes
-// plans and assessments and receives service requests, which it answers
-// through a response permission; nobody publishes on _INBOX or _R_;
-// consumers of the work queue and plans are the workers', of the logs and
-// reviews the recoverer's).
-//
-// The same tables come as nats-server configuration text
-// ([RoleConfig.AccountsBlock]: accounts with exports, imports and nkey
-// users; [EmbeddedConfig.Users] runs the embedded server with that very
-// text), as server.Permissions, and for operator mode as JWTs
-// ([KeyDir.IssueRoleCreds]: account JWTs signed by the operator, private
-// exports with activation tokens, user creds signed by each role's
-// account). [KeyDir] keeps the keys; [CheckRoles] connects as each role and
-// proves the server allows what it must and refuses the rest, saying how:
-// a permissions violation, not imported into the role's account, or
-// account isolation.
-//
-// Tenants ([RoleConfig.Tenants], [Tenant]): the agent role sees every
-// session. Agents that must not see each other's are given an account per
-// tenant ([RoleConfig.TenantAccountName]) importing only
-// jw.api.call.<tenant> and jw.api.status.<tenant> under the plain local
-// subjects, so the service learns the tenant from a subject the server
-// sets and answers about the tenant's sessions (<tenant>-…) only; the
-// tenant reaches no stream at all. [KeyDir.AddTenantAgent] makes its
-// agents' keys; AccountsBlock, IssueRoleCreds and CheckRoles cover them.
-//
-// What remains: roles that share an account share its inboxes. The
-// trusted roles see each other's replies, and a push consumer's deliver
-// subject is not checked against its creator's permissions, so a worker or
-// the recoverer can have a stream delivered onto any subject of the trusted
-// account; the clients of one untrusted role (all agents, say) see each
-// other's replies. Readers must not trust a message for being on a jingwei
-// subject alone.
 //
 // # Failures
 //

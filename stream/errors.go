@@ -36,14 +36,6 @@ var (
 	// lease expired or was taken over since it was last renewed.
 	ErrLeaseLost = errors.New("stream: lease lost")
 
-	// ErrServerTooOld is returned by Connect when the server is older than
-	// 2.11 (per-message TTL, which leases depend on, came with 2.11).
-	ErrServerTooOld = errors.New("stream: nats-server too old (need 2.11 or newer)")
-
-	// ErrAddressInUse means an embedded server's listen address is taken,
-	// most often by another `jingwei serve` or nats-server.
-	ErrAddressInUse = errors.New("stream: listen address in use")
-
 	// ErrTopologyConflict is returned by EnsureTopology when a stream or
 	// bucket exists with a configuration that conflicts with jingwei's.
 	// Nothing is replaced or purged.
@@ -73,21 +65,6 @@ var (
 	// ErrInvalidSession is returned for a session id that is not 1–128 bytes
 	// of [A-Za-z0-9_-].
 	ErrInvalidSession = errors.New("stream: invalid session id")
-
-	// ErrInsecureFile is returned for a credentials directory or key file
-	// that other users could read or change (group or world permission
-	// bits): the error names the file and the chmod that fixes it. Nothing
-	// is read from or written to it.
-	ErrInsecureFile = errors.New("stream: credentials readable or writable by other users")
-
-	// ErrBadKey is returned for a key file that holds no nkey seed of the
-	// kind wanted (a user seed for a role, an account seed to sign
-	// credentials), a planners line that is no user public key, or a
-	// credentials path that is not a regular file or directory.
-	ErrBadKey = errors.New("stream: not the key wanted")
-
-	// ErrUnknownRole is returned for a role that is not one of Roles.
-	ErrUnknownRole = errors.New("stream: unknown role")
 )
 
 // ConflictError says which stream or bucket conflicts and how. It matches

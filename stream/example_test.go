@@ -11,6 +11,7 @@ import (
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 // Example takes a session over from a writer that is still running: the new
@@ -20,7 +21,7 @@ func Example() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "jingwei-example")
 	defer os.RemoveAll(dir)
-	srv, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{Dir: dir, Listen: "127.0.0.1:-1"})
+	srv, err := natsnode.StartEmbedded(ctx, natsnode.EmbeddedConfig{Dir: dir, Listen: "127.0.0.1:-1"})
 	if err != nil {
 		panic(err)
 	}
@@ -34,17 +35,17 @@ func Example() {
 	}
 
 	// The first writer.
-	lease, _ := topo.AcquireLease(ctx, "s-1", "worker-a")
-	old, _ := topo.Fence(ctx, "s-1", "worker-a", lease.Epoch)
+	lease, _ := topo.Leases().AcquireLease(ctx, "s-1", "worker-a")
+	old, _ := topo.Logs().Fence(ctx, "s-1", "worker-a", lease.Epoch)
 	_, _ = old.Append(ctx, schema.Event{Type: schema.TypeCall, Call: &schema.Call{CallID: "c-1", Tool: "orders.create", Arguments: []byte(`{}`)}})
 	_ = lease.Release(ctx) // (or it expires)
 
 	// The takeover.
-	lease2, _ := topo.AcquireLease(ctx, "s-1", "recovery")
-	if _, err := topo.Fence(ctx, "s-1", "recovery", lease2.Epoch); err != nil {
+	lease2, _ := topo.Leases().AcquireLease(ctx, "s-1", "recovery")
+	if _, err := topo.Logs().Fence(ctx, "s-1", "recovery", lease2.Epoch); err != nil {
 		panic(err)
 	}
-	history, _ := topo.Load(ctx, "s-1")
+	history, _ := topo.Logs().Load(ctx, "s-1")
 	for _, ev := range history {
 		fmt.Println(strings.TrimSpace(fmt.Sprintf("%d %d %s %s", ev.Seq, ev.Epoch, ev.Type, ev.CallID())))
 	}

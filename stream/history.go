@@ -11,6 +11,10 @@ import (
 	"github.com/jingwei/jingwei/schema"
 )
 
+// Logs is the handle on the session logs (JW_EVENTS): open, fence and load
+// a session's log. Get it with Topology.Logs.
+type Logs struct{ t *Topology }
+
 // logStats is the size of a session log as counted against the limits.
 type logStats struct {
 	events int
@@ -19,11 +23,12 @@ type logStats struct {
 
 // measure counts the events and serialized bytes of the session log up to
 // seq upTo, stopping early once a limit is passed.
-func (t *Topology) measure(ctx context.Context, session string, upTo uint64) (logStats, error) {
+func (lg Logs) measure(ctx context.Context, session string, upTo uint64) (logStats, error) {
+	t := lg.t
 	var st logStats
 	lim := t.cfg.Limits
 	errOver := errors.New("over")
-	err := t.readRange(ctx, t.Events.CachedInfo().Config.Name, t.EventsSubject(session), 1, upTo, func(m *jetstream.RawStreamMsg) error {
+	err := t.Reader().readRange(ctx, t.Events.CachedInfo().Config.Name, t.Names().EventsSubject(session), 1, upTo, func(m *jetstream.RawStreamMsg) error {
 		st.events++
 		st.bytes += eventSize(len(m.Data), m.Sequence)
 		if st.events > lim.MaxEvents || st.bytes > lim.MaxBytes {
@@ -45,32 +50,33 @@ func (t *Topology) measure(ctx context.Context, session string, upTo uint64) (lo
 // or 16 MiB serialized) is refused with a history_too_large *schema.Error,
 // an event that does not decode with a corrupt_history one naming its seq.
 // An empty or unknown session has an empty history.
-func (t *Topology) Load(ctx context.Context, session string) ([]schema.Event, error) {
-	return t.LoadThrough(ctx, session, 0)
+func (lg Logs) Load(ctx context.Context, session string) ([]schema.Event, error) {
+	return lg.LoadThrough(ctx, session, 0)
 }
 
 // LoadThrough is Load that also makes sure the history reaches sequence
 // atLeast (a fence the caller appended): a read that comes back short of
 // it, on any replica, is retried or fails, and is never returned. With
 // atLeast 0 it is Load.
-func (t *Topology) LoadThrough(ctx context.Context, session string, atLeast uint64) ([]schema.Event, error) {
-	h, _, err := t.load(ctx, session, atLeast)
+func (lg Logs) LoadThrough(ctx context.Context, session string, atLeast uint64) ([]schema.Event, error) {
+	h, _, err := lg.load(ctx, session, atLeast)
 	return h, err
 }
 
 // load is LoadThrough that also returns the size of what it read.
-func (t *Topology) load(ctx context.Context, session string, atLeast uint64) ([]schema.Event, logStats, error) {
-	return t.loadAfter(ctx, session, atLeast, Loaded{})
+func (lg Logs) load(ctx context.Context, session string, atLeast uint64) ([]schema.Event, logStats, error) {
+	return lg.loadAfter(ctx, session, atLeast, Loaded{})
 }
 
 // loadAfter is load that starts from a history loaded before (prefix):
 // only the events after it are read, and the limits count the prefix too.
 // An empty prefix reads the whole log.
-func (t *Topology) loadAfter(ctx context.Context, session string, atLeast uint64, prefix Loaded) ([]schema.Event, logStats, error) {
+func (lg Logs) loadAfter(ctx context.Context, session string, atLeast uint64, prefix Loaded) ([]schema.Event, logStats, error) {
+	t := lg.t
 	if err := ValidateSession(session); err != nil {
 		return nil, logStats{}, err
 	}
-	tl, ok, err := t.lastMsg(ctx, session)
+	tl, ok, err := lg.lastMsg(ctx, session)
 	if err != nil {
 		return nil, logStats{}, err
 	}
@@ -86,7 +92,7 @@ func (t *Topology) loadAfter(ctx context.Context, session string, atLeast uint64
 		acc.Events, from = slices.Clip(acc.Events), acc.Events[n-1].Seq+1
 	}
 	if from <= end {
-		err = t.readRange(ctx, t.Events.CachedInfo().Config.Name, t.EventsSubject(session), from, end, func(m *jetstream.RawStreamMsg) error {
+		err = t.Reader().readRange(ctx, t.Events.CachedInfo().Config.Name, t.Names().EventsSubject(session), from, end, func(m *jetstream.RawStreamMsg) error {
 			return acc.add(session, t.cfg.Limits, m)
 		})
 		if err != nil {
@@ -130,8 +136,8 @@ type Loaded struct {
 }
 
 // LoadHistory is Load, returning the history as a Loaded.
-func (t *Topology) LoadHistory(ctx context.Context, session string) (Loaded, error) {
-	h, st, err := t.load(ctx, session, 0)
+func (lg Logs) LoadHistory(ctx context.Context, session string) (Loaded, error) {
+	h, st, err := lg.load(ctx, session, 0)
 	if err != nil {
 		return Loaded{}, err
 	}
@@ -144,16 +150,17 @@ func (t *Topology) LoadHistory(ctx context.Context, session string) (Loaded, err
 // corrupt_history *schema.Error naming its seq). It is how a reader follows
 // a log it has read up to from-1: only stored events, never a message
 // JetStream refused. The history limits are not applied to a part.
-func (t *Topology) LoadFrom(ctx context.Context, session string, from uint64) ([]schema.Event, error) {
+func (lg Logs) LoadFrom(ctx context.Context, session string, from uint64) ([]schema.Event, error) {
+	t := lg.t
 	if err := ValidateSession(session); err != nil {
 		return nil, err
 	}
-	tl, ok, err := t.lastMsg(ctx, session)
+	tl, ok, err := lg.lastMsg(ctx, session)
 	if err != nil || !ok || tl.seq < max(from, 1) {
 		return nil, err
 	}
 	var out []schema.Event
-	err = t.readRange(ctx, t.Events.CachedInfo().Config.Name, t.EventsSubject(session), max(from, 1), tl.seq, func(m *jetstream.RawStreamMsg) error {
+	err = t.Reader().readRange(ctx, t.Events.CachedInfo().Config.Name, t.Names().EventsSubject(session), max(from, 1), tl.seq, func(m *jetstream.RawStreamMsg) error {
 		ev, err := decodeAt(session, m)
 		if err != nil {
 			return err

@@ -23,7 +23,7 @@ type historyReader struct {
 
 // loadReader is Load as a historyReader (it does not weigh).
 var loadReader = historyReader{name: "Load", read: func(ctx context.Context, topo *Topology, session string) (Loaded, error) {
-	evs, err := topo.Load(ctx, session)
+	evs, err := topo.Logs().Load(ctx, session)
 	return Loaded{Events: evs}, err
 }}
 
@@ -39,11 +39,11 @@ func testReaderAtBatchBoundaries(t *testing.T, r historyReader) {
 	ctx := context.Background()
 	lengths := []int{1, 2, 3, readBatch - 1, readBatch, readBatch + 1, 2*readBatch + 3}
 	for i, n := range lengths {
-		lg, err := topo.Fence(ctx, fmt.Sprintf("s-%d", n), "w1", 1) // event 1
+		lg, err := topo.Logs().Fence(ctx, fmt.Sprintf("s-%d", n), "w1", 1) // event 1
 		if err != nil {
 			t.Fatal(err)
 		}
-		other, err := topo.Fence(ctx, fmt.Sprintf("other-%d", i), "w1", 1)
+		other, err := topo.Logs().Fence(ctx, fmt.Sprintf("other-%d", i), "w1", 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -65,7 +65,7 @@ func testReaderAtBatchBoundaries(t *testing.T, r historyReader) {
 		if err != nil {
 			t.Fatalf("%s %s: %v", r.name, session, err)
 		}
-		want, err := topo.LoadHistory(ctx, session)
+		want, err := topo.Logs().LoadHistory(ctx, session)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -79,7 +79,7 @@ func testReaderAtBatchBoundaries(t *testing.T, r historyReader) {
 	if h, err := r.read(ctx, topo, "s-none"); err != nil || h.Events != nil {
 		t.Fatalf("%s of an empty session = %v, %v", r.name, h.Events, err)
 	}
-	_, lerr := topo.Load(ctx, "bad session!")
+	_, lerr := topo.Logs().Load(ctx, "bad session!")
 	if _, err := r.read(ctx, topo, "bad session!"); err == nil || lerr == nil || err.Error() != lerr.Error() {
 		t.Fatalf("%s of an invalid session id: %v, want Load's %v", r.name, err, lerr)
 	}
@@ -87,16 +87,16 @@ func testReaderAtBatchBoundaries(t *testing.T, r historyReader) {
 	// A corrupt event in the first batch and in a later one.
 	for _, at := range []int{2, readBatch + 3} {
 		session := fmt.Sprintf("corrupt-%d", at)
-		lg, err := topo.Fence(ctx, session, "w1", 1)
+		lg, err := topo.Logs().Fence(ctx, session, "w1", 1)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for j := 2; j <= readBatch+5; j++ {
 			if j == at {
-				if _, err := topo.JS.Publish(ctx, topo.EventsSubject(session), []byte(`{"v":1,"type":"x","type":"y"}`)); err != nil {
+				if _, err := topo.JS.Publish(ctx, topo.Names().EventsSubject(session), []byte(`{"v":1,"type":"x","type":"y"}`)); err != nil {
 					t.Fatal(err)
 				}
-				if lg, err = topo.OpenLog(ctx, session, "w1", 1); err != nil {
+				if lg, err = topo.Logs().OpenLog(ctx, session, "w1", 1); err != nil {
 					t.Fatal(err)
 				}
 				continue
@@ -119,7 +119,7 @@ func testReaderWithoutDirectGets(t *testing.T, r historyReader) {
 	topo := setup(t, TopologyConfig{})
 	ctx := context.Background()
 	startedLog(t, topo, "s-1", 5)
-	want, err := topo.Load(ctx, "s-1")
+	want, err := topo.Logs().Load(ctx, "s-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,11 +154,11 @@ func TestLoadWithoutDirectGets(t *testing.T) {
 func leaderRead(t *testing.T, topo *Topology, session string) []schema.Event {
 	t.Helper()
 	var out []schema.Event
-	tl, ok, err := topo.lastMsg(context.Background(), session)
+	tl, ok, err := topo.Logs().lastMsg(context.Background(), session)
 	if err != nil || !ok {
 		t.Fatalf("tail of %s: %v %v", session, ok, err)
 	}
-	err = topo.read(context.Background(), topo.Events.CachedInfo().Config.Name, topo.EventsSubject(session), 1, tl.seq, false, func(m *jetstream.RawStreamMsg) error {
+	err = topo.Reader().read(context.Background(), topo.Events.CachedInfo().Config.Name, topo.Names().EventsSubject(session), 1, tl.seq, false, func(m *jetstream.RawStreamMsg) error {
 		ev, err := schema.DecodeEvent(m.Data)
 		if err != nil {
 			return err

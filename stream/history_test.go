@@ -16,7 +16,7 @@ import (
 func TestLoadLeavesNoConsumer(t *testing.T) {
 	_, _, topo := streamtest.Start(t)
 	ctx := context.Background()
-	log, err := topo.Fence(ctx, "s-1", "w1", 1)
+	log, err := topo.Logs().Fence(ctx, "s-1", "w1", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -30,7 +30,7 @@ func TestLoadLeavesNoConsumer(t *testing.T) {
 	}
 	before := consumers(t, topo)
 	for i := 0; i < 25; i++ {
-		h, err := topo.Load(ctx, "s-1")
+		h, err := topo.Logs().Load(ctx, "s-1")
 		if err != nil || len(h) != events {
 			t.Fatalf("Load %d: %d events, %v", i, len(h), err)
 		}

@@ -20,11 +20,12 @@ var errPageDone = errors.New("stream: page done")
 // Like Load it reads the leader's tail and the body with batched direct
 // gets, no consumer, and never returns a message the leader does not
 // hold. data is the caller's to keep.
-func (t *Topology) ReadLog(ctx context.Context, session string, from uint64, fn func(seq uint64, data []byte) bool) (end uint64, err error) {
+func (lg Logs) ReadLog(ctx context.Context, session string, from uint64, fn func(seq uint64, data []byte) bool) (end uint64, err error) {
+	t := lg.t
 	if err := ValidateSession(session); err != nil {
 		return 0, err
 	}
-	tl, ok, err := t.lastMsg(ctx, session)
+	tl, ok, err := lg.lastMsg(ctx, session)
 	if err != nil || !ok {
 		return 0, err
 	}
@@ -32,7 +33,7 @@ func (t *Topology) ReadLog(ctx context.Context, session string, from uint64, fn 
 	if max(from, 1) > end {
 		return end, nil
 	}
-	err = t.readRange(ctx, t.Events.CachedInfo().Config.Name, t.EventsSubject(session), max(from, 1), end, func(m *jetstream.RawStreamMsg) error {
+	err = t.Reader().readRange(ctx, t.Events.CachedInfo().Config.Name, t.Names().EventsSubject(session), max(from, 1), end, func(m *jetstream.RawStreamMsg) error {
 		if !fn(m.Sequence, m.Data) {
 			return errPageDone
 		}

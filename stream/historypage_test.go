@@ -16,11 +16,11 @@ import (
 func TestReadLog(t *testing.T) {
 	_, _, topo := streamtest.Start(t)
 	ctx := context.Background()
-	a, err := topo.Fence(ctx, "a-1", "w1", 1)
+	a, err := topo.Logs().Fence(ctx, "a-1", "w1", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := topo.Fence(ctx, "b-1", "w2", 1)
+	b, err := topo.Logs().Fence(ctx, "b-1", "w2", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,13 +35,13 @@ func TestReadLog(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	h, err := topo.Load(ctx, "a-1")
+	h, err := topo.Logs().Load(ctx, "a-1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	last := h[len(h)-1].Seq
 	var got []uint64
-	end, err := topo.ReadLog(ctx, "a-1", seqs[1], func(seq uint64, data []byte) bool {
+	end, err := topo.Logs().ReadLog(ctx, "a-1", seqs[1], func(seq uint64, data []byte) bool {
 		got = append(got, seq)
 		return len(got) < 3
 	})
@@ -49,17 +49,17 @@ func TestReadLog(t *testing.T) {
 		t.Fatalf("ReadLog from %d, 3 events: %v end %d (want %v end %d) %v", seqs[1], got, end, seqs[1:4], last, err)
 	}
 	got = nil
-	end, err = topo.ReadLog(ctx, "a-1", 0, func(seq uint64, data []byte) bool { got = append(got, seq); return true })
+	end, err = topo.Logs().ReadLog(ctx, "a-1", 0, func(seq uint64, data []byte) bool { got = append(got, seq); return true })
 	if err != nil || end != last || len(got) != len(h) {
 		t.Fatalf("ReadLog whole: %v end %d, %v", got, end, err)
 	}
-	if end, err := topo.ReadLog(ctx, "a-1", last+1, func(uint64, []byte) bool { t.Fatal("called past the end"); return false }); err != nil || end != last {
+	if end, err := topo.Logs().ReadLog(ctx, "a-1", last+1, func(uint64, []byte) bool { t.Fatal("called past the end"); return false }); err != nil || end != last {
 		t.Fatalf("ReadLog past the end: %d %v", end, err)
 	}
-	if end, err := topo.ReadLog(ctx, "nobody", 0, func(uint64, []byte) bool { t.Fatal("called"); return false }); err != nil || end != 0 {
+	if end, err := topo.Logs().ReadLog(ctx, "nobody", 0, func(uint64, []byte) bool { t.Fatal("called"); return false }); err != nil || end != 0 {
 		t.Fatalf("ReadLog of an unknown session: %d %v", end, err)
 	}
-	if _, err := topo.ReadLog(ctx, "a.b", 0, func(uint64, []byte) bool { return true }); !errors.Is(err, stream.ErrInvalidSession) {
+	if _, err := topo.Logs().ReadLog(ctx, "a.b", 0, func(uint64, []byte) bool { return true }); !errors.Is(err, stream.ErrInvalidSession) {
 		t.Fatalf("ReadLog of an invalid session id: %v", err)
 	}
 }

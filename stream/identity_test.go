@@ -39,7 +39,7 @@ func TestIdentitySurvivesRestartAndSetup(t *testing.T) {
 			t.Fatalf("ReplacedError = %v", err)
 		}
 	}
-	if _, err := js.Publish(ctx, topo.ReviewsSubject("s-1"), []byte(`{}`)); err != nil {
+	if _, err := js.Publish(ctx, topo.Names().ReviewsSubject("s-1"), []byte(`{}`)); err != nil {
 		t.Fatal(err)
 	}
 	check()

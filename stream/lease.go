@@ -16,6 +16,10 @@ import (
 	"github.com/synadia-io/orbit.go/jetstreamext"
 )
 
+// Leases is the handle on session and partition leases, worker
+// registrations and takeovers. Get it with Topology.Leases.
+type Leases struct{ t *Topology }
+
 // LeaseValue is what a lease key holds (JSON): a session's lease, a
 // partition's lease (AcquirePartition), or a tool worker's registration
 // (RegisterWorker).
@@ -63,10 +67,11 @@ func epochKey(session string) string { return "epoch." + session }
 // epoch counter (key epoch.<session>, no TTL, so it outlives expired
 // leases) and the highest epoch on its log, stored back by compare-and-set
 // (epochCounter).
-func (t *Topology) nextEpoch(ctx context.Context, session string) (uint64, error) {
-	c := epochCounter{kv: t.Leases, key: epochKey(session), what: "session " + session, step: 1}
+func (ls Leases) nextEpoch(ctx context.Context, session string) (uint64, error) {
+	t := ls.t
+	c := epochCounter{kv: t.LeaseBucket, key: epochKey(session), what: "session " + session, step: 1}
 	return c.draw(ctx, func(ctx context.Context) (uint64, error) {
-		return t.HighestEpoch(ctx, session)
+		return t.Logs().HighestEpoch(ctx, session)
 	})
 }
 
@@ -75,21 +80,22 @@ func (t *Topology) nextEpoch(ctx context.Context, session string) (uint64, error
 // ErrLeaseHeld (naming the holder) if the lease is live. The caller renews
 // it well within the TTL and then, to take a session over, calls Fence with
 // the lease's epoch.
-func (t *Topology) AcquireLease(ctx context.Context, session, owner string) (*Lease, error) {
+func (ls Leases) AcquireLease(ctx context.Context, session, owner string) (*Lease, error) {
+	t := ls.t
 	if err := ValidateSession(session); err != nil {
 		return nil, err
 	}
 	if owner == "" {
 		return nil, errors.New("stream: AcquireLease: empty owner")
 	}
-	if held, err := t.Leases.Get(ctx, session); err == nil {
+	if held, err := t.LeaseBucket.Get(ctx, session); err == nil {
 		return nil, heldError(session, held.Value())
 	}
-	epoch, err := t.nextEpoch(ctx, session)
+	epoch, err := ls.nextEpoch(ctx, session)
 	if err != nil {
 		return nil, err
 	}
-	rev, held, err := t.createLease(ctx, session, LeaseValue{Owner: owner, Epoch: epoch, At: time.Now().UTC()})
+	rev, held, err := ls.createLease(ctx, session, LeaseValue{Owner: owner, Epoch: epoch, At: time.Now().UTC()})
 	switch {
 	case held != nil:
 		return nil, heldError(session, held)
@@ -102,15 +108,16 @@ func (t *Topology) AcquireLease(ctx context.Context, session, owner string) (*Le
 // createLease creates the lease key with v and the lease TTL. A key held
 // already returns its current value as held (non-nil, possibly empty when
 // it could not be read); any other failure is err.
-func (t *Topology) createLease(ctx context.Context, key string, v LeaseValue) (rev uint64, held []byte, err error) {
+func (ls Leases) createLease(ctx context.Context, key string, v LeaseValue) (rev uint64, held []byte, err error) {
+	t := ls.t
 	val, _ := json.Marshal(v)
-	rev, err = t.Leases.Create(ctx, key, val, jetstream.KeyTTL(t.cfg.LeaseTTL))
+	rev, err = t.LeaseBucket.Create(ctx, key, val, jetstream.KeyTTL(t.cfg.LeaseTTL))
 	if err == nil {
 		return rev, nil, nil
 	}
 	if errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSeq(err) {
 		held = []byte{}
-		if e, gerr := t.Leases.Get(ctx, key); gerr == nil {
+		if e, gerr := t.LeaseBucket.Get(ctx, key); gerr == nil {
 			held = e.Value()
 		}
 		return 0, held, err
@@ -131,28 +138,30 @@ func heldError(session string, v []byte) error {
 // the tool workers' partitions holds; a tool worker owns a session
 // through its partition's lease (PartitionHolder). Writer says whether
 // anybody may still write the session.
-func (t *Topology) LeaseHolder(ctx context.Context, session string) (LeaseValue, bool, error) {
+func (ls Leases) LeaseHolder(ctx context.Context, session string) (LeaseValue, bool, error) {
 	if err := ValidateSession(session); err != nil {
 		return LeaseValue{}, false, err
 	}
-	return t.leaseValue(ctx, session)
+	return ls.leaseValue(ctx, session)
 }
 
 // leaseSubject is the KV subject of a key of jw_leases.
-func (t *Topology) leaseSubject(key string) string {
+func (ls Leases) leaseSubject(key string) string {
+	t := ls.t
 	return "$KV." + t.Prefix + "_leases." + key
 }
 
 // leaseMsg is the message that writes v as key's value in jw_leases.
-func (t *Topology) leaseMsg(key string, v LeaseValue) *nats.Msg {
-	msg := nats.NewMsg(t.leaseSubject(key))
+func (ls Leases) leaseMsg(key string, v LeaseValue) *nats.Msg {
+	msg := nats.NewMsg(ls.leaseSubject(key))
 	msg.Data, _ = json.Marshal(v)
 	return msg
 }
 
 // rewriteLease publishes msg (leaseMsg) by compare-and-set on its key's
 // last revision, rev, with the lease TTL from now: a renewal.
-func (t *Topology) rewriteLease(ctx context.Context, msg *nats.Msg, rev uint64) (*jetstream.PubAck, error) {
+func (ls Leases) rewriteLease(ctx context.Context, msg *nats.Msg, rev uint64) (*jetstream.PubAck, error) {
+	t := ls.t
 	return t.JS.PublishMsg(ctx, msg,
 		jetstream.WithExpectLastSequencePerSubject(rev),
 		jetstream.WithMsgTTL(t.cfg.LeaseTTL))
@@ -165,10 +174,10 @@ func (t *Topology) rewriteLease(ctx context.Context, msg *nats.Msg, rev uint64) 
 func (l *Lease) Renew(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	msg := l.t.leaseMsg(l.Session, LeaseValue{Owner: l.Owner, Epoch: l.Epoch, At: time.Now().UTC()})
+	msg := l.t.Leases().leaseMsg(l.Session, LeaseValue{Owner: l.Owner, Epoch: l.Epoch, At: time.Now().UTC()})
 	ctx, cancel := context.WithTimeout(ctx, l.t.cfg.RequestTimeout)
 	defer cancel()
-	ack, err := l.t.rewriteLease(ctx, msg, l.rev)
+	ack, err := l.t.Leases().rewriteLease(ctx, msg, l.rev)
 	if err != nil {
 		if isWrongLastSeq(err) {
 			return fmt.Errorf("%w: session %s (epoch %d)", ErrLeaseLost, l.Session, l.Epoch)
@@ -184,7 +193,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	err := l.t.Leases.Delete(ctx, l.Session, jetstream.LastRevision(l.rev))
+	err := l.t.LeaseBucket.Delete(ctx, l.Session, jetstream.LastRevision(l.rev))
 	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSeq(err) {
 			return fmt.Errorf("%w: session %s (epoch %d)", ErrLeaseLost, l.Session, l.Epoch)
@@ -199,9 +208,10 @@ func (l *Lease) Release(ctx context.Context) error {
 // channel is closed when ctx ends. Released leases are not reported. A
 // process that was down while a lease expired missed it: reconcile with
 // LeaseHolder on start.
-func (t *Topology) WatchLeaseExpiry(ctx context.Context) (<-chan string, error) {
+func (ls Leases) WatchLeaseExpiry(ctx context.Context) (<-chan string, error) {
+	t := ls.t
 	// One token: lease keys only, not epoch.<session> or partition.<p>.
-	return watchExpiry(ctx, t, t.leaseSubject("*"), func(key string) (string, bool) {
+	return watchExpiry(ctx, t, ls.leaseSubject("*"), func(key string) (string, bool) {
 		return key, key != ""
 	})
 }
@@ -209,8 +219,9 @@ func (t *Topology) WatchLeaseExpiry(ctx context.Context) (<-chan string, error) 
 // WatchPartitionExpiry reports partitions whose lease the server removed
 // because its owner did not renew it in time (a tool worker that died or
 // lost the server), from now on, as WatchLeaseExpiry does for sessions.
-func (t *Topology) WatchPartitionExpiry(ctx context.Context) (<-chan int, error) {
-	return watchExpiry(ctx, t, t.leaseSubject("partition.*"), func(key string) (int, bool) {
+func (ls Leases) WatchPartitionExpiry(ctx context.Context) (<-chan int, error) {
+	t := ls.t
+	return watchExpiry(ctx, t, ls.leaseSubject("partition.*"), func(key string) (int, bool) {
 		n, err := strconv.Atoi(strings.TrimPrefix(key, "partition."))
 		return n, err == nil
 	})
@@ -237,7 +248,7 @@ func watchExpiry[T any](ctx context.Context, t *Topology, filter string, key fun
 	if err != nil {
 		return nil, fmt.Errorf("stream: watch leases: %w", err)
 	}
-	pre := t.leaseSubject("")
+	pre := t.Leases().leaseSubject("")
 	out := make(chan T, 64)
 	go func() {
 		defer close(out)
@@ -272,14 +283,15 @@ func watchExpiry[T any](ctx context.Context, t *Topology, filter string, key fun
 // subject of the bucket, wildcards allowed), by key, from one batched
 // direct get of the last message of each key: entries whose last message
 // is a delete or expiry marker are left out.
-func (t *Topology) liveLeases(ctx context.Context, filter string) (map[string]LeaseValue, error) {
+func (ls Leases) liveLeases(ctx context.Context, filter string) (map[string]LeaseValue, error) {
+	t := ls.t
 	ctx, cancel := context.WithTimeout(ctx, t.cfg.RequestTimeout)
 	defer cancel()
 	it, err := jetstreamext.GetLastMsgsFor(ctx, t.JS, "KV_"+t.Prefix+"_leases", []string{filter})
 	if err != nil {
 		return nil, fmt.Errorf("stream: list leases %s: %w", filter, err)
 	}
-	pre := t.leaseSubject("")
+	pre := ls.leaseSubject("")
 	out := map[string]LeaseValue{}
 	for m, err := range it {
 		if errors.Is(err, jetstreamext.ErrNoMessages) {
@@ -302,8 +314,8 @@ func (t *Topology) liveLeases(ctx context.Context, filter string) (map[string]Le
 
 // PartitionLeases returns the live partition leases, by partition, with
 // one request.
-func (t *Topology) PartitionLeases(ctx context.Context) (map[int]LeaseValue, error) {
-	m, err := t.liveLeases(ctx, t.leaseSubject("partition.*"))
+func (ls Leases) PartitionLeases(ctx context.Context) (map[int]LeaseValue, error) {
+	m, err := ls.liveLeases(ctx, ls.leaseSubject("partition.*"))
 	if err != nil {
 		return nil, err
 	}
@@ -343,7 +355,8 @@ func workerKey(owner string) string {
 // topology's LeaseTTL (renew it with Registration.Renew, remove it with
 // Release). Registering again overwrites: a registration carries nothing
 // but the owner.
-func (t *Topology) RegisterWorker(ctx context.Context, owner string) (*Registration, error) {
+func (ls Leases) RegisterWorker(ctx context.Context, owner string) (*Registration, error) {
+	t := ls.t
 	if owner == "" {
 		return nil, errors.New("stream: RegisterWorker: empty owner")
 	}
@@ -356,7 +369,7 @@ func (t *Topology) RegisterWorker(ctx context.Context, owner string) (*Registrat
 
 // Renew writes the registration again with the TTL.
 func (r *Registration) Renew(ctx context.Context) error {
-	msg := r.t.leaseMsg(r.key, LeaseValue{Owner: r.owner, At: time.Now().UTC()})
+	msg := r.t.Leases().leaseMsg(r.key, LeaseValue{Owner: r.owner, At: time.Now().UTC()})
 	ctx, cancel := context.WithTimeout(ctx, r.t.cfg.RequestTimeout)
 	defer cancel()
 	if _, err := r.t.JS.PublishMsg(ctx, msg, jetstream.WithMsgTTL(r.t.cfg.LeaseTTL)); err != nil {
@@ -367,7 +380,7 @@ func (r *Registration) Renew(ctx context.Context) error {
 
 // Release removes the registration (a delete marker).
 func (r *Registration) Release(ctx context.Context) error {
-	if err := r.t.Leases.Delete(ctx, r.key); err != nil {
+	if err := r.t.LeaseBucket.Delete(ctx, r.key); err != nil {
 		return fmt.Errorf("stream: unregister worker %s: %w", r.owner, err)
 	}
 	return nil
@@ -375,8 +388,8 @@ func (r *Registration) Release(ctx context.Context) error {
 
 // LiveWorkers returns the owners of the live registrations, sorted, with
 // one request.
-func (t *Topology) LiveWorkers(ctx context.Context) ([]string, error) {
-	m, err := t.liveLeases(ctx, t.leaseSubject("worker.*"))
+func (ls Leases) LiveWorkers(ctx context.Context) ([]string, error) {
+	m, err := ls.liveLeases(ctx, ls.leaseSubject("worker.*"))
 	if err != nil {
 		return nil, err
 	}

@@ -14,14 +14,14 @@ import (
 func TestLeaseAcquireRenewRelease(t *testing.T) {
 	ctx := context.Background()
 	_, _, topo := streamtest.Start(t)
-	a, err := topo.AcquireLease(ctx, "s-1", "w1")
+	a, err := topo.Leases().AcquireLease(ctx, "s-1", "w1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := topo.AcquireLease(ctx, "s-1", "w2"); !errors.Is(err, stream.ErrLeaseHeld) {
+	if _, err := topo.Leases().AcquireLease(ctx, "s-1", "w2"); !errors.Is(err, stream.ErrLeaseHeld) {
 		t.Fatalf("second acquire: %v", err)
 	}
-	if lv, ok, err := topo.LeaseHolder(ctx, "s-1"); err != nil || !ok || lv.Owner != "w1" || lv.Epoch != a.Epoch {
+	if lv, ok, err := topo.Leases().LeaseHolder(ctx, "s-1"); err != nil || !ok || lv.Owner != "w1" || lv.Epoch != a.Epoch {
 		t.Fatalf("LeaseHolder = %+v %v %v", lv, ok, err)
 	}
 	rev := a.Revision()
@@ -34,13 +34,13 @@ func TestLeaseAcquireRenewRelease(t *testing.T) {
 	if err := a.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, _ := topo.LeaseHolder(ctx, "s-1"); ok {
+	if _, ok, _ := topo.Leases().LeaseHolder(ctx, "s-1"); ok {
 		t.Fatal("lease still held after release")
 	}
 	if err := a.Renew(ctx); !errors.Is(err, stream.ErrLeaseLost) {
 		t.Fatalf("renew after release: %v", err)
 	}
-	b, err := topo.AcquireLease(ctx, "s-1", "w2")
+	b, err := topo.Leases().AcquireLease(ctx, "s-1", "w2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,10 +51,10 @@ func TestLeaseAcquireRenewRelease(t *testing.T) {
 		t.Fatalf("stale release: %v", err)
 	}
 	// The epoch also clears whatever is on the log.
-	if _, err := topo.Fence(ctx, "s-2", "w9", 41); err != nil {
+	if _, err := topo.Logs().Fence(ctx, "s-2", "w9", 41); err != nil {
 		t.Fatal(err)
 	}
-	c, err := topo.AcquireLease(ctx, "s-2", "w1")
+	c, err := topo.Leases().AcquireLease(ctx, "s-2", "w1")
 	if err != nil || c.Epoch != 42 {
 		t.Fatalf("acquire on a log at epoch 41: epoch %v, %v", c, err)
 	}
@@ -69,15 +69,15 @@ func TestLeaseExpiryReachesWatcher(t *testing.T) {
 	defer cancel()
 	const ttl = time.Second
 	_, _, topo := streamtest.StartWith(t, streamtest.Config{Topology: stream.TopologyConfig{LeaseTTL: ttl, LeaseMarkerTTL: time.Second}})
-	expired, err := topo.WatchLeaseExpiry(ctx)
+	expired, err := topo.Leases().WatchLeaseExpiry(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rel, err := topo.AcquireLease(ctx, "released", "w1")
+	rel, err := topo.Leases().AcquireLease(ctx, "released", "w1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := topo.AcquireLease(ctx, "s-1", "w1")
+	l, err := topo.Leases().AcquireLease(ctx, "s-1", "w1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestLeaseExpiryReachesWatcher(t *testing.T) {
 	if err := l.Renew(ctx); !errors.Is(err, stream.ErrLeaseLost) {
 		t.Fatalf("renew after expiry: %v", err)
 	}
-	next, err := topo.AcquireLease(ctx, "s-1", "w2")
+	next, err := topo.Leases().AcquireLease(ctx, "s-1", "w2")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,27 +122,27 @@ func TestLeaseExpiryReachesWatcher(t *testing.T) {
 func TestEpochBound(t *testing.T) {
 	ctx := context.Background()
 	_, nc, topo := streamtest.Start(t)
-	if _, err := topo.Fence(ctx, "s-1", "w1", schema.MaxEpoch+1); !errors.Is(err, stream.ErrInvalidEpoch) {
+	if _, err := topo.Logs().Fence(ctx, "s-1", "w1", schema.MaxEpoch+1); !errors.Is(err, stream.ErrInvalidEpoch) {
 		t.Fatalf("Fence above the bound: %v", err)
 	}
-	if _, err := topo.OpenLog(ctx, "s-1", "w1", 0); !errors.Is(err, stream.ErrInvalidEpoch) {
+	if _, err := topo.Logs().OpenLog(ctx, "s-1", "w1", 0); !errors.Is(err, stream.ErrInvalidEpoch) {
 		t.Fatalf("OpenLog at epoch 0: %v", err)
 	}
-	if _, err := topo.Fence(ctx, "s-1", "w1", schema.MaxEpoch); err != nil {
+	if _, err := topo.Logs().Fence(ctx, "s-1", "w1", schema.MaxEpoch); err != nil {
 		t.Fatalf("Fence at the bound: %v", err)
 	}
-	if _, err := topo.AcquireLease(ctx, "s-1", "w2"); !errors.Is(err, stream.ErrEpochExhausted) {
+	if _, err := topo.Leases().AcquireLease(ctx, "s-1", "w2"); !errors.Is(err, stream.ErrEpochExhausted) {
 		t.Fatalf("AcquireLease at the bound: %v", err)
 	}
 	raw := `{"v":1,"session":"s-2","epoch":18446744073709551615,"at":"2026-11-29T10:00:00Z","type":"session.fenced","fence":{"epoch":18446744073709551615,"owner":"x"}}`
-	if err := nc.Publish(topo.EventsSubject("s-2"), []byte(raw)); err != nil {
+	if err := nc.Publish(topo.Names().EventsSubject("s-2"), []byte(raw)); err != nil {
 		t.Fatal(err)
 	}
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	streamtest.Eventually(t, 5*time.Second, "AcquireLease after a 2^64-1 fence to fail with ErrEpochExhausted", func() bool {
-		_, err := topo.AcquireLease(ctx, "s-2", "w2")
+		_, err := topo.Leases().AcquireLease(ctx, "s-2", "w2")
 		return errors.Is(err, stream.ErrEpochExhausted)
 	})
 }

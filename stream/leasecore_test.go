@@ -140,7 +140,7 @@ func TestHoldGuardReleaseAndNoClock(t *testing.T) {
 func TestEpochCounterDraw(t *testing.T) {
 	ctx := context.Background()
 	topo := setup(t, TopologyConfig{})
-	c := epochCounter{kv: topo.Leases, key: "epoch.core-1", what: "session core-1", step: 2}
+	c := epochCounter{kv: topo.LeaseBucket, key: "epoch.core-1", what: "session core-1", step: 2}
 	floor := func(v uint64) func(context.Context) (uint64, error) {
 		return func(context.Context) (uint64, error) { return v, nil }
 	}
@@ -156,7 +156,7 @@ func TestEpochCounterDraw(t *testing.T) {
 		if err != nil || got != tc.want {
 			t.Fatalf("draw %d (floor %d) = %d, %v; want %d", i, tc.floor, got, err, tc.want)
 		}
-		if e, err := topo.Leases.Get(ctx, c.key); err != nil || string(e.Value()) != strconv.FormatUint(tc.want, 10) {
+		if e, err := topo.LeaseBucket.Get(ctx, c.key); err != nil || string(e.Value()) != strconv.FormatUint(tc.want, 10) {
 			t.Fatalf("draw %d: counter holds %v, %v", i, e, err)
 		}
 	}
@@ -169,7 +169,7 @@ func TestEpochCounterDraw(t *testing.T) {
 	if _, err := c.draw(ctx, floor(schema.MaxEpoch-1)); !errors.Is(err, ErrEpochExhausted) {
 		t.Fatalf("draw past MaxEpoch: %v", err)
 	}
-	one := epochCounter{kv: topo.Leases, key: "epoch.core-2", what: "session core-2", step: 1}
+	one := epochCounter{kv: topo.LeaseBucket, key: "epoch.core-2", what: "session core-2", step: 1}
 	if got, err := one.draw(ctx, floor(schema.MaxEpoch-1)); err != nil || got != schema.MaxEpoch {
 		t.Fatalf("draw up to MaxEpoch = %d, %v", got, err)
 	}
@@ -183,7 +183,7 @@ func TestEpochCounterDraw(t *testing.T) {
 func TestEpochCounterConcurrentDrawsAreDistinct(t *testing.T) {
 	ctx := context.Background()
 	topo := setup(t, TopologyConfig{})
-	c := epochCounter{kv: topo.Leases, key: "epoch.core-race", what: "session core-race", step: 1}
+	c := epochCounter{kv: topo.LeaseBucket, key: "epoch.core-race", what: "session core-race", step: 1}
 	zero := func(context.Context) (uint64, error) { return 0, nil }
 	const n = 8
 	var wg sync.WaitGroup

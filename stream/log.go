@@ -19,6 +19,7 @@ import (
 	"github.com/jingwei/jingwei/internal/pause"
 	"github.com/jingwei/jingwei/internal/tracing"
 	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 // Headers jingwei puts on every session-log message, so a writer can tell
@@ -79,7 +80,7 @@ func (l *Log) Epoch() uint64 { return l.epoch }
 // log, read from the stream leader. ok is false when seq holds no message
 // of this session; a message there that does not decode is an error.
 func (l *Log) EventAt(ctx context.Context, seq uint64) (ev schema.Event, ok bool, err error) {
-	m, ok, err := l.t.leaderGet(ctx, l.t.Events.CachedInfo().Config.Name, msgGetRequest{Seq: seq, NextFor: l.subject})
+	m, ok, err := l.t.Reader().leaderGet(ctx, l.t.Events.CachedInfo().Config.Name, msgGetRequest{Seq: seq, NextFor: l.subject})
 	if err != nil || !ok || m.Sequence != seq {
 		return schema.Event{}, false, err
 	}
@@ -136,7 +137,7 @@ type tail struct {
 	data  []byte // the payload, for a writer to tell its own event from one under its Msg-Id
 }
 
-func (t *Topology) readMsg(m *jetstream.RawStreamMsg) tail {
+func (lg Logs) readMsg(m *jetstream.RawStreamMsg) tail {
 	tl := tail{seq: m.Sequence, msgID: m.Header.Get(jetstream.MsgIDHeader), owner: m.Header.Get(HeaderOwner), size: len(m.Data), data: m.Data}
 	if e, err := strconv.ParseUint(m.Header.Get(HeaderEpoch), 10, 64); err == nil {
 		tl.epoch = e
@@ -167,37 +168,39 @@ func (t *Topology) readMsg(m *jetstream.RawStreamMsg) tail {
 
 // lastMsg returns the last message on the session log as the stream
 // leader has it, ok false if the log is empty.
-func (t *Topology) lastMsg(ctx context.Context, session string) (tail, bool, error) {
-	m, ok, err := t.leaderGet(ctx, t.Events.CachedInfo().Config.Name, msgGetRequest{LastFor: t.EventsSubject(session)})
+func (lg Logs) lastMsg(ctx context.Context, session string) (tail, bool, error) {
+	t := lg.t
+	m, ok, err := t.Reader().leaderGet(ctx, t.Events.CachedInfo().Config.Name, msgGetRequest{LastFor: t.Names().EventsSubject(session)})
 	if err != nil {
 		return tail{}, false, fmt.Errorf("stream: read tail of %s: %w", session, err)
 	}
 	if !ok {
 		return tail{}, false, nil
 	}
-	return t.readMsg(m), true, nil
+	return lg.readMsg(m), true, nil
 }
 
 // nextMsg returns the first message on the session log at or after seq, as
 // the stream leader has it.
-func (t *Topology) nextMsg(ctx context.Context, session string, seq uint64) (tail, bool, error) {
-	m, ok, err := t.leaderGet(ctx, t.Events.CachedInfo().Config.Name, msgGetRequest{Seq: seq, NextFor: t.EventsSubject(session)})
+func (lg Logs) nextMsg(ctx context.Context, session string, seq uint64) (tail, bool, error) {
+	t := lg.t
+	m, ok, err := t.Reader().leaderGet(ctx, t.Events.CachedInfo().Config.Name, msgGetRequest{Seq: seq, NextFor: t.Names().EventsSubject(session)})
 	if err != nil {
 		return tail{}, false, fmt.Errorf("stream: read %s at %d: %w", session, seq, err)
 	}
 	if !ok {
 		return tail{}, false, nil
 	}
-	return t.readMsg(m), true, nil
+	return lg.readMsg(m), true, nil
 }
 
 // HighestEpoch returns the highest epoch on the session log (0 for an empty
 // log). Epochs on a log never decrease, so it is the tail's epoch.
-func (t *Topology) HighestEpoch(ctx context.Context, session string) (uint64, error) {
+func (lg Logs) HighestEpoch(ctx context.Context, session string) (uint64, error) {
 	if err := ValidateSession(session); err != nil {
 		return 0, err
 	}
-	tl, ok, err := t.lastMsg(ctx, session)
+	tl, ok, err := lg.lastMsg(ctx, session)
 	if err != nil || !ok {
 		return 0, err
 	}
@@ -214,7 +217,8 @@ func supersedes(epoch uint64, owner string, myEpoch uint64, me string) bool {
 // positioned at the log's current tail. It returns ErrFenced if the log
 // already holds a newer epoch (or the same epoch by another owner). OpenLog
 // does not fence older writers: a takeover uses Fence.
-func (t *Topology) OpenLog(ctx context.Context, session, owner string, epoch uint64) (*Log, error) {
+func (lg Logs) OpenLog(ctx context.Context, session, owner string, epoch uint64) (*Log, error) {
+	t := lg.t
 	if err := ValidateSession(session); err != nil {
 		return nil, err
 	}
@@ -224,7 +228,7 @@ func (t *Topology) OpenLog(ctx context.Context, session, owner string, epoch uin
 	if epoch == 0 || epoch > schema.MaxEpoch {
 		return nil, fmt.Errorf("%w: %d (want 1 to %d)", ErrInvalidEpoch, epoch, uint64(schema.MaxEpoch))
 	}
-	tl, ok, err := t.lastMsg(ctx, session)
+	tl, ok, err := lg.lastMsg(ctx, session)
 	if err != nil {
 		return nil, err
 	}
@@ -234,9 +238,9 @@ func (t *Topology) OpenLog(ctx context.Context, session, owner string, epoch uin
 	if ok && supersedes(tl.epoch, tl.owner, epoch, owner) {
 		return nil, fmt.Errorf("%w: session %s is at epoch %d (owner %q), writer has epoch %d", ErrFenced, session, tl.epoch, tl.owner, epoch)
 	}
-	l := &Log{t: t, session: session, owner: owner, subject: t.EventsSubject(session), epoch: epoch, idPre: nuid.Next() + "-"}
+	l := &Log{t: t, session: session, owner: owner, subject: t.Names().EventsSubject(session), epoch: epoch, idPre: nuid.Next() + "-"}
 	if ok {
-		st, err := t.measure(ctx, session, tl.seq)
+		st, err := lg.measure(ctx, session, tl.seq)
 		if err != nil {
 			return nil, err
 		}
@@ -252,8 +256,8 @@ func (t *Topology) OpenLog(ctx context.Context, session, owner string, epoch uin
 // gets ErrFenced. It returns ErrFenced if the log already holds a newer
 // epoch or the same epoch by another owner. The fence event is written even
 // if the history is at its limits: stopping the old writer comes first.
-func (t *Topology) Fence(ctx context.Context, session, owner string, epoch uint64) (*Log, error) {
-	l, _, err := t.FenceLoad(ctx, session, owner, epoch)
+func (lg Logs) Fence(ctx context.Context, session, owner string, epoch uint64) (*Log, error) {
+	l, _, err := lg.FenceLoad(ctx, session, owner, epoch)
 	return l, err
 }
 
@@ -261,8 +265,8 @@ func (t *Topology) Fence(ctx context.Context, session, owner string, epoch uint6
 // whole log up to and including the fence event, read after the fence is
 // in (LoadThrough), so nothing the old writer wrote can be missing from it.
 // It is what a takeover needs, in one read of the log.
-func (t *Topology) FenceLoad(ctx context.Context, session, owner string, epoch uint64) (*Log, []schema.Event, error) {
-	l, h, _, _, err := t.fenceLoad(ctx, session, owner, epoch, Loaded{}, false)
+func (lg Logs) FenceLoad(ctx context.Context, session, owner string, epoch uint64) (*Log, []schema.Event, error) {
+	l, h, _, _, err := lg.fenceLoad(ctx, session, owner, epoch, Loaded{}, false)
 	return l, h, err
 }
 
@@ -270,7 +274,8 @@ func (t *Topology) FenceLoad(ctx context.Context, session, owner string, epoch u
 // follows it is read once the fence is in. With resume, a log whose last
 // event is already (epoch, owner)'s is loaded without a fence: resumed is
 // true, and fenceSeq is that event's sequence instead of the fence's.
-func (t *Topology) fenceLoad(ctx context.Context, session, owner string, epoch uint64, prefix Loaded, resume bool) (l *Log, h []schema.Event, fenceSeq uint64, resumed bool, err error) {
+func (lg Logs) fenceLoad(ctx context.Context, session, owner string, epoch uint64, prefix Loaded, resume bool) (l *Log, h []schema.Event, fenceSeq uint64, resumed bool, err error) {
+	t := lg.t
 	if err := ValidateSession(session); err != nil {
 		return nil, nil, 0, false, err
 	}
@@ -289,7 +294,7 @@ func (t *Topology) fenceLoad(ctx context.Context, session, owner string, epoch u
 	// transport errors (the answer of such an attempt is the tail: a fence
 	// stored without its acknowledgement is found there by its Msg-Id) and
 	// for a refusal after which the tail has not moved.
-	b := newBackoff(time.Millisecond, 100*time.Millisecond)
+	b := natsnode.Backoff(time.Millisecond, 100*time.Millisecond)
 	idPre := nuid.Next() + "-"
 	fenceID := idPre + "fence"
 	var counted bool
@@ -300,7 +305,7 @@ func (t *Topology) fenceLoad(ctx context.Context, session, owner string, epoch u
 		seq uint64 // the tail it was published after
 	}
 	for {
-		tl, ok, err := t.lastMsg(ctx, session)
+		tl, ok, err := lg.lastMsg(ctx, session)
 		if err != nil {
 			return nil, nil, 0, false, err
 		}
@@ -318,8 +323,8 @@ func (t *Topology) fenceLoad(ctx context.Context, session, owner string, epoch u
 		}
 		if ok && tl.msgID == fenceID {
 			// An attempt whose answer was lost is in, and nothing followed.
-			l := &Log{t: t, session: session, owner: owner, subject: t.EventsSubject(session), epoch: epoch, idPre: idPre}
-			return t.fenced(ctx, l, tl.seq, prefix)
+			l := &Log{t: t, session: session, owner: owner, subject: t.Names().EventsSubject(session), epoch: epoch, idPre: idPre}
+			return lg.fenced(ctx, l, tl.seq, prefix)
 		}
 		if ok && supersedes(tl.epoch, tl.owner, epoch, owner) {
 			return nil, nil, 0, false, fmt.Errorf("%w: session %s is at epoch %d (owner %q), fence has epoch %d", ErrFenced, session, tl.epoch, tl.owner, epoch)
@@ -328,14 +333,14 @@ func (t *Topology) fenceLoad(ctx context.Context, session, owner string, epoch u
 			// The log ends with this writer's own event: it fenced the
 			// session at this epoch before, and every later writer would
 			// have had to append after it. Nothing to fence.
-			h, st, err := t.loadAfter(ctx, session, tl.seq, prefix)
+			h, st, err := lg.loadAfter(ctx, session, tl.seq, prefix)
 			if err != nil {
 				return nil, nil, 0, false, err
 			}
 			// Appends go after the event checked to be ours: should
 			// anything have followed it meanwhile, the first append
 			// finds out (fenced, or a conflict).
-			l := &Log{t: t, session: session, owner: owner, subject: t.EventsSubject(session), epoch: epoch, idPre: idPre, last: tl.seq}
+			l := &Log{t: t, session: session, owner: owner, subject: t.Names().EventsSubject(session), epoch: epoch, idPre: idPre, last: tl.seq}
 			l.events, l.bytes = st.events, st.bytes
 			l.keepAwaiting(h)
 			return l, h, tl.seq, true, nil
@@ -346,7 +351,7 @@ func (t *Topology) fenceLoad(ctx context.Context, session, owner string, epoch u
 		// stream sequence, so after the first count it is counted again
 		// only when that bound reaches the limit.
 		if ok && (!counted || count+int(tl.seq-countedAt)+1 > t.cfg.Limits.MaxEvents) {
-			if count, err = t.subjectCount(ctx, session); err != nil {
+			if count, err = lg.subjectCount(ctx, session); err != nil {
 				return nil, nil, 0, false, err
 			}
 			counted, countedAt = true, tl.seq
@@ -356,11 +361,11 @@ func (t *Topology) fenceLoad(ctx context.Context, session, owner string, epoch u
 		}
 		// Limits are measured once the fence is in (the read would only
 		// give an older writer more time to get in between).
-		l := &Log{t: t, session: session, owner: owner, subject: t.EventsSubject(session), epoch: epoch, idPre: idPre, last: tl.seq}
+		l := &Log{t: t, session: session, owner: owner, subject: t.Names().EventsSubject(session), epoch: epoch, idPre: idPre, last: tl.seq}
 		seq, err := l.publishFence(ctx, fenceID)
 		switch {
 		case err == nil:
-			return t.fenced(ctx, l, seq, prefix)
+			return lg.fenced(ctx, l, seq, prefix)
 		case errors.Is(err, ErrConflict):
 			refused.ok, refused.seq = true, tl.seq
 			continue // an older writer got in first: the new tail, at once
@@ -387,8 +392,8 @@ func corruptEpoch(session string, tl tail) error {
 
 // fenced loads into l, the new writer, the history through its fence at
 // seq.
-func (t *Topology) fenced(ctx context.Context, l *Log, seq uint64, prefix Loaded) (*Log, []schema.Event, uint64, bool, error) {
-	h, st, err := t.loadAfter(ctx, l.session, seq, prefix)
+func (lg Logs) fenced(ctx context.Context, l *Log, seq uint64, prefix Loaded) (*Log, []schema.Event, uint64, bool, error) {
+	h, st, err := lg.loadAfter(ctx, l.session, seq, prefix)
 	if err != nil {
 		return nil, nil, 0, false, err
 	}
@@ -444,8 +449,9 @@ func fenceReserve(lim schema.Limits) (events int, bytes int64) {
 
 // subjectCount returns how many messages the session log holds, as the
 // stream counts them.
-func (t *Topology) subjectCount(ctx context.Context, session string) (int, error) {
-	subj := t.EventsSubject(session)
+func (lg Logs) subjectCount(ctx context.Context, session string) (int, error) {
+	t := lg.t
+	subj := t.Names().EventsSubject(session)
 	info, err := t.Events.Info(ctx, jetstream.WithSubjectFilter(subj))
 	if err != nil {
 		return 0, fmt.Errorf("stream: count %s: %w", session, err)
@@ -669,7 +675,7 @@ func (l *Log) send(ctx context.Context, payload []byte, id string, until time.Ti
 			retry = true
 		}
 		if b == nil {
-			b = newBackoff(5*time.Millisecond, 250*time.Millisecond)
+			b = natsnode.Backoff(5*time.Millisecond, 250*time.Millisecond)
 			firstErr = time.Now()
 		}
 		if !retry || time.Since(firstErr) > appendRetryFor {
@@ -707,7 +713,7 @@ func (l *Log) appended(seq uint64, payload int) {
 // and the caller re-sends.
 func (l *Log) resolve(ctx context.Context, id string, payload []byte) (seq uint64, done bool, err error) {
 	for {
-		next, ok, err := l.t.nextMsg(ctx, l.session, l.last+1)
+		next, ok, err := l.t.Logs().nextMsg(ctx, l.session, l.last+1)
 		if err != nil {
 			return 0, false, err
 		}
@@ -721,7 +727,7 @@ func (l *Log) resolve(ctx context.Context, id string, payload []byte) (seq uint6
 			l.appended(next.seq, next.size)
 			continue
 		}
-		last, _, err := l.t.lastMsg(ctx, l.session)
+		last, _, err := l.t.Logs().lastMsg(ctx, l.session)
 		if err != nil {
 			return 0, false, err
 		}

@@ -14,7 +14,7 @@ import (
 // refuses, and the event is on the log once, at the sequence returned.
 func TestAppendForOutlivesItsCaller(t *testing.T) {
 	_, _, topo := streamtest.Start(t)
-	l, err := topo.Fence(context.Background(), "s-1", "w1", 1)
+	l, err := topo.Logs().Fence(context.Background(), "s-1", "w1", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func TestAppendForOutlivesItsCaller(t *testing.T) {
 	if err != nil {
 		t.Fatalf("AppendFor under a cancelled context: %v", err)
 	}
-	h, err := topo.Load(context.Background(), "s-1")
+	h, err := topo.Logs().Load(context.Background(), "s-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestAppendForOutlivesItsCaller(t *testing.T) {
 // error). A bound already passed gives up at once.
 func TestAppendForGivesUpAfterItsBound(t *testing.T) {
 	srv, _, topo := streamtest.Start(t)
-	l, err := topo.Fence(context.Background(), "s-1", "w1", 1)
+	l, err := topo.Logs().Fence(context.Background(), "s-1", "w1", 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/stream/streamtest"
 )
 
@@ -26,7 +27,7 @@ import (
 //   - rawenc: rawhdr + schema.EncodeEvent per publish;
 //   - fenced: stream.Log.Append.
 func BenchmarkAppendParts(b *testing.B) {
-	_, _, topo := streamtest.StartWith(b, streamtest.Config{Sync: stream.SyncInterval})
+	_, _, topo := streamtest.StartWith(b, streamtest.Config{Sync: natsnode.SyncInterval})
 	ctx := context.Background()
 	ev := benchEvent()
 	type variant struct {
@@ -35,7 +36,7 @@ func BenchmarkAppendParts(b *testing.B) {
 	}
 	mk := func(name string, id, hdr, enc bool) *variant {
 		session := name + "-" + nuid.Next()
-		subj := topo.EventsSubject(session)
+		subj := topo.Names().EventsSubject(session)
 		e := ev
 		e.V, e.Session, e.Epoch, e.At = schema.Version, session, 1, time.Now().UTC()
 		pre, err := schema.EncodeEvent(e)
@@ -67,7 +68,7 @@ func BenchmarkAppendParts(b *testing.B) {
 			last = ack.Sequence
 		}}
 	}
-	l, err := topo.Fence(ctx, "fenced-"+nuid.Next(), "bench", 1)
+	l, err := topo.Logs().Fence(ctx, "fenced-"+nuid.Next(), "bench", 1)
 	if err != nil {
 		b.Fatal(err)
 	}

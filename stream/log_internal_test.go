@@ -27,7 +27,7 @@ func publishAs(t *testing.T, topo *Topology, session, id, owner string, epoch, l
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg := nats.NewMsg(topo.EventsSubject(session))
+	msg := nats.NewMsg(topo.Names().EventsSubject(session))
 	msg.Data = b
 	msg.Header.Set(HeaderEpoch, strconv.FormatUint(epoch, 10))
 	msg.Header.Set(HeaderOwner, owner)
@@ -73,7 +73,7 @@ func TestAckLostResolvedByTailReRead(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			topo := setup(t, TopologyConfig{})
-			l, err := topo.Fence(ctx, "s-1", "w1", 5)
+			l, err := topo.Logs().Fence(ctx, "s-1", "w1", 5)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -108,7 +108,7 @@ func TestAckLostResolvedByTailReRead(t *testing.T) {
 					t.Fatalf("append after resolution: %v", err)
 				}
 			}
-			evs, err := topo.Load(ctx, "s-1")
+			evs, err := topo.Logs().Load(ctx, "s-1")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -136,22 +136,6 @@ func TestSupersedes(t *testing.T) {
 	for _, c := range cases {
 		if got := supersedes(c.epoch, c.owner, 5, "w1"); got != c.want {
 			t.Errorf("supersedes(%d,%q; 5,w1) = %v", c.epoch, c.owner, got)
-		}
-	}
-}
-
-func TestCheckVersion(t *testing.T) {
-	cases := []struct {
-		v  string
-		ok bool
-	}{{"2.15.2", true}, {"2.11.0", true}, {"3.0.0", true}, {"v2.12.1", true}, {"2.10.22", false}, {"2.9.0", false}, {"1.4.1", false}, {"", false}, {"garbage", false}}
-	for _, c := range cases {
-		err := checkVersion(c.v)
-		if (err == nil) != c.ok {
-			t.Errorf("checkVersion(%q) = %v", c.v, err)
-		}
-		if err != nil && !errors.Is(err, ErrServerTooOld) {
-			t.Errorf("checkVersion(%q) = %v, not ErrServerTooOld", c.v, err)
 		}
 	}
 }

@@ -32,7 +32,7 @@ func resultEvent(id string, output int) schema.Event {
 func TestLogKeepsRoomForStartedCalls(t *testing.T) {
 	ctx := context.Background()
 	_, _, topo := streamtest.StartWith(t, streamtest.Config{Topology: stream.TopologyConfig{Limits: schema.Limits{MaxBytes: 64 << 10}}})
-	l, err := topo.Fence(ctx, "s-1", "w1", 1)
+	l, err := topo.Logs().Fence(ctx, "s-1", "w1", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestLogKeepsRoomForStartedCalls(t *testing.T) {
 func TestTakeoverKeepsRoomForCallsAwaitingApproval(t *testing.T) {
 	ctx := context.Background()
 	_, _, topo := streamtest.Start(t)
-	l1, err := topo.Fence(ctx, "s-1", "w1", 1)
+	l1, err := topo.Logs().Fence(ctx, "s-1", "w1", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,11 +91,11 @@ func TestTakeoverKeepsRoomForCallsAwaitingApproval(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	l2, err := topo.Fence(ctx, "s-1", "w2", 2)
+	l2, err := topo.Logs().Fence(ctx, "s-1", "w2", 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	plain, err := topo.OpenLog(ctx, "s-1", "w3", 3) // measures, loads no history: keeps nothing
+	plain, err := topo.Logs().OpenLog(ctx, "s-1", "w3", 3) // measures, loads no history: keeps nothing
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/stream/streamtest"
 )
 
@@ -46,7 +47,7 @@ func TestTwoWritersNeverInterleave(t *testing.T) {
 				log   *stream.Log
 			}
 			results := make([]result, len(tc.fencers)+1)
-			old, err := topo.OpenLog(ctx, "s-1", "w1", 1)
+			old, err := topo.Logs().OpenLog(ctx, "s-1", "w1", 1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -76,7 +77,7 @@ func TestTwoWritersNeverInterleave(t *testing.T) {
 					defer wg.Done()
 					r := &results[k+1]
 					owner := fmt.Sprintf("w%d", epoch)
-					l, err := topo.Fence(ctx, "s-1", owner, epoch)
+					l, err := topo.Logs().Fence(ctx, "s-1", owner, epoch)
 					if err != nil {
 						r.err = err
 						return
@@ -115,7 +116,7 @@ func TestTwoWritersNeverInterleave(t *testing.T) {
 				}
 			}
 
-			evs, err := topo.Load(ctx, "s-1")
+			evs, err := topo.Logs().Load(ctx, "s-1")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -150,7 +151,7 @@ func TestTwoWritersNeverInterleave(t *testing.T) {
 func TestFencedWriterRefused(t *testing.T) {
 	_, _, topo := streamtest.Start(t)
 	ctx := context.Background()
-	if _, err := topo.Fence(ctx, "s-1", "w2", 2); err != nil {
+	if _, err := topo.Logs().Fence(ctx, "s-1", "w2", 2); err != nil {
 		t.Fatal(err)
 	}
 	cases := []struct {
@@ -158,12 +159,12 @@ func TestFencedWriterRefused(t *testing.T) {
 		do    func() error
 		fence bool
 	}{
-		{"open at lower epoch", func() error { _, err := topo.OpenLog(ctx, "s-1", "w1", 1); return err }, true},
-		{"open at same epoch, other owner", func() error { _, err := topo.OpenLog(ctx, "s-1", "w3", 2); return err }, true},
-		{"fence at lower epoch", func() error { _, err := topo.Fence(ctx, "s-1", "w1", 1); return err }, true},
-		{"fence at same epoch, other owner", func() error { _, err := topo.Fence(ctx, "s-1", "w3", 2); return err }, true},
-		{"open at same epoch, same owner", func() error { _, err := topo.OpenLog(ctx, "s-1", "w2", 2); return err }, false},
-		{"fence at higher epoch", func() error { _, err := topo.Fence(ctx, "s-1", "w4", 3); return err }, false},
+		{"open at lower epoch", func() error { _, err := topo.Logs().OpenLog(ctx, "s-1", "w1", 1); return err }, true},
+		{"open at same epoch, other owner", func() error { _, err := topo.Logs().OpenLog(ctx, "s-1", "w3", 2); return err }, true},
+		{"fence at lower epoch", func() error { _, err := topo.Logs().Fence(ctx, "s-1", "w1", 1); return err }, true},
+		{"fence at same epoch, other owner", func() error { _, err := topo.Logs().Fence(ctx, "s-1", "w3", 2); return err }, true},
+		{"open at same epoch, same owner", func() error { _, err := topo.Logs().OpenLog(ctx, "s-1", "w2", 2); return err }, false},
+		{"fence at higher epoch", func() error { _, err := topo.Logs().Fence(ctx, "s-1", "w4", 3); return err }, false},
 	}
 	for _, c := range cases {
 		err := c.do()
@@ -171,10 +172,10 @@ func TestFencedWriterRefused(t *testing.T) {
 			t.Errorf("%s: err = %v", c.name, err)
 		}
 	}
-	if e, err := topo.HighestEpoch(ctx, "s-1"); err != nil || e != 3 {
+	if e, err := topo.Logs().HighestEpoch(ctx, "s-1"); err != nil || e != 3 {
 		t.Fatalf("HighestEpoch = %d, %v; want 3", e, err)
 	}
-	if _, err := topo.OpenLog(ctx, "bad.session", "w", 1); !errors.Is(err, stream.ErrInvalidSession) {
+	if _, err := topo.Logs().OpenLog(ctx, "bad.session", "w", 1); !errors.Is(err, stream.ErrInvalidSession) {
 		t.Fatalf("invalid session: %v", err)
 	}
 }
@@ -185,8 +186,8 @@ func TestFencedWriterRefused(t *testing.T) {
 func TestRestartKeepsAcknowledged(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
-	start := func() (*stream.Embedded, *stream.Topology) {
-		e, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{Dir: dir, Listen: "127.0.0.1:-1"})
+	start := func() (*natsnode.Embedded, *stream.Topology) {
+		e, err := natsnode.StartEmbedded(ctx, natsnode.EmbeddedConfig{Dir: dir, Listen: "127.0.0.1:-1"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -204,7 +205,7 @@ func TestRestartKeepsAcknowledged(t *testing.T) {
 		return e, topo
 	}
 	e, topo := start()
-	l, err := topo.Fence(ctx, "s-1", "w1", 1)
+	l, err := topo.Logs().Fence(ctx, "s-1", "w1", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +221,7 @@ func TestRestartKeepsAcknowledged(t *testing.T) {
 	e.Shutdown()
 
 	_, topo = start()
-	evs, err := topo.Load(ctx, "s-1")
+	evs, err := topo.Logs().Load(ctx, "s-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +234,7 @@ func TestRestartKeepsAcknowledged(t *testing.T) {
 			t.Fatalf("event at seq %d is %q, acknowledged %q", ev.Seq, ev.CallID(), call)
 		}
 	}
-	l2, err := topo.OpenLog(ctx, "s-1", "w1", 1)
+	l2, err := topo.Logs().OpenLog(ctx, "s-1", "w1", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,8 +250,8 @@ func TestRestartKeepsAcknowledged(t *testing.T) {
 func TestCrashImageKeepsAcknowledged(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	_, _, topo := streamtest.StartWith(t, streamtest.Config{Sync: stream.SyncAlways, Dir: dir})
-	l, err := topo.Fence(ctx, "s-1", "w1", 1)
+	_, _, topo := streamtest.StartWith(t, streamtest.Config{Sync: natsnode.SyncAlways, Dir: dir})
+	l, err := topo.Logs().Fence(ctx, "s-1", "w1", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,8 +268,8 @@ func TestCrashImageKeepsAcknowledged(t *testing.T) {
 	if err := os.CopyFS(image, os.DirFS(dir)); err != nil {
 		t.Fatal(err)
 	}
-	_, _, after := streamtest.StartWith(t, streamtest.Config{Sync: stream.SyncAlways, Dir: image})
-	evs, err := after.Load(ctx, "s-1")
+	_, _, after := streamtest.StartWith(t, streamtest.Config{Sync: natsnode.SyncAlways, Dir: image})
+	evs, err := after.Logs().Load(ctx, "s-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +289,7 @@ func TestCrashImageKeepsAcknowledged(t *testing.T) {
 func TestLimits(t *testing.T) {
 	ctx := context.Background()
 	_, nc, topo := streamtest.StartWith(t, streamtest.Config{Topology: stream.TopologyConfig{Limits: schema.Limits{MaxEvents: 5, MaxBytes: 4096}}})
-	l, err := topo.Fence(ctx, "s-1", "w1", 1)
+	l, err := topo.Logs().Fence(ctx, "s-1", "w1", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,13 +301,13 @@ func TestLimits(t *testing.T) {
 	if _, err := l.Append(ctx, started("c-over")); !errors.Is(err, schema.ErrHistoryTooLarge) {
 		t.Fatalf("sixth event: %v", err)
 	}
-	evs, err := topo.Load(ctx, "s-1")
+	evs, err := topo.Logs().Load(ctx, "s-1")
 	if err != nil || len(evs) != 5 {
 		t.Fatalf("Load = %d events, %v; want 5", len(evs), err)
 	}
 
 	// Bytes: one big event on another session.
-	l2, err := topo.Fence(ctx, "s-2", "w1", 1)
+	l2, err := topo.Logs().Fence(ctx, "s-2", "w1", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,7 +318,7 @@ func TestLimits(t *testing.T) {
 	if _, err := l2.Append(ctx, started("small")); err != nil {
 		t.Fatalf("small event after refusal: %v", err)
 	}
-	if evs, _ := topo.Load(ctx, "s-2"); len(evs) != 2 {
+	if evs, _ := topo.Logs().Load(ctx, "s-2"); len(evs) != 2 {
 		t.Fatalf("s-2 holds %d events, want 2", len(evs))
 	}
 
@@ -328,7 +329,7 @@ func TestLimits(t *testing.T) {
 	if _, err := l2.Append(ctx, schema.Event{Type: schema.TypeResult, Result: &schema.Result{CallID: "c-1", Status: "maybe"}}); !errors.Is(err, schema.ErrCorruptHistory) {
 		t.Fatalf("invalid status: %v", err)
 	}
-	if evs, _ := topo.Load(ctx, "s-2"); len(evs) != 2 {
+	if evs, _ := topo.Logs().Load(ctx, "s-2"); len(evs) != 2 {
 		t.Fatalf("s-2 holds %d events after refusals, want 2", len(evs))
 	}
 
@@ -338,14 +339,14 @@ func TestLimits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tight.Load(ctx, "s-1"); !errors.Is(err, schema.ErrHistoryTooLarge) {
+	if _, err := tight.Logs().Load(ctx, "s-1"); !errors.Is(err, schema.ErrHistoryTooLarge) {
 		t.Fatalf("Load over event limit: %v", err)
 	}
 	tightBytes, _ := stream.EnsureTopology(ctx, js, stream.TopologyConfig{Limits: schema.Limits{MaxBytes: 300}})
-	if _, err := tightBytes.Load(ctx, "s-1"); !errors.Is(err, schema.ErrHistoryTooLarge) {
+	if _, err := tightBytes.Logs().Load(ctx, "s-1"); !errors.Is(err, schema.ErrHistoryTooLarge) {
 		t.Fatalf("Load over byte limit: %v", err)
 	}
-	if _, err := tightBytes.OpenLog(ctx, "s-1", "w1", 1); err != nil {
+	if _, err := tightBytes.Logs().OpenLog(ctx, "s-1", "w1", 1); err != nil {
 		t.Fatalf("OpenLog over the limit still opens: %v", err)
 	}
 }
@@ -361,7 +362,7 @@ func TestLimitAtRealBoundary(t *testing.T) {
 	ctx := context.Background()
 	_, _, topo := streamtest.Start(t)
 	reserve := schema.MaxHistoryEvents / 1000
-	l, err := topo.Fence(ctx, "s-1", "w1", 1)
+	l, err := topo.Logs().Fence(ctx, "s-1", "w1", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -369,7 +370,7 @@ func TestLimitAtRealBoundary(t *testing.T) {
 	ev.V, ev.Session, ev.Epoch, ev.At = 1, "s-1", 1, time.Now().UTC()
 	payload, _ := json.Marshal(ev)
 	publishN(t, topo, "s-1", payload, schema.MaxHistoryEvents-reserve-1)
-	l, err = topo.OpenLog(ctx, "s-1", "w1", 1)
+	l, err = topo.Logs().OpenLog(ctx, "s-1", "w1", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,23 +386,23 @@ func TestLimitAtRealBoundary(t *testing.T) {
 		b, _ := schema.EncodeEvent(f)
 		publishN(t, topo, "s-1", b, 1)
 	}
-	if _, err := topo.Fence(ctx, "s-1", "w1", last); err != nil {
+	if _, err := topo.Logs().Fence(ctx, "s-1", "w1", last); err != nil {
 		t.Fatalf("the last fence of the reserve: %v", err)
 	}
-	evs, err := topo.Load(ctx, "s-1")
+	evs, err := topo.Logs().Load(ctx, "s-1")
 	if err != nil || len(evs) != schema.MaxHistoryEvents {
 		t.Fatalf("Load = %d events, %v", len(evs), err)
 	}
-	if _, err := topo.Fence(ctx, "s-1", "w1", last+1); !errors.Is(err, stream.ErrLogClosed) {
+	if _, err := topo.Logs().Fence(ctx, "s-1", "w1", last+1); !errors.Is(err, stream.ErrLogClosed) {
 		t.Fatalf("fence past 100,000: %v", err)
 	}
-	if evs, _ := topo.Load(ctx, "s-1"); len(evs) != schema.MaxHistoryEvents {
+	if evs, _ := topo.Logs().Load(ctx, "s-1"); len(evs) != schema.MaxHistoryEvents {
 		t.Fatalf("a refused fence was written: %d events", len(evs))
 	}
-	if _, err := topo.JS.Publish(ctx, topo.EventsSubject("s-1"), payload); err != nil {
+	if _, err := topo.JS.Publish(ctx, topo.Names().EventsSubject("s-1"), payload); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := topo.Load(ctx, "s-1"); !errors.Is(err, schema.ErrHistoryTooLarge) {
+	if _, err := topo.Logs().Load(ctx, "s-1"); !errors.Is(err, schema.ErrHistoryTooLarge) {
 		t.Fatalf("Load of 100,001: %v", err)
 	}
 }
@@ -412,7 +413,7 @@ func publishN(t *testing.T, topo *stream.Topology, session string, payload []byt
 	t.Helper()
 	pubs := make([]jetstream.PubAckFuture, 0, 1024)
 	for range n {
-		f, err := topo.JS.PublishAsync(topo.EventsSubject(session), payload)
+		f, err := topo.JS.PublishAsync(topo.Names().EventsSubject(session), payload)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -443,7 +444,7 @@ func waitAcks(t *testing.T, pubs []jetstream.PubAckFuture) {
 func TestConcurrentAppendsOneLog(t *testing.T) {
 	ctx := context.Background()
 	_, _, topo := streamtest.Start(t)
-	l, err := topo.Fence(ctx, "s-1", "w1", 1)
+	l, err := topo.Logs().Fence(ctx, "s-1", "w1", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -461,7 +462,7 @@ func TestConcurrentAppendsOneLog(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	evs, err := topo.Load(ctx, "s-1")
+	evs, err := topo.Logs().Load(ctx, "s-1")
 	if err != nil || len(evs) != 101 {
 		t.Fatalf("Load = %d, %v; want 101", len(evs), err)
 	}
@@ -480,7 +481,7 @@ func TestAppendIgnoresForgedAcks(t *testing.T) {
 	_, nc, topo := streamtest.Start(t)
 	forged := 0
 	var mu sync.Mutex
-	sub, err := nc.Subscribe(topo.EventsSubject("s-1"), func(m *nats.Msg) {
+	sub, err := nc.Subscribe(topo.Names().EventsSubject("s-1"), func(m *nats.Msg) {
 		if m.Reply == "" {
 			return
 		}
@@ -493,7 +494,7 @@ func TestAppendIgnoresForgedAcks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	l, err := topo.Fence(ctx, "s-1", "w1", 1)
+	l, err := topo.Logs().Fence(ctx, "s-1", "w1", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -502,7 +503,7 @@ func TestAppendIgnoresForgedAcks(t *testing.T) {
 		if err != nil {
 			t.Fatalf("append %d: %v", i, err)
 		}
-		h, err := topo.Load(ctx, "s-1")
+		h, err := topo.Logs().Load(ctx, "s-1")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -534,7 +535,7 @@ func TestFenceGetsPastABusyWriter(t *testing.T) {
 		run  func(t *testing.T, topo *stream.Topology, js jetstream.JetStream, stop <-chan struct{}, acked func())
 	}{
 		{"log", func(t *testing.T, topo *stream.Topology, _ jetstream.JetStream, stop <-chan struct{}, acked func()) {
-			old, err := topo.OpenLog(context.Background(), "s-1", "w1", 1)
+			old, err := topo.Logs().OpenLog(context.Background(), "s-1", "w1", 1)
 			if err != nil {
 				t.Error(err)
 				return
@@ -555,7 +556,7 @@ func TestFenceGetsPastABusyWriter(t *testing.T) {
 			}
 		}},
 		{"raw client", func(t *testing.T, topo *stream.Topology, js jetstream.JetStream, stop <-chan struct{}, acked func()) {
-			subj := topo.EventsSubject("s-1")
+			subj := topo.Names().EventsSubject("s-1")
 			var last uint64
 			for i := 0; ; i++ {
 				select {
@@ -614,7 +615,7 @@ func TestFenceGetsPastABusyWriter(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			started := time.Now()
-			_, err = topo.Fence(ctx, "s-1", "w3", 3)
+			_, err = topo.Logs().Fence(ctx, "s-1", "w3", 3)
 			took := time.Since(started)
 			mu.Lock()
 			fencing = false
@@ -630,7 +631,7 @@ func TestFenceGetsPastABusyWriter(t *testing.T) {
 				t.Fatalf("the old writer appended %d events while Fence ran (%s), want at most %d", n, took, bound)
 			}
 			// Nothing of the old writer follows the fence.
-			evs, err := topo.Load(context.Background(), "s-1")
+			evs, err := topo.Logs().Load(context.Background(), "s-1")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -68,7 +68,8 @@ type PartitionHold struct {
 // ErrLeaseHeld (naming the holder) if the lease is live. onLost, when not
 // nil, is called once when the hold ends for any reason but Release. The
 // caller renews it (Renew) well within the TTL.
-func (t *Topology) AcquirePartition(ctx context.Context, p int, owner string, onLost func(error)) (*PartitionHold, error) {
+func (ls Leases) AcquirePartition(ctx context.Context, p int, owner string, onLost func(error)) (*PartitionHold, error) {
+	t := ls.t
 	if p < 0 || p >= t.cfg.Partitions {
 		return nil, fmt.Errorf("stream: AcquirePartition: partition %d of %d", p, t.cfg.Partitions)
 	}
@@ -76,15 +77,15 @@ func (t *Topology) AcquirePartition(ctx context.Context, p int, owner string, on
 		return nil, errors.New("stream: AcquirePartition: empty owner")
 	}
 	key := partitionKey(p)
-	if held, err := t.Leases.Get(ctx, key); err == nil {
+	if held, err := t.LeaseBucket.Get(ctx, key); err == nil {
 		return nil, partitionHeldError(p, held.Value())
 	}
 	t0 := time.Now()
-	epoch, err := t.raiseCounter(ctx, p, 0)
+	epoch, err := ls.raiseCounter(ctx, p, 0)
 	if err != nil {
 		return nil, err
 	}
-	rev, held, err := t.createLease(ctx, key, LeaseValue{Owner: owner, Epoch: epoch, Base: epoch, At: time.Now().UTC()})
+	rev, held, err := ls.createLease(ctx, key, LeaseValue{Owner: owner, Epoch: epoch, Base: epoch, At: time.Now().UTC()})
 	switch {
 	case held != nil:
 		return nil, partitionHeldError(p, held)
@@ -98,8 +99,9 @@ func (t *Topology) AcquirePartition(ctx context.Context, p int, owner string, on
 // raiseCounter moves partition p's epoch counter to a new epoch above
 // both its value and above, by partitionEpochStep, and returns it
 // (epochCounter).
-func (t *Topology) raiseCounter(ctx context.Context, p int, above uint64) (uint64, error) {
-	c := epochCounter{kv: t.Leases, key: partitionEpochKey(p), what: "partition " + strconv.Itoa(p), step: partitionEpochStep}
+func (ls Leases) raiseCounter(ctx context.Context, p int, above uint64) (uint64, error) {
+	t := ls.t
+	c := epochCounter{kv: t.LeaseBucket, key: partitionEpochKey(p), what: "partition " + strconv.Itoa(p), step: partitionEpochStep}
 	return c.draw(ctx, func(context.Context) (uint64, error) { return above, nil })
 }
 
@@ -111,13 +113,14 @@ func partitionHeldError(p int, v []byte) error {
 
 // PartitionHolder returns the value of partition p's live lease, ok false
 // if nobody holds it.
-func (t *Topology) PartitionHolder(ctx context.Context, p int) (LeaseValue, bool, error) {
-	return t.leaseValue(ctx, partitionKey(p))
+func (ls Leases) PartitionHolder(ctx context.Context, p int) (LeaseValue, bool, error) {
+	return ls.leaseValue(ctx, partitionKey(p))
 }
 
 // leaseValue reads a lease key; ok is false if it is not live.
-func (t *Topology) leaseValue(ctx context.Context, key string) (LeaseValue, bool, error) {
-	e, err := t.Leases.Get(ctx, key)
+func (ls Leases) leaseValue(ctx context.Context, key string) (LeaseValue, bool, error) {
+	t := ls.t
+	e, err := t.LeaseBucket.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
 		return LeaseValue{}, false, nil
 	}
@@ -164,13 +167,13 @@ func (h *PartitionHold) write(ctx context.Context, epoch uint64, t0 time.Time) e
 	h.mu.Lock()
 	rev := h.rev
 	h.mu.Unlock()
-	msg := h.t.leaseMsg(partitionKey(h.partition), LeaseValue{Owner: h.owner, Epoch: epoch, Base: h.base, At: time.Now().UTC()})
+	msg := h.t.Leases().leaseMsg(partitionKey(h.partition), LeaseValue{Owner: h.owner, Epoch: epoch, Base: h.base, At: time.Now().UTC()})
 	ctx, cancel := context.WithTimeout(ctx, h.t.cfg.RequestTimeout)
 	defer cancel()
-	ack, err := h.t.rewriteLease(ctx, msg, rev)
+	ack, err := h.t.Leases().rewriteLease(ctx, msg, rev)
 	if err != nil && isWrongLastSeq(err) {
 		if own, ok := h.ownRevision(ctx, rev); ok {
-			ack, err = h.t.rewriteLease(ctx, msg, own)
+			ack, err = h.t.Leases().rewriteLease(ctx, msg, own)
 		}
 	}
 	if err != nil {
@@ -196,7 +199,7 @@ func (h *PartitionHold) write(ctx context.Context, epoch uint64, t0 time.Time) e
 // lost (cancelled, timed out) may be the latest, and the lease is still
 // ours.
 func (h *PartitionHold) ownRevision(ctx context.Context, rev uint64) (uint64, bool) {
-	e, err := h.t.Leases.Get(ctx, partitionKey(h.partition))
+	e, err := h.t.LeaseBucket.Get(ctx, partitionKey(h.partition))
 	if err != nil || e.Revision() == rev {
 		return 0, false
 	}
@@ -238,7 +241,7 @@ func (h *PartitionHold) Raise(ctx context.Context, above uint64) (uint64, error)
 		return e, nil
 	}
 	t0 := time.Now()
-	next, err := h.t.raiseCounter(ctx, h.partition, max(above, h.Epoch()))
+	next, err := h.t.Leases().raiseCounter(ctx, h.partition, max(above, h.Epoch()))
 	if err != nil {
 		return 0, err
 	}
@@ -261,10 +264,10 @@ func (h *PartitionHold) Release(ctx context.Context) error {
 	h.mu.Lock()
 	rev := h.rev
 	h.mu.Unlock()
-	err := h.t.Leases.Delete(ctx, partitionKey(h.partition), jetstream.LastRevision(rev))
+	err := h.t.LeaseBucket.Delete(ctx, partitionKey(h.partition), jetstream.LastRevision(rev))
 	if err != nil && (errors.Is(err, jetstream.ErrKeyExists) || isWrongLastSeq(err)) {
 		if own, ok := h.ownRevision(ctx, rev); ok {
-			err = h.t.Leases.Delete(ctx, partitionKey(h.partition), jetstream.LastRevision(own))
+			err = h.t.LeaseBucket.Delete(ctx, partitionKey(h.partition), jetstream.LastRevision(own))
 		}
 	}
 	if err != nil {
@@ -320,22 +323,23 @@ func (s *sessionHold) Release(context.Context) error {
 // few times. A log whose tail is the hold's own (this owner at this
 // epoch, which nobody can have appended after) is loaded without a new
 // fence (Takeover.Resumed).
-func (t *Topology) ConfirmIn(ctx context.Context, h *PartitionHold, session string, opts ...TakeoverOption) (*Takeover, error) {
-	if t.PartitionOf(session) != h.partition {
-		return nil, fmt.Errorf("stream: ConfirmIn: session %s is in partition %d, not %d", session, t.PartitionOf(session), h.partition)
+func (ls Leases) ConfirmIn(ctx context.Context, h *PartitionHold, session string, opts ...TakeoverOption) (*Takeover, error) {
+	t := ls.t
+	if t.Names().PartitionOf(session) != h.partition {
+		return nil, fmt.Errorf("stream: ConfirmIn: session %s is in partition %d, not %d", session, t.Names().PartitionOf(session), h.partition)
 	}
 	var err error
 	for attempt := 0; attempt < 4; attempt++ {
 		hold := h.Session(session)
 		var tk *Takeover
-		tk, err = t.Confirm(ctx, hold, opts...)
+		tk, err = ls.Confirm(ctx, hold, opts...)
 		if err == nil {
 			return tk, nil
 		}
 		if !errors.Is(err, ErrFenced) || errors.Is(err, ErrHoldLost) {
 			return nil, err
 		}
-		high, herr := t.HighestEpoch(ctx, session)
+		high, herr := t.Logs().HighestEpoch(ctx, session)
 		if herr != nil {
 			return nil, herr
 		}
@@ -355,26 +359,27 @@ func (t *Topology) ConfirmIn(ctx context.Context, h *PartitionHold, session stri
 // hold's acquisition on). ok is false when neither is live: every call
 // open on the log belongs to a writer that is gone, and the log may be
 // taken over (RecoveryHolds).
-func (t *Topology) Writer(ctx context.Context, session string) (LeaseValue, bool, error) {
+func (lg Logs) Writer(ctx context.Context, session string) (LeaseValue, bool, error) {
 	if err := ValidateSession(session); err != nil {
 		return LeaseValue{}, false, err
 	}
-	tl, ok, err := t.lastMsg(ctx, session)
+	tl, ok, err := lg.lastMsg(ctx, session)
 	if err != nil {
 		return LeaseValue{}, false, err
 	}
-	return t.writerOf(ctx, session, tl, ok)
+	return lg.writerOf(ctx, session, tl, ok)
 }
 
 // writerOf is Writer for a tail read before (ok false: an empty log).
-func (t *Topology) writerOf(ctx context.Context, session string, tl tail, ok bool) (LeaseValue, bool, error) {
-	if lv, live, err := t.LeaseHolder(ctx, session); err != nil || live {
+func (lg Logs) writerOf(ctx context.Context, session string, tl tail, ok bool) (LeaseValue, bool, error) {
+	t := lg.t
+	if lv, live, err := t.Leases().LeaseHolder(ctx, session); err != nil || live {
 		return lv, live, err
 	}
 	if !ok || t.cfg.Partitions == 0 {
 		return LeaseValue{}, false, nil
 	}
-	lv, live, err := t.PartitionHolder(ctx, t.PartitionOf(session))
+	lv, live, err := t.Leases().PartitionHolder(ctx, t.Names().PartitionOf(session))
 	if err != nil || !live {
 		return LeaseValue{}, false, err
 	}
@@ -394,7 +399,8 @@ func (t *Topology) writerOf(ctx context.Context, session string, tl tail, ok boo
 // one that fenced it in between makes the recovery fence fail with
 // ErrFenced (its own fence closed the calls). Releasing the hold writes
 // nothing.
-func (t *Topology) RecoveryHolds() Acquirer {
+func (ls Leases) RecoveryHolds() Acquirer {
+	t := ls.t
 	return AcquirerFunc(func(ctx context.Context, session, owner string) (Hold, error) {
 		if err := ValidateSession(session); err != nil {
 			return nil, err
@@ -402,11 +408,11 @@ func (t *Topology) RecoveryHolds() Acquirer {
 		if owner == "" {
 			return nil, errors.New("stream: RecoveryHolds: empty owner")
 		}
-		tl, ok, err := t.lastMsg(ctx, session)
+		tl, ok, err := t.Logs().lastMsg(ctx, session)
 		if err != nil {
 			return nil, err
 		}
-		lv, live, err := t.writerOf(ctx, session, tl, ok)
+		lv, live, err := t.Logs().writerOf(ctx, session, tl, ok)
 		if err != nil {
 			return nil, err
 		}

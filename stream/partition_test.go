@@ -31,11 +31,11 @@ func TestPartitionMatchesServerTransform(t *testing.T) {
 					s = strings.Repeat("Z", 1+i%128)
 				}
 				want[s] = stream.Partition(s, n)
-				if _, err := topo.JS.Publish(ctx, topo.RequestsSubject(s), []byte(`{}`)); err != nil {
+				if _, err := topo.JS.Publish(ctx, topo.Names().RequestsSubject(s), []byte(`{}`)); err != nil {
 					t.Fatal(err)
 				}
 			}
-			if _, err := topo.JS.Publish(ctx, topo.PlansSubject("sess-1_1ecf"), []byte(`{}`)); err != nil {
+			if _, err := topo.JS.Publish(ctx, topo.Names().PlansSubject("sess-1_1ecf"), []byte(`{}`)); err != nil {
 				t.Fatal(err)
 			}
 			info, err := topo.Requests.Info(ctx, jetstream.WithSubjectFilter(">"))
@@ -54,16 +54,16 @@ func TestPartitionMatchesServerTransform(t *testing.T) {
 				if w, ok := want[s]; !ok || strconv.Itoa(w) != p {
 					t.Errorf("server filed %s under partition %s, Partition says %d", s, p, w)
 				}
-				if subj != topo.RequestsStoredSubject(s) || stream.SessionOf(subj) != s {
-					t.Errorf("stored subject %s, RequestsStoredSubject %s", subj, topo.RequestsStoredSubject(s))
+				if subj != topo.Names().RequestsStoredSubject(s) || stream.SessionOf(subj) != s {
+					t.Errorf("stored subject %s, RequestsStoredSubject %s", subj, topo.Names().RequestsStoredSubject(s))
 				}
 			}
-			if n, err := topo.PlanMessage(ctx, "sess-1_1ecf", "none"); err != nil || n != 0 {
+			if n, err := topo.Plans().PlanMessage(ctx, "sess-1_1ecf", "none"); err != nil || n != 0 {
 				t.Fatalf("PlanMessage on the stored plan subject: %d %v", n, err)
 			}
-			pinfo, err := topo.PlanLog.Info(ctx, jetstream.WithSubjectFilter(topo.PlansStoredSubject("sess-1_1ecf")))
+			pinfo, err := topo.PlanLog.Info(ctx, jetstream.WithSubjectFilter(topo.Names().PlansStoredSubject("sess-1_1ecf")))
 			if err != nil || pinfo.State.Msgs != 1 {
-				t.Fatalf("plan not stored under %s: %+v %v", topo.PlansStoredSubject("sess-1_1ecf"), pinfo.State, err)
+				t.Fatalf("plan not stored under %s: %+v %v", topo.Names().PlansStoredSubject("sess-1_1ecf"), pinfo.State, err)
 			}
 		})
 	}
@@ -101,8 +101,8 @@ func TestTopologyRefusesOtherPartitionsAndLeaseTTL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ro.Partitions() != 8 || ro.Config().LeaseTTL != 3*time.Second {
-		t.Fatalf("OpenTopology: %d partitions, lease TTL %s; want 8 and 3s", ro.Partitions(), ro.Config().LeaseTTL)
+	if ro.Names().Partitions() != 8 || ro.Config().LeaseTTL != 3*time.Second {
+		t.Fatalf("OpenTopology: %d partitions, lease TTL %s; want 8 and 3s", ro.Names().Partitions(), ro.Config().LeaseTTL)
 	}
 }
 
@@ -113,45 +113,45 @@ func TestTopologyRefusesOtherPartitionsAndLeaseTTL(t *testing.T) {
 func TestPartitionLease(t *testing.T) {
 	ctx := context.Background()
 	_, _, topo := streamtest.StartWith(t, streamtest.Config{Topology: stream.TopologyConfig{Partitions: 4, LeaseTTL: time.Second}})
-	expired, err := topo.WatchPartitionExpiry(ctx)
+	expired, err := topo.Leases().WatchPartitionExpiry(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := topo.AcquirePartition(ctx, 1, "a", nil)
+	a, err := topo.Leases().AcquirePartition(ctx, 1, "a", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := topo.AcquirePartition(ctx, 1, "b", nil); !errors.Is(err, stream.ErrLeaseHeld) || !strings.Contains(err.Error(), `"a"`) {
+	if _, err := topo.Leases().AcquirePartition(ctx, 1, "b", nil); !errors.Is(err, stream.ErrLeaseHeld) || !strings.Contains(err.Error(), `"a"`) {
 		t.Fatalf("second acquire: %v, want held by a", err)
 	}
-	if _, err := topo.AcquirePartition(ctx, 4, "b", nil); err == nil {
+	if _, err := topo.Leases().AcquirePartition(ctx, 4, "b", nil); err == nil {
 		t.Fatal("partition 4 of 4 acquired")
 	}
 	var s string
 	for i := 0; ; i++ {
-		if s = fmt.Sprintf("s-%d", i); topo.PartitionOf(s) == 1 {
+		if s = fmt.Sprintf("s-%d", i); topo.Names().PartitionOf(s) == 1 {
 			break
 		}
 	}
-	if _, err := topo.ConfirmIn(ctx, a, "other-partition-"+s); err == nil && topo.PartitionOf("other-partition-"+s) != 1 {
+	if _, err := topo.Leases().ConfirmIn(ctx, a, "other-partition-"+s); err == nil && topo.Names().PartitionOf("other-partition-"+s) != 1 {
 		t.Fatal("ConfirmIn accepted a session of another partition")
 	}
-	tk, err := topo.ConfirmIn(ctx, a, s)
+	tk, err := topo.Leases().ConfirmIn(ctx, a, s)
 	if err != nil || tk.Resumed || tk.Hold.Epoch() != a.Epoch() {
 		t.Fatalf("confirm: %+v %v", tk, err)
 	}
 	// Confirmed again by the same hold: no second fence.
-	tk2, err := topo.ConfirmIn(ctx, a, s)
+	tk2, err := topo.Leases().ConfirmIn(ctx, a, s)
 	if err != nil || !tk2.Resumed {
 		t.Fatalf("confirm again: %+v %v, want resumed", tk2, err)
 	}
-	if h, _ := topo.Load(ctx, s); len(h) != 1 {
+	if h, _ := topo.Logs().Load(ctx, s); len(h) != 1 {
 		t.Fatalf("log %d events, want the one fence", len(h))
 	}
-	if lv, ok, err := topo.Writer(ctx, s); err != nil || !ok || lv.Owner != "a" {
+	if lv, ok, err := topo.Logs().Writer(ctx, s); err != nil || !ok || lv.Owner != "a" {
 		t.Fatalf("writer %+v %v %v, want a", lv, ok, err)
 	}
-	if _, err := topo.RecoveryHolds().Acquire(ctx, s, "rec"); !errors.Is(err, stream.ErrLeaseHeld) {
+	if _, err := topo.Leases().RecoveryHolds().Acquire(ctx, s, "rec"); !errors.Is(err, stream.ErrLeaseHeld) {
 		t.Fatalf("recovery hold under a live owner: %v", err)
 	}
 	// a stops renewing: the hold fails by a's clock, the server expires
@@ -172,30 +172,30 @@ func TestPartitionLease(t *testing.T) {
 		t.Fatal("expiry not reported")
 	}
 	// The recovery worker fences at a's epoch + 1; the next owner is above.
-	rh, err := topo.RecoveryHolds().Acquire(ctx, s, "rec")
+	rh, err := topo.Leases().RecoveryHolds().Acquire(ctx, s, "rec")
 	if err != nil || rh.Epoch() != a.Epoch()+1 {
 		t.Fatalf("recovery hold %v %v, want epoch %d", rh, err, a.Epoch()+1)
 	}
-	if _, err := topo.Confirm(ctx, rh); err != nil {
+	if _, err := topo.Leases().Confirm(ctx, rh); err != nil {
 		t.Fatal(err)
 	}
-	b, err := topo.AcquirePartition(ctx, 1, "b", nil)
+	b, err := topo.Leases().AcquirePartition(ctx, 1, "b", nil)
 	if err != nil || b.Epoch() <= rh.Epoch() {
 		t.Fatalf("b: %v %v, want an epoch above %d", b, err, rh.Epoch())
 	}
-	if tk, err := topo.ConfirmIn(ctx, b, s); err != nil || tk.Resumed {
+	if tk, err := topo.Leases().ConfirmIn(ctx, b, s); err != nil || tk.Resumed {
 		t.Fatalf("b confirms: %+v %v", tk, err)
 	}
 	// A writer outside the partitions fences the log higher: b raises its
 	// epoch above the log's and confirms again.
-	if _, err := topo.Fence(ctx, s, "outside", b.Epoch()+10); err != nil {
+	if _, err := topo.Logs().Fence(ctx, s, "outside", b.Epoch()+10); err != nil {
 		t.Fatal(err)
 	}
-	tk3, err := topo.ConfirmIn(ctx, b, s)
+	tk3, err := topo.Leases().ConfirmIn(ctx, b, s)
 	if err != nil || tk3.Hold.Epoch() <= b.Base()+10 || b.Epoch() != tk3.Hold.Epoch() {
 		t.Fatalf("confirm above an outside fence: %+v %v (b at %d)", tk3, err, b.Epoch())
 	}
-	h, err := topo.Load(ctx, s)
+	h, err := topo.Logs().Load(ctx, s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,10 +209,10 @@ func TestPartitionLease(t *testing.T) {
 	if err := b.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, _ := topo.PartitionHolder(ctx, 1); ok {
+	if _, ok, _ := topo.Leases().PartitionHolder(ctx, 1); ok {
 		t.Fatal("lease live after release")
 	}
-	leases, err := topo.PartitionLeases(ctx)
+	leases, err := topo.Leases().PartitionLeases(ctx)
 	if err != nil || len(leases) != 0 {
 		t.Fatalf("partition leases %v %v, want none", leases, err)
 	}
@@ -223,26 +223,26 @@ func TestPartitionLease(t *testing.T) {
 func TestWorkerRegistry(t *testing.T) {
 	ctx := context.Background()
 	_, _, topo := streamtest.StartWith(t, streamtest.Config{Topology: stream.TopologyConfig{LeaseTTL: time.Second}})
-	a, err := topo.RegisterWorker(ctx, "tw-a")
+	a, err := topo.Leases().RegisterWorker(ctx, "tw-a")
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := topo.RegisterWorker(ctx, "tw.b*")
+	b, err := topo.Leases().RegisterWorker(ctx, "tw.b*")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if live, err := topo.LiveWorkers(ctx); err != nil || len(live) != 2 || live[0] != "tw-a" || live[1] != "tw.b*" {
+	if live, err := topo.Leases().LiveWorkers(ctx); err != nil || len(live) != 2 || live[0] != "tw-a" || live[1] != "tw.b*" {
 		t.Fatalf("live %v %v", live, err)
 	}
 	if err := b.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if live, _ := topo.LiveWorkers(ctx); len(live) != 1 {
+	if live, _ := topo.Leases().LiveWorkers(ctx); len(live) != 1 {
 		t.Fatalf("live after release %v", live)
 	}
 	_ = a
 	streamtest.Eventually(t, 5*time.Second, "unrenewed registration gone", func() bool {
-		live, err := topo.LiveWorkers(ctx)
+		live, err := topo.Leases().LiveWorkers(ctx)
 		return err == nil && len(live) == 0
 	})
 }

@@ -65,9 +65,12 @@ type PlanRecord struct {
 type Plans struct {
 	kv  jetstream.KeyValue
 	now func() time.Time
+	t   *Topology // nil from NewPlans: only Topology.Plans lists and loads
 }
 
-// NewPlans returns a plan store on kv (normally Topology.Plans).
+// NewPlans returns a plan store on kv (normally Topology.PlanBucket) that
+// issues, gets, consumes and completes plans; the one Topology.Plans
+// returns also lists them and loads histories for them.
 func NewPlans(kv jetstream.KeyValue) *Plans {
 	return &Plans{kv: kv, now: time.Now}
 }
@@ -258,12 +261,12 @@ func planCASConflict(err error) bool {
 // list it. A value that is not a plan record is skipped. Each get is
 // bounded to a second and tried again while it fails transiently
 // (lookupRetrying).
-func (t *Topology) ListPlans(ctx context.Context, session string) ([]PlanRecord, error) {
+func (p *Plans) ListPlans(ctx context.Context, session string) ([]PlanRecord, error) {
+	t := p.t
 	keys, err := BucketKeys(ctx, t.JS, t.Prefix+"_plans")
 	if err != nil {
 		return nil, err
 	}
-	p := NewPlans(t.Plans)
 	out := []PlanRecord{}
 	for _, k := range keys {
 		// Each get is bounded and tried again in place like a lookup at
@@ -328,8 +331,9 @@ func isPlanMsg(m *jetstream.RawStreamMsg, planID string) bool {
 // (planID, or PlanAgainID of the one it found), and the server drops it
 // as a duplicate of the message the replica did not show yet, which is
 // younger than the replica's lag.
-func (t *Topology) PlanMessage(ctx context.Context, session, planID string) (uint64, error) {
-	subj := t.PlansStoredSubject(session)
+func (p *Plans) PlanMessage(ctx context.Context, session, planID string) (uint64, error) {
+	t := p.t
+	subj := t.Names().PlansStoredSubject(session)
 	last, err := t.PlanLog.GetLastMsgForSubject(ctx, subj)
 	switch {
 	case errors.Is(err, jetstream.ErrMsgNotFound):
@@ -340,7 +344,7 @@ func (t *Topology) PlanMessage(ctx context.Context, session, planID string) (uin
 		return last.Sequence, nil
 	}
 	var seq uint64
-	err = t.readRange(ctx, t.PlanLog.CachedInfo().Config.Name, subj, 1, last.Sequence, func(m *jetstream.RawStreamMsg) error {
+	err = t.Reader().readRange(ctx, t.PlanLog.CachedInfo().Config.Name, subj, 1, last.Sequence, func(m *jetstream.RawStreamMsg) error {
 		if isPlanMsg(m, planID) {
 			seq = m.Sequence
 		}
@@ -354,12 +358,13 @@ func (t *Topology) PlanMessage(ctx context.Context, session, planID string) (uin
 // partition's owner, has acknowledged or terminated every plan message;
 // ok is false when no tool worker created it yet (the first one reads
 // every plan of the partition).
-func (t *Topology) PlanConsumerAckFloor(ctx context.Context, session string) (floor uint64, ok bool, err error) {
+func (p *Plans) PlanConsumerAckFloor(ctx context.Context, session string) (floor uint64, ok bool, err error) {
+	t := p.t
 	// One consumer-info request, of whose answer only the ack floor (or
 	// the error) is decoded: jetstream.Stream.Consumer decodes the whole
 	// consumer info and builds a consumer handle, for every repeat
 	// prepare.
-	subj := t.apiPrefix() + "CONSUMER.INFO." + t.PlanLog.CachedInfo().Config.Name + "." + t.PlanConsumerName(t.PartitionOf(session))
+	subj := t.Reader().apiPrefix() + "CONSUMER.INFO." + t.PlanLog.CachedInfo().Config.Name + "." + t.Names().PlanConsumerName(t.Names().PartitionOf(session))
 	var resp *nats.Msg
 	if _, has := ctx.Deadline(); has {
 		resp, err = t.JS.Conn().RequestWithContext(ctx, subj, nil)

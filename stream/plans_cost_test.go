@@ -27,10 +27,10 @@ func BenchmarkPlanRequestCost(b *testing.B) {
 	t := setup(b, TopologyConfig{})
 	startedLog(b, t, "s-1", 2)
 	value := make([]byte, 700)
-	if _, err := t.Plans.Put(ctx, "p-1", value); err != nil {
+	if _, err := t.PlanBucket.Put(ctx, "p-1", value); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := t.JS.Publish(ctx, t.PlansSubject("s-1"), value[:500], jetstream.WithMsgID("p-1")); err != nil {
+	if _, err := t.JS.Publish(ctx, t.Names().PlansSubject("s-1"), value[:500], jetstream.WithMsgID("p-1")); err != nil {
 		b.Fatal(err)
 	}
 	n := 0
@@ -38,31 +38,34 @@ func BenchmarkPlanRequestCost(b *testing.B) {
 		name string
 		f    func() error
 	}{
-		{"kv get (direct get)", func() error { _, err := t.Plans.Get(ctx, "p-1"); return err }},
+		{"kv get (direct get)", func() error { _, err := t.PlanBucket.Get(ctx, "p-1"); return err }},
 		{"kv create (publish, expected revision 0)", func() error {
 			n++
-			_, err := t.Plans.Update(ctx, fmt.Sprintf("p-new-%d", n), value, 0)
+			_, err := t.PlanBucket.Update(ctx, fmt.Sprintf("p-new-%d", n), value, 0)
 			return err
 		}},
 		{"kv create lost (publish refused)", func() error {
-			_, err := t.Plans.Update(ctx, "p-1", value, 0)
+			_, err := t.PlanBucket.Update(ctx, "p-1", value, 0)
 			if err == nil {
 				return fmt.Errorf("create of an existing key succeeded")
 			}
 			return nil
 		}},
 		{"publish with Msg-Id, duplicate", func() error {
-			_, err := t.JS.Publish(ctx, t.PlansSubject("s-1"), value[:500], jetstream.WithMsgID("p-1"))
+			_, err := t.JS.Publish(ctx, t.Names().PlansSubject("s-1"), value[:500], jetstream.WithMsgID("p-1"))
 			return err
 		}},
-		{"leader message get, last by subject (API)", func() error { _, _, err := t.lastMsg(ctx, "s-1"); return err }},
-		{"direct get, last by subject", func() error { _, err := t.PlanLog.GetLastMsgForSubject(ctx, t.PlansStoredSubject("s-1")); return err }},
+		{"leader message get, last by subject (API)", func() error { _, _, err := t.Logs().lastMsg(ctx, "s-1"); return err }},
+		{"direct get, last by subject", func() error {
+			_, err := t.PlanLog.GetLastMsgForSubject(ctx, t.Names().PlansStoredSubject("s-1"))
+			return err
+		}},
 		{"consumer info, no such consumer (API)", func() error {
-			_, _, err := t.PlanConsumerAckFloor(ctx, "s-1")
+			_, _, err := t.Plans().PlanConsumerAckFloor(ctx, "s-1")
 			return err
 		}},
 		{"batched direct get, GetBatch (3 events)", func() error {
-			_, _, err := t.directBatch(ctx, t.Events.CachedInfo().Config.Name, t.EventsSubject("s-1"), 1, 3, func(*jetstream.RawStreamMsg) error { return nil })
+			_, _, err := t.Reader().directBatch(ctx, t.Events.CachedInfo().Config.Name, t.Names().EventsSubject("s-1"), 1, 3, func(*jetstream.RawStreamMsg) error { return nil })
 			return err
 		}},
 		{"batched direct get, shared subscription (3 events)", func() error {
@@ -70,7 +73,7 @@ func BenchmarkPlanRequestCost(b *testing.B) {
 			if err != nil {
 				return err
 			}
-			_, err = m.get(ctx, t.apiPrefix()+"DIRECT.GET."+t.Events.CachedInfo().Config.Name, batchRequest{Seq: 1, NextFor: t.EventsSubject("s-1"), Batch: readBatch, MaxBytes: readBatchBytes}, time.Second)
+			_, err = m.get(ctx, t.Reader().apiPrefix()+"DIRECT.GET."+t.Events.CachedInfo().Config.Name, batchRequest{Seq: 1, NextFor: t.Names().EventsSubject("s-1"), Batch: readBatch, MaxBytes: readBatchBytes}, time.Second)
 			return err
 		}},
 	}

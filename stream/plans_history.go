@@ -34,13 +34,14 @@ import (
 // (jetstreamext.GetBatch: a SUB and an UNSUB on the server, and a
 // 65,536-message channel allocated, for every batch). When the server
 // does not answer batched direct gets, LoadForPlan is LoadHistory.
-func (t *Topology) LoadForPlan(ctx context.Context, session string) (Loaded, error) {
+func (p *Plans) LoadForPlan(ctx context.Context, session string) (Loaded, error) {
+	t := p.t
 	if err := ValidateSession(session); err != nil {
 		return Loaded{}, err
 	}
 	mux, err := batchMuxOf(t.JS.Conn())
 	if err != nil {
-		return t.LoadHistory(ctx, session)
+		return t.Logs().LoadHistory(ctx, session)
 	}
 	type tailAnswer struct {
 		tl  tail
@@ -49,11 +50,11 @@ func (t *Topology) LoadForPlan(ctx context.Context, session string) (Loaded, err
 	}
 	tails := make(chan tailAnswer, 1)
 	side.Go(func() {
-		tl, ok, err := t.lastMsg(ctx, session)
+		tl, ok, err := t.Logs().lastMsg(ctx, session)
 		tails <- tailAnswer{tl, ok, err}
 	})
 	streamName := t.Events.CachedInfo().Config.Name
-	msgs, berr := mux.get(ctx, t.apiPrefix()+"DIRECT.GET."+streamName, batchRequest{Seq: 1, NextFor: t.EventsSubject(session), Batch: readBatch, MaxBytes: readBatchBytes}, t.cfg.RequestTimeout)
+	msgs, berr := mux.get(ctx, t.Reader().apiPrefix()+"DIRECT.GET."+streamName, batchRequest{Seq: 1, NextFor: t.Names().EventsSubject(session), Batch: readBatch, MaxBytes: readBatchBytes}, t.cfg.RequestTimeout)
 	ta := <-tails
 	switch {
 	case ta.err != nil:
@@ -65,7 +66,7 @@ func (t *Topology) LoadForPlan(ctx context.Context, session string) (Loaded, err
 	case berr != nil:
 		// No batched direct gets here, or an answer lost: read as Load
 		// reads.
-		return t.LoadHistory(ctx, session)
+		return t.Logs().LoadHistory(ctx, session)
 	}
 	end := ta.tl.seq
 	var acc Loaded
@@ -82,7 +83,7 @@ func (t *Topology) LoadForPlan(ctx context.Context, session string) (Loaded, err
 	}
 	// Short of the leader's end: the rest as LoadHistory reads it, after
 	// what the batch gave (the limits count both).
-	h, st, err := t.loadAfter(ctx, session, end, acc)
+	h, st, err := t.Logs().loadAfter(ctx, session, end, acc)
 	if err != nil {
 		return Loaded{}, err
 	}
@@ -278,7 +279,8 @@ func (c *batchCall) add(msg *nats.Msg) {
 // counted over all of it, without reading l's events again (the log only
 // grows). l must be that session's; a zero l reads the whole log (it is
 // LoadHistory then).
-func (t *Topology) ExtendLoaded(ctx context.Context, session string, l Loaded) (Loaded, error) {
+func (p *Plans) ExtendLoaded(ctx context.Context, session string, l Loaded) (Loaded, error) {
+	t := p.t
 	if err := ValidateSession(session); err != nil {
 		return Loaded{}, err
 	}
@@ -286,7 +288,7 @@ func (t *Topology) ExtendLoaded(ctx context.Context, session string, l Loaded) (
 	if n := len(l.Events); n > 0 {
 		atLeast = l.Events[n-1].Seq
 	}
-	h, st, err := t.loadAfter(ctx, session, atLeast, l)
+	h, st, err := t.Logs().loadAfter(ctx, session, atLeast, l)
 	if err != nil {
 		return Loaded{}, err
 	}
@@ -298,7 +300,8 @@ func (t *Topology) ExtendLoaded(ctx context.Context, session string, l Loaded) (
 // before they reach the fence reserve (see the package documentation):
 // what Log.Room says to a writer whose log holds l. A recovery worker
 // checks it before it issues a plan, whose attempt must fit.
-func (t *Topology) LoadedRoom(l Loaded) (events int, bytes int64) {
+func (p *Plans) LoadedRoom(l Loaded) (events int, bytes int64) {
+	t := p.t
 	lim := t.cfg.Limits
 	resEvents, resBytes := fenceReserve(lim)
 	return max(lim.MaxEvents-resEvents-len(l.Events), 0), max(lim.MaxBytes-resBytes-l.bytes, 0)

@@ -15,7 +15,7 @@ import (
 // planReader is LoadForPlan as a historyReader: it weighs the history as
 // LoadHistory does (so a takeover WithLoaded counts the same limits).
 var planReader = historyReader{name: "LoadForPlan", weighs: true, read: func(ctx context.Context, topo *Topology, session string) (Loaded, error) {
-	return topo.LoadForPlan(ctx, session)
+	return topo.Plans().LoadForPlan(ctx, session)
 }}
 
 // TestLoadForPlanIsLoad: at every length around a batch boundary, with
@@ -36,10 +36,10 @@ func TestLoadForPlanLimits(t *testing.T) {
 		topo := setup(t, TopologyConfig{})
 		startedLog(t, topo, "s-1", 6)
 		topo.cfg.Limits = lim.WithDefaults() // read with limits the log is over
-		if _, err := topo.Load(ctx, "s-1"); schema.CodeOf(err) != schema.CodeHistoryTooLarge {
+		if _, err := topo.Logs().Load(ctx, "s-1"); schema.CodeOf(err) != schema.CodeHistoryTooLarge {
 			t.Fatalf("Load with %+v: %v, want history_too_large", lim, err)
 		}
-		if _, err := topo.LoadForPlan(ctx, "s-1"); schema.CodeOf(err) != schema.CodeHistoryTooLarge {
+		if _, err := topo.Plans().LoadForPlan(ctx, "s-1"); schema.CodeOf(err) != schema.CodeHistoryTooLarge {
 			t.Fatalf("LoadForPlan with %+v: %v, want history_too_large", lim, err)
 		}
 	}
@@ -56,7 +56,7 @@ func TestLoadForPlanConcurrent(t *testing.T) {
 	ctx := context.Background()
 	const sessions = 12
 	for i := range sessions {
-		lg, err := topo.Fence(ctx, fmt.Sprintf("s-%d", i), "w1", 1)
+		lg, err := topo.Logs().Fence(ctx, fmt.Sprintf("s-%d", i), "w1", 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,7 +66,7 @@ func TestLoadForPlanConcurrent(t *testing.T) {
 			}
 		}
 	}
-	if _, err := topo.LoadForPlan(ctx, "s-0"); err != nil { // the shared subscription
+	if _, err := topo.Plans().LoadForPlan(ctx, "s-0"); err != nil { // the shared subscription
 		t.Fatal(err)
 	}
 	subs := topo.JS.Conn().NumSubscriptions()
@@ -78,7 +78,7 @@ func TestLoadForPlanConcurrent(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				session := fmt.Sprintf("s-%d", i)
-				h, err := topo.LoadForPlan(ctx, session)
+				h, err := topo.Plans().LoadForPlan(ctx, session)
 				if err != nil {
 					errs <- err
 					return
@@ -106,7 +106,7 @@ func TestLoadForPlanConcurrent(t *testing.T) {
 	}
 
 	// Loads racing appends.
-	lg, err := topo.OpenLog(ctx, "s-1", "w1", 1)
+	lg, err := topo.Logs().OpenLog(ctx, "s-1", "w1", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestLoadForPlanConcurrent(t *testing.T) {
 		mu.Lock()
 		before := last
 		mu.Unlock()
-		h, err := topo.LoadForPlan(ctx, "s-1")
+		h, err := topo.Plans().LoadForPlan(ctx, "s-1")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -144,7 +144,7 @@ func TestLoadForPlanConcurrent(t *testing.T) {
 		if h.Events[n-1].Seq < before {
 			t.Fatalf("history ends at seq %d, before seq %d appended before the load", h.Events[n-1].Seq, before)
 		}
-		full, err := topo.Load(ctx, "s-1")
+		full, err := topo.Logs().Load(ctx, "s-1")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -221,7 +221,7 @@ func TestBatchAnswerChecks(t *testing.T) {
 func TestExtendLoaded(t *testing.T) {
 	topo := setup(t, TopologyConfig{})
 	ctx := context.Background()
-	lg, err := topo.Fence(ctx, "s-1", "w1", 1)
+	lg, err := topo.Logs().Fence(ctx, "s-1", "w1", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,17 +233,17 @@ func TestExtendLoaded(t *testing.T) {
 		}
 	}
 	appendN(4, 0)
-	before, err := topo.LoadForPlan(ctx, "s-1")
+	before, err := topo.Plans().LoadForPlan(ctx, "s-1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	appendN(3, 4)
 	for _, l := range []Loaded{before, {}} {
-		got, err := topo.ExtendLoaded(ctx, "s-1", l)
+		got, err := topo.Plans().ExtendLoaded(ctx, "s-1", l)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want, err := topo.LoadHistory(ctx, "s-1")
+		want, err := topo.Logs().LoadHistory(ctx, "s-1")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -252,15 +252,15 @@ func TestExtendLoaded(t *testing.T) {
 		}
 	}
 	// Nothing appended since: the same history.
-	now, err := topo.LoadHistory(ctx, "s-1")
+	now, err := topo.Logs().LoadHistory(ctx, "s-1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if same, err := topo.ExtendLoaded(ctx, "s-1", now); err != nil || !reflect.DeepEqual(same.Events, now.Events) {
+	if same, err := topo.Plans().ExtendLoaded(ctx, "s-1", now); err != nil || !reflect.DeepEqual(same.Events, now.Events) {
 		t.Fatalf("extend with nothing new: %d events, %v", len(same.Events), err)
 	}
 	topo.cfg.Limits = schema.Limits{MaxEvents: 6}.WithDefaults()
-	if _, err := topo.ExtendLoaded(ctx, "s-1", before); schema.CodeOf(err) != schema.CodeHistoryTooLarge {
+	if _, err := topo.Plans().ExtendLoaded(ctx, "s-1", before); schema.CodeOf(err) != schema.CodeHistoryTooLarge {
 		t.Fatalf("extend past the limit: %v, want history_too_large", err)
 	}
 }

@@ -100,23 +100,23 @@ func TestPlansIssueOverMarker(t *testing.T) {
 func TestPlanConsumerAckFloor(t *testing.T) {
 	_, _, topo := streamtest.Start(t)
 	ctx := context.Background()
-	if floor, ok, err := topo.PlanConsumerAckFloor(ctx, "s-1"); err != nil || ok || floor != 0 {
+	if floor, ok, err := topo.Plans().PlanConsumerAckFloor(ctx, "s-1"); err != nil || ok || floor != 0 {
 		t.Fatalf("before the consumer: %d %v %v, want 0 false nil", floor, ok, err)
 	}
-	p := topo.PartitionOf("s-1")
-	cons, err := topo.PlanLog.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: topo.PlanConsumerName(p), FilterSubject: topo.PlansPartitionSubject(p), AckPolicy: jetstream.AckExplicitPolicy})
+	p := topo.Names().PartitionOf("s-1")
+	cons, err := topo.PlanLog.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: topo.Names().PlanConsumerName(p), FilterSubject: topo.Names().PlansPartitionSubject(p), AckPolicy: jetstream.AckExplicitPolicy})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var seqs []uint64
 	for range 2 {
-		ack, err := topo.JS.Publish(ctx, topo.PlansSubject("s-1"), []byte(`{}`))
+		ack, err := topo.JS.Publish(ctx, topo.Names().PlansSubject("s-1"), []byte(`{}`))
 		if err != nil {
 			t.Fatal(err)
 		}
 		seqs = append(seqs, ack.Sequence)
 	}
-	if floor, ok, err := topo.PlanConsumerAckFloor(ctx, "s-1"); err != nil || !ok || floor != 0 {
+	if floor, ok, err := topo.Plans().PlanConsumerAckFloor(ctx, "s-1"); err != nil || !ok || floor != 0 {
 		t.Fatalf("nothing acknowledged: %d %v %v, want 0 true nil", floor, ok, err)
 	}
 	m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
@@ -126,7 +126,7 @@ func TestPlanConsumerAckFloor(t *testing.T) {
 	if err := m.DoubleAck(ctx); err != nil {
 		t.Fatal(err)
 	}
-	floor, ok, err := topo.PlanConsumerAckFloor(ctx, "s-1")
+	floor, ok, err := topo.Plans().PlanConsumerAckFloor(ctx, "s-1")
 	info, ierr := cons.Info(ctx)
 	if ierr != nil {
 		t.Fatal(ierr)
@@ -137,7 +137,7 @@ func TestPlanConsumerAckFloor(t *testing.T) {
 	if err := topo.JS.DeleteStream(ctx, topo.PlanLog.CachedInfo().Config.Name); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, err := topo.PlanConsumerAckFloor(ctx, "s-1"); err == nil || ok {
+	if _, ok, err := topo.Plans().PlanConsumerAckFloor(ctx, "s-1"); err == nil || ok {
 		t.Fatalf("JW_PLANS deleted: %v %v, want an error", ok, err)
 	}
 }

@@ -10,7 +10,13 @@ import (
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
+
+// Reader reads the topology's streams from the stream leader or with
+// direct gets. Get it with Topology.Reader.
+type Reader struct{ t *Topology }
 
 // How session logs are read.
 //
@@ -62,12 +68,13 @@ const errCodeNoMessage jetstream.ErrorCode = 10037
 
 // leaderGet asks the leader of stream for one message (see msgGetRequest).
 // ok is false when no message matches.
-func (t *Topology) leaderGet(ctx context.Context, streamName string, req msgGetRequest) (*jetstream.RawStreamMsg, bool, error) {
+func (rd Reader) leaderGet(ctx context.Context, streamName string, req msgGetRequest) (*jetstream.RawStreamMsg, bool, error) {
+	t := rd.t
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, false, err
 	}
-	subj := t.apiPrefix() + "STREAM.MSG.GET." + streamName
+	subj := rd.apiPrefix() + "STREAM.MSG.GET." + streamName
 	var resp *nats.Msg
 	if _, ok := ctx.Deadline(); ok {
 		resp, err = t.JS.Conn().RequestWithContext(ctx, subj, body)
@@ -106,8 +113,8 @@ func (t *Topology) leaderGet(ctx context.Context, streamName string, req msgGetR
 // LeaderGet reads the first message of streamName at or after seq on
 // subject from the stream's leader (a replica that lags never answers
 // it); ok is false when there is none.
-func (t *Topology) LeaderGet(ctx context.Context, streamName string, seq uint64, subject string) (*jetstream.RawStreamMsg, bool, error) {
-	return t.leaderGet(ctx, streamName, msgGetRequest{Seq: seq, NextFor: subject})
+func (rd Reader) LeaderGet(ctx context.Context, streamName string, seq uint64, subject string) (*jetstream.RawStreamMsg, bool, error) {
+	return rd.leaderGet(ctx, streamName, msgGetRequest{Seq: seq, NextFor: subject})
 }
 
 // DirectBatch reads up to n messages of streamName on subject from seq on
@@ -116,21 +123,23 @@ func (t *Topology) LeaderGet(ctx context.Context, streamName string, seq uint64,
 // answer: one that lags answers short, and none at or after seq is an
 // empty answer, not an error; an answer that is not a whole batch is an
 // error (read through the leader then).
-func (t *Topology) DirectBatch(ctx context.Context, streamName, subject string, seq uint64, n int) ([]*jetstream.RawStreamMsg, error) {
+func (rd Reader) DirectBatch(ctx context.Context, streamName, subject string, seq uint64, n int) ([]*jetstream.RawStreamMsg, error) {
+	t := rd.t
 	mux, err := batchMuxOf(t.JS.Conn())
 	if err != nil {
 		return nil, err
 	}
-	return mux.get(ctx, t.apiPrefix()+"DIRECT.GET."+streamName, batchRequest{Seq: seq, NextFor: subject, Batch: n, MaxBytes: readBatchBytes}, t.cfg.RequestTimeout)
+	return mux.get(ctx, rd.apiPrefix()+"DIRECT.GET."+streamName, batchRequest{Seq: seq, NextFor: subject, Batch: n, MaxBytes: readBatchBytes}, t.cfg.RequestTimeout)
 }
 
 // APIPrefix is the JetStream API prefix of t's JetStream context, with
 // its trailing dot ("$JS.API.", "$JS.<domain>.API.", or the custom prefix):
 // what a raw JetStream request's subject starts with.
-func (t *Topology) APIPrefix() string { return t.apiPrefix() }
+func (rd Reader) APIPrefix() string { return rd.apiPrefix() }
 
 // apiPrefix is the JetStream API prefix of t's JetStream context.
-func (t *Topology) apiPrefix() string {
+func (rd Reader) apiPrefix() string {
+	t := rd.t
 	o := t.JS.Options()
 	switch {
 	case o.APIPrefix != "":
@@ -150,19 +159,19 @@ func (t *Topology) apiPrefix() string {
 // sequence the leader reported for subj: a read that comes back short of it
 // is retried, then finished through the leader (see the comment at the top
 // of this file). It stops at the first error fn returns.
-func (t *Topology) readRange(ctx context.Context, streamName, subj string, from, through uint64, fn func(*jetstream.RawStreamMsg) error) error {
-	return t.read(ctx, streamName, subj, from, through, true, fn)
+func (rd Reader) readRange(ctx context.Context, streamName, subj string, from, through uint64, fn func(*jetstream.RawStreamMsg) error) error {
+	return rd.read(ctx, streamName, subj, from, through, true, fn)
 }
 
 // read is readRange; direct false reads through the leader's message gets
 // from the start.
-func (t *Topology) read(ctx context.Context, streamName, subj string, from, through uint64, direct bool, fn func(*jetstream.RawStreamMsg) error) error {
+func (rd Reader) read(ctx context.Context, streamName, subj string, from, through uint64, direct bool, fn func(*jetstream.RawStreamMsg) error) error {
 	next := from
 	var b interface{ NextBackOff() time.Duration }
 	var shortSince time.Time
 	for next <= through {
 		if !direct {
-			m, ok, err := t.leaderGet(ctx, streamName, msgGetRequest{Seq: next, NextFor: subj})
+			m, ok, err := rd.leaderGet(ctx, streamName, msgGetRequest{Seq: next, NextFor: subj})
 			if err != nil {
 				return fmt.Errorf("stream: read %s at %d: %w", subj, next, err)
 			}
@@ -175,7 +184,7 @@ func (t *Topology) read(ctx context.Context, streamName, subj string, from, thro
 			next = m.Sequence + 1
 			continue
 		}
-		n, last, err := t.directBatch(ctx, streamName, subj, next, through, fn)
+		n, last, err := rd.directBatch(ctx, streamName, subj, next, through, fn)
 		if err != nil {
 			var stop errStop
 			if errors.As(err, &stop) {
@@ -196,7 +205,7 @@ func (t *Topology) read(ctx context.Context, streamName, subj string, from, thro
 		// Nothing at or after next on the replica that answered, though
 		// the leader has through: it lags. Retry, then use the leader.
 		if b == nil {
-			b, shortSince = newBackoff(5*time.Millisecond, 200*time.Millisecond), time.Now()
+			b, shortSince = natsnode.Backoff(5*time.Millisecond, 200*time.Millisecond), time.Now()
 		}
 		if time.Since(shortSince) > readRetryFor {
 			direct = false
@@ -224,12 +233,13 @@ func (e errStop) Error() string { return e.err.Error() }
 // CPU per read. An answer that is not a whole batch (no batch support, a
 // message lost on the way, none within the request timeout) is
 // errBatchAnswer: the caller reads through the leader instead.
-func (t *Topology) directBatch(ctx context.Context, streamName, subj string, next, through uint64, fn func(*jetstream.RawStreamMsg) error) (int, uint64, error) {
+func (rd Reader) directBatch(ctx context.Context, streamName, subj string, next, through uint64, fn func(*jetstream.RawStreamMsg) error) (int, uint64, error) {
+	t := rd.t
 	mux, err := batchMuxOf(t.JS.Conn())
 	if err != nil {
 		return 0, 0, fmt.Errorf("%w: %v", errBatchAnswer, err)
 	}
-	msgs, err := mux.get(ctx, t.apiPrefix()+"DIRECT.GET."+streamName, batchRequest{Seq: next, NextFor: subj, Batch: readBatch, MaxBytes: readBatchBytes}, t.cfg.RequestTimeout)
+	msgs, err := mux.get(ctx, rd.apiPrefix()+"DIRECT.GET."+streamName, batchRequest{Seq: next, NextFor: subj, Batch: readBatch, MaxBytes: readBatchBytes}, t.cfg.RequestTimeout)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -261,13 +271,13 @@ func isNotAllowed(err error) bool {
 // ReadSubject starts. Like Load it reads with the leader's message gets
 // and batched direct gets, no consumer. It stops at the first error fn
 // returns and returns it.
-func (t *Topology) ReadSubject(ctx context.Context, streamName, subject string, fn func(*jetstream.RawStreamMsg) error) error {
-	last, ok, err := t.leaderGet(ctx, streamName, msgGetRequest{LastFor: subject})
+func (rd Reader) ReadSubject(ctx context.Context, streamName, subject string, fn func(*jetstream.RawStreamMsg) error) error {
+	last, ok, err := rd.leaderGet(ctx, streamName, msgGetRequest{LastFor: subject})
 	if err != nil {
 		return fmt.Errorf("stream: read %s: %w", subject, err)
 	}
 	if !ok {
 		return nil
 	}
-	return t.readRange(ctx, streamName, subject, 1, last.Sequence, fn)
+	return rd.readRange(ctx, streamName, subject, 1, last.Sequence, fn)
 }

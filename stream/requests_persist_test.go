@@ -38,7 +38,7 @@ func TestRequestQueueFlushesAsync(t *testing.T) {
 			t.Errorf("%s: persist mode %s, want %s", name, got, want)
 		}
 	}
-	if _, err := js.Publish(ctx, topo.RequestsSubject("s-1"), []byte(`{"v":1}`)); err != nil {
+	if _, err := js.Publish(ctx, topo.Names().RequestsSubject("s-1"), []byte(`{"v":1}`)); err != nil {
 		t.Fatal(err)
 	}
 	r.Restart()

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 // setup starts an embedded server for an internal test or benchmark
@@ -17,7 +18,7 @@ func setup(t testing.TB, cfg TopologyConfig) *Topology {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	e, err := StartEmbedded(ctx, EmbeddedConfig{Dir: t.TempDir(), Listen: "127.0.0.1:-1", Sync: SyncInterval})
+	e, err := natsnode.StartEmbedded(ctx, natsnode.EmbeddedConfig{Dir: t.TempDir(), Listen: "127.0.0.1:-1", Sync: natsnode.SyncInterval})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +44,7 @@ func setup(t testing.TB, cfg TopologyConfig) *Topology {
 func startedLog(t testing.TB, topo *Topology, session string, n int) *Log {
 	t.Helper()
 	ctx := context.Background()
-	lg, err := topo.Fence(ctx, session, "w1", 1)
+	lg, err := topo.Logs().Fence(ctx, session, "w1", 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,7 +33,7 @@ type Hold interface {
 }
 
 // Acquirer takes holds on sessions for TakeOver: AcquireLease behind
-// Topology.SessionLeases today.
+// Leases.SessionLeases today.
 type Acquirer interface {
 	// Acquire takes the hold of session for owner, or fails (ErrLeaseHeld
 	// when someone else holds it).
@@ -50,9 +50,9 @@ func (f AcquirerFunc) Acquire(ctx context.Context, session, owner string) (Hold,
 
 // SessionLeases returns the Acquirer of per-session leases: HoldLease
 // without a lost callback.
-func (t *Topology) SessionLeases() Acquirer {
+func (ls Leases) SessionLeases() Acquirer {
 	return AcquirerFunc(func(ctx context.Context, session, owner string) (Hold, error) {
-		return t.HoldLease(ctx, session, owner, nil)
+		return ls.HoldLease(ctx, session, owner, nil)
 	})
 }
 
@@ -69,9 +69,10 @@ type LeaseHold struct {
 // HoldLease acquires the session's lease for owner (AcquireLease) and
 // holds it. onLost, when not nil, is called once, when the hold ends for
 // any reason but Release.
-func (t *Topology) HoldLease(ctx context.Context, session, owner string, onLost func(error)) (*LeaseHold, error) {
+func (ls Leases) HoldLease(ctx context.Context, session, owner string, onLost func(error)) (*LeaseHold, error) {
+	t := ls.t
 	t0 := time.Now()
-	l, err := t.AcquireLease(ctx, session, owner)
+	l, err := ls.AcquireLease(ctx, session, owner)
 	if err != nil {
 		return nil, err
 	}
@@ -171,7 +172,8 @@ func WithLoaded(l Loaded) TakeoverOption {
 // written. A log with no room even for a fence is ErrLogClosed: nobody can
 // append to it any more, so its Load is confirmed as it stands. Confirm
 // does not release the hold.
-func (t *Topology) Confirm(ctx context.Context, hold Hold, opts ...TakeoverOption) (*Takeover, error) {
+func (ls Leases) Confirm(ctx context.Context, hold Hold, opts ...TakeoverOption) (*Takeover, error) {
+	t := ls.t
 	if err := hold.Err(); err != nil {
 		return nil, err
 	}
@@ -179,7 +181,7 @@ func (t *Topology) Confirm(ctx context.Context, hold Hold, opts ...TakeoverOptio
 	for _, opt := range opts {
 		opt(&o)
 	}
-	lg, h, fenceSeq, resumed, err := t.fenceLoad(ctx, hold.Session(), hold.Owner(), hold.Epoch(), o.loaded, true)
+	lg, h, fenceSeq, resumed, err := t.Logs().fenceLoad(ctx, hold.Session(), hold.Owner(), hold.Epoch(), o.loaded, true)
 	if err != nil {
 		return nil, err
 	}
@@ -192,12 +194,13 @@ func (t *Topology) Confirm(ctx context.Context, hold Hold, opts ...TakeoverOptio
 // released, so nothing is left held. Errors: ErrLeaseHeld (someone holds
 // the session), ErrLogClosed (the log is full: Load it, it is confirmed
 // as it stands), the errors of FenceLoad.
-func (t *Topology) TakeOver(ctx context.Context, session, owner string, acq Acquirer, opts ...TakeoverOption) (*Takeover, error) {
+func (ls Leases) TakeOver(ctx context.Context, session, owner string, acq Acquirer, opts ...TakeoverOption) (*Takeover, error) {
+	t := ls.t
 	hold, err := acq.Acquire(ctx, session, owner)
 	if err != nil {
 		return nil, err
 	}
-	tk, err := t.Confirm(ctx, hold, opts...)
+	tk, err := ls.Confirm(ctx, hold, opts...)
 	if err != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), t.cfg.RequestTimeout)
 		defer cancel()

@@ -22,7 +22,7 @@ func TestTakeOverGuardsByTheLocalClock(t *testing.T) {
 	ctx := context.Background()
 	_, _, topo := streamtest.StartWith(t, streamtest.Config{Topology: stream.TopologyConfig{LeaseTTL: time.Second, LeaseMarkerTTL: time.Second}})
 	var lost atomic.Int32
-	hold, err := topo.HoldLease(ctx, "s-1", "w1", func(err error) {
+	hold, err := topo.Leases().HoldLease(ctx, "s-1", "w1", func(err error) {
 		if !errors.Is(err, stream.ErrHoldLost) || !errors.Is(err, stream.ErrFenced) {
 			t.Errorf("lost with %v, want ErrHoldLost and ErrFenced", err)
 		}
@@ -31,7 +31,7 @@ func TestTakeOverGuardsByTheLocalClock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tk, err := topo.Confirm(ctx, hold)
+	tk, err := topo.Leases().Confirm(ctx, hold)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestTakeOverGuardsByTheLocalClock(t *testing.T) {
 	if _, err := tk.Log.Append(ctx, started("c-1")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := topo.TakeOver(ctx, "s-1", "w2", topo.SessionLeases()); !errors.Is(err, stream.ErrLeaseHeld) {
+	if _, err := topo.Leases().TakeOver(ctx, "s-1", "w2", topo.Leases().SessionLeases()); !errors.Is(err, stream.ErrLeaseHeld) {
 		t.Fatalf("take over a held session: %v, want ErrLeaseHeld", err)
 	}
 	// No renewal: the guard refuses once the TTL passed by the local clock.
@@ -54,7 +54,7 @@ func TestTakeOverGuardsByTheLocalClock(t *testing.T) {
 	}
 	var next *stream.Takeover
 	streamtest.Eventually(t, 10*time.Second, "the server to expire the lease", func() bool {
-		next, err = topo.TakeOver(ctx, "s-1", "w2", topo.SessionLeases())
+		next, err = topo.Leases().TakeOver(ctx, "s-1", "w2", topo.Leases().SessionLeases())
 		return err == nil
 	})
 	defer func() { _ = next.Hold.Release(ctx) }()
@@ -73,11 +73,11 @@ func TestTakeOverGuardsByTheLocalClock(t *testing.T) {
 func TestGuardedLogLosesTheHoldWhenFenced(t *testing.T) {
 	ctx := context.Background()
 	_, _, topo := streamtest.Start(t)
-	tk, err := topo.TakeOver(ctx, "s-1", "w1", topo.SessionLeases())
+	tk, err := topo.Leases().TakeOver(ctx, "s-1", "w1", topo.Leases().SessionLeases())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := topo.Fence(ctx, "s-1", "intruder", tk.Hold.Epoch()+5); err != nil {
+	if _, err := topo.Logs().Fence(ctx, "s-1", "intruder", tk.Hold.Epoch()+5); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tk.Log.Append(ctx, started("c-1")); !errors.Is(err, stream.ErrFenced) {
@@ -86,7 +86,7 @@ func TestGuardedLogLosesTheHoldWhenFenced(t *testing.T) {
 	if err := tk.Hold.Err(); !errors.Is(err, stream.ErrHoldLost) {
 		t.Fatalf("hold after the fence: %v", err)
 	}
-	if h, _ := topo.Load(ctx, "s-1"); len(h) != 2 {
+	if h, _ := topo.Logs().Load(ctx, "s-1"); len(h) != 2 {
 		t.Fatalf("log holds %d events, want the two fences", len(h))
 	}
 }
@@ -105,15 +105,15 @@ func TestTakeOverReleasesOnFailure(t *testing.T) {
 	asked := 0
 	acq := stream.AcquirerFunc(func(ctx context.Context, session, owner string) (stream.Hold, error) {
 		asked++
-		return topo.HoldLease(ctx, session, owner, nil)
+		return topo.Leases().HoldLease(ctx, session, owner, nil)
 	})
-	if _, err := topo.TakeOver(ctx, "s-full", "w1", acq); !errors.Is(err, stream.ErrLogClosed) || asked != 1 {
+	if _, err := topo.Leases().TakeOver(ctx, "s-full", "w1", acq); !errors.Is(err, stream.ErrLogClosed) || asked != 1 {
 		t.Fatalf("take over a full log: %v (asked %d), want ErrLogClosed", err, asked)
 	}
-	if lv, live, err := topo.LeaseHolder(ctx, "s-full"); err != nil || live {
+	if lv, live, err := topo.Leases().LeaseHolder(ctx, "s-full"); err != nil || live {
 		t.Fatalf("lease after a failed takeover: %+v live %v %v, want released", lv, live, err)
 	}
-	if h, err := topo.Load(ctx, "s-full"); err != nil || len(h) != 1000 {
+	if h, err := topo.Logs().Load(ctx, "s-full"); err != nil || len(h) != 1000 {
 		t.Fatalf("the full log: %d events %v, want it unchanged", len(h), err)
 	}
 }
@@ -124,7 +124,7 @@ func TestTakeOverReleasesOnFailure(t *testing.T) {
 func TestTakeOverWithLoaded(t *testing.T) {
 	ctx := context.Background()
 	_, _, topo := streamtest.StartWith(t, streamtest.Config{Topology: stream.TopologyConfig{Limits: schema.Limits{MaxEvents: 1000}}})
-	w, err := topo.Fence(ctx, "s-1", "w1", 1)
+	w, err := topo.Logs().Fence(ctx, "s-1", "w1", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestTakeOverWithLoaded(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	loaded, err := topo.LoadHistory(ctx, "s-1")
+	loaded, err := topo.Logs().LoadHistory(ctx, "s-1")
 	if err != nil || len(loaded.Events) != 3 {
 		t.Fatalf("LoadHistory: %d events %v", len(loaded.Events), err)
 	}
@@ -141,12 +141,12 @@ func TestTakeOverWithLoaded(t *testing.T) {
 	if _, err := w.Append(ctx, started("c-3")); err != nil {
 		t.Fatal(err)
 	}
-	tk, err := topo.TakeOver(ctx, "s-1", "w2", topo.SessionLeases(), stream.WithLoaded(loaded))
+	tk, err := topo.Leases().TakeOver(ctx, "s-1", "w2", topo.Leases().SessionLeases(), stream.WithLoaded(loaded))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = tk.Hold.Release(ctx) }()
-	full, err := topo.Load(ctx, "s-1")
+	full, err := topo.Logs().Load(ctx, "s-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,15 +166,15 @@ func TestTakeOverWithLoaded(t *testing.T) {
 	ev.V, ev.Session, ev.Epoch, ev.At = 1, "s-2", 1, time.Now().UTC()
 	payload, _ := json.Marshal(ev)
 	publishN(t, topo, "s-2", payload, 990)
-	loaded2, err := topo.LoadHistory(ctx, "s-2")
+	loaded2, err := topo.Logs().LoadHistory(ctx, "s-2")
 	if err != nil {
 		t.Fatal(err)
 	}
 	publishN(t, topo, "s-2", payload, 9) // 999: room for one fence
-	if _, err := topo.TakeOver(ctx, "s-2", "w2", topo.SessionLeases(), stream.WithLoaded(loaded2)); err != nil {
+	if _, err := topo.Leases().TakeOver(ctx, "s-2", "w2", topo.Leases().SessionLeases(), stream.WithLoaded(loaded2)); err != nil {
 		t.Fatalf("takeover into the last slot: %v", err)
 	}
-	if h, err := topo.Load(ctx, "s-2"); err != nil || len(h) != 1000 {
+	if h, err := topo.Logs().Load(ctx, "s-2"); err != nil || len(h) != 1000 {
 		t.Fatalf("full load after: %d %v", len(h), err)
 	}
 }

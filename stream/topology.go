@@ -151,22 +151,50 @@ type Topology struct {
 	// Answers holds the answers to tool requests that could not become a
 	// call (JW_ANSWERS, jw.answers.<session>): the refusal an agent finds
 	// for its request id when no tool.call carries it.
-	Answers jetstream.Stream
+	AnswerLog jetstream.Stream
 	// Approvals keeps approval requests and the signed approvals and
 	// denials (JW_APPROVALS, approvals.go).
-	Approvals jetstream.Stream
+	ApprovalLog jetstream.Stream
 
 	// Leases is the jw_leases bucket: key <session> is the lease, key
 	// epoch.<session> the session's epoch counter.
-	Leases jetstream.KeyValue
+	LeaseBucket jetstream.KeyValue
 	// Plans is the jw_plans bucket: plan state by plan id.
-	Plans jetstream.KeyValue
+	PlanBucket jetstream.KeyValue
 	// Budget is the jw_budget bucket: counters by <session>.<task>.
 	Budget jetstream.KeyValue
 
-	cfg TopologyConfig
-	log zerolog.Logger
+	cfg   TopologyConfig
+	log   zerolog.Logger
+	plans *Plans
 }
+
+// The topology hands out one small handle per resource, the way
+// jetstream hands out a Stream or a KeyValue: each holds nothing but the
+// topology and costs nothing to get.
+
+// Names returns the topology's stream, consumer and subject names.
+func (t *Topology) Names() Names { return Names{t} }
+
+// Logs returns the handle on the session logs (JW_EVENTS).
+func (t *Topology) Logs() Logs { return Logs{t} }
+
+// Reader returns the handle that reads any of the topology's streams
+// from the stream leader or with direct gets.
+func (t *Topology) Reader() Reader { return Reader{t} }
+
+// Leases returns the handle on session and partition leases, worker
+// registrations and takeovers (the jw_leases bucket).
+func (t *Topology) Leases() Leases { return Leases{t} }
+
+// Plans returns the plan store (the jw_plans bucket and JW_PLANS).
+func (t *Topology) Plans() *Plans { return t.plans }
+
+// Approvals returns the handle on approval requests (JW_APPROVALS).
+func (t *Topology) Approvals() Approvals { return Approvals{t} }
+
+// Answers returns the handle on answers to requests (JW_ANSWERS).
+func (t *Topology) Answers() Answers { return Answers{t} }
 
 // Config returns the configuration the topology was made with, defaults
 // filled in.
@@ -175,77 +203,13 @@ func (t *Topology) Config() TopologyConfig { return t.cfg }
 // Limits returns the history limits enforced at append and load.
 func (t *Topology) Limits() schema.Limits { return t.cfg.Limits }
 
-// StreamName returns the stream name for a kind ("EVENTS" → "JW_EVENTS").
-func (t *Topology) StreamName(kind string) string { return streamName(t.Prefix, kind) }
+// StreamName returns the name of the stream of kind for a prefix ("jw",
+// "EVENTS" → "JW_EVENTS").
+func StreamName(prefix, kind string) string { return streamName(prefix, kind) }
 
 func streamName(prefix, kind string) string {
 	return strings.ToUpper(strings.ReplaceAll(prefix, "-", "_")) + "_" + kind
 }
-
-// PlanConsumerName is the durable consumer on JW_PLANS of a partition
-// (<PREFIX>_toolworker_plans_p<partition>), held by the partition's owner.
-func (t *Topology) PlanConsumerName(partition int) string {
-	return t.StreamName("toolworker_plans_p" + strconv.Itoa(partition))
-}
-
-// RequestConsumerName is the durable consumer on JW_REQUESTS of a
-// partition (<PREFIX>_requests_p<partition>), created by the partition's
-// owner.
-func (t *Topology) RequestConsumerName(partition int) string {
-	return t.StreamName("requests_p" + strconv.Itoa(partition))
-}
-
-// EventsSubject returns jw.events.<session>.
-func (t *Topology) EventsSubject(session string) string { return t.Prefix + ".events." + session }
-
-// RequestsSubject returns jw.requests.<session>: where a request is
-// published. The server stores it as RequestsStoredSubject.
-func (t *Topology) RequestsSubject(session string) string { return t.Prefix + ".requests." + session }
-
-// RequestsStoredSubject returns jw.requests.<partition>.<session>: the
-// subject JW_REQUESTS stores a request of the session under (the
-// stream's subject transform adds the partition).
-func (t *Topology) RequestsStoredSubject(session string) string {
-	return t.storedSubject("requests", session)
-}
-
-// RequestsPartitionSubject returns jw.requests.<partition>.*: every
-// stored request of one partition (the filter of its consumer).
-func (t *Topology) RequestsPartitionSubject(partition int) string {
-	return t.Prefix + ".requests." + strconv.Itoa(partition) + ".*"
-}
-
-// PlansStoredSubject returns jw.plans.<partition>.<session>: the subject
-// JW_PLANS stores a plan of the session under.
-func (t *Topology) PlansStoredSubject(session string) string {
-	return t.storedSubject("plans", session)
-}
-
-// PlansPartitionSubject returns jw.plans.<partition>.*: every stored plan
-// of one partition.
-func (t *Topology) PlansPartitionSubject(partition int) string {
-	return t.Prefix + ".plans." + strconv.Itoa(partition) + ".*"
-}
-
-// storedSubject is <prefix>.<kind>.<partition>.<session>, or
-// <prefix>.<kind>.<session> on an unpartitioned store (an older
-// deployment opened read-only).
-func (t *Topology) storedSubject(kind, session string) string {
-	if t.cfg.Partitions == 0 {
-		return t.Prefix + "." + kind + "." + session
-	}
-	return t.Prefix + "." + kind + "." + strconv.Itoa(t.PartitionOf(session)) + "." + session
-}
-
-// Partitions returns the number of partitions the sessions are divided
-// into (TopologyConfig.Partitions, or what the streams say for a topology
-// opened read-only; 0 for an unpartitioned older store).
-func (t *Topology) Partitions() int { return t.cfg.Partitions }
-
-// PartitionOf returns the partition of a session: Partition(session,
-// t.Partitions()), the partition the server's subject transform files its
-// requests and plans under.
-func (t *Topology) PartitionOf(session string) int { return Partition(session, t.cfg.Partitions) }
 
 // Partition returns the partition of session among n partitions, exactly
 // as nats-server's subject transform function partition(n,1) computes it
@@ -260,9 +224,6 @@ func Partition(session string, n int) int {
 	return int(h.Sum32() % uint32(n))
 }
 
-// ReviewsSubject returns jw.reviews.<session>.
-func (t *Topology) ReviewsSubject(session string) string { return ReviewsSubject(t.Prefix, session) }
-
 // ReviewsSubject returns <prefix>.reviews.<session>, where reviews of the
 // session are published, for a reviewer that has a connection and a prefix
 // but no topology (DefaultPrefix when prefix is "").
@@ -272,20 +233,6 @@ func ReviewsSubject(prefix, session string) string {
 	}
 	return prefix + ".reviews." + session
 }
-
-// PlansSubject returns jw.plans.<session>.
-func (t *Topology) PlansSubject(session string) string { return t.Prefix + ".plans." + session }
-
-// AssessmentsSubject returns jw.assessments.<session>.
-func (t *Topology) AssessmentsSubject(session string) string {
-	return t.Prefix + ".assessments." + session
-}
-
-// AnswersSubject returns jw.answers.<session>.
-func (t *Topology) AnswersSubject(session string) string { return t.Prefix + ".answers." + session }
-
-// APISubject returns jw.api.<endpoint> (the service's request subjects).
-func (t *Topology) APISubject(endpoint string) string { return APISubject(t.Prefix, endpoint) }
 
 // DefaultPrefix is the subject prefix of a topology whose config names
 // none (TopologyConfig.Prefix, RoleConfig.Prefix).
@@ -483,8 +430,8 @@ func topology(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig, c
 		}
 		streams = append(streams, s)
 	}
-	t.Events, t.Requests, t.Reviews, t.PlanLog, t.Assessments, t.Answers = streams[0], streams[1], streams[2], streams[3], streams[4], streams[5]
-	t.Approvals = streams[6]
+	t.Events, t.Requests, t.Reviews, t.PlanLog, t.Assessments, t.AnswerLog = streams[0], streams[1], streams[2], streams[3], streams[4], streams[5]
+	t.ApprovalLog = streams[6]
 	if !create {
 		// A reader takes the partitions from the streams (0: an older,
 		// unpartitioned store).
@@ -498,11 +445,12 @@ func topology(ctx context.Context, js jetstream.JetStream, cfg TopologyConfig, c
 		}
 		kvs = append(kvs, kv)
 	}
-	t.Leases, t.Plans, t.Budget = kvs[0], kvs[1], kvs[2]
+	t.LeaseBucket, t.PlanBucket, t.Budget = kvs[0], kvs[1], kvs[2]
+	t.plans = &Plans{kv: kvs[1], now: time.Now, t: t}
 	if !create {
 		// A reader takes the lease TTL from the bucket, where the
 		// deployment stored it.
-		if st, err := t.Leases.Status(ctx); err == nil {
+		if st, err := t.LeaseBucket.Status(ctx); err == nil {
 			if si, ok := st.(*jetstream.KeyValueBucketStatus); ok {
 				if d, err := time.ParseDuration(si.StreamInfo().Config.Metadata[MetaLeaseTTL]); err == nil && d > 0 {
 					t.cfg.LeaseTTL = d

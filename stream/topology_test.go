@@ -11,13 +11,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/stream/streamtest"
 )
 
 func TestEnsureTopologyIdempotent(t *testing.T) {
 	ctx := context.Background()
 	_, nc, topo := streamtest.Start(t)
-	l, err := topo.Fence(ctx, "s-1", "w1", 1)
+	l, err := topo.Logs().Fence(ctx, "s-1", "w1", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +27,7 @@ func TestEnsureTopologyIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if evs, err := again.Load(ctx, "s-1"); err != nil || len(evs) != 1 || evs[0].Seq != l.LastSeq() {
+	if evs, err := again.Logs().Load(ctx, "s-1"); err != nil || len(evs) != 1 || evs[0].Seq != l.LastSeq() {
 		t.Fatalf("history after a second EnsureTopology: %v %v", evs, err)
 	}
 	info, err := again.Events.Info(ctx)
@@ -37,7 +38,7 @@ func TestEnsureTopologyIdempotent(t *testing.T) {
 	if c.Name != "JW_EVENTS" || c.MaxAge != 0 || c.Storage != jetstream.FileStorage || c.Duplicates != 2*time.Minute || !c.DenyPurge || !c.DenyDelete {
 		t.Fatalf("JW_EVENTS config %+v", c)
 	}
-	if got := topo.EventsSubject("s-1"); got != "jw.events.s-1" {
+	if got := topo.Names().EventsSubject("s-1"); got != "jw.events.s-1" {
 		t.Fatal(got)
 	}
 	for _, name := range []string{"JW_REQUESTS", "JW_REVIEWS", "JW_PLANS", "JW_ASSESSMENTS", "KV_jw_leases", "KV_jw_plans", "KV_jw_budget"} {
@@ -45,7 +46,7 @@ func TestEnsureTopologyIdempotent(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	if st, _ := topo.Leases.Status(ctx); st.LimitMarkerTTL() == 0 {
+	if st, _ := topo.LeaseBucket.Status(ctx); st.LimitMarkerTTL() == 0 {
 		t.Error("jw_leases has no LimitMarkerTTL")
 	}
 }
@@ -124,10 +125,10 @@ func TestConfigValidation(t *testing.T) {
 			t.Errorf("EnsureTopology(%+v) accepted", cfg)
 		}
 	}
-	for _, cfg := range []stream.EmbeddedConfig{
+	for _, cfg := range []natsnode.EmbeddedConfig{
 		{Sync: "sometimes"}, {Listen: "nope"}, {Listen: "127.0.0.1:99999"},
 	} {
-		if _, err := stream.StartEmbedded(ctx, cfg); err == nil {
+		if _, err := natsnode.StartEmbedded(ctx, cfg); err == nil {
 			t.Errorf("StartEmbedded(%+v) accepted", cfg)
 		}
 	}

@@ -43,7 +43,7 @@ func TestRequestsThatCannotBecomeCalls(t *testing.T) {
 	}
 	budget := stream.NewBudget(s.topo.Budget)
 	before := func() (int, int64) {
-		h, err := s.topo.Load(ctx, session)
+		h, err := s.topo.Logs().Load(ctx, session)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -57,13 +57,13 @@ func TestRequestsThatCannotBecomeCalls(t *testing.T) {
 			// Published straight on the work queue: the worker answers.
 			b, _ := json.Marshal(q)
 			t0 := time.Now()
-			if _, err := s.topo.JS.Publish(ctx, s.topo.RequestsSubject(session), b); err != nil {
+			if _, err := s.topo.JS.Publish(ctx, s.topo.Names().RequestsSubject(session), b); err != nil {
 				t.Fatal(err)
 			}
 			var a schema.Answer
 			streamtest.Eventually(t, waitLimit, "the answer", func() bool {
 				var ok bool
-				a, ok, _ = s.topo.FindAnswer(ctx, session, q.RequestID)
+				a, ok, _ = s.topo.Answers().FindAnswer(ctx, session, q.RequestID)
 				return ok
 			})
 			if took, bound := time.Since(t0), streamtest.LoadScaled(time.Second); took > bound {

@@ -17,6 +17,8 @@ import (
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/tools"
 	"github.com/jingwei/jingwei/worker/service"
@@ -59,8 +61,8 @@ func newApprovalStack(t *testing.T) *approvalStack {
 	srv := startServe(t, s.bin, "--no-worker", "--no-prober", "--lease-ttl", pipelineLeaseTTL)
 	s.url, s.auth = srv.url, srv.auth()
 	ctx := context.Background()
-	connect := func(r stream.Role) (*nats.Conn, jetstream.JetStream) {
-		nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: s.url, NKeySeedFile: stream.KeyDir(s.auth).SeedFile(r)})
+	connect := func(r access.Role) (*nats.Conn, jetstream.JetStream) {
+		nc, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: s.url, NKeySeedFile: access.KeyDir(s.auth).SeedFile(r)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -68,7 +70,7 @@ func newApprovalStack(t *testing.T) *approvalStack {
 		js, _ := jetstream.New(nc)
 		return nc, js
 	}
-	_, js := connect(stream.RoleAdmin)
+	_, js := connect(access.RoleAdmin)
 	var err error
 	if s.topo, err = stream.OpenTopology(ctx, js, stream.TopologyConfig{}); err != nil {
 		t.Fatal(err)
@@ -76,9 +78,9 @@ func newApprovalStack(t *testing.T) *approvalStack {
 	if s.tools, err = tools.New(ctx, tools.Config{JS: js}); err != nil {
 		t.Fatal(err)
 	}
-	_, s.agentJS = connect(stream.RoleAgent)
-	_, s.reviewJS = connect(stream.RoleReviewer)
-	hostNC, _ := connect(stream.RoleHost)
+	_, s.agentJS = connect(access.RoleAgent)
+	_, s.reviewJS = connect(access.RoleReviewer)
+	hostNC, _ := connect(access.RoleHost)
 	s.host = service.NewClient(hostNC, service.ClientConfig{Timeout: 20 * time.Second})
 	s.procs = &processes{t: t, bin: s.bin, dir: t.TempDir()}
 	t.Cleanup(s.procs.killAll)
@@ -176,7 +178,7 @@ func (s *approvalStack) count(session, typ, callID string) int {
 func (s *approvalStack) leaseGone(session string) {
 	s.t.Helper()
 	streamtest.Eventually(s.t, waitLimit, session+": lease expired", func() bool {
-		_, err := s.topo.Leases.Get(context.Background(), session)
+		_, err := s.topo.LeaseBucket.Get(context.Background(), session)
 		return err != nil
 	})
 }
@@ -405,7 +407,7 @@ func TestTaskStopThroughPipeline(t *testing.T) {
 	publishRequest(t, s.agentJS, s.topo, sess, "r-3", tools.CatalogLookup, `{"sku":"A-1"}`)
 	var ans schema.Answer
 	streamtest.Eventually(t, waitLimit, "the request after the stop is answered", func() bool {
-		a, ok, err := s.topo.FindAnswer(ctx, sess, "r-3")
+		a, ok, err := s.topo.Answers().FindAnswer(ctx, sess, "r-3")
 		ans = a
 		return err == nil && ok
 	})

@@ -11,7 +11,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
-	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 // snoopAction is the auth check's probe that a role sees no reply meant
@@ -69,7 +70,7 @@ func TestAuthCheckLiveServeNoFalseAlarm(t *testing.T) {
 // reply, and no other role's probe crying wolf beside it.
 func TestAuthCheckCatchesReplyLeak(t *testing.T) {
 	bin := jingweiBinary(t)
-	dir := stream.KeyDir(filepath.Join(t.TempDir(), "keys"))
+	dir := access.KeyDir(filepath.Join(t.TempDir(), "keys"))
 	if _, err := dir.Init(); err != nil {
 		t.Fatal(err)
 	}
@@ -79,17 +80,17 @@ func TestAuthCheckCatchesReplyLeak(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	e, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{
-		Dir: t.TempDir(), Listen: "127.0.0.1:-1", Sync: stream.SyncInterval, Users: keys,
+	e, err := natsnode.StartEmbedded(ctx, natsnode.EmbeddedConfig{
+		Dir: t.TempDir(), Listen: "127.0.0.1:-1", Sync: natsnode.SyncInterval, Auth: access.Users{Keys: keys},
 		Options: func(o *server.Options) {
 			var agent *server.Account
 			for _, a := range o.Accounts {
-				if a.Name == stream.DefaultAccount+"_AGENT" {
+				if a.Name == access.DefaultAccount+"_AGENT" {
 					agent = a
 				}
 			}
 			for _, u := range o.Nkeys {
-				if u.Nkey == keys[stream.RoleHost] {
+				if u.Nkey == keys[access.RoleHost] {
 					u.Account = agent
 				}
 			}

@@ -21,6 +21,8 @@ import (
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/tools"
 )
@@ -189,7 +191,7 @@ func (r cliResult) want(t *testing.T, what string, code int, errCode string) {
 func openUncertainPayment(t *testing.T, srv *serveProc, session, callID string) {
 	t.Helper()
 	ctx := context.Background()
-	nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: srv.url, NKeySeedFile: stream.KeyDir(srv.auth()).SeedFile(stream.RoleWorker)})
+	nc, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: srv.url, NKeySeedFile: access.KeyDir(srv.auth()).SeedFile(access.RoleWorker)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,11 +204,11 @@ func openUncertainPayment(t *testing.T, srv *serveProc, session, callID string) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	lease, err := topo.AcquireLease(ctx, session, "test-writer")
+	lease, err := topo.Leases().AcquireLease(ctx, session, "test-writer")
 	if err != nil {
 		t.Fatal(err)
 	}
-	lg, err := topo.Fence(ctx, session, "test-writer", lease.Epoch)
+	lg, err := topo.Logs().Fence(ctx, session, "test-writer", lease.Epoch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,7 +365,7 @@ func TestCLI(t *testing.T) {
 // service answers: exit 1, code internal, a message saying what to start.
 func TestCLINoService(t *testing.T) {
 	bin := jingweiBinary(t)
-	srv, err := stream.StartEmbedded(context.Background(), stream.EmbeddedConfig{Dir: t.TempDir(), Listen: "127.0.0.1:-1", Sync: stream.SyncInterval})
+	srv, err := natsnode.StartEmbedded(context.Background(), natsnode.EmbeddedConfig{Dir: t.TempDir(), Listen: "127.0.0.1:-1", Sync: natsnode.SyncInterval})
 	if err != nil {
 		t.Fatal(err)
 	}

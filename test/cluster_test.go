@@ -15,6 +15,7 @@ import (
 	"github.com/jingwei/jingwei/internal/ports"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 // freePorts returns n free TCP ports on loopback, outside the ephemeral
@@ -30,7 +31,7 @@ func freePorts(t *testing.T, n int) []int {
 
 // startCluster starts a 3-node JetStream cluster on loopback in this
 // process and returns its nodes by server name.
-func startCluster(t *testing.T) map[string]*stream.Embedded {
+func startCluster(t *testing.T) map[string]*natsnode.Embedded {
 	t.Helper()
 	ctx := context.Background()
 	routePorts := freePorts(t, 3)
@@ -38,17 +39,17 @@ func startCluster(t *testing.T) map[string]*stream.Embedded {
 	for _, p := range routePorts {
 		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
 	}
-	nodes := map[string]*stream.Embedded{}
+	nodes := map[string]*natsnode.Embedded{}
 	type started struct {
-		e   *stream.Embedded
+		e   *natsnode.Embedded
 		err error
 	}
 	ch := make(chan started, 3)
 	for i := range 3 {
 		go func() {
 			name := fmt.Sprintf("jw-%d", i)
-			e, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{
-				Dir: t.TempDir(), Listen: "127.0.0.1:-1", Name: name, Sync: stream.SyncInterval,
+			e, err := natsnode.StartEmbedded(ctx, natsnode.EmbeddedConfig{
+				Dir: t.TempDir(), Listen: "127.0.0.1:-1", Name: name, Sync: natsnode.SyncInterval,
 				ReadyTimeout: 20 * time.Second,
 				Options: func(o *server.Options) {
 					o.Cluster = server.ClusterOpts{Name: "jw-test", Host: "127.0.0.1", Port: routePorts[i]}
@@ -105,7 +106,7 @@ func TestClusterLeaderLossKeepsLog(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: strings.Join(urls, ","), ConnectTimeout: 10 * time.Second})
+	nc, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: strings.Join(urls, ","), ConnectTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,11 +117,11 @@ func TestClusterLeaderLossKeepsLog(t *testing.T) {
 	}
 	topo := ensureR3(ctx, t, js)
 
-	lease, err := topo.AcquireLease(ctx, "s-1", "w1")
+	lease, err := topo.Leases().AcquireLease(ctx, "s-1", "w1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := topo.Fence(ctx, "s-1", "w1", lease.Epoch)
+	w, err := topo.Logs().Fence(ctx, "s-1", "w1", lease.Epoch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,21 +200,21 @@ func TestClusterLeaderLossKeepsLog(t *testing.T) {
 	// compare-and-set): retry, as a recovery worker would.
 	var lease2 *stream.Lease
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if lease2, err = topo.AcquireLease(ctx, "s-1", "w2"); err == nil {
+		if lease2, err = topo.Leases().AcquireLease(ctx, "s-1", "w2"); err == nil {
 			break
 		}
 		if !errors.Is(err, stream.ErrLeaseHeld) || time.Now().After(deadline) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := topo.Fence(ctx, "s-1", "w2", lease2.Epoch); err != nil {
+	if _, err := topo.Logs().Fence(ctx, "s-1", "w2", lease2.Epoch); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := w.Append(ctx, schema.Event{Type: schema.TypeStarted, Started: &schema.Started{CallID: "late"}}); !errors.Is(err, stream.ErrFenced) {
 		t.Fatalf("old writer after takeover: %v", err)
 	}
 
-	evs, err := topo.Load(ctx, "s-1")
+	evs, err := topo.Logs().Load(ctx, "s-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,7 +261,7 @@ func TestClusterReadOnlyCommands(t *testing.T) {
 	url := strings.Join(urls, ",")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: url, ConnectTimeout: 10 * time.Second})
+	nc, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: url, ConnectTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +271,7 @@ func TestClusterReadOnlyCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	topo := ensureR3(ctx, t, js)
-	lg, err := topo.Fence(ctx, "ro-1", "test-writer", 1)
+	lg, err := topo.Logs().Fence(ctx, "ro-1", "test-writer", 1)
 	if err != nil {
 		t.Fatal(err)
 	}

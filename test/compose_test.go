@@ -13,7 +13,7 @@ import (
 	"github.com/compose-spec/compose-go/v2/loader"
 	"github.com/compose-spec/compose-go/v2/types"
 	"github.com/jingwei/jingwei/recovery"
-	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
 )
@@ -146,7 +146,7 @@ func TestComposeFile(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the NATS configuration does not load: %v", err)
 	}
-	if !opts.JetStream || opts.Cluster.Name == "" || len(opts.Routes) != 3 || len(opts.Nkeys) != len(stream.Roles) {
+	if !opts.JetStream || opts.Cluster.Name == "" || len(opts.Routes) != 3 || len(opts.Nkeys) != len(access.Roles) {
 		t.Fatalf("NATS configuration: jetstream %t, cluster %q, %d routes, %d nkey users; want jetstream, a cluster, 3 routes, one user per role",
 			opts.JetStream, opts.Cluster.Name, len(opts.Routes), len(opts.Nkeys))
 	}

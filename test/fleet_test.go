@@ -14,6 +14,8 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/tools"
 )
@@ -45,7 +47,7 @@ func TestFleetChurn(t *testing.T) {
 	ttl := fleetLeaseTTL.String()
 	srv := startServe(t, bin, "--no-worker", "--no-prober", "--lease-ttl", ttl, "--trust-reviewers", trustFile)
 	auth := srv.auth()
-	nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: srv.url, NKeySeedFile: stream.KeyDir(auth).SeedFile(stream.RoleAdmin)})
+	nc, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: srv.url, NKeySeedFile: access.KeyDir(auth).SeedFile(access.RoleAdmin)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +57,7 @@ func TestFleetChurn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	agentNC, err := stream.Connect(ctx, stream.ConnectConfig{URL: srv.url, NKeySeedFile: stream.KeyDir(auth).SeedFile(stream.RoleAgent)})
+	agentNC, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: srv.url, NKeySeedFile: access.KeyDir(auth).SeedFile(access.RoleAgent)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,20 +147,20 @@ func TestFleetChurn(t *testing.T) {
 		t.Errorf("fences by %v: both first workers should have written sessions", fenceOwners)
 	}
 	t.Logf("%d requests of %d sessions, fenced by %v; at most %d consumers on JW_REQUESTS", sessions*rounds, sessions, fenceOwners, maxConsumers)
-	if maxConsumers > topo.Partitions() {
-		t.Errorf("up to %d consumers on JW_REQUESTS, more than the %d partitions", maxConsumers, topo.Partitions())
+	if maxConsumers > topo.Names().Partitions() {
+		t.Errorf("up to %d consumers on JW_REQUESTS, more than the %d partitions", maxConsumers, topo.Names().Partitions())
 	}
 
 	// After the churn: the killed worker left nothing, the newcomer owns
 	// its share, every partition is owned.
 	streamtest.Eventually(t, waitLimit, "partitions rebalanced over tw-b and tw-c", func() bool {
 		owners := partitionOwners(t, topo)
-		live, err := topo.LiveWorkers(ctx)
+		live, err := topo.Leases().LiveWorkers(ctx)
 		return err == nil && slices.Equal(live, []string{"tw-b", "tw-c"}) &&
-			owners["tw-a"] == 0 && owners["tw-b"] == topo.Partitions()/2 && owners["tw-c"] == topo.Partitions()/2
+			owners["tw-a"] == 0 && owners["tw-b"] == topo.Names().Partitions()/2 && owners["tw-c"] == topo.Names().Partitions()/2
 	})
-	if n := len(consumers()); n > topo.Partitions() {
-		t.Errorf("%d request consumers after the churn, want at most %d", n, topo.Partitions())
+	if n := len(consumers()); n > topo.Names().Partitions() {
+		t.Errorf("%d request consumers after the churn, want at most %d", n, topo.Names().Partitions())
 	}
 	for _, name := range consumers() {
 		ci, err := topo.Requests.Consumer(ctx, name)
@@ -179,10 +181,10 @@ func TestFleetChurn(t *testing.T) {
 	if n := len(consumers()); n != 0 {
 		t.Errorf("%d request consumers after every worker stopped, want 0: %v", n, consumers())
 	}
-	if leases, err := topo.PartitionLeases(ctx); err != nil || len(leases) != 0 {
+	if leases, err := topo.Leases().PartitionLeases(ctx); err != nil || len(leases) != 0 {
 		t.Errorf("partition leases after every worker stopped: %v %v, want none", leases, err)
 	}
-	if live, err := topo.LiveWorkers(ctx); err != nil || len(live) != 0 {
+	if live, err := topo.Leases().LiveWorkers(ctx); err != nil || len(live) != 0 {
 		t.Errorf("registrations after every worker stopped: %v %v, want none", live, err)
 	}
 	// Plan consumers are kept for the next owner's ack floor and removed
@@ -199,7 +201,7 @@ func TestFleetChurn(t *testing.T) {
 // partitionOwners counts the live partition leases by owner.
 func partitionOwners(t *testing.T, topo *stream.Topology) map[string]int {
 	t.Helper()
-	leases, err := topo.PartitionLeases(context.Background())
+	leases, err := topo.Leases().PartitionLeases(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

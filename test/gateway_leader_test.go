@@ -11,6 +11,7 @@ import (
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/worker/toolworker"
 )
 
@@ -28,7 +29,7 @@ func TestGatewayCallDuringRequestsLeaderLoss(t *testing.T) {
 		t.Skip("3-node cluster")
 	}
 	nodes := startCluster(t)
-	var any *stream.Embedded
+	var any *natsnode.Embedded
 	for _, e := range nodes {
 		any = e
 		break
@@ -48,7 +49,7 @@ func TestGatewayCallDuringRequestsLeaderLoss(t *testing.T) {
 	}
 	leader := info.Cluster.Leader
 	// The gateway's connection is to a node that survives.
-	var other *stream.Embedded
+	var other *natsnode.Embedded
 	for name, e := range nodes {
 		if name != leader {
 			other = e

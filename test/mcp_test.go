@@ -15,6 +15,8 @@ import (
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/worker/mcptool/mcptest"
 )
@@ -77,9 +79,9 @@ func TestMCPWorkerKilledMidToolsCall(t *testing.T) {
 
 	srv := startServe(t, bin, "--no-worker", "--lease-ttl", pipelineLeaseTTL)
 	url, auth := srv.url, srv.auth()
-	connect := func(r stream.Role) (*nats.Conn, jetstream.JetStream, *stream.Topology) {
+	connect := func(r access.Role) (*nats.Conn, jetstream.JetStream, *stream.Topology) {
 		t.Helper()
-		nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: url, NKeySeedFile: stream.KeyDir(auth).SeedFile(r)})
+		nc, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: url, NKeySeedFile: access.KeyDir(auth).SeedFile(r)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,14 +93,14 @@ func TestMCPWorkerKilledMidToolsCall(t *testing.T) {
 		}
 		return nc, js, topo
 	}
-	_, js, topo := connect(stream.RoleAdmin)
-	_, agentJS, _ := connect(stream.RoleAgent)
-	hostNC, _, _ := connect(stream.RoleHost)
+	_, js, topo := connect(access.RoleAdmin)
+	_, agentJS, _ := connect(access.RoleAgent)
+	hostNC, _, _ := connect(access.RoleHost)
 	ledger, err := mcptest.NewLedger(ctx, js, "mcpledger")
 	if err != nil {
 		t.Fatal(err)
 	}
-	seed := stream.KeyDir(auth).SeedFile(stream.RoleAdmin)
+	seed := access.KeyDir(auth).SeedFile(access.RoleAdmin)
 
 	procs := &processes{t: t, bin: bin, dir: t.TempDir()}
 	t.Cleanup(procs.killAll)

@@ -18,7 +18,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/stream/streamtest"
 )
 
@@ -164,7 +165,7 @@ func TestMetricsCountingOneRecoverer(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	admin, err := stream.Connect(ctx, stream.ConnectConfig{URL: srv.url, NKeySeedFile: stream.KeyDir(srv.auth()).SeedFile(stream.RoleAdmin)})
+	admin, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: srv.url, NKeySeedFile: access.KeyDir(srv.auth()).SeedFile(access.RoleAdmin)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +174,7 @@ func TestMetricsCountingOneRecoverer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	agent, err := stream.Connect(ctx, stream.ConnectConfig{URL: srv.url, NKeySeedFile: stream.KeyDir(srv.auth()).SeedFile(stream.RoleAgent)})
+	agent, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: srv.url, NKeySeedFile: access.KeyDir(srv.auth()).SeedFile(access.RoleAgent)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 // TestNatsCLIRoles is the check the README tells an operator to run, with
@@ -27,24 +29,24 @@ func TestNatsCLIRoles(t *testing.T) {
 	}
 	bin := jingweiBinary(t)
 	srv := startServe(t, bin, "--no-worker")
-	nats := func(role stream.Role, args ...string) (string, error) {
+	nats := func(role access.Role, args ...string) (string, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		all := append([]string{"--server", srv.url, "--nkey", stream.KeyDir(srv.auth()).SeedFile(role)}, args...)
+		all := append([]string{"--server", srv.url, "--nkey", access.KeyDir(srv.auth()).SeedFile(role)}, args...)
 		out, err := exec.CommandContext(ctx, cli, all...).CombinedOutput()
 		return string(out), err
 	}
-	out, err := nats(stream.RoleAgent, "pub", "jw.events.x", `{}`)
+	out, err := nats(access.RoleAgent, "pub", "jw.events.x", `{}`)
 	if err == nil || !strings.Contains(out, `Permissions Violation for Publish to "jw.events.x"`) {
 		t.Fatalf("nats pub jw.events.x as agent: %v\n%s", err, out)
 	}
-	out, err = nats(stream.RoleHost, "micro", "ls")
+	out, err = nats(access.RoleHost, "micro", "ls")
 	if err != nil || !strings.Contains(out, "jingwei") {
 		t.Fatalf("nats micro ls as host: %v\n%s", err, out)
 	}
 	// Nothing reached the session log.
 	ctx := context.Background()
-	nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: srv.url, NKeySeedFile: filepath.Join(srv.auth(), "admin.nk")})
+	nc, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: srv.url, NKeySeedFile: filepath.Join(srv.auth(), "admin.nk")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +56,7 @@ func TestNatsCLIRoles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h, err := topo.Load(ctx, "x"); err != nil || len(h) != 0 {
+	if h, err := topo.Logs().Load(ctx, "x"); err != nil || len(h) != 0 {
 		t.Fatalf("session x holds %d events (%v), want none", len(h), err)
 	}
 }

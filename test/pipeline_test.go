@@ -22,6 +22,8 @@ import (
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/tools"
 	"github.com/jingwei/jingwei/worker"
@@ -66,9 +68,9 @@ func TestPipelineCrashAndRecovery(t *testing.T) {
 	srv := startServe(t, bin, "--no-worker", "--no-prober", "--lease-ttl", pipelineLeaseTTL, "--trust-reviewers", trustFile)
 	url := srv.url
 	auth := srv.auth()
-	connect := func(r stream.Role) (*nats.Conn, jetstream.JetStream, *stream.Topology) {
+	connect := func(r access.Role) (*nats.Conn, jetstream.JetStream, *stream.Topology) {
 		t.Helper()
-		nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: url, NKeySeedFile: stream.KeyDir(auth).SeedFile(r)})
+		nc, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: url, NKeySeedFile: access.KeyDir(auth).SeedFile(r)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -80,10 +82,10 @@ func TestPipelineCrashAndRecovery(t *testing.T) {
 		}
 		return nc, js, topo
 	}
-	_, js, topo := connect(stream.RoleAdmin)
-	_, agentJS, _ := connect(stream.RoleAgent)
-	_, reviewerJS, _ := connect(stream.RoleReviewer)
-	hostNC, _, _ := connect(stream.RoleHost)
+	_, js, topo := connect(access.RoleAdmin)
+	_, agentJS, _ := connect(access.RoleAgent)
+	_, reviewerJS, _ := connect(access.RoleReviewer)
+	hostNC, _, _ := connect(access.RoleHost)
 	tl, err := tools.New(ctx, tools.Config{JS: js}) // to read orders and the ledger
 	if err != nil {
 		t.Fatal(err)
@@ -258,12 +260,12 @@ func TestPipelineCrashAndRecovery(t *testing.T) {
 	})
 	// A plan published again, and a second prepare, change nothing.
 	pb, _ := json.Marshal(plans["o-1"])
-	if _, err := js.Publish(ctx, topo.PlansSubject("o-1"), pb); err != nil {
+	if _, err := js.Publish(ctx, topo.Names().PlansSubject("o-1"), pb); err != nil {
 		t.Fatal(err)
 	}
 	api.prepareRefused(ctx, "o-1", crashed["o-1"].CallID, "") // superseded or consumed: anything but a plan
 	streamtest.Eventually(t, waitLimit, "plans consumer idle", func() bool {
-		ci, err := topo.PlanLog.Consumer(ctx, topo.PlanConsumerName(topo.PartitionOf("o-1")))
+		ci, err := topo.PlanLog.Consumer(ctx, topo.Names().PlanConsumerName(topo.Names().PartitionOf("o-1")))
 		if err != nil {
 			return false
 		}
@@ -271,7 +273,7 @@ func TestPipelineCrashAndRecovery(t *testing.T) {
 		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
 	})
 
-	store := stream.NewPlans(topo.Plans)
+	store := stream.NewPlans(topo.PlanBucket)
 	for s, plan := range plans {
 		r := retryOf(s)
 		if len(r) != 1 {
@@ -292,14 +294,14 @@ func TestPipelineCrashAndRecovery(t *testing.T) {
 	for s, plan := range plans {
 		// Published on jw.plans.<session>, stored under the session's
 		// partition: jw.plans.<partition>.<session>.
-		info, err := topo.PlanLog.Info(ctx, jetstream.WithSubjectFilter(topo.PlansStoredSubject(s)))
+		info, err := topo.PlanLog.Info(ctx, jetstream.WithSubjectFilter(topo.Names().PlansStoredSubject(s)))
 		// One publication by the recovery worker, one by the test.
 		want := uint64(1)
 		if s == "o-1" {
 			want = 2
 		}
-		if err != nil || info.State.Subjects[topo.PlansStoredSubject(s)] != want {
-			t.Errorf("%s: messages on %s for plan %s: %v (%v), want %d", s, topo.PlansStoredSubject(s), plan.PlanID, info.State.Subjects, err, want)
+		if err != nil || info.State.Subjects[topo.Names().PlansStoredSubject(s)] != want {
+			t.Errorf("%s: messages on %s for plan %s: %v (%v), want %d", s, topo.Names().PlansStoredSubject(s), plan.PlanID, info.State.Subjects, err, want)
 		}
 	}
 	for _, s := range []string{"p-2", "p-3"} {
@@ -374,7 +376,7 @@ func TestPipelineCrashAndRecovery(t *testing.T) {
 		t.Errorf("worker B exited %d after SIGTERM, want 0", code)
 	}
 	for _, s := range all {
-		if lv, ok, err := topo.LeaseHolder(ctx, s); err != nil || ok && lv.Owner == "tw-b" {
+		if lv, ok, err := topo.Leases().LeaseHolder(ctx, s); err != nil || ok && lv.Owner == "tw-b" {
 			t.Errorf("%s: lease %+v still held by worker B after its drain (%v)", s, lv, err)
 		}
 	}
@@ -479,7 +481,7 @@ const waitLimit = 60 * time.Second
 func publishRequest(t *testing.T, js jetstream.JetStream, topo *stream.Topology, session, requestID, tool, args string) {
 	t.Helper()
 	b, _ := json.Marshal(schema.Request{V: 1, RequestID: requestID, Session: session, Task: worker.DefaultTask, Tool: tool, Arguments: json.RawMessage(args)})
-	if _, err := js.Publish(context.Background(), topo.RequestsSubject(session), b); err != nil {
+	if _, err := js.Publish(context.Background(), topo.Names().RequestsSubject(session), b); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -487,7 +489,7 @@ func publishRequest(t *testing.T, js jetstream.JetStream, topo *stream.Topology,
 func publishReview(t *testing.T, js jetstream.JetStream, topo *stream.Topology, session string, rv schema.Review) {
 	t.Helper()
 	b, _ := json.Marshal(rv)
-	if _, err := js.Publish(context.Background(), topo.ReviewsSubject(session), b); err != nil {
+	if _, err := js.Publish(context.Background(), topo.Names().ReviewsSubject(session), b); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -512,7 +514,7 @@ func tamper(rv schema.Review) schema.Review {
 
 func sessionEvents(t *testing.T, topo *stream.Topology, session string) []schema.Event {
 	t.Helper()
-	h, err := topo.Load(context.Background(), session)
+	h, err := topo.Logs().Load(context.Background(), session)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -567,15 +569,15 @@ func assessmentOf(t *testing.T, js jetstream.JetStream, topo *stream.Topology, s
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	info, err := topo.Assessments.Info(ctx, jetstream.WithSubjectFilter(topo.AssessmentsSubject(session)))
+	info, err := topo.Assessments.Info(ctx, jetstream.WithSubjectFilter(topo.Names().AssessmentsSubject(session)))
 	if err != nil {
 		return schema.Assessment{}, false
 	}
-	n := info.State.Subjects[topo.AssessmentsSubject(session)] // with a filter, Msgs counts the whole stream
+	n := info.State.Subjects[topo.Names().AssessmentsSubject(session)] // with a filter, Msgs counts the whole stream
 	if n == 0 {
 		return schema.Assessment{}, false
 	}
-	cons, err := js.OrderedConsumer(ctx, topo.StreamName("ASSESSMENTS"), jetstream.OrderedConsumerConfig{FilterSubjects: []string{topo.AssessmentsSubject(session)}})
+	cons, err := js.OrderedConsumer(ctx, topo.Names().StreamName("ASSESSMENTS"), jetstream.OrderedConsumerConfig{FilterSubjects: []string{topo.Names().AssessmentsSubject(session)}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/tools"
 	"github.com/jingwei/jingwei/worker/service"
@@ -33,7 +35,7 @@ func TestServeProberSettlesKilledPayment(t *testing.T) {
 	defer cancel()
 	srv := startServe(t, bin, "--no-worker", "--lease-ttl", pipelineLeaseTTL)
 	url, auth := srv.url, srv.auth()
-	nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: url, NKeySeedFile: stream.KeyDir(auth).SeedFile(stream.RoleAdmin)})
+	nc, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: url, NKeySeedFile: access.KeyDir(auth).SeedFile(access.RoleAdmin)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +45,7 @@ func TestServeProberSettlesKilledPayment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	anc, err := stream.Connect(ctx, stream.ConnectConfig{URL: url, NKeySeedFile: stream.KeyDir(auth).SeedFile(stream.RoleAgent)})
+	anc, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: url, NKeySeedFile: access.KeyDir(auth).SeedFile(access.RoleAgent)})
 	if err != nil {
 		t.Fatal(err)
 	}

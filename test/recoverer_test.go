@@ -79,7 +79,7 @@ func TestRecovererWithToolWorker(t *testing.T) {
 		}
 	})
 
-	assessments, err := nc.SubscribeSync(topo.AssessmentsSubject("*"))
+	assessments, err := nc.SubscribeSync(topo.Names().AssessmentsSubject("*"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestRecovererWithToolWorker(t *testing.T) {
 		var m *nats.Msg
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			m, err = nc.RequestWithContext(ctx, topo.APISubject(endpoint), b)
+			m, err = nc.RequestWithContext(ctx, topo.Names().APISubject(endpoint), b)
 			if !errors.Is(err, nats.ErrNoResponders) || time.Now().After(deadline) {
 				break
 			}
@@ -171,7 +171,7 @@ func TestRecovererWithToolWorker(t *testing.T) {
 	if orders, err := tl.Orders(ctx); err != nil || len(orders) != 1 {
 		t.Fatalf("orders %+v %v, want exactly one", orders, err)
 	}
-	if rec, err := stream.NewPlans(topo.Plans).Get(ctx, plan.PlanID); err != nil || rec.State != stream.PlanConsumed {
+	if rec, err := stream.NewPlans(topo.PlanBucket).Get(ctx, plan.PlanID); err != nil || rec.State != stream.PlanConsumed {
 		t.Fatalf("plan record %+v %v, want consumed", rec, err)
 	}
 	if code := api(service.EndpointPrepare, service.Target{Session: "s-shop", CallID: first}, &plan); code != string(schema.CodeSupersededCall) {
@@ -189,7 +189,7 @@ func TestRecovererWithToolWorker(t *testing.T) {
 	publish := func(r schema.Review) {
 		t.Helper()
 		b, _ := json.Marshal(r)
-		if _, err := topo.JS.Publish(ctx, topo.ReviewsSubject("s-books"), b); err != nil {
+		if _, err := topo.JS.Publish(ctx, topo.Names().ReviewsSubject("s-books"), b); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -246,7 +246,7 @@ func TestLostPlanMessageDeliveredAgain(t *testing.T) {
 		t.Fatalf("prepare: %s", code)
 	}
 	// The plan's message is terminated through the tool workers' consumer.
-	cons, err := s.topo.PlanLog.Consumer(ctx, s.topo.PlanConsumerName(s.topo.PartitionOf("s-lost")))
+	cons, err := s.topo.PlanLog.Consumer(ctx, s.topo.Names().PlanConsumerName(s.topo.Names().PartitionOf("s-lost")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +262,7 @@ func TestLostPlanMessageDeliveredAgain(t *testing.T) {
 		info, err := cons.Info(ctx)
 		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
 	})
-	plans := stream.NewPlans(s.topo.Plans)
+	plans := stream.NewPlans(s.topo.PlanBucket)
 	if rec, _ := plans.Get(ctx, plan.PlanID); rec.State != stream.PlanIssued {
 		t.Fatalf("plan %s is %s, want still issued (its message is gone)", plan.PlanID, rec.State)
 	}
@@ -276,10 +276,10 @@ func TestLostPlanMessageDeliveredAgain(t *testing.T) {
 		return err == nil && r.State == stream.PlanConsumed
 	})
 	streamtest.Eventually(t, waitLimit, "the retry's result", func() bool {
-		h, _ := s.topo.Load(ctx, "s-lost")
+		h, _ := s.topo.Logs().Load(ctx, "s-lost")
 		return len(h) > 0 && h[len(h)-1].Type == schema.TypeResult
 	})
-	h, _ := s.topo.Load(ctx, "s-lost")
+	h, _ := s.topo.Logs().Load(ctx, "s-lost")
 	retries := 0
 	for _, ev := range h {
 		if c := ev.Call; c != nil && c.Operation != nil && c.Operation.Retry != nil {
@@ -293,8 +293,8 @@ func TestLostPlanMessageDeliveredAgain(t *testing.T) {
 	if code := s.api(service.EndpointPrepare, service.Target{Session: "s-lost", CallID: first}, &again); code != string(schema.CodeSupersededCall) {
 		t.Fatalf("prepare after the retry: %q, want superseded_call", code)
 	}
-	info, err := s.topo.PlanLog.Info(ctx, jetstream.WithSubjectFilter(s.topo.PlansStoredSubject("s-lost")))
-	if err != nil || info.State.Subjects[s.topo.PlansStoredSubject("s-lost")] != 2 {
+	info, err := s.topo.PlanLog.Info(ctx, jetstream.WithSubjectFilter(s.topo.Names().PlansStoredSubject("s-lost")))
+	if err != nil || info.State.Subjects[s.topo.Names().PlansStoredSubject("s-lost")] != 2 {
 		t.Fatalf("plan messages %v %v, want the first and one more", info.State.Subjects, err)
 	}
 }

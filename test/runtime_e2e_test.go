@@ -32,14 +32,14 @@ func TestRuntimeReferenceScenario(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plans, budget := stream.NewPlans(topo.Plans), stream.NewBudget(topo.Budget)
+	plans, budget := stream.NewPlans(topo.PlanBucket), stream.NewBudget(topo.Budget)
 
 	const session, task = "s-ref", "t-1"
-	lease, err := topo.AcquireLease(ctx, session, "host-a")
+	lease, err := topo.Leases().AcquireLease(ctx, session, "host-a")
 	if err != nil {
 		t.Fatal(err)
 	}
-	lg, err := topo.OpenLog(ctx, session, "host-a", lease.Epoch)
+	lg, err := topo.Logs().OpenLog(ctx, session, "host-a", lease.Epoch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestRuntimeReferenceScenario(t *testing.T) {
 	// The host inspects the confirmed history (its only writer is idle) and
 	// issues a plan.
 	load := func() []schema.Event {
-		h, err := topo.Load(ctx, session)
+		h, err := topo.Logs().Load(ctx, session)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -206,9 +206,9 @@ func TestRuntimeCrashBeforeStarted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plans, budget := stream.NewPlans(topo.Plans), stream.NewBudget(topo.Budget)
+	plans, budget := stream.NewPlans(topo.PlanBucket), stream.NewBudget(topo.Budget)
 	const session = "s-crash"
-	lg, err := topo.OpenLog(ctx, session, "host-a", 1)
+	lg, err := topo.Logs().OpenLog(ctx, session, "host-a", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,15 +236,15 @@ func TestRuntimeCrashBeforeStarted(t *testing.T) {
 	}
 
 	// Takeover: a new lease epoch, fence, load the confirmed history.
-	lease, err := topo.AcquireLease(ctx, session, "host-b")
+	lease, err := topo.Leases().AcquireLease(ctx, session, "host-b")
 	if err != nil {
 		t.Fatal(err)
 	}
-	lg2, err := topo.Fence(ctx, session, "host-b", lease.Epoch)
+	lg2, err := topo.Logs().Fence(ctx, session, "host-b", lease.Epoch)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := topo.Load(ctx, session)
+	h, err := topo.Logs().Load(ctx, session)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -107,7 +107,7 @@ func (s *stack) api(endpoint string, body, out any) string {
 	var m *nats.Msg
 	var err error
 	for {
-		m, err = s.nc.RequestWithContext(s.ctx, s.topo.APISubject(endpoint), b)
+		m, err = s.nc.RequestWithContext(s.ctx, s.topo.Names().APISubject(endpoint), b)
 		if !errors.Is(err, nats.ErrNoResponders) {
 			break
 		}

@@ -55,7 +55,7 @@ func TestTracingLeavesBytesAlone(t *testing.T) {
 			ctx = c
 			defer sp.End()
 		}
-		lg, err := topo.OpenLog(ctx, "s-1", "w-1", 1)
+		lg, err := topo.Logs().OpenLog(ctx, "s-1", "w-1", 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -70,7 +70,7 @@ func TestTracingLeavesBytesAlone(t *testing.T) {
 		var data [][]byte
 		var hdrs []nats.Header
 		for _, seq := range seqs {
-			m, ok, err := topo.LeaderGet(ctx, topo.Events.CachedInfo().Config.Name, seq, topo.EventsSubject("s-1"))
+			m, ok, err := topo.Reader().LeaderGet(ctx, topo.Events.CachedInfo().Config.Name, seq, topo.Names().EventsSubject("s-1"))
 			if err != nil || !ok {
 				t.Fatalf("event %d: %v", seq, err)
 			}

@@ -101,7 +101,7 @@ func TestTraceExportedAcrossSIGKILL(t *testing.T) {
 
 	const tid = "4bf92f3577b34da6a3ce929d0e0e4736"
 	b, _ := json.Marshal(schema.Request{V: 1, RequestID: "r-1", Session: "pay-t", Task: worker.DefaultTask, Tool: tools.PaymentsCharge, Arguments: json.RawMessage(`{"account":"acct-1","amount_cents":700}`)})
-	msg := nats.NewMsg(s.topo.RequestsSubject("pay-t"))
+	msg := nats.NewMsg(s.topo.Names().RequestsSubject("pay-t"))
 	msg.Data = b
 	msg.Header.Set("traceparent", "00-"+tid+"-00f067aa0ba902b7-01")
 	if _, err := s.agentJS.PublishMsg(context.Background(), msg, jetstream.WithMsgID("r-1")); err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/worker"
 	"github.com/jingwei/jingwei/worker/recoverer"
@@ -128,7 +129,7 @@ func (s spanSet) ancestorIn(sp tracetest.SpanStub, name string) bool {
 // crashable starts a tool worker on a connection of its own and returns
 // its crash: the connection closed and the worker stopped, nothing
 // drained or released (what a SIGKILL leaves: the lease to expire).
-func crashable(t *testing.T, emb *stream.Embedded, topo *stream.Topology, cfg toolworker.Config) (crash func()) {
+func crashable(t *testing.T, emb *natsnode.Embedded, topo *stream.Topology, cfg toolworker.Config) (crash func()) {
 	t.Helper()
 	nc, err := emb.Connect()
 	if err != nil {
@@ -172,7 +173,7 @@ func agentRequest(t *testing.T, tr trace.Tracer, topo *stream.Topology, q schema
 	ctx, sp := tr.Start(context.Background(), "agent.turn")
 	defer sp.End()
 	b, _ := json.Marshal(q)
-	msg := nats.NewMsg(topo.RequestsSubject(q.Session))
+	msg := nats.NewMsg(topo.Names().RequestsSubject(q.Session))
 	msg.Data = b
 	if !tracing.Inject(ctx, msg.Header) || msg.Header.Get("traceparent") == "" {
 		t.Fatal("no traceparent on the request")
@@ -277,7 +278,7 @@ func TestTraceAcrossCrashReviewAndRetry(t *testing.T) {
 		return r
 	}
 	b, _ := json.Marshal(sign(schema.VerdictNotExecuted))
-	if _, err := topo.JS.Publish(ctx, topo.ReviewsSubject("s-books"), b); err != nil {
+	if _, err := topo.JS.Publish(ctx, topo.Names().ReviewsSubject("s-books"), b); err != nil {
 		t.Fatal(err)
 	}
 	var plan schema.Plan
@@ -345,7 +346,7 @@ func TestTraceAcrossCrashReviewAndRetry(t *testing.T) {
 	}
 	// The trace context is in the stored message's headers only: the
 	// event's bytes carry no trace id, and the plan's signature verifies.
-	h, err := topo.Load(ctx, "s-books")
+	h, err := topo.Logs().Load(ctx, "s-books")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,7 +354,7 @@ func TestTraceAcrossCrashReviewAndRetry(t *testing.T) {
 		if ev.Call == nil || ev.Call.CallID != callID {
 			continue
 		}
-		m, ok, err := topo.LeaderGet(ctx, topo.Events.CachedInfo().Config.Name, ev.Seq, topo.EventsSubject("s-books"))
+		m, ok, err := topo.Reader().LeaderGet(ctx, topo.Events.CachedInfo().Config.Name, ev.Seq, topo.Names().EventsSubject("s-books"))
 		if err != nil || !ok {
 			t.Fatalf("stored tool.call: %v", err)
 		}
@@ -387,7 +388,7 @@ func attrOf(sp tracetest.SpanStub, k attribute.Key) string {
 func apiCall(t *testing.T, ctx context.Context, nc *nats.Conn, topo *stream.Topology, endpoint string, body, out any) string {
 	t.Helper()
 	b, _ := json.Marshal(body)
-	m, err := nc.RequestWithContext(ctx, topo.APISubject(endpoint), b)
+	m, err := nc.RequestWithContext(ctx, topo.Names().APISubject(endpoint), b)
 	if errors.Is(err, nats.ErrNoResponders) {
 		return "no_responders"
 	}

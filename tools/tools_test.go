@@ -176,11 +176,11 @@ func TestUnrepresentableArgumentsRejected(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lg, err := topo.Fence(ctx, "s-args", "w1", 1)
+	lg, err := topo.Logs().Fence(ctx, "s-args", "w1", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := worker.New(worker.Config{Session: "s-args", Log: lg, Registry: reg, Plans: stream.NewPlans(topo.Plans), Budget: stream.NewBudget(topo.Budget)})
+	rt, err := worker.New(worker.Config{Session: "s-args", Log: lg, Registry: reg, Plans: stream.NewPlans(topo.PlanBucket), Budget: stream.NewBudget(topo.Budget)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -69,7 +69,7 @@ func zombie(t *testing.T, raise, zombieFirst bool) {
 			t.Fatal(err)
 		}
 		rt, err := worker.New(worker.Config{Session: session, Log: tk.Log, History: tk.History, Registry: reg,
-			Plans: stream.NewPlans(topo.Plans), Budget: stream.NewBudget(topo.Budget)})
+			Plans: stream.NewPlans(topo.PlanBucket), Budget: stream.NewBudget(topo.Budget)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -77,7 +77,7 @@ func zombie(t *testing.T, raise, zombieFirst bool) {
 	}
 
 	// The first writer starts the charge and freezes in its body.
-	a, err := topo.TakeOver(ctx, session, "w-a", topo.SessionLeases())
+	a, err := topo.Leases().TakeOver(ctx, session, "w-a", topo.Leases().SessionLeases())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func zombie(t *testing.T, raise, zombieFirst bool) {
 	a.Hold.Lose(errors.New("test: frozen, the lease is not renewed"))
 	var rec *stream.Takeover
 	streamtest.Eventually(t, 10*time.Second, "the frozen writer's lease expires and a recoverer takes over", func() bool {
-		rec, err = topo.TakeOver(ctx, session, "recoverer-t", topo.SessionLeases())
+		rec, err = topo.Leases().TakeOver(ctx, session, "recoverer-t", topo.Leases().SessionLeases())
 		if err != nil && !errors.Is(err, stream.ErrLeaseHeld) {
 			t.Fatal(err)
 		}
@@ -138,7 +138,7 @@ func zombie(t *testing.T, raise, zombieFirst bool) {
 	}
 
 	// The retry, by a new writer at a higher epoch.
-	b, err := topo.TakeOver(ctx, session, "w-b", topo.SessionLeases())
+	b, err := topo.Leases().TakeOver(ctx, session, "w-b", topo.Leases().SessionLeases())
 	if err != nil {
 		t.Fatal(err)
 	}

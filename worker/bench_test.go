@@ -10,6 +10,7 @@ import (
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/worker"
 )
@@ -32,7 +33,7 @@ import (
 // call. BenchmarkRuntimeCallLimited measures a task with a limit, whose
 // every count is written before the budget stage.
 func BenchmarkRuntimeCall(b *testing.B) {
-	for _, mode := range []stream.SyncMode{stream.SyncInterval, stream.SyncAlways} {
+	for _, mode := range []natsnode.SyncMode{natsnode.SyncInterval, natsnode.SyncAlways} {
 		b.Run("sync="+string(mode), func(b *testing.B) { benchRuntime(b, mode, 0) })
 	}
 }
@@ -42,12 +43,12 @@ func BenchmarkRuntimeCall(b *testing.B) {
 // tool.call append on every call, a fourth durable write, so ratio is
 // expected near 3/4 and ratio_same_writes near 1.
 func BenchmarkRuntimeCallLimited(b *testing.B) {
-	for _, mode := range []stream.SyncMode{stream.SyncInterval, stream.SyncAlways} {
+	for _, mode := range []natsnode.SyncMode{natsnode.SyncInterval, natsnode.SyncAlways} {
 		b.Run("sync="+string(mode), func(b *testing.B) { benchRuntime(b, mode, 1<<40) })
 	}
 }
 
-func benchRuntime(b *testing.B, mode stream.SyncMode, limit int64) {
+func benchRuntime(b *testing.B, mode natsnode.SyncMode, limit int64) {
 	ctx := context.Background()
 	_, _, topo := streamtest.StartWith(b, streamtest.Config{Sync: mode})
 	reg, err := worker.NewRegistry(worker.Tool{
@@ -57,7 +58,7 @@ func benchRuntime(b *testing.B, mode stream.SyncMode, limit int64) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	plans, budget := stream.NewPlans(topo.Plans), stream.NewBudget(topo.Budget)
+	plans, budget := stream.NewPlans(topo.PlanBucket), stream.NewBudget(topo.Budget)
 	args := json.RawMessage(`{"sku":"A-1","qty":1}`)
 	contract := effect.Contract{Effect: effect.ReadOnly, Revision: "noop-v1"}
 
@@ -71,7 +72,7 @@ func benchRuntime(b *testing.B, mode stream.SyncMode, limit int64) {
 		inSess    int
 	)
 	open := func(name string) *stream.Log {
-		lg, err := topo.OpenLog(ctx, fmt.Sprintf("bench-%s-%d", name, gen), "bench", 1)
+		lg, err := topo.Logs().OpenLog(ctx, fmt.Sprintf("bench-%s-%d", name, gen), "bench", 1)
 		if err != nil {
 			b.Fatal(err)
 		}

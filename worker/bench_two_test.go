@@ -15,6 +15,7 @@ import (
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/worker"
 )
@@ -28,12 +29,12 @@ import (
 // against two Log.Append of the same events (ratio_log: what the runtime
 // adds to the log's own appends).
 func BenchmarkRuntimeCallTwo(b *testing.B) {
-	for _, mode := range []stream.SyncMode{stream.SyncInterval, stream.SyncAlways} {
+	for _, mode := range []natsnode.SyncMode{natsnode.SyncInterval, natsnode.SyncAlways} {
 		b.Run("sync="+string(mode), func(b *testing.B) { benchRuntimeTwo(b, mode) })
 	}
 }
 
-func benchRuntimeTwo(b *testing.B, mode stream.SyncMode) {
+func benchRuntimeTwo(b *testing.B, mode natsnode.SyncMode) {
 	ctx := context.Background()
 	_, _, topo := streamtest.StartWith(b, streamtest.Config{Sync: mode})
 	contract := effect.Contract{Effect: effect.ReadOnly, Revision: "noop-v1"}
@@ -44,7 +45,7 @@ func benchRuntimeTwo(b *testing.B, mode stream.SyncMode) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	plans, budget := stream.NewPlans(topo.Plans), stream.NewBudget(topo.Budget)
+	plans, budget := stream.NewPlans(topo.PlanBucket), stream.NewBudget(topo.Budget)
 	args := json.RawMessage(`{"sku":"A-1","qty":1}`)
 	id := "c-" + strings.Repeat("0", 32)
 	evs := []schema.Event{
@@ -66,18 +67,18 @@ func benchRuntimeTwo(b *testing.B, mode stream.SyncMode) {
 	next := func() {
 		gen++
 		inSess, last = 0, 0
-		l, err := topo.OpenLog(ctx, fmt.Sprintf("two-rt-%d", gen), "bench", 1)
+		l, err := topo.Logs().OpenLog(ctx, fmt.Sprintf("two-rt-%d", gen), "bench", 1)
 		if err != nil {
 			b.Fatal(err)
 		}
 		if rt, err = worker.New(worker.Config{Session: l.Session(), Log: l, Registry: reg, Plans: plans, Budget: budget}); err != nil {
 			b.Fatal(err)
 		}
-		if lg, err = topo.OpenLog(ctx, fmt.Sprintf("two-log-%d", gen), "bench", 1); err != nil {
+		if lg, err = topo.Logs().OpenLog(ctx, fmt.Sprintf("two-log-%d", gen), "bench", 1); err != nil {
 			b.Fatal(err)
 		}
 		raw := fmt.Sprintf("two-raw-%d", gen)
-		rawSubj, payloads = topo.EventsSubject(raw), nil
+		rawSubj, payloads = topo.Names().EventsSubject(raw), nil
 		for _, ev := range evs {
 			ev.V, ev.Session, ev.Epoch, ev.At = schema.Version, raw, 1, time.Now().UTC()
 			p, err := schema.EncodeEvent(ev)

@@ -28,7 +28,7 @@ func (l *live) storedCalls(t *testing.T, session, task string) stream.Usage {
 // recordedCalls counts the tool.call events of task in session's log.
 func (l *live) recordedCalls(t *testing.T, session, task string) (int64, []schema.Event) {
 	t.Helper()
-	h, err := l.topo.Load(context.Background(), session)
+	h, err := l.topo.Logs().Load(context.Background(), session)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func (l *live) crashedWriter(t *testing.T, calls int) {
 func (l *live) takeOver(t *testing.T, budget *stream.Budget) *worker.Runtime {
 	t.Helper()
 	ctx := context.Background()
-	lg, err := l.topo.Fence(ctx, "s-1", "host-b", 2)
+	lg, err := l.topo.Logs().Fence(ctx, "s-1", "host-b", 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func TestCallReturnsAfterItsCount(t *testing.T) {
 			c.Permission = worker.HookFunc(func(context.Context, worker.Admission) error { return errors.New("not this agent") })
 		}, string(schema.CodeRejected)},
 		{"tool.call not recorded", func(l *live, c *worker.Config) {
-			lg, err := l.topo.OpenLog(ctx, "s-1", "host", 1)
+			lg, err := l.topo.Logs().OpenLog(ctx, "s-1", "host", 1)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -439,7 +439,7 @@ func TestCombinedFormLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := l.topo.Load(ctx, "s-1")
+	h, err := l.topo.Logs().Load(ctx, "s-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -453,7 +453,7 @@ func TestCombinedFormLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, _ = l.topo.Load(ctx, "s-1")
+	h, _ = l.topo.Logs().Load(ctx, "s-1")
 	if last := h[len(h)-2]; last.Call == nil || last.Call.CallID != retry.CallID || !last.Call.Started || last.Call.Operation.Retry == nil || last.Call.Operation.Retry.PlanID != plan.PlanID {
 		t.Fatalf("retry recorded %+v", last)
 	}
@@ -465,7 +465,7 @@ func TestCombinedFormLive(t *testing.T) {
 	}
 
 	// A writer killed after its combined tool.call and its body.
-	lg, err := l.topo.OpenLog(ctx, "s-2", "host", 1)
+	lg, err := l.topo.Logs().OpenLog(ctx, "s-2", "host", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -479,7 +479,7 @@ func TestCombinedFormLive(t *testing.T) {
 	if !errors.Is(err, schema.ErrLog) {
 		t.Fatalf("second call: %v", err)
 	}
-	if _, h, err = l.topo.FenceLoad(ctx, "s-2", "next-owner", 2); err != nil {
+	if _, h, err = l.topo.Logs().FenceLoad(ctx, "s-2", "next-owner", 2); err != nil {
 		t.Fatal(err)
 	}
 	a, err := recovery.Inspect(schema.Events(h), lost.CallID)

@@ -60,7 +60,7 @@
 // # The log a host gives the runtime
 //
 // A host that embeds a Runtime takes its session over with
-// stream.Topology.TakeOver and passes the takeover's Log (a
+// stream.Leases.TakeOver and passes the takeover's Log (a
 // stream.GuardedLog) as Config.Log and its History as Config.History: the
 // guarded log refuses appends once the session's lease can no longer be
 // trusted by the local clock, as the tool worker's do.

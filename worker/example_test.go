@@ -43,9 +43,9 @@ func Example() {
 	})
 
 	const session = "s-example"
-	lease, _ := topo.AcquireLease(ctx, session, "host")
-	log, _ := topo.OpenLog(ctx, session, "host", lease.Epoch)
-	plans := stream.NewPlans(topo.Plans)
+	lease, _ := topo.Leases().AcquireLease(ctx, session, "host")
+	log, _ := topo.Logs().OpenLog(ctx, session, "host", lease.Epoch)
+	plans := stream.NewPlans(topo.PlanBucket)
 	// The recovery worker's plan-signing key; the runtime trusts its plans.
 	planner, _ := nkeys.CreateUser()
 	pub, _ := planner.PublicKey()
@@ -63,7 +63,7 @@ func Example() {
 	fmt.Println("first:", first.Status, schema.CodeOf(err))
 
 	// The host inspects the history, prepares a plan and issues it.
-	history, _ := topo.Load(ctx, session)
+	history, _ := topo.Logs().Load(ctx, session)
 	plan, _ := recovery.PrepareRetry(schema.Events(history), first.CallID, nil)
 	plan, _ = recovery.SignPlan(planner, plan)
 	_, _ = plans.Issue(ctx, plan)

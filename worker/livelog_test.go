@@ -10,6 +10,7 @@ import (
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/worker"
 )
@@ -17,7 +18,7 @@ import (
 // liveRuntime returns a runtime with tool on a fresh session log of an
 // embedded server (a *stream.Log, whose appends the runtime bounds with
 // AppendFor), and the server.
-func liveRuntime(t *testing.T, tool worker.Tool, mod func(*worker.Config)) (*worker.Runtime, *stream.Embedded, *stream.Topology) {
+func liveRuntime(t *testing.T, tool worker.Tool, mod func(*worker.Config)) (*worker.Runtime, *natsnode.Embedded, *stream.Topology) {
 	t.Helper()
 	srv, _, topo := streamtest.Start(t)
 	if tool.Metadata.Name == "" {
@@ -27,11 +28,11 @@ func liveRuntime(t *testing.T, tool worker.Tool, mod func(*worker.Config)) (*wor
 	if err != nil {
 		t.Fatal(err)
 	}
-	lg, err := topo.OpenLog(context.Background(), "s-live", "host", 1)
+	lg, err := topo.Logs().OpenLog(context.Background(), "s-live", "host", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := worker.Config{Session: "s-live", Log: lg, Registry: reg, Plans: stream.NewPlans(topo.Plans), Budget: stream.NewBudget(topo.Budget)}
+	cfg := worker.Config{Session: "s-live", Log: lg, Registry: reg, Plans: stream.NewPlans(topo.PlanBucket), Budget: stream.NewBudget(topo.Budget)}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -76,7 +77,7 @@ func TestLiveLogResultOutlivesCaller(t *testing.T) {
 	if token.CallID != res.CallID || token.Epoch != 1 || token.Session != "s-live" {
 		t.Fatalf("body: token %+v (call %s)", token, res.CallID)
 	}
-	h, err := topo.Load(context.Background(), "s-live")
+	h, err := topo.Logs().Load(context.Background(), "s-live")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +94,7 @@ func TestLiveLogResultOutlivesCaller(t *testing.T) {
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	cancel = cancel2
 	res2, _ := rt.Call(ctx2, "probe", json.RawMessage(`{}`))
-	h, err = topo.Load(context.Background(), "s-live")
+	h, err = topo.Logs().Load(context.Background(), "s-live")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,7 +47,7 @@ func TestPlanMustRetryItsPriorCall(t *testing.T) {
 		}},
 	}
 	// The real plan is not issued: its id is taken by the second case.
-	if err := l.topo.Plans.Purge(ctx, plan.PlanID); err != nil {
+	if err := l.topo.PlanBucket.Purge(ctx, plan.PlanID); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range cases {

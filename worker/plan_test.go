@@ -42,7 +42,7 @@ func liveSetup(t *testing.T) *live {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &live{url: e.ClientURL(), topo: topo, plans: stream.NewPlans(topo.Plans), budget: stream.NewBudget(topo.Budget), tools: tl}
+	return &live{url: e.ClientURL(), topo: topo, plans: stream.NewPlans(topo.PlanBucket), budget: stream.NewBudget(topo.Budget), tools: tl}
 }
 
 // runtime opens session's log at epoch 1 and returns a runtime on it with
@@ -60,7 +60,7 @@ func (l *live) runtime(t *testing.T, session, ordersRev string, mod func(*worker
 		mod(&cfg)
 	}
 	if cfg.Log == nil {
-		lg, err := l.topo.OpenLog(context.Background(), session, "host", 1)
+		lg, err := l.topo.Logs().OpenLog(context.Background(), session, "host", 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,7 +92,7 @@ func (l *live) failedOrder(t *testing.T, rt *worker.Runtime, args string) (worke
 func (l *live) prepare(t *testing.T, session, callID string) schema.Plan {
 	t.Helper()
 	ctx := context.Background()
-	h, err := l.topo.Load(ctx, session)
+	h, err := l.topo.Logs().Load(ctx, session)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ type snapshot struct {
 func (l *live) snap(t *testing.T, session, planID string) snapshot {
 	t.Helper()
 	ctx := context.Background()
-	h, err := l.topo.Load(ctx, session)
+	h, err := l.topo.Logs().Load(ctx, session)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -375,11 +375,11 @@ func planChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	reg, _ := worker.NewRegistry(tl.List()...)
-	lg, err := topo.OpenLog(ctx, plan.Session, "host", 1)
+	lg, err := topo.Logs().OpenLog(ctx, plan.Session, "host", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := worker.New(worker.Config{Session: plan.Session, Log: lg, Registry: reg, Plans: stream.NewPlans(topo.Plans), Budget: stream.NewBudget(topo.Budget), TrustedPlanners: trustedPlanners(t)})
+	rt, err := worker.New(worker.Config{Session: plan.Session, Log: lg, Registry: reg, Plans: stream.NewPlans(topo.PlanBucket), Budget: stream.NewBudget(topo.Budget), TrustedPlanners: trustedPlanners(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -443,7 +443,7 @@ func TestBudgetLimitUnderConcurrency(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := l.topo.Load(ctx, "s-1")
+	h, err := l.topo.Logs().Load(ctx, "s-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -468,7 +468,7 @@ func TestFencedByTakeover(t *testing.T) {
 	if _, err := rt.CallWithOptions(ctx, tools.CatalogLookup, json.RawMessage(`{"sku":"A-1"}`), worker.CallOptions{Task: "t-1"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := l.topo.Fence(ctx, "s-1", "host-b", 2); err != nil {
+	if _, err := l.topo.Logs().Fence(ctx, "s-1", "host-b", 2); err != nil {
 		t.Fatal(err)
 	}
 	before := l.snap(t, "s-1", "p-none")
@@ -514,7 +514,7 @@ func TestForgedPlanRecordsRunNothing(t *testing.T) {
 	put := func(t *testing.T, rec stream.PlanRecord) {
 		t.Helper()
 		b, _ := json.Marshal(rec)
-		if _, err := l.topo.Plans.Put(ctx, rec.Plan.PlanID, b); err != nil {
+		if _, err := l.topo.PlanBucket.Put(ctx, rec.Plan.PlanID, b); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -568,7 +568,7 @@ func TestForgedPlanRecordsRunNothing(t *testing.T) {
 		attempt(t, rt, plan, args, schema.CodePlanConsumed)
 		// A new owner of the session, opened on the confirmed history,
 		// refuses it too.
-		h, err := l.topo.Load(ctx, "s-1")
+		h, err := l.topo.Logs().Load(ctx, "s-1")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -579,7 +579,7 @@ func TestForgedPlanRecordsRunNothing(t *testing.T) {
 		t.Fatalf("%d orders, want 1", len(orders))
 	}
 	// The history verifies offline: the retry was authorized by the planner.
-	h, _ := l.topo.Load(ctx, "s-1")
+	h, _ := l.topo.Logs().Load(ctx, "s-1")
 	if err := recovery.VerifyRetries(schema.Events(h), trustedPlanners(t), nil); err != nil {
 		t.Fatalf("VerifyRetries: %v", err)
 	}
@@ -617,11 +617,11 @@ func TestPlanCompletedByNextOwner(t *testing.T) {
 	_, plan := l.failedOrder(t, rt, args)
 
 	// Epoch 1: the plan is consumed, then the attempt's tool.call is lost.
-	lg1, err := l.topo.OpenLog(ctx, "s-1", "host", 1)
+	lg1, err := l.topo.Logs().OpenLog(ctx, "s-1", "host", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h1, _ := l.topo.Load(ctx, "s-1")
+	h1, _ := l.topo.Logs().Load(ctx, "s-1")
 	lost := l.runtime(t, "s-1", tools.OrdersRevision, func(c *worker.Config) {
 		c.Log, c.History = appendFails{lg1, schema.TypeCall, errors.New("injected: the server went away")}, h1
 	})
@@ -638,7 +638,7 @@ func TestPlanCompletedByNextOwner(t *testing.T) {
 	// Epoch 2: the next owner fences the session and completes the
 	// attempt under the consumed call id.
 	takeOver := func(epoch uint64) *worker.Runtime {
-		lg, h, err := l.topo.FenceLoad(ctx, "s-1", "host", epoch)
+		lg, h, err := l.topo.Logs().FenceLoad(ctx, "s-1", "host", epoch)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -669,7 +669,7 @@ func TestPlanCompletedByNextOwner(t *testing.T) {
 		}
 	}
 	// One recorded attempt for the plan, in the whole log.
-	h, _ := l.topo.Load(ctx, "s-1")
+	h, _ := l.topo.Logs().Load(ctx, "s-1")
 	n := 0
 	for _, ev := range h {
 		if c := ev.Call; c != nil && c.Operation != nil && c.Operation.Retry != nil && c.Operation.Retry.PlanID == plan.PlanID {

@@ -25,7 +25,7 @@ func TestOutputTooLargeToRecordStillFinishes(t *testing.T) {
 	if schema.CodeOf(err) != schema.Code(schema.StatusOutputLimit) || res.Status != schema.StatusOutputLimit {
 		t.Fatalf("call %s: status %s, %v; want output_limit", res.CallID, res.Status, err)
 	}
-	h, err := topo.Load(context.Background(), "s-live")
+	h, err := topo.Logs().Load(context.Background(), "s-live")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func TestOutputTooLargeToRecordStillFinishes(t *testing.T) {
 		return nil, errors.New(long)
 	}}, nil)
 	res, _ = rt2.Call(context.Background(), "probe", nil)
-	h, err = topo2.Load(context.Background(), "s-live")
+	h, err = topo2.Logs().Load(context.Background(), "s-live")
 	if err != nil {
 		t.Fatal(err)
 	}

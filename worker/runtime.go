@@ -101,7 +101,7 @@ type Config struct {
 	// bytes of [A-Za-z0-9_-].
 	Session string
 	// Log is the session log, opened by this writer at its epoch (normally a
-	// *stream.Log from Topology.OpenLog). Required.
+	// *stream.Log from Logs.OpenLog). Required.
 	Log Appender
 	// Registry holds the callable tools. Required.
 	Registry *Registry

@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/jingwei/jingwei/schema"
-	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/tools"
 	"github.com/jingwei/jingwei/worker/service"
@@ -46,7 +46,7 @@ func TestAnswersTellTheTruth(t *testing.T) {
 	base := []string{"--server", url, "--auth", auth}
 
 	// A case variant of a member is no member: refused, as the contract says.
-	agent := connectRole(t, url, dir, stream.RoleAgent)
+	agent := connectRole(t, url, dir, access.RoleAgent)
 	defer agent.Close()
 	awaitServices(t, agent)
 	m, err := agent.Request("jw.api.status", []byte(`{"Session":"x y"}`), 5*time.Second)
@@ -153,7 +153,7 @@ func TestConsoleTakesCreds(t *testing.T) {
 func TestCallWaitingForApprovalSaysSo(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
 	url, _, _ := startServe(t, dir, "--require-approval", "payments.charge:amount_cents>1000", "--call-timeout", "1s")
-	agent := connectRole(t, url, dir, stream.RoleAgent)
+	agent := connectRole(t, url, dir, access.RoleAgent)
 	defer agent.Close()
 	body := `{"v":1,"request_id":"r-1","session":"wait-1","task":"t-1","tool":"payments.charge","arguments":{"account":"acct-1","amount_cents":250000}}`
 	// The first ask may end before the tool worker took the session and

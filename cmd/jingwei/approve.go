@@ -18,6 +18,7 @@ import (
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 	"github.com/jingwei/jingwei/worker"
 	"github.com/jingwei/jingwei/worker/service"
 )
@@ -30,9 +31,9 @@ func init() {
 		return runAnswer(ctx, "deny", schema.Denied, args, stdout, stderr)
 	}})
 	register(command{name: "task", summary: "stop a task (jingwei task stop): no new calls, no plans, budget never restored", run: runTask})
-	commandRole["approve"] = stream.RoleReviewer
-	commandRole["deny"] = stream.RoleReviewer
-	commandRole["task"] = stream.RoleHost
+	commandRole["approve"] = access.RoleReviewer
+	commandRole["deny"] = access.RoleReviewer
+	commandRole["task"] = access.RoleHost
 }
 
 const approveHelp = `  jingwei approve|deny --session S --call C --approver NAME --key FILE [--reason TEXT] [--json]

@@ -12,7 +12,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 func init() {
@@ -132,16 +133,16 @@ type authFlags struct {
 func (a *authFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&a.dir, "dir", envOr("JINGWEI_AUTH_DIR", ""), "directory of the role credentials (env JINGWEI_AUTH_DIR; required)")
 	fs.StringVar(&a.prefix, "prefix", envOr("JINGWEI_PREFIX", "jw"), "subject prefix of the jingwei topology (env JINGWEI_PREFIX)")
-	fs.StringVar(&a.toolsPrefix, "tools-prefix", stream.DefaultToolsPrefix, "prefix of the example tools' buckets and stream")
-	fs.StringVar(&a.account, "account", stream.DefaultAccount, "name of the trusted NATS account; the untrusted roles' accounts are <account>_AGENT, _REVIEWER, _HOST")
+	fs.StringVar(&a.toolsPrefix, "tools-prefix", access.DefaultToolsPrefix, "prefix of the example tools' buckets and stream")
+	fs.StringVar(&a.account, "account", access.DefaultAccount, "name of the trusted NATS account; the untrusted roles' accounts are <account>_AGENT, _REVIEWER, _HOST")
 }
 
 // check returns the role config, or a usage problem.
-func (a *authFlags) check() (stream.RoleConfig, string) {
+func (a *authFlags) check() (access.RoleConfig, string) {
 	if a.dir == "" {
-		return stream.RoleConfig{}, "--dir is required"
+		return access.RoleConfig{}, "--dir is required"
 	}
-	rc := stream.RoleConfig{Prefix: a.prefix, ToolsPrefix: a.toolsPrefix, Account: a.account}
+	rc := access.RoleConfig{Prefix: a.prefix, ToolsPrefix: a.toolsPrefix, Account: a.account}
 	if err := rc.Validate(); err != nil {
 		return rc, err.Error()
 	}
@@ -150,8 +151,8 @@ func (a *authFlags) check() (stream.RoleConfig, string) {
 
 // withTenants returns rc with the tenants whose agent keys are in the
 // directory (DIR/tenants).
-func (a *authFlags) withTenants(rc stream.RoleConfig) (stream.RoleConfig, error) {
-	ts, err := stream.KeyDir(a.dir).Tenants()
+func (a *authFlags) withTenants(rc access.RoleConfig) (access.RoleConfig, error) {
+	ts, err := access.KeyDir(a.dir).Tenants()
 	if err != nil {
 		return rc, err
 	}
@@ -163,7 +164,7 @@ func (a *authFlags) withTenants(rc stream.RoleConfig) (stream.RoleConfig, error)
 // usage problem for what the operator must fix (missing, insecure, not a
 // key), a failure otherwise.
 func keyError(stderr io.Writer, name string, err error) int {
-	if errors.Is(err, stream.ErrInsecureFile) || errors.Is(err, stream.ErrBadKey) || errors.Is(err, stream.ErrUnknownRole) || errors.Is(err, iofs.ErrNotExist) {
+	if errors.Is(err, access.ErrInsecureFile) || errors.Is(err, access.ErrBadKey) || errors.Is(err, access.ErrUnknownRole) || errors.Is(err, iofs.ErrNotExist) {
 		return usageError(stderr, name, "%v", err)
 	}
 	fmt.Fprintf(stderr, "jingwei %s: %v\n", name, err)
@@ -171,17 +172,17 @@ func keyError(stderr io.Writer, name string, err error) int {
 }
 
 // roleUse says which client connects as a role, and how.
-var roleUse = map[stream.Role]string{
-	stream.RoleAgent:     "fleet-wide agents (every session; tenants: jingwei auth tenant): tool requests, jw.api.call/status (jingwei call)",
-	stream.RoleReviewer:  "reviewers and approvers: jingwei review, approve (which sign with their own keys, e.g. DATA/review-signer.nk)",
-	stream.RoleHost:      "hosts and operators: prepare retries, status, inspect, export, nats micro",
-	stream.RoleWorker:    "tool workers: jingwei worker (answers jw.api.call)",
-	stream.RoleRecoverer: "the recovery worker: jingwei recover (answers jw.api.inspect, prepare, status, history)",
-	stream.RoleAdmin:     "setup and administration only: creates the streams and buckets (jingwei serve, nats CLI)",
+var roleUse = map[access.Role]string{
+	access.RoleAgent:     "fleet-wide agents (every session; tenants: jingwei auth tenant): tool requests, jw.api.call/status (jingwei call)",
+	access.RoleReviewer:  "reviewers and approvers: jingwei review, approve (which sign with their own keys, e.g. DATA/review-signer.nk)",
+	access.RoleHost:      "hosts and operators: prepare retries, status, inspect, export, nats micro",
+	access.RoleWorker:    "tool workers: jingwei worker (answers jw.api.call)",
+	access.RoleRecoverer: "the recovery worker: jingwei recover (answers jw.api.inspect, prepare, status, history)",
+	access.RoleAdmin:     "setup and administration only: creates the streams and buckets (jingwei serve, nats CLI)",
 }
 
 type authInitOutput struct {
-	stream.KeyDirInit
+	access.KeyDirInit
 	// Accounts is the nats-server accounts block (auth config).
 	Accounts string `json:"accounts_block"`
 }
@@ -198,12 +199,12 @@ func runAuthInit(_ context.Context, args []string, stdout, stderr io.Writer) int
 	if msg != "" {
 		return usageError(stderr, "auth", "%s", msg)
 	}
-	dir := stream.KeyDir(af.dir)
+	dir := access.KeyDir(af.dir)
 	res, err := dir.Init()
 	if err != nil {
 		return keyError(stderr, "auth init", err)
 	}
-	keys := map[stream.Role]string{}
+	keys := map[access.Role]string{}
 	for _, kf := range res.Roles {
 		keys[kf.Role] = kf.PublicKey
 	}
@@ -233,7 +234,7 @@ func runAuthInit(_ context.Context, args []string, stdout, stderr io.Writer) int
 	fmt.Fprintf(tw, "planner\t-\t%s\t%s\t%s\t%s\n", res.Planner.Path, res.Planner.PublicKey, created(res.Planner.Created), "the recovery worker signs retry plans with it")
 	fmt.Fprintf(tw, "planners\t-\t%s\t-\t%s\t%s\n", res.Planners, created(res.PlannersCreated), "tool workers accept plans signed by the keys listed here")
 	tw.Flush()
-	fmt.Fprintf(stdout, "\nEvery client connects with its role's seed: --nkey %s (e.g. jingwei worker --nkey %s).\n", dir.SeedFile("<role>"), dir.SeedFile(stream.RoleWorker))
+	fmt.Fprintf(stdout, "\nEvery client connects with its role's seed: --nkey %s (e.g. jingwei worker --nkey %s).\n", dir.SeedFile("<role>"), dir.SeedFile(access.RoleWorker))
 	fmt.Fprintf(stdout, "For an external nats-server, add these accounts to its configuration, next to its jetstream block\n(jingwei auth config --dir %s prints them again), then run jingwei auth check --dir %s --server URL:\n\n%s", af.dir, af.dir, block)
 	return exitOK
 }
@@ -249,7 +250,7 @@ func runAuthConfig(_ context.Context, args []string, stdout, stderr io.Writer) i
 	if msg != "" {
 		return usageError(stderr, "auth", "%s", msg)
 	}
-	keys, err := stream.KeyDir(af.dir).PublicKeys()
+	keys, err := access.KeyDir(af.dir).PublicKeys()
 	if err != nil {
 		return keyError(stderr, "auth config", fmt.Errorf("%w (create the keys with: jingwei auth init --dir %s)", err, af.dir))
 	}
@@ -268,7 +269,7 @@ func runAuthCheck(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs := newFlags("auth check", "Check, as every role, that the server allows what the role needs and refuses the rest.", authHelp, stderr)
 	var af authFlags
 	af.register(fs)
-	server := fs.String("server", envOr("NATS_URL", stream.DefaultURL), "NATS server URL(s), comma separated (env NATS_URL)")
+	server := fs.String("server", envOr("NATS_URL", natsnode.DefaultURL), "NATS server URL(s), comma separated (env NATS_URL)")
 	tlsca := fs.String("tlsca", envOr("NATS_CA", ""), "PEM file of CAs to verify the server's TLS certificate (env NATS_CA)")
 	operator := fs.Bool("operator", false, "connect with DIR/<role>.creds (operator mode, see auth creds) instead of DIR/<role>.nk")
 	roles := fs.String("roles", "", "only these roles, comma separated (default: all)")
@@ -292,12 +293,12 @@ func runAuthCheck(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return keyError(stderr, "auth check", err)
 	}
-	rep, err := stream.CheckRoles(ctx, stream.CheckConfig{
-		URL: *server, Dir: stream.KeyDir(af.dir), Creds: *operator, TLSCA: *tlsca,
+	rep, err := access.CheckRoles(ctx, access.CheckConfig{
+		URL: *server, Dir: access.KeyDir(af.dir), Creds: *operator, TLSCA: *tlsca,
 		Roles: only, Subjects: rc, Timeout: *timeout,
 	})
 	if err != nil {
-		if errors.Is(err, stream.ErrInsecureFile) || errors.Is(err, stream.ErrBadKey) || errors.Is(err, iofs.ErrNotExist) {
+		if errors.Is(err, access.ErrInsecureFile) || errors.Is(err, access.ErrBadKey) || errors.Is(err, iofs.ErrNotExist) {
 			return usageError(stderr, "auth", "%v", err)
 		}
 		if isAuthError(err) {
@@ -319,13 +320,13 @@ func runAuthCheck(ctx context.Context, args []string, stdout, stderr io.Writer) 
 }
 
 // parseRoles parses a --roles list; empty means every role.
-func parseRoles(list string) ([]stream.Role, string) {
+func parseRoles(list string) ([]access.Role, string) {
 	if list == "" {
 		return nil, ""
 	}
-	var out []stream.Role
+	var out []access.Role
 	for _, r := range strings.Split(list, ",") {
-		r := stream.Role(strings.TrimSpace(r))
+		r := access.Role(strings.TrimSpace(r))
 		if !r.Valid() {
 			return nil, fmt.Sprintf("--roles: unknown role %q", r)
 		}
@@ -335,14 +336,14 @@ func parseRoles(list string) ([]stream.Role, string) {
 }
 
 // printCheck prints one row per probe and a summary.
-func printCheck(w io.Writer, rep *stream.CheckReport) {
+func printCheck(w io.Writer, rep *access.CheckReport) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ROLE\tACCOUNT\tACTION\tEXPECT\tGOT\tRESULT")
 	for _, r := range rep.Results {
 		res := "ok"
 		if !r.OK {
 			res = "FAIL: " + r.Detail
-		} else if r.Got == stream.Skipped {
+		} else if r.Got == access.Skipped {
 			res = "skipped: " + r.Detail
 		}
 		got := string(r.Got)
@@ -365,7 +366,7 @@ func printCheck(w io.Writer, rep *stream.CheckReport) {
 }
 
 type authCredsOutput struct {
-	*stream.RoleCreds
+	*access.RoleCreds
 }
 
 func runAuthCreds(_ context.Context, args []string, stdout, stderr io.Writer) int {
@@ -393,20 +394,20 @@ func runAuthCreds(_ context.Context, args []string, stdout, stderr io.Writer) in
 	if msg != "" {
 		return usageError(stderr, "auth", "%s", msg)
 	}
-	okp, err := stream.ReadSeedFile(*seed)
+	okp, err := access.ReadSeedFile(*seed)
 	if err != nil {
 		return keyError(stderr, "auth creds", err)
 	}
 	if rc, err = af.withTenants(rc); err != nil {
 		return keyError(stderr, "auth creds", err)
 	}
-	dir := stream.KeyDir(af.dir)
-	res, err := dir.IssueRoleCreds(stream.CredsConfig{Operator: okp, Subjects: rc, Roles: only, Expires: *expires})
+	dir := access.KeyDir(af.dir)
+	res, err := dir.IssueRoleCreds(access.CredsConfig{Operator: okp, Subjects: rc, Roles: only, Expires: *expires})
 	if err != nil {
 		return keyError(stderr, "auth creds", err)
 	}
 	for _, f := range res.Users {
-		if f.JWTBytes > stream.SafeJWTBytes {
+		if f.JWTBytes > access.SafeJWTBytes {
 			fmt.Fprintf(stderr, "jingwei auth creds: warning: the %s JWT is %d bytes; a server with the default max_control_line (4KB) refuses it: set max_control_line: 16KB in its configuration\n", f.Role, f.JWTBytes)
 		}
 	}
@@ -443,7 +444,7 @@ func runAuthCreds(_ context.Context, args []string, stdout, stderr io.Writer) in
 }
 
 type authTenantOutput struct {
-	stream.TenantAgent
+	access.TenantAgent
 	Account       string `json:"account"`
 	SessionPrefix string `json:"session_prefix"`
 }
@@ -462,13 +463,13 @@ func runAuthTenant(_ context.Context, args []string, stdout, stderr io.Writer) i
 	if msg != "" {
 		return usageError(stderr, "auth", "%s", msg)
 	}
-	if !stream.ValidTenant(*tenant) {
-		return usageError(stderr, "auth", "--tenant %q: want 1 to %d of [A-Za-z0-9_] (no \"-\": it ends the tenant in a session id)", *tenant, stream.MaxTenantBytes)
+	if !access.ValidTenant(*tenant) {
+		return usageError(stderr, "auth", "--tenant %q: want 1 to %d of [A-Za-z0-9_] (no \"-\": it ends the tenant in a session id)", *tenant, access.MaxTenantBytes)
 	}
-	if !stream.ValidAgentName(*agent) {
+	if !access.ValidAgentName(*agent) {
 		return usageError(stderr, "auth", "--agent %q: want 1 to 64 of [A-Za-z0-9_-]", *agent)
 	}
-	dir := stream.KeyDir(af.dir)
+	dir := access.KeyDir(af.dir)
 	if _, err := dir.Init(); err != nil {
 		return keyError(stderr, "auth tenant", err)
 	}
@@ -476,7 +477,7 @@ func runAuthTenant(_ context.Context, args []string, stdout, stderr io.Writer) i
 	if err != nil {
 		return keyError(stderr, "auth tenant", err)
 	}
-	out := authTenantOutput{TenantAgent: ta, Account: rc.TenantAccountName(*tenant), SessionPrefix: *tenant + stream.TenantSeparator}
+	out := authTenantOutput{TenantAgent: ta, Account: rc.TenantAccountName(*tenant), SessionPrefix: *tenant + access.TenantSeparator}
 	if *asJSON {
 		_ = writeJSON(stdout, out)
 		return exitOK
@@ -488,6 +489,6 @@ func runAuthTenant(_ context.Context, args []string, stdout, stderr io.Writer) i
 	fmt.Fprintf(stdout, "Agent %s of tenant %s: key %s (%s), public key %s, account %s.\n", ta.Agent, ta.Tenant, ta.Path, state, ta.PublicKey, out.Account)
 	fmt.Fprintf(stdout, "It may call jw.api.call and jw.api.status for sessions %s… only (e.g. jingwei call --nkey %s --session %s1 …).\n", out.SessionPrefix, ta.Path, out.SessionPrefix)
 	fmt.Fprintf(stdout, "Restart jingwei serve (it loads %s), or give an external server the new accounts: jingwei auth config --dir %s (operator mode: jingwei auth creds --dir %s --operator-seed FILE writes %s).\n",
-		filepath.Join(af.dir, stream.TenantsDir), af.dir, af.dir, dir.TenantAgentCredsFile(ta.Tenant, ta.Agent))
+		filepath.Join(af.dir, access.TenantsDir), af.dir, af.dir, dir.TenantAgentCredsFile(ta.Tenant, ta.Agent))
 	return exitOK
 }

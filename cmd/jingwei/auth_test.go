@@ -16,6 +16,8 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 func fileMode(t *testing.T, path string) os.FileMode {
@@ -36,7 +38,7 @@ func TestAuthInit(t *testing.T) {
 	if fileMode(t, dir) != 0o700 {
 		t.Errorf("dir mode %04o", fileMode(t, dir))
 	}
-	for _, r := range stream.Roles {
+	for _, r := range access.Roles {
 		f := filepath.Join(dir, string(r)+".nk")
 		if fileMode(t, f) != 0o600 {
 			t.Errorf("%s mode %04o", f, fileMode(t, f))
@@ -73,7 +75,7 @@ func TestAuthInit(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
-	if len(res.Roles) != len(stream.Roles) || !res.PlannerTrusted || !strings.Contains(res.Accounts, "accounts {") {
+	if len(res.Roles) != len(access.Roles) || !res.PlannerTrusted || !strings.Contains(res.Accounts, "accounts {") {
 		t.Errorf("init --json: %+v", res)
 	}
 	for _, r := range res.Roles {
@@ -135,7 +137,7 @@ func TestAuthConfig(t *testing.T) {
 	for _, a := range opts.Accounts {
 		accounts[a.Name] = true
 	}
-	if len(opts.Nkeys) != len(stream.Roles) || !strings.Contains(out, `"acme.requests.*"`) ||
+	if len(opts.Nkeys) != len(access.Roles) || !strings.Contains(out, `"acme.requests.*"`) ||
 		!accounts["ACME"] || !accounts["ACME_AGENT"] || !accounts["ACME_REVIEWER"] || !accounts["ACME_HOST"] {
 		t.Errorf("%d users, accounts %v; prefix in block: %v", len(opts.Nkeys), accounts, strings.Contains(out, "acme."))
 	}
@@ -149,16 +151,16 @@ func TestAuthConfig(t *testing.T) {
 // server, as before the accounts).
 func authServer(t *testing.T, dir string, widen bool) string {
 	t.Helper()
-	keys, err := stream.KeyDir(dir).PublicKeys()
+	keys, err := access.KeyDir(dir).PublicKeys()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := stream.EmbeddedConfig{Dir: t.TempDir(), Listen: "127.0.0.1:-1", Sync: stream.SyncInterval, Users: keys}
+	cfg := natsnode.EmbeddedConfig{Dir: t.TempDir(), Listen: "127.0.0.1:-1", Sync: natsnode.SyncInterval, Auth: access.Users{Keys: keys}}
 	if widen {
 		cfg.Options = func(o *server.Options) {
 			var trusted *server.Account
 			for _, a := range o.Accounts {
-				if a.Name == stream.DefaultAccount {
+				if a.Name == access.DefaultAccount {
 					trusted = a
 				}
 			}
@@ -169,22 +171,22 @@ func authServer(t *testing.T, dir string, widen bool) string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	e, err := stream.StartEmbedded(ctx, cfg)
+	e, err := natsnode.StartEmbedded(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.Shutdown)
-	makeTopology(t, e.ClientURL(), stream.ConnectConfig{NKeySeedFile: stream.KeyDir(dir).SeedFile(stream.RoleAdmin)})
+	makeTopology(t, e.ClientURL(), natsnode.ConnectConfig{NKeySeedFile: access.KeyDir(dir).SeedFile(access.RoleAdmin)})
 	return e.ClientURL()
 }
 
 // makeTopology creates the topology as admin.
-func makeTopology(t *testing.T, url string, cc stream.ConnectConfig) {
+func makeTopology(t *testing.T, url string, cc natsnode.ConnectConfig) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cc.URL = url
-	nc, err := stream.Connect(ctx, cc)
+	nc, err := natsnode.Connect(ctx, cc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +249,7 @@ func TestAuthCheck(t *testing.T) {
 	}
 	found := false
 	for _, r := range rep.Results {
-		if r.Action == "publish jw.events."+stream.DefaultProbeSession+" (JetStream)" && r.Expect == "refused" && r.Got == "allowed" && !r.OK {
+		if r.Action == "publish jw.events."+access.DefaultProbeSession+" (JetStream)" && r.Expect == "refused" && r.Got == "allowed" && !r.OK {
 			found = true
 		}
 	}
@@ -333,8 +335,8 @@ func TestAuthCreds(t *testing.T) {
 	if st != exitOK {
 		t.Fatalf("creds: exit %d: %s", st, errOut)
 	}
-	var res stream.RoleCreds
-	if err := json.Unmarshal([]byte(out), &res); err != nil || len(res.Users) != len(stream.Roles) || len(res.Accounts) != 4 {
+	var res access.RoleCreds
+	if err := json.Unmarshal([]byte(out), &res); err != nil || len(res.Users) != len(access.Roles) || len(res.Accounts) != 4 {
 		t.Fatalf("creds --json: %v %s", err, out)
 	}
 	for _, f := range res.Users {
@@ -351,7 +353,7 @@ func TestAuthCreds(t *testing.T) {
 		t.Errorf("creds warned: %s", errOut)
 	}
 	url := operatorServer(t, dir, ojwt, sys, sysJWT)
-	makeTopology(t, url, stream.ConnectConfig{Creds: filepath.Join(dir, "admin.creds")})
+	makeTopology(t, url, natsnode.ConnectConfig{Creds: filepath.Join(dir, "admin.creds")})
 	if st, out, _ := runCLI("auth", "check", "--dir", dir, "--server", url, "--operator"); st != exitOK {
 		t.Fatalf("check --operator: exit %d\n%s", st, out)
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/jingwei/jingwei/bench"
 	"github.com/jingwei/jingwei/chaos"
-	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/worker/catalog"
 )
 
@@ -359,7 +359,7 @@ func parseChaosNode(args []string, stderr io.Writer) (chaos.NodeConfig, logFlags
 	if st, ok := parseFlags(fs, args); !ok {
 		return cfg, lf, st, false
 	}
-	cfg.Sync = stream.SyncMode(syncMode)
+	cfg.Sync = natsnode.SyncMode(syncMode)
 	if routes != "" {
 		cfg.Routes = strings.Split(routes, ",")
 	}

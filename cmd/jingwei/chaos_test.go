@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/jingwei/jingwei/chaos"
-	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 func TestChaosUsage(t *testing.T) {
@@ -57,7 +57,7 @@ func TestParseRange(t *testing.T) {
 // TestChaosNodeFlagsRoundTrip: the hidden node command parses back exactly
 // the command line the harness writes.
 func TestChaosNodeFlagsRoundTrip(t *testing.T) {
-	want := chaos.NodeConfig{Name: "n1", Dir: "/d/n1", Listen: "127.0.0.1:4001", AuthDir: "/d/auth", Sync: stream.SyncAlways,
+	want := chaos.NodeConfig{Name: "n1", Dir: "/d/n1", Listen: "127.0.0.1:4001", AuthDir: "/d/auth", Sync: natsnode.SyncAlways,
 		ClusterName: "c", ClusterListen: "127.0.0.1:5001", Routes: []string{"nats-route://127.0.0.1:6001", "nats-route://127.0.0.1:6002"},
 		ClusterAdvertise: "127.0.0.1:7000"}
 	args := want.Args()

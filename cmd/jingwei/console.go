@@ -16,7 +16,8 @@ import (
 
 	"github.com/jingwei/jingwei/console"
 	"github.com/jingwei/jingwei/recovery"
-	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 func init() {
@@ -97,7 +98,7 @@ Exit status:
 
 // consoleConn is the connection flags of one of the console's roles.
 type consoleConn struct {
-	role        stream.Role
+	role        access.Role
 	creds, nkey string
 }
 
@@ -107,8 +108,8 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	registerConsoleNATS(fs, &n)
 	var log logFlags
 	log.register(fs)
-	reviewer := consoleConn{role: stream.RoleReviewer}
-	host := consoleConn{role: stream.RoleHost}
+	reviewer := consoleConn{role: access.RoleReviewer}
+	host := consoleConn{role: access.RoleHost}
 	fs.StringVar(&reviewer.creds, "reviewer-creds", "", "credentials file of the reviewer role (default: <auth dir>/reviewer.nk)")
 	fs.StringVar(&reviewer.nkey, "reviewer-nkey", "", "nkey seed file of the reviewer role (default: <auth dir>/reviewer.nk)")
 	fs.StringVar(&host.creds, "host-creds", "", "credentials file of the host role (default: <auth dir>/host.nk)")
@@ -224,7 +225,7 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) in
 func registerConsoleNATS(fs *flag.FlagSet, n *natsFlags) {
 	fs.StringVar(&n.creds, "creds", envOr("NATS_CREDS", ""), "NATS credentials file for both roles (a user that may do what the reviewer and the host may), used for a role without --<role>-creds/--<role>-nkey (env NATS_CREDS)")
 	fs.StringVar(&n.nkey, "nkey", envOr("NATS_NKEY", ""), "NATS nkey seed file for both roles, used for a role without --<role>-creds/--<role>-nkey (env NATS_NKEY)")
-	fs.StringVar(&n.server, "server", envOr("NATS_URL", stream.DefaultURL), "NATS server URL(s), comma separated (env NATS_URL)")
+	fs.StringVar(&n.server, "server", envOr("NATS_URL", natsnode.DefaultURL), "NATS server URL(s), comma separated (env NATS_URL)")
 	fs.StringVar(&n.tlsca, "tlsca", envOr("NATS_CA", ""), "PEM file of CAs to verify the server's TLS certificate (env NATS_CA)")
 	fs.StringVar(&n.prefix, "prefix", envOr("JINGWEI_PREFIX", "jw"), "subject prefix of the jingwei topology (env JINGWEI_PREFIX)")
 	fs.StringVar(&n.auth, "auth", envOr("JINGWEI_AUTH", ""), "directory of role credentials (reviewer.nk, host.nk), used for a role without --<role>-creds/--<role>-nkey; default ./.jingwei/auth if it exists (env JINGWEI_AUTH)")
@@ -239,13 +240,13 @@ func (n *natsFlags) connectConsole(ctx context.Context, cc consoleConn, log zero
 	}
 	if cc.creds == "" && nkey == "" {
 		if dir := n.authDir(); dir != "" {
-			if _, err := stream.KeyDir(dir).KeyPair(cc.role); err != nil {
+			if _, err := access.KeyDir(dir).KeyPair(cc.role); err != nil {
 				return nil, fmt.Errorf("role %s: %w", cc.role, err)
 			}
-			nkey = stream.KeyDir(dir).SeedFile(cc.role)
+			nkey = access.KeyDir(dir).SeedFile(cc.role)
 		}
 	}
-	nc, err := stream.Connect(ctx, stream.ConnectConfig{
+	nc, err := natsnode.Connect(ctx, natsnode.ConnectConfig{
 		URL: n.server, Creds: cc.creds, NKeySeedFile: nkey, TLSCA: n.tlsca,
 		Name: "jingwei console (" + string(cc.role) + ")", Logger: log, ConnectTimeout: n.connectTimeout,
 	})
@@ -287,7 +288,7 @@ func readTrustFile(file, authDir string) (recovery.TrustedKeys, recovery.KeyName
 
 func consoleFailure(stderr io.Writer, err error) int {
 	fmt.Fprintf(stderr, "jingwei console: %v\n", err)
-	if errors.Is(err, stream.ErrBadKey) {
+	if errors.Is(err, access.ErrBadKey) {
 		return exitUsage
 	}
 	return exitFailure

@@ -16,6 +16,7 @@ import (
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/tools"
 	"github.com/jingwei/jingwei/worker/service"
@@ -25,7 +26,7 @@ import (
 // jw.requests.<session> (task t-1): the serve's tool worker records it.
 func requestCall(t *testing.T, url, data, session, requestID, tool, args string) {
 	t.Helper()
-	nc := connectRole(t, url, data, stream.RoleAgent)
+	nc := connectRole(t, url, data, access.RoleAgent)
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -41,7 +42,7 @@ func requestCall(t *testing.T, url, data, session, requestID, tool, args string)
 // for approval and returns its id.
 func waitingCall(t *testing.T, url, data, session string) string {
 	t.Helper()
-	nc := connectRole(t, url, data, stream.RoleReviewer)
+	nc := connectRole(t, url, data, access.RoleReviewer)
 	defer nc.Close()
 	cl := service.NewClient(nc, service.ClientConfig{Timeout: 5 * time.Second})
 	var id string
@@ -58,14 +59,14 @@ func waitingCall(t *testing.T, url, data, session string) string {
 // sessionEvents loads a session's log as the host role.
 func sessionEvents(t *testing.T, url, data, session string) []schema.Event {
 	t.Helper()
-	nc := connectRole(t, url, data, stream.RoleHost)
+	nc := connectRole(t, url, data, access.RoleHost)
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
 	topo, err := stream.OpenTopology(context.Background(), js, stream.TopologyConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := topo.Load(context.Background(), session)
+	h, err := topo.Logs().Load(context.Background(), session)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +76,7 @@ func sessionEvents(t *testing.T, url, data, session string) []schema.Event {
 // ledgerCharges counts the example ledger's charges by session.
 func ledgerCharges(t *testing.T, url, data string) map[string]int {
 	t.Helper()
-	nc := connectRole(t, url, data, stream.RoleWorker)
+	nc := connectRole(t, url, data, access.RoleWorker)
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
 	tl, err := tools.New(context.Background(), tools.Config{JS: js})
@@ -164,7 +165,7 @@ func TestConsoleApprovals(t *testing.T) {
 		t.Fatalf("the call page of a waiting call should offer the approval form only:\n%s", page)
 	}
 	approvals := func() uint64 {
-		nc := connectRole(t, natsURL, dir, stream.RoleHost)
+		nc := connectRole(t, natsURL, dir, access.RoleHost)
 		defer nc.Close()
 		js, _ := jetstream.New(nc)
 		s, err := js.Stream(context.Background(), "JW_APPROVALS")
@@ -280,7 +281,7 @@ func TestConsoleApprovals(t *testing.T) {
 	}
 
 	// A stopped task is browsable and counted.
-	hc := connectRole(t, natsURL, dir, stream.RoleHost)
+	hc := connectRole(t, natsURL, dir, access.RoleHost)
 	defer hc.Close()
 	hjs, _ := jetstream.New(hc)
 	if _, err := stream.PublishStop(context.Background(), hjs, "jw", schema.StopRequest{V: 1, Session: "ap-2", Task: "t-1", Reason: "fraud suspected", At: time.Now().UTC().Format(time.RFC3339)}); err != nil {

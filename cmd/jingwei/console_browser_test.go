@@ -15,6 +15,7 @@ import (
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/tools"
 )
@@ -298,7 +299,7 @@ func TestConsoleBrowser(t *testing.T) {
 	screenshot(t, ctx, "console-plan")
 
 	// The tool worker runs the retry once: one charge, for pay-2 only.
-	nc := connectRole(t, natsURL, dir, stream.RoleWorker)
+	nc := connectRole(t, natsURL, dir, access.RoleWorker)
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -467,7 +468,7 @@ func TestConsoleBrowserApproval(t *testing.T) {
 	screenshot(t, ctx, "console-denied")
 
 	// The task stops; the stopped-tasks page shows it.
-	hc := connectRole(t, natsURL, dir, stream.RoleHost)
+	hc := connectRole(t, natsURL, dir, access.RoleHost)
 	defer hc.Close()
 	hjs, err := jetstream.New(hc)
 	if err != nil {

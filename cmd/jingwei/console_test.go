@@ -23,6 +23,7 @@ import (
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/tools"
 	"github.com/jingwei/jingwei/worker/service"
@@ -115,7 +116,7 @@ func trustFile(t *testing.T, file string, named map[string]nkeys.KeyPair) string
 func openPayment(t *testing.T, url, data, session, callID, args string) {
 	t.Helper()
 	ctx := context.Background()
-	nc := connectRole(t, url, data, stream.RoleWorker)
+	nc := connectRole(t, url, data, access.RoleWorker)
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -125,11 +126,11 @@ func openPayment(t *testing.T, url, data, session, callID, args string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lease, err := topo.AcquireLease(ctx, session, "crashed-writer-"+session)
+	lease, err := topo.Leases().AcquireLease(ctx, session, "crashed-writer-"+session)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lg, err := topo.Fence(ctx, session, "crashed-writer-"+session, lease.Epoch)
+	lg, err := topo.Logs().Fence(ctx, session, "crashed-writer-"+session, lease.Epoch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +339,7 @@ func TestConsoleWeb(t *testing.T) {
 	}
 
 	reviews := func() []schema.Review {
-		nc := connectRole(t, natsURL, dir, stream.RoleHost)
+		nc := connectRole(t, natsURL, dir, access.RoleHost)
 		defer nc.Close()
 		js, _ := jetstream.New(nc)
 		s, err := js.Stream(context.Background(), "JW_REVIEWS")
@@ -523,12 +524,12 @@ func TestConsoleRoles(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	n := natsFlags{server: natsURL, auth: filepath.Join(dir, "auth"), prefix: "jw", connectTimeout: 10 * time.Second}
-	rc, err := n.connectConsole(ctx, consoleConn{role: stream.RoleReviewer}, zerolog.Nop())
+	rc, err := n.connectConsole(ctx, consoleConn{role: access.RoleReviewer}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rc.Close()
-	hc, err := n.connectConsole(ctx, consoleConn{role: stream.RoleHost}, zerolog.Nop())
+	hc, err := n.connectConsole(ctx, consoleConn{role: access.RoleHost}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -550,7 +551,7 @@ func TestConsoleRoles(t *testing.T) {
 	if m, err := rc.Request("jw.api.prepare", []byte(`{"session":"roles-1","call_id":"c-1"}`), 2*time.Second); err == nil {
 		t.Fatalf("the console's reviewer connection asked jw.api.prepare and got %s", m.Data)
 	}
-	rep, err := stream.CheckRoles(ctx, stream.CheckConfig{URL: natsURL, Dir: stream.KeyDir(filepath.Join(dir, "auth")), Roles: []stream.Role{stream.RoleReviewer, stream.RoleHost}})
+	rep, err := access.CheckRoles(ctx, access.CheckConfig{URL: natsURL, Dir: access.KeyDir(filepath.Join(dir, "auth")), Roles: []access.Role{access.RoleReviewer, access.RoleHost}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -611,7 +612,7 @@ func TestConsoleCurlSecondCharge(t *testing.T) {
 	if decide < 400 || prepare < 400 {
 		t.Errorf("curl POST /decide: %d, POST /prepare: %d; want both refused", decide, prepare)
 	}
-	nc := connectRole(t, natsURL, dir, stream.RoleHost)
+	nc := connectRole(t, natsURL, dir, access.RoleHost)
 	defer nc.Close()
 	js, _ := jetstream.New(nc)
 	s, err := js.Stream(context.Background(), "JW_REVIEWS")
@@ -629,7 +630,7 @@ func TestConsoleCurlSecondCharge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plans, err := topo.ListPlans(context.Background(), "curl-1")
+	plans, err := topo.Plans().ListPlans(context.Background(), "curl-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -641,7 +642,7 @@ func TestConsoleCurlSecondCharge(t *testing.T) {
 // waitAwaiting waits until jw.api.status lists the call awaiting review.
 func waitAwaiting(t *testing.T, url, data, session, callID string) {
 	t.Helper()
-	nc := connectRole(t, url, data, stream.RoleReviewer)
+	nc := connectRole(t, url, data, access.RoleReviewer)
 	defer nc.Close()
 	cl := service.NewClient(nc, service.ClientConfig{Timeout: 5 * time.Second})
 	streamtest.Eventually(t, 30*time.Second, "call "+callID+" awaits review", func() bool {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jingwei/jingwei/demo"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 func init() {
@@ -107,7 +108,7 @@ func runDemoWorker(ctx context.Context, args []string, _, stderr io.Writer) int 
 		return usageError(stderr, "demo worker", "trusted planners %s: %v", file, err)
 	}
 	err = demo.RunWorker(ctx, demo.WorkerConfig{
-		Connect:  stream.ConnectConfig{URL: nf.server, Creds: nf.creds, NKeySeedFile: nkey, TLSCA: nf.tlsca, Name: "jingwei demo worker", Logger: log},
+		Connect:  natsnode.ConnectConfig{URL: nf.server, Creds: nf.creds, NKeySeedFile: nkey, TLSCA: nf.tlsca, Name: "jingwei demo worker", Logger: log},
 		Planners: planners,
 		Topology: stream.TopologyConfig{LeaseTTL: *leaseTTL},
 		Holds:    holds,

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 	"github.com/jingwei/jingwei/worker/service"
 )
 
@@ -30,7 +31,7 @@ func TestExportTenantThroughHistory(t *testing.T) {
 	url, stderr, _ := startServe(t, dir, "--tenant", "acme", "--tenant", "beta")
 	acme := connectTenant(t, url, dir, "acme", "agent")
 	beta := connectTenant(t, url, dir, "beta", "agent")
-	host := connectRole(t, url, dir, stream.RoleHost)
+	host := connectRole(t, url, dir, access.RoleHost)
 	t.Cleanup(host.Close)
 	for i := range 3 {
 		q := schema.Request{V: 1, RequestID: fmt.Sprintf("r-%d", i), Session: "acme-1", Task: "t-1", Tool: "catalog.lookup", Arguments: json.RawMessage(`{"sku":"A-1"}`)}
@@ -48,7 +49,7 @@ func TestExportTenantThroughHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	direct := func(session string) string {
-		h, err := topo.Load(context.Background(), session)
+		h, err := topo.Logs().Load(context.Background(), session)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -134,8 +135,8 @@ func TestExportTenantThroughHistory(t *testing.T) {
 	// `jingwei export` with acme's key: through the service (auto and
 	// service), the same bytes as the host's direct export; beta's session
 	// refused with its code.
-	auth := stream.KeyDir(filepath.Join(dir, "auth"))
-	acmeKey, hostKey := auth.TenantAgentSeedFile("acme", "agent"), auth.SeedFile(stream.RoleHost)
+	auth := access.KeyDir(filepath.Join(dir, "auth"))
+	acmeKey, hostKey := auth.TenantAgentSeedFile("acme", "agent"), auth.SeedFile(access.RoleHost)
 	export := func(want int, args ...string) string {
 		t.Helper()
 		var out, errb bytes.Buffer

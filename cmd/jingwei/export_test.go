@@ -20,7 +20,7 @@ import (
 func TestExportThenInspect(t *testing.T) {
 	ctx := context.Background()
 	srv, _, topo := streamtest.Start(t)
-	l, err := topo.Fence(ctx, "s-1", "w1", 1)
+	l, err := topo.Logs().Fence(ctx, "s-1", "w1", 1)
 	if err != nil {
 		t.Fatal(err)
 	}

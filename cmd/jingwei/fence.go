@@ -11,6 +11,7 @@ import (
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 	"github.com/jingwei/jingwei/tools"
 )
 
@@ -19,8 +20,8 @@ func init() {
 	register(command{name: "ledger", summary: "list the example ledger's charges (what a reviewer checks)", run: runLedger})
 	// The example tools' business data belongs to the tool workers: the
 	// ledger is read and fenced with their role (docs/protocol.md §4).
-	commandRole["fence"] = stream.RoleWorker
-	commandRole["ledger"] = stream.RoleWorker
+	commandRole["fence"] = access.RoleWorker
+	commandRole["ledger"] = access.RoleWorker
 }
 
 const fenceHelp = `  jingwei fence --session S [--epoch E] [--json]

@@ -89,7 +89,7 @@ func (s *historySource) check() string {
 // permissions); errors while reading come through the history itself.
 func (s *historySource) open(ctx context.Context) (schema.History, func(), error) {
 	if s.session != "" {
-		// Loaded whole through stream.Topology.Load (limits enforced); a
+		// Loaded whole through stream.Logs.Load (limits enforced); a
 		// failure to reach the server comes through the history, so it is
 		// reported as a failure (exit 1), a too large or corrupt log as a
 		// refusal (exit 3).

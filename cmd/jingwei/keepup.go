@@ -15,6 +15,7 @@ import (
 
 	"github.com/jingwei/jingwei/metrics"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/worker/recoverer"
 	"github.com/jingwei/jingwei/worker/toolworker"
 )
@@ -31,7 +32,7 @@ import (
 // request timeout, a stream leader being elected) is waited out.
 func permanent(err error) bool {
 	var pe permanentError
-	return errors.As(err, &pe) || isAuthError(err) || errors.Is(err, stream.ErrTopologyConflict) || errors.Is(err, stream.ErrServerTooOld) ||
+	return errors.As(err, &pe) || isAuthError(err) || errors.Is(err, stream.ErrTopologyConflict) || errors.Is(err, natsnode.ErrServerTooOld) ||
 		errors.Is(err, stream.ErrInvalidSession) || errors.Is(err, toolworker.ErrInvalidConfig) || errors.Is(err, recoverer.ErrInvalidConfig)
 }
 
@@ -183,9 +184,9 @@ func watchQuorum(ctx context.Context, nc *nats.Conn, log zerolog.Logger, ms *met
 	}
 	cfg := quorumWatch
 	cfg.Logger, cfg.OnReconnect = log, func(string) { forcedReconnects.Inc() }
-	return stream.WatchQuorum(ctx, nc, cfg).Stop
+	return natsnode.WatchQuorum(ctx, nc, cfg).Stop
 }
 
 // quorumWatch is the watch's configuration (the zero value: its defaults,
 // 12 s of failures, a probe a second); tests shorten it.
-var quorumWatch stream.QuorumWatchConfig
+var quorumWatch natsnode.QuorumWatchConfig

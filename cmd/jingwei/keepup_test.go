@@ -17,7 +17,7 @@ import (
 
 	"github.com/jingwei/jingwei/internal/ports"
 	"github.com/jingwei/jingwei/metrics"
-	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/stream/streamtest"
 )
 
@@ -102,7 +102,7 @@ func TestStartedBeforeJetStream(t *testing.T) {
 		}
 	}
 
-	srv, err := stream.StartEmbedded(context.Background(), stream.EmbeddedConfig{Dir: filepath.Join(t.TempDir(), "data"), Listen: natsAddr, Sync: stream.SyncInterval})
+	srv, err := natsnode.StartEmbedded(context.Background(), natsnode.EmbeddedConfig{Dir: filepath.Join(t.TempDir(), "data"), Listen: natsAddr, Sync: natsnode.SyncInterval})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestStartedBeforeJetStream(t *testing.T) {
 // jingwei_nats_forced_reconnects_total on the process's /metrics registry.
 func TestWatchQuorumCountsForcedReconnects(t *testing.T) {
 	old := quorumWatch
-	quorumWatch = stream.QuorumWatchConfig{After: 200 * time.Millisecond, Every: 50 * time.Millisecond}
+	quorumWatch = natsnode.QuorumWatchConfig{After: 200 * time.Millisecond, Every: 50 * time.Millisecond}
 	t.Cleanup(func() { quorumWatch = old })
 	bad := streamtest.StartPlain(t)
 	good, _, _ := streamtest.Start(t)

@@ -15,7 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
 
-	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 	"github.com/jingwei/jingwei/tools"
 	"github.com/jingwei/jingwei/worker"
 	"github.com/jingwei/jingwei/worker/catalog"
@@ -25,7 +25,7 @@ import (
 
 func init() {
 	register(command{name: "mcp", summary: "serve the deployment's tools to MCP clients (streamable HTTP on loopback, or --stdio); every call goes through jw.api.call", run: runMCP})
-	commandRole["mcp"] = stream.RoleAgent
+	commandRole["mcp"] = access.RoleAgent
 }
 
 const mcpHelp = `  jingwei mcp [--tools FILE] [--listen 127.0.0.1:8765] [--tokens FILE] [--stdio]

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 	"github.com/jingwei/jingwei/stream/streamtest"
 )
 
@@ -122,7 +123,7 @@ func TestMetricsScrape(t *testing.T) {
 	base, consoleErr := startConsoleLog(t, natsURL, dir, "--metrics", "127.0.0.1:0")
 	consoleMetrics := metricsURL(t, consoleErr)
 
-	agent := connectRole(t, natsURL, dir, stream.RoleAgent)
+	agent := connectRole(t, natsURL, dir, access.RoleAgent)
 	defer agent.Close()
 	for i, c := range []struct{ tool, args string }{
 		{"catalog.lookup", `{"sku":"A-1"}`},  // ok

@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/jingwei/jingwei/recovery"
-	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 )
 
 // defaultAuthDir is where serve keeps the role credentials (DATA/auth
@@ -19,16 +19,16 @@ const defaultAuthDir = ".jingwei/auth"
 
 // commandRole is the role each command connects as (docs/protocol.md §4): its key
 // is <auth dir>/<role>.nk unless --creds or --nkey says otherwise.
-var commandRole = map[string]stream.Role{
-	"call":    stream.RoleAgent,
-	"review":  stream.RoleReviewer,
-	"status":  stream.RoleHost,
-	"retry":   stream.RoleHost,
-	"export":  stream.RoleHost,
-	"inspect": stream.RoleHost,
-	"plan":    stream.RoleHost,
-	"worker":  stream.RoleWorker,
-	"recover": stream.RoleRecoverer,
+var commandRole = map[string]access.Role{
+	"call":    access.RoleAgent,
+	"review":  access.RoleReviewer,
+	"status":  access.RoleHost,
+	"retry":   access.RoleHost,
+	"export":  access.RoleHost,
+	"inspect": access.RoleHost,
+	"plan":    access.RoleHost,
+	"worker":  access.RoleWorker,
+	"recover": access.RoleRecoverer,
 }
 
 // authDir returns the role-credentials directory the flags name: --auth
@@ -55,10 +55,10 @@ func (n *natsFlags) roleKeyFile(command string) (string, error) {
 	if dir == "" || !ok {
 		return "", nil
 	}
-	if _, err := stream.KeyDir(dir).KeyPair(role); err != nil {
+	if _, err := access.KeyDir(dir).KeyPair(role); err != nil {
 		return "", fmt.Errorf("role %s: %w", role, err)
 	}
-	return stream.KeyDir(dir).SeedFile(role), nil
+	return access.KeyDir(dir).SeedFile(role), nil
 }
 
 // plannerKey returns the plan-signing key of a recovery worker: --planner-key
@@ -69,10 +69,10 @@ func (n *natsFlags) plannerKey(file string) (nkeys.KeyPair, string, error) {
 		if dir == "" {
 			return nil, "", errors.New("no plan-signing key: give --planner-key FILE (jingwei keys new --out FILE makes one) or --auth DIR holding planner.nk (jingwei auth init)")
 		}
-		kp, err := stream.KeyDir(dir).PlannerKeyPair()
-		return kp, stream.KeyDir(dir).PlannerFile(), err
+		kp, err := access.KeyDir(dir).PlannerKeyPair()
+		return kp, access.KeyDir(dir).PlannerFile(), err
 	}
-	kp, err := stream.ReadSeedFile(file)
+	kp, err := access.ReadSeedFile(file)
 	if err != nil {
 		return nil, file, err
 	}
@@ -91,12 +91,12 @@ func (n *natsFlags) trustedPlanners(file string) (recovery.TrustedKeys, string, 
 		if dir == "" {
 			return nil, "", nil
 		}
-		keys, err := stream.KeyDir(dir).Planners()
+		keys, err := access.KeyDir(dir).Planners()
 		if err != nil {
-			return nil, stream.KeyDir(dir).PlannersFile(), err
+			return nil, access.KeyDir(dir).PlannersFile(), err
 		}
 		t, err := recovery.NewTrustedKeys(keys...)
-		return t, stream.KeyDir(dir).PlannersFile(), err
+		return t, access.KeyDir(dir).PlannersFile(), err
 	}
 	b, err := os.ReadFile(file)
 	if err != nil {
@@ -111,5 +111,5 @@ func (n *natsFlags) trustedPlanners(file string) (recovery.TrustedKeys, string, 
 func isAuthError(err error) bool {
 	return errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) ||
 		errors.Is(err, nats.ErrAuthRevoked) || errors.Is(err, os.ErrNotExist) ||
-		errors.Is(err, os.ErrPermission) || errors.Is(err, stream.ErrInsecureFile) || errors.Is(err, stream.ErrBadKey)
+		errors.Is(err, os.ErrPermission) || errors.Is(err, access.ErrInsecureFile) || errors.Is(err, access.ErrBadKey)
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/jingwei/jingwei/schema"
-	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 	"github.com/jingwei/jingwei/worker/service"
 )
 
@@ -63,11 +63,11 @@ func TestSchemasAgreeWithTheService(t *testing.T) {
 	schemas := requestSchemas(t)
 	dir := filepath.Join(t.TempDir(), "data")
 	url, _, _ := startServe(t, dir)
-	conns := map[stream.Role]*nats.Conn{stream.RoleAgent: connectRole(t, url, dir, stream.RoleAgent), stream.RoleHost: connectRole(t, url, dir, stream.RoleHost)}
+	conns := map[access.Role]*nats.Conn{access.RoleAgent: connectRole(t, url, dir, access.RoleAgent), access.RoleHost: connectRole(t, url, dir, access.RoleHost)}
 	for _, nc := range conns {
 		defer nc.Close()
 	}
-	awaitServices(t, conns[stream.RoleAgent])
+	awaitServices(t, conns[access.RoleAgent])
 	n := 0
 	call := func(extra string) string {
 		n++
@@ -121,9 +121,9 @@ func TestSchemasAgreeWithTheService(t *testing.T) {
 		reqSchema := service.EndpointMetadata(c.endpoint)[service.MetaRequestSchema]
 		inst, err := jsonschema.UnmarshalJSON(strings.NewReader(c.body))
 		schemaOK := err == nil && schemas[reqSchema].Validate(inst) == nil
-		nc := conns[stream.RoleAgent]
+		nc := conns[access.RoleAgent]
 		if c.endpoint == service.EndpointInspect {
-			nc = conns[stream.RoleHost]
+			nc = conns[access.RoleHost]
 		}
 		m, err := nc.Request("jw.api."+c.endpoint, []byte(c.body), 20*time.Second)
 		if err != nil {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/nats-io/nkeys"
 
-	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 )
 
 func init() {
@@ -111,7 +111,7 @@ func privateDir(dir string) error {
 		return err
 	}
 	if st.Mode().Perm()&0o077 != 0 {
-		return fmt.Errorf("%w: data directory %s has mode %04o: others can read or write it; fix it with: chmod 700 %s", stream.ErrInsecureFile, dir, st.Mode().Perm(), dir)
+		return fmt.Errorf("%w: data directory %s has mode %04o: others can read or write it; fix it with: chmod 700 %s", access.ErrInsecureFile, dir, st.Mode().Perm(), dir)
 	}
 	return nil
 }
@@ -156,7 +156,7 @@ func ensureReviewerKey(path string) (pub string, created bool, err error) {
 		}
 		created = true
 	}
-	kp, err := stream.ReadSeedFile(path)
+	kp, err := access.ReadSeedFile(path)
 	if err != nil {
 		return "", false, err
 	}

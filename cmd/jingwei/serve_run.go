@@ -21,6 +21,8 @@ import (
 	"github.com/jingwei/jingwei/metrics"
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/worker/prober"
 	"github.com/jingwei/jingwei/worker/recoverer"
 )
@@ -74,7 +76,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return usageError(stderr, "serve", "%v", err)
 	}
 	// A taken port is said at once, before any key is made.
-	if err := stream.CheckListen(*f.listen); err != nil {
+	if err := natsnode.CheckListen(*f.listen); err != nil {
 		return serveExit(stderr, err)
 	}
 	ms, err := f.mf.listen()
@@ -112,9 +114,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 func parseServeFlags(args []string, stderr io.Writer) (*serveFlags, int, bool) {
 	fs := newFlags("serve", "All in one: embedded NATS + recovery worker + tool worker.", serveHelp, stderr)
 	f := &serveFlags{}
-	f.listen = fs.String("listen", stream.DefaultListen, "client address of the embedded server, host:port (port -1: any free port)")
+	f.listen = fs.String("listen", natsnode.DefaultListen, "client address of the embedded server, host:port (port -1: any free port)")
 	f.data = fs.String("data", "./.jingwei", "data directory: server store (DATA/data), role credentials (DATA/auth) and review-signing key (DATA/review-signer.nk)")
-	f.syncMode = fs.String("sync", string(stream.SyncAlways), "store durability: always (fsync every write) or interval")
+	f.syncMode = fs.String("sync", string(natsnode.SyncAlways), "store durability: always (fsync every write) or interval")
 	f.prefix = fs.String("prefix", envOr("JINGWEI_PREFIX", "jw"), "subject prefix of the jingwei topology (env JINGWEI_PREFIX)")
 	f.ttl = fs.Duration("lease-ttl", 10*time.Second, "session lease TTL (at least 1s; the same for every process)")
 	f.partitions = partitionsFlag(fs)
@@ -149,12 +151,12 @@ func (f *serveFlags) check() error {
 	if msg := checkPartitions(*f.partitions); msg != "" {
 		return errors.New(msg)
 	}
-	if m := stream.SyncMode(*f.syncMode); m != stream.SyncAlways && m != stream.SyncInterval {
+	if m := natsnode.SyncMode(*f.syncMode); m != natsnode.SyncAlways && m != natsnode.SyncInterval {
 		return fmt.Errorf("--sync %q: want always or interval", *f.syncMode)
 	}
 	for _, tn := range f.tenantNames {
-		if !stream.ValidTenant(tn) {
-			return fmt.Errorf("--tenant %q: want 1 to %d of [A-Za-z0-9_] (no \"-\": it ends the tenant in a session id)", tn, stream.MaxTenantBytes)
+		if !access.ValidTenant(tn) {
+			return fmt.Errorf("--tenant %q: want 1 to %d of [A-Za-z0-9_] (no \"-\": it ends the tenant in a session id)", tn, access.MaxTenantBytes)
 		}
 	}
 	if *f.noAuth && len(f.tenantNames) > 0 {
@@ -169,10 +171,10 @@ func (f *serveFlags) check() error {
 // serveKeys are the keys in the data directory the server and its parts
 // run with.
 type serveKeys struct {
-	kd       stream.KeyDir
+	kd       access.KeyDir
 	trusted  recovery.TrustedKeys // reviewers
-	users    map[stream.Role]string
-	tenants  []stream.Tenant
+	users    map[access.Role]string
+	tenants  []access.Tenant
 	planner  nkeys.KeyPair
 	planners recovery.TrustedKeys
 	// probers are the trusted prober keys; proberKey the prober's seed
@@ -197,7 +199,7 @@ func loadServeKeys(f *serveFlags, stderr io.Writer) (serveKeys, error) {
 	if k.probers, k.proberKey, err = serveProberKey(*f.data, stderr); err != nil {
 		return k, usageErr{err}
 	}
-	k.kd = stream.KeyDir(filepath.Join(*f.data, authSubdir))
+	k.kd = access.KeyDir(filepath.Join(*f.data, authSubdir))
 	apKey, apPub, err := serveApprovers(*f.data, string(k.kd), &f.tf)
 	if err != nil {
 		return k, usageErr{err}
@@ -285,9 +287,9 @@ func (k *serveKeys) loadRoles(noAuth bool, tenantNames []string) error {
 
 // serveServer is the embedded server and how the parts connect to it.
 type serveServer struct {
-	srv    *stream.Embedded
-	kd     stream.KeyDir
-	users  map[stream.Role]string
+	srv    *natsnode.Embedded
+	kd     access.KeyDir
+	users  map[access.Role]string
 	tcfg   stream.TopologyConfig
 	repair bool
 }
@@ -299,9 +301,9 @@ func startServeServer(ctx context.Context, f *serveFlags, k serveKeys, log zerol
 	if !*f.serverLog && log.GetLevel() < zerolog.WarnLevel {
 		srvLog = log.Level(zerolog.WarnLevel)
 	}
-	srv, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{
-		Dir: filepath.Join(*f.data, "data"), Listen: *f.listen, Sync: stream.SyncMode(*f.syncMode), Logger: srvLog,
-		Users: k.users, Roles: stream.RoleConfig{Prefix: *f.prefix, Tenants: k.tenants},
+	srv, err := natsnode.StartEmbedded(ctx, natsnode.EmbeddedConfig{
+		Dir: filepath.Join(*f.data, "data"), Listen: *f.listen, Sync: natsnode.SyncMode(*f.syncMode), Logger: srvLog,
+		Auth: access.Users{Keys: k.users, Roles: access.RoleConfig{Prefix: *f.prefix, Tenants: k.tenants}},
 	})
 	if err != nil {
 		return nil, err
@@ -310,7 +312,7 @@ func startServeServer(ctx context.Context, f *serveFlags, k serveKeys, log zerol
 		srv: srv, kd: k.kd, users: k.users, repair: *f.repair,
 		tcfg: stream.TopologyConfig{Prefix: *f.prefix, LeaseTTL: *f.ttl, Partitions: *f.partitions, Logger: log},
 	}
-	anc, _, _, err := s.connectAs(ctx, stream.RoleAdmin)
+	anc, _, _, err := s.connectAs(ctx, access.RoleAdmin)
 	if err != nil {
 		srv.Shutdown()
 		return nil, err
@@ -321,14 +323,14 @@ func startServeServer(ctx context.Context, f *serveFlags, k serveKeys, log zerol
 
 // connectAs connects as a role (any client when authorization is off)
 // and checks the topology through that connection.
-func (s *serveServer) connectAs(ctx context.Context, r stream.Role) (*nats.Conn, jetstream.JetStream, *stream.Topology, error) {
+func (s *serveServer) connectAs(ctx context.Context, r access.Role) (*nats.Conn, jetstream.JetStream, *stream.Topology, error) {
 	var opts []nats.Option
 	if s.users != nil {
 		kp, err := s.kd.KeyPair(r)
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		opts = append(opts, stream.NkeyOption(kp))
+		opts = append(opts, natsnode.NkeyOption(kp))
 	}
 	nc, err := s.srv.Connect(append(opts, nats.Name("jingwei serve "+string(r)))...)
 	if err != nil {
@@ -340,7 +342,7 @@ func (s *serveServer) connectAs(ctx context.Context, r stream.Role) (*nats.Conn,
 		return nil, nil, nil, err
 	}
 	cfg := s.tcfg
-	cfg.Repair = s.repair && r == stream.RoleAdmin
+	cfg.Repair = s.repair && r == access.RoleAdmin
 	topo, err := stream.EnsureTopology(ctx, js, cfg)
 	if err != nil {
 		nc.Close()
@@ -363,7 +365,7 @@ func (s *serveServer) parts(ctx context.Context, f *serveFlags, k serveKeys, ms 
 	}
 	observer, observed := ms.recovery()
 	f.tf.observer = ms.runtime()
-	rnc, _, rtopo, err := s.connectAs(ctx, stream.RoleRecoverer)
+	rnc, _, rtopo, err := s.connectAs(ctx, access.RoleRecoverer)
 	if err != nil {
 		return nil, closeParts, err
 	}
@@ -390,7 +392,7 @@ func (s *serveServer) parts(ctx context.Context, f *serveFlags, k serveKeys, ms 
 	if *f.noWorker {
 		return parts, closeParts, nil
 	}
-	wnc, wjs, wtopo, err := s.connectAs(ctx, stream.RoleWorker)
+	wnc, wjs, wtopo, err := s.connectAs(ctx, access.RoleWorker)
 	if err != nil {
 		return nil, closeParts, err
 	}
@@ -411,18 +413,18 @@ func (s *serveServer) parts(ctx context.Context, f *serveFlags, k serveKeys, ms 
 // reviewer role.
 func (s *serveServer) proberPart(ctx context.Context, f *serveFlags, k serveKeys, ms *metricsServer, log zerolog.Logger) ([]*nats.Conn, *prober.Prober, error) {
 	var conns []*nats.Conn
-	pnc, pjs, ptopo, err := s.connectAs(ctx, stream.RoleWorker)
+	pnc, pjs, ptopo, err := s.connectAs(ctx, access.RoleWorker)
 	if err != nil {
 		return conns, nil, err
 	}
 	conns = append(conns, pnc)
 	var rvnc *nats.Conn
 	if s.users != nil {
-		kp, err := s.kd.KeyPair(stream.RoleReviewer)
+		kp, err := s.kd.KeyPair(access.RoleReviewer)
 		if err != nil {
 			return conns, nil, err
 		}
-		if rvnc, err = s.srv.Connect(stream.NkeyOption(kp), nats.Name("jingwei serve prober")); err != nil {
+		if rvnc, err = s.srv.Connect(natsnode.NkeyOption(kp), nats.Name("jingwei serve prober")); err != nil {
 			return conns, nil, err
 		}
 		conns = append(conns, rvnc)
@@ -475,12 +477,12 @@ func printServeBanner(stdout io.Writer, f *serveFlags, s *serveServer, k serveKe
 	}
 	kd := k.kd
 	fmt.Fprintf(stdout, "jingwei serve: clients connect with the role keys in %s (jingwei commands run here find them; elsewhere pass --auth %s or --nkey FILE):\n", kd, kd)
-	for _, r := range stream.Roles {
+	for _, r := range access.Roles {
 		fmt.Fprintf(stdout, "  %-14s %s\n", filepath.Base(kd.SeedFile(r)), roleUse[r])
 	}
 	agents, _ := kd.TenantAgents()
 	for _, a := range agents {
 		rel, _ := filepath.Rel(string(kd), a.Path)
-		fmt.Fprintf(stdout, "  %-14s agent %s of tenant %s: jw.api.call and jw.api.status for sessions %s%s… only\n", rel, a.Agent, a.Tenant, a.Tenant, stream.TenantSeparator)
+		fmt.Fprintf(stdout, "  %-14s agent %s of tenant %s: jw.api.call and jw.api.status for sessions %s%s… only\n", rel, a.Agent, a.Tenant, a.Tenant, access.TenantSeparator)
 	}
 }

@@ -18,7 +18,8 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/jingwei/jingwei/schema"
-	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/worker/service"
 )
 
@@ -116,13 +117,13 @@ func TestServeAllInOne(t *testing.T) {
 	if st, err := os.Stat(filepath.Join(dir, "auth")); err != nil || st.Mode().Perm() != 0o700 {
 		t.Fatalf("auth directory: %v %v, want 0700", st, err)
 	}
-	for _, r := range stream.Roles {
-		f := stream.KeyDir(filepath.Join(dir, "auth")).SeedFile(r)
+	for _, r := range access.Roles {
+		f := access.KeyDir(filepath.Join(dir, "auth")).SeedFile(r)
 		if st, err := os.Stat(f); err != nil || st.Mode().Perm() != 0o600 {
 			t.Fatalf("%s: %v %v, want a 0600 file", f, st, err)
 		}
 	}
-	nc := connectRole(t, url, dir, stream.RoleAgent)
+	nc := connectRole(t, url, dir, access.RoleAgent)
 	defer nc.Close()
 	req := []byte(`{"v":1,"request_id":"r-1","session":"s-1","task":"t-1","tool":"catalog.lookup","arguments":{"sku":"A-1"}}`)
 	var msg *nats.Msg
@@ -145,7 +146,7 @@ func TestServeAllInOne(t *testing.T) {
 	// `nats micro ls` as the host: both services answer $SRV.PING, each
 	// on its own connection (the recovery worker's "jingwei", the tool
 	// worker's "jingwei-gateway").
-	host := connectRole(t, url, dir, stream.RoleHost)
+	host := connectRole(t, url, dir, access.RoleHost)
 	defer host.Close()
 	pings, err := host.SubscribeSync(host.NewInbox())
 	if err != nil {
@@ -186,13 +187,13 @@ func TestServeAllInOne(t *testing.T) {
 
 // connectRole connects to a serve on url as role, with its key in
 // DATA/auth.
-func connectRole(t *testing.T, url, data string, r stream.Role) *nats.Conn {
+func connectRole(t *testing.T, url, data string, r access.Role) *nats.Conn {
 	t.Helper()
-	kp, err := stream.KeyDir(filepath.Join(data, "auth")).KeyPair(r)
+	kp, err := access.KeyDir(filepath.Join(data, "auth")).KeyPair(r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(url, stream.NkeyOption(kp))
+	nc, err := nats.Connect(url, natsnode.NkeyOption(kp))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +242,7 @@ func TestServeRefusesInsecureData(t *testing.T) {
 func TestServeRefusesWeakenedTopology(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
 	url, _, stop := startServe(t, dir, "--no-worker")
-	nc := connectRole(t, url, dir, stream.RoleAdmin)
+	nc := connectRole(t, url, dir, access.RoleAdmin)
 	js, _ := jetstream.New(nc)
 	ctx := context.Background()
 	s, err := js.Stream(ctx, "JW_REVIEWS")

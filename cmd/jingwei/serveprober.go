@@ -16,6 +16,7 @@ import (
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 	"github.com/jingwei/jingwei/tools"
 	"github.com/jingwei/jingwei/worker"
 	"github.com/jingwei/jingwei/worker/catalog"
@@ -57,7 +58,7 @@ func serveProberKey(data string, stderr io.Writer) (recovery.TrustedKeys, string
 // With a tool catalog (serve --tools), the catalog's tools and the probes
 // they name (MCP or HTTP tools declared read_only) are probed too.
 func serveProber(ctx context.Context, keyPath string, wjs jetstream.JetStream, wtopo *stream.Topology, reviewerNC *nats.Conn, observe func(prober.Outcome), tf *toolFlags, log zerolog.Logger) (*prober.Prober, error) {
-	kp, err := stream.ReadSeedFile(keyPath)
+	kp, err := access.ReadSeedFile(keyPath)
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +121,7 @@ func recoverProbers(file, seed string) (recovery.TrustedKeys, error) {
 		}
 	}
 	if seed != "" {
-		kp, err := stream.ReadSeedFile(seed)
+		kp, err := access.ReadSeedFile(seed)
 		if err != nil {
 			return nil, fmt.Errorf("--probe-key: %w", err)
 		}
@@ -138,11 +139,11 @@ func recoverProbers(file, seed string) (recovery.TrustedKeys, error) {
 // worker-role connection and publishing through a reviewer-role one. stop
 // ends it and closes both.
 func (n *natsFlags) startProber(ctx context.Context, seed string, rec *recoverer.Recoverer, tee *teeObserver, observe func(prober.Outcome), log zerolog.Logger) (stop func(), err error) {
-	wnc, err := n.connectConsole(ctx, consoleConn{role: stream.RoleWorker}, log)
+	wnc, err := n.connectConsole(ctx, consoleConn{role: access.RoleWorker}, log)
 	if err != nil {
 		return nil, fmt.Errorf("prober: %w", err)
 	}
-	rvnc, err := n.connectConsole(ctx, consoleConn{role: stream.RoleReviewer}, log)
+	rvnc, err := n.connectConsole(ctx, consoleConn{role: access.RoleReviewer}, log)
 	if err != nil {
 		wnc.Close()
 		return nil, fmt.Errorf("prober: %w", err)

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/jingwei/jingwei/schema"
-	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/tools"
 	"github.com/jingwei/jingwei/worker/service"
@@ -24,7 +24,7 @@ func TestServeProbesCallsAwaitingAtStart(t *testing.T) {
 	url, _, stop := startServe(t, dir, "--no-prober")
 	openPayment(t, url, dir, "pay-restart", "c-pay-restart", `{"account":"acct-1","amount_cents":300}`)
 	status := func(url string) service.Status {
-		nc := connectRole(t, url, dir, stream.RoleHost)
+		nc := connectRole(t, url, dir, access.RoleHost)
 		defer nc.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 // The connection flags themselves (--server, default $NATS_URL else
@@ -27,7 +28,7 @@ func (n *natsFlags) connect(ctx context.Context, name string, log zerolog.Logger
 	if err != nil {
 		return nil, err
 	}
-	nc, err := stream.Connect(ctx, stream.ConnectConfig{
+	nc, err := natsnode.Connect(ctx, natsnode.ConnectConfig{
 		URL: n.server, Creds: n.creds, NKeySeedFile: nkey, TLSCA: n.tlsca,
 		Name: "jingwei " + name, Logger: log, ConnectTimeout: n.connectTimeout,
 	})
@@ -94,7 +95,7 @@ func (n *natsFlags) loadSession(ctx context.Context, name, session string) ([]sc
 		return nil, err
 	}
 	defer nc.Close()
-	return topo.Load(ctx, session)
+	return topo.Logs().Load(ctx, session)
 }
 
 // partitionsFlag registers --partitions on fs: how many partitions the

@@ -12,11 +12,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 )
 
 func init() {
 	register(command{name: "setup", summary: "create (or check and repair) jingwei's streams and buckets, as admin", run: runSetup})
-	commandRole["setup"] = stream.RoleAdmin
+	commandRole["setup"] = access.RoleAdmin
 }
 
 const setupHelp = `  jingwei setup [--server URL] [--auth DIR | --nkey FILE | --creds FILE]
@@ -126,7 +127,7 @@ func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "jingwei setup: %v\n", err)
 		return exitFailure
 	}
-	for _, s := range []jetstream.Stream{topo.Events, topo.Requests, topo.Reviews, topo.PlanLog, topo.Assessments, topo.Answers} {
+	for _, s := range []jetstream.Stream{topo.Events, topo.Requests, topo.Reviews, topo.PlanLog, topo.Assessments, topo.AnswerLog} {
 		c := s.CachedInfo().Config
 		out.Streams = append(out.Streams, setupStream{Name: c.Name, Subjects: c.Subjects, Replicas: max(c.Replicas, 1)})
 	}

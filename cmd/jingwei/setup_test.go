@@ -12,6 +12,8 @@ import (
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 // TestSetup: on a server with authorization on and no topology yet, setup
@@ -21,7 +23,7 @@ func TestSetup(t *testing.T) {
 	kd, url := keyedServer(t)
 
 	t0 := time.Now()
-	code, _, stderr := runCLI("setup", "--server", url, "--nkey", kd.SeedFile(stream.RoleWorker))
+	code, _, stderr := runCLI("setup", "--server", url, "--nkey", kd.SeedFile(access.RoleWorker))
 	if code != exitFailure || !strings.Contains(stderr, "admin role") {
 		t.Fatalf("setup as worker: exit %d, %q; want 1 naming the admin role", code, stderr)
 	}
@@ -53,10 +55,10 @@ func TestSetup(t *testing.T) {
 // keyedServer starts an embedded server with authorization on (the role
 // keys of a fresh key directory) and no topology yet; it returns the key
 // directory and the server's URL. The server stops with the test.
-func keyedServer(t *testing.T) (stream.KeyDir, string) {
+func keyedServer(t *testing.T) (access.KeyDir, string) {
 	t.Helper()
 	dir := t.TempDir()
-	kd := stream.KeyDir(filepath.Join(dir, "auth"))
+	kd := access.KeyDir(filepath.Join(dir, "auth"))
 	if _, err := kd.Init(); err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +66,7 @@ func keyedServer(t *testing.T) (stream.KeyDir, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := stream.StartEmbedded(context.Background(), stream.EmbeddedConfig{Dir: filepath.Join(dir, "data"), Listen: "127.0.0.1:-1", Sync: stream.SyncInterval, Users: users})
+	srv, err := natsnode.StartEmbedded(context.Background(), natsnode.EmbeddedConfig{Dir: filepath.Join(dir, "data"), Listen: "127.0.0.1:-1", Sync: natsnode.SyncInterval, Auth: access.Users{Keys: users}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,8 +87,8 @@ func TestSetupConfirmReplaced(t *testing.T) {
 	if code, stdout, stderr := runCLI("setup", "--server", url, "--auth", string(kd)); code != exitOK {
 		t.Fatalf("setup: exit %d\n%s\n%s", code, stdout, stderr)
 	}
-	connect := func(r stream.Role) jetstream.JetStream {
-		nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: url, NKeySeedFile: kd.SeedFile(r)})
+	connect := func(r access.Role) jetstream.JetStream {
+		nc, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: url, NKeySeedFile: kd.SeedFile(r)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -94,7 +96,7 @@ func TestSetupConfirmReplaced(t *testing.T) {
 		js, _ := jetstream.New(nc)
 		return js
 	}
-	admin, recoverer, worker := connect(stream.RoleAdmin), connect(stream.RoleRecoverer), connect(stream.RoleWorker)
+	admin, recoverer, worker := connect(access.RoleAdmin), connect(access.RoleRecoverer), connect(access.RoleWorker)
 	if ps, err := stream.CheckIdentity(ctx, recoverer, ""); err != nil || len(ps) != 0 {
 		t.Fatalf("CheckIdentity as recoverer after setup = %v, %v; want no problem", ps, err)
 	}

@@ -157,7 +157,7 @@ func listPlans(ctx context.Context, api *apiClient, session string) ([]stream.Pl
 	if err != nil {
 		return nil, err
 	}
-	return topo.ListPlans(ctx, session)
+	return topo.Plans().ListPlans(ctx, session)
 }
 
 // printStatus prints the three tables.

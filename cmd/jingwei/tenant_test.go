@@ -16,6 +16,8 @@ import (
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/worker/service"
 )
 
@@ -23,11 +25,11 @@ import (
 // its key in DATA/auth/tenants/<tenant>/<agent>.nk.
 func connectTenant(t *testing.T, url, data, tenant, agent string) *nats.Conn {
 	t.Helper()
-	kp, err := stream.ReadSeedFile(stream.KeyDir(filepath.Join(data, "auth")).TenantAgentSeedFile(tenant, agent))
+	kp, err := access.ReadSeedFile(access.KeyDir(filepath.Join(data, "auth")).TenantAgentSeedFile(tenant, agent))
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(url, stream.NkeyOption(kp))
+	nc, err := nats.Connect(url, natsnode.NkeyOption(kp))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +78,7 @@ func TestServeTenantAgents(t *testing.T) {
 
 	acme := connectTenant(t, url, dir, "acme", "agent")
 	beta := connectTenant(t, url, dir, "beta", "agent")
-	host := connectRole(t, url, dir, stream.RoleHost)
+	host := connectRole(t, url, dir, access.RoleHost)
 	t.Cleanup(host.Close)
 
 	// acme's own session works.
@@ -174,7 +176,7 @@ func TestServeTenantAgents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := topo.Load(context.Background(), "beta-1")
+	h, err := topo.Logs().Load(context.Background(), "beta-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +194,7 @@ func TestServeTenantAgents(t *testing.T) {
 	}
 	// `jingwei call` with the tenant's key: its own session runs, another
 	// tenant's is forbidden (exit status and code).
-	key := stream.KeyDir(filepath.Join(dir, "auth")).TenantAgentSeedFile("acme", "agent")
+	key := access.KeyDir(filepath.Join(dir, "auth")).TenantAgentSeedFile("acme", "agent")
 	out.Reset()
 	errb.Reset()
 	if code := run(context.Background(), []string{"call", "--server", url, "--nkey", key, "--session", "acme-2", "--tool", "catalog.lookup", "--args", `{"sku":"A-1"}`, "--json"}, &out, &errb); code != exitOK {
@@ -239,7 +241,7 @@ func TestAuthCredsTenants(t *testing.T) {
 		t.Fatalf("creds: exit %d\n%s\n%s", st, out, errOut)
 	}
 	url := operatorServer(t, dir, ojwt, sys, sysJWT)
-	makeTopology(t, url, stream.ConnectConfig{Creds: filepath.Join(dir, "admin.creds")})
+	makeTopology(t, url, natsnode.ConnectConfig{Creds: filepath.Join(dir, "admin.creds")})
 	if st, out, _ := runCLI("auth", "check", "--dir", dir, "--server", url, "--operator", "--roles", "agent"); st != exitOK || !strings.Contains(out, "agent (tenant acme)") {
 		t.Fatalf("check --operator: exit %d\n%s", st, out)
 	}
@@ -251,8 +253,8 @@ func TestAuthCredsTenants(t *testing.T) {
 	if st, _, errOut := runCLI("auth", "creds", "--dir", dir, "--operator-seed", operatorSeed); st != exitOK {
 		t.Fatalf("creds again: %s", errOut)
 	}
-	kd := stream.KeyDir(dir)
-	nc, err := stream.Connect(context.Background(), stream.ConnectConfig{URL: url, Creds: kd.TenantAgentCredsFile("acme", "bot2")})
+	kd := access.KeyDir(dir)
+	nc, err := natsnode.Connect(context.Background(), natsnode.ConnectConfig{URL: url, Creds: kd.TenantAgentCredsFile("acme", "bot2")})
 	if err != nil {
 		t.Fatalf("bot2: %v", err)
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 	"github.com/jingwei/jingwei/tools"
 	"github.com/jingwei/jingwei/tools/toolsmcp"
 	"github.com/jingwei/jingwei/worker/catalog"
@@ -21,7 +21,7 @@ import (
 
 func init() {
 	register(command{name: "tools", summary: "check a tool catalog against its MCP servers, import an MCP server's tools as a catalog skeleton, or serve the example tools over MCP", run: runTools})
-	commandRole["tools"] = stream.RoleWorker // serve-examples writes the example tools' records
+	commandRole["tools"] = access.RoleWorker // serve-examples writes the example tools' records
 }
 
 const toolsHelp = `  jingwei tools check FILE [--timeout 30s]

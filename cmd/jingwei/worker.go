@@ -14,6 +14,7 @@ import (
 	"github.com/jingwei/jingwei/metrics"
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/tools"
 	"github.com/jingwei/jingwei/worker"
 	"github.com/jingwei/jingwei/worker/catalog"
@@ -91,7 +92,7 @@ type natsFlags struct {
 }
 
 func (n *natsFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&n.server, "server", envOr("NATS_URL", stream.DefaultURL), "NATS server URL(s), comma separated (env NATS_URL)")
+	fs.StringVar(&n.server, "server", envOr("NATS_URL", natsnode.DefaultURL), "NATS server URL(s), comma separated (env NATS_URL)")
 	fs.StringVar(&n.creds, "creds", envOr("NATS_CREDS", ""), "NATS credentials file (env NATS_CREDS)")
 	fs.StringVar(&n.nkey, "nkey", envOr("NATS_NKEY", ""), "NATS nkey seed file for authentication (env NATS_NKEY)")
 	fs.StringVar(&n.tlsca, "tlsca", envOr("NATS_CA", ""), "PEM file of CAs to verify the server's TLS certificate (env NATS_CA)")

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 // Restartable is an embedded server a test stops and starts again on the
@@ -20,7 +21,7 @@ type Restartable struct {
 	dir  string
 	addr string
 	nc   *nats.Conn
-	srv  *stream.Embedded
+	srv  *natsnode.Embedded
 }
 
 // StartRestartable starts a Restartable server (interval sync, a
@@ -29,7 +30,7 @@ type Restartable struct {
 func StartRestartable(t testing.TB, tc stream.TopologyConfig) (*Restartable, *nats.Conn, *stream.Topology) {
 	t.Helper()
 	r := &Restartable{t: t, dir: t.TempDir()}
-	srv, err := stream.StartEmbedded(context.Background(), stream.EmbeddedConfig{Dir: r.dir, Listen: "127.0.0.1:-1", Sync: stream.SyncInterval})
+	srv, err := natsnode.StartEmbedded(context.Background(), natsnode.EmbeddedConfig{Dir: r.dir, Listen: "127.0.0.1:-1", Sync: natsnode.SyncInterval})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +57,7 @@ func StartRestartable(t testing.TB, tc stream.TopologyConfig) (*Restartable, *na
 }
 
 // Embedded is the server running now.
-func (r *Restartable) Embedded() *stream.Embedded { return r.srv }
+func (r *Restartable) Embedded() *natsnode.Embedded { return r.srv }
 
 // Restart shuts the server down, starts it again on the same store and
 // address, and waits (up to 20 s) for the connection StartRestartable
@@ -64,7 +65,7 @@ func (r *Restartable) Embedded() *stream.Embedded { return r.srv }
 func (r *Restartable) Restart() {
 	r.t.Helper()
 	r.srv.Shutdown()
-	srv, err := stream.StartEmbedded(context.Background(), stream.EmbeddedConfig{Dir: r.dir, Listen: r.addr, Sync: stream.SyncInterval})
+	srv, err := natsnode.StartEmbedded(context.Background(), natsnode.EmbeddedConfig{Dir: r.dir, Listen: r.addr, Sync: natsnode.SyncInterval})
 	if err != nil {
 		r.t.Fatal(err)
 	}

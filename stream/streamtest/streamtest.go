@@ -40,6 +40,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 // Config tunes Start; the zero value is what Start uses.
@@ -48,13 +49,13 @@ type Config struct {
 	Topology stream.TopologyConfig
 	// Sync defaults to stream.SyncInterval (tests that check durability set
 	// stream.SyncAlways).
-	Sync stream.SyncMode
+	Sync natsnode.SyncMode
 	// Dir defaults to t.TempDir().
 	Dir string
 }
 
 // Start starts an embedded server with the default topology; see StartWith.
-func Start(t testing.TB) (*stream.Embedded, *nats.Conn, *stream.Topology) {
+func Start(t testing.TB) (*natsnode.Embedded, *nats.Conn, *stream.Topology) {
 	t.Helper()
 	return StartWith(t, Config{})
 }
@@ -63,7 +64,7 @@ func Start(t testing.TB) (*stream.Embedded, *nats.Conn, *stream.Topology) {
 // store in a fresh temporary directory, connects to it and ensures the
 // topology. Everything is closed when the test ends. It fails the test on
 // any error.
-func StartWith(t testing.TB, cfg Config) (*stream.Embedded, *nats.Conn, *stream.Topology) {
+func StartWith(t testing.TB, cfg Config) (*natsnode.Embedded, *nats.Conn, *stream.Topology) {
 	t.Helper()
 	if cfg.Dir == "" {
 		cfg.Dir = t.TempDir()
@@ -80,7 +81,7 @@ func StartWith(t testing.TB, cfg Config) (*stream.Embedded, *nats.Conn, *stream.
 // topology ensured.
 type Server struct {
 	// Embedded is the server.
-	Embedded *stream.Embedded
+	Embedded *natsnode.Embedded
 	// Conn is a connection to it.
 	Conn *nats.Conn
 	// Topology is the topology ensured on it.
@@ -94,7 +95,7 @@ type Server struct {
 // temporary directory that Close removes. Close tears everything down.
 func New(cfg Config) (*Server, error) {
 	if cfg.Sync == "" {
-		cfg.Sync = stream.SyncInterval
+		cfg.Sync = natsnode.SyncInterval
 	}
 	s := &Server{}
 	if cfg.Dir == "" {
@@ -107,7 +108,7 @@ func New(cfg Config) (*Server, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var err error
-	if s.Embedded, err = stream.StartEmbedded(ctx, stream.EmbeddedConfig{Dir: cfg.Dir, Listen: "127.0.0.1:-1", Sync: cfg.Sync}); err != nil {
+	if s.Embedded, err = natsnode.StartEmbedded(ctx, natsnode.EmbeddedConfig{Dir: cfg.Dir, Listen: "127.0.0.1:-1", Sync: cfg.Sync}); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("start server: %w", err)
 	}

@@ -360,11 +360,11 @@ func TestCrashMidCallIsUncertainOnTheLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lg, err := topo.OpenLog(t.Context(), "s-crash", "test", 1)
+	lg, err := topo.Logs().OpenLog(t.Context(), "s-crash", "test", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := worker.New(worker.Config{Session: lg.Session(), Log: lg, Registry: reg, Plans: stream.NewPlans(topo.Plans), Budget: stream.NewBudget(topo.Budget)})
+	rt, err := worker.New(worker.Config{Session: lg.Session(), Log: lg, Registry: reg, Plans: stream.NewPlans(topo.PlanBucket), Budget: stream.NewBudget(topo.Budget)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -375,7 +375,7 @@ func TestCrashMidCallIsUncertainOnTheLog(t *testing.T) {
 	if res.Status != schema.StatusFailed || res.Retryable {
 		t.Fatalf("crash mid-call: status %s retryable %v (%s), want failed, not retryable", res.Status, res.Retryable, res.Error)
 	}
-	h, err := topo.Load(t.Context(), "s-crash")
+	h, err := topo.Logs().Load(t.Context(), "s-crash")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,7 +40,7 @@ func (e *env) reviewsAfter(callID string, d time.Duration) []service.ReviewCheck
 
 func (e *env) publish(rv schema.Review) {
 	b, _ := json.Marshal(rv)
-	if _, err := e.topo.JS.Publish(e.ctx, e.topo.ReviewsSubject(session), b); err != nil {
+	if _, err := e.topo.JS.Publish(e.ctx, e.topo.Names().ReviewsSubject(session), b); err != nil {
 		e.t.Fatal(err)
 	}
 }

@@ -62,7 +62,7 @@ tools:
 	}
 	e.startProber(func(c *prober.Config) { c.Tools = reg })
 
-	a, err := e.topo.TakeOver(e.ctx, session, "w-a", e.topo.SessionLeases())
+	a, err := e.topo.Leases().TakeOver(e.ctx, session, "w-a", e.topo.Leases().SessionLeases())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func waitStarted(t *testing.T, e *env, callID *string) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
 	for *callID == "" {
-		h, err := e.topo.Load(ctx, session)
+		h, err := e.topo.Logs().Load(ctx, session)
 		if err != nil {
 			t.Fatal(err)
 		}

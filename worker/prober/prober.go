@@ -172,10 +172,10 @@ func (p *Prober) PublicKey() string { return p.pub }
 // tool names a probe, until ctx ends.
 func (p *Prober) Run(ctx context.Context) error {
 	t := p.cfg.Topology
-	cons, err := t.JS.CreateOrUpdateConsumer(ctx, t.StreamName("ASSESSMENTS"), jetstream.ConsumerConfig{
+	cons, err := t.JS.CreateOrUpdateConsumer(ctx, t.Names().StreamName("ASSESSMENTS"), jetstream.ConsumerConfig{
 		Durable:       t.Prefix + "-prober-" + p.cfg.Name,
 		Description:   "jingwei prober " + p.cfg.Name + ": probes uncertain calls",
-		FilterSubject: t.AssessmentsSubject("*"),
+		FilterSubject: t.Names().AssessmentsSubject("*"),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckWait:       time.Duration(p.cfg.Attempts+1) * (p.cfg.Timeout + p.cfg.Backoff),
@@ -271,7 +271,7 @@ func (p *Prober) Probe(ctx context.Context, a schema.Assessment) (*schema.Review
 		return nil, err
 	}
 	id := "probe-" + a.Session + "-" + a.CallID + "-" + string(signed.Verdict)
-	if err := p.publish(ctx, p.cfg.Topology.ReviewsSubject(a.Session), b, id); err != nil {
+	if err := p.publish(ctx, p.cfg.Topology.Names().ReviewsSubject(a.Session), b, id); err != nil {
 		return nil, fmt.Errorf("prober: publish review of %q: %w", a.CallID, err)
 	}
 	out.Verdict, out.Took, out.Kind = signed.Verdict, p.cfg.Now().Sub(start), Settled

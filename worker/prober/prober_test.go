@@ -104,7 +104,7 @@ func (e *env) runtime(tk *stream.Takeover, tool worker.Tool) *worker.Runtime {
 	pp, _ := e.planner.PublicKey()
 	planners, _ := recovery.NewTrustedKeys(pp)
 	rt, err := worker.New(worker.Config{Session: session, Log: tk.Log, History: tk.History, Registry: reg,
-		Plans: stream.NewPlans(e.topo.Plans), Budget: stream.NewBudget(e.topo.Budget), TrustedPlanners: planners})
+		Plans: stream.NewPlans(e.topo.PlanBucket), Budget: stream.NewBudget(e.topo.Budget), TrustedPlanners: planners})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func (e *env) frozenCharge(chargeFirst bool) (callID string, resume func() error
 		bodyErr <- err
 		return nil, err
 	}
-	a, err := e.topo.TakeOver(e.ctx, session, "w-a", e.topo.SessionLeases())
+	a, err := e.topo.Leases().TakeOver(e.ctx, session, "w-a", e.topo.Leases().SessionLeases())
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func TestProbeNotFoundSettlesAndZombieCannotLand(t *testing.T) {
 	}
 	var b *stream.Takeover
 	streamtest.Eventually(t, 10*time.Second, "a new writer takes the session", func() bool {
-		b, err = e.topo.TakeOver(e.ctx, session, "w-b", e.topo.SessionLeases())
+		b, err = e.topo.Leases().TakeOver(e.ctx, session, "w-b", e.topo.Leases().SessionLeases())
 		return err == nil
 	})
 	res, err := e.runtime(b, e.tl.PaymentsChargeTool()).CallWithOptions(e.ctx, tools.PaymentsCharge, chargeArgs, worker.CallOptions{Retry: &plan})

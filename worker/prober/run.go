@@ -19,7 +19,7 @@ import (
 // be running) gives epoch 0: the probe may still find the effect, but its
 // not_found is never authoritative then.
 func (p *Prober) request(ctx context.Context, a schema.Assessment) (worker.BodyRequest, error) {
-	h, err := p.cfg.Topology.Load(ctx, a.Session)
+	h, err := p.cfg.Topology.Logs().Load(ctx, a.Session)
 	if err != nil {
 		return worker.BodyRequest{}, fmt.Errorf("prober: load %s: %w", a.Session, err)
 	}

@@ -37,7 +37,7 @@ func TestProbeUnfencedTimeout(t *testing.T) {
 				<-release // ignores its deadline, like a body stuck in I/O
 				return charge(context.Background(), req)
 			}
-			a, err := e.topo.TakeOver(e.ctx, session, "w-a", e.topo.SessionLeases())
+			a, err := e.topo.Leases().TakeOver(e.ctx, session, "w-a", e.topo.Leases().SessionLeases())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -184,7 +184,7 @@ func TestAsyncAcksFenceAssessmentDeduplicated(t *testing.T) {
 	if got := storedAssessments(t, e); got != 3 {
 		t.Fatalf("%d assessments stored, want 3", got)
 	}
-	m, err := e.topo.Assessments.GetLastMsgForSubject(ctx, e.topo.AssessmentsSubject("s-1"))
+	m, err := e.topo.Assessments.GetLastMsgForSubject(ctx, e.topo.Names().AssessmentsSubject("s-1"))
 	if err != nil {
 		t.Fatal(err)
 	}

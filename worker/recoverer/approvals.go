@@ -113,7 +113,7 @@ func (r *Recoverer) approvalStatus(ctx context.Context, session string, st *serv
 	if session == "" {
 		st.AwaitingApproval, st.StoppedTasks = r.classify.track.approvals.list("")
 	} else {
-		h, err := r.cfg.Topology.Load(ctx, session)
+		h, err := r.cfg.Topology.Logs().Load(ctx, session)
 		if err != nil {
 			return err
 		}

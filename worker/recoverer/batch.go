@@ -138,7 +138,7 @@ func (b *batches) publish(ctx context.Context, acks *asyncAcks, g *batchGroup) (
 	if len(g.ids) > 1 {
 		data = append(g.buf, ']')
 	}
-	msg := &nats.Msg{Subject: b.p.t.AssessmentsSubject(g.session), Header: nats.Header{HeaderAssessmentID: g.ids}, Data: data}
+	msg := &nats.Msg{Subject: b.p.t.Names().AssessmentsSubject(g.session), Header: nats.Header{HeaderAssessmentID: g.ids}, Data: data}
 	// A single assessment goes out as before batches: without a
 	// Nats-Msg-Id (dedup per assessment costs a third of the
 	// classifier's throughput), re-sent with its id as one. A batch

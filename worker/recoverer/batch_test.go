@@ -185,7 +185,7 @@ func TestBatchedAssessmentsStoredBeforeAcked(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The one message the stream holds: now it is full.
-	if _, err := e.topo.JS.Publish(ctx, e.topo.AssessmentsSubject("s-other"), []byte(okAssessmentJSON(t))); err != nil {
+	if _, err := e.topo.JS.Publish(ctx, e.topo.Names().AssessmentsSubject("s-other"), []byte(okAssessmentJSON(t))); err != nil {
 		t.Fatal(err)
 	}
 	w := e.writer("s-1", "w1")
@@ -199,7 +199,7 @@ func TestBatchedAssessmentsStoredBeforeAcked(t *testing.T) {
 	// Refused: nothing acknowledged, for as long as the refusal lasts.
 	deadline := time.Now().Add(1500 * time.Millisecond)
 	for time.Now().Before(deadline) {
-		c, err := e.topo.JS.Consumer(ctx, e.topo.StreamName("EVENTS"), "jw-recoverer-a-events")
+		c, err := e.topo.JS.Consumer(ctx, e.topo.Names().StreamName("EVENTS"), "jw-recoverer-a-events")
 		if err == nil && c.CachedInfo().AckFloor.Stream > 0 {
 			t.Fatalf("events acknowledged (floor %d) while their assessments could not be stored", c.CachedInfo().AckFloor.Stream)
 		}
@@ -207,7 +207,7 @@ func TestBatchedAssessmentsStoredBeforeAcked(t *testing.T) {
 	}
 	// The classifier had the events (delivered, not acknowledged) and
 	// stored nothing of them.
-	c, err := e.topo.JS.Consumer(ctx, e.topo.StreamName("EVENTS"), "jw-recoverer-a-events")
+	c, err := e.topo.JS.Consumer(ctx, e.topo.Names().StreamName("EVENTS"), "jw-recoverer-a-events")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,11 +253,11 @@ func TestFencedAssessmentAfterItsSessionBatch(t *testing.T) {
 	if err := w.lease.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	lease, err := e.topo.AcquireLease(ctx, "s-f", "w2")
+	lease, err := e.topo.Leases().AcquireLease(ctx, "s-f", "w2")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.topo.Fence(ctx, "s-f", "w2", lease.Epoch); err != nil {
+	if _, err := e.topo.Logs().Fence(ctx, "s-f", "w2", lease.Epoch); err != nil {
 		t.Fatal(err)
 	}
 	// Everything is in the log before the classifier starts: it is

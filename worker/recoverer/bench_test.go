@@ -16,6 +16,7 @@ import (
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/stream/streamtest"
 )
 
@@ -46,7 +47,7 @@ func newClassifyFixture(b *testing.B) *classifyFixture {
 		} {
 			ev.V, ev.Session, ev.Epoch, ev.At = 1, s, 1, time.Now().UTC()
 			data, _ := json.Marshal(ev)
-			if _, err := topo.JS.PublishAsync(topo.EventsSubject(s), data); err != nil {
+			if _, err := topo.JS.PublishAsync(topo.Names().EventsSubject(s), data); err != nil {
 				b.Fatal(err)
 			}
 			if topo.JS.PublishAsyncPending() > 2000 {
@@ -77,7 +78,7 @@ func (f *classifyFixture) acked(b *testing.B, name string, done <-chan error) ti
 			b.Fatalf("consumer %s ended before it acknowledged every event: %v", name, err)
 		default:
 		}
-		c, err := f.topo.JS.Consumer(ctx, f.topo.StreamName("EVENTS"), name)
+		c, err := f.topo.JS.Consumer(ctx, f.topo.Names().StreamName("EVENTS"), name)
 		if err == nil && c.CachedInfo().AckFloor.Stream >= f.last {
 			return time.Since(c.CachedInfo().Created)
 		}
@@ -159,7 +160,7 @@ func BenchmarkClassify(b *testing.B) {
 	}
 	raw := func(writes bool) time.Duration {
 		name := fmt.Sprintf("raw-%d", benchRun.Add(1))
-		cons, err := topo.JS.CreateOrUpdateConsumer(ctx, topo.StreamName("EVENTS"), eventsConsumerConfig(name))
+		cons, err := topo.JS.CreateOrUpdateConsumer(ctx, topo.Names().StreamName("EVENTS"), eventsConsumerConfig(name))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -196,7 +197,7 @@ func BenchmarkClassify(b *testing.B) {
 				b.Fatal(err)
 			}
 			if writes && n%3 == 0 {
-				msg := nats.NewMsg(topo.AssessmentsSubject("s-63"))
+				msg := nats.NewMsg(topo.Names().AssessmentsSubject("s-63"))
 				msg.Data = assessment
 				msg.Header.Set(HeaderAssessmentID, "a.s-63.c-19999.ok")
 				f, err := ajs.PublishMsgAsync(msg)
@@ -287,14 +288,14 @@ func BenchmarkPrepareRacing(b *testing.B) {
 		d = race(b, racers, func(i int) error {
 			for j := range calls {
 				id := fmt.Sprintf("p-%d-%d", n, j)
-				_, err := topos[i].Plans.Create(ctx, "raw-"+id, value)
+				_, err := topos[i].PlanBucket.Create(ctx, "raw-"+id, value)
 				if errors.Is(err, jetstream.ErrKeyExists) {
 					continue
 				}
 				if err != nil {
 					return err
 				}
-				if _, err := topos[i].JS.Publish(ctx, topo.PlansSubject("raw"), value, jetstream.WithMsgID(id)); err != nil {
+				if _, err := topos[i].JS.Publish(ctx, topo.Names().PlansSubject("raw"), value, jetstream.WithMsgID(id)); err != nil {
 					return err
 				}
 			}
@@ -312,7 +313,7 @@ func BenchmarkPrepareRacing(b *testing.B) {
 // racerTopologies opens n topologies on topo's streams, each on its own
 // connection to srv (closed when tb ends): racers that must not share a
 // connection, as separate processes would not.
-func racerTopologies(tb testing.TB, srv *stream.Embedded, topo *stream.Topology, n int) []*stream.Topology {
+func racerTopologies(tb testing.TB, srv *natsnode.Embedded, topo *stream.Topology, n int) []*stream.Topology {
 	tb.Helper()
 	topos := make([]*stream.Topology, n)
 	for i := range topos {

@@ -49,7 +49,7 @@ func TestBlankOperatorRefusedEverywhere(t *testing.T) {
 		t.Fatal(err)
 	}
 	last := info.State.LastSeq
-	cons, err := e.topo.JS.Consumer(ctx, e.topo.StreamName("REVIEWS"), r.reviews.consumerName("reviews"))
+	cons, err := e.topo.JS.Consumer(ctx, e.topo.Names().StreamName("REVIEWS"), r.reviews.consumerName("reviews"))
 	if err != nil {
 		t.Fatal(err)
 	}

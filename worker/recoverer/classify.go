@@ -58,7 +58,7 @@ type classifier struct {
 	// must follow it. Only the run goroutine uses it.
 	delivered uint64
 	// load reads a session's history through at least a sequence
-	// (Topology.LoadThrough); tests replace it with a lagging replica.
+	// (Logs.LoadThrough); tests replace it with a lagging replica.
 	load func(ctx context.Context, session string, atLeast uint64) ([]schema.Event, error)
 }
 
@@ -103,7 +103,7 @@ func eventsConsumerConfig(name string) jetstream.ConsumerConfig {
 func (c *classifier) start(ctx context.Context) (jetstream.Consumer, error) {
 	cfg := eventsConsumerConfig(c.consumerName("events"))
 	cfg.Description = "jingwei recovery worker " + c.cfg.Name + ": classifies every call"
-	cons, err := c.t.JS.CreateOrUpdateConsumer(ctx, c.t.StreamName("EVENTS"), cfg)
+	cons, err := c.t.JS.CreateOrUpdateConsumer(ctx, c.t.Names().StreamName("EVENTS"), cfg)
 	if err != nil {
 		return nil, fmt.Errorf("events consumer: %w", err)
 	}
@@ -152,7 +152,7 @@ func (c *classifier) seed(ctx context.Context, cons jetstream.Consumer) error {
 		c.seeded = true
 		return nil
 	}
-	sessions, err := sessionsOf(ctx, c.t, info.Stream, c.t.EventsSubject(""))
+	sessions, err := sessionsOf(ctx, c.t, info.Stream, c.t.Names().EventsSubject(""))
 	if err != nil {
 		return fmt.Errorf("events consumer: seed: list sessions: %w", err)
 	}
@@ -160,7 +160,7 @@ func (c *classifier) seed(ctx context.Context, cons jetstream.Consumer) error {
 	var found []finding
 	events := 0
 	for _, s := range sessions {
-		err := c.t.ReadSubject(ctx, info.Stream, c.t.EventsSubject(s), func(m *jetstream.RawStreamMsg) error {
+		err := c.t.Reader().ReadSubject(ctx, info.Stream, c.t.Names().EventsSubject(s), func(m *jetstream.RawStreamMsg) error {
 			if m.Sequence > floor {
 				return errDone
 			}
@@ -215,7 +215,7 @@ func (c *classifier) inspectLoaded(ctx context.Context, session, callID string, 
 func (c *classifier) loadThrough(ctx context.Context, session, callID string, seq uint64) ([]schema.Event, error) {
 	load := c.load
 	if load == nil {
-		load = c.t.LoadThrough
+		load = c.t.Logs().LoadThrough
 	}
 	b := newBackoff(10*time.Millisecond, 500*time.Millisecond, shortReadFor)
 	for {

@@ -79,7 +79,7 @@ func (c *counting) step(ctx context.Context, renewed *time.Time, renewEvery time
 	}
 	if h == nil {
 		since := time.Now()
-		nh, err := c.t.HoldLease(ctx, CountingLease, c.cfg.Owner, nil)
+		nh, err := c.t.Leases().HoldLease(ctx, CountingLease, c.cfg.Owner, nil)
 		if err != nil {
 			if !errors.Is(err, stream.ErrLeaseHeld) && ctx.Err() == nil {
 				c.log.Debug().Err(err).Msg("counting lease not acquired")

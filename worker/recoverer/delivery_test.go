@@ -44,11 +44,11 @@ func TestDeliveryOfMatchesMetadata(t *testing.T) {
 	e := setup(t, 0)
 	ctx := context.Background()
 	for i := range 20 {
-		if _, err := e.topo.JS.Publish(ctx, e.topo.EventsSubject(fmt.Sprintf("s-%d", i%3)), []byte("{}")); err != nil {
+		if _, err := e.topo.JS.Publish(ctx, e.topo.Names().EventsSubject(fmt.Sprintf("s-%d", i%3)), []byte("{}")); err != nil {
 			t.Fatal(err)
 		}
 	}
-	cons, err := e.topo.JS.CreateOrUpdateConsumer(ctx, e.topo.StreamName("EVENTS"), eventsConsumerConfig("deliveries"))
+	cons, err := e.topo.JS.CreateOrUpdateConsumer(ctx, e.topo.Names().StreamName("EVENTS"), eventsConsumerConfig("deliveries"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@
 //     calls (recovery.OpenCalls) to assess every call that finishes;
 //   - the takeovers (takeover.go) watch the expiry of session and
 //     partition leases and fence the sessions whose writer is gone
-//     (stream.Topology.TakeOver with stream.Topology.RecoveryHolds), in
+//     (stream.Leases.TakeOver with stream.Leases.RecoveryHolds), in
 //     parallel on one bounded pool (Config.Parallelism), and reconcile at
 //     start;
 //   - the review checker (reviews.go) consumes jw.reviews.> and judges the
@@ -103,12 +103,12 @@
 // make a finished call look open. It is read again with backoff for up to
 // 15 s, and then the event is left unacknowledged (delivered again after
 // the consumer restarts); it is never classified from a short history. A
-// takeover's history reaches its own fence (stream.Topology.TakeOver).
+// takeover's history reaches its own fence (stream.Leases.TakeOver).
 //
 // # Confirmed histories, prepare and takeover
 //
 // A takeover checks that nobody may still write the session
-// (stream.Topology.Writer), appends session.fenced at the epoch just above
+// (stream.Logs.Writer), appends session.fenced at the epoch just above
 // the log's (below any later owner of the partition) and loads the log. It
 // publishes nothing: the classifier publishes the assessments of the calls
 // the fence closed when it reads the fence, so a recoverer that dies right

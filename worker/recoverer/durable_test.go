@@ -179,11 +179,11 @@ func TestCallOpenedBeforeRestartFencedAfter(t *testing.T) {
 	if err := w.lease.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	lease, err := e.topo.AcquireLease(ctx, "s-f", "w2")
+	lease, err := e.topo.Leases().AcquireLease(ctx, "s-f", "w2")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.topo.Fence(ctx, "s-f", "w2", lease.Epoch); err != nil {
+	if _, err := e.topo.Logs().Fence(ctx, "s-f", "w2", lease.Epoch); err != nil {
 		t.Fatal(err)
 	}
 	a := as.wait(t, "s-f", "c-1", 10*time.Second)
@@ -228,17 +228,17 @@ func killedDuringTakeover(t *testing.T, step string) {
 	if err := w.lease.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	lease, err := e.topo.AcquireLease(ctx, "s-k", "recoverer-a")
+	lease, err := e.topo.Leases().AcquireLease(ctx, "s-k", "recoverer-a")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if step != "leased" {
-		if _, err := e.topo.Fence(ctx, "s-k", "recoverer-a", lease.Epoch); err != nil {
+		if _, err := e.topo.Logs().Fence(ctx, "s-k", "recoverer-a", lease.Epoch); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if step == "published" {
-		h, err := e.topo.Load(ctx, "s-k")
+		h, err := e.topo.Logs().Load(ctx, "s-k")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -261,16 +261,16 @@ func killedDuringTakeover(t *testing.T, step string) {
 	// (leased) or its repair (fenced, published) may publish again, with
 	// the same Msg-Id, which the stream drops.
 	streamtest.Eventually(t, 5*time.Second, "lease expired", func() bool {
-		_, live, err := e.topo.LeaseHolder(ctx, "s-k")
+		_, live, err := e.topo.Leases().LeaseHolder(ctx, "s-k")
 		return err == nil && !live
 	})
 	streamtest.Eventually(t, 10*time.Second, "events acknowledged, lease free", func() bool {
-		c, err := e.topo.JS.Consumer(ctx, e.topo.StreamName("EVENTS"), "jw-recoverer-a-events")
+		c, err := e.topo.JS.Consumer(ctx, e.topo.Names().StreamName("EVENTS"), "jw-recoverer-a-events")
 		if err != nil {
 			return false
 		}
 		info, err := c.Info(ctx)
-		_, live, lerr := e.topo.LeaseHolder(ctx, "s-k")
+		_, live, lerr := e.topo.Leases().LeaseHolder(ctx, "s-k")
 		return err == nil && lerr == nil && !live && info.NumAckPending == 0 && info.NumPending == 0
 	})
 	if n := countOnStream(t, e, "s-k", "c-1"); n != 1 {
@@ -287,7 +287,7 @@ func waitAcked(t *testing.T, e *env, name string, n uint64) {
 	t.Helper()
 	ctx := context.Background()
 	streamtest.Eventually(t, 10*time.Second, "events acknowledged", func() bool {
-		c, err := e.topo.JS.Consumer(ctx, e.topo.StreamName("EVENTS"), "jw-recoverer-"+name+"-events")
+		c, err := e.topo.JS.Consumer(ctx, e.topo.Names().StreamName("EVENTS"), "jw-recoverer-"+name+"-events")
 		if err != nil {
 			return false
 		}
@@ -300,7 +300,7 @@ func waitAcked(t *testing.T, e *env, name string, n uint64) {
 func countOnStream(t *testing.T, e *env, session, callID string) int {
 	t.Helper()
 	n := 0
-	err := e.topo.ReadSubject(context.Background(), e.topo.StreamName("ASSESSMENTS"), e.topo.AssessmentsSubject(session), func(m *jetstream.RawStreamMsg) error {
+	err := e.topo.Reader().ReadSubject(context.Background(), e.topo.Names().StreamName("ASSESSMENTS"), e.topo.Names().AssessmentsSubject(session), func(m *jetstream.RawStreamMsg) error {
 		as, err := schema.DecodeAssessments(m.Data)
 		if err != nil {
 			t.Errorf("assessment message %d: %v", m.Sequence, err)

@@ -25,8 +25,8 @@ func Example() {
 	topo := srv.Topology
 
 	// A tool worker recorded a failed call and released the session.
-	lease, _ := topo.AcquireLease(ctx, "s-1", "worker-a")
-	lg, _ := topo.OpenLog(ctx, "s-1", "worker-a", lease.Epoch)
+	lease, _ := topo.Leases().AcquireLease(ctx, "s-1", "worker-a")
+	lg, _ := topo.Logs().OpenLog(ctx, "s-1", "worker-a", lease.Epoch)
 	op := &schema.Operation{Task: "t-1", Key: "op-7", Contract: effect.Contract{Effect: effect.Idempotent, Revision: "orders-v1"}}
 	_, _ = lg.Append(ctx, schema.Event{Type: schema.TypeCall, Call: &schema.Call{CallID: "c-1", Tool: "orders.create", Arguments: []byte(`{"sku":"A","qty":1}`), StartMarker: true, Operation: op}})
 	_, _ = lg.Append(ctx, schema.Event{Type: schema.TypeStarted, Started: &schema.Started{CallID: "c-1"}})

@@ -31,7 +31,7 @@ func TestClassifierIgnoresAnotherConsumersDeliveries(t *testing.T) {
 	var logs logLines
 	r := e.recoverer("a", func(c *Config) { c.Logger = zerolog.New(&logs) })
 	// The inbox the classifier pulls on, learnt from its pull requests.
-	inbox := streamtest.WatchPullInbox(t, e.nc, e.topo.StreamName("EVENTS"), r.consumerName("events"))
+	inbox := streamtest.WatchPullInbox(t, e.nc, e.topo.Names().StreamName("EVENTS"), r.consumerName("events"))
 	e.run(r)
 	started(t, r)
 
@@ -45,7 +45,7 @@ func TestClassifierIgnoresAnotherConsumersDeliveries(t *testing.T) {
 
 	deliverTo := inbox()
 	t.Logf("the classifier pulls on %s", deliverTo)
-	streamtest.Intrude(t, e.topo.Events, e.topo.EventsSubject("s-x"), deliverTo, 3)
+	streamtest.Intrude(t, e.topo.Events, e.topo.Names().EventsSubject("s-x"), deliverTo, 3)
 
 	// The next real event is classified; the copies changed nothing.
 	w.call("c-2", "orders.create", effect.Idempotent, "k-2")

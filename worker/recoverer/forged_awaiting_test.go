@@ -63,7 +63,7 @@ func TestAwaitingReviewNotHiddenByUnsignedRecords(t *testing.T) {
 	}
 	publish := func(b []byte, as []schema.Assessment) {
 		t.Helper()
-		msg := nats.NewMsg(e.topo.AssessmentsSubject("s-f"))
+		msg := nats.NewMsg(e.topo.Names().AssessmentsSubject("s-f"))
 		msg.Data = b
 		if len(as) == 1 {
 			msg.Header.Add(HeaderAssessmentID, as[0].ID())
@@ -86,7 +86,7 @@ func TestAwaitingReviewNotHiddenByUnsignedRecords(t *testing.T) {
 	// its plan unsigned.
 	rec, _ := json.Marshal(map[string]any{"state": "consumed", "consumed_by": "x",
 		"plan": map[string]any{"v": 1, "plan_id": recovery.PlanID("s-f", "pay-3"), "session": "s-f", "prior_call_id": "pay-3"}})
-	if _, err := e.topo.Plans.Put(ctx, recovery.PlanID("s-f", "pay-3"), rec); err != nil {
+	if _, err := e.topo.PlanBucket.Put(ctx, recovery.PlanID("s-f", "pay-3"), rec); err != nil {
 		t.Fatal(err)
 	}
 
@@ -116,7 +116,7 @@ func TestRepairPublishesOnlySignedPlans(t *testing.T) {
 	rec, _ := json.Marshal(map[string]any{"state": "issued",
 		"plan": map[string]any{"v": 1, "plan_id": id, "session": "s-u", "prior_call_id": "pay-1", "prior_seq": 1, "tool": "payments.charge",
 			"task": "t-1", "key": "k-1", "basis": "reviewed_not_executed"}})
-	if _, err := e.topo.Plans.Put(ctx, id, rec); err != nil {
+	if _, err := e.topo.PlanBucket.Put(ctx, id, rec); err != nil {
 		t.Fatal(err)
 	}
 	r := e.recoverer("a")

@@ -54,7 +54,7 @@ func TestFullSessionRealBoundary(t *testing.T) {
 			futures = futures[:0]
 		}
 		publish := func(b []byte) {
-			f, err := e.topo.JS.PublishAsync(e.topo.EventsSubject(session), b)
+			f, err := e.topo.JS.PublishAsync(e.topo.Names().EventsSubject(session), b)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -79,7 +79,7 @@ func TestFullSessionRealBoundary(t *testing.T) {
 		if _, err := r.TakeOver(ctx, s); err != nil {
 			t.Fatalf("%s: TakeOver: %v", s, err)
 		}
-		if _, err := e.topo.Load(ctx, s); err != nil {
+		if _, err := e.topo.Logs().Load(ctx, s); err != nil {
 			t.Fatalf("%s: Load after the takeover: %v", s, err)
 		}
 		a, err := r.Inspect(ctx, s, "c-1")
@@ -94,11 +94,11 @@ func TestFullSessionRealBoundary(t *testing.T) {
 		if _, err := r.Prepare(ctx, s, "c-1"); !errors.Is(err, schema.ErrHistoryTooLarge) {
 			t.Fatalf("%s: Prepare: %v, want history_too_large", s, err)
 		}
-		if _, err := stream.NewPlans(e.topo.Plans).Get(ctx, recovery.PlanID(s, "c-1")); !errors.Is(err, stream.ErrPlanNotIssued) {
+		if _, err := stream.NewPlans(e.topo.PlanBucket).Get(ctx, recovery.PlanID(s, "c-1")); !errors.Is(err, stream.ErrPlanNotIssued) {
 			t.Fatalf("%s: a plan was issued: %v", s, err)
 		}
 	}
-	if h, _ := e.topo.Load(ctx, "s-full"); len(h) != schema.MaxHistoryEvents {
+	if h, _ := e.topo.Logs().Load(ctx, "s-full"); len(h) != schema.MaxHistoryEvents {
 		t.Fatalf("s-full holds %d events after the takeover, want exactly %d", len(h), schema.MaxHistoryEvents)
 	}
 }

@@ -21,7 +21,7 @@ const historySlack = 1024
 // events from req.FromSeq on, each as stored, up to req.MaxEvents
 // (service.DefaultHistoryEvents when 0) and as many bytes as one answer
 // carries below the server's max_payload, read from the stream leader's
-// view (stream.Topology.ReadLog) up to End, the last sequence the leader
+// view (stream.Logs.ReadLog) up to End, the last sequence the leader
 // held for the session when the page was read.
 //
 // A tenant-scoped agent (service.Caller(ctx) is its tenant) reads its own
@@ -59,7 +59,7 @@ func historyPage(ctx context.Context, t *stream.Topology, req service.HistoryReq
 		used int
 		bad  error
 	)
-	end, err := t.ReadLog(ctx, req.Session, req.FromSeq, func(seq uint64, data []byte) bool {
+	end, err := t.Logs().ReadLog(ctx, req.Session, req.FromSeq, func(seq uint64, data []byte) bool {
 		if _, err := schema.DecodeEvent(data); err != nil {
 			bad = storedEventError(req.Session, seq, err)
 			return false

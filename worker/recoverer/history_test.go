@@ -88,7 +88,7 @@ func TestHistoryTenantScoped(t *testing.T) {
 	// What the admin reads directly: the stored bytes.
 	stored := func(session string) []service.StoredEvent {
 		var out []service.StoredEvent
-		if _, err := e.topo.ReadLog(context.Background(), session, 0, func(seq uint64, data []byte) bool {
+		if _, err := e.topo.Logs().ReadLog(context.Background(), session, 0, func(seq uint64, data []byte) bool {
 			out = append(out, service.StoredEvent{Seq: seq, Event: bytes.Clone(data)})
 			return true
 		}); err != nil {

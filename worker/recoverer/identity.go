@@ -146,7 +146,7 @@ func (g *identityGuard) set(ps []stream.IdentityProblem) {
 // again before each prepare: the session logs, the reviews and the plans
 // bucket (the others are compared every Config.IdentityInterval).
 func (g *identityGuard) decidesFrom() []string {
-	return []string{g.t.StreamName("EVENTS"), g.t.StreamName("REVIEWS"), "KV_" + g.t.Prefix + "_plans"}
+	return []string{g.t.Names().StreamName("EVENTS"), g.t.Names().StreamName("REVIEWS"), "KV_" + g.t.Prefix + "_plans"}
 }
 
 // verify compares the streams prepare decides from now (every stream,

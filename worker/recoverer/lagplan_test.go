@@ -50,7 +50,7 @@ func TestRacingPrepareOnLaggingReplica(t *testing.T) {
 	}
 
 	second := e.recoverer("b")
-	lag := &laggingKV{KeyValue: e.topo.Plans}
+	lag := &laggingKV{KeyValue: e.topo.PlanBucket}
 	lag.misses.Store(4)
 	second.issuer.plans = stream.NewPlans(lag)
 	e.run(second)

@@ -36,7 +36,7 @@ func TestLostDeliveriesAreDeliveredAgain(t *testing.T) {
 	// waiting pulls in turn, so it takes some of the events below.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cons, err := e.topo.JS.Consumer(ctx, e.topo.StreamName("EVENTS"), e.topo.Prefix+"-recoverer-a-events")
+	cons, err := e.topo.JS.Consumer(ctx, e.topo.Names().StreamName("EVENTS"), e.topo.Prefix+"-recoverer-a-events")
 	if err != nil {
 		t.Fatal(err)
 	}

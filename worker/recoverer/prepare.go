@@ -41,7 +41,7 @@ type issuer struct {
 }
 
 func newIssuer(b *base, pub *publisher, reviews *reviewChecker, leases *takeovers, settled func(session, callID string)) *issuer {
-	return &issuer{base: b, plans: stream.NewPlans(b.t.Plans), pub: pub, reviews: reviews, leases: leases, settled: settled, auto: make(chan [2]string, 1024), planner: cachePlannerKey(b.cfg.PlannerKey)}
+	return &issuer{base: b, plans: stream.NewPlans(b.t.PlanBucket), pub: pub, reviews: reviews, leases: leases, settled: settled, auto: make(chan [2]string, 1024), planner: cachePlannerKey(b.cfg.PlannerKey)}
 }
 
 // prepare is Recoverer.Prepare for a checked target. It reads the log
@@ -91,14 +91,14 @@ func (r *issuer) prepare(ctx context.Context, session, callID string) (schema.Pl
 		r.settled(session, callID)
 		return rec.Plan, nil
 	}
-	loaded, err := r.t.LoadForPlan(ctx, session)
+	loaded, err := r.t.Plans().LoadForPlan(ctx, session)
 	if err != nil {
 		return schema.Plan{}, err
 	}
 	h := loaded.Events
 	if recovery.IsOpen(h, callID) {
 		// Not confirmed: a writer may still finish the call.
-		if lv, live, err := r.t.Writer(ctx, session); err != nil {
+		if lv, live, err := r.t.Logs().Writer(ctx, session); err != nil {
 			return schema.Plan{}, err
 		} else if live {
 			return schema.Plan{}, schema.Errorf(schema.CodeNotConfirmed, "call %q is still open and session %s is owned by %q (epoch %d): wait for its result or for the lease to expire", callID, session, lv.Owner, lv.Epoch)
@@ -113,7 +113,7 @@ func (r *issuer) prepare(ctx context.Context, session, callID string) (schema.Pl
 				// A new owner of the session's partition fenced it first:
 				// its fence closed the call, so the history is confirmed
 				// now; read what followed the load above.
-				if loaded, err = r.t.ExtendLoaded(ctx, session, loaded); err != nil {
+				if loaded, err = r.t.Plans().ExtendLoaded(ctx, session, loaded); err != nil {
 					return schema.Plan{}, err
 				}
 				h = loaded.Events
@@ -123,7 +123,7 @@ func (r *issuer) prepare(ctx context.Context, session, callID string) (schema.Pl
 			default:
 				return schema.Plan{}, terr
 			}
-		} else if loaded, err = r.t.ExtendLoaded(ctx, session, loaded); err != nil {
+		} else if loaded, err = r.t.Plans().ExtendLoaded(ctx, session, loaded); err != nil {
 			// The room left is counted on the log with the takeover's
 			// fence (and whatever followed it).
 			return schema.Plan{}, err
@@ -191,12 +191,12 @@ func (r *issuer) retryNeed(args json.RawMessage) (int, int64) {
 // roomForRetry refuses, with history_too_large, a plan for callID whose
 // attempt the session log has no room to record: fewer events, or fewer
 // bytes of serialized history, left before the fence reserve (loaded, the
-// log as read, stream.Topology.LoadedRoom) than a retry needs
+// log as read, stream.Plans.LoadedRoom) than a retry needs
 // (retryNeed). No plan is issued then: no tool
 // worker could run it, and it would be held and tried again for nothing.
 // A call that inspect refuses (unknown, corrupt) gets that answer first.
 func (r *issuer) roomForRetry(session, callID string, h []schema.Event, loaded stream.Loaded) error {
-	events, bytes := r.t.LoadedRoom(loaded)
+	events, bytes := r.t.Plans().LoadedRoom(loaded)
 	var args json.RawMessage
 	for i := len(h) - 1; i >= 0; i-- {
 		if c := h[i].Call; c != nil && h[i].Type == schema.TypeCall && c.CallID == callID {
@@ -293,7 +293,7 @@ func (r *issuer) issue(ctx context.Context, plan schema.Plan) (schema.Plan, erro
 // re-publication after the dedup window safe; the Msg-Id makes two
 // publishers racing inside it safe.
 func (r *issuer) ensurePublished(ctx context.Context, plan schema.Plan) error {
-	seq, err := r.t.PlanMessage(ctx, plan.Session, plan.PlanID)
+	seq, err := r.t.Plans().PlanMessage(ctx, plan.Session, plan.PlanID)
 	if err != nil || seq > 0 {
 		return err
 	}
@@ -301,7 +301,7 @@ func (r *issuer) ensurePublished(ctx context.Context, plan schema.Plan) error {
 }
 
 // ackFloor is the answer of a plan consumer's ack-floor read
-// (stream.Topology.PlanConsumerAckFloor).
+// (stream.Plans.PlanConsumerAckFloor).
 type ackFloor struct {
 	floor uint64
 	ok    bool
@@ -309,12 +309,12 @@ type ackFloor struct {
 }
 
 // readAckFloor reads the plan consumer's ack floor for session
-// (Topology.PlanConsumerAckFloor) meanwhile: the answer comes on the
+// (Plans.PlanConsumerAckFloor) meanwhile: the answer comes on the
 // channel returned.
 func (r *issuer) readAckFloor(ctx context.Context, session string) <-chan ackFloor {
 	floors := make(chan ackFloor, 1)
 	side.Go(func() {
-		floor, ok, err := r.t.PlanConsumerAckFloor(ctx, session)
+		floor, ok, err := r.t.Plans().PlanConsumerAckFloor(ctx, session)
 		floors <- ackFloor{floor, ok, err}
 	})
 	return floors
@@ -335,7 +335,7 @@ func (r *issuer) readAckFloor(ctx context.Context, session string) <-chan ackFlo
 // is left to the next prepare, as it was).
 func (r *issuer) ensureDeliverable(ctx context.Context, plan schema.Plan) error {
 	floors := r.readAckFloor(ctx, plan.Session)
-	last, err := r.t.PlanMessage(ctx, plan.Session, plan.PlanID)
+	last, err := r.t.Plans().PlanMessage(ctx, plan.Session, plan.PlanID)
 	af := <-floors
 	if err != nil {
 		return err
@@ -349,7 +349,7 @@ func (r *issuer) ensureDeliverable(ctx context.Context, plan schema.Plan) error 
 	if err := r.roomForAgain(ctx, plan); err != nil {
 		return err
 	}
-	subj := r.t.PlansSubject(plan.Session)
+	subj := r.t.Names().PlansSubject(plan.Session)
 	msg := nats.NewMsg(subj)
 	if msg.Data, err = json.Marshal(plan); err != nil {
 		return err
@@ -367,7 +367,7 @@ func (r *issuer) ensureDeliverable(ctx context.Context, plan schema.Plan) error 
 // loaded, and a session with no room left for the retry is answered
 // history_too_large instead of being handed the plan once more.
 func (r *issuer) roomForAgain(ctx context.Context, plan schema.Plan) error {
-	loaded, err := r.t.LoadForPlan(ctx, plan.Session)
+	loaded, err := r.t.Plans().LoadForPlan(ctx, plan.Session)
 	if err != nil {
 		return err
 	}
@@ -419,7 +419,7 @@ func (r *issuer) deliverRecent(ctx context.Context, plan schema.Plan) error {
 	)
 	id := plan.PlanID
 	for range maxAgainChain {
-		ack, err := r.pub.publishAcked(ctx, &nats.Msg{Subject: r.t.PlansSubject(plan.Session), Data: data}, id)
+		ack, err := r.pub.publishAcked(ctx, &nats.Msg{Subject: r.t.Names().PlansSubject(plan.Session), Data: data}, id)
 		if err != nil {
 			return fmt.Errorf("recoverer: publish plan %s: %w", plan.PlanID, err)
 		}
@@ -464,7 +464,7 @@ func (r *issuer) justCreated(rec stream.PlanRecord) bool {
 // Nats-Msg-Id (a racing publication of the same plan inside the dedup
 // window is dropped by the server).
 func (r *issuer) publishPlan(ctx context.Context, plan schema.Plan) error {
-	subj := r.t.PlansSubject(plan.Session)
+	subj := r.t.Names().PlansSubject(plan.Session)
 	b, err := json.Marshal(plan)
 	if err != nil {
 		return err
@@ -516,7 +516,7 @@ func (r *base) signedPlan(p schema.Plan) bool {
 
 // planRecords reads every plan in jw_plans.
 func (r *issuer) planRecords(ctx context.Context) ([]stream.PlanRecord, error) {
-	recs, err := r.t.ListPlans(ctx, "")
+	recs, err := r.t.Plans().ListPlans(ctx, "")
 	if err != nil {
 		return nil, fmt.Errorf("recoverer: list plans: %w", err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/stream/streamtest"
 )
 
@@ -32,7 +33,7 @@ type requestTap struct {
 	added  int64 // messages counted, over every subscription (mu held)
 }
 
-func tapRequests(tb testing.TB, srv *stream.Embedded, topo *stream.Topology) *requestTap {
+func tapRequests(tb testing.TB, srv *natsnode.Embedded, topo *stream.Topology) *requestTap {
 	tb.Helper()
 	nc, err := srv.Connect()
 	if err != nil {
@@ -40,7 +41,7 @@ func tapRequests(tb testing.TB, srv *stream.Embedded, topo *stream.Topology) *re
 	}
 	tb.Cleanup(nc.Close)
 	tap := &requestTap{nc: nc, counts: map[string]int{}}
-	plans := strings.TrimSuffix(topo.PlansSubject("x"), "x")
+	plans := strings.TrimSuffix(topo.Names().PlansSubject("x"), "x")
 	for _, subj := range []string{"$JS.API.>", "$KV.>", plans + ">"} {
 		sub, err := nc.Subscribe(subj, func(m *nats.Msg) { tap.add(requestKind(m.Subject, plans)) })
 		if err != nil {
@@ -143,7 +144,7 @@ func fillUncertain(tb testing.TB, topo *stream.Topology, name string, n int) []s
 	out := make([]string, n)
 	for i := range out {
 		s := fmt.Sprintf("%s-%d", name, i)
-		lg, err := topo.OpenLog(ctx, s, "bench-writer", 1)
+		lg, err := topo.Logs().OpenLog(ctx, s, "bench-writer", 1)
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -193,12 +194,12 @@ func BenchmarkPrepareRequests(b *testing.B) {
 			t := recs[i].t
 			for j := range calls {
 				id := fmt.Sprintf("raw-%d-%d", n, j)
-				_, err := t.Plans.Create(ctx, id, value)
+				_, err := t.PlanBucket.Create(ctx, id, value)
 				switch {
 				case err == nil:
-					_, err = t.JS.Publish(ctx, topo.PlansSubject(id), value[:500], jetstream.WithMsgID(id))
+					_, err = t.JS.Publish(ctx, topo.Names().PlansSubject(id), value[:500], jetstream.WithMsgID(id))
 				case errors.Is(err, jetstream.ErrKeyExists):
-					_, err = t.Plans.Get(ctx, id)
+					_, err = t.PlanBucket.Get(ctx, id)
 				}
 				if err != nil {
 					return err

@@ -51,7 +51,7 @@ func TestPrepareRequestBudget(t *testing.T) {
 	}
 	sessions := fillUncertain(t, topo, "budget", 2)
 	two := "budget-two" // a session with two plans
-	lg, err := topo.OpenLog(ctx, two, "bench-writer", 1)
+	lg, err := topo.Logs().OpenLog(ctx, two, "bench-writer", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,13 +74,13 @@ func TestPrepareRequestBudget(t *testing.T) {
 	}
 	tap := tapRequests(t, srv, topo)
 	var (
-		review  = "STREAM.MSG.GET " + topo.StreamName("REVIEWS")
-		tail    = "STREAM.MSG.GET " + topo.StreamName("EVENTS")
-		batch   = "DIRECT.GET " + topo.StreamName("EVENTS")
+		review  = "STREAM.MSG.GET " + topo.Names().StreamName("REVIEWS")
+		tail    = "STREAM.MSG.GET " + topo.Names().StreamName("EVENTS")
+		batch   = "DIRECT.GET " + topo.Names().StreamName("EVENTS")
 		kvGet   = "DIRECT.GET KV_" + topo.Prefix + "_plans (by subject)"
 		create  = "publish $KV." + topo.Prefix + "_plans (create)"
-		floor   = "CONSUMER.INFO " + topo.StreamName("PLANS")
-		publish = requestKind(topo.PlansSubject("x"), strings.TrimSuffix(topo.PlansSubject("x"), "x"))
+		floor   = "CONSUMER.INFO " + topo.Names().StreamName("PLANS")
+		publish = requestKind(topo.Names().PlansSubject("x"), strings.TrimSuffix(topo.Names().PlansSubject("x"), "x"))
 	)
 	check := func(path string, want map[string]int, f func() error) {
 		t.Helper()
@@ -113,7 +113,7 @@ func TestPrepareRequestBudget(t *testing.T) {
 	if err := prepare(recs[0], sessions[1], "c-1")(); err != nil {
 		t.Fatal(err)
 	}
-	lag := &laggingKV{KeyValue: recs[1].t.Plans}
+	lag := &laggingKV{KeyValue: recs[1].t.PlanBucket}
 	lag.misses.Store(1)
 	recs[1].issuer.plans = stream.NewPlans(lag)
 	check("lost the create", map[string]int{review: 1, kvGet: 1, tail: 1, batch: 1, create: 1, publish: 1}, prepare(recs[1], sessions[1], "c-1"))

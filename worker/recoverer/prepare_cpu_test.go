@@ -57,16 +57,16 @@ func BenchmarkPrepareCPU(b *testing.B) {
 			ss := fillUncertain(b, topo, fmt.Sprintf("bare%d", round), n)
 			cpuPer(b, n, func() {
 				for i, s := range ss {
-					_ = topo.ReadSubject(ctx, topo.StreamName("REVIEWS"), topo.ReviewsSubject(s), func(*jetstream.RawStreamMsg) error { return nil })
+					_ = topo.Reader().ReadSubject(ctx, topo.Names().StreamName("REVIEWS"), topo.Names().ReviewsSubject(s), func(*jetstream.RawStreamMsg) error { return nil })
 					id := fmt.Sprintf("bare-%d-%d", round, i)
-					_, _ = topo.Plans.Get(ctx, id)
-					if _, err := topo.LoadForPlan(ctx, s); err != nil {
+					_, _ = topo.PlanBucket.Get(ctx, id)
+					if _, err := topo.Plans().LoadForPlan(ctx, s); err != nil {
 						b.Fatal(err)
 					}
-					if _, err := topo.Plans.Update(ctx, id, value, 0); err != nil {
+					if _, err := topo.PlanBucket.Update(ctx, id, value, 0); err != nil {
 						b.Fatal(err)
 					}
-					m := nats.NewMsg(topo.PlansSubject(s))
+					m := nats.NewMsg(topo.Names().PlansSubject(s))
 					m.Data = value[:500]
 					if _, err := topo.JS.PublishMsg(ctx, m, jetstream.WithMsgID(id)); err != nil {
 						b.Fatal(err)
@@ -96,15 +96,15 @@ func BenchmarkPrepareCPU(b *testing.B) {
 		for range b.N {
 			cpuPer(b, n, func() {
 				for _, s := range ss {
-					_ = topo.ReadSubject(ctx, topo.StreamName("REVIEWS"), topo.ReviewsSubject(s), func(*jetstream.RawStreamMsg) error { return nil })
+					_ = topo.Reader().ReadSubject(ctx, topo.Names().StreamName("REVIEWS"), topo.Names().ReviewsSubject(s), func(*jetstream.RawStreamMsg) error { return nil })
 					id := recovery.PlanID(s, "c-1")
-					if _, err := topo.Plans.Get(ctx, id); err != nil {
+					if _, err := topo.PlanBucket.Get(ctx, id); err != nil {
 						b.Fatal(err)
 					}
-					if _, err := topo.PlanMessage(ctx, s, id); err != nil {
+					if _, err := topo.Plans().PlanMessage(ctx, s, id); err != nil {
 						b.Fatal(err)
 					}
-					if _, _, err := topo.PlanConsumerAckFloor(ctx, s); err != nil {
+					if _, _, err := topo.Plans().PlanConsumerAckFloor(ctx, s); err != nil {
 						b.Fatal(err)
 					}
 				}

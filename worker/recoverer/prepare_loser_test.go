@@ -30,14 +30,14 @@ func TestLoserPublishesForCrashedWinner(t *testing.T) {
 	if _, err := crashing.Prepare(ctx, "s-l", "c-1"); !errors.Is(err, errCrash) {
 		t.Fatalf("prepare with the crash hook: %v", err)
 	}
-	stored, err := stream.NewPlans(e.topo.Plans).Get(ctx, recovery.PlanID("s-l", "c-1"))
+	stored, err := stream.NewPlans(e.topo.PlanBucket).Get(ctx, recovery.PlanID("s-l", "c-1"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The loser does not see the plan at first (as if it had asked just
 	// before the create), so it plans and loses the create.
 	loser := e.recoverer("b", func(c *Config) { c.Now = func() time.Time { return time.Unix(0, 0) } })
-	lag := &laggingKV{KeyValue: e.topo.Plans}
+	lag := &laggingKV{KeyValue: e.topo.PlanBucket}
 	lag.misses.Store(1)
 	loser.issuer.plans = stream.NewPlans(lag)
 	p, err := loser.Prepare(ctx, "s-l", "c-1")
@@ -110,7 +110,7 @@ func TestPrepareAfterRacingFence(t *testing.T) {
 	fenced := 0
 	r.leases.fault = func(session string) error {
 		fenced++
-		if _, err := e.topo.Fence(ctx, session, "other-owner", 7); err != nil {
+		if _, err := e.topo.Logs().Fence(ctx, session, "other-owner", 7); err != nil {
 			return err
 		}
 		return stream.ErrFenced

@@ -20,7 +20,7 @@ import (
 // subject, in stream order, and their sequences.
 func (e *env) planMsgIDs(session string) (ids []string, seqs []uint64) {
 	e.t.Helper()
-	err := e.topo.ReadSubject(context.Background(), e.topo.PlanLog.CachedInfo().Config.Name, e.topo.PlansStoredSubject(session), func(m *jetstream.RawStreamMsg) error {
+	err := e.topo.Reader().ReadSubject(context.Background(), e.topo.PlanLog.CachedInfo().Config.Name, e.topo.Names().PlansStoredSubject(session), func(m *jetstream.RawStreamMsg) error {
 		ids = append(ids, m.Header.Get(jetstream.MsgIDHeader))
 		seqs = append(seqs, m.Sequence)
 		return nil
@@ -40,10 +40,10 @@ func (e *env) dropPlanMsgs(session string) {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	p := e.topo.PartitionOf(session)
+	p := e.topo.Names().PartitionOf(session)
 	cons, err := e.topo.PlanLog.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable:       e.topo.PlanConsumerName(p),
-		FilterSubject: e.topo.PlansPartitionSubject(p),
+		Durable:       e.topo.Names().PlanConsumerName(p),
+		FilterSubject: e.topo.Names().PlansPartitionSubject(p),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	})
@@ -53,7 +53,7 @@ func (e *env) dropPlanMsgs(session string) {
 	_, seqs := e.planMsgIDs(session)
 	last := seqs[len(seqs)-1]
 	for {
-		floor, _, err := e.topo.PlanConsumerAckFloor(ctx, session)
+		floor, _, err := e.topo.Plans().PlanConsumerAckFloor(ctx, session)
 		if err != nil {
 			e.t.Fatal(err)
 		}
@@ -99,7 +99,7 @@ func TestDeliverRecentIsEnsureDeliverable(t *testing.T) {
 				t.Fatalf("prepare with the crash hook: %v", err)
 			}
 			r := e.recoverer("b")
-			rec, err := stream.NewPlans(e.topo.Plans).Get(ctx, recovery.PlanID("s-d", "c-1"))
+			rec, err := stream.NewPlans(e.topo.PlanBucket).Get(ctx, recovery.PlanID("s-d", "c-1"))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -18,6 +18,8 @@ import (
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 // roomServer is a jingwei server with the roles' accounts on, a recovery
@@ -33,7 +35,7 @@ func startRoomServer(t *testing.T) *roomServer {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	dir := stream.KeyDir(filepath.Join(t.TempDir(), "keys"))
+	dir := access.KeyDir(filepath.Join(t.TempDir(), "keys"))
 	if _, err := dir.Init(); err != nil {
 		t.Fatal(err)
 	}
@@ -41,13 +43,13 @@ func startRoomServer(t *testing.T) *roomServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{Users: keys, Dir: t.TempDir(), Listen: "127.0.0.1:-1", Sync: stream.SyncInterval})
+	srv, err := natsnode.StartEmbedded(ctx, natsnode.EmbeddedConfig{Auth: access.Users{Keys: keys}, Dir: t.TempDir(), Listen: "127.0.0.1:-1", Sync: natsnode.SyncInterval})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Shutdown)
-	connect := func(r stream.Role) (*nats.Conn, jetstream.JetStream) {
-		nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: srv.ClientURL(), NKeySeedFile: dir.SeedFile(r), Name: "test " + string(r)})
+	connect := func(r access.Role) (*nats.Conn, jetstream.JetStream) {
+		nc, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: srv.ClientURL(), NKeySeedFile: dir.SeedFile(r), Name: "test " + string(r)})
 		if err != nil {
 			t.Fatalf("connect as %s: %v", r, err)
 		}
@@ -58,11 +60,11 @@ func startRoomServer(t *testing.T) *roomServer {
 		}
 		return nc, js
 	}
-	_, adminJS := connect(stream.RoleAdmin)
+	_, adminJS := connect(access.RoleAdmin)
 	if _, err := stream.EnsureTopology(ctx, adminJS, stream.TopologyConfig{}); err != nil {
 		t.Fatal(err)
 	}
-	_, recJS := connect(stream.RoleRecoverer)
+	_, recJS := connect(access.RoleRecoverer)
 	topo, err := stream.OpenTopology(ctx, recJS, stream.TopologyConfig{})
 	if err != nil {
 		t.Fatal(err)
@@ -71,7 +73,7 @@ func startRoomServer(t *testing.T) *roomServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, workerJS := connect(stream.RoleWorker)
+	_, workerJS := connect(access.RoleWorker)
 	return &roomServer{rec: rec, topo: topo, worker: workerJS}
 }
 
@@ -85,7 +87,7 @@ func fillBytes(t *testing.T, js jetstream.JetStream, topo *stream.Topology, sess
 	ctx := context.Background()
 	var used int64
 	var last uint64
-	err := topo.ReadSubject(ctx, topo.StreamName("EVENTS"), topo.EventsSubject(session), func(m *jetstream.RawStreamMsg) error {
+	err := topo.Reader().ReadSubject(ctx, topo.Names().StreamName("EVENTS"), topo.Names().EventsSubject(session), func(m *jetstream.RawStreamMsg) error {
 		used += serializedSize(len(m.Data), m.Sequence)
 		last = m.Sequence
 		return nil
@@ -99,7 +101,7 @@ func fillBytes(t *testing.T, js jetstream.JetStream, topo *stream.Topology, sess
 		if err != nil {
 			t.Fatal(err)
 		}
-		ack, err := js.Publish(ctx, topo.EventsSubject(session), b)
+		ack, err := js.Publish(ctx, topo.Names().EventsSubject(session), b)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -175,7 +177,7 @@ func serializedSize(n int, seq uint64) int64 {
 func TestPrepareRefusesSessionFullInBytes(t *testing.T) {
 	ctx := context.Background()
 	rs := startRoomServer(t)
-	plans := stream.NewPlans(rs.topo.Plans)
+	plans := stream.NewPlans(rs.topo.PlanBucket)
 
 	fillBytes(t, rs.worker, rs.topo, "s-full", 726)
 	_, err := rs.rec.Prepare(ctx, "s-full", "c-1")
@@ -185,7 +187,7 @@ func TestPrepareRefusesSessionFullInBytes(t *testing.T) {
 	if rec, err := plans.Get(ctx, recovery.PlanID("s-full", "c-1")); !errors.Is(err, stream.ErrPlanNotIssued) {
 		t.Fatalf("a plan was stored for the full session: %+v %v", rec.Plan, err)
 	}
-	if seq, err := rs.topo.PlanMessage(ctx, "s-full", recovery.PlanID("s-full", "c-1")); err != nil || seq != 0 {
+	if seq, err := rs.topo.Plans().PlanMessage(ctx, "s-full", recovery.PlanID("s-full", "c-1")); err != nil || seq != 0 {
 		t.Fatalf("a plan was published for the full session: seq %d %v", seq, err)
 	}
 

@@ -99,7 +99,7 @@ func TestPrepareWithReviews(t *testing.T) {
 	if msgs := e.planMsgs(); msgs[p.PlanID] != 1 || len(msgs) != 1 {
 		t.Fatalf("JW_PLANS %v, want one message for %s", msgs, p.PlanID)
 	}
-	if rec, err := stream.NewPlans(e.topo.Plans).Get(ctx, p.PlanID); err != nil || rec.State != stream.PlanIssued {
+	if rec, err := stream.NewPlans(e.topo.PlanBucket).Get(ctx, p.PlanID); err != nil || rec.State != stream.PlanIssued {
 		t.Fatalf("jw_plans record %+v %v", rec, err)
 	}
 
@@ -241,7 +241,7 @@ func TestThreeRecoverersRacing(t *testing.T) {
 		}
 		ids[x.call] = x.plan.PlanID
 	}
-	keys, err := e.topo.Plans.Keys(ctx)
+	keys, err := e.topo.PlanBucket.Keys(ctx)
 	if err != nil || len(keys) != calls {
 		t.Fatalf("jw_plans keys %v %v, want %d", keys, err, calls)
 	}
@@ -271,7 +271,7 @@ func TestCrashBetweenCreateAndPublish(t *testing.T) {
 	if _, err := crashing.Prepare(ctx, "s-k", "c-1"); !errors.Is(err, errCrash) {
 		t.Fatalf("prepare with the crash hook: %v", err)
 	}
-	keys, err := e.topo.Plans.Keys(ctx)
+	keys, err := e.topo.PlanBucket.Keys(ctx)
 	if err != nil || len(keys) != 1 {
 		t.Fatalf("jw_plans %v %v, want the created plan", keys, err)
 	}
@@ -323,7 +323,7 @@ func TestAutoPlan(t *testing.T) {
 	if len(msgs) != 1 {
 		t.Fatalf("plans %v, want one (for the idempotent failure)", msgs)
 	}
-	rec, err := stream.NewPlans(e.topo.Plans).Get(context.Background(), firstKey(msgs))
+	rec, err := stream.NewPlans(e.topo.PlanBucket).Get(context.Background(), firstKey(msgs))
 	if err != nil || rec.Plan.PriorCallID != "safe" || rec.Plan.Basis != schema.BasisUncertainSafe {
 		t.Fatalf("auto plan %+v %v", rec, err)
 	}
@@ -354,7 +354,7 @@ func TestPrepareIssuedBefore(t *testing.T) {
 	if _, err := crashing.Prepare(ctx, "s-ib", "c-1"); !errors.Is(err, errCrash) {
 		t.Fatalf("prepare with the crash hook: %v", err)
 	}
-	stored, err := stream.NewPlans(e.topo.Plans).Get(ctx, recovery.PlanID("s-ib", "c-1"))
+	stored, err := stream.NewPlans(e.topo.PlanBucket).Get(ctx, recovery.PlanID("s-ib", "c-1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -384,7 +384,7 @@ func TestPrepareIssuedBefore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plans := stream.NewPlans(e.topo.Plans)
+	plans := stream.NewPlans(e.topo.PlanBucket)
 	rec, err := plans.Get(ctx, p2.PlanID)
 	if err != nil {
 		t.Fatal(err)
@@ -442,11 +442,11 @@ func TestCompletedReviewIsFinal(t *testing.T) {
 
 	// An older not_executed review re-published byte for byte.
 	older := mustJSON(t, review(t, e.reviewer, "s-f", "pay-2", schema.VerdictNotExecuted))
-	if _, err := e.topo.JS.Publish(ctx, e.topo.ReviewsSubject("s-f"), older); err != nil {
+	if _, err := e.topo.JS.Publish(ctx, e.topo.Names().ReviewsSubject("s-f"), older); err != nil {
 		t.Fatal(err)
 	}
 	e.publishReview("s-f", review(t, e.reviewer, "s-f", "pay-2", schema.VerdictCompleted))
-	if _, err := e.topo.JS.Publish(ctx, e.topo.ReviewsSubject("s-f"), older); err != nil {
+	if _, err := e.topo.JS.Publish(ctx, e.topo.Names().ReviewsSubject("s-f"), older); err != nil {
 		t.Fatal(err)
 	}
 	refused("pay-2")
@@ -459,7 +459,7 @@ func TestCompletedReviewIsFinal(t *testing.T) {
 	if err := e.topo.Reviews.DeleteMsg(ctx, checks[1].Seq); err == nil {
 		t.Fatal("the completed review's message was deleted")
 	}
-	if err := e.topo.Reviews.Purge(ctx, jetstream.WithPurgeSubject(e.topo.ReviewsSubject("s-f"))); err == nil {
+	if err := e.topo.Reviews.Purge(ctx, jetstream.WithPurgeSubject(e.topo.Names().ReviewsSubject("s-f"))); err == nil {
 		t.Fatal("the reviews were purged")
 	}
 	refused("pay-2")
@@ -492,7 +492,7 @@ func TestForgedRetryGetsNoPlan(t *testing.T) {
 	w2 := e.writer("s-y", "w1")
 	w2.call("c-1", "orders.create", effect.Idempotent, "k-1")
 	w2.result("c-1", schema.StatusFailed, "")
-	h, err := e.topo.Load(ctx, "s-y")
+	h, err := e.topo.Logs().Load(ctx, "s-y")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -557,7 +557,7 @@ func TestPrepareRefusesForeignPlanRecord(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.topo.Plans.Create(ctx, recovery.PlanID("s-fr", callID), b); err != nil {
+		if _, err := e.topo.PlanBucket.Create(ctx, recovery.PlanID("s-fr", callID), b); err != nil {
 			t.Fatal(err)
 		}
 	}

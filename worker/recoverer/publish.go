@@ -61,7 +61,7 @@ func (p *publisher) assessmentMsg(a schema.Assessment) (msg *nats.Msg, id string
 	// The header map is made with its one member (HeaderAssessmentID is
 	// in canonical form): NewMsg's empty map grown by Set was a sixth of
 	// the classifier's allocations.
-	msg = &nats.Msg{Subject: p.t.AssessmentsSubject(a.Session), Header: nats.Header{HeaderAssessmentID: []string{id}}}
+	msg = &nats.Msg{Subject: p.t.Names().AssessmentsSubject(a.Session), Header: nats.Header{HeaderAssessmentID: []string{id}}}
 	// The contract comes from a decoded event, so its effect is valid:
 	// the only error AppendAssessment has cannot happen.
 	msg.Data, _ = schema.AppendAssessment(make([]byte, 0, 256), &a)

@@ -94,12 +94,12 @@ type assessedOrder struct {
 // sessions it names, sorted.
 func (r *Recoverer) assessmentOrder(ctx context.Context) (assessedOrder, []string, error) {
 	o := assessedOrder{at: map[callKey]place{}}
-	streamName := r.t.StreamName("ASSESSMENTS")
+	streamName := r.t.Names().StreamName("ASSESSMENTS")
 	st, err := r.t.JS.Stream(ctx, streamName)
 	if err != nil {
 		return o, nil, fmt.Errorf("recoverer: rebuild awaiting review: %w", err)
 	}
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(r.t.AssessmentsSubject("*")))
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(r.t.Names().AssessmentsSubject("*")))
 	if err != nil {
 		return o, nil, fmt.Errorf("recoverer: rebuild awaiting review: list sessions: %w", err)
 	}
@@ -107,7 +107,7 @@ func (r *Recoverer) assessmentOrder(ctx context.Context) (assessedOrder, []strin
 	for subj := range info.State.Subjects {
 		session := stream.SessionOf(subj)
 		sessions = append(sessions, session)
-		err := r.t.ReadSubject(ctx, streamName, subj, func(m *jetstream.RawStreamMsg) error {
+		err := r.t.Reader().ReadSubject(ctx, streamName, subj, func(m *jetstream.RawStreamMsg) error {
 			as, err := schema.DecodeAssessments(m.Data)
 			if err != nil {
 				o.skipped++
@@ -234,7 +234,7 @@ type logCall struct {
 // corrupt log is an error). Errors are *schema.Error for a log that is
 // what it is (too large, corrupt), others for a failed read.
 func (r *Recoverer) classifyLog(ctx context.Context, session string) ([]schema.Assessment, error) {
-	h, err := r.t.Load(ctx, session)
+	h, err := r.t.Logs().Load(ctx, session)
 	if err != nil {
 		return nil, err
 	}
@@ -302,7 +302,7 @@ func (r *Recoverer) completedReviews(ctx context.Context, session string, calls 
 	for _, id := range calls {
 		want[id] = nil
 	}
-	err := r.t.ReadSubject(ctx, r.t.StreamName("REVIEWS"), r.t.ReviewsSubject(session), func(m *jetstream.RawStreamMsg) error {
+	err := r.t.Reader().ReadSubject(ctx, r.t.Names().StreamName("REVIEWS"), r.t.Names().ReviewsSubject(session), func(m *jetstream.RawStreamMsg) error {
 		rv, err := r.reviews.check(session, m.Data)
 		if es, ok := want[rv.CallID]; ok {
 			want[rv.CallID] = append(es, recovery.ReviewEntry{Review: rv, Err: err, Seq: m.Sequence})

@@ -268,7 +268,7 @@ func (r *Recoverer) Inspect(ctx context.Context, session, callID string) (schema
 	if err := checkTarget(session, callID); err != nil {
 		return schema.Assessment{}, err
 	}
-	h, err := r.t.Load(ctx, session)
+	h, err := r.t.Logs().Load(ctx, session)
 	if err != nil {
 		return schema.Assessment{}, err
 	}
@@ -310,7 +310,7 @@ func codeOf(err error) schema.Code {
 }
 
 // TakeOver takes the session over and confirms its history: if nobody may
-// still write it (stream.Topology.Writer: no live session lease, and the
+// still write it (stream.Logs.Writer: no live session lease, and the
 // owner of its partition did not write its last event) it appends
 // session.fenced at the epoch just above the log's (from then on the old
 // writer's appends fail with stream.ErrFenced; a later owner of the

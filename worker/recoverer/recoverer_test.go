@@ -50,7 +50,7 @@ func TestAssessesEveryFinishedCall(t *testing.T) {
 	w.started("failed-idem-2")
 	w.result("failed-idem-2", schema.StatusOK, "")
 
-	h, err := e.topo.Load(context.Background(), "s-1")
+	h, err := e.topo.Logs().Load(context.Background(), "s-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestAssessesEveryFinishedCall(t *testing.T) {
 	// Acknowledged: a restarted recoverer with the same name sees nothing
 	// again, so it publishes nothing new.
 	streamtest.Eventually(t, 5*time.Second, "events acknowledged", func() bool {
-		ci, err := e.topo.JS.Consumer(context.Background(), e.topo.StreamName("EVENTS"), "jw-recoverer-a-events")
+		ci, err := e.topo.JS.Consumer(context.Background(), e.topo.Names().StreamName("EVENTS"), "jw-recoverer-a-events")
 		if err != nil {
 			return false
 		}
@@ -130,7 +130,7 @@ func TestTakeoverOnLeaseExpiry(t *testing.T) {
 	if b.Outcome != schema.OutcomeNotStarted || b.Evidence != recovery.EvidenceNotStartedMarker || b.Decision != schema.DecisionRetryAllowed {
 		t.Fatalf("ord-1: %+v", b)
 	}
-	h, err := e.topo.Load(context.Background(), "s-x")
+	h, err := e.topo.Logs().Load(context.Background(), "s-x")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,10 +153,10 @@ func TestTakeoverOnLeaseExpiry(t *testing.T) {
 	})
 	// The recoverer released its lease: a tool worker can own it again.
 	streamtest.Eventually(t, 2*time.Second, "lease released", func() bool {
-		_, live, err := e.topo.LeaseHolder(context.Background(), "s-x")
+		_, live, err := e.topo.Leases().LeaseHolder(context.Background(), "s-x")
 		return err == nil && !live
 	})
-	if _, err := e.topo.AcquireLease(context.Background(), "s-x", "w2"); err != nil {
+	if _, err := e.topo.Leases().AcquireLease(context.Background(), "s-x", "w2"); err != nil {
 		t.Fatalf("acquire after takeover: %v", err)
 	}
 }
@@ -180,7 +180,7 @@ func TestReconcileAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	streamtest.Eventually(t, ttl+3*time.Second, "lease expiry", func() bool {
-		_, live, err := e.topo.LeaseHolder(context.Background(), "s-r")
+		_, live, err := e.topo.Leases().LeaseHolder(context.Background(), "s-r")
 		return err == nil && !live
 	})
 
@@ -192,7 +192,7 @@ func TestReconcileAfterRestart(t *testing.T) {
 	if _, err := w.lg.Append(context.Background(), schema.Event{Type: schema.TypeStarted, Started: &schema.Started{CallID: "c-1"}}); !errors.Is(err, stream.ErrFenced) {
 		t.Fatalf("old writer append: %v, want ErrFenced", err)
 	}
-	h, err := e.topo.Load(context.Background(), "s-done")
+	h, err := e.topo.Logs().Load(context.Background(), "s-done")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,7 @@ func TestFinishesAnInterruptedTakeover(t *testing.T) {
 	w.call("c-1", "payments.charge", effect.NonIdempotent, "k-1")
 	w.started("c-1")
 	streamtest.Eventually(t, 5*time.Second, "events acknowledged", func() bool {
-		c, err := e.topo.JS.Consumer(ctx, e.topo.StreamName("EVENTS"), "jw-recoverer-a-events")
+		c, err := e.topo.JS.Consumer(ctx, e.topo.Names().StreamName("EVENTS"), "jw-recoverer-a-events")
 		if err != nil {
 			return false
 		}
@@ -243,11 +243,11 @@ func TestFinishesAnInterruptedTakeover(t *testing.T) {
 	}
 	// The dead recoverer's half takeover: a lease (it will expire, not be
 	// released) and a fence, and then nothing.
-	lease, err := e.topo.AcquireLease(ctx, "s-i", "recoverer-dead-1")
+	lease, err := e.topo.Leases().AcquireLease(ctx, "s-i", "recoverer-dead-1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.topo.Fence(ctx, "s-i", "recoverer-dead-1", lease.Epoch); err != nil {
+	if _, err := e.topo.Logs().Fence(ctx, "s-i", "recoverer-dead-1", lease.Epoch); err != nil {
 		t.Fatal(err)
 	}
 	a := as.wait(t, "s-i", "c-1", ttl+10*time.Second)

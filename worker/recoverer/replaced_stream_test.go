@@ -40,7 +40,7 @@ func TestReplacedReviewsStreamRefused(t *testing.T) {
 
 	// The admin deletes JW_REVIEWS and creates it again as setup would,
 	// then publishes the old not_executed review.
-	if err := e.topo.JS.DeleteStream(ctx, e.topo.StreamName("REVIEWS")); err != nil {
+	if err := e.topo.JS.DeleteStream(ctx, e.topo.Names().StreamName("REVIEWS")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := stream.EnsureTopology(ctx, e.topo.JS, e.topo.Config()); err != nil {
@@ -63,7 +63,7 @@ func TestReplacedReviewsStreamRefused(t *testing.T) {
 	if _, err := next.Prepare(ctx, "s-rep", "pay-1"); schema.CodeOf(err) != schema.CodeStreamReplaced {
 		t.Errorf("HOLE: after a restart, prepare on a replaced JW_REVIEWS = %v, want stream_replaced", err)
 	}
-	if ps := next.ReplacedStreams(); len(ps) != 1 || ps[0].Stream != e.topo.StreamName("REVIEWS") {
+	if ps := next.ReplacedStreams(); len(ps) != 1 || ps[0].Stream != e.topo.Names().StreamName("REVIEWS") {
 		t.Errorf("ReplacedStreams = %v, want JW_REVIEWS", ps)
 	}
 	if len(e.planMsgs()) != 0 {
@@ -72,7 +72,7 @@ func TestReplacedReviewsStreamRefused(t *testing.T) {
 
 	// An operator confirms the new JW_REVIEWS (having checked it): prepare
 	// acts again, on what the stream now holds.
-	if _, err := stream.ConfirmIdentity(ctx, e.topo.JS, e.topo.Prefix, 1, e.topo.StreamName("REVIEWS")); err != nil {
+	if _, err := stream.ConfirmIdentity(ctx, e.topo.JS, e.topo.Prefix, 1, e.topo.Names().StreamName("REVIEWS")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := next.Prepare(ctx, "s-rep", "pay-1"); err != nil {
@@ -95,7 +95,7 @@ func TestReplacedStreamDetectedWhileRunning(t *testing.T) {
 	r := e.recoverer("a", func(c *Config) { c.IdentityInterval = 100 * time.Millisecond })
 	e.run(r)
 	started(t, r)
-	if err := e.topo.JS.DeleteStream(ctx, e.topo.StreamName("PLANS")); err != nil {
+	if err := e.topo.JS.DeleteStream(ctx, e.topo.Names().StreamName("PLANS")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := stream.EnsureTopology(ctx, e.topo.JS, e.topo.Config()); err != nil {
@@ -103,7 +103,7 @@ func TestReplacedStreamDetectedWhileRunning(t *testing.T) {
 	}
 	streamtest.Eventually(t, 10*time.Second, "JW_PLANS found replaced", func() bool {
 		ps := r.ReplacedStreams()
-		return len(ps) == 1 && ps[0].Stream == e.topo.StreamName("PLANS")
+		return len(ps) == 1 && ps[0].Stream == e.topo.Names().StreamName("PLANS")
 	})
 	if _, err := r.TakeOver(ctx, "s-none"); schema.CodeOf(err) != schema.CodeStreamReplaced {
 		t.Errorf("TakeOver on a replaced JW_PLANS = %v, want stream_replaced", err)
@@ -134,7 +134,7 @@ func TestIdentityComparedAfterAdvisory(t *testing.T) {
 		t.Fatalf("verify on the streams as recorded: %v", err)
 	}
 	before := r.identity.gen.Load()
-	if err := e.topo.JS.DeleteStream(ctx, e.topo.StreamName("REVIEWS")); err != nil {
+	if err := e.topo.JS.DeleteStream(ctx, e.topo.Names().StreamName("REVIEWS")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := stream.EnsureTopology(ctx, e.topo.JS, e.topo.Config()); err != nil {
@@ -148,6 +148,6 @@ func TestIdentityComparedAfterAdvisory(t *testing.T) {
 	}
 	streamtest.Eventually(t, 10*time.Second, "the woken full comparison reports JW_REVIEWS", func() bool {
 		ps := r.ReplacedStreams()
-		return len(ps) == 1 && ps[0].Stream == e.topo.StreamName("REVIEWS")
+		return len(ps) == 1 && ps[0].Stream == e.topo.Names().StreamName("REVIEWS")
 	})
 }

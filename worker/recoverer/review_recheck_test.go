@@ -31,7 +31,7 @@ func TestReviewCheckedAgainAfterAFailedRead(t *testing.T) {
 		if failures.Add(1) <= 2 {
 			return nil, errors.Join(errors.New("injected: JetStream unreachable"), nats.ErrTimeout)
 		}
-		return r.t.Load(ctx, session)
+		return r.t.Logs().Load(ctx, session)
 	}
 	e.run(r)
 	started(t, r)

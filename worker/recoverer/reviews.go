@@ -46,7 +46,7 @@ func (r *reviewChecker) check(subjectSession string, data []byte) (schema.Review
 type reviewChecker struct {
 	*base
 	settled func(session, callID string)
-	// load reads a session's log for a check (nil: Topology.Load); a test
+	// load reads a session's log for a check (nil: Logs.Load); a test
 	// makes it fail.
 	load func(ctx context.Context, session string) ([]schema.Event, error)
 }
@@ -67,10 +67,10 @@ const recheckAfter = time.Second
 // JW_REVIEWS (the audit trail, which denies deletes), where prepare folds
 // them for a call; nothing else is stored.
 func (r *reviewChecker) run(ctx context.Context) error {
-	cons, err := r.t.JS.CreateOrUpdateConsumer(ctx, r.t.StreamName("REVIEWS"), jetstream.ConsumerConfig{
+	cons, err := r.t.JS.CreateOrUpdateConsumer(ctx, r.t.Names().StreamName("REVIEWS"), jetstream.ConsumerConfig{
 		Durable:       r.consumerName("reviews"),
 		Description:   "jingwei recovery worker " + r.cfg.Name + ": checks reviews",
-		FilterSubject: r.t.ReviewsSubject("*"),
+		FilterSubject: r.t.Names().ReviewsSubject("*"),
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 		AckWait:       time.Minute,
@@ -151,7 +151,7 @@ func (r *reviewChecker) accept(ctx context.Context, session string, seq uint64, 
 	}
 	load := r.load
 	if load == nil {
-		load = r.t.Load
+		load = r.t.Logs().Load
 	}
 	h, err := load(ctx, session)
 	if err != nil {
@@ -196,7 +196,7 @@ func (r *reviewChecker) latest(ctx context.Context, session, callID string) (*sc
 // list is Recoverer.Reviews for a checked target.
 func (r *reviewChecker) list(ctx context.Context, session, callID string) ([]service.ReviewCheck, error) {
 	var entries []recovery.ReviewEntry
-	err := r.t.ReadSubject(ctx, r.t.StreamName("REVIEWS"), r.t.ReviewsSubject(session), func(m *jetstream.RawStreamMsg) error {
+	err := r.t.Reader().ReadSubject(ctx, r.t.Names().StreamName("REVIEWS"), r.t.Names().ReviewsSubject(session), func(m *jetstream.RawStreamMsg) error {
 		rv, err := r.check(session, m.Data)
 		if rv.CallID == callID {
 			entries = append(entries, recovery.ReviewEntry{Review: rv, Err: err, Seq: m.Sequence})

@@ -60,7 +60,7 @@ func TestServiceAnswersAfterServerRestart(t *testing.T) {
 		var data []byte
 		var err error
 		streamtest.Eventually(t, 30*time.Second, ep+" answers after the restart", func() bool {
-			code, data, err = answer(t, e.nc, e.topo.APISubject(ep), target, 5*time.Second)
+			code, data, err = answer(t, e.nc, e.topo.Names().APISubject(ep), target, 5*time.Second)
 			return err == nil && code == ""
 		})
 		if ep == service.EndpointPrepare {
@@ -89,7 +89,7 @@ func TestServiceAnswersWhileJetStreamIsDown(t *testing.T) {
 	// Wait for the call's assessment through status (the service is up).
 	target, _ := json.Marshal(service.Target{Session: "s-j", CallID: "c-1"})
 	streamtest.Eventually(t, 10*time.Second, "inspect answers", func() bool {
-		code, _, err := answer(t, e.nc, e.topo.APISubject(service.EndpointInspect), target, 5*time.Second)
+		code, _, err := answer(t, e.nc, e.topo.Names().APISubject(service.EndpointInspect), target, 5*time.Second)
 		return err == nil && code == ""
 	})
 
@@ -114,7 +114,7 @@ func TestServiceAnswersWhileJetStreamIsDown(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			t0 := time.Now()
-			code, data, err := answer(t, e.nc, e.topo.APISubject(q.ep), q.body, 30*time.Second)
+			code, data, err := answer(t, e.nc, e.topo.Names().APISubject(q.ep), q.body, 30*time.Second)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

@@ -35,7 +35,7 @@ func TestServiceEndpoints(t *testing.T) {
 		var err error
 		// The service registers when Run starts: retry "no responders".
 		streamtest.Eventually(t, 5*time.Second, "service answers", func() bool {
-			m, err = e.nc.Request(e.topo.APISubject(endpoint), b, 5*time.Second)
+			m, err = e.nc.Request(e.topo.Names().APISubject(endpoint), b, 5*time.Second)
 			return err != nats.ErrNoResponders
 		})
 		if err != nil {
@@ -116,8 +116,8 @@ func TestServiceEndpoints(t *testing.T) {
 	names := map[string]bool{}
 	for _, ep := range info.Endpoints {
 		names[ep.Name] = true
-		tenant := service.TenantScoped(ep.Name) && ep.Subject == e.topo.APISubject(ep.Name)+".*" // jw.api.status.<tenant>
-		if ep.Subject != e.topo.APISubject(ep.Name) && !tenant || ep.Metadata[service.MetaRequestSchema] == "" || ep.Metadata[service.MetaResponseSchema] == "" || ep.Metadata[service.MetaErrorSchema] != "errorbody.schema.json" {
+		tenant := service.TenantScoped(ep.Name) && ep.Subject == e.topo.Names().APISubject(ep.Name)+".*" // jw.api.status.<tenant>
+		if ep.Subject != e.topo.Names().APISubject(ep.Name) && !tenant || ep.Metadata[service.MetaRequestSchema] == "" || ep.Metadata[service.MetaResponseSchema] == "" || ep.Metadata[service.MetaErrorSchema] != "errorbody.schema.json" {
 			t.Errorf("endpoint %+v", ep)
 		}
 	}
@@ -170,7 +170,7 @@ func TestMemoryFollowsOpenCalls(t *testing.T) {
 		} {
 			ev.V, ev.Session, ev.Epoch, ev.At = 1, s, 1, time.Now().UTC()
 			b, _ := json.Marshal(ev)
-			if _, err := e.topo.JS.PublishAsync(e.topo.EventsSubject(s), b); err != nil {
+			if _, err := e.topo.JS.PublishAsync(e.topo.Names().EventsSubject(s), b); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -93,11 +93,11 @@ type writer struct {
 func (e *env) writer(session, owner string) *writer {
 	e.t.Helper()
 	ctx := context.Background()
-	lease, err := e.topo.AcquireLease(ctx, session, owner)
+	lease, err := e.topo.Leases().AcquireLease(ctx, session, owner)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	lg, err := e.topo.OpenLog(ctx, session, owner, lease.Epoch)
+	lg, err := e.topo.Logs().OpenLog(ctx, session, owner, lease.Epoch)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func (e *env) assessments() *assessments {
 	e.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	e.t.Cleanup(cancel)
-	cons, err := e.topo.JS.OrderedConsumer(ctx, e.topo.StreamName("ASSESSMENTS"), jetstream.OrderedConsumerConfig{})
+	cons, err := e.topo.JS.OrderedConsumer(ctx, e.topo.Names().StreamName("ASSESSMENTS"), jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -255,7 +255,7 @@ func (e *env) publishReview(subjectSession string, v any) {
 			e.t.Fatal(err)
 		}
 	}
-	if _, err := e.topo.JS.Publish(context.Background(), e.topo.ReviewsSubject(subjectSession), b); err != nil {
+	if _, err := e.topo.JS.Publish(context.Background(), e.topo.Names().ReviewsSubject(subjectSession), b); err != nil {
 		e.t.Fatal(err)
 	}
 }

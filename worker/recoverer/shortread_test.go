@@ -25,7 +25,7 @@ func TestShortHistoryNeverClassified(t *testing.T) {
 	short.Store(4)
 	r.classify.load = func(ctx context.Context, session string, atLeast uint64) ([]schema.Event, error) {
 		reads.Add(1)
-		h, err := e.topo.LoadThrough(ctx, session, atLeast)
+		h, err := e.topo.Logs().LoadThrough(ctx, session, atLeast)
 		if err == nil && short.Add(-1) >= 0 && len(h) > 2 {
 			return h[:len(h)-2], nil // the replica has not got the retry's start and result yet
 		}

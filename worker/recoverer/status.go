@@ -7,6 +7,7 @@ import (
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 	"github.com/jingwei/jingwei/worker/service"
 )
 
@@ -28,7 +29,7 @@ func (r *Recoverer) Status(ctx context.Context, session string) (service.Status,
 	}
 	tenant := service.Caller(ctx)
 	// mine reports whether the caller may see a session's entries.
-	mine := func(s string) bool { return tenant == "" || stream.TenantOwns(tenant, s) }
+	mine := func(s string) bool { return tenant == "" || access.TenantOwns(tenant, s) }
 	st := service.Status{Session: session, OpenCalls: r.classify.track.list(session), AwaitingReview: r.awaiting.list(session)}
 	if tenant == "" {
 		st.Stats = r.Stats()

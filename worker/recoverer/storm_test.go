@@ -24,9 +24,9 @@ import (
 func deadOwner(t *testing.T, topo *stream.Topology, n int) map[string]string {
 	t.Helper()
 	ctx := context.Background()
-	holds := make([]*stream.PartitionHold, topo.Partitions())
+	holds := make([]*stream.PartitionHold, topo.Names().Partitions())
 	for p := range holds {
-		h, err := topo.AcquirePartition(ctx, p, "tw-dead", nil)
+		h, err := topo.Leases().AcquirePartition(ctx, p, "tw-dead", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -63,7 +63,7 @@ func deadOwner(t *testing.T, topo *stream.Topology, n int) map[string]string {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			tk, err := topo.ConfirmIn(ctx, holds[topo.PartitionOf(s)], s)
+			tk, err := topo.Leases().ConfirmIn(ctx, holds[topo.Names().PartitionOf(s)], s)
 			if err != nil {
 				errs <- err
 				return
@@ -119,7 +119,7 @@ func stormCount(t *testing.T, e *env, as *assessments, name string, calls map[st
 	took := time.Since(start)
 	ctx := context.Background()
 	streamtest.Eventually(t, 10*time.Second, "classifier idle", func() bool {
-		c, err := e.topo.JS.Consumer(ctx, e.topo.StreamName("EVENTS"), "jw-recoverer-"+name+"-events")
+		c, err := e.topo.JS.Consumer(ctx, e.topo.Names().StreamName("EVENTS"), "jw-recoverer-"+name+"-events")
 		if err != nil {
 			return false
 		}
@@ -183,14 +183,14 @@ func TestStormAssessedOnce(t *testing.T) {
 	ctx := context.Background()
 	go func() {
 		for time.Since(start) < 10*time.Second {
-			h, err := e.topo.AcquirePartition(ctx, 0, "tw-new", nil)
+			h, err := e.topo.Leases().AcquirePartition(ctx, 0, "tw-new", nil)
 			if err != nil {
 				time.Sleep(20 * time.Millisecond)
 				continue
 			}
 			for s := range calls {
-				if e.topo.PartitionOf(s) == 0 {
-					_, _ = e.topo.ConfirmIn(ctx, h, s)
+				if e.topo.Names().PartitionOf(s) == 0 {
+					_, _ = e.topo.Leases().ConfirmIn(ctx, h, s)
 				}
 			}
 			return
@@ -199,7 +199,7 @@ func TestStormAssessedOnce(t *testing.T) {
 	stormCount(t, e, as, "a", calls, start, ttl+10*time.Second)
 	// Every session is fenced above the dead owner's epoch.
 	for s := range calls {
-		h, err := e.topo.Load(ctx, s)
+		h, err := e.topo.Logs().Load(ctx, s)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -221,7 +221,7 @@ func TestStormAfterRecovererRestart(t *testing.T) {
 	calls := deadOwner(t, e.topo, 100)
 	ctx := context.Background()
 	streamtest.Eventually(t, 10*time.Second, "first run classified the calls", func() bool {
-		c, err := e.topo.JS.Consumer(ctx, e.topo.StreamName("EVENTS"), "jw-recoverer-a-events")
+		c, err := e.topo.JS.Consumer(ctx, e.topo.Names().StreamName("EVENTS"), "jw-recoverer-a-events")
 		if err != nil {
 			return false
 		}

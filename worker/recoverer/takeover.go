@@ -72,13 +72,13 @@ type partitionHolder struct {
 // start watches lease expiry, then reconciles: watching first, so that no
 // expiry falls between the two.
 func (r *takeovers) start(ctx context.Context) error {
-	expired, err := r.t.WatchLeaseExpiry(ctx)
+	expired, err := r.t.Leases().WatchLeaseExpiry(ctx)
 	if err != nil {
 		return err
 	}
 	var parts <-chan int
-	if r.t.Partitions() > 0 {
-		if parts, err = r.t.WatchPartitionExpiry(ctx); err != nil {
+	if r.t.Names().Partitions() > 0 {
+		if parts, err = r.t.Leases().WatchPartitionExpiry(ctx); err != nil {
 			return err
 		}
 	}
@@ -149,12 +149,12 @@ func (r *takeovers) run(ctx context.Context) error {
 // is harmless: a takeover fences only while nobody may still write the
 // session, and a fence closes only what is still open.
 func (r *takeovers) sweepPartitions(ctx context.Context) {
-	if r.t.Partitions() == 0 {
+	if r.t.Names().Partitions() == 0 {
 		return
 	}
 	open := map[int]bool{}
 	for _, s := range r.track.openSessions() {
-		open[r.t.PartitionOf(s)] = true
+		open[r.t.Names().PartitionOf(s)] = true
 	}
 	r.mu.Lock()
 	for p := range r.live {
@@ -164,7 +164,7 @@ func (r *takeovers) sweepPartitions(ctx context.Context) {
 	if len(open) == 0 {
 		return
 	}
-	leases, err := r.t.PartitionLeases(ctx)
+	leases, err := r.t.Leases().PartitionLeases(ctx)
 	if err != nil {
 		r.log.Debug().Err(err).Msg("partition sweep: leases not read")
 		return
@@ -208,12 +208,12 @@ func (r *takeovers) sweepPartitions(ctx context.Context) {
 // partitionExpired takes over, in parallel, every session of partition p
 // with open calls: those the classifier tracks and those the start's
 // reconcile left to the partition's owner. A session a live owner writes
-// again is left to it (stream.Topology.RecoveryHolds).
+// again is left to it (stream.Leases.RecoveryHolds).
 func (r *takeovers) partitionExpired(ctx context.Context, p int) {
 	t0 := time.Now()
 	set := map[string]struct{}{}
 	for _, s := range r.track.openSessions() {
-		if r.t.PartitionOf(s) == p {
+		if r.t.Names().PartitionOf(s) == p {
 			set[s] = struct{}{}
 		}
 	}
@@ -338,11 +338,11 @@ func (r *takeovers) takeOverIfOpen(ctx context.Context, session string, leftLive
 }
 
 // takeOverOpen takes the session over if its log has open calls and
-// nobody may still write it (stream.Topology.Writer); it reports whether
+// nobody may still write it (stream.Logs.Writer); it reports whether
 // it fenced. A session left to a live writer is passed to leftLive (when
 // not nil).
 func (r *takeovers) takeOverOpen(ctx context.Context, session string, leftLive func(string)) (bool, error) {
-	loaded, err := r.t.LoadHistory(ctx, session)
+	loaded, err := r.t.Logs().LoadHistory(ctx, session)
 	if err != nil {
 		return false, err
 	}
@@ -396,7 +396,7 @@ func (r *takeovers) takeOver(ctx context.Context, session string, opts ...stream
 			return nil, nil, fmt.Errorf("recoverer: take over %s: %w", session, err)
 		}
 	}
-	tk, err := r.t.TakeOver(ctx, session, r.cfg.Owner, r.t.RecoveryHolds(), opts...)
+	tk, err := r.t.Leases().TakeOver(ctx, session, r.cfg.Owner, r.t.Leases().RecoveryHolds(), opts...)
 	var h []schema.Event
 	var epoch, fenceSeq uint64
 	closed := false
@@ -405,7 +405,7 @@ func (r *takeovers) takeOver(ctx context.Context, session string, opts ...stream
 		// No room left even for a fence: nobody can append to the log any
 		// more, so it is confirmed as it stands; every call open at its
 		// end is final, and no fence will ever tell the classifier.
-		if h, err = r.t.Load(ctx, session); err != nil {
+		if h, err = r.t.Logs().Load(ctx, session); err != nil {
 			return nil, nil, fmt.Errorf("recoverer: load closed %s: %w", session, err)
 		}
 		closed = true
@@ -456,11 +456,11 @@ func (r *takeovers) takeOver(ctx context.Context, session string, opts ...stream
 // of sessions from JW_EVENTS; sessions left to a live partition owner are
 // remembered and checked again when that partition's lease expires.
 func (r *takeovers) reconcile(ctx context.Context) error {
-	info, err := r.t.Events.Info(ctx, jetstream.WithSubjectFilter(r.t.EventsSubject("*")))
+	info, err := r.t.Events.Info(ctx, jetstream.WithSubjectFilter(r.t.Names().EventsSubject("*")))
 	if err != nil {
 		return fmt.Errorf("recoverer: list sessions: %w", err)
 	}
-	pre := r.t.EventsSubject("")
+	pre := r.t.Names().EventsSubject("")
 	sessions := make([]string, 0, len(info.State.Subjects))
 	events := make(map[string]int64, len(info.State.Subjects))
 	for subj, n := range info.State.Subjects {
@@ -474,10 +474,10 @@ func (r *takeovers) reconcile(ctx context.Context) error {
 	// together peaked at 630 MiB in the memory benchmark).
 	held := semaphore.NewWeighted(reconcileEvents)
 	leftLive := func(s string) {
-		if r.t.Partitions() == 0 {
+		if r.t.Names().Partitions() == 0 {
 			return
 		}
-		p := r.t.PartitionOf(s)
+		p := r.t.Names().PartitionOf(s)
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		if r.live == nil {

@@ -113,7 +113,7 @@ func TestTakeoverNotHeldByBudget(t *testing.T) {
 	}
 	ctx := context.Background()
 	streamtest.Eventually(t, ttl+5*time.Second, "partition lease expired", func() bool {
-		_, live, err := e.topo.PartitionHolder(ctx, e.topo.PartitionOf(s))
+		_, live, err := e.topo.Leases().PartitionHolder(ctx, e.topo.Names().PartitionOf(s))
 		return err == nil && !live
 	})
 	e.topo.Budget = stallingKV{e.topo.Budget}

@@ -26,7 +26,7 @@ func (b *base) callSpanContext(ctx context.Context, session string, seq uint64) 
 	if seq == 0 {
 		return trace.SpanContext{}
 	}
-	h, err := b.t.EventHeaders(ctx, session, seq)
+	h, err := b.t.Logs().EventHeaders(ctx, session, seq)
 	if err != nil {
 		return trace.SpanContext{}
 	}
@@ -105,7 +105,7 @@ func (r *reviewChecker) startReviewSpan(ctx context.Context, m jetstream.Msg) (c
 			tracing.AttrVerdict.String(string(rv.Verdict)), tracing.AttrSigner.String(rv.Signer),
 			tracing.AttrOperator.String(rv.Operator))
 		if rv.Session != "" && rv.CallID != "" {
-			if h, lerr := r.t.Load(ctx, rv.Session); lerr == nil {
+			if h, lerr := r.t.Logs().Load(ctx, rv.Session); lerr == nil {
 				if sc := r.callSpanContext(ctx, rv.Session, callSeqIn(h, rv.CallID)); sc.IsValid() {
 					sp.AddLink(trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{tracing.AttrLinkKind.String("review_of")}})
 				}

@@ -62,7 +62,7 @@ func TestDuplicateNamesSameVerdict(t *testing.T) {
 		for i, l := range lines {
 			// A plain request to the stream's subject: the reply is the
 			// stream's PubAck.
-			ack, err := nc.Request(e.topo.EventsSubject(session), []byte(l), 5*time.Second)
+			ack, err := nc.Request(e.topo.Names().EventsSubject(session), []byte(l), 5*time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}

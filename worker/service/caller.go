@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/jingwei/jingwei/schema"
-	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 )
 
 // TenantScoped reports whether endpoint is also served for tenant-scoped
@@ -13,7 +13,7 @@ import (
 // endpoint subject, so the tenant is set by the server, never chosen by
 // the client.
 func TenantScoped(endpoint string) bool {
-	for _, e := range stream.TenantEndpoints {
+	for _, e := range access.TenantEndpoints {
 		if e == endpoint {
 			return true
 		}
@@ -45,8 +45,8 @@ func Caller(ctx context.Context) string {
 // sessions (stream.TenantOwns). Otherwise a forbidden *schema.Error.
 func CheckSession(ctx context.Context, session string) error {
 	t := Caller(ctx)
-	if t == "" || stream.TenantOwns(t, session) {
+	if t == "" || access.TenantOwns(t, session) {
 		return nil
 	}
-	return schema.Errorf(schema.CodeForbidden, "session %q is not one of tenant %s's sessions (they begin with %q)", session, t, t+stream.TenantSeparator)
+	return schema.Errorf(schema.CodeForbidden, "session %q is not one of tenant %s's sessions (they begin with %q)", session, t, t+access.TenantSeparator)
 }

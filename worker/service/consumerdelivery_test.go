@@ -43,11 +43,11 @@ func TestServiceIgnoresConsumerDeliveries(t *testing.T) {
 			defer func() { _ = svc.Stop() }()
 			// A message of a stream the service has nothing to do with,
 			// delivered on the endpoint by a push consumer.
-			carrier := topo.ApprovalRequestsSubject("zz-" + tc.endpoint)
+			carrier := topo.Names().ApprovalRequestsSubject("zz-" + tc.endpoint)
 			if _, err := topo.JS.Publish(ctx, carrier, []byte(`{"session":"s-1","call_id":"c-1"}`)); err != nil {
 				t.Fatal(err)
 			}
-			c, err := topo.Approvals.CreateConsumer(ctx, jetstream.ConsumerConfig{
+			c, err := topo.ApprovalLog.CreateConsumer(ctx, jetstream.ConsumerConfig{
 				Durable: "redirect-" + tc.endpoint, FilterSubject: carrier,
 				DeliverSubject: stream.APISubject(topo.Prefix, tc.endpoint), DeliverGroup: micro.DefaultQueueGroup,
 				AckPolicy: jetstream.AckExplicitPolicy, AckWait: time.Second,

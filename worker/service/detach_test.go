@@ -49,7 +49,7 @@ func TestQuickRequestsNotQueuedBehindSlowOnes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = svc.Stop() }()
-	subj := topo.APISubject(service.EndpointStatus)
+	subj := topo.Names().APISubject(service.EndpointStatus)
 
 	type got struct {
 		code, kind string

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 )
 
 // Handler answers one request body: the value to answer with (sent as
@@ -298,7 +299,7 @@ func (w *worker) run(subject string, data []byte, h nats.Header) answer {
 	defer func() { endSpan(err) }()
 	if w.tenantOf != "" {
 		tenant := strings.TrimPrefix(subject, w.tenantOf)
-		if !stream.ValidTenant(tenant) {
+		if !access.ValidTenant(tenant) {
 			err = schema.Errorf(schema.CodeForbidden, "%q names no tenant", subject)
 		}
 		ctx = withCaller(ctx, tenant)

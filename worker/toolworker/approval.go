@@ -40,10 +40,10 @@ import (
 // approvalConsumer creates or updates the tool workers' shared consumer of
 // the answers (not the requests) on JW_APPROVALS.
 func (w *Worker) approvalConsumer(ctx context.Context) (jetstream.Consumer, error) {
-	return w.topo.Approvals.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
-		Durable:        w.topo.ApprovalConsumerName(),
+	return w.topo.ApprovalLog.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable:        w.topo.Names().ApprovalConsumerName(),
 		Description:    "jingwei tool workers: approvals and denials of waiting calls",
-		FilterSubjects: []string{w.topo.ApprovalsSubject("*"), stream.StopSubject(w.topo.Prefix, "*")},
+		FilterSubjects: []string{w.topo.Names().ApprovalsSubject("*"), stream.StopSubject(w.topo.Prefix, "*")},
 		AckPolicy:      jetstream.AckExplicitPolicy,
 		AckWait:        w.cfg.AckWait,
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
@@ -107,7 +107,7 @@ func (w *Worker) routeApproval(ctx context.Context, m jetstream.Msg) {
 // session's partition; false otherwise (or when the partition stops).
 func (w *Worker) post(id string, m jetstream.Msg, fn func(*session)) bool {
 	w.mu.Lock()
-	p := w.parts[w.topo.PartitionOf(id)]
+	p := w.parts[w.topo.Names().PartitionOf(id)]
 	w.mu.Unlock()
 	return p != nil && p.post(id, m, fn)
 }
@@ -119,7 +119,7 @@ func (s *session) runApproval(a schema.Approval, m jetstream.Msg) {
 		// Before fencing anything: is the call still waiting at all? (An
 		// answer redelivered after it was honoured, or one for a call that
 		// timed out, needs no session.)
-		h, err := s.w.topo.Load(s.p.work, s.id)
+		h, err := s.w.topo.Logs().Load(s.p.work, s.id)
 		if err == nil && !waitsIn(h, a.CallID) {
 			lg.Info().Msg("answer for a call that does not wait (any more); acknowledged, nothing done")
 			_ = m.Ack()
@@ -199,7 +199,7 @@ func (p *partition) resumeWaiting(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			h, err := p.w.topo.Load(ctx, id)
+			h, err := p.w.topo.Logs().Load(ctx, id)
 			if err != nil {
 				if unrecordable(err) != "" {
 					// Full or corrupt: nothing can be recorded on it;
@@ -235,15 +235,15 @@ func (p *partition) resumeWaiting(ctx context.Context) {
 // approval requests on JW_APPROVALS, sorted.
 func (p *partition) approvalSessions(ctx context.Context) ([]string, error) {
 	t := p.w.topo
-	info, err := t.Approvals.Info(ctx, jetstream.WithSubjectFilter(t.ApprovalRequestsSubject("*")))
+	info, err := t.ApprovalLog.Info(ctx, jetstream.WithSubjectFilter(t.Names().ApprovalRequestsSubject("*")))
 	if err != nil {
 		return nil, err
 	}
-	pre := t.ApprovalsSubject("")
+	pre := t.Names().ApprovalsSubject("")
 	var out []string
 	for subj := range info.State.Subjects {
 		id, ok := strings.CutSuffix(strings.TrimPrefix(subj, pre), ".request")
-		if !ok || id == "" || strings.Contains(id, ".") || t.PartitionOf(id) != p.p {
+		if !ok || id == "" || strings.Contains(id, ".") || t.Names().PartitionOf(id) != p.p {
 			continue
 		}
 		out = append(out, id)
@@ -347,8 +347,8 @@ type storedAnswer struct {
 // order, with an ordered consumer (the worker role may consume
 // JW_APPROVALS but not get its messages directly).
 func (w *Worker) answersOf(ctx context.Context, id string) ([]storedAnswer, error) {
-	subj := w.topo.ApprovalsSubject(id)
-	info, err := w.topo.Approvals.Info(ctx, jetstream.WithSubjectFilter(subj))
+	subj := w.topo.Names().ApprovalsSubject(id)
+	info, err := w.topo.ApprovalLog.Info(ctx, jetstream.WithSubjectFilter(subj))
 	if err != nil {
 		return nil, err
 	}
@@ -356,7 +356,7 @@ func (w *Worker) answersOf(ctx context.Context, id string) ([]storedAnswer, erro
 	if n == 0 {
 		return nil, nil
 	}
-	cons, err := w.topo.Approvals.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}, InactiveThreshold: 30 * time.Second})
+	cons, err := w.topo.ApprovalLog.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subj}, InactiveThreshold: 30 * time.Second})
 	if err != nil {
 		return nil, err
 	}
@@ -364,7 +364,7 @@ func (w *Worker) answersOf(ctx context.Context, id string) ([]storedAnswer, erro
 		// The server would drop it after InactiveThreshold anyway.
 		if ci := cons.CachedInfo(); ci != nil {
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
-			_ = w.topo.Approvals.DeleteConsumer(dctx, ci.Name)
+			_ = w.topo.ApprovalLog.DeleteConsumer(dctx, ci.Name)
 			cancel()
 		}
 	}()

@@ -127,7 +127,7 @@ func TestWorkerApprovalAcrossOwners(t *testing.T) {
 	start0 := time.Now()
 	// The request for approvers.
 	streamtest.Eventually(t, 5*time.Second, "approval request published", func() bool {
-		m, err := r.topo.Approvals.GetLastMsgForSubject(context.Background(), r.topo.ApprovalRequestsSubject("s-ap"))
+		m, err := r.topo.ApprovalLog.GetLastMsgForSubject(context.Background(), r.topo.Names().ApprovalRequestsSubject("s-ap"))
 		if err != nil {
 			return false
 		}

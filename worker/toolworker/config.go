@@ -150,7 +150,7 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: Topology is required", ErrInvalidConfig)
 	case c.Registry == nil:
 		return fmt.Errorf("%w: Registry is required", ErrInvalidConfig)
-	case c.Topology.Partitions() < 1:
+	case c.Topology.Names().Partitions() < 1:
 		return fmt.Errorf("%w: Topology has no partitions (a request queue made by an older jingwei, opened read-only)", ErrInvalidConfig)
 	case c.RenewInterval >= c.Topology.Config().LeaseTTL:
 		return fmt.Errorf("%w: RenewInterval %s must be shorter than the lease TTL %s", ErrInvalidConfig, c.RenewInterval, c.Topology.Config().LeaseTTL)

@@ -9,11 +9,11 @@
 // Sessions are divided into the topology's partitions (docs/protocol.md
 // §3, §7): the server files jw.requests.<session> under
 // jw.requests.<partition>.<session>. A worker owns partitions, not
-// sessions: it holds a partition's lease (stream.Topology.AcquirePartition,
+// sessions: it holds a partition's lease (stream.Leases.AcquirePartition,
 // with the lease-clock guard), renews it every RenewInterval — one write
 // per partition, whatever its number of sessions — and reads the
 // partition's requests and plans through one durable consumer each
-// (stream.Topology.RequestConsumerName, PlanConsumerName). A new owner
+// (stream.Names.RequestConsumerName, PlanConsumerName). A new owner
 // deletes whatever consumers the previous owner left and creates its own,
 // so every unacknowledged request is delivered again at once, in order;
 // the consumers' InactiveThreshold (3 × lease TTL + 5 s) removes what a
@@ -26,14 +26,14 @@
 // a session with work beyond that waits for a slot, counted in Stats and
 // logged, never silently; the server delivers at most MaxHeld unacknowledged
 // messages per partition consumer. A session's log is fenced at the
-// partition's epoch (stream.Topology.ConfirmIn) lazily, only when a first
+// partition's epoch (stream.Leases.ConfirmIn) lazily, only when a first
 // call must be recorded; a session whose log already ends with this
 // owner's event at that epoch is confirmed with reads only. Sessions idle
 // for IdleTimeout leave memory (their deferred budget counts written).
 //
 // # Rebalancing
 //
-// Every worker registers itself (stream.Topology.RegisterWorker, renewed
+// Every worker registers itself (stream.Leases.RegisterWorker, renewed
 // with the leases) and, every PollInterval, reads the registry and the
 // partition leases: it takes free partitions up to its share (partitions /
 // live workers, rounded up) and drains one beyond it per round — stops

@@ -42,7 +42,7 @@ func Example() {
 	// What an agent in any language publishes (twice, by mistake).
 	req := []byte(`{"v":1,"request_id":"r-1","session":"s-1","task":"t-1","tool":"catalog.lookup","arguments":{"sku":"A-1"}}`)
 	for range 2 {
-		if _, err := js.Publish(ctx, topo.RequestsSubject("s-1"), req); err != nil {
+		if _, err := js.Publish(ctx, topo.Names().RequestsSubject("s-1"), req); err != nil {
 			panic(err)
 		}
 	}
@@ -51,7 +51,7 @@ func Example() {
 	var result *schema.Result
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		info, _ := topo.Requests.Info(ctx)
-		h, _ := topo.Load(ctx, "s-1")
+		h, _ := topo.Logs().Load(ctx, "s-1")
 		for _, ev := range h {
 			if ev.Type == schema.TypeResult {
 				result = ev.Result
@@ -61,7 +61,7 @@ func Example() {
 			break
 		}
 	}
-	h, _ := topo.Load(ctx, "s-1")
+	h, _ := topo.Logs().Load(ctx, "s-1")
 	for _, ev := range h {
 		switch ev.Type {
 		case schema.TypeFenced:

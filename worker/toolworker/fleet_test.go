@@ -14,7 +14,7 @@ import (
 // owners counts the live partition leases by owner.
 func owners(t *testing.T, topo *stream.Topology) map[string]int {
 	t.Helper()
-	leases, err := topo.PartitionLeases(context.Background())
+	leases, err := topo.Leases().PartitionLeases(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func requestConsumers(t *testing.T, topo *stream.Topology) int {
 func TestPartitionsRebalanceOnJoinAndLeave(t *testing.T) {
 	topo := setup(t)
 	p := newProbe()
-	n := topo.Partitions()
+	n := topo.Names().Partitions()
 	a := start(t, toolworker.Config{Topology: topo, Registry: registry(t, p.tools()...), Owner: "tw-a", PollInterval: 20 * time.Millisecond})
 	streamtest.Eventually(t, 10*time.Second, "a owns every partition", func() bool { return owners(t, topo)["tw-a"] == n })
 	const sessions = 12
@@ -85,7 +85,7 @@ func TestPartitionsRebalanceOnJoinAndLeave(t *testing.T) {
 		}
 		t.Fatalf("%d request consumers left: %v", c, left)
 	}
-	if live, err := topo.LiveWorkers(context.Background()); err != nil || len(live) != 0 {
+	if live, err := topo.Leases().LiveWorkers(context.Background()); err != nil || len(live) != 0 {
 		t.Fatalf("registrations left: %v %v", live, err)
 	}
 }

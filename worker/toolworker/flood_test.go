@@ -40,7 +40,7 @@ func TestGatewayFloodLeavesOtherSessionsAlone(t *testing.T) {
 	// The flooder's session: 1,500 recorded calls with 4 KB arguments.
 	const big, calm, old = "s-flood", "s-calm", 1500
 	args := json.RawMessage(`{"blob":"` + strings.Repeat("x", 4000) + `"}`)
-	lg, err := topo.OpenLog(ctx, big, "filler", 1)
+	lg, err := topo.Logs().OpenLog(ctx, big, "filler", 1)
 	if err != nil {
 		t.Fatal(err)
 	}

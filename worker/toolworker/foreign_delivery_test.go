@@ -41,21 +41,21 @@ func TestPartitionIgnoresAnotherConsumersDeliveries(t *testing.T) {
 	}
 
 	// The inbox the partition of s-x pulls its requests on.
-	inbox := streamtest.WatchPullInbox(t, nc, topo.StreamName("REQUESTS"), topo.RequestConsumerName(topo.PartitionOf(session)))
+	inbox := streamtest.WatchPullInbox(t, nc, topo.Names().StreamName("REQUESTS"), topo.Names().RequestConsumerName(topo.Names().PartitionOf(session)))
 
 	// A real request runs.
-	if _, err := topo.JS.Publish(ctx, topo.RequestsSubject(session), request("r-1", 1), jetstream.WithMsgID(stream.RequestMsgID(session, "r-1"))); err != nil {
+	if _, err := topo.JS.Publish(ctx, topo.Names().RequestsSubject(session), request("r-1", 1), jetstream.WithMsgID(stream.RequestMsgID(session, "r-1"))); err != nil {
 		t.Fatal(err)
 	}
 	streamtest.Eventually(t, 20*time.Second, "r-1 runs", func() bool { return slices.Equal(p.ran(session), []int{1}) })
 	// A phantom request, stored on another stream under a subject of the
 	// session, delivered on that inbox.
-	if _, err := topo.JS.Publish(ctx, topo.AnswersSubject(session), request("r-phantom", 9)); err != nil {
+	if _, err := topo.JS.Publish(ctx, topo.Names().AnswersSubject(session), request("r-phantom", 9)); err != nil {
 		t.Fatal(err)
 	}
-	streamtest.Intrude(t, topo.Answers, topo.AnswersSubject(session), inbox(), 1)
+	streamtest.Intrude(t, topo.AnswerLog, topo.Names().AnswersSubject(session), inbox(), 1)
 	// A real request after it runs, and the phantom never did.
-	if _, err := topo.JS.Publish(ctx, topo.RequestsSubject(session), request("r-2", 2), jetstream.WithMsgID(stream.RequestMsgID(session, "r-2"))); err != nil {
+	if _, err := topo.JS.Publish(ctx, topo.Names().RequestsSubject(session), request("r-2", 2), jetstream.WithMsgID(stream.RequestMsgID(session, "r-2"))); err != nil {
 		t.Fatal(err)
 	}
 	streamtest.Eventually(t, 20*time.Second, "r-2 runs", func() bool { return slices.Contains(p.ran(session), 2) })
@@ -80,7 +80,7 @@ func TestApprovalsConsumerIgnoresAnotherConsumersDeliveries(t *testing.T) {
 	nc := topo.JS.Conn()
 	const session = "s-y"
 
-	inbox := streamtest.WatchPullInbox(t, nc, topo.StreamName("APPROVALS"), topo.ApprovalConsumerName())
+	inbox := streamtest.WatchPullInbox(t, nc, topo.Names().StreamName("APPROVALS"), topo.Names().ApprovalConsumerName())
 	publish(t, topo, session, "r-1", "echo", `{"n":1}`)
 	streamtest.Eventually(t, 20*time.Second, "r-1 runs", func() bool { return slices.Equal(p.ran(session), []int{1}) })
 	scratch, err := topo.JS.CreateStream(ctx, jetstream.StreamConfig{Name: "SCRATCH", Subjects: []string{"zz.scratch.>"}, Storage: jetstream.MemoryStorage})
@@ -94,7 +94,7 @@ func TestApprovalsConsumerIgnoresAnotherConsumersDeliveries(t *testing.T) {
 	streamtest.Intrude(t, scratch, "", inbox(), 1)
 	publish(t, topo, session, "r-2", "echo", `{"n":2}`)
 	streamtest.Eventually(t, 20*time.Second, "r-2 runs", func() bool { return slices.Contains(p.ran(session), 2) })
-	h, err := topo.Load(ctx, session)
+	h, err := topo.Logs().Load(ctx, session)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -204,7 +204,7 @@ func (g *Gateway) Call(ctx context.Context, q schema.Request) (schema.Event, err
 	if err != nil {
 		return schema.Event{}, err
 	}
-	msg := nats.NewMsg(g.t.RequestsSubject(q.Session))
+	msg := nats.NewMsg(g.t.Names().RequestsSubject(q.Session))
 	msg.Data = data
 	tracing.Inject(ctx, msg.Header) // the request's trace goes on to the tool worker
 	wt := &waiter{words: make(chan gatewayWord, 4)}
@@ -365,8 +365,8 @@ func (c *pendingCall) onWord(ctx context.Context, w gatewayWord) (schema.Event, 
 	}
 	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	events, subject := c.g.t.Events.CachedInfo().Config.Name, c.g.t.EventsSubject(c.q.Session)
-	msgs, err := c.g.t.DirectBatch(rctx, events, subject, w.CallSeq, wordReadAhead)
+	events, subject := c.g.t.Events.CachedInfo().Config.Name, c.g.t.Names().EventsSubject(c.q.Session)
+	msgs, err := c.g.t.Reader().DirectBatch(rctx, events, subject, w.CallSeq, wordReadAhead)
 	if err != nil {
 		return schema.Event{}, false, err
 	}
@@ -458,7 +458,7 @@ func (c *pendingCall) look(ctx context.Context, wait bool) (schema.Event, bool, 
 	}
 	if c.callID == "" {
 		if answered {
-			return schema.Event{}, false, final{schema.Errorf(a.Code, "request %q refused by a tool worker (recorded on %s): %s", c.q.RequestID, c.g.t.AnswersSubject(c.q.Session), a.Message)}
+			return schema.Event{}, false, final{schema.Errorf(a.Code, "request %q refused by a tool worker (recorded on %s): %s", c.q.RequestID, c.g.t.Names().AnswersSubject(c.q.Session), a.Message)}
 		}
 		return schema.Event{}, false, nil
 	}
@@ -488,7 +488,7 @@ var errGatewayClosed = errors.New("toolworker: gateway closed")
 func (c *pendingCall) pendingError(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if h, err := c.g.t.Load(ctx, c.q.Session); err == nil {
+	if h, err := c.g.t.Logs().Load(ctx, c.q.Session); err == nil {
 		callID := c.callID
 		for i := range h {
 			if callID == "" && h[i].Call != nil && h[i].Call.RequestID == c.q.RequestID {

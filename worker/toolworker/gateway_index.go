@@ -118,7 +118,7 @@ func (x *sessionIndex) refresh(ctx context.Context, g *Gateway, asked time.Time,
 		return nil
 	}
 	events := g.t.Events.CachedInfo().Config.Name
-	subject := g.t.EventsSubject(x.session)
+	subject := g.t.Names().EventsSubject(x.session)
 	add := func(m *jetstream.RawStreamMsg) error {
 		if m.Sequence < next {
 			return nil
@@ -137,7 +137,7 @@ func (x *sessionIndex) refresh(ctx context.Context, g *Gateway, asked time.Time,
 	var err error
 	for ctx.Err() == nil {
 		var msgs []*jetstream.RawStreamMsg
-		msgs, err = g.t.DirectBatch(ctx, events, subject, next, indexBatch)
+		msgs, err = g.t.Reader().DirectBatch(ctx, events, subject, next, indexBatch)
 		if err != nil {
 			break
 		}
@@ -153,9 +153,9 @@ func (x *sessionIndex) refresh(ctx context.Context, g *Gateway, asked time.Time,
 		return err
 	}
 	// The answers, one message get each from where the last read stopped.
-	ans := g.t.Answers.CachedInfo().Config.Name
+	ans := g.t.AnswerLog.CachedInfo().Config.Name
 	for range answersPerRefresh {
-		m, ok, err := g.t.LeaderGet(ctx, ans, x.ansNext, g.t.AnswersSubject(x.session))
+		m, ok, err := g.t.Reader().LeaderGet(ctx, ans, x.ansNext, g.t.Names().AnswersSubject(x.session))
 		if err != nil {
 			return err
 		}
@@ -249,10 +249,10 @@ func (x *sessionIndex) resultOf(callID string) uint64 {
 // when seq holds none of it): a direct get, and the stream leader's
 // message get when the replica that answered does not have it (it lags).
 func (g *Gateway) eventAt(ctx context.Context, session string, seq uint64) (schema.Event, bool, error) {
-	events, subject := g.t.Events.CachedInfo().Config.Name, g.t.EventsSubject(session)
-	msgs, err := g.t.DirectBatch(ctx, events, subject, seq, 1)
+	events, subject := g.t.Events.CachedInfo().Config.Name, g.t.Names().EventsSubject(session)
+	msgs, err := g.t.Reader().DirectBatch(ctx, events, subject, seq, 1)
 	if err != nil || len(msgs) == 0 || msgs[0].Sequence != seq {
-		m, ok, err := g.t.LeaderGet(ctx, events, seq, subject)
+		m, ok, err := g.t.Reader().LeaderGet(ctx, events, seq, subject)
 		if err != nil || !ok || m.Sequence != seq {
 			return schema.Event{}, false, err
 		}

@@ -35,7 +35,7 @@ func TestGatewayPublishesUnderContractMsgID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg := nats.NewMsg(topo.RequestsSubject(q.Session))
+	msg := nats.NewMsg(topo.Names().RequestsSubject(q.Session))
 	msg.Data = data
 	ack, err := topo.JS.PublishMsg(context.Background(), msg, jetstream.WithMsgID(contentMsgID(t, q)))
 	if err != nil {

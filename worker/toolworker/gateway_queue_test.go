@@ -33,7 +33,7 @@ func TestGatewayCallsNotQueuedBehindSlowCalls(t *testing.T) {
 		go func() {
 			defer slow.Done()
 			b, _ := json.Marshal(schema.Request{V: 1, RequestID: fmt.Sprintf("slow-%d", i), Session: fmt.Sprintf("s-slow-%d", i), Task: "t", Tool: "nobody.runs", Arguments: json.RawMessage(`{}`)})
-			_, _ = nc.Request(topo.APISubject(service.EndpointCall), b, 4*callTimeout)
+			_, _ = nc.Request(topo.Names().APISubject(service.EndpointCall), b, 4*callTimeout)
 		}()
 	}
 	defer slow.Wait()
@@ -47,7 +47,7 @@ func TestGatewayCallsNotQueuedBehindSlowCalls(t *testing.T) {
 		go func() {
 			defer quick.Done()
 			t0 := time.Now()
-			m, err := nc.Request(topo.APISubject(service.EndpointCall), []byte(`{"v":1}`), 4*callTimeout)
+			m, err := nc.Request(topo.Names().APISubject(service.EndpointCall), []byte(`{"v":1}`), 4*callTimeout)
 			d := time.Since(t0)
 			mu.Lock()
 			defer mu.Unlock()

@@ -46,7 +46,7 @@ func TestGatewayTenantScoped(t *testing.T) {
 			t.Errorf("ATTACK: tenant acme called in %s: %s %s", s, service.AnswerCode(m), m.Data)
 		}
 	}
-	st, err := topo.JS.Stream(ctx, topo.StreamName("REQUESTS"))
+	st, err := topo.JS.Stream(ctx, topo.Names().StreamName("REQUESTS"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func TestGatewayBusyPerTenant(t *testing.T) {
 	held := make(chan *nats.Msg, 1)
 	go func() { held <- call("jw.api.call.acme", "acme-1", "r-1") }() // pending: no tool worker
 	streamtest.Eventually(t, 5*time.Second, "acme's first call is published", func() bool {
-		st, err := topo.JS.Stream(ctx, topo.StreamName("REQUESTS"))
+		st, err := topo.JS.Stream(ctx, topo.Names().StreamName("REQUESTS"))
 		if err != nil {
 			return false
 		}

@@ -44,11 +44,11 @@ type writer struct{ lg *stream.Log }
 func newWriter(t *testing.T, topo *stream.Topology, session, owner string) *writer {
 	t.Helper()
 	ctx := context.Background()
-	l, err := topo.AcquireLease(ctx, session, owner)
+	l, err := topo.Leases().AcquireLease(ctx, session, owner)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lg, err := topo.OpenLog(ctx, session, owner, l.Epoch)
+	lg, err := topo.Logs().OpenLog(ctx, session, owner, l.Epoch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestGatewayCall(t *testing.T) {
 	ctx := context.Background()
 	var published atomic.Int32
 	// A stand-in tool worker answers requests on the log.
-	sub, err := nc.Subscribe(topo.RequestsSubject(session), func(msg *nats.Msg) {
+	sub, err := nc.Subscribe(topo.Names().RequestsSubject(session), func(msg *nats.Msg) {
 		var q schema.Request
 		if err := json.Unmarshal(msg.Data, &q); err != nil {
 			t.Errorf("request: %v", err)
@@ -125,7 +125,7 @@ func TestGatewayCall(t *testing.T) {
 		t.Fatalf("info %s %v", m.Data, err)
 	}
 	for _, ep := range info.Endpoints {
-		if ep.Name != service.EndpointCall || ep.Subject != topo.APISubject(service.EndpointCall) && ep.Subject != topo.APISubject(service.EndpointCall)+".*" || ep.Metadata[service.MetaRequestSchema] != "request.schema.json" {
+		if ep.Name != service.EndpointCall || ep.Subject != topo.Names().APISubject(service.EndpointCall) && ep.Subject != topo.Names().APISubject(service.EndpointCall)+".*" || ep.Metadata[service.MetaRequestSchema] != "request.schema.json" {
 			t.Fatalf("endpoint %+v", ep)
 		}
 	}
@@ -165,7 +165,7 @@ func TestCallAnswersOnlyFromTheStoredLog(t *testing.T) {
 		for {
 			for _, ev := range []schema.Event{callEv, resEv} {
 				b, _ := schema.EncodeEvent(ev)
-				m := nats.NewMsg(topo.EventsSubject(session))
+				m := nats.NewMsg(topo.Names().EventsSubject(session))
 				m.Data = b
 				m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "999999") // JetStream refuses to store it
 				_ = nc.PublishMsg(m)
@@ -182,7 +182,7 @@ func TestCallAnswersOnlyFromTheStoredLog(t *testing.T) {
 		var m *nats.Msg
 		var err error
 		streamtest.Eventually(t, 5*time.Second, "service answers", func() bool {
-			m, err = nc.Request(topo.APISubject(service.EndpointCall), b, 10*time.Second)
+			m, err = nc.Request(topo.Names().APISubject(service.EndpointCall), b, 10*time.Second)
 			return err != nats.ErrNoResponders
 		})
 		return m, err
@@ -198,13 +198,13 @@ func TestCallAnswersOnlyFromTheStoredLog(t *testing.T) {
 	if code := service.AnswerCode(m); code != string(schema.CodeResultPending) {
 		t.Fatalf("call with only forged, refused events on the wire: code %q, answer %s; want result_pending", code, m.Data)
 	}
-	if h, err := topo.Load(context.Background(), session); err != nil || len(h) != 0 {
+	if h, err := topo.Logs().Load(context.Background(), session); err != nil || len(h) != 0 {
 		t.Fatalf("the forged events were stored: %d events, %v", len(h), err)
 	}
 
 	// A stand-in tool worker answers on the log; the forgeries go on.
 	w := newWriter(t, topo, session, "w1")
-	sub, err := nc.Subscribe(topo.RequestsSubject(session), func(msg *nats.Msg) {
+	sub, err := nc.Subscribe(topo.Names().RequestsSubject(session), func(msg *nats.Msg) {
 		var q schema.Request
 		if json.Unmarshal(msg.Data, &q) != nil || q.RequestID != "r-2" {
 			return

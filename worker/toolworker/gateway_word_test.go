@@ -93,7 +93,7 @@ func TestGatewayForgedWord(t *testing.T) {
 	const session = "s-forged-word"
 	w := newWriter(t, topo, session, "w1")
 	other := w.record(t, "r-other", "c-other", "catalog.lookup", `{"sku":"B"}`, `{"price":99}`)
-	sub, err := nc.Subscribe(topo.RequestsSubject(session), func(m *nats.Msg) {
+	sub, err := nc.Subscribe(topo.Names().RequestsSubject(session), func(m *nats.Msg) {
 		inbox := m.Header.Get(toolworker.HeaderGatewayReply)
 		if inbox == "" {
 			t.Errorf("request without %s", toolworker.HeaderGatewayReply)
@@ -176,7 +176,7 @@ func TestGatewayNotAnsweredWithAnotherRequestsRefusal(t *testing.T) {
 	victim := schema.Request{V: 1, RequestID: "r-1", Session: session, Task: "t-1", Tool: "catalog.lookup", Arguments: json.RawMessage(`{"sku":"B"}`)}
 	attack := victim
 	attack.Tool = "payments.nothing"
-	if err := topo.PublishAnswer(ctx, schema.Answer{V: 1, Session: session, RequestID: "r-1", RequestDigest: stream.RequestDigestHex(attack),
+	if err := topo.Answers().PublishAnswer(ctx, schema.Answer{V: 1, Session: session, RequestID: "r-1", RequestDigest: stream.RequestDigestHex(attack),
 		Code: schema.CodeUnknownTool, Message: "no tool payments.nothing"}); err != nil {
 		t.Fatal(err)
 	}

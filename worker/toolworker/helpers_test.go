@@ -142,21 +142,21 @@ func (r *running) stop(t *testing.T) {
 func publish(t *testing.T, topo *stream.Topology, session, requestID, tool string, args string) {
 	t.Helper()
 	b, _ := json.Marshal(schema.Request{V: 1, RequestID: requestID, Session: session, Task: worker.DefaultTask, Tool: tool, Arguments: json.RawMessage(args)})
-	if _, err := topo.JS.Publish(context.Background(), topo.RequestsSubject(session), b); err != nil {
+	if _, err := topo.JS.Publish(context.Background(), topo.Names().RequestsSubject(session), b); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func publishRaw(t *testing.T, topo *stream.Topology, session string, b []byte) {
 	t.Helper()
-	if _, err := topo.JS.Publish(context.Background(), topo.RequestsSubject(session), b); err != nil {
+	if _, err := topo.JS.Publish(context.Background(), topo.Names().RequestsSubject(session), b); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func history(t *testing.T, topo *stream.Topology, session string) []schema.Event {
 	t.Helper()
-	h, err := topo.Load(context.Background(), session)
+	h, err := topo.Logs().Load(context.Background(), session)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,7 @@ func TestUnansweredTakesDoNotSerializeTheShare(t *testing.T) {
 	topo := setup(t)
 	topo.Requests = &electingRequests{Stream: topo.Requests, hang: atomic.Int32{}}
 	topo.Requests.(*electingRequests).hang.Store(6)
-	n := topo.Partitions()
+	n := topo.Names().Partitions()
 	p := newProbe()
 	r := start(t, toolworker.Config{Topology: topo, Registry: registry(t, p.tools()...), Owner: "tw-a", PollInterval: 50 * time.Millisecond})
 	t0 := time.Now()
@@ -67,7 +67,7 @@ func TestUnansweredTakesDoNotSerializeTheShare(t *testing.T) {
 func TestSlowTakeKeepsItsLease(t *testing.T) {
 	topo := setup(t) // lease TTL 1 s, renewals every 333 ms: each creation outlasts the TTL
 	topo.Requests = &electingRequests{Stream: topo.Requests, delay: 1200 * time.Millisecond}
-	n := topo.Partitions()
+	n := topo.Names().Partitions()
 	p := newProbe()
 	r := start(t, toolworker.Config{Topology: topo, Registry: registry(t, p.tools()...), Owner: "tw-a", PollInterval: 50 * time.Millisecond})
 	streamtest.Eventually(t, 15*time.Second, "every partition owned", func() bool { return len(r.w.OwnedPartitions()) == n })

@@ -84,7 +84,7 @@ func (p *partition) take(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, takeTimeout)
 	defer cancel()
 	p.work, p.cancelWork = context.WithCancel(w.hardStop)
-	hold, err := w.leases.AcquirePartition(ctx, p.p, w.cfg.Owner, p.lost)
+	hold, err := w.leases.Leases().AcquirePartition(ctx, p.p, w.cfg.Owner, p.lost)
 	if err != nil {
 		p.cancelWork()
 		return err
@@ -108,7 +108,7 @@ func (p *partition) take(ctx context.Context) error {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
 		defer cancel()
 		if hold.Err() == nil {
-			if derr := p.w.topo.Requests.DeleteConsumer(rctx, p.w.topo.RequestConsumerName(p.p)); derr != nil && !errors.Is(derr, jetstream.ErrConsumerNotFound) {
+			if derr := p.w.topo.Requests.DeleteConsumer(rctx, p.w.topo.Names().RequestConsumerName(p.p)); derr != nil && !errors.Is(derr, jetstream.ErrConsumerNotFound) {
 				p.log.Warn().Err(derr).Msg("could not delete the request consumer of a failed take")
 			}
 		}
@@ -174,14 +174,14 @@ func (p *partition) inactive() time.Duration { return 3*p.w.ttl + 5*time.Second 
 
 func (p *partition) openConsumers(ctx context.Context) error {
 	w := p.w
-	rname := w.topo.RequestConsumerName(p.p)
+	rname := w.topo.Names().RequestConsumerName(p.p)
 	if err := again(ctx, func(ctx context.Context) error { return w.topo.Requests.DeleteConsumer(ctx, rname) }); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		return fmt.Errorf("delete old request consumer %s: %w", rname, err)
 	}
 	rcfg := jetstream.ConsumerConfig{
 		Durable:           rname,
 		Description:       "jingwei tool worker " + w.cfg.Owner,
-		FilterSubject:     w.topo.RequestsPartitionSubject(p.p),
+		FilterSubject:     w.topo.Names().RequestsPartitionSubject(p.p),
 		AckPolicy:         jetstream.AckExplicitPolicy,
 		AckWait:           w.cfg.AckWait,
 		MaxAckPending:     w.cfg.MaxHeld,
@@ -205,11 +205,11 @@ func (p *partition) openConsumers(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("create request consumer %s: %w", rname, err)
 	}
-	pname := w.topo.PlanConsumerName(p.p)
+	pname := w.topo.Names().PlanConsumerName(p.p)
 	pcfg := jetstream.ConsumerConfig{
 		Durable:           pname,
 		Description:       "jingwei tool worker " + w.cfg.Owner + ": retry plans",
-		FilterSubject:     w.topo.PlansPartitionSubject(p.p),
+		FilterSubject:     w.topo.Names().PlansPartitionSubject(p.p),
 		AckPolicy:         jetstream.AckExplicitPolicy,
 		AckWait:           w.cfg.AckWait,
 		MaxAckPending:     w.cfg.MaxHeld,
@@ -335,7 +335,7 @@ func (p *partition) giveBack(reason string, stopRenew func()) {
 		p.log.Info().Err(err).Str("reason", reason).Msg("partition dropped (lease gone)")
 		return
 	}
-	if err := p.w.topo.Requests.DeleteConsumer(ctx, p.w.topo.RequestConsumerName(p.p)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+	if err := p.w.topo.Requests.DeleteConsumer(ctx, p.w.topo.Names().RequestConsumerName(p.p)); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		p.log.Warn().Err(err).Msg("could not delete request consumer")
 	}
 	p.mu.Lock()
@@ -450,7 +450,7 @@ func (p *partition) fetch(ctx context.Context, cons jetstream.Consumer, plans bo
 // session's goroutine if it is not running.
 func (p *partition) dispatch(ctx context.Context, m jetstream.Msg, plan bool) {
 	id := stream.SessionOf(m.Subject())
-	if id == "" || p.w.topo.PartitionOf(id) != p.p {
+	if id == "" || p.w.topo.Names().PartitionOf(id) != p.p {
 		p.log.Warn().Str("subject", m.Subject()).Msg("message outside the partition terminated")
 		_ = m.TermWithReason("not a session subject of this partition")
 		return

@@ -95,10 +95,10 @@ func TestRefusalNotAnotherRequestsAnswer(t *testing.T) {
 		return done
 	})
 	ctx := context.Background()
-	if a, ok, err := w.admin.FindAnswerFor(ctx, victim); err != nil || ok {
+	if a, ok, err := w.admin.Answers().FindAnswerFor(ctx, victim); err != nil || ok {
 		t.Fatalf("the victim's request, which ran, is answered %+v (%v): the attacker's refusal taken for its answer", a, err)
 	}
-	if a, ok, err := w.admin.FindAnswerFor(ctx, attack); err != nil || !ok || a.Code != schema.CodeUnknownTool || a.RequestDigest != stream.RequestDigestHex(attack) {
+	if a, ok, err := w.admin.Answers().FindAnswerFor(ctx, attack); err != nil || !ok || a.Code != schema.CodeUnknownTool || a.RequestDigest != stream.RequestDigestHex(attack) {
 		t.Fatalf("the attacker's answer %+v (found %v, %v), want unknown_tool under its own digest", a, ok, err)
 	}
 	if l.charged("victim") != 1 {

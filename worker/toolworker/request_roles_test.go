@@ -16,6 +16,8 @@ import (
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/worker"
 )
@@ -24,7 +26,7 @@ import (
 // serve` runs it: the admin's topology (to read what happened), the tool
 // worker's (worker credentials) and an agent's plain connection.
 type roleWorld struct {
-	dir    stream.KeyDir
+	dir    access.KeyDir
 	url    string
 	admin  *stream.Topology
 	worker *stream.Topology
@@ -35,7 +37,7 @@ type roleWorld struct {
 // worker opens it with the same cfg: limits are the writer's).
 func startRoles(t *testing.T, cfg stream.TopologyConfig) *roleWorld {
 	t.Helper()
-	dir := stream.KeyDir(filepath.Join(t.TempDir(), "keys"))
+	dir := access.KeyDir(filepath.Join(t.TempDir(), "keys"))
 	if _, err := dir.Init(); err != nil {
 		t.Fatal(err)
 	}
@@ -45,28 +47,28 @@ func startRoles(t *testing.T, cfg stream.TopologyConfig) *roleWorld {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	e, err := stream.StartEmbedded(ctx, stream.EmbeddedConfig{Users: keys, Dir: t.TempDir(), Listen: "127.0.0.1:-1", Sync: stream.SyncInterval})
+	e, err := natsnode.StartEmbedded(ctx, natsnode.EmbeddedConfig{Auth: access.Users{Keys: keys}, Dir: t.TempDir(), Listen: "127.0.0.1:-1", Sync: natsnode.SyncInterval})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.Shutdown)
 	w := &roleWorld{dir: dir, url: e.ClientURL()}
-	js, _ := jetstream.New(w.conn(t, stream.RoleAdmin))
+	js, _ := jetstream.New(w.conn(t, access.RoleAdmin))
 	if w.admin, err = stream.EnsureTopology(ctx, js, cfg); err != nil {
 		t.Fatal(err)
 	}
-	wjs, _ := jetstream.New(w.conn(t, stream.RoleWorker))
+	wjs, _ := jetstream.New(w.conn(t, access.RoleWorker))
 	if w.worker, err = stream.OpenTopology(ctx, wjs, cfg); err != nil {
 		t.Fatal(err)
 	}
-	w.agent, _ = jetstream.New(w.conn(t, stream.RoleAgent))
+	w.agent, _ = jetstream.New(w.conn(t, access.RoleAgent))
 	return w
 }
 
 // conn connects as role with its nkey seed file, as a client would.
-func (w *roleWorld) conn(t *testing.T, r stream.Role) *nats.Conn {
+func (w *roleWorld) conn(t *testing.T, r access.Role) *nats.Conn {
 	t.Helper()
-	nc, err := stream.Connect(context.Background(), stream.ConnectConfig{URL: w.url, NKeySeedFile: w.dir.SeedFile(r), Name: "test " + string(r)})
+	nc, err := natsnode.Connect(context.Background(), natsnode.ConnectConfig{URL: w.url, NKeySeedFile: w.dir.SeedFile(r), Name: "test " + string(r)})
 	if err != nil {
 		t.Fatalf("connect as %s: %v", r, err)
 	}
@@ -82,7 +84,7 @@ func (w *roleWorld) publishAs(t *testing.T, q schema.Request, id string) *jetstr
 	if err != nil {
 		t.Fatal(err)
 	}
-	ack, err := w.agent.Publish(context.Background(), w.admin.RequestsSubject(q.Session), b, jetstream.WithMsgID(id))
+	ack, err := w.agent.Publish(context.Background(), w.admin.Names().RequestsSubject(q.Session), b, jetstream.WithMsgID(id))
 	if err != nil {
 		t.Fatalf("agent publishes %s: %v", q.RequestID, err)
 	}
@@ -92,7 +94,7 @@ func (w *roleWorld) publishAs(t *testing.T, q schema.Request, id string) *jetstr
 // answer returns the answer recorded for requestID, if any.
 func (w *roleWorld) answer(t *testing.T, session, requestID string) (schema.Answer, bool) {
 	t.Helper()
-	a, ok, err := w.admin.FindAnswer(context.Background(), session, requestID)
+	a, ok, err := w.admin.Answers().FindAnswer(context.Background(), session, requestID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +105,7 @@ func (w *roleWorld) answer(t *testing.T, session, requestID string) (schema.Answ
 // whether a tool.result follows it.
 func (w *roleWorld) callOf(t *testing.T, session, requestID string) (c *schema.Call, done bool, n int) {
 	t.Helper()
-	h, err := w.admin.Load(context.Background(), session)
+	h, err := w.admin.Logs().Load(context.Background(), session)
 	if err != nil {
 		t.Fatal(err)
 	}

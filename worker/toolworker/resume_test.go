@@ -15,6 +15,7 @@ import (
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/worker"
 	"github.com/jingwei/jingwei/worker/toolworker"
@@ -124,7 +125,7 @@ func TestWaitingCallsResumedAfterCrash(t *testing.T) {
 	// The session whose call A answered was never fenced by B: B owns
 	// every partition (its scans run at take), and s-done stays as A left
 	// it for a while after.
-	streamtest.Eventually(t, 15*time.Second, "B owns every partition", func() bool { return len(b.w.OwnedPartitions()) == topo.Partitions() })
+	streamtest.Eventually(t, 15*time.Second, "B owns every partition", func() bool { return len(b.w.OwnedPartitions()) == topo.Names().Partitions() })
 	owned := time.Now()
 	streamtest.Eventually(t, 5*time.Second, "a second after B took everything", func() bool {
 		if h := history(t, topo, "s-done"); len(h) != doneEvents {
@@ -217,7 +218,7 @@ func resumeConfig(t *testing.T, reg *worker.Registry, trusted recovery.TrustedKe
 // startAlone runs a worker on a connection of its own to emb and returns
 // its crash: the connection closed, then the worker stopped, so that it
 // dies alone (nothing drained, its leases left to expire).
-func startAlone(t *testing.T, emb *stream.Embedded, topo *stream.Topology, config func(*stream.Topology) toolworker.Config) (crash func()) {
+func startAlone(t *testing.T, emb *natsnode.Embedded, topo *stream.Topology, config func(*stream.Topology) toolworker.Config) (crash func()) {
 	t.Helper()
 	nc, err := emb.Connect()
 	if err != nil {

@@ -32,7 +32,7 @@ func padEcho() worker.Tool {
 // session log, as a writer opening it now measures them.
 func (w *roleWorld) room(t *testing.T, session string) int64 {
 	t.Helper()
-	l, err := w.admin.OpenLog(context.Background(), session, "measure", schema.MaxEpoch)
+	l, err := w.admin.Logs().OpenLog(context.Background(), session, "measure", schema.MaxEpoch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func TestCorruptEpochAnswered(t *testing.T) {
 	start(t, toolworker.Config{Topology: w.worker, Registry: registry(t, padEcho()), PollInterval: 50 * time.Millisecond, DisableGateway: true})
 	for sess, epoch := range map[string]uint64{"s-over": 1 << 53, "s-at": schema.MaxEpoch} {
 		fence := fmt.Sprintf(`{"v":1,"session":%q,"epoch":%d,"at":"2026-12-01T00:00:00Z","type":"session.fenced","fence":{"epoch":%d,"owner":"mallory"}}`, sess, epoch, epoch)
-		if _, err := w.worker.JS.Publish(context.Background(), w.worker.EventsSubject(sess), []byte(fence)); err != nil {
+		if _, err := w.worker.JS.Publish(context.Background(), w.worker.Names().EventsSubject(sess), []byte(fence)); err != nil {
 			t.Fatalf("the worker credential appends: %v", err)
 		}
 		q := schema.Request{V: 1, RequestID: "r-1", Session: sess, Task: "t-1", Tool: "echo", Arguments: json.RawMessage(`{"n":1}`)}
@@ -156,7 +156,7 @@ func TestPlanForFullSessionHoldsNoRequest(t *testing.T) {
 	w.fill(t, sess)
 	first, _, _ := w.callOf(t, sess, "fill-0")
 	ctx := context.Background()
-	h, err := w.admin.Load(ctx, sess)
+	h, err := w.admin.Logs().Load(ctx, sess)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,14 +172,14 @@ func TestPlanForFullSessionHoldsNoRequest(t *testing.T) {
 	}
 	plan := signPlan(t, schema.Plan{V: 1, PlanID: "p-full", Session: sess, Task: first.Operation.Task, Tool: first.Tool, Arguments: first.Arguments, ArgsDigest: digest,
 		Contract: first.Operation.Contract, Key: first.Operation.Key, PriorCallID: first.CallID, PriorSeq: priorSeq, Basis: schema.BasisNotStarted, IssuedAt: time.Now().UTC()})
-	if _, err := stream.NewPlans(w.admin.Plans).Issue(ctx, plan); err != nil {
+	if _, err := stream.NewPlans(w.admin.PlanBucket).Issue(ctx, plan); err != nil {
 		t.Fatal(err)
 	}
 	pb, _ := json.Marshal(plan)
-	if _, err := w.admin.JS.Publish(ctx, w.admin.PlansSubject(sess), pb); err != nil {
+	if _, err := w.admin.JS.Publish(ctx, w.admin.Names().PlansSubject(sess), pb); err != nil {
 		t.Fatal(err)
 	}
-	cons, err := w.admin.PlanLog.Consumer(ctx, w.admin.PlanConsumerName(w.admin.PartitionOf(sess)))
+	cons, err := w.admin.PlanLog.Consumer(ctx, w.admin.Names().PlanConsumerName(w.admin.Names().PartitionOf(sess)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +196,7 @@ func TestPlanForFullSessionHoldsNoRequest(t *testing.T) {
 	if a, _ := w.answer(t, sess, q.RequestID); a.Code != schema.CodeHistoryTooLarge {
 		t.Fatalf("answer %+v, want %s", a, schema.CodeHistoryTooLarge)
 	}
-	if rec, err := stream.NewPlans(w.admin.Plans).Get(ctx, plan.PlanID); err != nil || rec.State == stream.PlanConsumed {
+	if rec, err := stream.NewPlans(w.admin.PlanBucket).Get(ctx, plan.PlanID); err != nil || rec.State == stream.PlanConsumed {
 		t.Fatalf("plan record %+v %v: spent on an attempt the log had no room for", rec, err)
 	}
 }

@@ -40,7 +40,7 @@ func TestWorkerSurvivesServerRestart(t *testing.T) {
 	// a new one.
 	streamtest.Eventually(t, 20*time.Second, "request published after the restart", func() bool {
 		b, _ := json.Marshal(schema.Request{V: 1, RequestID: "r-2", Session: "s-a", Task: worker.DefaultTask, Tool: "echo", Arguments: json.RawMessage(`{"n":2}`)})
-		_, err := topo.JS.Publish(ctx, topo.RequestsSubject("s-a"), b, jetstream.WithMsgID(stream.RequestMsgID("s-a", "r-2")))
+		_, err := topo.JS.Publish(ctx, topo.Names().RequestsSubject("s-a"), b, jetstream.WithMsgID(stream.RequestMsgID("s-a", "r-2")))
 		return err == nil
 	})
 	publish(t, topo, "s-b", "r-3", "echo", `{"n":3}`)
@@ -83,7 +83,7 @@ func TestPlanRunsAfterServerRestart(t *testing.T) {
 	srv.Restart()
 
 	streamtest.Eventually(t, 30*time.Second, "session given back", func() bool {
-		_, ok, err := topo.LeaseHolder(ctx, s)
+		_, ok, err := topo.Leases().LeaseHolder(ctx, s)
 		return err == nil && !ok
 	})
 	plan, err := recovery.PrepareRetry(schema.Events(history(t, topo, s)), first.CallID, nil)
@@ -92,11 +92,11 @@ func TestPlanRunsAfterServerRestart(t *testing.T) {
 	}
 	plan = signPlan(t, plan)
 	streamtest.Eventually(t, 20*time.Second, "plan issued", func() bool {
-		_, err := stream.NewPlans(topo.Plans).Issue(ctx, plan)
+		_, err := stream.NewPlans(topo.PlanBucket).Issue(ctx, plan)
 		return err == nil
 	})
 	pb, _ := json.Marshal(plan)
-	if _, err := topo.JS.Publish(ctx, topo.PlansSubject(s), pb, jetstream.WithMsgID(plan.PlanID)); err != nil {
+	if _, err := topo.JS.Publish(ctx, topo.Names().PlansSubject(s), pb, jetstream.WithMsgID(plan.PlanID)); err != nil {
 		t.Fatal(err)
 	}
 	streamtest.Eventually(t, 45*time.Second, "retry recorded after the restart", func() bool { return results(t, topo, s) == 2 })

@@ -144,7 +144,7 @@ func (s *session) confirm(ctx context.Context) error {
 	}
 	s.rt, s.hold = nil, nil
 	tctx, endSpan := startConfirmSpan(ctx, s.id)
-	tk, err := s.w.topo.ConfirmIn(tctx, s.p.hold, s.id)
+	tk, err := s.w.topo.Leases().ConfirmIn(tctx, s.p.hold, s.id)
 	endSpan(tctx, tk, err)
 	if err != nil {
 		return fmt.Errorf("fence and load: %w", err)
@@ -340,7 +340,7 @@ func (s *session) refuse(m jetstream.Msg, r schema.Request, code schema.Code, wh
 	ctx, cancel := context.WithTimeout(s.p.work, ackTimeout)
 	defer cancel()
 	msg := schema.TextOf(why)
-	err := s.w.topo.PublishAnswer(ctx, schema.Answer{Session: s.id, RequestID: r.RequestID, Code: code, Message: msg, At: time.Now().UTC(), RequestDigest: stream.RequestDigestHex(r)})
+	err := s.w.topo.Answers().PublishAnswer(ctx, schema.Answer{Session: s.id, RequestID: r.RequestID, Code: code, Message: msg, At: time.Now().UTC(), RequestDigest: stream.RequestDigestHex(r)})
 	if err != nil {
 		lg.Warn().Err(err).Msg("answer not recorded; request held and tried again")
 		return false

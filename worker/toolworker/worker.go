@@ -96,7 +96,7 @@ func New(cfg Config) (*Worker, error) {
 		cfg:    cfg,
 		topo:   cfg.Topology,
 		log:    cfg.Logger.With().Str("owner", cfg.Owner).Logger(),
-		plans:  stream.NewPlans(cfg.Topology.Plans),
+		plans:  stream.NewPlans(cfg.Topology.PlanBucket),
 		budget: stream.NewBudget(cfg.Topology.Budget),
 		ttl:    cfg.Topology.Config().LeaseTTL,
 		slots:  make(chan struct{}, cfg.MaxSessions),
@@ -172,7 +172,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	leases, closeLeases := w.leaseTopology(ctx)
 	defer closeLeases()
 	w.leases = leases
-	reg, err := w.leases.RegisterWorker(ctx, w.cfg.Owner)
+	reg, err := w.leases.Leases().RegisterWorker(ctx, w.cfg.Owner)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil // stopped while starting
@@ -200,7 +200,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		stopGateway = func() { once.Do(func() { _ = svc.Stop(); gw.Close() }) }
 		defer stopGateway()
 	}
-	w.log.Info().Int("max_sessions", w.cfg.MaxSessions).Int("partitions", w.topo.Partitions()).Dur("lease_ttl", w.ttl).Msg("tool worker running")
+	w.log.Info().Int("max_sessions", w.cfg.MaxSessions).Int("partitions", w.topo.Names().Partitions()).Dur("lease_ttl", w.ttl).Msg("tool worker running")
 
 	acons, err := w.approvalConsumer(ctx)
 	if err != nil {
@@ -293,21 +293,21 @@ func preference(owner string, p int) uint32 {
 // has beyond it (one per round, so that a join moves partitions gradually
 // and never leaves them all unowned at once).
 func (w *Worker) balance(ctx context.Context) {
-	live, err := w.leases.LiveWorkers(ctx)
+	live, err := w.leases.Leases().LiveWorkers(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			w.log.Warn().Err(err).Msg("reading the worker registry failed")
 		}
 		return
 	}
-	leases, err := w.leases.PartitionLeases(ctx)
+	leases, err := w.leases.Leases().PartitionLeases(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			w.log.Warn().Err(err).Msg("reading the partition leases failed")
 		}
 		return
 	}
-	n := w.topo.Partitions()
+	n := w.topo.Names().Partitions()
 	nlive := len(live)
 	if !slices.Contains(live, w.cfg.Owner) {
 		nlive++
@@ -454,7 +454,7 @@ func (w *Worker) newRuntime(id string, lg worker.Appender, h []schema.Event) (*w
 	rc.Session, rc.Log, rc.Registry, rc.Plans, rc.Budget, rc.History = id, lg, w.cfg.Registry, w.plans, w.budget, h
 	rc.Logger = w.log
 	if rc.Approvals == nil {
-		rc.Approvals = w.topo
+		rc.Approvals = w.topo.Approvals()
 	}
 	return worker.New(rc)
 }

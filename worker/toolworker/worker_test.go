@@ -119,15 +119,15 @@ func TestRequestIDRunsAtMostOnce(t *testing.T) {
 	const s = "dup"
 
 	// An earlier owner recorded r-old and crashed before acknowledging it.
-	lease, err := topo.AcquireLease(ctx, s, "earlier")
+	lease, err := topo.Leases().AcquireLease(ctx, s, "earlier")
 	if err != nil {
 		t.Fatal(err)
 	}
-	lg, err := topo.Fence(ctx, s, "earlier", lease.Epoch)
+	lg, err := topo.Logs().Fence(ctx, s, "earlier", lease.Epoch)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt, err := worker.New(worker.Config{Session: s, Log: lg, Registry: registry(t, p.tools()...), Plans: stream.NewPlans(topo.Plans), Budget: stream.NewBudget(topo.Budget)})
+	rt, err := worker.New(worker.Config{Session: s, Log: lg, Registry: registry(t, p.tools()...), Plans: stream.NewPlans(topo.PlanBucket), Budget: stream.NewBudget(topo.Budget)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,15 +226,15 @@ func TestLeaseLossStopsSession(t *testing.T) {
 	}
 	// Take the partition's lease away from under the worker and fence
 	// the log at the thief's epoch.
-	part := topo.PartitionOf(s)
-	if err := topo.Leases.Delete(ctx, "partition."+strconv.Itoa(part)); err != nil {
+	part := topo.Names().PartitionOf(s)
+	if err := topo.LeaseBucket.Delete(ctx, "partition."+strconv.Itoa(part)); err != nil {
 		t.Fatal(err)
 	}
-	ph, err := topo.AcquirePartition(ctx, part, "thief", nil)
+	ph, err := topo.Leases().AcquirePartition(ctx, part, "thief", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := topo.Fence(ctx, s, "thief", ph.Epoch()); err != nil {
+	if _, err := topo.Logs().Fence(ctx, s, "thief", ph.Epoch()); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -252,7 +252,7 @@ func TestLeaseLossStopsSession(t *testing.T) {
 		t.Fatalf("last event %+v, want the thief's fence (the worker must not append after losing the lease)", last)
 	}
 	// The thief's lease is intact: the worker did not release or renew it.
-	if lv, ok, err := topo.PartitionHolder(ctx, part); err != nil || !ok || lv.Owner != "thief" {
+	if lv, ok, err := topo.Leases().PartitionHolder(ctx, part); err != nil || !ok || lv.Owner != "thief" {
 		t.Fatalf("lease %+v %v %v, want the thief's", lv, ok, err)
 	}
 }
@@ -268,11 +268,11 @@ func TestFencedWorkerStopsAndRequestRunsOnce(t *testing.T) {
 	publish(t, topo, s, "r-1", "echo", `{"n":1}`)
 	start(t, toolworker.Config{Topology: topo, Registry: registry(t, p.tools()...), PollInterval: 50 * time.Millisecond})
 	streamtest.Eventually(t, 10*time.Second, "r-1 recorded", func() bool { return results(t, topo, s) == 1 })
-	high, err := topo.HighestEpoch(ctx, s)
+	high, err := topo.Logs().HighestEpoch(ctx, s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := topo.Fence(ctx, s, "rogue", high+5); err != nil {
+	if _, err := topo.Logs().Fence(ctx, s, "rogue", high+5); err != nil {
 		t.Fatal(err)
 	}
 	publish(t, topo, s, "r-2", "echo", `{"n":2}`)
@@ -333,10 +333,10 @@ func TestDrainFinishesBodiesThenReleases(t *testing.T) {
 	if waiting(t, topo) != 1 {
 		t.Fatal("r-2 should still be waiting")
 	}
-	if _, ok, err := topo.PartitionHolder(ctx, topo.PartitionOf(s)); err != nil || ok {
+	if _, ok, err := topo.Leases().PartitionHolder(ctx, topo.Names().PartitionOf(s)); err != nil || ok {
 		t.Fatalf("partition lease still held after drain (%v)", err)
 	}
-	if _, err := topo.Requests.Consumer(ctx, topo.RequestConsumerName(topo.PartitionOf(s))); !errors.Is(err, jetstream.ErrConsumerNotFound) {
+	if _, err := topo.Requests.Consumer(ctx, topo.Names().RequestConsumerName(topo.Names().PartitionOf(s))); !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		t.Fatalf("request consumer after drain: %v, want not found", err)
 	}
 }
@@ -378,7 +378,7 @@ func TestPlanExecutedOnce(t *testing.T) {
 	// The host prepares a plan (the session is given back when idle, so
 	// the history is confirmed once the lease is free).
 	streamtest.Eventually(t, 10*time.Second, "session given back", func() bool {
-		_, ok, err := topo.LeaseHolder(ctx, s)
+		_, ok, err := topo.Leases().LeaseHolder(ctx, s)
 		return err == nil && !ok
 	})
 	plan, err := recovery.PrepareRetry(schema.Events(history(t, topo, s)), first.CallID, nil)
@@ -386,19 +386,19 @@ func TestPlanExecutedOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	plan = signPlan(t, plan)
-	if _, err := stream.NewPlans(topo.Plans).Issue(ctx, plan); err != nil {
+	if _, err := stream.NewPlans(topo.PlanBucket).Issue(ctx, plan); err != nil {
 		t.Fatal(err)
 	}
 	pb, _ := json.Marshal(plan)
-	if _, err := topo.JS.Publish(ctx, topo.PlansSubject(s), pb); err != nil {
+	if _, err := topo.JS.Publish(ctx, topo.Names().PlansSubject(s), pb); err != nil {
 		t.Fatal(err)
 	}
 	streamtest.Eventually(t, 10*time.Second, "retry recorded", func() bool { return results(t, topo, s) == 2 })
 	// Published again: delivered, refused as consumed, nothing recorded.
-	if _, err := topo.JS.Publish(ctx, topo.PlansSubject(s), pb); err != nil {
+	if _, err := topo.JS.Publish(ctx, topo.Names().PlansSubject(s), pb); err != nil {
 		t.Fatal(err)
 	}
-	cons, err := topo.PlanLog.Consumer(ctx, topo.PlanConsumerName(topo.PartitionOf(s)))
+	cons, err := topo.PlanLog.Consumer(ctx, topo.Names().PlanConsumerName(topo.Names().PartitionOf(s)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,7 +414,7 @@ func TestPlanExecutedOnce(t *testing.T) {
 	if err != nil || len(orders) != 1 {
 		t.Fatalf("orders %+v %v, want exactly one", orders, err)
 	}
-	rec, err := stream.NewPlans(topo.Plans).Get(ctx, plan.PlanID)
+	rec, err := stream.NewPlans(topo.PlanBucket).Get(ctx, plan.PlanID)
 	if err != nil || rec.State != stream.PlanConsumed || rec.ConsumedBy != cs[1].CallID {
 		t.Fatalf("plan record %+v %v", rec, err)
 	}
@@ -454,14 +454,14 @@ func TestUnloadableSessionBacksOff(t *testing.T) {
 	ctx := context.Background()
 	p := newProbe()
 	const s = "corrupt"
-	if _, err := topo.JS.Publish(ctx, topo.EventsSubject(s), []byte(`not an event`)); err != nil {
+	if _, err := topo.JS.Publish(ctx, topo.Names().EventsSubject(s), []byte(`not an event`)); err != nil {
 		t.Fatal(err)
 	}
 	publish(t, topo, s, "r-1", "echo", `{"n":1}`)
 	r := start(t, toolworker.Config{Topology: topo, Registry: registry(t, p.tools()...), PollInterval: 20 * time.Millisecond})
 	fences := func() int {
 		n := 0
-		m, err := topo.Events.Info(ctx, jetstream.WithSubjectFilter(topo.EventsSubject(s)))
+		m, err := topo.Events.Info(ctx, jetstream.WithSubjectFilter(topo.Names().EventsSubject(s)))
 		if err == nil {
 			n = int(m.State.Msgs) - 1
 		}
@@ -472,7 +472,7 @@ func TestUnloadableSessionBacksOff(t *testing.T) {
 	var a schema.Answer
 	streamtest.Eventually(t, 10*time.Second, "the request answered", func() bool {
 		var ok bool
-		a, ok, _ = topo.FindAnswer(ctx, s, "r-1")
+		a, ok, _ = topo.Answers().FindAnswer(ctx, s, "r-1")
 		return ok
 	})
 	if a.Code != schema.CodeCorruptHistory {
@@ -513,11 +513,11 @@ func TestPlanRunsOnTheOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	plan = signPlan(t, plan)
-	if _, err := stream.NewPlans(topo.Plans).Issue(ctx, plan); err != nil {
+	if _, err := stream.NewPlans(topo.PlanBucket).Issue(ctx, plan); err != nil {
 		t.Fatal(err)
 	}
 	pb, _ := json.Marshal(plan)
-	if _, err := topo.JS.Publish(ctx, topo.PlansSubject(s), pb); err != nil {
+	if _, err := topo.JS.Publish(ctx, topo.Names().PlansSubject(s), pb); err != nil {
 		t.Fatal(err)
 	}
 	streamtest.Eventually(t, 10*time.Second, "retry recorded", func() bool { return results(t, topo, s) == 2 })

@@ -23,7 +23,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/worker"
 	"github.com/jingwei/jingwei/worker/fence"
 	"github.com/jingwei/jingwei/worker/mcptool"
@@ -269,7 +269,7 @@ func Serve() {
 		opts.Hold = d
 	}
 	if url := os.Getenv(EnvNATS); url != "" {
-		nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: url, NKeySeedFile: os.Getenv(EnvNKey)})
+		nc, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: url, NKeySeedFile: os.Getenv(EnvNKey)})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "mcptest:", err)
 			os.Exit(1)

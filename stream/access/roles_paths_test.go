@@ -1,4 +1,4 @@
-package stream_test
+package access_test
 
 import (
 	"context"
@@ -14,13 +14,14 @@ import (
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 	"github.com/jingwei/jingwei/stream/streamtest"
 	"github.com/jingwei/jingwei/tools"
 )
 
 // asRole connects as r and opens the topology (no creation), as a client of
 // that role does.
-func (rs *roleServer) asRole(t *testing.T, r stream.Role, cfg stream.TopologyConfig) (*nats.Conn, *stream.Topology) {
+func (rs *roleServer) asRole(t *testing.T, r access.Role, cfg stream.TopologyConfig) (*nats.Conn, *stream.Topology) {
 	t.Helper()
 	nc := rs.connect(t, r)
 	js, _ := jetstream.New(nc)
@@ -72,22 +73,22 @@ func TestRolesLibraryPaths(t *testing.T) {
 	rs := startRoleServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	workerNC, worker := rs.asRole(t, stream.RoleWorker, stream.TopologyConfig{})
-	_, workerShort := rs.asRole(t, stream.RoleWorker, stream.TopologyConfig{LeaseTTL: time.Second})
-	recNC, rec := rs.asRole(t, stream.RoleRecoverer, stream.TopologyConfig{})
-	agentNC, agent := rs.asRole(t, stream.RoleAgent, stream.TopologyConfig{})
-	reviewerNC, reviewer := rs.asRole(t, stream.RoleReviewer, stream.TopologyConfig{})
-	hostNC, host := rs.asRole(t, stream.RoleHost, stream.TopologyConfig{})
+	workerNC, worker := rs.asRole(t, access.RoleWorker, stream.TopologyConfig{})
+	_, workerShort := rs.asRole(t, access.RoleWorker, stream.TopologyConfig{LeaseTTL: time.Second})
+	recNC, rec := rs.asRole(t, access.RoleRecoverer, stream.TopologyConfig{})
+	agentNC, agent := rs.asRole(t, access.RoleAgent, stream.TopologyConfig{})
+	reviewerNC, reviewer := rs.asRole(t, access.RoleReviewer, stream.TopologyConfig{})
+	hostNC, host := rs.asRole(t, access.RoleHost, stream.TopologyConfig{})
 
 	// Worker: lease, fence, append, renew; the example tools' buckets and
 	// stream created from scratch.
-	lease, err := worker.AcquireLease(ctx, "s-1", "worker-1")
+	lease, err := worker.Leases().AcquireLease(ctx, "s-1", "worker-1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The worker fences and loads with message and direct gets: no
 	// consumer on the session logs.
-	log, h, err := worker.FenceLoad(ctx, "s-1", "worker-1", lease.Epoch)
+	log, h, err := worker.Logs().FenceLoad(ctx, "s-1", "worker-1", lease.Epoch)
 	if err != nil {
 		t.Fatalf("worker FenceLoad: %v", err)
 	}
@@ -120,12 +121,12 @@ func TestRolesLibraryPaths(t *testing.T) {
 	}
 
 	// Readers load a short history with message gets and direct gets.
-	want, err := rs.topo.Load(ctx, "s-1")
+	want, err := rs.topo.Logs().Load(ctx, "s-1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for name, topo := range map[string]*stream.Topology{"agent": agent, "reviewer": reviewer, "host": host, "worker": worker, "recoverer": rec} {
-		h, err := topo.Load(ctx, "s-1")
+		h, err := topo.Logs().Load(ctx, "s-1")
 		if err != nil || len(h) != len(want) {
 			t.Errorf("%s: Load: %d events, %v", name, len(h), err)
 		}
@@ -136,11 +137,11 @@ func TestRolesLibraryPaths(t *testing.T) {
 
 	// Agent: a tool request with its PubAck; the worker consumes it with a
 	// durable pull consumer and acks it away.
-	ack, err := agent.JS.Publish(ctx, agent.RequestsSubject("s-1"), []byte(`{"v":1}`), jetstream.WithMsgID("r-1"))
+	ack, err := agent.JS.Publish(ctx, agent.Names().RequestsSubject("s-1"), []byte(`{"v":1}`), jetstream.WithMsgID("r-1"))
 	if err != nil || ack.Stream != "JW_REQUESTS" {
 		t.Fatalf("agent request: %v %v", ack, err)
 	}
-	cons, err := worker.Requests.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: "JW_worker_s-1", FilterSubject: worker.RequestsStoredSubject("s-1"), AckPolicy: jetstream.AckExplicitPolicy})
+	cons, err := worker.Requests.CreateConsumer(ctx, jetstream.ConsumerConfig{Durable: "JW_worker_s-1", FilterSubject: worker.Names().RequestsStoredSubject("s-1"), AckPolicy: jetstream.AckExplicitPolicy})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,10 +185,10 @@ func TestRolesLibraryPaths(t *testing.T) {
 	// the plan keys (kv.Keys: a push watcher with flow control); the host
 	// reads and lists them without a consumer.
 	plan := schema.Plan{PlanID: "p-1", Session: "s-1", Task: "t-1", Tool: "orders.create", Arguments: []byte(`{}`), Key: "op-1", PriorCallID: "c-1", PriorSeq: 2, Basis: "not_started"}
-	if _, err := stream.NewPlans(rec.Plans).Issue(ctx, plan); err != nil {
+	if _, err := stream.NewPlans(rec.PlanBucket).Issue(ctx, plan); err != nil {
 		t.Fatal(err)
 	}
-	wp := stream.NewPlans(worker.Plans)
+	wp := stream.NewPlans(worker.PlanBucket)
 	got, err := wp.Get(ctx, "p-1")
 	if err != nil {
 		t.Fatal(err)
@@ -195,10 +196,10 @@ func TestRolesLibraryPaths(t *testing.T) {
 	if _, err := wp.Consume(ctx, got, "c-2", 1); err != nil {
 		t.Fatalf("worker consumes the plan: %v", err)
 	}
-	if keys, err := rec.Plans.Keys(ctx); err != nil || len(keys) != 1 {
+	if keys, err := rec.PlanBucket.Keys(ctx); err != nil || len(keys) != 1 {
 		t.Errorf("recoverer kv.Keys: %v %v", keys, err)
 	}
-	if _, err := host.Plans.Get(ctx, "p-1"); err != nil {
+	if _, err := host.PlanBucket.Get(ctx, "p-1"); err != nil {
 		t.Errorf("host reads a plan record: %v", err)
 	}
 	if keys, err := stream.BucketKeys(ctx, host.JS, "jw_plans"); err != nil || len(keys) != 1 || keys[0] != "p-1" {
@@ -207,13 +208,13 @@ func TestRolesLibraryPaths(t *testing.T) {
 	var hv violations
 	hv.watch(hostNC)
 	lctx, lcancel := context.WithTimeout(ctx, 2*time.Second)
-	if _, err := host.Plans.Keys(lctx); err == nil {
+	if _, err := host.PlanBucket.Keys(lctx); err == nil {
 		t.Error("host created a KV watcher (a consumer) on jw_plans")
 	}
 	lcancel()
 	hv.await(t, "$JS.API.CONSUMER.CREATE.KV_jw_plans")
 	pctx, pcancel := context.WithTimeout(ctx, time.Second)
-	if _, err := host.Plans.Put(pctx, "p-1", []byte("{}")); err == nil {
+	if _, err := host.PlanBucket.Put(pctx, "p-1", []byte("{}")); err == nil {
 		t.Error("host wrote a plan record")
 	}
 	pcancel()
@@ -221,16 +222,16 @@ func TestRolesLibraryPaths(t *testing.T) {
 
 	// Recoverer: the plan on the plan log, an assessment; the host reads
 	// both with the leader's and direct gets.
-	if _, err := rec.JS.Publish(ctx, rec.PlansSubject("s-1"), []byte(`{"v":1}`)); err != nil {
+	if _, err := rec.JS.Publish(ctx, rec.Names().PlansSubject("s-1"), []byte(`{"v":1}`)); err != nil {
 		t.Fatalf("recoverer publishes a plan: %v", err)
 	}
-	if _, err := rec.JS.Publish(ctx, rec.AssessmentsSubject("s-1"), []byte(`{"v":1}`)); err != nil {
+	if _, err := rec.JS.Publish(ctx, rec.Names().AssessmentsSubject("s-1"), []byte(`{"v":1}`)); err != nil {
 		t.Fatalf("recoverer publishes an assessment: %v", err)
 	}
 	for _, kind := range []string{"PLANS", "ASSESSMENTS"} {
-		subj := map[string]string{"PLANS": host.PlansStoredSubject("s-1"), "ASSESSMENTS": host.AssessmentsSubject("s-1")}[kind]
+		subj := map[string]string{"PLANS": host.Names().PlansStoredSubject("s-1"), "ASSESSMENTS": host.Names().AssessmentsSubject("s-1")}[kind]
 		n := 0
-		if err := host.ReadSubject(ctx, host.StreamName(kind), subj, func(*jetstream.RawStreamMsg) error { n++; return nil }); err != nil || n != 1 {
+		if err := host.Reader().ReadSubject(ctx, host.Names().StreamName(kind), subj, func(*jetstream.RawStreamMsg) error { n++; return nil }); err != nil || n != 1 {
 			t.Errorf("host reads %s: %d messages, %v", kind, n, err)
 		}
 	}
@@ -238,10 +239,10 @@ func TestRolesLibraryPaths(t *testing.T) {
 	// Reviewer: a review with its PubAck, read back.
 	var vv violations
 	vv.watch(reviewerNC)
-	if _, err := reviewer.JS.Publish(ctx, reviewer.ReviewsSubject("s-1"), []byte(`{"v":1}`)); err != nil {
+	if _, err := reviewer.JS.Publish(ctx, reviewer.Names().ReviewsSubject("s-1"), []byte(`{"v":1}`)); err != nil {
 		t.Fatalf("reviewer publishes a review: %v %v", err, vv.errs)
 	}
-	if _, err := reviewer.Reviews.GetLastMsgForSubject(ctx, reviewer.ReviewsSubject("s-1")); err != nil {
+	if _, err := reviewer.Reviews.GetLastMsgForSubject(ctx, reviewer.Names().ReviewsSubject("s-1")); err != nil {
 		t.Errorf("reviewer reads reviews: %v", err)
 	}
 	// The recoverer scans reviews with an ordered consumer; on the plan log
@@ -276,7 +277,7 @@ func TestRolesLibraryPaths(t *testing.T) {
 	// permission lets one connection answer each request once): $SRV.PING
 	// has two responders, and both answers come back through the host's
 	// import (response type stream).
-	rec2NC := rs.connect(t, stream.RoleRecoverer)
+	rec2NC := rs.connect(t, access.RoleRecoverer)
 	svc2, err := micro.AddService(rec2NC, micro.Config{Name: "jingwei", Version: "0.0.1"})
 	if err != nil {
 		t.Fatal(err)
@@ -306,11 +307,11 @@ func TestRolesLibraryPaths(t *testing.T) {
 
 	// Recoverer: lease expiry seen by the watcher (an ordered consumer on
 	// KV_jw_leases); the worker's lease of s-2 is never renewed.
-	expired, err := rec.WatchLeaseExpiry(ctx)
+	expired, err := rec.Leases().WatchLeaseExpiry(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := workerShort.AcquireLease(ctx, "s-2", "worker-1"); err != nil {
+	if _, err := workerShort.Leases().AcquireLease(ctx, "s-2", "worker-1"); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -351,7 +352,7 @@ func TestRolesLibraryPaths(t *testing.T) {
 // publish a session event; nothing reaches the log.
 func TestRolesAgentPlainClient(t *testing.T) {
 	rs := startRoleServer(t)
-	opt, err := nats.NkeyOptionFromSeed(rs.dir.SeedFile(stream.RoleAgent))
+	opt, err := nats.NkeyOptionFromSeed(rs.dir.SeedFile(access.RoleAgent))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package stream_test
+package access_test
 
 import (
 	"bytes"
@@ -9,23 +9,23 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 )
 
-var updateRolesDoc = flag.Bool("update-roles-doc", false, "rewrite docs/roles.md from stream.RoleConfig")
+var updateRolesDoc = flag.Bool("update-roles-doc", false, "rewrite docs/roles.md from access.RoleConfig")
 
 // rolesDocFile is the generated permission reference of the protocol
 // document.
-var rolesDocFile = filepath.Join("..", "docs", "roles.md")
+var rolesDocFile = filepath.Join("..", "..", "docs", "roles.md")
 
 // TestRolesDoc keeps docs/roles.md, the protocol document's complete list of
 // every role's permissions and every account's imports, equal to what the
-// code enforces (stream.RoleConfig with the default prefixes). After a
+// code enforces (access.RoleConfig with the default prefixes). After a
 // change to the roles run:
 //
-//	go test ./stream -run TestRolesDoc -update-roles-doc
+//	go test ./stream/access -run TestRolesDoc -update-roles-doc
 func TestRolesDoc(t *testing.T) {
-	got := rolesDoc(stream.RoleConfig{})
+	got := rolesDoc(access.RoleConfig{})
 	if *updateRolesDoc {
 		if err := os.WriteFile(rolesDocFile, got, 0o644); err != nil {
 			t.Fatal(err)
@@ -34,19 +34,19 @@ func TestRolesDoc(t *testing.T) {
 	}
 	want, err := os.ReadFile(rolesDocFile)
 	if err != nil {
-		t.Fatalf("%v (generate it: go test ./stream -run TestRolesDoc -update-roles-doc)", err)
+		t.Fatalf("%v (generate it: go test ./stream/access -run TestRolesDoc -update-roles-doc)", err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Fatalf("%s is not what the code enforces; regenerate it: go test ./stream -run TestRolesDoc -update-roles-doc", rolesDocFile)
+		t.Fatalf("%s is not what the code enforces; regenerate it: go test ./stream/access -run TestRolesDoc -update-roles-doc", rolesDocFile)
 	}
 }
 
-func rolesDoc(c stream.RoleConfig) []byte {
+func rolesDoc(c access.RoleConfig) []byte {
 	var b bytes.Buffer
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	p("# Roles: the complete permission lists\n\n")
-	p("Generated from `stream.RoleConfig` (prefix `jw`, example tools prefix\n")
-	p("`tools`, trusted account `JINGWEI`) by `go test ./stream -run TestRolesDoc\n")
+	p("Generated from `access.RoleConfig` (prefix `jw`, example tools prefix\n")
+	p("`tools`, trusted account `JINGWEI`) by `go test ./stream/access -run TestRolesDoc\n")
 	p("-update-roles-doc`; the test fails when this file and the code disagree.\n")
 	p("See [protocol.md §4](protocol.md#4-roles-and-accounts) for what the roles\n")
 	p("are and why the untrusted ones have accounts of their own.\n\n")
@@ -63,7 +63,7 @@ func rolesDoc(c stream.RoleConfig) []byte {
 	p("Agents of a fleet get the credential of their tenant (below), which\n")
 	p("reaches only the tenant's own sessions; the fleet-wide `agent` role is\n")
 	p("an operator's.\n")
-	for _, r := range stream.Roles {
+	for _, r := range access.Roles {
 		p("\n## %s (account `%s`)\n\n", r, c.AccountName(r))
 		p("| list | subjects | why |\n|---|---|---|\n")
 		for _, g := range c.Grants(r) {
@@ -83,7 +83,7 @@ func rolesDoc(c stream.RoleConfig) []byte {
 			p("| responses | one answer per request received, within %s | the service answers through it |\n", perm.ResponseExpiry)
 		}
 		if imps := c.Imports(r); len(imps) > 0 {
-			p("\nImports from `%s`:\n\n| subject | response | why |\n|---|---|---|\n", c.AccountName(stream.RoleAdmin))
+			p("\nImports from `%s`:\n\n| subject | response | why |\n|---|---|---|\n", c.AccountName(access.RoleAdmin))
 			for _, imp := range imps {
 				p("| `%s` | %s | %s |\n", imp.Subject, imp.Response, strings.ReplaceAll(imp.Why, "|", "\\|"))
 			}
@@ -91,7 +91,7 @@ func rolesDoc(c stream.RoleConfig) []byte {
 	}
 	// A tenant's agents, shown for a tenant named "<tenant>".
 	tc := c
-	tc.Tenants = []stream.Tenant{{Name: "tenantname"}}
+	tc.Tenants = []access.Tenant{{Name: "tenantname"}}
 	name := func(s string) string { return strings.ReplaceAll(s, "tenantname", "<tenant>") }
 	p("\n## agent of a tenant (account `%s`)\n\n", name(tc.TenantAccountName("tenantname")))
 	p("A tenant owns the sessions whose id begins with `<tenant>-`; its agents\n")
@@ -105,11 +105,11 @@ func rolesDoc(c stream.RoleConfig) []byte {
 		}
 		p("| %s allow | %s | %s |\n", g.Op, strings.Join(subs, "<br>"), strings.ReplaceAll(g.Why, "|", "\\|"))
 	}
-	p("\nImports from `%s` (the agent publishes on the local subject; the service receives the tenant's):\n\n| subject | local subject | response | why |\n|---|---|---|---|\n", c.AccountName(stream.RoleAdmin))
+	p("\nImports from `%s` (the agent publishes on the local subject; the service receives the tenant's):\n\n| subject | local subject | response | why |\n|---|---|---|---|\n", c.AccountName(access.RoleAdmin))
 	for _, imp := range tc.TenantImports("tenantname") {
 		p("| `%s` | `%s` | %s | %s |\n", name(imp.Subject), imp.To, imp.Response, strings.ReplaceAll(imp.Why, "|", "\\|"))
 	}
-	p("\nExported by `%s` to every tenant's account:\n\n| subject | response | why |\n|---|---|---|\n", c.AccountName(stream.RoleAdmin))
+	p("\nExported by `%s` to every tenant's account:\n\n| subject | response | why |\n|---|---|---|\n", c.AccountName(access.RoleAdmin))
 	for _, e := range tc.Exports() {
 		if len(e.Accounts) == 1 && e.Accounts[0] == tc.TenantAccountName("tenantname") {
 			p("| `%s` | %s | %s |\n", e.Subject, e.Response, strings.ReplaceAll(e.Why, "|", "\\|"))

@@ -1,4 +1,4 @@
-package stream_test
+package access_test
 
 import (
 	"context"
@@ -15,26 +15,28 @@ import (
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 func TestSessionTenant(t *testing.T) {
 	for _, c := range []struct{ session, tenant string }{
 		{"acme-1", "acme"}, {"acme-orders-7", "acme"}, {"acme_x-1", "acme_x"},
-		{"acme", ""}, {"-1", ""}, {"s1", ""}, {strings.Repeat("a", stream.MaxTenantBytes+1) + "-1", ""},
+		{"acme", ""}, {"-1", ""}, {"s1", ""}, {strings.Repeat("a", access.MaxTenantBytes+1) + "-1", ""},
 	} {
-		if got := stream.SessionTenant(c.session); got != c.tenant {
+		if got := access.SessionTenant(c.session); got != c.tenant {
 			t.Errorf("SessionTenant(%q) = %q, want %q", c.session, got, c.tenant)
 		}
 	}
-	if !stream.TenantOwns("acme", "acme-1") || stream.TenantOwns("acme", "acme_x-1") || stream.TenantOwns("acme", "acmecorp-1") || stream.TenantOwns("", "-1") {
+	if !access.TenantOwns("acme", "acme-1") || access.TenantOwns("acme", "acme_x-1") || access.TenantOwns("acme", "acmecorp-1") || access.TenantOwns("", "-1") {
 		t.Error("TenantOwns")
 	}
-	for _, bad := range []string{"", "a-b", "a.b", "a*", strings.Repeat("a", stream.MaxTenantBytes+1)} {
-		if stream.ValidTenant(bad) {
+	for _, bad := range []string{"", "a-b", "a.b", "a*", strings.Repeat("a", access.MaxTenantBytes+1)} {
+		if access.ValidTenant(bad) {
 			t.Errorf("ValidTenant(%q)", bad)
 		}
 	}
-	if err := (stream.RoleConfig{Tenants: []stream.Tenant{{Name: "a"}, {Name: "a"}}}).Validate(); err == nil {
+	if err := (access.RoleConfig{Tenants: []access.Tenant{{Name: "a"}, {Name: "a"}}}).Validate(); err == nil {
 		t.Error("a tenant twice accepted")
 	}
 }
@@ -43,7 +45,7 @@ func TestSessionTenant(t *testing.T) {
 // each (stream.KeyDir.AddTenantAgent), as jingwei serve runs it.
 func startTenantServer(t *testing.T) *roleServer {
 	t.Helper()
-	dir := stream.KeyDir(filepath.Join(t.TempDir(), "keys"))
+	dir := access.KeyDir(filepath.Join(t.TempDir(), "keys"))
 	if _, err := dir.Init(); err != nil {
 		t.Fatal(err)
 	}
@@ -63,12 +65,12 @@ func startTenantServer(t *testing.T) *roleServer {
 	if len(tenants) != 2 || tenants[0].Name != "acme" || len(tenants[0].Agents) != 1 {
 		t.Fatalf("tenants %+v", tenants)
 	}
-	return startRoleServerWith(t, dir, stream.EmbeddedConfig{Users: keys, Roles: stream.RoleConfig{Tenants: tenants}})
+	return startRoleServerWith(t, dir, natsnode.EmbeddedConfig{Auth: access.Users{Keys: keys, Roles: access.RoleConfig{Tenants: tenants}}})
 }
 
 func (rs *roleServer) connectTenant(t *testing.T, tenant string) *nats.Conn {
 	t.Helper()
-	nc, err := stream.Connect(context.Background(), stream.ConnectConfig{URL: rs.srv.ClientURL(), NKeySeedFile: rs.dir.TenantAgentSeedFile(tenant, "bot1"), Name: "test tenant " + tenant})
+	nc, err := natsnode.Connect(context.Background(), natsnode.ConnectConfig{URL: rs.srv.ClientURL(), NKeySeedFile: rs.dir.TenantAgentSeedFile(tenant, "bot1"), Name: "test tenant " + tenant})
 	if err != nil {
 		t.Fatalf("connect as tenant %s: %v", tenant, err)
 	}
@@ -78,7 +80,7 @@ func (rs *roleServer) connectTenant(t *testing.T, tenant string) *nats.Conn {
 
 // echoService answers every request on subject (in the trusted account,
 // as role) with the subject the request arrived on.
-func echoService(t *testing.T, rs *roleServer, r stream.Role, subject string) {
+func echoService(t *testing.T, rs *roleServer, r access.Role, subject string) {
 	t.Helper()
 	nc := rs.connect(t, r)
 	if _, err := nc.Subscribe(subject, func(m *nats.Msg) { _ = m.Respond([]byte(m.Subject)) }); err != nil {
@@ -96,9 +98,9 @@ func echoService(t *testing.T, rs *roleServer, r stream.Role, subject string) {
 // tenant's subject, or the operators' jw.api.call, is refused.
 func TestTenantCarriedBySubject(t *testing.T) {
 	rs := startTenantServer(t)
-	echoService(t, rs, stream.RoleWorker, "jw.api.call.*")
-	echoService(t, rs, stream.RoleRecoverer, "jw.api.status.*")
-	echoService(t, rs, stream.RoleRecoverer, "jw.api.status")
+	echoService(t, rs, access.RoleWorker, "jw.api.call.*")
+	echoService(t, rs, access.RoleRecoverer, "jw.api.status.*")
+	echoService(t, rs, access.RoleRecoverer, "jw.api.status")
 	for _, tn := range []string{"acme", "beta"} {
 		nc := rs.connectTenant(t, tn)
 		for _, e := range []string{"call", "status"} {
@@ -112,7 +114,7 @@ func TestTenantCarriedBySubject(t *testing.T) {
 		}
 	}
 	// The operator's status is not tenant-scoped.
-	host := rs.connect(t, stream.RoleHost)
+	host := rs.connect(t, access.RoleHost)
 	if m, err := host.Request("jw.api.status", nil, 10*time.Second); err != nil || string(m.Data) != "jw.api.status" {
 		t.Fatalf("host status: %v %v", err, m)
 	}
@@ -139,19 +141,19 @@ func TestTenantSeesNoOtherSession(t *testing.T) {
 	rs := startTenantServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_, worker := rs.asRole(t, stream.RoleWorker, stream.TopologyConfig{})
-	lease, err := worker.AcquireLease(ctx, "beta-1", "worker-1")
+	_, worker := rs.asRole(t, access.RoleWorker, stream.TopologyConfig{})
+	lease, err := worker.Leases().AcquireLease(ctx, "beta-1", "worker-1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	log, err := worker.OpenLog(ctx, "beta-1", "worker-1", lease.Epoch)
+	log, err := worker.Logs().OpenLog(ctx, "beta-1", "worker-1", lease.Epoch)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := log.Append(ctx, schema.Event{Type: schema.TypeCall, Call: &schema.Call{CallID: "c-1", Tool: "payments.charge", Arguments: []byte(`{"secret":"beta"}`)}}); err != nil {
 		t.Fatal(err)
 	}
-	echoService(t, rs, stream.RoleWorker, "jw.api.call.*")
+	echoService(t, rs, access.RoleWorker, "jw.api.call.*")
 
 	attacks := []struct{ name, subject, body string }{
 		{"stream info with subjects filter", "$JS.API.STREAM.INFO.JW_EVENTS", `{"subjects_filter":">"}`},
@@ -163,7 +165,7 @@ func TestTenantSeesNoOtherSession(t *testing.T) {
 	}
 	// The fleet-wide agent role reads beta's session: what an operator's
 	// credential keeps, and what a tenant's must not do.
-	fleet := rs.connect(t, stream.RoleAgent)
+	fleet := rs.connect(t, access.RoleAgent)
 	if m, err := fleet.Request(attacks[2].subject, nil, 10*time.Second); err != nil || !strings.Contains(string(m.Data), "beta") {
 		t.Fatalf("the agent role does not read beta-1 (%v): the reproduction is void", err)
 	}
@@ -183,7 +185,7 @@ func TestTenantSeesNoOtherSession(t *testing.T) {
 		t.Error("ATTACK: tenant acme opened JW_EVENTS")
 	}
 	scancel()
-	if st, err := worker.JS.Stream(ctx, worker.StreamName("REQUESTS")); err != nil {
+	if st, err := worker.JS.Stream(ctx, worker.Names().StreamName("REQUESTS")); err != nil {
 		t.Fatal(err)
 	} else if info, err := st.Info(ctx, jetstream.WithSubjectFilter("jw.requests.beta-1")); err != nil {
 		t.Fatal(err)
@@ -221,7 +223,7 @@ func TestTenantSeesNoOtherSession(t *testing.T) {
 // a tenant cannot reach another's subject or JetStream.
 func TestTenantCredsOperatorMode(t *testing.T) {
 	op := newTestOperator(t, true)
-	dir := stream.KeyDir(filepath.Join(t.TempDir(), "keys"))
+	dir := access.KeyDir(filepath.Join(t.TempDir(), "keys"))
 	if _, err := dir.Init(); err != nil {
 		t.Fatal(err)
 	}
@@ -234,14 +236,14 @@ func TestTenantCredsOperatorMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := dir.IssueRoleCreds(stream.CredsConfig{Operator: op.signer, Subjects: stream.RoleConfig{Tenants: tenants}})
+	got, err := dir.IssueRoleCreds(access.CredsConfig{Operator: op.signer, Subjects: access.RoleConfig{Tenants: tenants}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got.Accounts) != 6 || len(got.Users) != len(stream.Roles)+2 {
+	if len(got.Accounts) != 6 || len(got.Users) != len(access.Roles)+2 {
 		t.Fatalf("%d accounts, %d users", len(got.Accounts), len(got.Users))
 	}
-	for _, u := range got.Users[len(stream.Roles):] {
+	for _, u := range got.Users[len(access.Roles):] {
 		if u.Path != dir.TenantAgentCredsFile(u.Tenant, "bot1") || u.Account != "JINGWEI_TENANT_"+u.Tenant || mode(t, u.Path) != 0o600 {
 			t.Errorf("tenant creds %+v", u)
 		}
@@ -251,19 +253,19 @@ func TestTenantCredsOperatorMode(t *testing.T) {
 	defer cancel()
 	conn := func(creds string) *nats.Conn {
 		t.Helper()
-		nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: url, Creds: creds})
+		nc, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: url, Creds: creds})
 		if err != nil {
 			t.Fatalf("connect %s: %v", creds, err)
 		}
 		t.Cleanup(nc.Close)
 		return nc
 	}
-	admin := conn(dir.CredsFile(stream.RoleAdmin))
+	admin := conn(dir.CredsFile(access.RoleAdmin))
 	js, _ := jetstream.New(admin)
 	if _, err := stream.EnsureTopology(ctx, js, stream.TopologyConfig{}); err != nil {
 		t.Fatal(err)
 	}
-	worker := conn(dir.CredsFile(stream.RoleWorker))
+	worker := conn(dir.CredsFile(access.RoleWorker))
 	if _, err := worker.Subscribe("jw.api.call.*", func(m *nats.Msg) { _ = m.Respond([]byte(m.Subject)) }); err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +292,7 @@ func TestTenantCredsOperatorMode(t *testing.T) {
 
 	// A tenant holding its own account key signs a user that may publish
 	// and subscribe everything: it still reaches only its own imports.
-	akp, err := stream.ReadSeedFile(dir.AccountSeedFile("JINGWEI_TENANT_acme"))
+	akp, err := access.ReadSeedFile(dir.AccountSeedFile("JINGWEI_TENANT_acme"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,7 +357,7 @@ func TestTenantRoleCheck(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	rep, err := stream.CheckRoles(ctx, stream.CheckConfig{URL: rs.srv.ClientURL(), Dir: rs.dir, Roles: []stream.Role{stream.RoleAgent}, Subjects: stream.RoleConfig{Tenants: tenants}})
+	rep, err := access.CheckRoles(ctx, access.CheckConfig{URL: rs.srv.ClientURL(), Dir: rs.dir, Roles: []access.Role{access.RoleAgent}, Subjects: access.RoleConfig{Tenants: tenants}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,20 +372,20 @@ func TestTenantRoleCheck(t *testing.T) {
 		}
 	}
 	for _, tn := range []string{"acme", "beta"} {
-		if n[tn+" "+string(stream.Allowed)] != len(stream.TenantEndpoints) || n[tn+" "+string(stream.Refused)] < 15 {
+		if n[tn+" "+string(access.Allowed)] != len(access.TenantEndpoints) || n[tn+" "+string(access.Refused)] < 15 {
 			t.Errorf("tenant %s: probes %v", tn, n)
 		}
 	}
 	// A tenant's agent handed the fleet-wide agent key is caught: it reads
 	// JW_EVENTS, and its calls do not reach the tenant's subject.
-	fleet, err := os.ReadFile(rs.dir.SeedFile(stream.RoleAgent))
+	fleet, err := os.ReadFile(rs.dir.SeedFile(access.RoleAgent))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(rs.dir.TenantAgentSeedFile("acme", "bot1"), fleet, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	rep, err = stream.CheckRoles(ctx, stream.CheckConfig{URL: rs.srv.ClientURL(), Dir: rs.dir, Roles: []stream.Role{stream.RoleAgent}, Subjects: stream.RoleConfig{Tenants: tenants}})
+	rep, err = access.CheckRoles(ctx, access.CheckConfig{URL: rs.srv.ClientURL(), Dir: rs.dir, Roles: []access.Role{access.RoleAgent}, Subjects: access.RoleConfig{Tenants: tenants}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -403,7 +405,7 @@ func TestTenantRoleCheck(t *testing.T) {
 // another tenant's, or not a user key, is refused before any server runs
 // with it (one key would carry two sets of permissions).
 func TestTenantKeysRefused(t *testing.T) {
-	dir := stream.KeyDir(filepath.Join(t.TempDir(), "keys"))
+	dir := access.KeyDir(filepath.Join(t.TempDir(), "keys"))
 	if _, err := dir.Init(); err != nil {
 		t.Fatal(err)
 	}
@@ -415,17 +417,17 @@ func TestTenantKeysRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, ts := range map[string][]stream.Tenant{
-		"a role's key":     {{Name: "acme", Agents: []string{keys[stream.RoleHost]}}},
+	for name, ts := range map[string][]access.Tenant{
+		"a role's key":     {{Name: "acme", Agents: []string{keys[access.RoleHost]}}},
 		"two tenants' key": {{Name: "acme", Agents: []string{ta.PublicKey}}, {Name: "beta", Agents: []string{ta.PublicKey}}},
 		"not a user key":   {{Name: "acme", Agents: []string{"ABADKEY"}}},
 		"a bad name":       {{Name: "ac-me", Agents: []string{ta.PublicKey}}},
 	} {
-		if _, err := (stream.RoleConfig{Tenants: ts}).AccountsBlock(keys); err == nil {
+		if _, err := (access.RoleConfig{Tenants: ts}).AccountsBlock(keys); err == nil {
 			t.Errorf("%s accepted", name)
 		}
 	}
-	block, err := (stream.RoleConfig{Tenants: []stream.Tenant{{Name: "acme", Agents: []string{ta.PublicKey}}}}).AccountsBlock(keys)
+	block, err := (access.RoleConfig{Tenants: []access.Tenant{{Name: "acme", Agents: []string{ta.PublicKey}}}}).AccountsBlock(keys)
 	if err != nil || !strings.Contains(block, `"JINGWEI_TENANT_acme"`) || !strings.Contains(block, `to: "jw.api.call"`) || !strings.Contains(block, ta.PublicKey) {
 		t.Fatalf("accounts block: %v\n%s", err, block)
 	}

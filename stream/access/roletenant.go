@@ -1,4 +1,4 @@
-package stream
+package access
 
 import (
 	"errors"
@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
+
+	"github.com/jingwei/jingwei/stream"
 )
 
 // Tenant-scoped agents.
@@ -104,7 +106,7 @@ var TenantEndpoints = []string{"call", "status", "history"}
 // TenantAPISubject returns the subject under which the trusted account
 // receives a tenant's requests to endpoint: <prefix>.api.<endpoint>.<tenant>.
 func TenantAPISubject(prefix, endpoint, tenant string) string {
-	return APISubject(prefix, endpoint) + "." + tenant
+	return stream.APISubject(prefix, endpoint) + "." + tenant
 }
 
 // TenantAccountName returns the name of tenant's account:
@@ -154,7 +156,7 @@ func (c RoleConfig) tenantExports() []ServiceExport {
 	var out []ServiceExport
 	for _, e := range TenantEndpoints {
 		out = append(out, ServiceExport{
-			ServiceImport: ServiceImport{Subject: APISubject(c.Prefix, e) + ".*", Response: ResponseSingleton, Threshold: c.ResponseExpiry,
+			ServiceImport: ServiceImport{Subject: stream.APISubject(c.Prefix, e) + ".*", Response: ResponseSingleton, Threshold: c.ResponseExpiry,
 				Why: "tenant-scoped agents: the tenant is the last token, set by each tenant account's import (never by the client)"},
 			Accounts: accounts,
 		})
@@ -174,7 +176,7 @@ func (c RoleConfig) TenantImports(tenant string) []ServiceImport {
 	var out []ServiceImport
 	for _, e := range TenantEndpoints {
 		out = append(out, ServiceImport{
-			Subject: TenantAPISubject(c.Prefix, e, tenant), To: APISubject(c.Prefix, e),
+			Subject: TenantAPISubject(c.Prefix, e, tenant), To: stream.APISubject(c.Prefix, e),
 			Response: ResponseSingleton, Threshold: c.ResponseExpiry,
 			Why: "service: run a call, ask for status, read a session's log, about the tenant's own sessions only: the import carries the tenant in the subject the service receives",
 		})
@@ -189,7 +191,7 @@ func (c RoleConfig) TenantGrants() []Grant {
 	c = c.WithDefaults()
 	var subjects []string
 	for _, e := range TenantEndpoints {
-		subjects = append(subjects, APISubject(c.Prefix, e))
+		subjects = append(subjects, stream.APISubject(c.Prefix, e))
 	}
 	return []Grant{
 		pub("service: run a call, ask for status, read a session's log (the account's imports add the tenant; the services answer about its own sessions only)", subjects...),

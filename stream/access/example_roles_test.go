@@ -1,9 +1,9 @@
-package stream_test
+package access_test
 
 import (
 	"fmt"
 
-	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 )
 
 // ExampleRoleConfig_Imports prints the agent's account and what it imports
@@ -13,12 +13,12 @@ import (
 // nothing else reaches the agent's account, and nothing the agent does
 // reaches the trusted account but through these imports.
 func ExampleRoleConfig_Imports() {
-	rc := stream.RoleConfig{}
-	fmt.Println("account:", rc.AccountName(stream.RoleAgent), "imports from", rc.AccountName(stream.RoleWorker))
-	for _, im := range rc.Imports(stream.RoleAgent) {
+	rc := access.RoleConfig{}
+	fmt.Println("account:", rc.AccountName(access.RoleAgent), "imports from", rc.AccountName(access.RoleWorker))
+	for _, im := range rc.Imports(access.RoleAgent) {
 		fmt.Println(im.Response, im.Subject)
 	}
-	fmt.Println("subscribe:", rc.Subjects(stream.RoleAgent).SubscribeAllow)
+	fmt.Println("subscribe:", rc.Subjects(access.RoleAgent).SubscribeAllow)
 	// Output:
 	// account: JINGWEI_AGENT imports from JINGWEI
 	// singleton $JS.API.INFO

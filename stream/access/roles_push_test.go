@@ -1,4 +1,4 @@
-package stream_test
+package access_test
 
 // Red-team tests of one trusted role's push consumers. A consumer's deliver
 // subject is not checked against its creator's permissions: the server
@@ -26,6 +26,7 @@ import (
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 )
 
 // countOn returns, as admin, how many messages streamName holds on subject.
@@ -85,25 +86,25 @@ func TestRolesWorkerPushConsumerWritesDeniedSubjects(t *testing.T) {
 	// A plan of s-1 on JW_PLANS and a review of s-1 on JW_REVIEWS, as
 	// the recoverer and a reviewer would have published them.
 	plan := []byte(`{"v":1,"plan_id":"p-1","session":"s-1","task":"t-1","tool":"payments.charge","arguments":{},"key":"k-1","prior_call_id":"c-1","prior_seq":1,"basis":"not_started","review":null,"issued_at":"2026-11-29T10:06:00Z"}`)
-	if _, err := rs.topo.JS.Publish(ctx, rs.topo.PlansSubject(sess), plan); err != nil {
+	if _, err := rs.topo.JS.Publish(ctx, rs.topo.Names().PlansSubject(sess), plan); err != nil {
 		t.Fatal(err)
 	}
 	review := []byte(`{"v":1,"session":"s-1","call_id":"c-1","operator":"alice@ops","evidence":"ticket-1","verdict":"not_executed","at":"2026-11-29T10:05:00Z","signer":"U","sig":"s"}`)
-	if _, err := rs.topo.JS.Publish(ctx, rs.topo.ReviewsSubject(sess), review); err != nil {
+	if _, err := rs.topo.JS.Publish(ctx, rs.topo.Names().ReviewsSubject(sess), review); err != nil {
 		t.Fatal(err)
 	}
-	_, worker := rs.asRole(t, stream.RoleWorker, stream.TopologyConfig{})
+	_, worker := rs.asRole(t, access.RoleWorker, stream.TopologyConfig{})
 	// The worker reads the review (its right) and stores it, and an
 	// assessment and a plan of its own making, where it may: on an
 	// approval-request subject of a session nobody uses.
-	got, err := worker.Reviews.GetLastMsgForSubject(ctx, worker.ReviewsSubject(sess))
+	got, err := worker.Reviews.GetLastMsgForSubject(ctx, worker.Names().ReviewsSubject(sess))
 	if err != nil {
 		t.Fatalf("the worker reads reviews: %v", err)
 	}
 	assessment := []byte(`{"session":"s-1","call_id":"c-1","tool":"payments.charge","task":"t-1","key":"k-1","contract":{"effect":"non_idempotent","revision":"v1"},"outcome":"completed","evidence":"ok","decision":"refuse","attempts":1,"chain":["c-1"]}`)
 	carriers := map[string][]byte{"zz-review": got.Data, "zz-assessment": assessment, "zz-plan": plan}
 	for carrier, body := range carriers {
-		if _, err := worker.JS.Publish(ctx, worker.ApprovalRequestsSubject(carrier), body); err != nil {
+		if _, err := worker.JS.Publish(ctx, worker.Names().ApprovalRequestsSubject(carrier), body); err != nil {
 			t.Fatalf("the worker publishes an approval request: %v", err)
 		}
 	}
@@ -116,10 +117,10 @@ func TestRolesWorkerPushConsumerWritesDeniedSubjects(t *testing.T) {
 		stored   string // the subject target is stored under
 		rightsOf string
 	}{
-		{"task stop", worker.PlanLog, worker.PlansStoredSubject(sess), stream.StopSubject("", sess), "JW_APPROVALS", stream.StopSubject("", sess), "host"},
-		{"review replay", worker.Approvals, worker.ApprovalRequestsSubject("zz-review"), worker.ReviewsSubject(sess), "JW_REVIEWS", worker.ReviewsSubject(sess), "reviewer"},
-		{"assessment", worker.Approvals, worker.ApprovalRequestsSubject("zz-assessment"), worker.AssessmentsSubject(sess), "JW_ASSESSMENTS", worker.AssessmentsSubject(sess), "recoverer"},
-		{"plan", worker.Approvals, worker.ApprovalRequestsSubject("zz-plan"), worker.PlansSubject("s-2"), "JW_PLANS", worker.PlansStoredSubject("s-2"), "recoverer"},
+		{"task stop", worker.PlanLog, worker.Names().PlansStoredSubject(sess), stream.StopSubject("", sess), "JW_APPROVALS", stream.StopSubject("", sess), "host"},
+		{"review replay", worker.ApprovalLog, worker.Names().ApprovalRequestsSubject("zz-review"), worker.Names().ReviewsSubject(sess), "JW_REVIEWS", worker.Names().ReviewsSubject(sess), "reviewer"},
+		{"assessment", worker.ApprovalLog, worker.Names().ApprovalRequestsSubject("zz-assessment"), worker.Names().AssessmentsSubject(sess), "JW_ASSESSMENTS", worker.Names().AssessmentsSubject(sess), "recoverer"},
+		{"plan", worker.ApprovalLog, worker.Names().ApprovalRequestsSubject("zz-plan"), worker.Names().PlansSubject("s-2"), "JW_PLANS", worker.Names().PlansStoredSubject("s-2"), "recoverer"},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -181,7 +182,7 @@ func TestRolesRecovererPushConsumerWritesDeniedSubjects(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const sess = "s-1"
-	_, rec := rs.asRole(t, stream.RoleRecoverer, stream.TopologyConfig{})
+	_, rec := rs.asRole(t, access.RoleRecoverer, stream.TopologyConfig{})
 	bodies := map[string][]byte{
 		"zz-request": []byte(`{"v":1,"request_id":"r-evil","session":"s-1","task":"t-1","tool":"payments.charge","arguments":{"amount_cents":100000}}`),
 		"zz-answer":  []byte(`{"v":1,"session":"s-1","request_id":"r-9","code":"unknown_tool","message":"no such tool","at":"2026-11-29T10:00:01Z"}`),
@@ -189,22 +190,22 @@ func TestRolesRecovererPushConsumerWritesDeniedSubjects(t *testing.T) {
 		"zz-approve": []byte(`{"v":1,"session":"s-1","call_id":"c-2","decision":"approved","approver":"alice@finance","at":"2026-11-29T10:04:00Z"}`),
 	}
 	for carrier, body := range bodies {
-		if _, err := rec.JS.Publish(ctx, rec.EventsSubject(carrier), body); err != nil {
+		if _, err := rec.JS.Publish(ctx, rec.Names().EventsSubject(carrier), body); err != nil {
 			t.Fatalf("the recoverer publishes on a session log: %v", err)
 		}
 	}
 	cases := []struct {
 		name, carrier, target, dest, stored, rightsOf string
 	}{
-		{"tool request", "zz-request", rec.RequestsSubject(sess), "JW_REQUESTS", rec.RequestsStoredSubject(sess), "agent"},
-		{"answer", "zz-answer", rec.AnswersSubject(sess), "JW_ANSWERS", rec.AnswersSubject(sess), "worker"},
+		{"tool request", "zz-request", rec.Names().RequestsSubject(sess), "JW_REQUESTS", rec.Names().RequestsStoredSubject(sess), "agent"},
+		{"answer", "zz-answer", rec.Names().AnswersSubject(sess), "JW_ANSWERS", rec.Names().AnswersSubject(sess), "worker"},
 		{"task stop", "zz-stop", stream.StopSubject("", sess), "JW_APPROVALS", stream.StopSubject("", sess), "host"},
-		{"approval", "zz-approve", rec.ApprovalsSubject(sess), "JW_APPROVALS", rec.ApprovalsSubject(sess), "approver"},
+		{"approval", "zz-approve", rec.Names().ApprovalsSubject(sess), "JW_APPROVALS", rec.Names().ApprovalsSubject(sess), "approver"},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			before := rs.countOn(t, tc.dest, tc.stored)
-			bound, delivered, err := redirect(ctx, rec.Events, "redirect-"+string(rune('a'+i)), rec.EventsSubject(tc.carrier), tc.target, "")
+			bound, delivered, err := redirect(ctx, rec.Events, "redirect-"+string(rune('a'+i)), rec.Names().EventsSubject(tc.carrier), tc.target, "")
 			if err != nil {
 				t.Logf("stopped by the server: the push consumer to %s is refused: %v", tc.target, err)
 				return
@@ -261,10 +262,10 @@ func TestRolesWorkerCannotAskPrepareThroughAPushConsumer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const sess = "s-p"
-	_, worker := rs.asRole(t, stream.RoleWorker, stream.TopologyConfig{})
+	_, worker := rs.asRole(t, access.RoleWorker, stream.TopologyConfig{})
 	// A call recorded and never started (its writer gone, no lease held):
 	// retry_allowed, basis not_started.
-	lg, err := worker.OpenLog(ctx, sess, "w-gone", 1)
+	lg, err := worker.Logs().OpenLog(ctx, sess, "w-gone", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,12 +275,12 @@ func TestRolesWorkerCannotAskPrepareThroughAPushConsumer(t *testing.T) {
 	}
 	planID := recovery.PlanID(sess, "c-1")
 	before := rs.prepareRequests(t)
-	if _, err := worker.JS.Publish(ctx, worker.ApprovalRequestsSubject("zz-prepare"), []byte(`{"session":"s-p","call_id":"c-1"}`)); err != nil {
+	if _, err := worker.JS.Publish(ctx, worker.Names().ApprovalRequestsSubject("zz-prepare"), []byte(`{"session":"s-p","call_id":"c-1"}`)); err != nil {
 		t.Fatal(err)
 	}
 	// The service's endpoints subscribe in micro's queue group: the
 	// consumer delivers to that group.
-	bound, _, err := redirect(ctx, worker.Approvals, "ask-prepare", worker.ApprovalRequestsSubject("zz-prepare"), worker.APISubject("prepare"), micro.DefaultQueueGroup)
+	bound, _, err := redirect(ctx, worker.ApprovalLog, "ask-prepare", worker.Names().ApprovalRequestsSubject("zz-prepare"), worker.Names().APISubject("prepare"), micro.DefaultQueueGroup)
 	if err != nil {
 		t.Logf("stopped by the server: %v", err)
 		return
@@ -294,14 +295,14 @@ func TestRolesWorkerCannotAskPrepareThroughAPushConsumer(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond) // polling micro's stats with a deadline
 	}
-	if _, err := rs.topo.Plans.Get(ctx, planID); !errors.Is(err, jetstream.ErrKeyNotFound) {
+	if _, err := rs.topo.PlanBucket.Get(ctx, planID); !errors.Is(err, jetstream.ErrKeyNotFound) {
 		t.Errorf("HOLE: with the worker's credentials, prepare was asked through a push consumer and issued plan %s (record: %v): a retry the host never asked for", planID, err)
 	}
-	if n := rs.countOn(t, "JW_PLANS", worker.PlansStoredSubject(sess)); n != 0 {
+	if n := rs.countOn(t, "JW_PLANS", worker.Names().PlansStoredSubject(sess)); n != 0 {
 		t.Errorf("HOLE: %d plan(s) published for %s without a host asking", n, sess)
 	}
 	// A host still gets the plan when it asks.
-	host := rs.connect(t, stream.RoleHost)
+	host := rs.connect(t, access.RoleHost)
 	resp, err := host.Request(stream.APISubject("", "prepare"), []byte(`{"session":"s-p","call_id":"c-1"}`), 20*time.Second)
 	if err != nil || resp.Header.Get("Nats-Service-Error") != "" {
 		t.Fatalf("host prepare: %v %v", resp, err)

@@ -1,4 +1,4 @@
-package stream_test
+package natsnode_test
 
 import (
 	"context"
@@ -20,12 +20,12 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
 
-	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
-func startWith(t *testing.T, opts func(*server.Options)) *stream.Embedded {
+func startWith(t *testing.T, opts func(*server.Options)) *natsnode.Embedded {
 	t.Helper()
-	e, err := stream.StartEmbedded(context.Background(), stream.EmbeddedConfig{Dir: t.TempDir(), Listen: "127.0.0.1:-1", Sync: stream.SyncInterval, Options: opts})
+	e, err := natsnode.StartEmbedded(context.Background(), natsnode.EmbeddedConfig{Dir: t.TempDir(), Listen: "127.0.0.1:-1", Sync: natsnode.SyncInterval, Options: opts})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestConnectNKey(t *testing.T) {
 	}
 	e := startWith(t, func(o *server.Options) { o.Nkeys = []*server.NkeyUser{{Nkey: pub}} })
 	ctx := context.Background()
-	nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: e.ClientURL(), NKeySeedFile: seedFile})
+	nc, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: e.ClientURL(), NKeySeedFile: seedFile})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestConnectNKey(t *testing.T) {
 	if err := nc.Publish("x", nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := stream.Connect(ctx, stream.ConnectConfig{URL: e.ClientURL(), ConnectTimeout: 500 * time.Millisecond}); err == nil {
+	if _, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: e.ClientURL(), ConnectTimeout: 500 * time.Millisecond}); err == nil {
 		t.Fatal("connected without the nkey")
 	}
 }
@@ -68,19 +68,19 @@ func TestConnectTLSCA(t *testing.T) {
 	})
 	ctx := context.Background()
 	url := strings.Replace(e.ClientURL(), "nats://", "tls://", 1)
-	nc, err := stream.Connect(ctx, stream.ConnectConfig{URL: url, TLSCA: caFile})
+	nc, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: url, TLSCA: caFile})
 	if err != nil {
 		t.Fatal(err)
 	}
 	nc.Close()
-	if _, err := stream.Connect(ctx, stream.ConnectConfig{URL: url, ConnectTimeout: 500 * time.Millisecond}); err == nil {
+	if _, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: url, ConnectTimeout: 500 * time.Millisecond}); err == nil {
 		t.Fatal("connected without trusting the CA")
 	}
 }
 
 func TestConnectUnreachable(t *testing.T) {
 	start := time.Now()
-	_, err := stream.Connect(context.Background(), stream.ConnectConfig{URL: "nats://127.0.0.1:1", ConnectTimeout: 300 * time.Millisecond})
+	_, err := natsnode.Connect(context.Background(), natsnode.ConnectConfig{URL: "nats://127.0.0.1:1", ConnectTimeout: 300 * time.Millisecond})
 	if err == nil {
 		t.Fatal("connected to nothing")
 	}

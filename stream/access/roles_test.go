@@ -1,4 +1,4 @@
-package stream_test
+package access_test
 
 import (
 	"context"
@@ -16,20 +16,22 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 // roleServer is an embedded server that enforces the roles, with the
 // topology created by admin.
 type roleServer struct {
-	srv   *stream.Embedded
-	dir   stream.KeyDir
+	srv   *natsnode.Embedded
+	dir   access.KeyDir
 	admin *nats.Conn
 	topo  *stream.Topology // admin's
 }
 
 func startRoleServer(t *testing.T) *roleServer {
 	t.Helper()
-	dir := stream.KeyDir(filepath.Join(t.TempDir(), "keys"))
+	dir := access.KeyDir(filepath.Join(t.TempDir(), "keys"))
 	if _, err := dir.Init(); err != nil {
 		t.Fatal(err)
 	}
@@ -37,21 +39,21 @@ func startRoleServer(t *testing.T) *roleServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return startRoleServerWith(t, dir, stream.EmbeddedConfig{Users: keys})
+	return startRoleServerWith(t, dir, natsnode.EmbeddedConfig{Auth: access.Users{Keys: keys}})
 }
 
-func startRoleServerWith(t *testing.T, dir stream.KeyDir, cfg stream.EmbeddedConfig) *roleServer {
+func startRoleServerWith(t *testing.T, dir access.KeyDir, cfg natsnode.EmbeddedConfig) *roleServer {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cfg.Dir, cfg.Listen, cfg.Sync = t.TempDir(), "127.0.0.1:-1", stream.SyncInterval
-	e, err := stream.StartEmbedded(ctx, cfg)
+	cfg.Dir, cfg.Listen, cfg.Sync = t.TempDir(), "127.0.0.1:-1", natsnode.SyncInterval
+	e, err := natsnode.StartEmbedded(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.Shutdown)
 	rs := &roleServer{srv: e, dir: dir}
-	rs.admin = rs.connect(t, stream.RoleAdmin)
+	rs.admin = rs.connect(t, access.RoleAdmin)
 	js, _ := jetstream.New(rs.admin)
 	if rs.topo, err = stream.EnsureTopology(ctx, js, stream.TopologyConfig{}); err != nil {
 		t.Fatal(err)
@@ -60,9 +62,9 @@ func startRoleServerWith(t *testing.T, dir stream.KeyDir, cfg stream.EmbeddedCon
 }
 
 // connect connects as role with its nkey seed file, as a client would.
-func (rs *roleServer) connect(t *testing.T, r stream.Role) *nats.Conn {
+func (rs *roleServer) connect(t *testing.T, r access.Role) *nats.Conn {
 	t.Helper()
-	nc, err := stream.Connect(context.Background(), stream.ConnectConfig{URL: rs.srv.ClientURL(), NKeySeedFile: rs.dir.SeedFile(r), Name: "test " + string(r)})
+	nc, err := natsnode.Connect(context.Background(), natsnode.ConnectConfig{URL: rs.srv.ClientURL(), NKeySeedFile: rs.dir.SeedFile(r), Name: "test " + string(r)})
 	if err != nil {
 		t.Fatalf("connect as %s: %v", r, err)
 	}
@@ -70,7 +72,7 @@ func (rs *roleServer) connect(t *testing.T, r stream.Role) *nats.Conn {
 	return nc
 }
 
-func checkOK(t *testing.T, rep *stream.CheckReport) {
+func checkOK(t *testing.T, rep *access.CheckReport) {
 	t.Helper()
 	for _, f := range rep.Failures() {
 		t.Errorf("%-9s %-55s expect %-7s got %-7s %s", f.Role, f.Action, f.Expect, f.Got, f.Detail)
@@ -84,7 +86,7 @@ func TestRolesCheckEmbedded(t *testing.T) {
 	rs := startRoleServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	rep, err := stream.CheckRoles(ctx, stream.CheckConfig{URL: rs.srv.ClientURL(), Dir: rs.dir})
+	rep, err := access.CheckRoles(ctx, access.CheckConfig{URL: rs.srv.ClientURL(), Dir: rs.dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,19 +95,19 @@ func TestRolesCheckEmbedded(t *testing.T) {
 		t.Fatal("report not OK")
 	}
 	// Every role ran every probe, and each expected refusals and allowances.
-	per := map[stream.Role]map[stream.Outcome]int{}
+	per := map[access.Role]map[access.Outcome]int{}
 	for _, r := range rep.Results {
 		if per[r.Role] == nil {
-			per[r.Role] = map[stream.Outcome]int{}
+			per[r.Role] = map[access.Outcome]int{}
 		}
 		per[r.Role][r.Expect]++
 	}
-	for _, r := range stream.Roles {
-		if per[r][stream.Allowed] == 0 {
+	for _, r := range access.Roles {
+		if per[r][access.Allowed] == 0 {
 			t.Errorf("%s: no allowed probes", r)
 		}
-		if r != stream.RoleAdmin && per[r][stream.Refused] < 20 {
-			t.Errorf("%s: only %d refused probes", r, per[r][stream.Refused])
+		if r != access.RoleAdmin && per[r][access.Refused] < 20 {
+			t.Errorf("%s: only %d refused probes", r, per[r][access.Refused])
 		}
 	}
 }
@@ -119,13 +121,13 @@ func TestRolesCheckCoversTheAttacks(t *testing.T) {
 	rs := startRoleServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	untrusted := []stream.Role{stream.RoleAgent, stream.RoleReviewer, stream.RoleHost}
-	rep, err := stream.CheckRoles(ctx, stream.CheckConfig{URL: rs.srv.ClientURL(), Dir: rs.dir, Roles: untrusted})
+	untrusted := []access.Role{access.RoleAgent, access.RoleReviewer, access.RoleHost}
+	rep, err := access.CheckRoles(ctx, access.CheckConfig{URL: rs.srv.ClientURL(), Dir: rs.dir, Roles: untrusted})
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkOK(t, rep)
-	p := stream.DefaultProbeSession
+	p := access.DefaultProbeSession
 	byPermission := []string{
 		"publish jw.events." + p + " (JetStream)", "publish jw.plans." + p + " (JetStream)",
 		"publish jw.assessments." + p + " (JetStream)",
@@ -144,7 +146,7 @@ func TestRolesCheckCoversTheAttacks(t *testing.T) {
 		"see another account's replies (subscribe _INBOX.>)",
 		"answer lands in another account (injected reply subject)",
 	}
-	have := map[string]stream.CheckResult{}
+	have := map[string]access.CheckResult{}
 	for _, r := range rep.Results {
 		have[string(r.Role)+" "+r.Action] = r
 	}
@@ -155,11 +157,11 @@ func TestRolesCheckCoversTheAttacks(t *testing.T) {
 				t.Errorf("%s: no probe %q", role, a)
 				continue
 			}
-			want, text := stream.RefusedPermission, "Permissions Violation"
+			want, text := access.RefusedPermission, "Permissions Violation"
 			if slices.Contains(byAccount, a) {
-				want, text = stream.RefusedIsolated, "account"
+				want, text = access.RefusedIsolated, "account"
 			}
-			if r.Expect != stream.Refused || r.Got != stream.Refused || r.RefusedBy != want || !strings.Contains(r.Detail, text) {
+			if r.Expect != access.Refused || r.Got != access.Refused || r.RefusedBy != want || !strings.Contains(r.Detail, text) {
 				t.Errorf("%s %q: expect %s got %s by %q (%s); want refused by %s", role, a, r.Expect, r.Got, r.RefusedBy, r.Detail, want)
 			}
 			if r.Account != "JINGWEI_"+strings.ToUpper(string(role)) {
@@ -175,7 +177,7 @@ func TestRolesCheckCoversTheAttacks(t *testing.T) {
 // reports every refusal that did not happen, the reply-subject injection
 // and the snooping included, and its probes change nothing on the server.
 func TestRolesCheckCatchesWrongPermissions(t *testing.T) {
-	dir := stream.KeyDir(filepath.Join(t.TempDir(), "keys"))
+	dir := access.KeyDir(filepath.Join(t.TempDir(), "keys"))
 	if _, err := dir.Init(); err != nil {
 		t.Fatal(err)
 	}
@@ -183,11 +185,11 @@ func TestRolesCheckCatchesWrongPermissions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs := startRoleServerWith(t, dir, stream.EmbeddedConfig{Users: keys, Options: oneAccount})
+	rs := startRoleServerWith(t, dir, natsnode.EmbeddedConfig{Auth: access.Users{Keys: keys}, Options: oneAccount})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	before := serverState(t, ctx, rs)
-	rep, err := stream.CheckRoles(ctx, stream.CheckConfig{URL: rs.srv.ClientURL(), Dir: rs.dir})
+	rep, err := access.CheckRoles(ctx, access.CheckConfig{URL: rs.srv.ClientURL(), Dir: rs.dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +198,7 @@ func TestRolesCheckCatchesWrongPermissions(t *testing.T) {
 	}
 	bad := map[string]bool{}
 	for _, f := range rep.Failures() {
-		if f.Expect != stream.Refused || f.Got != stream.Allowed {
+		if f.Expect != access.Refused || f.Got != access.Allowed {
 			t.Errorf("%s %s: expect %s got %s (%s)", f.Role, f.Action, f.Expect, f.Got, f.Detail)
 		}
 		if strings.Contains(f.Detail, "STORED") {
@@ -205,9 +207,9 @@ func TestRolesCheckCatchesWrongPermissions(t *testing.T) {
 		bad[string(f.Role)+" "+f.Action] = true
 	}
 	for _, k := range []string{
-		"agent publish jw.events." + stream.DefaultProbeSession + " (JetStream)",
+		"agent publish jw.events." + access.DefaultProbeSession + " (JetStream)",
 		"agent stream delete JW_EVENTS", "host KV write jw_plans", "reviewer consumer on JW_REQUESTS",
-		"worker stream purge TOOLS_LEDGER", "recoverer publish jw.reviews." + stream.DefaultProbeSession + " (JetStream)",
+		"worker stream purge TOOLS_LEDGER", "recoverer publish jw.reviews." + access.DefaultProbeSession + " (JetStream)",
 		"worker subscribe jw.api.>", "agent publish _INBOX.<other client> (forged reply)",
 		"agent answer lands in another account (injected reply subject)",
 		"agent see another account's replies (subscribe _INBOX.>)",
@@ -229,7 +231,7 @@ func TestRolesCheckCatchesWrongPermissions(t *testing.T) {
 func oneAccount(o *server.Options) {
 	var trusted *server.Account
 	for _, a := range o.Accounts {
-		if a.Name == stream.DefaultAccount {
+		if a.Name == access.DefaultAccount {
 			trusted = a
 		}
 	}
@@ -245,7 +247,7 @@ func oneAccount(o *server.Options) {
 // trusted account), and the isolation probes still pass. What it flags are
 // the permissions the users should have had.
 func TestRolesCheckAccountsAlone(t *testing.T) {
-	dir := stream.KeyDir(filepath.Join(t.TempDir(), "keys"))
+	dir := access.KeyDir(filepath.Join(t.TempDir(), "keys"))
 	if _, err := dir.Init(); err != nil {
 		t.Fatal(err)
 	}
@@ -253,9 +255,9 @@ func TestRolesCheckAccountsAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs := startRoleServerWith(t, dir, stream.EmbeddedConfig{Users: keys, Options: func(o *server.Options) {
+	rs := startRoleServerWith(t, dir, natsnode.EmbeddedConfig{Auth: access.Users{Keys: keys}, Options: func(o *server.Options) {
 		for _, u := range o.Nkeys {
-			if u.Account.Name != stream.DefaultAccount {
+			if u.Account.Name != access.DefaultAccount {
 				u.Permissions = nil
 			}
 		}
@@ -263,15 +265,15 @@ func TestRolesCheckAccountsAlone(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	before := serverState(t, ctx, rs)
-	rep, err := stream.CheckRoles(ctx, stream.CheckConfig{URL: rs.srv.ClientURL(), Dir: rs.dir, Roles: []stream.Role{stream.RoleAgent, stream.RoleHost}})
+	rep, err := access.CheckRoles(ctx, access.CheckConfig{URL: rs.srv.ClientURL(), Dir: rs.dir, Roles: []access.Role{access.RoleAgent, access.RoleHost}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	have := map[string]stream.CheckResult{}
+	have := map[string]access.CheckResult{}
 	for _, r := range rep.Results {
 		have[string(r.Role)+" "+r.Action] = r
 	}
-	p := stream.DefaultProbeSession
+	p := access.DefaultProbeSession
 	for _, a := range []string{
 		"agent publish jw.events." + p + " (JetStream)", "agent KV write jw_budget", "agent stream delete JW_EVENTS",
 		"agent consumer on JW_REQUESTS", "agent request jw.api.prepare", "agent message get JW_PLANS",
@@ -280,22 +282,22 @@ func TestRolesCheckAccountsAlone(t *testing.T) {
 		"host request jw.api.call", "host stream purge KV_jw_plans",
 	} {
 		r := have[a]
-		if r.Got != stream.Refused || r.RefusedBy != stream.RefusedNotImported || !r.OK {
+		if r.Got != access.Refused || r.RefusedBy != access.RefusedNotImported || !r.OK {
 			t.Errorf("%s: got %s by %q ok=%v (%s); want refused, not imported", a, r.Got, r.RefusedBy, r.OK, r.Detail)
 		}
 	}
 	for _, a := range []string{"agent answer lands in another account (injected reply subject)", "host see another account's replies (subscribe _INBOX.>)"} {
-		if r := have[a]; r.Got != stream.Refused || r.RefusedBy != stream.RefusedIsolated {
+		if r := have[a]; r.Got != access.Refused || r.RefusedBy != access.RefusedIsolated {
 			t.Errorf("%s: got %s by %q (%s)", a, r.Got, r.RefusedBy, r.Detail)
 		}
 	}
 	// What the permissions alone refused: a subscription is judged by them.
-	if r := have["agent subscribe jw.events.> (core)"]; r.OK || r.Got != stream.Allowed {
+	if r := have["agent subscribe jw.events.> (core)"]; r.OK || r.Got != access.Allowed {
 		t.Errorf("agent's core subscription: %+v", r)
 	}
 	// The imports still work.
 	for _, a := range []string{"agent publish jw.requests." + p + " (JetStream)", "host request $SRV.PING (nats micro ls)", "host KV get jw_plans"} {
-		if r := have[a]; r.Got != stream.Allowed || !r.OK {
+		if r := have[a]; r.Got != access.Allowed || !r.OK {
 			t.Errorf("%s: %+v", a, r)
 		}
 	}
@@ -308,7 +310,7 @@ func TestRolesCheckAccountsAlone(t *testing.T) {
 // cannot tell "not imported" from "imported, nothing answering" and says
 // so instead of guessing.
 func TestRolesCheckWithoutWitness(t *testing.T) {
-	dir := stream.KeyDir(filepath.Join(t.TempDir(), "keys"))
+	dir := access.KeyDir(filepath.Join(t.TempDir(), "keys"))
 	if _, err := dir.Init(); err != nil {
 		t.Fatal(err)
 	}
@@ -316,24 +318,24 @@ func TestRolesCheckWithoutWitness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs := startRoleServerWith(t, dir, stream.EmbeddedConfig{Users: keys})
+	rs := startRoleServerWith(t, dir, natsnode.EmbeddedConfig{Auth: access.Users{Keys: keys}})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := os.Remove(dir.SeedFile(stream.RoleAdmin)); err != nil {
+	if err := os.Remove(dir.SeedFile(access.RoleAdmin)); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := stream.CheckRoles(ctx, stream.CheckConfig{URL: rs.srv.ClientURL(), Dir: rs.dir, Roles: []stream.Role{stream.RoleAgent}})
+	rep, err := access.CheckRoles(ctx, access.CheckConfig{URL: rs.srv.ClientURL(), Dir: rs.dir, Roles: []access.Role{access.RoleAgent}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range rep.Results {
 		switch r.Action {
 		case "request jw.api.call": // imported, no recoverer running: no responders
-			if r.OK || r.Got != stream.Failed || !strings.Contains(r.Detail, "witness") {
+			if r.OK || r.Got != access.Failed || !strings.Contains(r.Detail, "witness") {
 				t.Errorf("%s: %+v", r.Action, r)
 			}
 		case "answer lands in another account (injected reply subject)", "see another account's replies (subscribe _INBOX.>)":
-			if r.Got != stream.Skipped && r.Got != stream.Refused {
+			if r.Got != access.Skipped && r.Got != access.Refused {
 				t.Errorf("%s: %+v", r.Action, r)
 			}
 		}
@@ -363,8 +365,8 @@ func serverState(t *testing.T, ctx context.Context, rs *roleServer) string {
 // roles may publish exactly what their accounts import, and the server and
 // JWT forms hold the same lists.
 func TestRoleTables(t *testing.T) {
-	rc := stream.RoleConfig{}
-	for _, r := range stream.Roles {
+	rc := access.RoleConfig{}
+	for _, r := range access.Roles {
 		for _, g := range rc.Grants(r) {
 			if g.Why == "" || len(g.Subjects) == 0 {
 				t.Errorf("%s: grant without reason or subjects: %+v", r, g)
@@ -403,12 +405,12 @@ func TestRoleTables(t *testing.T) {
 		}
 		// The services' roles answer requests: the recoverer (inspect,
 		// prepare, status) and the tool workers (call).
-		serves := r == stream.RoleRecoverer || r == stream.RoleWorker
+		serves := r == access.RoleRecoverer || r == access.RoleWorker
 		if serves != (sp.Response != nil) || serves != (jp.Resp != nil) {
 			t.Errorf("%s: response permission %v", r, sp.Response)
 		}
 		switch {
-		case r == stream.RoleAdmin:
+		case r == access.RoleAdmin:
 			if len(p.PublishDeny)+len(p.SubscribeDeny) != 0 || !slices.Equal(p.PublishAllow, []string{">"}) {
 				t.Errorf("admin: %+v", p)
 			}
@@ -431,10 +433,10 @@ func TestRoleTables(t *testing.T) {
 			}
 		}
 		mustDeny := []string{"_INBOX.>", "_R_.>", "$JS.API.STREAM.DELETE.*", "$JS.API.STREAM.PURGE.*", "$JS.API.STREAM.UPDATE.*", "$JS.API.STREAM.MSG.DELETE.*", "jw.reviews.>"}
-		if r != stream.RoleRecoverer {
+		if r != access.RoleRecoverer {
 			mustDeny = append(mustDeny, "jw.plans.>", "jw.assessments.>", "$JS.API.CONSUMER.CREATE.JW_EVENTS.>", "$JS.ACK.JW_REVIEWS.>")
 		}
-		if r != stream.RoleWorker {
+		if r != access.RoleWorker {
 			mustDeny = append(mustDeny, "$JS.API.CONSUMER.CREATE.JW_REQUESTS.>", "$JS.API.CONSUMER.*.*.JW_PLANS.>", "$JS.ACK.*.*.JW_REQUESTS.>", "$JS.API.STREAM.CREATE.*")
 		}
 		for _, s := range mustDeny {
@@ -446,9 +448,9 @@ func TestRoleTables(t *testing.T) {
 		// tool workers', inspect, prepare and status the recoverer's.
 		var others []string
 		switch r {
-		case stream.RoleWorker:
+		case access.RoleWorker:
 			others = []string{"jw.api.inspect", "jw.api.prepare", "jw.api.status"}
-		case stream.RoleRecoverer:
+		case access.RoleRecoverer:
 			others = []string{"jw.api.call"}
 		}
 		for _, subj := range others {
@@ -467,8 +469,8 @@ func TestRoleTables(t *testing.T) {
 		t.Error("unknown role has an account")
 	}
 	// The prefixes and the account name reach every subject and account.
-	acme := stream.RoleConfig{Prefix: "acme", ToolsPrefix: "shop", Account: "ACME"}
-	for _, r := range stream.Roles {
+	acme := access.RoleConfig{Prefix: "acme", ToolsPrefix: "shop", Account: "ACME"}
+	for _, r := range access.Roles {
 		p := acme.Subjects(r)
 		for _, s := range append(append(p.PublishAllow, p.PublishDeny...), append(p.SubscribeAllow, p.SubscribeDeny...)...) {
 			if strings.Contains(s, "jw") || strings.Contains(s, "tools") || strings.Contains(s, "TOOLS") {
@@ -502,23 +504,23 @@ func subjectMatch(pattern, subject string) bool {
 // streams or consumers, or reaches an inbox; batched reads and $SRV answer
 // with a stream of responses.
 func TestRoleAccounts(t *testing.T) {
-	rc := stream.RoleConfig{}
+	rc := access.RoleConfig{}
 	accs := rc.Accounts()
 	if len(accs) != 4 || accs[0].Name != "JINGWEI" || !accs[0].JetStream ||
-		!slices.Equal(accs[0].Roles, []stream.Role{stream.RoleWorker, stream.RoleRecoverer, stream.RoleAdmin}) || len(accs[0].Imports) != 0 {
+		!slices.Equal(accs[0].Roles, []access.Role{access.RoleWorker, access.RoleRecoverer, access.RoleAdmin}) || len(accs[0].Imports) != 0 {
 		t.Fatalf("trusted account: %+v", accs[0])
 	}
-	exported := map[string]stream.ServiceExport{}
+	exported := map[string]access.ServiceExport{}
 	for _, e := range accs[0].Exports {
 		if _, dup := exported[e.Subject]; dup {
 			t.Errorf("%s exported twice", e.Subject)
 		}
 		exported[e.Subject] = e
 	}
-	want := map[stream.Role][]string{
-		stream.RoleAgent:    {"jw.requests.*", "jw.api.call", "jw.api.status", "$JS.API.DIRECT.GET.JW_EVENTS", "$JS.API.DIRECT.GET.JW_EVENTS.>", "$JS.API.STREAM.MSG.GET.JW_EVENTS", "$JS.API.STREAM.INFO.JW_EVENTS"},
-		stream.RoleReviewer: {"jw.reviews.*", "jw.api.status", "jw.api.inspect", "$JS.API.DIRECT.GET.JW_REVIEWS", "$JS.API.STREAM.MSG.GET.JW_EVENTS", "$JS.API.STREAM.INFO.KV_jw_budget"},
-		stream.RoleHost:     {"jw.api.prepare", "jw.api.status", "jw.api.inspect", "$SRV.>", "$JS.API.STREAM.MSG.GET.JW_ASSESSMENTS", "$JS.API.DIRECT.GET.KV_jw_plans.>", "$JS.API.STREAM.INFO.KV_jw_plans"},
+	want := map[access.Role][]string{
+		access.RoleAgent:    {"jw.requests.*", "jw.api.call", "jw.api.status", "$JS.API.DIRECT.GET.JW_EVENTS", "$JS.API.DIRECT.GET.JW_EVENTS.>", "$JS.API.STREAM.MSG.GET.JW_EVENTS", "$JS.API.STREAM.INFO.JW_EVENTS"},
+		access.RoleReviewer: {"jw.reviews.*", "jw.api.status", "jw.api.inspect", "$JS.API.DIRECT.GET.JW_REVIEWS", "$JS.API.STREAM.MSG.GET.JW_EVENTS", "$JS.API.STREAM.INFO.KV_jw_budget"},
+		access.RoleHost:     {"jw.api.prepare", "jw.api.status", "jw.api.inspect", "$SRV.>", "$JS.API.STREAM.MSG.GET.JW_ASSESSMENTS", "$JS.API.DIRECT.GET.KV_jw_plans.>", "$JS.API.STREAM.INFO.KV_jw_plans"},
 	}
 	never := []string{
 		"jw.events.s1", "jw.plans.s1", "jw.assessments.s1", "$KV.jw_budget.s.t", "$KV.jw_plans.p", "$KV.jw_leases.s",
@@ -541,7 +543,7 @@ func TestRoleAccounts(t *testing.T) {
 				t.Errorf("%s imports %s, exported as %+v", r, im.Subject, e)
 			}
 			streamed := im.Subject == "$SRV.>" || strings.HasPrefix(im.Subject, "$JS.API.DIRECT.GET.") && !strings.HasSuffix(im.Subject, ".>")
-			if streamed != (im.Response == stream.ResponseStream) || im.Why == "" {
+			if streamed != (im.Response == access.ResponseStream) || im.Why == "" {
 				t.Errorf("%s: %s response %s, why %q", r, im.Subject, im.Response, im.Why)
 			}
 			for _, bad := range never {
@@ -568,24 +570,24 @@ func TestRoleAccounts(t *testing.T) {
 }
 
 func TestEmbeddedRefusesBadUsers(t *testing.T) {
-	dir := stream.KeyDir(filepath.Join(t.TempDir(), "keys"))
+	dir := access.KeyDir(filepath.Join(t.TempDir(), "keys"))
 	init, err := dir.Init()
 	if err != nil {
 		t.Fatal(err)
 	}
 	k := init.Roles[0].PublicKey
-	for name, users := range map[string]map[stream.Role]string{
+	for name, users := range map[string]map[access.Role]string{
 		"unknown role": {"root": k},
-		"shared key":   {stream.RoleAgent: k, stream.RoleHost: k},
-		"not a user":   {stream.RoleAgent: init.Roles[1].PublicKey[1:]},
+		"shared key":   {access.RoleAgent: k, access.RoleHost: k},
+		"not a user":   {access.RoleAgent: init.Roles[1].PublicKey[1:]},
 	} {
-		_, err := stream.StartEmbedded(context.Background(), stream.EmbeddedConfig{Dir: t.TempDir(), Listen: "127.0.0.1:-1", Users: users})
+		_, err := natsnode.StartEmbedded(context.Background(), natsnode.EmbeddedConfig{Dir: t.TempDir(), Listen: "127.0.0.1:-1", Auth: access.Users{Keys: users}})
 		if err == nil {
 			t.Errorf("%s: started", name)
 		}
 	}
 	// Without users the server stays open: no credentials needed.
-	e, err := stream.StartEmbedded(context.Background(), stream.EmbeddedConfig{Dir: t.TempDir(), Listen: "127.0.0.1:-1", Sync: stream.SyncInterval})
+	e, err := natsnode.StartEmbedded(context.Background(), natsnode.EmbeddedConfig{Dir: t.TempDir(), Listen: "127.0.0.1:-1", Sync: natsnode.SyncInterval})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -597,16 +599,16 @@ func TestEmbeddedRefusesBadUsers(t *testing.T) {
 	nc.Close()
 	// With users, a client without a key is refused.
 	keys, _ := dir.PublicKeys()
-	e2, err := stream.StartEmbedded(context.Background(), stream.EmbeddedConfig{Dir: t.TempDir(), Listen: "127.0.0.1:-1", Sync: stream.SyncInterval, Users: keys})
+	e2, err := natsnode.StartEmbedded(context.Background(), natsnode.EmbeddedConfig{Dir: t.TempDir(), Listen: "127.0.0.1:-1", Sync: natsnode.SyncInterval, Auth: access.Users{Keys: keys}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e2.Shutdown()
-	if _, err := stream.Connect(context.Background(), stream.ConnectConfig{URL: e2.ClientURL(), ConnectTimeout: time.Second}); !errors.Is(err, nats.ErrAuthorization) {
+	if _, err := natsnode.Connect(context.Background(), natsnode.ConnectConfig{URL: e2.ClientURL(), ConnectTimeout: time.Second}); !errors.Is(err, nats.ErrAuthorization) {
 		t.Errorf("anonymous client: %v", err)
 	}
-	kp, _ := dir.KeyPair(stream.RoleAgent)
-	nc, err = e2.Connect(stream.NkeyOption(kp))
+	kp, _ := dir.KeyPair(access.RoleAgent)
+	nc, err = e2.Connect(natsnode.NkeyOption(kp))
 	if err != nil {
 		t.Fatalf("NkeyOption: %v", err)
 	}

@@ -1,4 +1,4 @@
-package stream_test
+package access_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 )
 
 // stopsOn returns, read as admin, the task stops stored on the stop
@@ -51,13 +52,13 @@ func TestStopNotSuppressedByAnotherHostsMessage(t *testing.T) {
 	rs := startRoleServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	attacker, _ := jetstream.New(rs.connect(t, stream.RoleHost))
+	attacker, _ := jetstream.New(rs.connect(t, access.RoleHost))
 	msg := nats.NewMsg(stream.StopSubject("", "s-1"))
 	msg.Data = []byte(`{"task":"t-1"}`)
 	if _, err := attacker.PublishMsg(ctx, msg, jetstream.WithMsgID("stop.s-1.t-1")); err != nil {
 		t.Fatalf("the other host publishes on the stop subject: %v", err)
 	}
-	host, _ := jetstream.New(rs.connect(t, stream.RoleHost))
+	host, _ := jetstream.New(rs.connect(t, access.RoleHost))
 	stop := schema.StopRequest{V: schema.Version, Session: "s-1", Task: "t-1", Reason: "runaway agent", At: "2026-12-02T01:00:00Z"}
 	ack, err := stream.PublishStop(ctx, host, "", stop)
 	if n := rs.stopsOn(t, "s-1", stop); n != 1 {
@@ -80,13 +81,13 @@ func TestStopIDTakenWithItsDigest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	attacker, _ := jetstream.New(rs.connect(t, stream.RoleHost))
+	attacker, _ := jetstream.New(rs.connect(t, access.RoleHost))
 	msg := nats.NewMsg(stream.StopSubject("", "s-1"))
 	msg.Data = []byte(`{"task":"t-1"}`)
 	if _, err := attacker.PublishMsg(ctx, msg, jetstream.WithMsgID(stream.StopMsgID("s-1", "t-1", b))); err != nil {
 		t.Fatalf("the other host publishes on the stop subject: %v", err)
 	}
-	host, _ := jetstream.New(rs.connect(t, stream.RoleHost))
+	host, _ := jetstream.New(rs.connect(t, access.RoleHost))
 	ack, err := stream.PublishStop(ctx, host, "", stop)
 	if schema.CodeOf(err) != schema.CodeRequestConflict {
 		t.Errorf("PublishStop = %v, want a request_conflict error saying another message held the id", err)

@@ -1,4 +1,4 @@
-package stream_test
+package access_test
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 // TestAccountsBlockConfigFile writes a full nats-server configuration file
@@ -24,8 +26,8 @@ import (
 func TestAccountsBlockConfigFile(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	rc := stream.RoleConfig{Prefix: "acme", ToolsPrefix: "shop", Account: "ACME"}
-	dir := stream.KeyDir(filepath.Join(t.TempDir(), "keys"))
+	rc := access.RoleConfig{Prefix: "acme", ToolsPrefix: "shop", Account: "ACME"}
+	dir := access.KeyDir(filepath.Join(t.TempDir(), "keys"))
 	if _, err := dir.Init(); err != nil {
 		t.Fatal(err)
 	}
@@ -46,10 +48,10 @@ func TestAccountsBlockConfigFile(t *testing.T) {
 	if err != nil {
 		t.Fatalf("nats-server rejects the configuration: %v\n%s", err, conf)
 	}
-	if len(opts.Nkeys) != len(stream.Roles) {
+	if len(opts.Nkeys) != len(access.Roles) {
 		t.Fatalf("%d nkey users parsed", len(opts.Nkeys))
 	}
-	byKey := map[string]stream.Role{}
+	byKey := map[string]access.Role{}
 	for r, k := range keys {
 		byKey[k] = r
 	}
@@ -103,7 +105,7 @@ func TestAccountsBlockConfigFile(t *testing.T) {
 	if !s.ReadyForConnections(10 * time.Second) {
 		t.Fatal("server not ready")
 	}
-	admin, err := stream.Connect(ctx, stream.ConnectConfig{URL: s.ClientURL(), NKeySeedFile: dir.SeedFile(stream.RoleAdmin)})
+	admin, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: s.ClientURL(), NKeySeedFile: dir.SeedFile(access.RoleAdmin)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +114,7 @@ func TestAccountsBlockConfigFile(t *testing.T) {
 	if _, err := stream.EnsureTopology(ctx, js, stream.TopologyConfig{Prefix: rc.Prefix}); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := stream.CheckRoles(ctx, stream.CheckConfig{URL: s.ClientURL(), Dir: dir, Subjects: rc})
+	rep, err := access.CheckRoles(ctx, access.CheckConfig{URL: s.ClientURL(), Dir: dir, Subjects: rc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,31 +142,31 @@ func sameList(a, b []string) bool {
 }
 
 func TestAccountsBlockRefusesBadUsers(t *testing.T) {
-	dir := stream.KeyDir(filepath.Join(t.TempDir(), "keys"))
+	dir := access.KeyDir(filepath.Join(t.TempDir(), "keys"))
 	init, err := dir.Init()
 	if err != nil {
 		t.Fatal(err)
 	}
 	k := init.Roles[0].PublicKey
-	for name, users := range map[string]map[stream.Role]string{
+	for name, users := range map[string]map[access.Role]string{
 		"none":         nil,
 		"unknown role": {"root": k},
-		"shared key":   {stream.RoleAgent: k, stream.RoleAdmin: k},
-		"not a user":   {stream.RoleAgent: "ABCDEF"},
+		"shared key":   {access.RoleAgent: k, access.RoleAdmin: k},
+		"not a user":   {access.RoleAgent: "ABCDEF"},
 	} {
-		if _, err := (stream.RoleConfig{}).AccountsBlock(users); err == nil {
+		if _, err := (access.RoleConfig{}).AccountsBlock(users); err == nil {
 			t.Errorf("%s: no error", name)
 		}
 	}
-	if _, err := (stream.RoleConfig{Prefix: "a.b"}).AccountsBlock(map[stream.Role]string{stream.RoleAgent: k}); err == nil {
+	if _, err := (access.RoleConfig{Prefix: "a.b"}).AccountsBlock(map[access.Role]string{access.RoleAgent: k}); err == nil {
 		t.Error("bad prefix accepted")
 	}
-	if _, err := (stream.RoleConfig{Account: "A B"}).AccountsBlock(map[stream.Role]string{stream.RoleAgent: k}); err == nil {
+	if _, err := (access.RoleConfig{Account: "A B"}).AccountsBlock(map[access.Role]string{access.RoleAgent: k}); err == nil {
 		t.Error("bad account name accepted")
 	}
 	// Some roles only: every account is still defined (the exports name
 	// them all), with users for those roles alone.
-	block, err := (stream.RoleConfig{}).AccountsBlock(map[stream.Role]string{stream.RoleAgent: k})
+	block, err := (access.RoleConfig{}).AccountsBlock(map[access.Role]string{access.RoleAgent: k})
 	if err != nil {
 		t.Fatal(err)
 	}

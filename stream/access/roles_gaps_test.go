@@ -1,4 +1,4 @@
-package stream_test
+package access_test
 
 // The attacks that subject permissions in one account could not stop, and
 // that the roles' accounts close: a reply subject is not checked against the
@@ -21,6 +21,7 @@ import (
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 	"github.com/jingwei/jingwei/worker/recoverer"
 )
 
@@ -158,9 +159,9 @@ func awaitAnswers(t *testing.T, s *nats.Subscription, n int) []*nats.Msg {
 // back as "no limit", and in a session log, for good.)
 func TestRolesReplySubjectStaysInAccount(t *testing.T) {
 	rs := startRoleServer(t)
-	agent := rs.connect(t, stream.RoleAgent)
-	reviewer := rs.connect(t, stream.RoleReviewer)
-	host := rs.connect(t, stream.RoleHost)
+	agent := rs.connect(t, access.RoleAgent)
+	reviewer := rs.connect(t, access.RoleReviewer)
+	host := rs.connect(t, access.RoleHost)
 	answers := rs.importReplies(t)
 	before := rs.stored(t)
 	sent := 0
@@ -214,7 +215,7 @@ func TestRolesReplySubjectStaysInAccount(t *testing.T) {
 // ends and waits until its service answers.
 func (rs *roleServer) runRecoverer(t *testing.T) {
 	t.Helper()
-	_, topo := rs.asRole(t, stream.RoleRecoverer, stream.TopologyConfig{})
+	_, topo := rs.asRole(t, access.RoleRecoverer, stream.TopologyConfig{})
 	planner, err := rs.dir.PlannerKeyPair()
 	if err != nil {
 		t.Fatal(err)
@@ -250,9 +251,9 @@ func (rs *roleServer) runRecoverer(t *testing.T) {
 func TestRolesServiceReplyStaysInAccount(t *testing.T) {
 	rs := startRoleServer(t)
 	rs.runRecoverer(t)
-	agent := rs.connect(t, stream.RoleAgent)
-	reviewer := rs.connect(t, stream.RoleReviewer)
-	host := rs.connect(t, stream.RoleHost)
+	agent := rs.connect(t, access.RoleAgent)
+	reviewer := rs.connect(t, access.RoleReviewer)
+	host := rs.connect(t, access.RoleHost)
 	for _, nc := range []*nats.Conn{agent, reviewer, host} {
 		resp, err := nc.Request("jw.api.status", []byte(`{}`), 10*time.Second)
 		if err != nil || resp.Header.Get("Nats-Service-Error") != "" {
@@ -286,7 +287,7 @@ func TestRolesNoSnoopingAcrossAccounts(t *testing.T) {
 	rs.runRecoverer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	agent := rs.connect(t, stream.RoleAgent)
+	agent := rs.connect(t, access.RoleAgent)
 	spy, err := agent.SubscribeSync("_INBOX.>")
 	if err != nil {
 		t.Fatal(err)
@@ -294,15 +295,15 @@ func TestRolesNoSnoopingAcrossAccounts(t *testing.T) {
 	if err := agent.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	hostNC, host := rs.asRole(t, stream.RoleHost, stream.TopologyConfig{})
-	_, reviewer := rs.asRole(t, stream.RoleReviewer, stream.TopologyConfig{})
-	_, worker := rs.asRole(t, stream.RoleWorker, stream.TopologyConfig{})
+	hostNC, host := rs.asRole(t, access.RoleHost, stream.TopologyConfig{})
+	_, reviewer := rs.asRole(t, access.RoleReviewer, stream.TopologyConfig{})
+	_, worker := rs.asRole(t, access.RoleWorker, stream.TopologyConfig{})
 
-	lease, err := worker.AcquireLease(ctx, "s-1", "worker-1")
+	lease, err := worker.Leases().AcquireLease(ctx, "s-1", "worker-1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	log, err := worker.OpenLog(ctx, "s-1", "worker-1", lease.Epoch)
+	log, err := worker.Logs().OpenLog(ctx, "s-1", "worker-1", lease.Epoch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +315,7 @@ func TestRolesNoSnoopingAcrossAccounts(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := host.Load(ctx, "s-1"); err != nil {
+	if _, err := host.Logs().Load(ctx, "s-1"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := reviewer.JS.Publish(ctx, "jw.reviews.s-1", []byte(`{"v":1}`)); err != nil {
@@ -330,7 +331,7 @@ func TestRolesNoSnoopingAcrossAccounts(t *testing.T) {
 		t.Fatalf("ATTACK: the agent saw %d replies of other roles, e.g. on %s: %s", n, m.Subject, m.Data)
 	}
 	// Another agent client is in the same account: its replies are seen.
-	other := rs.connect(t, stream.RoleAgent)
+	other := rs.connect(t, access.RoleAgent)
 	if _, err := other.Request("jw.api.status", []byte(`{}`), 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -346,7 +347,7 @@ func TestRolesNoSnoopingAcrossAccounts(t *testing.T) {
 // refuses the subscription.
 func TestRolesAgentCannotFollowEvents(t *testing.T) {
 	rs := startRoleServer(t)
-	agent := rs.connect(t, stream.RoleAgent)
+	agent := rs.connect(t, access.RoleAgent)
 	var v violations
 	v.watch(agent)
 	if _, err := agent.SubscribeSync("jw.events.>"); err != nil {
@@ -375,20 +376,20 @@ func TestRolesLimitPushConsumerDeliversInTrustedAccount(t *testing.T) {
 	if _, err := rs.topo.JS.Publish(ctx, "jw.plans.s-1", []byte(`{"plan_id":"p-1"}`)); err != nil {
 		t.Fatal(err)
 	}
-	victim := rs.connect(t, stream.RoleRecoverer)
+	victim := rs.connect(t, access.RoleRecoverer)
 	inbox := victim.NewInbox()
 	sub, err := victim.SubscribeSync(inbox)
 	if err != nil {
 		t.Fatal(err)
 	}
 	victim.Flush()
-	agent := rs.connect(t, stream.RoleAgent)
+	agent := rs.connect(t, access.RoleAgent)
 	asub, err := agent.SubscribeSync(inbox)
 	if err != nil {
 		t.Fatal(err)
 	}
 	agent.Flush()
-	_, worker := rs.asRole(t, stream.RoleWorker, stream.TopologyConfig{})
+	_, worker := rs.asRole(t, access.RoleWorker, stream.TopologyConfig{})
 	if _, err := worker.PlanLog.CreateConsumer(ctx, jetstream.ConsumerConfig{
 		Durable: "redirect", DeliverSubject: inbox, AckPolicy: jetstream.AckNonePolicy,
 	}); err != nil {

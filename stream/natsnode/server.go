@@ -1,4 +1,4 @@
-package stream
+package natsnode
 
 import (
 	"context"
@@ -55,22 +55,16 @@ type EmbeddedConfig struct {
 	// Logger receives the server's log (notices at info, debug and trace
 	// dropped). Defaults to zerolog.Nop().
 	Logger zerolog.Logger
-	// Users, when non-empty, turns authorization on: the server runs with
-	// the roles' accounts (RoleConfig.AccountsBlock, the same text an
-	// external server is given): the trusted account (worker, recoverer,
-	// admin) with JetStream and its exports, and one account per
-	// untrusted role (agent, reviewer, host) importing what the role uses.
-	// Each role's nkey user public key ("U…", see KeyDir.PublicKeys)
-	// becomes a user of its role's account with the role's permissions
-	// (Roles.Permissions). Clients then must connect with a role's seed
-	// (ConnectConfig.NKeySeedFile, NkeyOption); a role left out has no
-	// user. Nil or empty keeps the server open to every client with full
-	// access, in one account.
-	Users map[Role]string
-	// Roles names the subjects of the users' permissions: the topology's
-	// prefix and the example tools' prefix. The zero value is the
-	// defaults ("jw", "tools"). Unused without Users.
-	Roles RoleConfig
+	// Auth, when non-nil and its AccountsBlock is not empty, turns
+	// authorization on: the server runs with that accounts block (the same
+	// text an external server is given). access.Users gives the roles'
+	// accounts: the trusted account (worker, recoverer, admin) with
+	// JetStream and its exports, one account per untrusted role (agent,
+	// reviewer, host) importing what the role uses, and each role's nkey
+	// user with the role's permissions. Clients then must connect with a
+	// role's seed (ConnectConfig.NKeySeedFile, NkeyOption). Nil keeps the
+	// server open to every client with full access, in one account.
+	Auth Authorization
 	// Options, when non-nil, is called with the server options just before
 	// the server is created (after Users set up the accounts), for
 	// settings this config does not offer (TLS, clustering). Nil changes
@@ -102,7 +96,7 @@ func (c EmbeddedConfig) validate() (host string, port int, err error) {
 	if c.Sync != SyncAlways && c.Sync != SyncInterval {
 		return "", 0, fmt.Errorf("stream: EmbeddedConfig.Sync %q: want %q or %q", c.Sync, SyncAlways, SyncInterval)
 	}
-	if err := validateUsers(c.Users, c.Roles); err != nil {
+	if err := validateAuth(c.Auth); err != nil {
 		return "", 0, err
 	}
 	h, p, err := net.SplitHostPort(c.Listen)
@@ -171,11 +165,14 @@ func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 		NoSigs:     true,
 		SyncAlways: cfg.Sync == SyncAlways,
 	}
-	if len(cfg.Users) > 0 {
-		block, err := cfg.Roles.AccountsBlock(cfg.Users)
-		if err != nil {
+	block := ""
+	if cfg.Auth != nil {
+		var err error
+		if block, err = cfg.Auth.AccountsBlock(); err != nil {
 			return nil, err
 		}
+	}
+	if block != "" {
 		if err := opts.ProcessConfigString(block); err != nil {
 			return nil, fmt.Errorf("stream: embedded server accounts: %w", err)
 		}
@@ -201,7 +198,7 @@ func StartEmbedded(ctx context.Context, cfg EmbeddedConfig) (*Embedded, error) {
 		srv.Shutdown()
 		return nil, ctx.Err()
 	}
-	cfg.Logger.Info().Str("url", srv.ClientURL()).Str("dir", dir).Str("sync", string(cfg.Sync)).Bool("authorization", len(cfg.Users) > 0).Msg("embedded nats-server ready")
+	cfg.Logger.Info().Str("url", srv.ClientURL()).Str("dir", dir).Str("sync", string(cfg.Sync)).Bool("authorization", block != "").Msg("embedded nats-server ready")
 	return &Embedded{srv: srv, cfg: cfg}, nil
 }
 
@@ -298,7 +295,7 @@ func (c ConnectConfig) WithDefaults() ConnectConfig {
 // disconnect.
 func reconnectDelay() nats.ReconnectDelayHandler {
 	var mu sync.Mutex
-	b := newBackoff(50*time.Millisecond, 5*time.Second)
+	b := Backoff(50*time.Millisecond, 5*time.Second)
 	return func(attempts int) time.Duration {
 		mu.Lock()
 		defer mu.Unlock()
@@ -309,7 +306,9 @@ func reconnectDelay() nats.ReconnectDelayHandler {
 	}
 }
 
-func newBackoff(initial, max time.Duration) *backoff.ExponentialBackOff {
+// Backoff returns an exponential backoff from initial to max that never
+// gives up (the caller's context bounds it), reset and ready to use.
+func Backoff(initial, max time.Duration) *backoff.ExponentialBackOff {
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval = initial
 	b.MaxInterval = max
@@ -363,7 +362,7 @@ func Connect(ctx context.Context, cfg ConnectConfig) (*nats.Conn, error) {
 			return backoff.Permanent(err)
 		}
 		return err
-	}, backoff.WithContext(newBackoff(50*time.Millisecond, time.Second), ctx))
+	}, backoff.WithContext(Backoff(50*time.Millisecond, time.Second), ctx))
 	if err != nil {
 		return nil, fmt.Errorf("stream: connect to %s: %w", cfg.URL, err)
 	}
@@ -387,30 +386,23 @@ func checkVersion(v string) error {
 	return fmt.Errorf("%w: server reports version %q", ErrServerTooOld, v)
 }
 
-// validateUsers checks EmbeddedConfig.Users: known roles, nkey user public
-// keys, no key shared by two roles (the server would refuse it, and one
-// key for two roles would give one of them the other's permissions).
-func validateUsers(users map[Role]string, rc RoleConfig) error {
-	if len(users) == 0 {
+// Authorization gives the embedded server its accounts and users
+// (access.Users implements it). Stream does not know the roles: the
+// permission model is package access's.
+type Authorization interface {
+	// Validate checks the accounts' settings; StartEmbedded calls it before
+	// anything is started.
+	Validate() error
+	// AccountsBlock returns the server configuration's accounts block, or
+	// "" for a server without authorization.
+	AccountsBlock() (string, error)
+}
+
+func validateAuth(a Authorization) error {
+	if a == nil {
 		return nil
 	}
-	if err := rc.Validate(); err != nil {
-		return err
-	}
-	seen := make(map[string]Role, len(users))
-	for r, pub := range users {
-		if !r.Valid() {
-			return fmt.Errorf("stream: EmbeddedConfig.Users: %w: %q", ErrUnknownRole, r)
-		}
-		if !nkeys.IsValidPublicUserKey(pub) {
-			return fmt.Errorf("stream: EmbeddedConfig.Users[%s]: %q is not an nkey user public key", r, pub)
-		}
-		if other, ok := seen[pub]; ok {
-			return fmt.Errorf("stream: EmbeddedConfig.Users: roles %s and %s share one key", other, r)
-		}
-		seen[pub] = r
-	}
-	return nil
+	return a.Validate()
 }
 
 // NkeyOption returns the nats.Option that authenticates a connection with

@@ -1,4 +1,4 @@
-package stream
+package access
 
 import (
 	"fmt"
@@ -10,6 +10,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/jingwei/jingwei/schema"
+
+	"github.com/jingwei/jingwei/stream"
 )
 
 // Role is one kind of jingwei client (docs/protocol.md §4). Every client connects as
@@ -95,7 +97,7 @@ type RoleConfig struct {
 // WithDefaults returns c with zero fields set to their defaults.
 func (c RoleConfig) WithDefaults() RoleConfig {
 	if c.Prefix == "" {
-		c.Prefix = DefaultPrefix
+		c.Prefix = stream.DefaultPrefix
 	}
 	if c.ToolsPrefix == "" {
 		c.ToolsPrefix = DefaultToolsPrefix
@@ -184,10 +186,10 @@ type names struct {
 func (c RoleConfig) names() names {
 	c = c.WithDefaults()
 	n := names{p: c.Prefix, tp: c.ToolsPrefix}
-	n.events, n.requests = streamName(n.p, "EVENTS"), streamName(n.p, "REQUESTS")
-	n.reviews, n.plans = streamName(n.p, "REVIEWS"), streamName(n.p, "PLANS")
-	n.assessments, n.answers = streamName(n.p, "ASSESSMENTS"), streamName(n.p, "ANSWERS")
-	n.approvals = streamName(n.p, "APPROVALS")
+	n.events, n.requests = stream.StreamName(n.p, "EVENTS"), stream.StreamName(n.p, "REQUESTS")
+	n.reviews, n.plans = stream.StreamName(n.p, "REVIEWS"), stream.StreamName(n.p, "PLANS")
+	n.assessments, n.answers = stream.StreamName(n.p, "ASSESSMENTS"), stream.StreamName(n.p, "ANSWERS")
+	n.approvals = stream.StreamName(n.p, "APPROVALS")
 	n.leases, n.planState, n.budget = n.p+"_leases", n.p+"_plans", n.p+"_budget"
 	n.leasesKV, n.plansKV, n.budgetKV = "KV_"+n.leases, "KV_"+n.planState, "KV_"+n.budget
 	// tools.New names its stream strings.ToUpper(prefix)+"_LEDGER".
@@ -199,7 +201,7 @@ func (c RoleConfig) names() names {
 
 func (n names) subj(kind string) string { return n.p + "." + kind + ".*" }
 func (n names) api(endpoint string) string {
-	return APISubject(n.p, endpoint)
+	return stream.APISubject(n.p, endpoint)
 }
 func (n names) jingweiStreams() []string {
 	return []string{n.events, n.requests, n.reviews, n.plans, n.assessments, n.answers, n.approvals}

@@ -1,4 +1,4 @@
-package stream_test
+package access_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 )
 
 // TestLogOwnEventIsRecognizedByContent: a writer whose append is refused
@@ -33,8 +34,8 @@ func TestLogOwnEventIsRecognizedByContent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	const sess = "s-1"
-	_, honest := rs.asRole(t, stream.RoleWorker, stream.TopologyConfig{})
-	lg, err := honest.OpenLog(ctx, sess, "tw-honest", 2)
+	_, honest := rs.asRole(t, access.RoleWorker, stream.TopologyConfig{})
+	lg, err := honest.Logs().OpenLog(ctx, sess, "tw-honest", 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +45,7 @@ func TestLogOwnEventIsRecognizedByContent(t *testing.T) {
 	}
 
 	// The attacker: the worker's credentials, a plain client.
-	nc := rs.connect(t, stream.RoleWorker)
+	nc := rs.connect(t, access.RoleWorker)
 	js, _ := jetstream.New(nc)
 	events, err := js.Stream(ctx, "JW_EVENTS")
 	if err != nil {
@@ -77,7 +78,7 @@ func TestLogOwnEventIsRecognizedByContent(t *testing.T) {
 
 	// The honest writer records the start, which is what lets its body run.
 	seq, err := lg.Append(ctx, schema.Event{Type: schema.TypeStarted, Started: &schema.Started{CallID: "c-1"}})
-	h, lerr := honest.Load(ctx, sess)
+	h, lerr := honest.Logs().Load(ctx, sess)
 	if lerr != nil {
 		t.Fatal(lerr)
 	}
@@ -104,12 +105,12 @@ func TestLogEventAt(t *testing.T) {
 	rs := startRoleServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, w := rs.asRole(t, stream.RoleWorker, stream.TopologyConfig{})
-	a, err := w.OpenLog(ctx, "s-a", "tw-1", 2)
+	_, w := rs.asRole(t, access.RoleWorker, stream.TopologyConfig{})
+	a, err := w.Logs().OpenLog(ctx, "s-a", "tw-1", 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := w.OpenLog(ctx, "s-b", "tw-1", 2)
+	b, err := w.Logs().OpenLog(ctx, "s-b", "tw-1", 2)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package stream_test
+package access_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 )
 
 // TestStopNotSuppressedByAnotherRolesMsgID: JW_APPROVALS deduplicates by
@@ -24,13 +25,13 @@ func TestStopNotSuppressedByAnotherRolesMsgID(t *testing.T) {
 	rs := startRoleServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	reviewer, _ := jetstream.New(rs.connect(t, stream.RoleReviewer))
+	reviewer, _ := jetstream.New(rs.connect(t, access.RoleReviewer))
 	msg := nats.NewMsg(stream.ApprovalsSubject("", "s-1"))
 	msg.Data = []byte(`{"v":1}`)
 	if _, err := reviewer.PublishMsg(ctx, msg, jetstream.WithMsgID("stop.s-1.t-1")); err != nil {
 		t.Fatalf("the reviewer publishes on jw.approvals.s-1: %v", err)
 	}
-	host, _ := jetstream.New(rs.connect(t, stream.RoleHost))
+	host, _ := jetstream.New(rs.connect(t, access.RoleHost))
 	ack, err := stream.PublishStop(ctx, host, "", schema.StopRequest{V: schema.Version, Session: "s-1", Task: "t-1", Reason: "runaway agent"})
 	if err != nil {
 		t.Fatalf("PublishStop: %v", err)

@@ -1,4 +1,4 @@
-package stream_test
+package access_test
 
 import (
 	"errors"
@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/jingwei/jingwei/recovery"
-	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 )
 
 func mode(t *testing.T, path string) os.FileMode {
@@ -24,7 +24,7 @@ func mode(t *testing.T, path string) os.FileMode {
 }
 
 func TestKeyDirInit(t *testing.T) {
-	dir := stream.KeyDir(filepath.Join(t.TempDir(), "a", "keys"))
+	dir := access.KeyDir(filepath.Join(t.TempDir(), "a", "keys"))
 	got, err := dir.Init()
 	if err != nil {
 		t.Fatal(err)
@@ -32,12 +32,12 @@ func TestKeyDirInit(t *testing.T) {
 	if m := mode(t, string(dir)); m != 0o700 {
 		t.Errorf("dir mode %04o, want 0700", m)
 	}
-	if len(got.Roles) != len(stream.Roles) {
+	if len(got.Roles) != len(access.Roles) {
 		t.Fatalf("%d role keys", len(got.Roles))
 	}
 	seen := map[string]bool{}
 	for i, kf := range got.Roles {
-		if kf.Role != stream.Roles[i] || !kf.Created || kf.Path != dir.SeedFile(kf.Role) {
+		if kf.Role != access.Roles[i] || !kf.Created || kf.Path != dir.SeedFile(kf.Role) {
 			t.Errorf("role key %d: %+v", i, kf)
 		}
 		if m := mode(t, kf.Path); m != 0o600 {
@@ -85,21 +85,21 @@ func TestKeyDirInit(t *testing.T) {
 	}
 
 	// A missing key is added, the others kept.
-	os.Remove(dir.SeedFile(stream.RoleHost))
+	os.Remove(dir.SeedFile(access.RoleHost))
 	third, err := dir.Init()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, kf := range third.Roles {
-		if (kf.Role == stream.RoleHost) != kf.Created {
+		if (kf.Role == access.RoleHost) != kf.Created {
 			t.Errorf("third init: %s created=%v", kf.Role, kf.Created)
 		}
 	}
 }
 
 func TestKeyDirRefusesInsecureFiles(t *testing.T) {
-	fresh := func(t *testing.T) stream.KeyDir {
-		dir := stream.KeyDir(filepath.Join(t.TempDir(), "keys"))
+	fresh := func(t *testing.T) access.KeyDir {
+		dir := access.KeyDir(filepath.Join(t.TempDir(), "keys"))
 		if _, err := dir.Init(); err != nil {
 			t.Fatal(err)
 		}
@@ -107,18 +107,18 @@ func TestKeyDirRefusesInsecureFiles(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		file func(stream.KeyDir) string
+		file func(access.KeyDir) string
 		mode os.FileMode
 		fix  string
-		use  func(stream.KeyDir) error
+		use  func(access.KeyDir) error
 	}{
-		{"world-readable dir", func(d stream.KeyDir) string { return string(d) }, 0o755, "chmod 700 ", func(d stream.KeyDir) error { _, err := d.Init(); return err }},
-		{"group-writable dir", func(d stream.KeyDir) string { return string(d) }, 0o720, "chmod 700 ", func(d stream.KeyDir) error { _, err := d.KeyPair(stream.RoleAgent); return err }},
-		{"group-readable seed", func(d stream.KeyDir) string { return d.SeedFile(stream.RoleWorker) }, 0o640, "chmod 600 ", func(d stream.KeyDir) error { _, err := d.KeyPair(stream.RoleWorker); return err }},
-		{"world-readable seed at init", func(d stream.KeyDir) string { return d.SeedFile(stream.RoleAdmin) }, 0o604, "chmod 600 ", func(d stream.KeyDir) error { _, err := d.Init(); return err }},
-		{"world-readable planner", func(d stream.KeyDir) string { return d.PlannerFile() }, 0o644, "chmod 600 ", func(d stream.KeyDir) error { _, err := d.PlannerKeyPair(); return err }},
-		{"group-writable planners list", func(d stream.KeyDir) string { return d.PlannersFile() }, 0o664, "chmod 644 ", func(d stream.KeyDir) error { _, err := d.Planners(); return err }},
-		{"seed for PublicKeys", func(d stream.KeyDir) string { return d.SeedFile(stream.RoleRecoverer) }, 0o660, "chmod 600 ", func(d stream.KeyDir) error { _, err := d.PublicKeys(); return err }},
+		{"world-readable dir", func(d access.KeyDir) string { return string(d) }, 0o755, "chmod 700 ", func(d access.KeyDir) error { _, err := d.Init(); return err }},
+		{"group-writable dir", func(d access.KeyDir) string { return string(d) }, 0o720, "chmod 700 ", func(d access.KeyDir) error { _, err := d.KeyPair(access.RoleAgent); return err }},
+		{"group-readable seed", func(d access.KeyDir) string { return d.SeedFile(access.RoleWorker) }, 0o640, "chmod 600 ", func(d access.KeyDir) error { _, err := d.KeyPair(access.RoleWorker); return err }},
+		{"world-readable seed at init", func(d access.KeyDir) string { return d.SeedFile(access.RoleAdmin) }, 0o604, "chmod 600 ", func(d access.KeyDir) error { _, err := d.Init(); return err }},
+		{"world-readable planner", func(d access.KeyDir) string { return d.PlannerFile() }, 0o644, "chmod 600 ", func(d access.KeyDir) error { _, err := d.PlannerKeyPair(); return err }},
+		{"group-writable planners list", func(d access.KeyDir) string { return d.PlannersFile() }, 0o664, "chmod 644 ", func(d access.KeyDir) error { _, err := d.Planners(); return err }},
+		{"seed for PublicKeys", func(d access.KeyDir) string { return d.SeedFile(access.RoleRecoverer) }, 0o660, "chmod 600 ", func(d access.KeyDir) error { _, err := d.PublicKeys(); return err }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := fresh(t)
@@ -127,7 +127,7 @@ func TestKeyDirRefusesInsecureFiles(t *testing.T) {
 				t.Fatal(err)
 			}
 			err := tc.use(d)
-			if !errors.Is(err, stream.ErrInsecureFile) {
+			if !errors.Is(err, access.ErrInsecureFile) {
 				t.Fatalf("err = %v, want ErrInsecureFile", err)
 			}
 			if !strings.Contains(err.Error(), tc.fix+f) {
@@ -138,28 +138,28 @@ func TestKeyDirRefusesInsecureFiles(t *testing.T) {
 }
 
 func TestKeyDirBadKeys(t *testing.T) {
-	dir := stream.KeyDir(filepath.Join(t.TempDir(), "keys"))
-	if _, err := dir.KeyPair(stream.RoleAgent); !errors.Is(err, fs.ErrNotExist) {
+	dir := access.KeyDir(filepath.Join(t.TempDir(), "keys"))
+	if _, err := dir.KeyPair(access.RoleAgent); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("missing dir: %v", err)
 	}
 	if _, err := dir.Init(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := dir.KeyPair("superuser"); !errors.Is(err, stream.ErrUnknownRole) {
+	if _, err := dir.KeyPair("superuser"); !errors.Is(err, access.ErrUnknownRole) {
 		t.Errorf("unknown role: %v", err)
 	}
 	// An account seed where a user seed belongs.
 	akp, _ := nkeys.CreateAccount()
 	seed, _ := akp.Seed()
-	os.WriteFile(dir.SeedFile(stream.RoleHost), seed, 0o600)
-	if _, err := dir.KeyPair(stream.RoleHost); err == nil || !strings.Contains(err.Error(), "not an nkey user seed") {
+	os.WriteFile(dir.SeedFile(access.RoleHost), seed, 0o600)
+	if _, err := dir.KeyPair(access.RoleHost); err == nil || !strings.Contains(err.Error(), "not an nkey user seed") {
 		t.Errorf("account seed: %v", err)
 	}
 	if _, err := dir.Init(); err == nil {
 		t.Error("Init accepted an account seed as a role key")
 	}
-	os.WriteFile(dir.SeedFile(stream.RoleAgent), []byte("garbage\n"), 0o600)
-	if _, err := dir.KeyPair(stream.RoleAgent); err == nil {
+	os.WriteFile(dir.SeedFile(access.RoleAgent), []byte("garbage\n"), 0o600)
+	if _, err := dir.KeyPair(access.RoleAgent); err == nil {
 		t.Error("garbage seed accepted")
 	}
 	os.WriteFile(dir.PlannersFile(), []byte("# ok\nUNOTAKEY\n"), 0o644)
@@ -169,7 +169,7 @@ func TestKeyDirBadKeys(t *testing.T) {
 	// ReadSeedFile accepts seeds of any kind (jingwei auth creds --operator-seed).
 	f := filepath.Join(string(dir), "account.nk")
 	os.WriteFile(f, seed, 0o600)
-	kp, err := stream.ReadSeedFile(f)
+	kp, err := access.ReadSeedFile(f)
 	if pub, _ := kp.PublicKey(); err != nil || !nkeys.IsValidPublicAccountKey(pub) {
 		t.Errorf("ReadSeedFile: %v %v", pub, err)
 	}

@@ -1,4 +1,4 @@
-package stream_test
+package natsnode_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/stream/streamtest"
 )
 
@@ -27,7 +27,7 @@ func TestWatchQuorumMovesToAServerWithJetStream(t *testing.T) {
 		t.Fatalf("JetStream on the plain server: %v, want no responders", err)
 	}
 	var reasons atomic.Value
-	w := stream.WatchQuorum(context.Background(), nc, stream.QuorumWatchConfig{After: 300 * time.Millisecond, Every: 50 * time.Millisecond,
+	w := natsnode.WatchQuorum(context.Background(), nc, natsnode.QuorumWatchConfig{After: 300 * time.Millisecond, Every: 50 * time.Millisecond,
 		OnReconnect: func(why string) { reasons.Store(why) }})
 	t.Cleanup(w.Stop)
 	streamtest.Eventually(t, 10*time.Second, "the connection moved to the server with JetStream", func() bool {
@@ -55,14 +55,14 @@ func TestWatchQuorumMovesToAServerWithJetStream(t *testing.T) {
 // (there is nowhere to go), however long JetStream fails there.
 func TestWatchQuorumLeavesAHealthyConnection(t *testing.T) {
 	good, nc, _ := streamtest.Start(t)
-	w := stream.WatchQuorum(context.Background(), nc, stream.QuorumWatchConfig{After: 200 * time.Millisecond, Every: 50 * time.Millisecond})
+	w := natsnode.WatchQuorum(context.Background(), nc, natsnode.QuorumWatchConfig{After: 200 * time.Millisecond, Every: 50 * time.Millisecond})
 	bad := streamtest.StartPlain(t)
 	only, err := nats.Connect(bad.ClientURL(), nats.MaxReconnects(-1), nats.IgnoreDiscoveredServers())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(only.Close)
-	w2 := stream.WatchQuorum(context.Background(), only, stream.QuorumWatchConfig{After: 200 * time.Millisecond, Every: 50 * time.Millisecond})
+	w2 := natsnode.WatchQuorum(context.Background(), only, natsnode.QuorumWatchConfig{After: 200 * time.Millisecond, Every: 50 * time.Millisecond})
 	start := time.Now()
 	streamtest.Eventually(t, 5*time.Second, "a second of probes", func() bool { return time.Since(start) > time.Second })
 	w.Stop()

@@ -1,4 +1,4 @@
-package stream
+package access
 
 import (
 	"fmt"
@@ -153,9 +153,37 @@ func (d KeyDir) IssueRoleCreds(cfg CredsConfig) (*RoleCreds, error) {
 		return nil, err
 	}
 	out := &RoleCreds{Operator: opub, PreloadFile: d.ResolverPreloadFile()}
-
-	// The account keys.
 	specs := rc.Accounts()
+	keys, err := d.accountKeys(specs, out)
+	if err != nil {
+		return nil, err
+	}
+	for i, a := range specs {
+		if err := signAccount(cfg, a, &out.Accounts[i], out.Accounts[0], keys); err != nil {
+			return nil, err
+		}
+	}
+	for _, a := range out.Accounts {
+		if err := replaceFileMode(a.JWTFile, []byte(a.JWT+"\n"), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	if err := replaceFileMode(out.PreloadFile, []byte(preloadBlock(out)), 0o644); err != nil {
+		return nil, err
+	}
+	for _, r := range roles {
+		f, err := d.roleCreds(cfg, rc, r, keys)
+		if err != nil {
+			return out, err
+		}
+		out.Users = append(out.Users, f)
+	}
+	return out, d.tenantAgentCreds(cfg, rc, keys, out)
+}
+
+// accountKeys makes sure of each account's key and lists the accounts in
+// out, the trusted account first.
+func (d KeyDir) accountKeys(specs []AccountSpec, out *RoleCreds) (map[string]nkeys.KeyPair, error) {
 	keys := map[string]nkeys.KeyPair{}
 	for _, a := range specs {
 		kf, err := ensureKey(d.AccountSeedFile(a.Name), nkeys.PrefixByteAccount)
@@ -167,109 +195,104 @@ func (d KeyDir) IssueRoleCreds(cfg CredsConfig) (*RoleCreds, error) {
 		}
 		out.Accounts = append(out.Accounts, AccountFile{Name: a.Name, Roles: a.Roles, PublicKey: kf.PublicKey, SeedFile: kf.Path, SeedCreated: kf.Created, JWTFile: d.AccountJWTFile(a.Name)})
 	}
-	trusted := out.Accounts[0]
+	return keys, nil
+}
 
-	// The account JWTs.
-	for i, a := range specs {
-		ac := jwt.NewAccountClaims(out.Accounts[i].PublicKey)
-		ac.Name = a.Name
-		ac.Tags.Add("jingwei-account")
-		if a.JetStream {
-			ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
-			if cfg.JetStream != nil {
-				ac.Limits.JetStreamLimits = *cfg.JetStream
-			}
+// signAccount signs account a's JWT with the operator key into f: its
+// JetStream limits, its exports, and its imports from the trusted
+// account, each with an activation token the trusted account signs.
+func signAccount(cfg CredsConfig, a AccountSpec, f *AccountFile, trusted AccountFile, keys map[string]nkeys.KeyPair) error {
+	ac := jwt.NewAccountClaims(f.PublicKey)
+	ac.Name = a.Name
+	ac.Tags.Add("jingwei-account")
+	if a.JetStream {
+		ac.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
+		if cfg.JetStream != nil {
+			ac.Limits.JetStreamLimits = *cfg.JetStream
 		}
-		for _, e := range a.Exports {
-			x := &jwt.Export{Name: e.Subject, Subject: jwt.Subject(e.Subject), Type: jwt.Service, TokenReq: true,
-				ResponseType: jwt.ResponseTypeSingleton, ResponseThreshold: e.Threshold, Info: jwt.Info{Description: e.Why}}
-			if e.Response == ResponseStream {
-				x.ResponseType = jwt.ResponseTypeStream
-			}
-			ac.Exports.Add(x)
+	}
+	for _, e := range a.Exports {
+		x := &jwt.Export{Name: e.Subject, Subject: jwt.Subject(e.Subject), Type: jwt.Service, TokenReq: true,
+			ResponseType: jwt.ResponseTypeSingleton, ResponseThreshold: e.Threshold, Info: jwt.Info{Description: e.Why}}
+		if e.Response == ResponseStream {
+			x.ResponseType = jwt.ResponseTypeStream
 		}
-		for _, im := range a.Imports {
-			act := jwt.NewActivationClaims(out.Accounts[i].PublicKey)
-			act.Name = im.Subject
-			act.ImportSubject = jwt.Subject(im.Subject)
-			act.ImportType = jwt.Service
-			token, err := act.Encode(keys[trusted.Name])
-			if err != nil {
-				return nil, fmt.Errorf("stream: activation of %s for %s: %w", im.Subject, a.Name, err)
-			}
-			imp := &jwt.Import{Name: im.Subject, Subject: jwt.Subject(im.Subject), Account: trusted.PublicKey, Token: token, Type: jwt.Service}
-			if im.To != "" {
-				// The importer publishes on To; the server carries it
-				// into the trusted account as Subject.
-				imp.Subject, imp.LocalSubject = jwt.Subject(im.Subject), jwt.RenamingSubject(im.To)
-			}
-			ac.Imports.Add(imp)
-		}
-		vr := jwt.CreateValidationResults()
-		ac.Validate(vr)
-		if vr.IsBlocking(true) {
-			return nil, fmt.Errorf("stream: account JWT for %s: %v", a.Name, vr.Errors())
-		}
-		token, err := ac.Encode(cfg.Operator)
+		ac.Exports.Add(x)
+	}
+	for _, im := range a.Imports {
+		act := jwt.NewActivationClaims(f.PublicKey)
+		act.Name = im.Subject
+		act.ImportSubject = jwt.Subject(im.Subject)
+		act.ImportType = jwt.Service
+		token, err := act.Encode(keys[trusted.Name])
 		if err != nil {
-			return nil, fmt.Errorf("stream: sign account JWT for %s: %w", a.Name, err)
+			return fmt.Errorf("stream: activation of %s for %s: %w", im.Subject, a.Name, err)
 		}
-		out.Accounts[i].JWT, out.Accounts[i].JWTBytes = token, len(token)
-	}
-	for _, a := range out.Accounts {
-		if err := replaceFileMode(a.JWTFile, []byte(a.JWT+"\n"), 0o644); err != nil {
-			return nil, err
+		imp := &jwt.Import{Name: im.Subject, Subject: jwt.Subject(im.Subject), Account: trusted.PublicKey, Token: token, Type: jwt.Service}
+		if im.To != "" {
+			// The importer publishes on To; the server carries it
+			// into the trusted account as Subject.
+			imp.Subject, imp.LocalSubject = jwt.Subject(im.Subject), jwt.RenamingSubject(im.To)
 		}
+		ac.Imports.Add(imp)
 	}
-	if err := replaceFileMode(out.PreloadFile, []byte(preloadBlock(out)), 0o644); err != nil {
-		return nil, err
+	vr := jwt.CreateValidationResults()
+	ac.Validate(vr)
+	if vr.IsBlocking(true) {
+		return fmt.Errorf("stream: account JWT for %s: %v", a.Name, vr.Errors())
 	}
+	token, err := ac.Encode(cfg.Operator)
+	if err != nil {
+		return fmt.Errorf("stream: sign account JWT for %s: %w", a.Name, err)
+	}
+	f.JWT, f.JWTBytes = token, len(token)
+	return nil
+}
 
-	// The user creds.
-	acctOf := map[string]int{}
-	for i, a := range out.Accounts {
-		acctOf[a.Name] = i
+// roleCreds writes role r's creds file: its user JWT, signed by its
+// account, with the role's permissions.
+func (d KeyDir) roleCreds(cfg CredsConfig, rc RoleConfig, r Role, keys map[string]nkeys.KeyPair) (CredsFile, error) {
+	kp, err := d.KeyPair(r)
+	if err != nil {
+		return CredsFile{}, err
 	}
-	for _, r := range roles {
-		kp, err := d.KeyPair(r)
-		if err != nil {
-			return out, err
-		}
-		pub, _ := kp.PublicKey()
-		seed, _ := kp.Seed()
-		account := rc.AccountName(r)
-		uc := jwt.NewUserClaims(pub)
-		uc.Name = "jingwei " + string(r)
-		uc.Tags.Add("jingwei-role:" + string(r))
-		uc.Permissions = rc.JWTPermissions(r)
-		if cfg.Expires > 0 {
-			uc.Expires = time.Now().Add(cfg.Expires).Unix()
-		}
-		vr := jwt.CreateValidationResults()
-		uc.Validate(vr)
-		if vr.IsBlocking(true) {
-			return out, fmt.Errorf("stream: user JWT for %s: %v", r, vr.Errors())
-		}
-		token, err := uc.Encode(keys[account])
-		if err != nil {
-			return out, fmt.Errorf("stream: sign user JWT for %s: %w", r, err)
-		}
-		creds, err := jwt.FormatUserConfig(token, seed)
-		if err != nil {
-			return out, fmt.Errorf("stream: creds for %s: %w", r, err)
-		}
-		path := d.CredsFile(r)
-		if err := replaceFile(path, creds); err != nil {
-			return out, err
-		}
-		out.Users = append(out.Users, CredsFile{Role: r, Account: account, Path: path, PublicKey: pub, JWTBytes: len(token)})
+	pub, _ := kp.PublicKey()
+	seed, _ := kp.Seed()
+	account := rc.AccountName(r)
+	uc := jwt.NewUserClaims(pub)
+	uc.Name = "jingwei " + string(r)
+	uc.Tags.Add("jingwei-role:" + string(r))
+	uc.Permissions = rc.JWTPermissions(r)
+	if cfg.Expires > 0 {
+		uc.Expires = time.Now().Add(cfg.Expires).Unix()
 	}
+	vr := jwt.CreateValidationResults()
+	uc.Validate(vr)
+	if vr.IsBlocking(true) {
+		return CredsFile{}, fmt.Errorf("stream: user JWT for %s: %v", r, vr.Errors())
+	}
+	token, err := uc.Encode(keys[account])
+	if err != nil {
+		return CredsFile{}, fmt.Errorf("stream: sign user JWT for %s: %w", r, err)
+	}
+	creds, err := jwt.FormatUserConfig(token, seed)
+	if err != nil {
+		return CredsFile{}, fmt.Errorf("stream: creds for %s: %w", r, err)
+	}
+	path := d.CredsFile(r)
+	if err := replaceFile(path, creds); err != nil {
+		return CredsFile{}, err
+	}
+	return CredsFile{Role: r, Account: account, Path: path, PublicKey: pub, JWTBytes: len(token)}, nil
+}
 
-	// The tenants' agents: every agent key in <dir>/tenants of a tenant
-	// in Subjects.Tenants, signed by its tenant's account.
+// tenantAgentCreds writes the creds of the tenants' agents: every agent
+// key in <dir>/tenants of a tenant in Subjects.Tenants, signed by its
+// tenant's account, and lists them in out.
+func (d KeyDir) tenantAgentCreds(cfg CredsConfig, rc RoleConfig, keys map[string]nkeys.KeyPair, out *RoleCreds) error {
 	agents, err := d.TenantAgents()
 	if err != nil {
-		return out, err
+		return err
 	}
 	for _, a := range agents {
 		if _, ok := rc.tenant(a.Tenant); !ok {
@@ -286,24 +309,24 @@ func (d KeyDir) IssueRoleCreds(cfg CredsConfig) (*RoleCreds, error) {
 		}
 		token, err := uc.Encode(keys[account])
 		if err != nil {
-			return out, fmt.Errorf("stream: sign user JWT for agent %s of tenant %s: %w", a.Agent, a.Tenant, err)
+			return fmt.Errorf("stream: sign user JWT for agent %s of tenant %s: %w", a.Agent, a.Tenant, err)
 		}
 		kp, err := readUserSeed(a.Path)
 		if err != nil {
-			return out, err
+			return err
 		}
 		seed, _ := kp.Seed()
 		creds, err := jwt.FormatUserConfig(token, seed)
 		if err != nil {
-			return out, fmt.Errorf("stream: creds for agent %s of tenant %s: %w", a.Agent, a.Tenant, err)
+			return fmt.Errorf("stream: creds for agent %s of tenant %s: %w", a.Agent, a.Tenant, err)
 		}
 		path := d.TenantAgentCredsFile(a.Tenant, a.Agent)
 		if err := replaceFile(path, creds); err != nil {
-			return out, err
+			return err
 		}
 		out.Users = append(out.Users, CredsFile{Role: RoleAgent, Tenant: a.Tenant, Account: account, Path: path, PublicKey: a.PublicKey, JWTBytes: len(token)})
 	}
-	return out, nil
+	return nil
 }
 
 // preloadBlock renders the account JWTs as entries of a resolver_preload

@@ -1,4 +1,4 @@
-package stream_test
+package access_test
 
 import (
 	"context"
@@ -18,6 +18,8 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 // testOperator is an operator with a system account.
@@ -109,16 +111,16 @@ func TestRoleCredsOperatorMode(t *testing.T) {
 	}{{"operator key", false}, {"operator signing key", true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			op := newTestOperator(t, tc.signingKey)
-			dir := stream.KeyDir(filepath.Join(t.TempDir(), "keys"))
+			dir := access.KeyDir(filepath.Join(t.TempDir(), "keys"))
 			if _, err := dir.Init(); err != nil {
 				t.Fatal(err)
 			}
-			rc := stream.RoleConfig{}
-			got, err := dir.IssueRoleCreds(stream.CredsConfig{Operator: op.signer, Expires: time.Hour})
+			rc := access.RoleConfig{}
+			got, err := dir.IssueRoleCreds(access.CredsConfig{Operator: op.signer, Expires: time.Hour})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(got.Users) != len(stream.Roles) || len(got.Accounts) != 4 {
+			if len(got.Users) != len(access.Roles) || len(got.Accounts) != 4 {
 				t.Fatalf("%d creds files, %d accounts", len(got.Users), len(got.Accounts))
 			}
 			accountKey := map[string]string{}
@@ -132,7 +134,7 @@ func TestRoleCredsOperatorMode(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				spec := rc.Accounts()[slices.IndexFunc(rc.Accounts(), func(s stream.AccountSpec) bool { return s.Name == a.Name })]
+				spec := rc.Accounts()[slices.IndexFunc(rc.Accounts(), func(s access.AccountSpec) bool { return s.Name == a.Name })]
 				if ac.Subject != a.PublicKey || ac.Name != a.Name || ac.Limits.JetStreamLimits.IsUnlimited() != spec.JetStream ||
 					len(ac.Exports) != len(spec.Exports) || len(ac.Imports) != len(spec.Imports) {
 					t.Errorf("%s: claims %s js=%+v exports %d imports %d", a.Name, ac.Name, ac.Limits.JetStreamLimits, len(ac.Exports), len(ac.Imports))
@@ -151,7 +153,7 @@ func TestRoleCredsOperatorMode(t *testing.T) {
 			}
 			for _, f := range got.Users {
 				t.Logf("user %-9s in %-17s %4d bytes", f.Role, f.Account, f.JWTBytes)
-				if f.JWTBytes > stream.SafeJWTBytes {
+				if f.JWTBytes > access.SafeJWTBytes {
 					t.Errorf("%s: JWT of %d bytes: a default server refuses the CONNECT", f.Role, f.JWTBytes)
 				}
 				if mode(t, f.Path) != 0o600 || f.Path != dir.CredsFile(f.Role) || f.Account != rc.AccountName(f.Role) {
@@ -178,7 +180,7 @@ func TestRoleCredsOperatorMode(t *testing.T) {
 			url := startOperatorServer(t, op, got.PreloadFile)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			admin, err := stream.Connect(ctx, stream.ConnectConfig{URL: url, Creds: dir.CredsFile(stream.RoleAdmin)})
+			admin, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: url, Creds: dir.CredsFile(access.RoleAdmin)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -187,7 +189,7 @@ func TestRoleCredsOperatorMode(t *testing.T) {
 			if _, err := stream.EnsureTopology(ctx, js, stream.TopologyConfig{}); err != nil {
 				t.Fatal(err)
 			}
-			rep, err := stream.CheckRoles(ctx, stream.CheckConfig{URL: url, Dir: dir, Creds: true})
+			rep, err := access.CheckRoles(ctx, access.CheckConfig{URL: url, Dir: dir, Creds: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -196,12 +198,12 @@ func TestRoleCredsOperatorMode(t *testing.T) {
 				t.Fatal("role check failed in operator mode")
 			}
 			// The plain nkey seed is no user here: only the JWT is.
-			if _, err := stream.Connect(ctx, stream.ConnectConfig{URL: url, NKeySeedFile: dir.SeedFile(stream.RoleAgent), ConnectTimeout: time.Second}); err == nil {
+			if _, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: url, NKeySeedFile: dir.SeedFile(access.RoleAgent), ConnectTimeout: time.Second}); err == nil {
 				t.Error("nkey without a JWT accepted in operator mode")
 			}
 			// Issued again: the account keys stay, so the creds of a
 			// client still connected keep working.
-			again, err := dir.IssueRoleCreds(stream.CredsConfig{Operator: op.signer, Roles: []stream.Role{stream.RoleAgent}})
+			again, err := dir.IssueRoleCreds(access.CredsConfig{Operator: op.signer, Roles: []access.Role{access.RoleAgent}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -210,10 +212,10 @@ func TestRoleCredsOperatorMode(t *testing.T) {
 					t.Errorf("%s: account key changed on reissue", a.Name)
 				}
 			}
-			if len(again.Users) != 1 || again.Users[0].Role != stream.RoleAgent {
+			if len(again.Users) != 1 || again.Users[0].Role != access.RoleAgent {
 				t.Errorf("reissue for the agent only: %+v", again.Users)
 			}
-			agent, err := stream.Connect(ctx, stream.ConnectConfig{URL: url, Creds: dir.CredsFile(stream.RoleAgent)})
+			agent, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: url, Creds: dir.CredsFile(access.RoleAgent)})
 			if err != nil {
 				t.Fatalf("reissued agent creds: %v", err)
 			}
@@ -231,39 +233,39 @@ func TestRoleCredsOperatorMode(t *testing.T) {
 // read is refused before connecting; keys of the wrong kind are refused.
 func TestRoleCredsUntrustedOperator(t *testing.T) {
 	op := newTestOperator(t, false)
-	good := stream.KeyDir(filepath.Join(t.TempDir(), "good"))
+	good := access.KeyDir(filepath.Join(t.TempDir(), "good"))
 	if _, err := good.Init(); err != nil {
 		t.Fatal(err)
 	}
-	issued, err := good.IssueRoleCreds(stream.CredsConfig{Operator: op.signer, Roles: []stream.Role{stream.RoleAdmin}})
+	issued, err := good.IssueRoleCreds(access.CredsConfig{Operator: op.signer, Roles: []access.Role{access.RoleAdmin}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	url := startOperatorServer(t, op, issued.PreloadFile)
 
-	dir := stream.KeyDir(filepath.Join(t.TempDir(), "keys"))
+	dir := access.KeyDir(filepath.Join(t.TempDir(), "keys"))
 	if _, err := dir.Init(); err != nil {
 		t.Fatal(err)
 	}
 	rogue, _ := nkeys.CreateOperator()
-	if _, err := dir.IssueRoleCreds(stream.CredsConfig{Operator: rogue, Roles: []stream.Role{stream.RoleAdmin}}); err != nil {
+	if _, err := dir.IssueRoleCreds(access.CredsConfig{Operator: rogue, Roles: []access.Role{access.RoleAdmin}}); err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	_, err = stream.Connect(ctx, stream.ConnectConfig{URL: url, Creds: dir.CredsFile(stream.RoleAdmin), ConnectTimeout: time.Second})
+	_, err = natsnode.Connect(ctx, natsnode.ConnectConfig{URL: url, Creds: dir.CredsFile(access.RoleAdmin), ConnectTimeout: time.Second})
 	if !errors.Is(err, nats.ErrAuthorization) {
 		t.Errorf("rogue operator's creds: %v", err)
 	}
-	os.Chmod(dir.CredsFile(stream.RoleAdmin), 0o644)
-	rep, err := stream.CheckRoles(ctx, stream.CheckConfig{URL: url, Dir: dir, Creds: true, Roles: []stream.Role{stream.RoleAdmin}})
-	if err == nil || !errors.Is(err, stream.ErrInsecureFile) {
+	os.Chmod(dir.CredsFile(access.RoleAdmin), 0o644)
+	rep, err := access.CheckRoles(ctx, access.CheckConfig{URL: url, Dir: dir, Creds: true, Roles: []access.Role{access.RoleAdmin}})
+	if err == nil || !errors.Is(err, access.ErrInsecureFile) {
 		t.Errorf("insecure creds: %v %+v", err, rep)
 	}
 	// A user or account key where an operator key belongs.
 	ukp, _ := nkeys.CreateUser()
 	akp, _ := nkeys.CreateAccount()
 	for _, kp := range []nkeys.KeyPair{ukp, akp, nil} {
-		if _, err := dir.IssueRoleCreds(stream.CredsConfig{Operator: kp}); err == nil || !strings.Contains(err.Error(), "operator") {
+		if _, err := dir.IssueRoleCreds(access.CredsConfig{Operator: kp}); err == nil || !strings.Contains(err.Error(), "operator") {
 			t.Errorf("%v as operator: %v", kp, err)
 		}
 	}
@@ -272,7 +274,7 @@ func TestRoleCredsUntrustedOperator(t *testing.T) {
 	if err := os.WriteFile(dir.AccountSeedFile("JINGWEI"), seed, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := dir.IssueRoleCreds(stream.CredsConfig{Operator: rogue}); !errors.Is(err, stream.ErrBadKey) {
+	if _, err := dir.IssueRoleCreds(access.CredsConfig{Operator: rogue}); !errors.Is(err, access.ErrBadKey) {
 		t.Errorf("user seed as account seed: %v", err)
 	}
 }

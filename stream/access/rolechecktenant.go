@@ -1,10 +1,12 @@
-package stream
+package access
 
 import (
 	"context"
 	"fmt"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
 // checkTenants runs the tenant probes of CheckRoles: for each tenant of
@@ -40,11 +42,11 @@ func checkTenants(ctx context.Context, cfg CheckConfig, st *checkState) ([]Check
 			continue
 		}
 		a := agents[i]
-		cc := ConnectConfig{URL: cfg.URL, TLSCA: cfg.TLSCA, Name: "jingwei auth check tenant " + t.Name, ConnectTimeout: cfg.Timeout, NKeySeedFile: a.Path}
+		cc := natsnode.ConnectConfig{URL: cfg.URL, TLSCA: cfg.TLSCA, Name: "jingwei auth check tenant " + t.Name, ConnectTimeout: cfg.Timeout, NKeySeedFile: a.Path}
 		if cfg.Creds {
 			cc.NKeySeedFile, cc.Creds = "", cfg.Dir.TenantAgentCredsFile(a.Tenant, a.Agent)
 		}
-		nc, err := Connect(ctx, cc)
+		nc, err := natsnode.Connect(ctx, cc)
 		if err != nil {
 			fail(err.Error())
 			continue
@@ -80,7 +82,6 @@ type tenantProbe struct {
 // (docs/protocol.md §4).
 func tenantCatalog(n names, session, tenant string) []tenantProbe {
 	subj := func(kind string) string { return n.p + "." + kind + "." + session }
-	lastBy := func(subject string) string { return fmt.Sprintf(`{"last_by_subj":%q}`, subject) }
 	var ps []tenantProbe
 	add := func(action string, allowed bool, run runFn) {
 		ps = append(ps, tenantProbe{action: action, allowed: allowed, run: run})
