@@ -219,6 +219,30 @@ func (o *teeObserver) Assessed(a schema.Assessment) {
 	}
 }
 
+// Counts is recoverer.Counter's: the tee counts when the metrics behind
+// it do (the prober counts nothing).
+func (o *teeObserver) Counts() bool { return o.next != nil }
+
+// PlanAnswered, ReviewJudged and ApprovalTimedOut pass the recovery
+// worker's answers on to the metrics (recoverer.OutcomeObserver).
+func (o *teeObserver) PlanAnswered(code schema.Code) {
+	if oo, ok := o.next.(recoverer.OutcomeObserver); ok {
+		oo.PlanAnswered(code)
+	}
+}
+
+func (o *teeObserver) ReviewJudged(verdict schema.Verdict, code schema.Code) {
+	if oo, ok := o.next.(recoverer.OutcomeObserver); ok {
+		oo.ReviewJudged(verdict, code)
+	}
+}
+
+func (o *teeObserver) ApprovalTimedOut(session, callID string) {
+	if oo, ok := o.next.(recoverer.OutcomeObserver); ok {
+		oo.ApprovalTimedOut(session, callID)
+	}
+}
+
 // Reviewed passes a judged review on to the metrics.
 func (o *teeObserver) Reviewed(rv schema.Review, accepted bool) {
 	if ro, ok := o.next.(recoverer.ReviewObserver); ok {

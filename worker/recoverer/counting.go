@@ -169,3 +169,22 @@ func (c *counting) consumersCaughtUp(ctx context.Context) bool {
 // counts each once. A hand-over leaves a gap, never an overlap. False
 // without an Observer (no lease is taken then).
 func (r *Recoverer) Counting() bool { return r.count.Counting() }
+
+// Counter is implemented by an Observer that passes events on to others
+// (a tee) to say whether anything behind it counts: one that does not
+// (no metrics) takes no counting lease.
+type Counter interface {
+	Counts() bool
+}
+
+// counts reports whether o counts what it is told: an Observer does,
+// unless it is a Counter that says it does not.
+func counts(o Observer) bool {
+	if o == nil {
+		return false
+	}
+	if c, ok := o.(Counter); ok {
+		return c.Counts()
+	}
+	return true
+}

@@ -161,7 +161,7 @@ func (r *Recoverer) run(ctx context.Context) error {
 		{"leases", r.leases.run},
 		{"identity", r.identity.run},
 	}
-	if r.cfg.Observer != nil {
+	if counts(r.cfg.Observer) {
 		parts = append(parts, struct {
 			name string
 			run  func(context.Context) error
