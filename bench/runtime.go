@@ -60,27 +60,7 @@ func (e *env) runtime(ctx context.Context, calls int) (jw, raw3, raw2 []float64,
 	plans, budget := stream.NewPlans(topo.PlanBucket), stream.NewBudget(topo.Budget)
 	args := json.RawMessage(`{"sku":"A-1","qty":1}`)
 
-	jwRound := func(ctx context.Context, round int) (float64, error) {
-		lg, err := topo.Logs().OpenLog(ctx, fmt.Sprintf("jw-%d", round), "bench", 1)
-		if err != nil {
-			return 0, err
-		}
-		rt, err := worker.New(worker.Config{Session: lg.Session(), Log: lg, Registry: reg, Plans: plans, Budget: budget})
-		if err != nil {
-			return 0, err
-		}
-		start := time.Now()
-		for range calls {
-			res, err := rt.Call(ctx, "noop", args)
-			if err != nil {
-				return 0, err
-			}
-			if res.Status != schema.StatusOK {
-				return 0, fmt.Errorf("runtime call: status %q: %s", res.Status, res.Error)
-			}
-		}
-		return rate(calls, time.Since(start)), nil
-	}
+	jwRound := runtimeRound(topo, reg, plans, budget, args, calls, "jw")
 	id := "c-" + strings.Repeat("0", 32)
 	// The three-event form's tool.call carries the start marker; the
 	// combined form's (started) does not: it is its own start.
@@ -144,4 +124,30 @@ func rotate(ctx context.Context, rounds int, sides ...func(ctx context.Context, 
 		}
 	}
 	return out, nil
+}
+
+// runtimeRound is one round of the in-process runtime: calls no-op calls
+// on a fresh session log (named <name>-<round>), as calls/s.
+func runtimeRound(topo *stream.Topology, reg *worker.Registry, plans *stream.Plans, budget *stream.Budget, args json.RawMessage, calls int, name string) func(ctx context.Context, round int) (float64, error) {
+	return func(ctx context.Context, round int) (float64, error) {
+		lg, err := topo.Logs().OpenLog(ctx, fmt.Sprintf("%s-%d", name, round), "bench", 1)
+		if err != nil {
+			return 0, err
+		}
+		rt, err := worker.New(worker.Config{Session: lg.Session(), Log: lg, Registry: reg, Plans: plans, Budget: budget})
+		if err != nil {
+			return 0, err
+		}
+		start := time.Now()
+		for range calls {
+			res, err := rt.Call(ctx, "noop", args)
+			if err != nil {
+				return 0, err
+			}
+			if res.Status != schema.StatusOK {
+				return 0, fmt.Errorf("runtime call: status %q: %s", res.Status, res.Error)
+			}
+		}
+		return rate(calls, time.Since(start)), nil
+	}
 }

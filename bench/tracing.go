@@ -7,14 +7,12 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"time"
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/internal/tracing"
-	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/stream/natsnode"
 	"github.com/jingwei/jingwei/worker"
@@ -73,25 +71,7 @@ func (e *env) tracing(ctx context.Context, calls int) (on, off []float64, err er
 				tracing.Use(tp)
 				defer tracing.Use(nil)
 			}
-			lg, err := topo.Logs().OpenLog(ctx, fmt.Sprintf("tr-%t-%d", traced, round), "bench", 1)
-			if err != nil {
-				return 0, err
-			}
-			rt, err := worker.New(worker.Config{Session: lg.Session(), Log: lg, Registry: reg, Plans: plans, Budget: budget})
-			if err != nil {
-				return 0, err
-			}
-			start := time.Now()
-			for range calls {
-				res, err := rt.Call(ctx, "noop", args)
-				if err != nil {
-					return 0, err
-				}
-				if res.Status != schema.StatusOK {
-					return 0, fmt.Errorf("runtime call: status %q: %s", res.Status, res.Error)
-				}
-			}
-			return rate(calls, time.Since(start)), nil
+			return runtimeRound(topo, reg, plans, budget, args, calls, fmt.Sprintf("tr-%t", traced))(ctx, round)
 		}
 	}
 	return alternate(ctx, e.cfg.Rounds, side(true), side(false))
