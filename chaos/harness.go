@@ -255,7 +255,7 @@ func (h *harness) startNodes(ctx context.Context) error {
 	cfg := h.cfg
 	if cfg.Mode == ModeExternal {
 		h.url = cfg.Server
-		return nil
+		return h.checkCredentials(ctx)
 	}
 	var err error
 	if h.net, err = newNetwork(cfg.Nodes); err != nil {
