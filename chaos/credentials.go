@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -25,6 +26,34 @@ var ErrCredentials = errors.New("chaos: credentials")
 // tool workers and the recovery worker).
 var externalRoles = []access.Role{access.RoleAdmin, access.RoleAgent, access.RoleReviewer, access.RoleHost, access.RoleWorker, access.RoleRecoverer}
 
+// roleConn is how role connects: its seed file or (Config.Operator) its
+// creds file, in the run's credentials directory.
+func (h *harness) roleConn(r access.Role) natsnode.ConnectConfig {
+	if h.cfg.Operator {
+		return natsnode.ConnectConfig{Creds: h.keys.CredsFile(r)}
+	}
+	return natsnode.ConnectConfig{NKeySeedFile: h.keys.SeedFile(r)}
+}
+
+// roleFile is the file roleConn connects role with.
+func (h *harness) roleFile(r access.Role) string {
+	c := h.roleConn(r)
+	return c.Creds + c.NKeySeedFile
+}
+
+// roleArgs are the flags that connect a child process of the run as role
+// (as 'jingwei setup', 'recover' or 'worker' take them): the credentials
+// directory, where the recovery worker finds its plan-signing key and the
+// tool workers the plan signers they trust, and with Config.Operator the
+// role's creds file.
+func (h *harness) roleArgs(r access.Role) []string {
+	args := []string{"--auth", string(h.keys)}
+	if h.cfg.Operator {
+		args = append(args, "--creds", h.keys.CredsFile(r))
+	}
+	return args
+}
+
 // checkCredentials checks, before a run against an existing deployment
 // starts anything, that the credentials directory holds every role's key,
 // the recovery worker's plan-signing key and the planners the tool
@@ -37,6 +66,11 @@ func (h *harness) checkCredentials(ctx context.Context) error {
 		if _, err := dir.KeyPair(r); err != nil {
 			return fmt.Errorf("%w: role %s: %v (--auth names the deployment's credentials directory, as 'jingwei serve' or 'jingwei auth init' make it)", ErrCredentials, r, err)
 		}
+		if h.cfg.Operator {
+			if _, err := os.Stat(dir.CredsFile(r)); err != nil {
+				return fmt.Errorf("%w: role %s: %v (--operator connects with the creds 'jingwei auth creds' writes)", ErrCredentials, r, err)
+			}
+		}
 	}
 	if _, err := dir.PlannerKeyPair(); err != nil {
 		return fmt.Errorf("%w: the recovery worker's plan-signing key %s: %v", ErrCredentials, dir.PlannerFile(), err)
@@ -45,11 +79,12 @@ func (h *harness) checkCredentials(ctx context.Context) error {
 		return fmt.Errorf("%w: the plan signers the tool workers trust, %s: %v", ErrCredentials, dir.PlannersFile(), err)
 	}
 	for _, r := range externalRoles {
-		nc, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: h.url, NKeySeedFile: dir.SeedFile(r),
-			Name: "jingwei chaos check " + string(r), ConnectTimeout: 10 * time.Second})
+		cc := h.roleConn(r)
+		cc.URL, cc.Name, cc.ConnectTimeout = h.url, "jingwei chaos check "+string(r), 10*time.Second
+		nc, err := natsnode.Connect(ctx, cc)
 		if err != nil {
 			if errors.Is(err, nats.ErrAuthorization) || errors.Is(err, nats.ErrAuthExpired) || errors.Is(err, nats.ErrAuthRevoked) {
-				return fmt.Errorf("%w: %s refused role %s's key %s: %v (is --auth this deployment's credentials directory?)", ErrCredentials, h.url, r, dir.SeedFile(r), err)
+				return fmt.Errorf("%w: %s refused role %s's credentials %s: %v (is --auth this deployment's credentials directory?)", ErrCredentials, h.url, r, h.roleFile(r), err)
 			}
 			return fmt.Errorf("%w: connect to %s as role %s: %v", ErrNotReady, h.url, r, err)
 		}
