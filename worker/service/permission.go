@@ -46,7 +46,7 @@ func watchPermissions(nc *nats.Conn) *permWatch {
 		if errors.Is(err, nats.ErrPermissionViolation) {
 			w.mu.Lock()
 			for pw := range w.waiters {
-				if pw.any || violates(err, pw.subjects) {
+				if (pw.any && !isAnswer(err)) || violates(err, pw.subjects) {
 					pw.cancel(err)
 				}
 			}
@@ -69,6 +69,15 @@ func violates(err error, subjects []string) bool {
 		}
 	}
 	return strings.Contains(strings.ToLower(s), "subscription") && strings.Contains(s, "_INBOX")
+}
+
+// isAnswer reports a violation of a publish on a reply subject (an inbox,
+// or the _R_ reply subject of an account's import): the answer to some
+// request the server did not let through (one too many, or after the
+// response expiry), not an operation of a request being answered.
+func isAnswer(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, `Publish to "_INBOX.`) || strings.Contains(s, `Publish to "_R_.`)
 }
 
 // Guard runs op with a context that ends, and returns permission_denied,
