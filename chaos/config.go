@@ -70,6 +70,11 @@ type Config struct {
 	// recovery workers trust (ModeExternal). Empty: a fresh key, trusted
 	// only by the harness's own recovery worker.
 	ReviewerKey string
+	// Operator, in ModeExternal, connects every role with its user JWT
+	// AuthDir/<role>.creds ('jingwei auth creds', a server in operator
+	// mode) instead of its nkey seed AuthDir/<role>.nk: the harness's own
+	// connections and its child processes alike. False: the seeds.
+	Operator bool
 	// Replicas of the jingwei streams and buckets. Defaults to the
 	// cluster's size in ModeCluster, 1 otherwise.
 	Replicas int
@@ -289,6 +294,8 @@ func (c Config) validate() error {
 		return bad("Mode %q: want cluster, single or external", c.Mode)
 	case c.Mode == ModeExternal && (c.Server == "" || c.AuthDir == ""):
 		return bad("an external deployment needs Server and AuthDir")
+	case c.Mode != ModeExternal && c.Operator:
+		return bad("Operator is only for an external deployment (Mode %s)", c.Mode)
 	case c.Mode != ModeExternal && c.Server != "":
 		return bad("Server is only for an external deployment (Mode %s)", c.Mode)
 	case c.Mode == ModeCluster && (c.Nodes < 3 || c.Nodes > 9):

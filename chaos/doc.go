@@ -24,7 +24,10 @@
 // would otherwise go straight to a node's route port around the proxies.
 // [ModeSingle] starts one node, no proxies; [ModeExternal] uses an existing
 // deployment (its URL and role-keys directory) and never touches its NATS
-// nodes.
+// nodes: before anything starts it checks every role's key (or, with
+// Config.Operator, creds file), the planner key and the planners, and
+// connects each role once, so that wrong credentials fail the run at once
+// with ErrCredentials naming the role and the file.
 //
 // The topology is created as admin with `jingwei setup --replicas N`,
 // retried until the cluster has a JetStream meta leader. Then one

@@ -171,7 +171,7 @@ func (h *harness) run(ctx context.Context) error {
 			return err
 		}
 	}
-	if h.cl, err = connectRoles(ctx, h.url, h.keys, h.reviewer, 30*time.Second); err != nil {
+	if h.cl, err = connectRoles(ctx, h.url, h.roleConn, h.reviewer, 30*time.Second); err != nil {
 		return err
 	}
 	h.live = newLive(h.log)
@@ -255,7 +255,7 @@ func (h *harness) startNodes(ctx context.Context) error {
 	cfg := h.cfg
 	if cfg.Mode == ModeExternal {
 		h.url = cfg.Server
-		return nil
+		return h.checkCredentials(ctx)
 	}
 	var err error
 	if h.net, err = newNetwork(cfg.Nodes); err != nil {
@@ -289,8 +289,8 @@ func (h *harness) setup(ctx context.Context) error {
 	for attempt := 1; ; attempt++ {
 		h.setupAttempts = attempt
 		c, err := proc.Start(proc.Config{Name: "setup", Exe: cfg.Exe, LogPath: filepath.Join(h.logs, fmt.Sprintf("setup-%d.log", attempt)),
-			Args: []string{"setup", "--server", h.url, "--auth", string(h.keys), "--replicas", strconv.Itoa(cfg.Replicas),
-				"--lease-ttl", cfg.LeaseTTL.String(), "--log-format", "json"}})
+			Args: append(append([]string{"setup", "--server", h.url}, h.roleArgs(access.RoleAdmin)...), "--replicas", strconv.Itoa(cfg.Replicas),
+				"--lease-ttl", cfg.LeaseTTL.String(), "--log-format", "json")})
 		if err != nil {
 			return err
 		}
@@ -335,13 +335,13 @@ func (h *harness) drawProfile(rng *rand.Rand) profile {
 // until the jingwei service answers.
 func (h *harness) startWorkers(ctx context.Context) error {
 	cfg := h.cfg
-	common := []string{"--server", h.url, "--auth", string(h.keys), "--lease-ttl", cfg.LeaseTTL.String(),
+	common := []string{"--server", h.url, "--lease-ttl", cfg.LeaseTTL.String(),
 		"--replicas", strconv.Itoa(cfg.Replicas), "--log-format", "json"}
 	name := "chaos"
 	if cfg.Mode == ModeExternal {
 		name = "chaos-" + h.runID
 	}
-	recArgs := append([]string{"recover", "--trust-reviewers", h.trustFile, "--name", name}, common...)
+	recArgs := append(append([]string{"recover", "--trust-reviewers", h.trustFile, "--name", name}, common...), h.roleArgs(access.RoleRecoverer)...)
 	if h.probes() {
 		key, err := h.proberKey()
 		if err != nil {
@@ -364,7 +364,7 @@ func (h *harness) startWorkers(ctx context.Context) error {
 	for i := range cfg.Workers {
 		build := func(inc int, p profile) ([]string, string) {
 			owner := fmt.Sprintf("%s-w%d-%d", h.runID, i, inc)
-			args := append([]string{"worker", "--owner", owner, "--max-sessions", strconv.Itoa(maxSessions)}, common...)
+			args := append(append([]string{"worker", "--owner", owner, "--max-sessions", strconv.Itoa(maxSessions)}, common...), h.roleArgs(access.RoleWorker)...)
 			if p.Before > 0 {
 				args = append(args, "--tool-delay", p.Before.String())
 			}

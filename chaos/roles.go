@@ -29,13 +29,16 @@ type clients struct {
 	reviewerKey                  nkeys.KeyPair
 }
 
-func connectRoles(ctx context.Context, url string, keys access.KeyDir, reviewer nkeys.KeyPair, timeout time.Duration) (*clients, error) {
+// connectRoles connects the harness's roles to url, each as conn says.
+func connectRoles(ctx context.Context, url string, conn func(access.Role) natsnode.ConnectConfig, reviewer nkeys.KeyPair, timeout time.Duration) (*clients, error) {
 	c := &clients{reviewerKey: reviewer}
 	for _, r := range []struct {
 		role access.Role
 		nc   **nats.Conn
 	}{{access.RoleAdmin, &c.admin}, {access.RoleAgent, &c.agent}, {access.RoleReviewer, &c.reviewer}, {access.RoleHost, &c.host}} {
-		nc, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: url, NKeySeedFile: keys.SeedFile(r.role), Name: "jingwei chaos " + string(r.role), ConnectTimeout: timeout})
+		cc := conn(r.role)
+		cc.URL, cc.Name, cc.ConnectTimeout = url, "jingwei chaos "+string(r.role), timeout
+		nc, err := natsnode.Connect(ctx, cc)
 		if err != nil {
 			c.close()
 			return nil, fmt.Errorf("connect as %s: %w", r.role, err)

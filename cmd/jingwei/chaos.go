@@ -21,7 +21,7 @@ func init() {
 	register(command{name: "chaos", summary: "kill, freeze and partition a deployment under load, then check that nothing ran twice or was lost", run: runChaos})
 }
 
-const chaosHelp = `  jingwei chaos [--quick] [--single | --server URL --auth DIR [--reviewer-key FILE]] [--json] [--seed N]
+const chaosHelp = `  jingwei chaos [--quick] [--single | --server URL --auth DIR [--operator] [--reviewer-key FILE]] [--json] [--seed N]
                 [--actions 1000] [--sessions 40] [--duration 60s] [--workers 3] [--kill-every 1.5s-4s]
                 [--recoverer-kills 3] [--node-kills 2] [--node-down 20s] [--pauses 2] [--partitions 1]
                 [--lease-ttl 2s] [--strict] [--keep]
@@ -34,7 +34,17 @@ on the cluster routes), sets up the topology as admin ('jingwei setup
 ('jingwei recover', 'jingwei worker'), each with its role's key. --single
 runs one node instead; --server URL --auth DIR runs against an existing
 deployment (the harness's own workers and recovery worker are killed, the
-NATS nodes are never touched).
+NATS nodes are never touched). DIR is the deployment's credentials
+directory as 'jingwei serve' (DATA/auth) or 'jingwei auth init' makes it
+(default $JINGWEI_AUTH, else ./.jingwei/auth): the run connects as admin,
+agent, reviewer and host with their keys, and its tool workers and
+recovery worker connect with worker.nk and recoverer.nk, sign plans with
+planner.nk and trust the signers in planners. Every key is checked, and
+each role connected once, before anything starts: a missing or refused
+key fails the run at once, naming the role and the file. --operator, for
+a server in operator mode, connects every role (the run's own connections
+and its child processes) with DIR/<role>.creds ('jingwei auth creds')
+instead.
 
 The workload: --actions logical actions (orders.create and payments.charge,
 half each) over --sessions sessions, published as an agent publishes them
@@ -184,7 +194,8 @@ func chaosConfig(args []string, stderr io.Writer) (chaos.Config, chaosOutput, in
 	quick := fs.Bool("quick", false, "the short schedule: 200 actions over 25 s, fewer faults")
 	single := fs.Bool("single", false, "one NATS node instead of a 3-node cluster (no node kills, no partitions)")
 	server := fs.String("server", "", "run against this existing deployment (NATS URLs, comma separated) instead of starting one; needs --auth")
-	auth := fs.String("auth", "", "the existing deployment's role-credentials directory (with --server)")
+	auth := fs.String("auth", "", "the existing deployment's role-credentials directory (with --server; default ./.jingwei/auth when it exists, env JINGWEI_AUTH): every role's <role>.nk, planner.nk and planners, as 'jingwei serve' and 'jingwei auth init' make them")
+	operator := fs.Bool("operator", false, "with --server: connect every role with DIR/<role>.creds (a server in operator mode; jingwei auth creds) instead of DIR/<role>.nk")
 	reviewerKey := fs.String("reviewer-key", "", "nkey seed of a reviewer the deployment's recovery workers trust (with --server; default: a fresh key only the harness's own recovery worker trusts)")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	reportFile := fs.String("report", "", "also write the JSON report to this file")
@@ -236,7 +247,16 @@ func chaosConfig(args []string, stderr io.Writer) (chaos.Config, chaosOutput, in
 	if *slow == 0 {
 		cfg.SlowFraction = -1
 	}
+	if *server != "" && *auth == "" {
+		*auth = (&natsFlags{auth: os.Getenv("JINGWEI_AUTH")}).authDir() // as the other commands find it
+	}
 	err = chaosTarget(&cfg, *single, *server, *auth, *reviewerKey)
+	if err == nil && *operator {
+		if *server == "" {
+			err = errors.New("--operator is for an existing deployment (--server)")
+		}
+		cfg.Operator = true
+	}
 	if err == nil {
 		cfg.KillEvery, cfg.NoWorkerKills, err = parseRange(*killEvery)
 		if err != nil {
@@ -262,7 +282,7 @@ func chaosTarget(cfg *chaos.Config, single bool, server, auth, reviewerKey strin
 	case single && server != "":
 		return errors.New("--single and --server exclude each other")
 	case server != "" && auth == "":
-		return errors.New("--server needs --auth DIR (the deployment's role keys; admin.nk for the set-up check)")
+		return errors.New("--server needs the deployment's credentials: --auth DIR (or $JINGWEI_AUTH, or ./.jingwei/auth) holding every role's key as 'jingwei serve' makes it (DATA/auth): the run connects as admin, agent, reviewer and host and starts tool workers and a recovery worker with theirs")
 	case server == "" && (auth != "" || reviewerKey != ""):
 		return errors.New("--auth and --reviewer-key are for an existing deployment (--server)")
 	case single:

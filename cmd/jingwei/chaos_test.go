@@ -22,6 +22,7 @@ func TestChaosUsage(t *testing.T) {
 		{"chaos", "--single", "--server", "nats://127.0.0.1:1"},
 		{"chaos", "--server", "nats://127.0.0.1:1"},
 		{"chaos", "--auth", "dir"},
+		{"chaos", "--operator"},
 		{"chaos", "--kill-every", "3s-1s"},
 		{"chaos", "--kill-every", "soon"},
 		{"chaos", "--lease-ttl", "500ms"},

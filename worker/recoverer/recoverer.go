@@ -13,6 +13,7 @@ import (
 
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 	"github.com/jingwei/jingwei/worker/service"
 )
 
@@ -210,6 +211,7 @@ func (r *Recoverer) serve(ctx context.Context) (micro.Service, error) {
 		Prefix:      r.t.Prefix,
 		Description: "jingwei recovery worker: inspect calls, prepare retries, status, session history",
 		Metadata:    map[string]string{"recoverer": r.cfg.Name},
+		Role:        string(access.RoleRecoverer),
 		Logger:      r.log,
 	},
 		service.Endpoint{Name: service.EndpointInspect, Handler: func(ctx context.Context, data []byte) (any, error) {

@@ -28,9 +28,12 @@ type permWatch struct {
 }
 
 // permWaiter is one operation waiting on subjects: its context is
-// cancelled with the violation as the cause.
+// cancelled with the violation as the cause. With any set it waits on
+// every violation of the connection (a service's request, whose handler's
+// subjects the service does not know).
 type permWaiter struct {
 	subjects []string
+	any      bool
 	cancel   context.CancelCauseFunc
 }
 
@@ -43,7 +46,7 @@ func watchPermissions(nc *nats.Conn) *permWatch {
 		if errors.Is(err, nats.ErrPermissionViolation) {
 			w.mu.Lock()
 			for pw := range w.waiters {
-				if violates(err, pw.subjects) {
+				if (pw.any && !isAnswer(err)) || violates(err, pw.subjects) {
 					pw.cancel(err)
 				}
 			}
@@ -68,6 +71,15 @@ func violates(err error, subjects []string) bool {
 	return strings.Contains(strings.ToLower(s), "subscription") && strings.Contains(s, "_INBOX")
 }
 
+// isAnswer reports a violation of a publish on a reply subject (an inbox,
+// or the _R_ reply subject of an account's import): the answer to some
+// request the server did not let through (one too many, or after the
+// response expiry), not an operation of a request being answered.
+func isAnswer(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, `Publish to "_INBOX.`) || strings.Contains(s, `Publish to "_R_.`)
+}
+
 // Guard runs op with a context that ends, and returns permission_denied,
 // as soon as the server reports a permission violation of c's connection
 // about one of subjects (or the reply inbox); otherwise it returns op's
@@ -76,20 +88,26 @@ func violates(err error, subjects []string) bool {
 // requests and publishes run through it; a caller publishing on the
 // Client's connection itself (a task stop) may too.
 func (c *Client) Guard(ctx context.Context, subjects []string, op func(context.Context) error) error {
+	return c.perm.guard(ctx, &permWaiter{subjects: subjects}, func(err error) error { return c.permissionDenied(err) }, op)
+}
+
+// guard runs op with pw registered: a violation pw waits on cancels op's
+// context, and guard returns denied(violation) instead of op's error.
+func (w *permWatch) guard(ctx context.Context, pw *permWaiter, denied func(error) error, op func(context.Context) error) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	pw := &permWaiter{subjects: subjects, cancel: cancel}
-	c.perm.mu.Lock()
-	c.perm.waiters[pw] = struct{}{}
-	c.perm.mu.Unlock()
+	pw.cancel = cancel
+	w.mu.Lock()
+	w.waiters[pw] = struct{}{}
+	w.mu.Unlock()
 	defer func() {
-		c.perm.mu.Lock()
-		delete(c.perm.waiters, pw)
-		c.perm.mu.Unlock()
+		w.mu.Lock()
+		delete(w.waiters, pw)
+		w.mu.Unlock()
 	}()
 	err := op(ctx)
 	if cause := context.Cause(ctx); errors.Is(cause, nats.ErrPermissionViolation) {
-		return c.permissionDenied(cause)
+		return denied(cause)
 	}
 	return err
 }
@@ -97,11 +115,31 @@ func (c *Client) Guard(ctx context.Context, subjects []string, op func(context.C
 // permissionDenied returns the permission_denied error of the violation
 // err.
 func (c *Client) permissionDenied(err error) *schema.Error {
-	msg := strings.TrimPrefix(err.Error(), nats.ErrPermissionViolation.Error()+": ")
 	need := "the role that may"
 	if c.role != "" {
 		need = "role " + c.role
 	}
 	return &schema.Error{Code: schema.CodePermissionDenied, Err: err,
-		Message: fmt.Sprintf("%s: these credentials lack the permission; this needs %s (docs/protocol.md §4)", msg, need)}
+		Message: fmt.Sprintf("%s: these credentials lack the permission; this needs %s (docs/protocol.md §4)", violation(err), need)}
+}
+
+// serviceDenied returns the permission_denied answer of a request whose
+// handler ran into the violation err on the service's own connection;
+// role ("" unknown) is the role the service's handlers need
+// (Config.Role). The service's credentials, not the requester's, lack the
+// grant: no retry of the request helps until the service connects with
+// that role.
+func serviceDenied(err error, role string) *schema.Error {
+	need := "the role docs/protocol.md §4 gives it"
+	if role != "" {
+		need = "role " + role + " (docs/protocol.md §4)"
+	}
+	return &schema.Error{Code: schema.CodePermissionDenied, Err: err,
+		Message: fmt.Sprintf("%s: the service's own credentials lack the permission this request needs; the service must connect with %s", violation(err), need)}
+}
+
+// violation is the server's words for the violation err ("Permissions
+// Violation for Publish to \"jw.plans.s-1\"").
+func violation(err error) string {
+	return strings.TrimPrefix(err.Error(), nats.ErrPermissionViolation.Error()+": ")
 }

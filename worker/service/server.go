@@ -77,6 +77,19 @@ type Config struct {
 	// Logger receives the answers that could not be sent and the internal
 	// errors (code internal) answered. Defaults to zerolog.Nop().
 	Logger zerolog.Logger
+	// Role is the role (docs/protocol.md §4) whose grants the handlers
+	// need, named in the permission_denied answer of a request whose
+	// handler ran into a permission violation of Conn. Empty: the answer
+	// names no role.
+	//
+	// Whatever Role says, a permission violation the server reports on
+	// Conn while a request is being answered ends that request at once
+	// with permission_denied naming the subject (in the server's words),
+	// instead of leaving it to wait for a reply the server will never let
+	// through. The server does not say which operation a violation
+	// belongs to: every request in flight on Conn when it arrives is
+	// answered so.
+	Role string
 }
 
 // Start registers the micro service with its endpoints and serves them
@@ -116,6 +129,7 @@ func Start(ctx context.Context, cfg Config, endpoints ...Endpoint) (micro.Servic
 	if err != nil {
 		return nil, fmt.Errorf("service: %s: %w", cfg.Name, err)
 	}
+	perm := watchPermissions(cfg.Conn)
 	for _, e := range endpoints {
 		slots := make(chan struct{}, cfg.MaxInFlight)
 		subject := stream.APISubject(cfg.Prefix, e.Name)
@@ -125,7 +139,7 @@ func Start(ctx context.Context, cfg Config, endpoints ...Endpoint) (micro.Servic
 		}
 		for _, sub := range subjects {
 			for range cfg.Workers {
-				w := &worker{ctx: ctx, nc: cfg.Conn, log: cfg.Logger, h: e.Handler, wait: cfg.AnswerWait, slots: slots}
+				w := &worker{ctx: ctx, nc: cfg.Conn, log: cfg.Logger, h: e.Handler, wait: cfg.AnswerWait, slots: slots, perm: perm, role: cfg.Role}
 				if sub != subject {
 					w.tenantOf = subject + "."
 				}
@@ -176,6 +190,9 @@ type worker struct {
 	// rest of a request's subject is its tenant (Caller). Empty for the
 	// plain subject.
 	tenantOf string
+	// perm watches Conn's permission violations (Config.Role).
+	perm *permWatch
+	role string
 
 	detached, detachedErrors atomic.Uint64
 	lastError                atomic.Pointer[string]
@@ -305,7 +322,7 @@ func (w *worker) run(subject string, data []byte, h nats.Header) answer {
 		ctx = withCaller(ctx, tenant)
 	}
 	if err == nil {
-		v, err = w.h(ctx, data)
+		v, err = w.handle(ctx, data)
 	}
 	var body []byte
 	if raw, ok := v.(RawAnswer); ok && err == nil {
@@ -331,6 +348,22 @@ func (w *worker) run(subject string, data []byte, h nats.Header) answer {
 	}
 	b, _ := json.Marshal(eb)
 	return answer{body: b, code: eb.Error.Code.StatusText(), desc: desc}
+}
+
+// handle runs the handler, ending it with permission_denied when the
+// service's connection hits a permission violation meanwhile
+// (Config.Role).
+func (w *worker) handle(ctx context.Context, data []byte) (any, error) {
+	if w.perm == nil {
+		return w.h(ctx, data)
+	}
+	var v any
+	err := w.perm.guard(ctx, &permWaiter{any: true}, func(err error) error { return serviceDenied(err, w.role) },
+		func(ctx context.Context) (err error) {
+			v, err = w.h(ctx, data)
+			return err
+		})
+	return v, err
 }
 
 // RawAnswer is an answer a handler encoded itself: it is sent as it is,

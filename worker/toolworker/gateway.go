@@ -20,6 +20,7 @@ import (
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
+	"github.com/jingwei/jingwei/stream/access"
 	"github.com/jingwei/jingwei/worker/service"
 )
 
@@ -123,6 +124,7 @@ func (g *Gateway) Serve(ctx context.Context) (micro.Service, error) {
 		Metadata:    map[string]string{"owner": g.owner},
 		Workers:     gatewayWorkers,
 		AnswerWait:  gatewayAnswerWait,
+		Role:        string(access.RoleWorker),
 		Logger:      g.log,
 	}, service.Endpoint{Name: service.EndpointCall, Handler: func(ctx context.Context, data []byte) (any, error) {
 		q, err := schema.DecodeRequest(data)
