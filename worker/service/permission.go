@@ -33,6 +33,8 @@ type permWatch struct {
 // subjects the service does not know).
 type permWaiter struct {
 	subjects []string
+	// prefixes: a violation of a subject starting with one of these.
+	prefixes []string
 	any      bool
 	cancel   context.CancelCauseFunc
 }
@@ -46,7 +48,7 @@ func watchPermissions(nc *nats.Conn) *permWatch {
 		if errors.Is(err, nats.ErrPermissionViolation) {
 			w.mu.Lock()
 			for pw := range w.waiters {
-				if (pw.any && !isAnswer(err)) || violates(err, pw.subjects) {
+				if (pw.any && !isAnswer(err)) || violates(err, pw.subjects) || violatesPrefix(err, pw.prefixes) {
 					pw.cancel(err)
 				}
 			}
@@ -69,6 +71,18 @@ func violates(err error, subjects []string) bool {
 		}
 	}
 	return strings.Contains(strings.ToLower(s), "subscription") && strings.Contains(s, "_INBOX")
+}
+
+// violatesPrefix reports a violation of a subject starting with one of
+// prefixes (the server quotes the subject).
+func violatesPrefix(err error, prefixes []string) bool {
+	s := err.Error()
+	for _, p := range prefixes {
+		if strings.Contains(s, `to "`+p) {
+			return true
+		}
+	}
+	return false
 }
 
 // isAnswer reports a violation of a publish on a reply subject (an inbox,

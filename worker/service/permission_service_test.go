@@ -102,6 +102,31 @@ func TestServiceAnswersItsOwnPermissionDenied(t *testing.T) {
 	if err != nil || !strings.Contains(string(m.Data), `"ok":"yes"`) {
 		t.Errorf("a request needing no missing grant: %v %q", err, msgData(m))
 	}
+	_ = svc.Stop()
+
+	// A service whose connection also carries other work (a tool
+	// worker's: tool bodies run on it) narrows the watch to its own
+	// subjects: a refusal of another operation on the connection, while
+	// a request is answered, is not that request's, and its true answer
+	// comes through.
+	other := connect(access.RoleWorker)
+	ojs, _ := jetstream.New(other)
+	narrowed, err := service.Start(ctx, service.Config{Conn: other, Name: "permtest2", Role: string(access.RoleWorker),
+		PermissionSubjects: []string{stream.DefaultPrefix + ".requests."}},
+		service.Endpoint{Name: service.EndpointCall, Handler: func(ctx context.Context, body []byte) (any, error) {
+			// Someone else's operation on the shared connection, refused.
+			go func() { _, _ = ojs.Publish(context.WithoutCancel(ctx), stream.DefaultPrefix+".plans.s-2", []byte(`{}`)) }()
+			time.Sleep(300 * time.Millisecond)
+			return map[string]string{"ok": "mine"}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = narrowed.Stop() })
+	m, err = agent.Request(subject, []byte("x"), 10*time.Second)
+	if err != nil || !strings.Contains(string(m.Data), `"ok":"mine"`) {
+		t.Errorf("narrowed service, another operation refused meanwhile: %v %q, want its own answer", err, msgData(m))
+	}
 }
 
 func msgData(m *nats.Msg) string {

@@ -88,8 +88,14 @@ type Config struct {
 	// instead of leaving it to wait for a reply the server will never let
 	// through. The server does not say which operation a violation
 	// belongs to: every request in flight on Conn when it arrives is
-	// answered so.
+	// answered so (unless PermissionSubjects narrows it).
 	Role string
+	// PermissionSubjects, when set, narrows the watch above to
+	// violations of subjects starting with one of these: for a service
+	// whose connection also carries operations of other work (a tool
+	// worker's, where tool bodies run), whose refusals say nothing about
+	// the requests being answered and must not be reported as theirs.
+	PermissionSubjects []string
 }
 
 // Start registers the micro service with its endpoints and serves them
@@ -139,7 +145,7 @@ func Start(ctx context.Context, cfg Config, endpoints ...Endpoint) (micro.Servic
 		}
 		for _, sub := range subjects {
 			for range cfg.Workers {
-				w := &worker{ctx: ctx, nc: cfg.Conn, log: cfg.Logger, h: e.Handler, wait: cfg.AnswerWait, slots: slots, perm: perm, role: cfg.Role}
+				w := &worker{ctx: ctx, nc: cfg.Conn, log: cfg.Logger, h: e.Handler, wait: cfg.AnswerWait, slots: slots, perm: perm, role: cfg.Role, narrow: cfg.PermissionSubjects}
 				if sub != subject {
 					w.tenantOf = subject + "."
 				}
@@ -192,7 +198,9 @@ type worker struct {
 	tenantOf string
 	// perm watches Conn's permission violations (Config.Role).
 	perm *permWatch
-	role string
+	// narrow is Config.PermissionSubjects.
+	narrow []string
+	role   string
 
 	detached, detachedErrors atomic.Uint64
 	lastError                atomic.Pointer[string]
@@ -358,7 +366,7 @@ func (w *worker) handle(ctx context.Context, data []byte) (any, error) {
 		return w.h(ctx, data)
 	}
 	var v any
-	err := w.perm.guard(ctx, &permWaiter{any: true}, func(err error) error { return serviceDenied(err, w.role) },
+	err := w.perm.guard(ctx, &permWaiter{any: len(w.narrow) == 0, prefixes: w.narrow}, func(err error) error { return serviceDenied(err, w.role) },
 		func(ctx context.Context) (err error) {
 			v, err = w.h(ctx, data)
 			return err

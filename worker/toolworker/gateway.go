@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -125,7 +126,11 @@ func (g *Gateway) Serve(ctx context.Context) (micro.Service, error) {
 		Workers:     gatewayWorkers,
 		AnswerWait:  gatewayAnswerWait,
 		Role:        string(access.RoleWorker),
-		Logger:      g.log,
+		// Only the gateway's own operations: tool bodies share the
+		// connection, and a body's refused operation is not a refusal of
+		// the calls being answered.
+		PermissionSubjects: g.permissionSubjects(),
+		Logger:             g.log,
 	}, service.Endpoint{Name: service.EndpointCall, Handler: func(ctx context.Context, data []byte) (any, error) {
 		q, err := schema.DecodeRequest(data)
 		if err != nil {
@@ -507,4 +512,16 @@ func (c *pendingCall) pendingError(ctx context.Context) error {
 		}
 	}
 	return schema.Errorf(schema.CodeResultPending, "no tool.result for request %q within %s (it may still run)", c.q.RequestID, c.g.timeout)
+}
+
+// permissionSubjects are the subjects of the gateway's own operations for
+// a jw.api.call (service.Config.PermissionSubjects): the request publish
+// and the reads of the session logs.
+func (g *Gateway) permissionSubjects() []string {
+	events := g.t.Events.CachedInfo().Config.Name
+	return []string{
+		strings.TrimSuffix(g.t.Names().RequestsSubject("x"), "x"),
+		"$JS.API.DIRECT.GET." + events,
+		"$JS.API.STREAM.MSG.GET." + events,
+	}
 }
