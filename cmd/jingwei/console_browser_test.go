@@ -59,7 +59,7 @@ func browser(t *testing.T) context.Context {
 	t.Cleanup(acancel)
 	ctx, cancel := chromedp.NewContext(actx)
 	t.Cleanup(cancel)
-	ctx, tcancel := context.WithTimeout(ctx, 90*time.Second)
+	ctx, tcancel := context.WithTimeout(ctx, 240*time.Second)
 	t.Cleanup(tcancel)
 	if err := chromedp.Do(ctx); err != nil { // starts the browser
 		t.Fatalf("start Chromium: %v", err)
