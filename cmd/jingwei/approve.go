@@ -13,6 +13,7 @@ import (
 
 	"github.com/jingwei/jingwei/cmd/jingwei/internal/answer"
 	"github.com/jingwei/jingwei/cmd/jingwei/internal/approval"
+	"github.com/jingwei/jingwei/cmd/jingwei/internal/sessionlog"
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
@@ -113,7 +114,7 @@ func runAnswer(ctx context.Context, name string, d schema.ApprovalDecision, args
 	defer api.Close()
 	// Only a call that waits may be answered: say so before publishing.
 	load := func(ctx context.Context, session string) ([]schema.Event, error) {
-		return loadViaService(ctx, api.Client, session, schema.DefaultLimits)
+		return sessionlog.Load(ctx, api.Client, session, schema.DefaultLimits)
 	}
 	if st, seq, h, err := answer.Read(ctx, load, a.Session, a.CallID); err != nil {
 		return printError(stdout, err)

@@ -9,8 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jingwei/jingwei/cmd/jingwei/internal/sessionlog"
 	"github.com/jingwei/jingwei/cmd/jingwei/internal/statustable"
-	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/worker/service"
 )
@@ -84,7 +84,7 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	defer api.Close()
 
 	if *session != "" {
-		if err := checkSession(ctx, api, *session); err != nil {
+		if err := sessionlog.Check(ctx, api.Client, *session); err != nil {
 			return printError(stdout, err)
 		}
 	}
@@ -164,17 +164,4 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}
-
-// checkSession refuses a session with no event on its log
-// (unknown_session), read through jw.api.history as any role may.
-func checkSession(ctx context.Context, api *apiClient, session string) error {
-	var p service.HistoryPage
-	if err := api.Request(ctx, service.EndpointHistory, service.HistoryRequest{V: schema.Version, Session: session, MaxEvents: 1}, &p); err != nil {
-		return err
-	}
-	if p.End == 0 {
-		return unknownSession(session)
-	}
-	return nil
 }
