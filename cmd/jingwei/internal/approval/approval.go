@@ -165,3 +165,27 @@ func listApprover(authDir, pub string) error {
 	}
 	return err
 }
+
+// ReadNamed reads a trusted-keys file with the names it gives the keys
+// (the console shows who signed): file, else <authDir>/approvers when
+// authDir is given and it exists, else none known (nil, nil).
+func ReadNamed(file, authDir string) (recovery.TrustedKeys, recovery.KeyNames, error) {
+	if file == "" {
+		if authDir == "" {
+			return nil, nil, nil
+		}
+		file = filepath.Join(authDir, ApproversFile)
+		if _, err := os.Stat(file); err != nil {
+			return nil, nil, nil
+		}
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, nil, err
+	}
+	t, names, err := recovery.ParseNamedKeys(b)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", file, err)
+	}
+	return t, names, nil
+}

@@ -94,3 +94,25 @@ func newPub(t *testing.T) string {
 	pub, _ := kp.PublicKey()
 	return pub
 }
+
+// TestReadNamed reads the names of the keys, falls back on the auth
+// directory's approvers file, and knows none without either.
+func TestReadNamed(t *testing.T) {
+	dir := t.TempDir()
+	pub := newPub(t)
+	if err := os.WriteFile(filepath.Join(dir, ApproversFile), []byte(pub+" Alice\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	keys, names, err := ReadNamed("", dir)
+	if err != nil || !keys.Has(pub) || names.Name(pub) != "Alice" {
+		t.Errorf("ReadNamed = %v, %v, %v", keys, names, err)
+	}
+	if keys, names, err := ReadNamed("", ""); keys != nil || names != nil || err != nil {
+		t.Errorf("no file: %v, %v, %v", keys, names, err)
+	}
+	bad := filepath.Join(dir, "bad")
+	_ = os.WriteFile(bad, []byte("not-a-key\n"), 0o600)
+	if _, _, err := ReadNamed(bad, ""); err == nil || !strings.Contains(err.Error(), bad) {
+		t.Errorf("a bad file: %v, want its name in the error", err)
+	}
+}
