@@ -1,6 +1,8 @@
-// Package sessionlog reads a session's log the way any role may: through
-// the recovery worker's jw.api.history service, page after page, decoded
-// and bounded as stream.Load reads it from the stream itself.
+// Package sessionlog reads a session's log for the client commands: the
+// way any role may, through the recovery worker's jw.api.history service,
+// page after page, decoded and bounded as stream.Load reads it from the
+// stream itself; and, for the offline commands, from a JSON Lines file or
+// a live server (Source).
 package sessionlog
 
 import (
