@@ -7,12 +7,9 @@ import (
 	"os"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/jingwei/jingwei/cmd/jingwei/internal/sessionlog"
 	"github.com/jingwei/jingwei/cmd/jingwei/internal/statustable"
 	"github.com/jingwei/jingwei/stream"
-	"github.com/jingwei/jingwei/worker/service"
 )
 
 func init() {
@@ -88,9 +85,10 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return printError(stdout, err)
 		}
 	}
+	src := statustable.Source{Service: api.Client, NC: api.nc, Prefix: api.prefix, Timeout: api.timeout}
 	clear := *watch && !*asJSON && isTerminal(stdout)
 	for {
-		v, err := loadStatus(ctx, api, *session, *call)
+		v, err := src.Load(ctx, *session, *call)
 		if err != nil {
 			if ctx.Err() != nil && *watch {
 				return exitOK
@@ -122,38 +120,6 @@ func runStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			fmt.Fprintln(stdout)
 		}
 	}
-}
-
-// loadStatus asks the service for its status and reads the plans.
-func loadStatus(ctx context.Context, api *apiClient, session, call string) (statusView, error) {
-	var v statusView
-	st, err := api.Status(ctx, service.StatusRequest{Session: session, CallID: call})
-	if err != nil {
-		return v, err
-	}
-	v.Status = st
-	plans, err := listPlans(ctx, api, session)
-	if err != nil {
-		return v, err
-	}
-	v.Plans = plans
-	return v, nil
-}
-
-// listPlans reads every plan record in <prefix>_plans, of one session or
-// all, newest first.
-func listPlans(ctx context.Context, api *apiClient, session string) ([]stream.PlanRecord, error) {
-	ctx, cancel := context.WithTimeout(ctx, api.timeout)
-	defer cancel()
-	js, err := jetstream.New(api.nc)
-	if err != nil {
-		return nil, err
-	}
-	topo, err := stream.OpenTopology(ctx, js, stream.TopologyConfig{Prefix: api.prefix})
-	if err != nil {
-		return nil, err
-	}
-	return topo.Plans().ListPlans(ctx, session)
 }
 
 // isTerminal reports whether w is a character device (a terminal).
