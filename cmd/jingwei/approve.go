@@ -2,25 +2,23 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jingwei/jingwei/cmd/jingwei/internal/answer"
+	"github.com/jingwei/jingwei/cmd/jingwei/internal/approval"
+	"github.com/jingwei/jingwei/cmd/jingwei/internal/sessionlog"
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/stream/access"
 	"github.com/jingwei/jingwei/worker"
-	"github.com/jingwei/jingwei/worker/service"
 )
 
 func init() {
@@ -115,10 +113,13 @@ func runAnswer(ctx context.Context, name string, d schema.ApprovalDecision, args
 	}
 	defer api.Close()
 	// Only a call that waits may be answered: say so before publishing.
-	if st, seq, h, err := readAnswerState(ctx, api, a.Session, a.CallID); err != nil {
+	load := func(ctx context.Context, session string) ([]schema.Event, error) {
+		return sessionlog.Load(ctx, api.Client, session, schema.DefaultLimits)
+	}
+	if st, seq, h, err := answer.Read(ctx, load, a.Session, a.CallID); err != nil {
 		return printError(stdout, err)
-	} else if st != stateWaiting {
-		return printError(stdout, notWaiting(a.Session, a.CallID, st, seq, h))
+	} else if st != answer.Waiting {
+		return printError(stdout, answer.NotWaiting(a.Session, a.CallID, st, seq, h))
 	}
 	// The console publishes its answers through the same function.
 	rc, err := api.SubmitApproval(ctx, a)
@@ -135,7 +136,7 @@ func runAnswer(ctx context.Context, name string, d schema.ApprovalDecision, args
 		fmt.Fprintf(stdout, "%s call %s in session %s (signer %s), published on %s; not waited for: the session's tool worker judges it\n", d, a.CallID, a.Session, a.Signer, rc.Subject)
 		return exitOK
 	}
-	out, err := awaitAnswer(ctx, api, a, *wait, cf.nats.authDir())
+	out, err := answer.Await(ctx, load, a, *wait, cf.nats.authDir())
 	out.Subject = rc.Subject
 	if err != nil {
 		st := printError(stdout, err)
@@ -229,6 +230,9 @@ func runTask(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
+// answerOutcome is what approve and deny print with --json.
+type answerOutcome = answer.Outcome
+
 // taskStopOutput is what task stop prints with --json.
 type taskStopOutput struct {
 	Stop schema.StopRequest `json:"stop"`
@@ -264,103 +268,23 @@ func (a *approvalFlags) register(fs *flag.FlagSet) {
 
 // rules parses --require-approval into rules by tool name.
 func (a *approvalFlags) rules() (map[string]*worker.ApprovalRule, error) {
-	if a.timeout <= 0 {
-		return nil, errors.New("--approval-timeout must be positive")
-	}
-	out := map[string]*worker.ApprovalRule{}
-	for _, spec := range a.require {
-		tool, cond, hasCond := strings.Cut(spec, ":")
-		rule := &worker.ApprovalRule{Timeout: a.timeout}
-		if hasCond {
-			field, limit, ok := strings.Cut(cond, ">")
-			n, err := strconv.ParseFloat(limit, 64)
-			if !ok || field == "" || err != nil {
-				return nil, fmt.Errorf("--require-approval %q: want TOOL or TOOL:FIELD>NUMBER", spec)
-			}
-			rule.When = func(args json.RawMessage) bool {
-				v, ok := numberAt(args, field)
-				// A missing or non-numeric field is not "small": it asks.
-				return !ok || v > n
-			}
-		}
-		if tool == "" {
-			return nil, fmt.Errorf("--require-approval %q: no tool", spec)
-		}
-		out[tool] = rule
-	}
-	return out, nil
+	return approval.ParseRules(a.require, a.timeout)
 }
 
 // approvers reads the trusted approver keys: --trust-approvers, else
 // <auth dir>/approvers when it exists, else none (every waiting call then
 // times out).
 func (a *approvalFlags) approvers(n *natsFlags) (recovery.TrustedKeys, string, error) {
-	file := a.trustApprovers
-	if file == "" {
-		dir := n.authDir()
-		if dir == "" {
-			return nil, "", nil
-		}
-		file = filepath.Join(dir, "approvers")
-		if _, err := os.Stat(file); err != nil {
-			return nil, "", nil
-		}
-	}
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return nil, file, err
-	}
-	t, err := recovery.ParseTrustedKeys(b)
-	return t, file, err
+	return approval.Approvers(a.trustApprovers, n.authDir())
 }
 
-// apply sets the rules on the tools they name; a rule for a tool that is
-// not registered is an error.
-func applyApprovalRules(list []worker.Tool, rules map[string]*worker.ApprovalRule) ([]worker.Tool, error) {
-	seen := map[string]bool{}
-	for i := range list {
-		if r, ok := rules[list[i].Metadata.Name]; ok {
-			list[i].Approval = r
-			seen[list[i].Metadata.Name] = true
-		}
-	}
-	for name := range rules {
-		if !seen[name] {
-			return nil, fmt.Errorf("--require-approval: no tool %q", name)
-		}
-	}
-	return list, nil
-}
-
-// numberAt returns the number at a dotted path of a JSON object.
-func numberAt(doc []byte, path string) (float64, bool) {
-	cur := json.RawMessage(doc)
-	for _, key := range strings.Split(path, ".") {
-		var m map[string]json.RawMessage
-		if json.Unmarshal(cur, &m) != nil {
-			return 0, false
-		}
-		v, ok := m[key]
-		if !ok {
-			return 0, false
-		}
-		cur = v
-	}
-	var n json.Number
-	if json.Unmarshal(cur, &n) != nil {
-		return 0, false
-	}
-	f, err := n.Float64()
-	return f, err == nil
-}
+// applyApprovalRules sets the rules on the tools they name; a rule for a
+// tool that is not registered is an error.
+var applyApprovalRules = approval.ApplyRules
 
 // approverKeyFile is the approver key 'jingwei serve' makes in its data
 // directory.
 const approverKeyFile = "approver.nk"
-
-// serveApproverName is the name the approvers file gives serve's own
-// approver key: the deployment's operator approving from the command line.
-const serveApproverName = "serve operator (approver.nk)"
 
 // serveApprovers makes (once) serve's approver key in data and trusts it,
 // with the keys of --trust-approvers, for serve's tool worker; it also
@@ -372,63 +296,8 @@ func serveApprovers(data, authDir string, tf *toolFlags) (string, string, error)
 	if err != nil {
 		return "", "", err
 	}
-	trusted, err := recovery.NewTrustedKeys(pub)
-	if err != nil {
+	if tf.approvers, err = approval.ServeTrust(pub, tf.approvals.trustApprovers, authDir); err != nil {
 		return "", "", err
 	}
-	if tf.approvals.trustApprovers != "" {
-		b, err := os.ReadFile(tf.approvals.trustApprovers)
-		if err != nil {
-			return "", "", fmt.Errorf("--trust-approvers: %w", err)
-		}
-		more, err := recovery.ParseTrustedKeys(b)
-		if err != nil {
-			return "", "", fmt.Errorf("--trust-approvers %s: %w", tf.approvals.trustApprovers, err)
-		}
-		for k := range more {
-			trusted[k] = struct{}{}
-		}
-	}
-	tf.approvers = trusted
-	list := filepath.Join(authDir, "approvers")
-	if b, err := os.ReadFile(list); err != nil || !strings.Contains(string(b), pub) {
-		if err := os.MkdirAll(authDir, 0o700); err != nil {
-			return "", "", err
-		}
-		f, err := os.OpenFile(list, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
-		if err != nil {
-			return "", "", err
-		}
-		// Named, as every trust line is (recovery.ParseNamedKeys): the
-		// verdicts signed with serve's own key say whose they are.
-		_, err = fmt.Fprintln(f, pub, serveApproverName)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return "", "", err
-		}
-	}
 	return keyPath, pub, nil
-}
-
-// printApprovalStatus prints the calls waiting for approval and the
-// stopped tasks of a status (jingwei status).
-func printApprovalStatus(tw io.Writer, st service.Status) {
-	fmt.Fprintln(tw)
-	fmt.Fprintf(tw, "AWAITING APPROVAL (%d)\n", len(st.AwaitingApproval))
-	if len(st.AwaitingApproval) > 0 {
-		fmt.Fprintln(tw, "SESSION\tCALL\tTOOL\tTASK\tDEADLINE\tSEQ")
-		for _, a := range st.AwaitingApproval {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", a.Session, a.CallID, a.Tool, orDash(a.Task), a.Deadline.Format(time.RFC3339), a.Seq)
-		}
-	}
-	if len(st.StoppedTasks) > 0 {
-		fmt.Fprintln(tw)
-		fmt.Fprintf(tw, "STOPPED TASKS (%d)\n", len(st.StoppedTasks))
-		fmt.Fprintln(tw, "SESSION\tTASK\tBY\tREASON\tAT")
-		for _, s := range st.StoppedTasks {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Session, s.Task, s.By, orDash(s.Reason), s.At.Format(time.RFC3339))
-		}
-	}
 }

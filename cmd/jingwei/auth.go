@@ -7,11 +7,9 @@ import (
 	"fmt"
 	"io"
 	iofs "io/fs"
-	"path/filepath"
-	"strings"
-	"text/tabwriter"
 	"time"
 
+	"github.com/jingwei/jingwei/cmd/jingwei/internal/authreport"
 	"github.com/jingwei/jingwei/stream/access"
 	"github.com/jingwei/jingwei/stream/natsnode"
 )
@@ -172,20 +170,7 @@ func keyError(stderr io.Writer, name string, err error) int {
 }
 
 // roleUse says which client connects as a role, and how.
-var roleUse = map[access.Role]string{
-	access.RoleAgent:     "fleet-wide agents (every session; tenants: jingwei auth tenant): tool requests, jw.api.call/status (jingwei call)",
-	access.RoleReviewer:  "reviewers and approvers: jingwei review, approve (which sign with their own keys, e.g. DATA/review-signer.nk)",
-	access.RoleHost:      "hosts and operators: prepare retries, status, inspect, export, nats micro",
-	access.RoleWorker:    "tool workers: jingwei worker (answers jw.api.call)",
-	access.RoleRecoverer: "the recovery worker: jingwei recover (answers jw.api.inspect, prepare, status, history)",
-	access.RoleAdmin:     "setup and administration only: creates the streams and buckets (jingwei serve, nats CLI)",
-}
-
-type authInitOutput struct {
-	access.KeyDirInit
-	// Accounts is the nats-server accounts block (auth config).
-	Accounts string `json:"accounts_block"`
-}
+var roleUse = authreport.RoleUse
 
 func runAuthInit(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("auth init", "Create the role keys, the plan-signing key and the planners file (what is missing).", authHelp, stderr)
@@ -199,8 +184,7 @@ func runAuthInit(_ context.Context, args []string, stdout, stderr io.Writer) int
 	if msg != "" {
 		return usageError(stderr, "auth", "%s", msg)
 	}
-	dir := access.KeyDir(af.dir)
-	res, err := dir.Init()
+	res, err := access.KeyDir(af.dir).Init()
 	if err != nil {
 		return keyError(stderr, "auth init", err)
 	}
@@ -215,27 +199,12 @@ func runAuthInit(_ context.Context, args []string, stdout, stderr io.Writer) int
 	if !res.PlannerTrusted {
 		fmt.Fprintf(stderr, "jingwei auth init: warning: %s does not list the planner key %s; tool workers will refuse plans signed with it (add the key or remove the file and run init again)\n", res.Planners, res.Planner.PublicKey)
 	}
+	out := authreport.Init{KeyDirInit: res, Accounts: block}
 	if *asJSON {
-		_ = writeJSON(stdout, authInitOutput{KeyDirInit: res, Accounts: block})
+		_ = writeJSON(stdout, out)
 		return exitOK
 	}
-	created := func(b bool) string {
-		if b {
-			return "created"
-		}
-		return "kept"
-	}
-	fmt.Fprintf(stdout, "Role credentials in %s:\n\n", res.Dir)
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ROLE\tACCOUNT\tFILE\tPUBLIC KEY\tSTATUS\tUSED BY")
-	for _, kf := range res.Roles {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", kf.Role, rc.AccountName(kf.Role), kf.Path, kf.PublicKey, created(kf.Created), roleUse[kf.Role])
-	}
-	fmt.Fprintf(tw, "planner\t-\t%s\t%s\t%s\t%s\n", res.Planner.Path, res.Planner.PublicKey, created(res.Planner.Created), "the recovery worker signs retry plans with it")
-	fmt.Fprintf(tw, "planners\t-\t%s\t-\t%s\t%s\n", res.Planners, created(res.PlannersCreated), "tool workers accept plans signed by the keys listed here")
-	tw.Flush()
-	fmt.Fprintf(stdout, "\nEvery client connects with its role's seed: --nkey %s (e.g. jingwei worker --nkey %s).\n", dir.SeedFile("<role>"), dir.SeedFile(access.RoleWorker))
-	fmt.Fprintf(stdout, "For an external nats-server, add these accounts to its configuration, next to its jetstream block\n(jingwei auth config --dir %s prints them again), then run jingwei auth check --dir %s --server URL:\n\n%s", af.dir, af.dir, block)
+	authreport.WriteInit(stdout, rc, af.dir, out)
 	return exitOK
 }
 
@@ -285,12 +254,11 @@ func runAuthCheck(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if *timeout <= 0 {
 		return usageError(stderr, "auth", "--timeout must be positive")
 	}
-	only, msg := parseRoles(*roles)
-	if msg != "" {
-		return usageError(stderr, "auth", "%s", msg)
-	}
-	rc, err := af.withTenants(rc)
+	only, err := authreport.ParseRoles(*roles)
 	if err != nil {
+		return usageError(stderr, "auth", "%v", err)
+	}
+	if rc, err = af.withTenants(rc); err != nil {
 		return keyError(stderr, "auth check", err)
 	}
 	rep, err := access.CheckRoles(ctx, access.CheckConfig{
@@ -311,62 +279,12 @@ func runAuthCheck(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if *asJSON {
 		_ = writeJSON(stdout, rep)
 	} else {
-		printCheck(stdout, rep)
+		authreport.WriteCheck(stdout, rep)
 	}
 	if !rep.OK {
 		return exitRefused
 	}
 	return exitOK
-}
-
-// parseRoles parses a --roles list; empty means every role.
-func parseRoles(list string) ([]access.Role, string) {
-	if list == "" {
-		return nil, ""
-	}
-	var out []access.Role
-	for _, r := range strings.Split(list, ",") {
-		r := access.Role(strings.TrimSpace(r))
-		if !r.Valid() {
-			return nil, fmt.Sprintf("--roles: unknown role %q", r)
-		}
-		out = append(out, r)
-	}
-	return out, ""
-}
-
-// printCheck prints one row per probe and a summary.
-func printCheck(w io.Writer, rep *access.CheckReport) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ROLE\tACCOUNT\tACTION\tEXPECT\tGOT\tRESULT")
-	for _, r := range rep.Results {
-		res := "ok"
-		if !r.OK {
-			res = "FAIL: " + r.Detail
-		} else if r.Got == access.Skipped {
-			res = "skipped: " + r.Detail
-		}
-		got := string(r.Got)
-		if r.RefusedBy != "" {
-			got += " (" + string(r.RefusedBy) + ")"
-		}
-		role := string(r.Role)
-		if r.Tenant != "" {
-			role += " (tenant " + r.Tenant + ")"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", role, r.Account, r.Action, r.Expect, got, res)
-	}
-	tw.Flush()
-	bad := len(rep.Failures())
-	if bad == 0 {
-		fmt.Fprintf(w, "\n%s: all %d probes as expected: every role can do what it must, and the server refuses the rest.\n", rep.URL, len(rep.Results))
-		return
-	}
-	fmt.Fprintf(w, "\n%s: %d of %d probes NOT as expected (rows marked FAIL).\n", rep.URL, bad, len(rep.Results))
-}
-
-type authCredsOutput struct {
-	*access.RoleCreds
 }
 
 func runAuthCreds(_ context.Context, args []string, stdout, stderr io.Writer) int {
@@ -390,9 +308,9 @@ func runAuthCreds(_ context.Context, args []string, stdout, stderr io.Writer) in
 	if *expires < 0 {
 		return usageError(stderr, "auth", "--expires must not be negative")
 	}
-	only, msg := parseRoles(*roles)
-	if msg != "" {
-		return usageError(stderr, "auth", "%s", msg)
+	only, err := authreport.ParseRoles(*roles)
+	if err != nil {
+		return usageError(stderr, "auth", "%v", err)
 	}
 	okp, err := access.ReadSeedFile(*seed)
 	if err != nil {
@@ -401,52 +319,19 @@ func runAuthCreds(_ context.Context, args []string, stdout, stderr io.Writer) in
 	if rc, err = af.withTenants(rc); err != nil {
 		return keyError(stderr, "auth creds", err)
 	}
-	dir := access.KeyDir(af.dir)
-	res, err := dir.IssueRoleCreds(access.CredsConfig{Operator: okp, Subjects: rc, Roles: only, Expires: *expires})
+	res, err := access.KeyDir(af.dir).IssueRoleCreds(access.CredsConfig{Operator: okp, Subjects: rc, Roles: only, Expires: *expires})
 	if err != nil {
 		return keyError(stderr, "auth creds", err)
 	}
-	for _, f := range res.Users {
-		if f.JWTBytes > access.SafeJWTBytes {
-			fmt.Fprintf(stderr, "jingwei auth creds: warning: the %s JWT is %d bytes; a server with the default max_control_line (4KB) refuses it: set max_control_line: 16KB in its configuration\n", f.Role, f.JWTBytes)
-		}
+	for _, w := range authreport.OversizedJWTs(res) {
+		fmt.Fprintf(stderr, "jingwei auth creds: %s\n", w)
 	}
 	if *asJSON {
-		_ = writeJSON(stdout, authCredsOutput{res})
+		_ = writeJSON(stdout, authreport.Creds{RoleCreds: res})
 		return exitOK
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ACCOUNT\tROLES\tPUBLIC KEY\tJWT FILE\tJWT BYTES")
-	for _, a := range res.Accounts {
-		names := make([]string, len(a.Roles))
-		for i, r := range a.Roles {
-			names[i] = string(r)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", a.Name, strings.Join(names, ","), a.PublicKey, a.JWTFile, a.JWTBytes)
-	}
-	tw.Flush()
-	fmt.Fprintln(stdout)
-	tw = tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ROLE\tACCOUNT\tCREDS FILE\tUSER\tJWT BYTES")
-	for _, f := range res.Users {
-		role := string(f.Role)
-		if f.Tenant != "" {
-			role += " (tenant " + f.Tenant + ")"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\n", role, f.Account, f.Path, f.PublicKey, f.JWTBytes)
-	}
-	tw.Flush()
-	fmt.Fprintf(stdout, "\nThe account JWTs are signed by operator key %s. Give them to the server: with a memory resolver,\n"+
-		"  resolver: MEMORY\n  resolver_preload {\n    <system account>: <its JWT>\n    include %q\n  }\n"+
-		"(a full resolver takes the JWT files with nsc push). Clients connect with --creds %s;\ncheck with: jingwei auth check --dir %s --operator --server URL\n",
-		res.Operator, res.PreloadFile, dir.CredsFile("<role>"), af.dir)
+	authreport.WriteCreds(stdout, af.dir, res)
 	return exitOK
-}
-
-type authTenantOutput struct {
-	access.TenantAgent
-	Account       string `json:"account"`
-	SessionPrefix string `json:"session_prefix"`
 }
 
 func runAuthTenant(_ context.Context, args []string, stdout, stderr io.Writer) int {
@@ -477,18 +362,11 @@ func runAuthTenant(_ context.Context, args []string, stdout, stderr io.Writer) i
 	if err != nil {
 		return keyError(stderr, "auth tenant", err)
 	}
-	out := authTenantOutput{TenantAgent: ta, Account: rc.TenantAccountName(*tenant), SessionPrefix: *tenant + access.TenantSeparator}
+	out := authreport.NewTenant(rc, ta)
 	if *asJSON {
 		_ = writeJSON(stdout, out)
 		return exitOK
 	}
-	state := "kept"
-	if ta.Created {
-		state = "created"
-	}
-	fmt.Fprintf(stdout, "Agent %s of tenant %s: key %s (%s), public key %s, account %s.\n", ta.Agent, ta.Tenant, ta.Path, state, ta.PublicKey, out.Account)
-	fmt.Fprintf(stdout, "It may call jw.api.call and jw.api.status for sessions %s… only (e.g. jingwei call --nkey %s --session %s1 …).\n", out.SessionPrefix, ta.Path, out.SessionPrefix)
-	fmt.Fprintf(stdout, "Restart jingwei serve (it loads %s), or give an external server the new accounts: jingwei auth config --dir %s (operator mode: jingwei auth creds --dir %s --operator-seed FILE writes %s).\n",
-		filepath.Join(af.dir, access.TenantsDir), af.dir, af.dir, dir.TenantAgentCredsFile(ta.Tenant, ta.Agent))
+	authreport.WriteTenant(stdout, af.dir, out)
 	return exitOK
 }

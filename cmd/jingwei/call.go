@@ -9,13 +9,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"github.com/jingwei/jingwei/cmd/jingwei/internal/callreport"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/worker"
@@ -199,53 +198,19 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if ev.Result == nil {
 		return printError(stdout, fmt.Errorf("the service answered without a tool.result (type %q)", ev.Type))
 	}
-	r := ev.Result
 	if *asJSON {
-		if r.Status != schema.StatusOK {
-			return printErrorBody(stdout, resultError(&ev), &ev)
+		if ev.Result.Status != schema.StatusOK {
+			return printErrorBody(stdout, callreport.ResultError(&ev), &ev)
 		}
 		_ = writeJSON(stdout, ev)
 		return exitOK
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "session\t%s\n", ev.Session)
-	fmt.Fprintf(tw, "request\t%s\n", *requestID)
-	fmt.Fprintf(tw, "call\t%s\n", r.CallID)
-	fmt.Fprintf(tw, "tool\t%s\n", *tool)
-	status := string(r.Status)
-	if r.Stage != "" {
-		status += " at " + string(r.Stage)
-	}
-	if r.Retryable {
-		status += " (retryable)"
-	}
-	fmt.Fprintf(tw, "status\t%s\n", status)
-	if len(r.Output) > 0 {
-		fmt.Fprintf(tw, "output\t%s\n", r.Output)
-	}
-	if r.Error != "" {
-		fmt.Fprintf(tw, "error\t%s\n", r.Error)
-	}
-	tw.Flush()
-	if r.Status != schema.StatusOK {
+	callreport.WriteResult(stdout, ev, *requestID, *tool)
+	if ev.Result.Status != schema.StatusOK {
 		// The table says it all: stdout holds human text or JSON, never
 		// both (the error body is what --json prints).
 		fmt.Fprintf(stdout, "\nthe call is recorded; see what recovery allows with: jingwei status --session %s\n", ev.Session)
 		return exitRefused
 	}
 	return exitOK
-}
-
-// resultError is the error of a result that is not ok: its status as the
-// code.
-func resultError(ev *schema.Event) *schema.Error {
-	r := ev.Result
-	msg := fmt.Sprintf("call %s ended %s", r.CallID, r.Status)
-	if r.Stage != "" {
-		msg += " at stage " + string(r.Stage)
-	}
-	if r.Error != "" {
-		msg += ": " + r.Error
-	}
-	return &schema.Error{Code: schema.Code(r.Status), Message: strings.TrimSpace(msg)}
 }

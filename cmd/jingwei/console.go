@@ -8,14 +8,13 @@ import (
 	"io"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"github.com/jingwei/jingwei/cmd/jingwei/internal/approval"
 	"github.com/jingwei/jingwei/console"
-	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/stream/access"
 	"github.com/jingwei/jingwei/stream/natsnode"
 )
@@ -160,11 +159,11 @@ func runConsole(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			allowed = []string{"*"}
 		}
 	}
-	reviewers, reviewerNames, err := readTrustFile(*trustReviewers, "")
+	reviewers, reviewerNames, err := approval.ReadNamed(*trustReviewers, "")
 	if err != nil {
 		return usageError(stderr, "console", "--trust-reviewers: %v", err)
 	}
-	approvers, approverNames, err := readTrustFile(*trustApprovers, n.authDir())
+	approvers, approverNames, err := approval.ReadNamed(*trustApprovers, n.authDir())
 	if err != nil {
 		return usageError(stderr, "console", "--trust-approvers: %v", err)
 	}
@@ -260,30 +259,6 @@ func (n *natsFlags) connectConsole(ctx context.Context, cc consoleConn, log zero
 		return nil, fmt.Errorf("role %s: %w (is a server running? start one with 'jingwei serve', or point --server/$NATS_URL at yours)", cc.role, err)
 	}
 	return nc, nil
-}
-
-// readTrustFile reads a trusted-keys file with its names: file, else
-// <authDir>/approvers when authDir is given and it exists, else none known
-// (nil, nil).
-func readTrustFile(file, authDir string) (recovery.TrustedKeys, recovery.KeyNames, error) {
-	if file == "" {
-		if authDir == "" {
-			return nil, nil, nil
-		}
-		file = filepath.Join(authDir, "approvers")
-		if _, err := os.Stat(file); err != nil {
-			return nil, nil, nil
-		}
-	}
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return nil, nil, err
-	}
-	t, names, err := recovery.ParseNamedKeys(b)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", file, err)
-	}
-	return t, names, nil
 }
 
 func consoleFailure(stderr io.Writer, err error) int {

@@ -7,10 +7,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 
 	"github.com/rs/zerolog"
 
+	"github.com/jingwei/jingwei/cmd/jingwei/internal/sessionlog"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/worker/service"
 )
@@ -68,7 +68,7 @@ func runExport(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	nf.connectTimeout = clientConnectTimeout
 	events, err := exportLoad(ctx, &nf, *via, *session)
 	if err == nil && len(events) == 0 {
-		err = unknownSession(*session)
+		err = sessionlog.UnknownSession(*session)
 	}
 	if err != nil {
 		if *out == "" && schema.CodeOf(err) == "" {
@@ -101,59 +101,12 @@ func exportLoad(ctx context.Context, nf *natsFlags, via, session string) ([]sche
 	if err != nil {
 		return nil, err
 	}
-	events, err := loadViaService(ctx, service.NewClient(nc, service.ClientConfig{Prefix: nf.prefix}), session, schema.DefaultLimits)
+	events, err := sessionlog.Load(ctx, service.NewClient(nc, service.ClientConfig{Prefix: nf.prefix}), session, schema.DefaultLimits)
 	nc.Close()
 	if via == "auto" && errors.Is(err, service.ErrNoService) {
 		return nf.loadSession(ctx, "export", session)
 	}
 	return events, err
-}
-
-// loadViaService reads the session's history through jw.api.history, page
-// after page, up to the end the first page reports (what the leader held
-// when the export started: later events are left out, as Load leaves
-// them), decoded as Load decodes them and refused over lim as Load
-// refuses it (history_too_large).
-func loadViaService(ctx context.Context, cl *service.Client, session string, lim schema.Limits) ([]schema.Event, error) {
-	var (
-		out   []schema.Event
-		bytes int64
-		end   uint64
-	)
-	for from, first := uint64(0), true; ; first = false {
-		var p service.HistoryPage
-		if err := cl.Request(ctx, service.EndpointHistory, service.HistoryRequest{V: schema.Version, Session: session, FromSeq: from, MaxEvents: service.DefaultHistoryEvents}, &p); err != nil {
-			return nil, err
-		}
-		if first {
-			end = p.End
-		}
-		for _, se := range p.Events {
-			if se.Seq > end {
-				return out, nil
-			}
-			if se.Seq < from || len(out) > 0 && se.Seq <= out[len(out)-1].Seq {
-				return nil, fmt.Errorf("jw.api.history: seq %d out of order (after %d)", se.Seq, from)
-			}
-			bytes += int64(len(se.Event) + len(`"seq":,`) + len(strconv.FormatUint(se.Seq, 10)) + 1)
-			if len(out)+1 > lim.MaxEvents || bytes > lim.MaxBytes {
-				return nil, schema.Errorf(schema.CodeHistoryTooLarge, "session %s is over the history limits (%d events, %d bytes)", session, lim.MaxEvents, lim.MaxBytes)
-			}
-			ev, err := schema.DecodeEvent(se.Event)
-			if err != nil {
-				return nil, schema.Errorf(schema.CodeCorruptHistory, "session %s seq %d: %v", session, se.Seq, err)
-			}
-			ev.Seq = se.Seq
-			out = append(out, ev)
-		}
-		if p.NextSeq > end {
-			return out, nil
-		}
-		if len(p.Events) == 0 || p.NextSeq <= from {
-			return nil, fmt.Errorf("jw.api.history: the page from seq %d made no progress (next %d, end %d)", from, p.NextSeq, end)
-		}
-		from = p.NextSeq
-	}
 }
 
 // writeFileAtomic writes the history to a temporary file next to name and
@@ -179,9 +132,4 @@ func writeFileAtomic(name string, events []schema.Event) error {
 		return err
 	}
 	return os.Rename(f.Name(), name)
-}
-
-// unknownSession is the refusal of a session with no event on its log.
-func unknownSession(session string) error {
-	return schema.Errorf(schema.CodeUnknownSession, "session %q has no events on the log (check the id: jingwei status lists the open sessions)", session)
 }

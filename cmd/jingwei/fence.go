@@ -6,10 +6,10 @@ import (
 	"io"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/cmd/jingwei/internal/ledger"
+	"github.com/jingwei/jingwei/cmd/jingwei/internal/sessionlog"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/stream/access"
 	"github.com/jingwei/jingwei/tools"
@@ -45,11 +45,7 @@ fencing); 2 usage; 3 refused (unknown_session: no events on the log and
 no --epoch; permission_denied); 4 the server is unreachable.`
 
 // fenceOutput is what fence prints with --json.
-type fenceOutput struct {
-	Session string `json:"session"`
-	Subject string `json:"subject"`
-	Epoch   uint64 `json:"epoch"`
-}
+type fenceOutput = ledger.Fence
 
 func runFence(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("fence", "Raise the example ledger's fence for a session.", fenceHelp, stderr)
@@ -72,9 +68,9 @@ func runFence(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		if err != nil {
 			return printError(stdout, err)
 		}
-		*epoch = latestEpoch(h)
+		*epoch = ledger.LatestEpoch(h)
 		if *epoch == 0 {
-			return printError(stdout, unknownSession(*session))
+			return printError(stdout, sessionlog.UnknownSession(*session))
 		}
 	}
 	tl, closeFn, err := openTools(ctx, &nf, "fence")
@@ -82,29 +78,16 @@ func runFence(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return printError(stdout, err)
 	}
 	defer closeFn()
-	if err := tl.FenceLedger(ctx, *session, *epoch); err != nil {
+	out, err := ledger.RaiseFence(ctx, tl, *session, *epoch)
+	if err != nil {
 		return printError(stdout, err)
 	}
-	out := fenceOutput{Session: *session, Subject: tl.LedgerSubject(*session), Epoch: *epoch}
 	if *asJSON {
 		_ = writeJSON(stdout, out)
 		return exitOK
 	}
-	fmt.Fprintf(stdout, "fence of %s raised to epoch %d: a writer of session %s below epoch %d can no longer charge\n", out.Subject, out.Epoch, out.Session, out.Epoch)
+	fmt.Fprintln(stdout, out)
 	return exitOK
-}
-
-// latestEpoch returns the highest epoch of a history: its last
-// session.fenced's, or its writers'.
-func latestEpoch(h []schema.Event) uint64 {
-	var e uint64
-	for i := range h {
-		e = max(e, h[i].Epoch)
-		if h[i].Fence != nil {
-			e = max(e, h[i].Fence.Epoch)
-		}
-	}
-	return e
 }
 
 // openTools connects with the worker role and opens the example tools'
@@ -114,12 +97,7 @@ func openTools(ctx context.Context, nf *natsFlags, name string) (*tools.Tools, f
 	if err != nil {
 		return nil, nil, err
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, nil, err
-	}
-	tl, err := tools.New(ctx, tools.Config{JS: js})
+	tl, err := ledger.Open(ctx, nc)
 	if err != nil {
 		nc.Close()
 		return nil, nil, err
@@ -163,23 +141,13 @@ func runLedger(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err != nil {
 		return printError(stdout, err)
 	}
-	charges := []tools.Charge{}
-	for _, c := range all {
-		if (*session == "" || c.Session == *session) && (*call == "" || c.CallID == *call) {
-			charges = append(charges, c)
-		}
-	}
+	charges := ledger.Charges(all, *session, *call)
 	if *asJSON {
 		_ = writeJSON(stdout, struct {
 			Charges []tools.Charge `json:"charges"`
 		}{charges})
 		return exitOK
 	}
-	if len(charges) == 0 {
-		fmt.Fprintln(stdout, "no charges")
-	}
-	for _, c := range charges {
-		fmt.Fprintf(stdout, "TOOLS_LEDGER seq %d: %d cents to %s by call %s (session %s, epoch %d)\n", c.Seq, c.AmountCents, c.Account, c.CallID, c.Session, c.Epoch)
-	}
+	ledger.WriteCharges(stdout, charges)
 	return exitOK
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/jingwei/jingwei/cmd/jingwei/internal/sessionlog"
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 )
@@ -60,55 +61,27 @@ Nothing is written anywhere: inspecting is always safe.
 // file (--history) or a session loaded from a live server (--session with
 // the connection flags).
 type historySource struct {
-	file    string
-	session string
-	nats    natsFlags
+	src  sessionlog.Source
+	nats natsFlags
 }
 
 func (s *historySource) register(fs *flag.FlagSet) {
-	fs.StringVar(&s.file, "history", "", "session history file, JSON Lines (this or --session)")
-	fs.StringVar(&s.session, "session", "", "session id: load its history from the server (this or --history)")
+	fs.StringVar(&s.src.File, "history", "", "session history file, JSON Lines (this or --session)")
+	fs.StringVar(&s.src.Session, "session", "", "session id: load its history from the server (this or --history)")
 	s.nats.register(fs)
 }
 
 // check returns a usage problem, or "" when the flags choose one source.
-func (s *historySource) check() string {
-	switch {
-	case s.file == "" && s.session == "":
-		return "--history or --session is required"
-	case s.file != "" && s.session != "":
-		return "give --history or --session, not both"
-	case s.session != "" && !schema.ValidSession(s.session):
-		return fmt.Sprintf("invalid session id %q (1-128 bytes of [A-Za-z0-9_-])", s.session)
-	}
-	return ""
-}
+func (s *historySource) check() string { return s.src.Check() }
 
-// open returns the history and a function that releases it. An error means
-// the source could not be opened at all (a usage problem: wrong path,
-// permissions); errors while reading come through the history itself.
+// open returns the history and a function that releases it. A session is
+// loaded whole through stream.Logs.Load (limits enforced); a failure to
+// reach the server comes through the history, so it is reported as a
+// failure (exit 1), a too large or corrupt log as a refusal (exit 3).
 func (s *historySource) open(ctx context.Context) (schema.History, func(), error) {
-	if s.session != "" {
-		// Loaded whole through stream.Logs.Load (limits enforced); a
-		// failure to reach the server comes through the history, so it is
-		// reported as a failure (exit 1), a too large or corrupt log as a
-		// refusal (exit 3).
-		events, err := s.nats.loadSession(ctx, "inspect", s.session)
-		if err != nil {
-			return func(yield func(schema.Event, error) bool) { yield(schema.Event{}, err) }, func() {}, nil
-		}
-		return schema.Events(events), func() {}, nil
-	}
-	f, err := os.Open(s.file)
-	if err != nil {
-		return nil, nil, fmt.Errorf("cannot open history: %w", err)
-	}
-	if st, err := f.Stat(); err == nil && st.IsDir() {
-		f.Close()
-		return nil, nil, fmt.Errorf("cannot read history: %s is a directory", s.file)
-	}
-	h := schema.NewHistoryReader(f, schema.DefaultLimits).All()
-	return h, func() { f.Close() }, nil
+	return s.src.Open(ctx, func(ctx context.Context, session string) ([]schema.Event, error) {
+		return s.nats.loadSession(ctx, "inspect", session)
+	})
 }
 
 func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) int {

@@ -1,19 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
-	"strings"
 
 	"github.com/nats-io/nkeys"
 
-	"github.com/jingwei/jingwei/recovery"
+	"github.com/jingwei/jingwei/cmd/jingwei/internal/keyfile"
 )
 
 func init() {
@@ -46,9 +41,6 @@ or read, not an nkey user seed, a name with a newline or a #).`
 // defaultKeyFile is where keys new writes the seed without --out.
 const defaultKeyFile = "reviewer.nk"
 
-// maxKeyFileBytes bounds a key file read; a seed is 58 bytes.
-const maxKeyFileBytes = 64 << 10
-
 func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprintf(stderr, "Usage:\n%s\n", keysHelp)
@@ -64,32 +56,6 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runKeysPub(ctx, args[1:], stdout, stderr)
 	}
 	return usageError(stderr, "keys", "unknown subcommand %q (want new or pub)", args[0])
-}
-
-type keyOutput struct {
-	PublicKey string `json:"public_key"`
-	SeedFile  string `json:"seed_file"`
-	// TrustLine is "<public key> <name>" with --name.
-	TrustLine string `json:"trust_line,omitempty"`
-}
-
-// trustLine returns the trust-file line of pub named name ("" without a
-// name), or an error for a name a trust file cannot hold.
-func trustLine(pub, name string) (string, error) {
-	name = strings.TrimSpace(name)
-	switch {
-	case name == "":
-		return "", nil
-	case strings.ContainsAny(name, "#\r\n"):
-		return "", fmt.Errorf("--name %q: a name holds no # and no line break", name)
-	case len(name) > recovery.MaxKeyNameBytes:
-		return "", fmt.Errorf("--name: at most %d bytes", recovery.MaxKeyNameBytes)
-	}
-	line := pub + " " + strings.Join(strings.Fields(name), " ")
-	if _, names, err := recovery.ParseNamedKeys([]byte(line)); err != nil || names.Name(pub) == "" {
-		return "", fmt.Errorf("--name %q: not a name a trust file can hold: %v", name, err)
-	}
-	return line, nil
 }
 
 func runKeysNew(_ context.Context, args []string, stdout, stderr io.Writer) int {
@@ -110,7 +76,7 @@ func runKeysNew(_ context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	pub, _ := kp.PublicKey()
 	seed, _ := kp.Seed()
-	line, err := trustLine(pub, *name)
+	line, err := keyfile.TrustLine(pub, *name)
 	if err != nil {
 		return usageError(stderr, "keys", "%v", err)
 	}
@@ -118,7 +84,7 @@ func runKeysNew(_ context.Context, args []string, stdout, stderr io.Writer) int 
 		return usageError(stderr, "keys", "%v", err)
 	}
 	if *asJSON {
-		_ = writeJSON(stdout, keyOutput{PublicKey: pub, SeedFile: *out, TrustLine: line})
+		_ = writeJSON(stdout, keyfile.Output{PublicKey: pub, SeedFile: *out, TrustLine: line})
 		return exitOK
 	}
 	fmt.Fprintln(stdout, pub)
@@ -145,62 +111,20 @@ func runKeysPub(_ context.Context, args []string, stdout, stderr io.Writer) int 
 		return usageError(stderr, "keys", "%v", err)
 	}
 	pub, _ := kp.PublicKey()
-	line, err := trustLine(pub, *name)
+	line, err := keyfile.TrustLine(pub, *name)
 	if err != nil {
 		return usageError(stderr, "keys", "%v", err)
 	}
 	if *asJSON {
-		_ = writeJSON(stdout, keyOutput{PublicKey: pub, SeedFile: *file, TrustLine: line})
+		_ = writeJSON(stdout, keyfile.Output{PublicKey: pub, SeedFile: *file, TrustLine: line})
 		return exitOK
 	}
 	fmt.Fprintln(stdout, cmp.Or(line, pub))
 	return exitOK
 }
 
-// writeSecretFile creates name with permissions 0600 and writes b; it never
-// replaces an existing file.
-func writeSecretFile(name string, b []byte) error {
-	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("%s already exists; choose another --out or remove it first", name)
-	}
-	if err != nil {
-		return fmt.Errorf("cannot create key file: %w", err)
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		os.Remove(name)
-		return fmt.Errorf("cannot write key file: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(name)
-		return fmt.Errorf("cannot write key file: %w", err)
-	}
-	return nil
-}
+// writeSecretFile creates name 0600 and writes b; never replacing a file.
+var writeSecretFile = keyfile.WriteSecret
 
-// loadUserKey reads an nkey user seed from a file: a bare seed ("SU…", as
-// keys new writes it) or a decorated one (a .creds or .nk file).
-func loadUserKey(name string) (nkeys.KeyPair, error) {
-	f, err := os.Open(name)
-	if err != nil {
-		return nil, fmt.Errorf("cannot open key file: %w (create one with: jingwei keys new --out %s)", err, name)
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxKeyFileBytes))
-	if err != nil {
-		return nil, fmt.Errorf("cannot read key file %s: %w", name, err)
-	}
-	kp, err := nkeys.FromSeed(bytes.TrimSpace(b))
-	if err != nil {
-		kp, err = nkeys.ParseDecoratedNKey(b)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("key file %s holds no nkey seed: %v", name, err)
-	}
-	pub, err := kp.PublicKey()
-	if err != nil || !nkeys.IsValidPublicUserKey(pub) {
-		return nil, fmt.Errorf("key file %s is not an nkey user seed (want SU…; create one with jingwei keys new)", name)
-	}
-	return kp, nil
-}
+// loadUserKey reads an nkey user seed from a file (bare or decorated).
+var loadUserKey = keyfile.Load

@@ -1,24 +1,18 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/rs/zerolog"
 
+	"github.com/jingwei/jingwei/cmd/jingwei/internal/toolcatalog"
 	"github.com/jingwei/jingwei/stream/access"
-	"github.com/jingwei/jingwei/tools"
-	"github.com/jingwei/jingwei/worker"
-	"github.com/jingwei/jingwei/worker/catalog"
 	"github.com/jingwei/jingwei/worker/mcpserver"
 	"github.com/jingwei/jingwei/worker/service"
 )
@@ -59,49 +53,6 @@ Without --tokens only a loopback --listen is allowed.
 Exit status: 0 stopped by a signal; 1 the server or the listener failed;
 2 usage.`
 
-// readTokens reads a --tokens file.
-func readTokens(file string) (mcpserver.Tokens, error) {
-	f, err := os.Open(file)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	out := mcpserver.Tokens{}
-	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		fields := strings.Fields(line)
-		if len(fields) != 2 || len(fields[0]) < 16 {
-			return nil, fmt.Errorf("%s:%d: want 'TOKEN AGENT', a token of at least 16 characters", file, n)
-		}
-		out[fields[0]] = fields[1]
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("%s: no tokens", file)
-	}
-	return out, sc.Err()
-}
-
-// catalogTools returns the tools (metadata and input schemas) of the
-// catalog file, or the example tools' without one. MCP servers are asked
-// for their input schemas once and closed.
-func catalogTools(ctx context.Context, file string, log zerolog.Logger) ([]worker.Tool, error) {
-	builtin := (&tools.Tools{}).List()
-	if file == "" {
-		return builtin, nil
-	}
-	cat, err := catalog.Load(file)
-	if err != nil {
-		return nil, err
-	}
-	set := catalog.Open(cat, log)
-	defer set.Close()
-	return set.Tools(ctx, builtin)
-}
-
 func runMCP(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("mcp", "Serve the deployment's tools to MCP clients.", mcpHelp, stderr)
 	var (
@@ -129,7 +80,7 @@ func runMCP(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var tokens mcpserver.Tokens
 	if tokensFile != "" {
 		var err error
-		if tokens, err = readTokens(tokensFile); err != nil {
+		if tokens, err = toolcatalog.ReadTokens(tokensFile); err != nil {
 			return usageError(stderr, "mcp", "--tokens %v", err)
 		}
 	}
@@ -140,7 +91,7 @@ func runMCP(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return usageError(stderr, "mcp", "%v", err)
 	}
-	list, err := catalogTools(ctx, toolsFile, log)
+	list, err := toolcatalog.Tools(ctx, toolsFile, log)
 	if err != nil {
 		return usageError(stderr, "mcp", "--tools %v", err)
 	}

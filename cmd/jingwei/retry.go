@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"text/tabwriter"
 	"time"
 
+	"github.com/jingwei/jingwei/cmd/jingwei/internal/callreport"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 )
@@ -47,25 +47,6 @@ Exit status:
        unknown_call, legacy_call, corrupt_history, history_too_large,
        field_too_long  the history does not allow a plan (docs/protocol.md §9)`
 
-// retryHint says what to do after a refusal of prepare.
-func retryHint(code, session, call string) string {
-	switch code {
-	case string(schema.CodeCompleted):
-		return "the call is done; nothing will retry it and no result is invented"
-	case string(schema.CodeNeedsReview):
-		return fmt.Sprintf("a trusted reviewer must check the business system and sign a verdict:\n  jingwei review --session %s --call %s --verdict not_executed|completed|uncertain --evidence REF --operator NAME --key FILE", session, call)
-	case string(schema.CodeInvalidReview):
-		return "the review on file is not acceptable; sign a new one with a trusted key (jingwei review)"
-	case "not_confirmed":
-		return "the call is still open under a live lease; wait until its writer finishes or its lease expires, then ask again"
-	case string(schema.CodeSupersededCall):
-		return "the call has a later attempt; retry the latest one (see \"latest\" above, or jingwei status)"
-	case "plan_consumed":
-		return "the plan was already used by an attempt; look at that attempt with jingwei status"
-	}
-	return ""
-}
-
 func runRetry(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("retry", "Ask the recovery worker for a retry plan for one call.", retryHelp, stderr)
 	var cf clientFlags
@@ -95,7 +76,7 @@ func runRetry(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if err != nil {
 		st := printError(stdout, err)
 		if code := schema.CodeOf(err); code != "" {
-			if hint := retryHint(string(code), *session, *call); hint != "" {
+			if hint := callreport.RetryHint(string(code), *session, *call); hint != "" {
 				fmt.Fprintf(stderr, "jingwei retry: refused (%s): %s\n", code, hint)
 			}
 		}
@@ -105,25 +86,7 @@ func runRetry(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		_ = writeJSON(stdout, plan)
 		return exitOK
 	}
-	printPlan(stdout, plan)
+	callreport.WritePlan(stdout, plan)
 	fmt.Fprintf(stdout, "\nthe plan is single-use; a tool worker that owns session %s runs the retry with key %s\n", plan.Session, plan.Key)
 	return exitOK
-}
-
-// printPlan prints a plan as an aligned two-column table.
-func printPlan(w io.Writer, p schema.Plan) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "plan\t%s\n", p.PlanID)
-	fmt.Fprintf(tw, "session\t%s\n", p.Session)
-	fmt.Fprintf(tw, "task\t%s\n", p.Task)
-	fmt.Fprintf(tw, "tool\t%s (%s, %s)\n", p.Tool, p.Contract.Effect, p.Contract.Revision)
-	fmt.Fprintf(tw, "arguments\t%s\n", p.Arguments)
-	fmt.Fprintf(tw, "key\t%s\n", p.Key)
-	fmt.Fprintf(tw, "retries\t%s (seq %d)\n", p.PriorCallID, p.PriorSeq)
-	fmt.Fprintf(tw, "basis\t%s\n", p.Basis)
-	if p.Review != nil {
-		fmt.Fprintf(tw, "review\t%s by %s, evidence %s\n", p.Review.Verdict, p.Review.Operator, p.Review.Evidence)
-	}
-	fmt.Fprintf(tw, "issued\t%s\n", p.IssuedAt.Format(time.RFC3339))
-	tw.Flush()
 }

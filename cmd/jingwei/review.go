@@ -6,13 +6,12 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"text/tabwriter"
 	"time"
 
+	"github.com/jingwei/jingwei/cmd/jingwei/internal/callreport"
 	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
-	"github.com/jingwei/jingwei/worker/service"
 )
 
 func init() {
@@ -72,20 +71,6 @@ Exit status:
      when it has a later attempt, named in "latest"), or published but
      ignored by the recovery worker (invalid_review: not signed by a trusted
      key; review_conflict: it contradicts a completed review on record)`
-
-// reviewOutput is what review prints with --json.
-type reviewOutput struct {
-	Review schema.Review `json:"review"`
-	// Stream and Seq locate the published review in JW_REVIEWS.
-	Stream string `json:"stream"`
-	Seq    uint64 `json:"seq"`
-	// Assessment is the recovery worker's view of the call after the
-	// review, when it answered.
-	Assessment *schema.Assessment `json:"assessment,omitempty"`
-	// Check is how the recovery worker judges this review (accepted, or
-	// ignored and why), when it answered.
-	Check *service.ReviewCheck `json:"check,omitempty"`
-}
 
 func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("review", "Sign and publish a review of an uncertain call.", reviewHelp, stderr)
@@ -147,7 +132,7 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		return st
 	}
-	out := reviewOutput{Review: rc.Review, Stream: rc.Stream, Seq: rc.Seq, Assessment: rc.Assessment, Check: rc.Check}
+	out := callreport.NewReview(rc)
 	if err != nil {
 		// Published, but the recovery worker ignores it.
 		st := writeError(stdout, err)
@@ -159,50 +144,10 @@ func runReview(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		return st
 	}
-	a, aerr := schema.Assessment{}, rc.InspectErr
-	if rc.Assessment != nil {
-		a = *rc.Assessment
-	}
 	if *asJSON {
 		_ = writeJSON(stdout, out)
 		return exitOK
 	}
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "review\t%s of call %s in session %s\n", r.Verdict, r.CallID, r.Session)
-	fmt.Fprintf(tw, "operator\t%s\n", r.Operator)
-	fmt.Fprintf(tw, "evidence\t%s\n", r.Evidence)
-	fmt.Fprintf(tw, "signer\t%s\n", r.Signer)
-	fmt.Fprintf(tw, "published\t%s seq %d\n", rc.Stream, rc.Seq)
-	if out.Check != nil {
-		fmt.Fprintf(tw, "recovery worker\taccepted (signer trusted); a completed review is final, otherwise the latest accepted review decides the retry\n")
-	}
-	if out.Assessment != nil {
-		fmt.Fprintf(tw, "call\t%s %s, %s (evidence %s, %d attempt(s))\n", a.Tool, a.Outcome, a.Decision, a.Evidence, a.Attempts)
-		if recovery.WriterMayRun(a.Evidence) {
-			fmt.Fprintf(tw, "writer\tmay still be running its body (evidence %s): a not_executed verdict holds only if its store was fenced, or the process is gone, before you checked (jingwei help review)\n", a.Evidence)
-		}
-	}
-	tw.Flush()
-	if aerr != nil {
-		fmt.Fprintf(stdout, "\nthe recovery worker did not describe the call: %v\n", aerr)
-		return exitOK
-	}
-	fmt.Fprintln(stdout)
-	fmt.Fprintln(stdout, reviewNext(r, a))
+	callreport.WriteReview(stdout, out, rc.InspectErr)
 	return exitOK
-}
-
-// reviewNext says what follows from a review of a call in assessment a.
-func reviewNext(r schema.Review, a schema.Assessment) string {
-	retry := fmt.Sprintf("jingwei retry --session %s --call %s", r.Session, r.CallID)
-	switch {
-	case r.Verdict == schema.VerdictCompleted:
-		return "verdict completed: every retry of this call will be refused (code completed); nothing more to do."
-	case r.Verdict == schema.VerdictUncertain:
-		return "verdict uncertain: the call stays needs_review until a review says not_executed or completed."
-	case a.Decision == schema.DecisionRefuse:
-		return "the call completed according to its log; no retry will be prepared whatever the review says."
-	default:
-		return "verdict not_executed: a retry may now be prepared:\n  " + retry
-	}
 }

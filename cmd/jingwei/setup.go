@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jingwei/jingwei/cmd/jingwei/internal/setupreport"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/stream/access"
 )
@@ -122,17 +122,10 @@ func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitFailure
 	}
 	defer nc.Close()
-	out := setupOutput{Prefix: topo.Prefix, Server: nc.ConnectedUrlRedacted()}
-	if out.Confirmed, out.Replaced, err = checkIdentity(ctx, topo, *replicas, confirm); err != nil {
+	out, err := setupreport.Describe(ctx, topo, nc.ConnectedUrlRedacted(), *replicas, confirm)
+	if err != nil {
 		fmt.Fprintf(stderr, "jingwei setup: %v\n", err)
 		return exitFailure
-	}
-	for _, s := range []jetstream.Stream{topo.Events, topo.Requests, topo.Reviews, topo.PlanLog, topo.Assessments, topo.AnswerLog} {
-		c := s.CachedInfo().Config
-		out.Streams = append(out.Streams, setupStream{Name: c.Name, Subjects: c.Subjects, Replicas: max(c.Replicas, 1)})
-	}
-	for _, b := range []string{"leases", "plans", "budget"} {
-		out.Buckets = append(out.Buckets, topo.Prefix+"_"+b)
 	}
 	for _, p := range out.Replaced {
 		fmt.Fprintf(stderr, "jingwei setup: protected stream %s was replaced (%s): recovery workers refuse to prepare and take over until you confirm it with --confirm-replaced %s\n", p.Stream, p.Reason, p.Stream)
@@ -145,58 +138,9 @@ func runSetup(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		_ = writeJSON(stdout, out)
 		return code
 	}
-	for _, s := range out.Streams {
-		fmt.Fprintf(stdout, "stream %-16s %-22s replicas %d\n", s.Name, s.Subjects[0], s.Replicas)
-	}
-	for _, b := range out.Buckets {
-		fmt.Fprintf(stdout, "bucket %s\n", b)
-	}
-	for _, c := range out.Confirmed {
-		fmt.Fprintf(stdout, "identity of %s confirmed: created %s, first sequence %d\n", c.Stream, c.Created.Format(time.RFC3339Nano), c.FirstSeq)
-	}
-	fmt.Fprintf(stdout, "jingwei setup: topology %q in place on %s\n", out.Prefix, out.Server)
+	setupreport.Write(stdout, out)
 	return code
 }
 
-// checkIdentity confirms the streams named in confirm (each value may
-// list several, comma-separated), then compares every protected stream
-// with its recorded identity.
-func checkIdentity(ctx context.Context, topo *stream.Topology, replicas int, confirm []string) ([]stream.StreamIdentity, []stream.IdentityProblem, error) {
-	var names []string
-	for _, c := range confirm {
-		for _, n := range strings.Split(c, ",") {
-			if n = strings.TrimSpace(n); n != "" {
-				names = append(names, n)
-			}
-		}
-	}
-	var confirmed []stream.StreamIdentity
-	if len(names) > 0 {
-		var err error
-		if confirmed, err = stream.ConfirmIdentity(ctx, topo.JS, topo.Prefix, replicas, names...); err != nil {
-			return nil, nil, err
-		}
-	}
-	replaced, err := stream.CheckIdentity(ctx, topo.JS, topo.Prefix)
-	return confirmed, replaced, err
-}
-
 // setupOutput is what setup prints with --json.
-type setupOutput struct {
-	Prefix  string        `json:"prefix"`
-	Server  string        `json:"server"`
-	Streams []setupStream `json:"streams"`
-	Buckets []string      `json:"buckets"`
-	// Confirmed are the identities --confirm-replaced recorded.
-	Confirmed []stream.StreamIdentity `json:"confirmed,omitempty"`
-	// Replaced are the protected streams that do not match their recorded
-	// identity (exit status 1).
-	Replaced []stream.IdentityProblem `json:"replaced,omitempty"`
-}
-
-// setupStream is one stream of the topology in setupOutput.
-type setupStream struct {
-	Name     string   `json:"name"`
-	Subjects []string `json:"subjects"`
-	Replicas int      `json:"replicas"`
-}
+type setupOutput = setupreport.Output

@@ -6,13 +6,13 @@ import (
 	"io"
 	"os"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/jingwei/jingwei/cmd/jingwei/internal/toolcatalog"
 	"github.com/jingwei/jingwei/stream/access"
 	"github.com/jingwei/jingwei/tools"
 	"github.com/jingwei/jingwei/tools/toolsmcp"
@@ -88,24 +88,7 @@ func runTools(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 		set := catalog.Open(cat, zerolog.Nop())
 		defer set.Close()
-		reports := set.Check(ctx)
-		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "TOOL\tBACKEND\tCONTRACT\tSERVER HINTS")
-		warnings := 0
-		for _, r := range reports {
-			hints := "-"
-			if strings.HasPrefix(r.Backend, "mcp ") {
-				hints = r.Hints.String()
-			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Tool, r.Backend, r.Contract, hints)
-		}
-		_ = tw.Flush()
-		for _, r := range reports {
-			for _, w := range r.Warnings {
-				warnings++
-				fmt.Fprintf(stdout, "warning: %s: %s\n", r.Tool, w)
-			}
-		}
+		warnings := toolcatalog.WriteCheck(stdout, set.Check(ctx))
 		if warnings > 0 {
 			return exitRefused
 		}
@@ -114,14 +97,7 @@ func runTools(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		if *mcpSrc == "" {
 			return usageError(stderr, "tools", "import: --mcp CMD|URL is required")
 		}
-		var sv catalog.Server
-		if strings.HasPrefix(*mcpSrc, "http://") || strings.HasPrefix(*mcpSrc, "https://") {
-			sv.URL = *mcpSrc
-		} else {
-			f := strings.Fields(*mcpSrc)
-			sv.Command, sv.Args = f[0], f[1:]
-		}
-		b, err := catalog.Skeleton(ctx, *name, sv, *mcpSrc)
+		b, err := catalog.Skeleton(ctx, *name, toolcatalog.Server(*mcpSrc), *mcpSrc)
 		if err != nil {
 			fmt.Fprintf(stderr, "jingwei tools import: %v\n", err)
 			return exitFailure
