@@ -11,7 +11,6 @@
 package catalog
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -315,33 +314,7 @@ func (a *Approval) rule() (*worker.ApprovalRule, error) {
 	if !ok || field == "" || perr != nil {
 		return nil, fmt.Errorf("when %q: want FIELD>NUMBER", a.When)
 	}
-	r.When = func(args json.RawMessage) bool {
-		v, ok := numberAt(args, field)
-		return !ok || v > n // a missing or non-numeric field asks
-	}
+	r.When = worker.WhenAbove(field, n) // a missing or non-numeric field asks
 	return r, nil
 }
 
-// numberAt returns the number at a dotted path of a JSON object.
-func numberAt(doc []byte, path string) (float64, bool) {
-	cur := json.RawMessage(doc)
-	for key := range strings.SplitSeq(path, ".") {
-		var m map[string]json.RawMessage
-		if json.Unmarshal(cur, &m) != nil {
-			return 0, false
-		}
-		v, ok := m[key]
-		if !ok {
-			return 0, false
-		}
-		cur = v
-	}
-	d := json.NewDecoder(bytes.NewReader(cur))
-	d.UseNumber()
-	var n json.Number
-	if d.Decode(&n) != nil {
-		return 0, false
-	}
-	f, err := n.Float64()
-	return f, err == nil
-}

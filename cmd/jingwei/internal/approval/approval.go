@@ -5,7 +5,6 @@
 package approval
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -39,11 +38,7 @@ func ParseRules(specs []string, timeout time.Duration) (map[string]*worker.Appro
 			if !ok || field == "" || err != nil {
 				return nil, fmt.Errorf("--require-approval %q: want TOOL or TOOL:FIELD>NUMBER", spec)
 			}
-			rule.When = func(args json.RawMessage) bool {
-				v, ok := numberAt(args, field)
-				// A missing or non-numeric field is not "small": it asks.
-				return !ok || v > n
-			}
+			rule.When = worker.WhenAbove(field, n) // a missing or non-numeric field asks
 		}
 		if tool == "" {
 			return nil, fmt.Errorf("--require-approval %q: no tool", spec)
@@ -71,27 +66,6 @@ func ApplyRules(list []worker.Tool, rules map[string]*worker.ApprovalRule) ([]wo
 	return list, nil
 }
 
-// numberAt returns the number at a dotted path of a JSON object.
-func numberAt(doc []byte, path string) (float64, bool) {
-	cur := json.RawMessage(doc)
-	for _, key := range strings.Split(path, ".") {
-		var m map[string]json.RawMessage
-		if json.Unmarshal(cur, &m) != nil {
-			return 0, false
-		}
-		v, ok := m[key]
-		if !ok {
-			return 0, false
-		}
-		cur = v
-	}
-	var n json.Number
-	if json.Unmarshal(cur, &n) != nil {
-		return 0, false
-	}
-	f, err := n.Float64()
-	return f, err == nil
-}
 
 // Approvers reads the trusted approver keys: file, else
 // <authDir>/approvers when it exists, else none (nil, "": every waiting
