@@ -123,7 +123,7 @@ func (s *story) startServer(ctx context.Context) error {
 		}
 	}
 	s.url, s.auth = srv.ClientURL(), string(s.keys)
-	s.say("server", "embedded NATS with JetStream at %s, fresh store in %s\nauthorization on: one key per role in %s (agent, reviewer, host, worker, recoverer, admin)", s.url, filepath.Join(s.dir, "nats"), s.keys)
+	s.say("server", "embedded NATS with JetStream at %s, fresh store in %s\nauthorization on: one key per role in %s (agent, reviewer, host, worker, recoverer, prober, admin)", s.url, filepath.Join(s.dir, "nats"), s.keys)
 	return nil
 }
 
