@@ -12,9 +12,15 @@
 // uncertain but safe to retry, the payment needs a review. A fresh tool worker
 // runs the order's retry plan with the same operation key, and orders.create
 // finds its order instead of placing a second one. The payment's retry is
-// refused until a reviewer, who checks the ledger, signs the truthful
-// verdict: completed if the ledger has the charge (every retry is then
-// refused), not_executed if it does not (the retry then runs once). Then a
+// refused until it is reviewed: the recovery worker's prober raises the
+// ledger's fence and looks the charge up (payments.lookup), and signs the
+// truthful verdict as a probe's review, without a person: completed if the
+// ledger has the charge (every retry is then refused), not_executed if it
+// does not (the retry then runs once). A second payment, run by an agent in
+// its own process, times out while its provider has not answered: nobody
+// fenced its session, so the probe's "no charge yet" proves nothing; the
+// probe attaches that evidence and decides nothing, the provider's late
+// charge lands, and a person who checks the ledger signs completed. Then a
 // payment above ApprovalAbove waits for a signed approval; its tool worker
 // is killed while it waits, the approver approves while no worker runs,
 // and a fresh worker takes the session over and charges exactly once.
@@ -112,7 +118,8 @@ type Report struct {
 	Calls []CallRow `json:"calls"`
 	// Orders is the number of order records orders.create wrote.
 	Orders int `json:"orders"`
-	// Charges is the number of ledger entries payments.charge wrote.
+	// Charges is the number of ledger entries payments.charge wrote before
+	// the approval part: the payment's and the slow payment's.
 	Charges int `json:"charges"`
 	// PaymentVerdict is the verdict that settled the payment: the
 	// prober's, or a person's when the probe could not decide.
@@ -128,6 +135,9 @@ type Report struct {
 	// Children are the process ids of every child process; all have exited
 	// when Run returns.
 	Children []int `json:"children"`
+	// Undecided is what became of the payment the probe could not
+	// decide (a slow provider's late charge): a person settled it.
+	Undecided *UndecidedReport `json:"undecided,omitempty"`
 	// Approval is what became of the approval part of the story.
 	Approval *ApprovalReport `json:"approval,omitempty"`
 }

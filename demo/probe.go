@@ -26,15 +26,15 @@ func (s *story) proberKey() (path, pub string, err error) {
 	return path, pub, os.WriteFile(path, append(seed, '\n'), 0o600)
 }
 
-// waitProbe waits for the prober's review of the payment on record (how
+// waitProbe waits for the prober's review of a payment on record (how
 // the recovery worker judges it, jw.api.status with the call): the review
 // that decides it (completed or not_executed), or the evidence a probe
 // that could not decide left for the person who reviews.
-func (s *story) waitProbe(ctx context.Context, callID string) (service.ReviewCheck, error) {
+func (s *story) waitProbe(ctx context.Context, session, callID string) (service.ReviewCheck, error) {
 	ctx, cancel := s.step(ctx)
 	defer cancel()
 	for {
-		st, err := s.host().Status(ctx, service.StatusRequest{Session: PaymentSession, CallID: callID})
+		st, err := s.host().Status(ctx, service.StatusRequest{Session: session, CallID: callID})
 		if err == nil {
 			for _, c := range st.Reviews {
 				if c.Review.Automated() && c.Accepted {
@@ -44,7 +44,7 @@ func (s *story) waitProbe(ctx context.Context, callID string) (service.ReviewChe
 		}
 		select {
 		case <-ctx.Done():
-			return service.ReviewCheck{}, fmt.Errorf("%w: no review of the payment by the prober within the step timeout (last status error: %v)", ErrStory, err)
+			return service.ReviewCheck{}, fmt.Errorf("%w: no review of call %s by the prober within the step timeout (last status error: %v)", ErrStory, callID, err)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

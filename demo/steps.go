@@ -62,6 +62,11 @@ func (s *story) run(ctx context.Context) (Report, error) {
 	if err := s.retryPayment(ctx, pay); err != nil {
 		return s.rep, err
 	}
+	// A payment the probe cannot decide: a person settles it
+	// (undecided.go).
+	if err := s.undecidedPayment(ctx); err != nil {
+		return s.rep, err
+	}
 	if err := s.table(ctx); err != nil {
 		return s.rep, err
 	}
@@ -123,7 +128,7 @@ func (s *story) startServer(ctx context.Context) error {
 		}
 	}
 	s.url, s.auth = srv.ClientURL(), string(s.keys)
-	s.say("server", "embedded NATS with JetStream at %s, fresh store in %s\nauthorization on: one key per role in %s (agent, reviewer, host, worker, recoverer, admin)", s.url, filepath.Join(s.dir, "nats"), s.keys)
+	s.say("server", "embedded NATS with JetStream at %s, fresh store in %s\nauthorization on: one key per role in %s (agent, reviewer, host, worker, recoverer, prober, admin)", s.url, filepath.Join(s.dir, "nats"), s.keys)
 	return nil
 }
 
@@ -280,7 +285,7 @@ func (s *story) retryOrder(ctx context.Context, order *schema.Call, orderRec too
 // raises the ledger's fence to the session's epoch, then looks the charge
 // up); when it cannot decide, a person checks the ledger and signs.
 func (s *story) reviewPayment(ctx context.Context, pay *schema.Call) error {
-	probe, err := s.waitProbe(ctx, pay.CallID)
+	probe, err := s.waitProbe(ctx, PaymentSession, pay.CallID)
 	if err != nil {
 		return err
 	}
@@ -290,7 +295,11 @@ func (s *story) reviewPayment(ctx context.Context, pay *schema.Call) error {
 		s.say("probe", "%s (key %s...) for call %s: %s\nsigns verdict %s as a probe's review: settled without a person", probe.Review.Probe, probe.Review.Signer[:12], pay.CallID, probe.Review.Evidence, verdict)
 	} else {
 		s.say("probe", "%s could not decide call %s: %s\nevidence only: the call still needs a person", probe.Review.Probe, pay.CallID, probe.Review.Evidence)
-		if verdict, err = s.personReview(ctx, s.reviewer, s.reviewerPub, pay.CallID); err != nil {
+		if _, err := s.prepare(ctx, PaymentSession, pay.CallID); schema.CodeOf(err) != schema.CodeNeedsReview {
+			return fmt.Errorf("%w: prepare of the payment before a person's review: %v (want needs_review)", ErrStory, err)
+		}
+		s.say("host", "retry %s: refused, needs_review (a non-idempotent call that may have run)", pay.CallID)
+		if verdict, err = s.personReview(ctx, PaymentSession, pay.CallID); err != nil {
 			return err
 		}
 		s.rep.PaymentSettledBy = "person demo-reviewer@ops"

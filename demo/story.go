@@ -269,7 +269,11 @@ func (s *story) host() *service.Client {
 // table prints the final table of calls and business records and fills the
 // report.
 func (s *story) table(ctx context.Context) error {
-	for _, session := range []string{OrderSession, PaymentSession} {
+	verdicts := map[string]schema.Verdict{PaymentSession: s.rep.PaymentVerdict}
+	if u := s.rep.Undecided; u != nil {
+		verdicts[SlowSession] = u.Verdict
+	}
+	for _, session := range []string{OrderSession, PaymentSession, SlowSession} {
 		h, err := s.topo.Logs().Load(ctx, session)
 		if err != nil {
 			return err
@@ -286,6 +290,9 @@ func (s *story) table(ctx context.Context) error {
 			}
 			attempt[c.CallID] = n
 			row := CallRow{Session: session, CallID: c.CallID, Tool: c.Tool, Effect: c.Operation.Contract.Effect.String(), Attempt: n, Key: c.Operation.Key, Result: "none (killed)"}
+			if session == SlowSession {
+				row.Result = "none"
+			}
 			for _, e := range h {
 				if e.Result != nil && e.Result.CallID == c.CallID {
 					row.Result = string(e.Result.Status)
@@ -300,8 +307,8 @@ func (s *story) table(ctx context.Context) error {
 			default:
 				row.Outcome, row.Decision = string(a.Outcome), string(a.Decision)
 			}
-			if session == PaymentSession && n == 1 && s.rep.PaymentVerdict != "" {
-				row.Decision += ", review: " + string(s.rep.PaymentVerdict)
+			if v := verdicts[session]; n == 1 && v != "" {
+				row.Decision += ", review: " + string(v)
 			}
 			s.rep.Calls = append(s.rep.Calls, row)
 		}
@@ -333,5 +340,11 @@ func (s *story) table(ctx context.Context) error {
 	fmt.Fprintf(tw, "payment verdict:\t%s\n", s.rep.PaymentVerdict)
 	fmt.Fprintf(tw, "payment settled by:\t%s\n", s.rep.PaymentSettledBy)
 	fmt.Fprintf(tw, "payment retry:\t%s\n", s.rep.PaymentRetry)
+	if u := s.rep.Undecided; u != nil {
+		fmt.Fprintf(tw, "slow payment probe:\t%s (evidence only)\n", u.ProbeVerdict)
+		fmt.Fprintf(tw, "slow payment verdict:\t%s\n", u.Verdict)
+		fmt.Fprintf(tw, "slow payment settled by:\t%s\n", u.SettledBy)
+		fmt.Fprintf(tw, "slow payment retry:\t%s\n", u.Retry)
+	}
 	return tw.Flush()
 }

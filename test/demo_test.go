@@ -24,7 +24,10 @@ import (
 // and checks its final table and report: exactly one order record, the
 // payment's verdict as the ledger shows it — signed by the recovery
 // worker's prober (payments.lookup), not a person — the payment charged
-// once, and no child process left behind.
+// once; a second, slow payment that timed out while its writer held the
+// session, which the probe could not decide (evidence only, still
+// needs_review, its retry refused) and a person settled completed once the
+// provider's late charge landed; and no child process left behind.
 func TestDemo(t *testing.T) {
 	bin := jingweiBinary(t)
 	tests := []struct {
@@ -59,7 +62,7 @@ func TestDemo(t *testing.T) {
 			// The final table, as a reader sees it.
 			for _, want := range []string{
 				`(?m)^order records:\s+1$`,
-				`(?m)^ledger charges:\s+1$`,
+				`(?m)^ledger charges:\s+2$`,
 				`(?m)^payment verdict:\s+` + string(tt.verdict) + `$`,
 				`(?m)^payment settled by:\s+probe payments.lookup$`,
 				`(?m)^probe\s+payments.lookup \(key U\S+\) for call c-\S+: .*\n\s+signs verdict ` + string(tt.verdict) + ` as a probe's review`,
@@ -67,6 +70,14 @@ func TestDemo(t *testing.T) {
 				`(?m)^demo-orders\s+c-\S+\s+orders.create\s+idempotent\s+2\s+ok\s+completed\s+refuse$`,
 				`(?m)^demo-payments\s+c-\S+\s+payments.charge\s+non_idempotent\s+1\s+none \(killed\)`,
 				`(?m)^CRASH\s+SIGKILL tool worker pid \d+`,
+				// The undecided call: evidence only, still needs_review,
+				// then a person.
+				`(?m)^recover\s+c-\S+ payments.charge: uncertain \(evidence timeout\) -> needs_review`,
+				`(?m)^probe\s+payments.lookup could not decide call c-\S+: probe payments.lookup answered unknown at fence epoch 0: .*a late charge could still land\n\s+evidence only \(uncertain\): the call still needs a person`,
+				`(?m)^host\s+retry c-\S+: refused, needs_review \(the probe's evidence decides nothing\)`,
+				`(?m)^review\s+demo-reviewer@ops checks the ledger: ledger TOOLS_LEDGER seq \d+: 4999 cents to acct-17 by call c-\S+\n\s+signs verdict completed`,
+				`(?m)^demo-slow-payments\s+c-\S+\s+payments.charge\s+non_idempotent\s+1\s+timeout\s+uncertain\s+needs_review, review: completed$`,
+				`(?m)^slow payment settled by:\s+person demo-reviewer@ops$`,
 			} {
 				if !regexp.MustCompile(want).MatchString(text) {
 					t.Errorf("demo output does not match %s:\n%s", want, text)
@@ -86,8 +97,13 @@ func TestDemo(t *testing.T) {
 			if rep.PaymentSettledBy != "probe payments.lookup" {
 				t.Errorf("report: payment settled by %q, want the probe payments.lookup", rep.PaymentSettledBy)
 			}
-			if rep.Orders != 1 || rep.Charges != 1 || rep.PaymentVerdict != tt.verdict || rep.PaymentRetry != tt.retry {
-				t.Errorf("report: orders %d, charges %d, verdict %s, payment retry %q; want 1, 1, %s, %q", rep.Orders, rep.Charges, rep.PaymentVerdict, rep.PaymentRetry, tt.verdict, tt.retry)
+			if rep.Orders != 1 || rep.Charges != 2 || rep.PaymentVerdict != tt.verdict || rep.PaymentRetry != tt.retry {
+				t.Errorf("report: orders %d, charges %d, verdict %s, payment retry %q; want 1, 2 (the payment's, the slow payment's), %s, %q", rep.Orders, rep.Charges, rep.PaymentVerdict, rep.PaymentRetry, tt.verdict, tt.retry)
+			}
+			if u := rep.Undecided; u == nil || u.Result != "timeout" || u.Decision != "needs_review" || u.ProbeVerdict != schema.VerdictUncertain ||
+				!strings.Contains(u.ProbeEvidence, "a late charge could still land") || u.Verdict != schema.VerdictCompleted ||
+				u.SettledBy != "person demo-reviewer@ops" || u.Retry != "refused (completed)" || u.Charges != 1 {
+				t.Errorf("undecided payment: %+v; want a timeout, needs_review, the probe's uncertain evidence, a person's completed, retry refused, one charge", u)
 			}
 			attempts := map[string]int{}
 			for _, c := range rep.Calls {
@@ -97,8 +113,8 @@ func TestDemo(t *testing.T) {
 			if tt.verdict == schema.VerdictNotExecuted {
 				wantPay = 2
 			}
-			if attempts["orders.create"] != 2 || attempts["payments.charge"] != wantPay {
-				t.Errorf("attempts %v; want orders.create 2, payments.charge %d", attempts, wantPay)
+			if attempts["orders.create"] != 2 || attempts["payments.charge"] != wantPay+1 {
+				t.Errorf("attempts %v; want orders.create 2, payments.charge %d (and the slow payment's one)", attempts, wantPay)
 			}
 			// The story goes on with a payment that waits for
 			// approval across a killed worker: a fourth child.

@@ -40,6 +40,14 @@ func TestNatsCLIRoles(t *testing.T) {
 	if err == nil || !strings.Contains(out, `Permissions Violation for Publish to "jw.events.x"`) {
 		t.Fatalf("nats pub jw.events.x as agent: %v\n%s", err, out)
 	}
+	// The prober role reaches what its probes read and fence and the
+	// reviews, never a service or a session log.
+	for _, subj := range []string{"jw.api.call", "jw.events.x", "jw.approvals.x"} {
+		out, err = nats(access.RoleProber, "pub", subj, `{}`)
+		if err == nil || !strings.Contains(out, `Permissions Violation for Publish to "`+subj+`"`) {
+			t.Fatalf("nats pub %s as prober: %v\n%s", subj, err, out)
+		}
+	}
 	out, err = nats(access.RoleHost, "micro", "ls")
 	if err != nil || !strings.Contains(out, "jingwei") {
 		t.Fatalf("nats micro ls as host: %v\n%s", err, out)

@@ -35,6 +35,11 @@ func TestServeProberSettlesKilledPayment(t *testing.T) {
 	defer cancel()
 	srv := startServe(t, bin, "--no-worker", "--lease-ttl", pipelineLeaseTTL)
 	url, auth := srv.url, srv.auth()
+	// The prober connects as a role of its own, whose key serve created
+	// next to the others.
+	if _, err := access.KeyDir(auth).KeyPair(access.RoleProber); err != nil {
+		t.Fatalf("serve's prober role key: %v", err)
+	}
 	nc, err := natsnode.Connect(ctx, natsnode.ConnectConfig{URL: url, NKeySeedFile: access.KeyDir(auth).SeedFile(access.RoleAdmin)})
 	if err != nil {
 		t.Fatal(err)

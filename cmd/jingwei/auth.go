@@ -29,8 +29,8 @@ const authHelp = `  jingwei auth init   --dir DIR [--prefix jw] [--tools-prefix 
   jingwei auth tenant --dir DIR --tenant NAME [--agent agent] [--json]
 
 Every jingwei client connects as one role: agent, reviewer, host, worker,
-recoverer or admin (docs/protocol.md §4). The trusted roles (worker, recoverer,
-admin) share one NATS account, JINGWEI (--account), which holds JetStream
+recoverer, prober or admin (docs/protocol.md §4). The trusted roles (worker,
+recoverer, prober, admin) share one NATS account, JINGWEI (--account), which holds JetStream
 and the streams. Each other role has an account of its own (JINGWEI_AGENT,
 JINGWEI_REVIEWER, JINGWEI_HOST) that imports from JINGWEI only the services
 the role uses: replies and inboxes never cross from one account into

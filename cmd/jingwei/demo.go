@@ -31,13 +31,20 @@ fresh embedded NATS server in a temporary directory:
      needs_review;
   5. a plan is prepared for the order and a fresh tool worker runs it with
      the same operation key: still exactly one order record;
-  6. the payment waits for review; the demo's reviewer checks the ledger and
-     signs the truthful verdict (completed if the charge is there, else
-     not_executed); the retry is refused (completed) or runs once.
+  6. the payment waits for review; the recovery worker's prober raises the
+     ledger's fence, looks the charge up and signs the truthful verdict as a
+     probe's review, without a person (completed if the charge is there,
+     else not_executed); the retry is refused (completed) or runs once;
+  7. a second payment, run by an agent in its own process, times out while
+     its provider has not answered: nothing was fenced, so the probe cannot
+     decide (evidence only, still needs_review); the provider's late charge
+     lands and the demo's reviewer, checking the ledger, signs completed;
+  8. a payment above the approval threshold waits for a signed approval
+     across a killed tool worker and is charged once.
 
 It prints the story step by step and a final table, takes well under 30
 seconds and leaves nothing running. --payment-lost kills the payment before
-it charges, so the reviewer signs not_executed and the retry runs.
+it charges, so the probe signs not_executed and the retry runs.
 
 Exit status: 0 the story ran as told; 1 a step failed (the message names it;
 --keep keeps the child processes' logs); 2 usage.`
@@ -47,7 +54,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runDemoWorker(ctx, args[1:], stdout, stderr)
 	}
 	fs := newFlags("demo", "Watch a crash and a safe recovery, end to end, on a throw-away server.", demoHelp, stderr)
-	paymentLost := fs.Bool("payment-lost", false, "kill the payment before it charges (the reviewer then signs not_executed)")
+	paymentLost := fs.Bool("payment-lost", false, "kill the payment before it charges (the probe then signs not_executed)")
 	keep := fs.Bool("keep", false, "keep the temporary directory (server store, child logs) and print where it is")
 	asJSON := fs.Bool("json", false, "print the final report as JSON on stdout (the story then goes to stderr)")
 	leaseTTL := fs.Duration("lease-ttl", 2*time.Second, "lease TTL of the tool worker that is killed (how soon recovery starts)")

@@ -24,6 +24,7 @@ func init() {
 
 const recoverHelp = `  jingwei recover [--server URL] --trust-reviewers FILE [--auto-plan] [--lease-ttl 10s] [--name main]
                   [--partitions 32] [--health ADDR] [--trust-probers FILE] [--probe-key FILE]
+                  [--prober-nkey FILE | --prober-creds FILE]
 
 Runs the recovery worker and the 'jingwei' NATS micro service (jw.api.inspect,
 jw.api.prepare, jw.api.status; 'nats micro ls' lists it; jw.api.call is served
@@ -52,9 +53,10 @@ FILE's key and marked as a probe's — completed when the effect is found,
 not_executed only for an authoritative not_found, evidence only otherwise.
 Its key is trusted as a prober's, never as a person's; --trust-probers FILE
 trusts other probers' keys. The prober is fed by this recovery worker's
-assessments (no consumer of its own), reads and fences the tools' data with
-the worker role's credentials and publishes with the reviewer role's
-(<auth dir>/worker.nk and reviewer.nk).
+assessments (no consumer of its own) and connects as the prober role, a role
+of its own that may read the session logs, read and fence the tools' data
+and publish reviews, and nothing else: --prober-nkey or --prober-creds, else
+<auth dir>/prober.nk ('jingwei auth init' creates it), else --creds/--nkey.
 
 Every plan is signed with --planner-key (default <auth dir>/planner.nk);
 tool workers run only plans signed by a key they trust. A call whose chain
@@ -96,7 +98,9 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	plannerFile := fs.String("planner-key", envOr("JINGWEI_PLANNER_KEY", ""), "nkey seed this recovery worker signs its plans with (default <auth dir>/planner.nk; env JINGWEI_PLANNER_KEY)")
 	trustPlanners := fs.String("trust-planners", envOr("JINGWEI_TRUST_PLANNERS", ""), "file of plan-signer public keys whose plans are accepted on the retries in a history (default: the planner key's own, plus <auth dir>/planners)")
 	trustProbers := fs.String("trust-probers", "", "file of prober public keys whose signed automated reviews (a probe's) are accepted (\"<key> <name>\" lines); a person's review is never checked against them")
-	probeKey := fs.String("probe-key", "", "run a prober in this process, signing its automated reviews with this nkey seed (trusted as a prober's): the example tools' probes, read through the worker role's credentials and published through the reviewer role's (<auth dir>/worker.nk, reviewer.nk)")
+	probeKey := fs.String("probe-key", "", "run a prober in this process, signing its automated reviews with this nkey seed (trusted as a prober's): the example tools' probes, connected as the prober role")
+	proberNkey := fs.String("prober-nkey", "", "nkey seed file of the prober role, for --probe-key's prober (default: <auth dir>/prober.nk)")
+	proberCreds := fs.String("prober-creds", "", "credentials file of the prober role, for --probe-key's prober (default: <auth dir>/prober.nk)")
 	autoPlan := fs.Bool("auto-plan", false, "issue plans for retry_allowed calls without a prepare request")
 	ttl := fs.Duration("lease-ttl", 10*time.Second, "session lease TTL (at least 1s; the same for every process)")
 	partitions := partitionsFlag(fs)
@@ -130,6 +134,12 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	probers, err := recoverProbers(*trustProbers, *probeKey)
 	if err != nil {
 		return usageError(stderr, "recover", "%v", err)
+	}
+	var proberCC consoleConn
+	if *probeKey != "" {
+		if proberCC, err = nf.proberConn(*proberCreds, *proberNkey); err != nil {
+			return usageError(stderr, "recover", "--probe-key: %v", err)
+		}
 	}
 	if *owner == "" {
 		// One owner id for every attempt below, as one process.
@@ -170,7 +180,7 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			return err
 		}
 		if *probeKey != "" {
-			stop, err := nf.startProber(ctx, *probeKey, rec, tee, proberObserve, log)
+			stop, err := nf.startProber(ctx, *probeKey, proberCC, rec, tee, proberObserve, log)
 			if err != nil {
 				return err
 			}

@@ -30,7 +30,7 @@ jw.requests.<session> or call jw.api.call; other 'jingwei worker' processes
 may join with --server.
 
 Authorization is on: on first start serve creates one nkey credential per
-role in DATA/auth (agent, reviewer, host, worker, recoverer, admin; files
+role in DATA/auth (agent, reviewer, host, worker, recoverer, prober, admin; files
 0600, directory 0700), the recovery worker's plan-signing key
 (DATA/auth/planner.nk) and the list of plan signers tool workers trust
 (DATA/auth/planners), runs the server with each role's permissions, and
@@ -59,7 +59,10 @@ probes, signing with its own key DATA/prober.nk, which the recovery worker
 trusts as a prober's (never as a person's): an uncertain payment is settled
 by reading the ledger back after raising its fence (completed when the
 charge is there, not_executed when it is not), without a person; what the
-probe cannot decide still waits for one. --no-prober runs none.
+probe cannot decide still waits for one. The prober connects as the prober
+role (DATA/auth/prober.nk): it may read the session logs, read and fence the
+example tools' data and publish reviews, and nothing else (no jw.api.call,
+no events, plans or approvals). --no-prober runs none.
 
 --no-auth runs the server open to every client (only on a loopback
 --listen address; a non-loopback one is refused without authorization).

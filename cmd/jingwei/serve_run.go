@@ -406,31 +406,18 @@ func (s *serveServer) parts(ctx context.Context, f *serveFlags, k serveKeys, ms 
 	return parts, closeParts, nil
 }
 
-// proberPart makes the prober, on connections of its own: the example
-// tools' probes settle uncertain calls they can read back
-// (payments.lookup, orders.lookup), with or without the tool worker here.
-// It reads and fences as the worker role and publishes its reviews as the
-// reviewer role.
+// proberPart makes the prober, on a connection of its own role
+// (DATA/auth/prober.nk): the example tools' probes settle uncertain calls
+// they can read back (payments.lookup, orders.lookup), with or without the
+// tool worker here. The role may read the session logs, read and fence the
+// tools' data and publish reviews, and nothing else.
 func (s *serveServer) proberPart(ctx context.Context, f *serveFlags, k serveKeys, ms *metricsServer, log zerolog.Logger) ([]*nats.Conn, *prober.Prober, error) {
-	var conns []*nats.Conn
-	pnc, pjs, ptopo, err := s.connectAs(ctx, access.RoleWorker)
+	pnc, pjs, ptopo, err := s.connectAs(ctx, access.RoleProber)
 	if err != nil {
-		return conns, nil, err
+		return nil, nil, err
 	}
-	conns = append(conns, pnc)
-	var rvnc *nats.Conn
-	if s.users != nil {
-		kp, err := s.kd.KeyPair(access.RoleReviewer)
-		if err != nil {
-			return conns, nil, err
-		}
-		if rvnc, err = s.srv.Connect(natsnode.NkeyOption(kp), nats.Name("jingwei serve prober")); err != nil {
-			return conns, nil, err
-		}
-		conns = append(conns, rvnc)
-	}
-	pr, err := serveProber(ctx, k.proberKey, pjs, ptopo, rvnc, ms.prober(), &f.tf, log)
-	return conns, pr, err
+	pr, err := serveProber(ctx, k.proberKey, pjs, ptopo, ms.prober(), &f.tf, log)
+	return []*nats.Conn{pnc}, pr, err
 }
 
 // runParts runs every part until ctx ends; if a part fails, the others

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 	"github.com/rs/zerolog"
@@ -48,21 +47,18 @@ func serveProberKey(data string, stderr io.Writer) (recovery.TrustedKeys, string
 
 // serveProber is the prober serve runs next to its recovery worker: it
 // hears of uncertain calls from the recovery worker in-process (the
-// recoverer's Observer), reads the session logs and runs the example
-// tools' probes through the tool workers' connection (the role that may
-// read and fence the tools' data), and publishes its signed reviews through
-// a reviewer-role connection (the only role that may publish on
-// jw.reviews.>; nil when authorization is off, and the worker's connection
-// publishes).
+// recoverer's Observer), and on one connection of the prober role (js,
+// topo) reads the session logs, runs the example tools' probes (which read
+// and fence the tools' data) and publishes its signed reviews.
 //
 // With a tool catalog (serve --tools), the catalog's tools and the probes
 // they name (MCP or HTTP tools declared read_only) are probed too.
-func serveProber(ctx context.Context, keyPath string, wjs jetstream.JetStream, wtopo *stream.Topology, reviewerNC *nats.Conn, observe func(prober.Outcome), tf *toolFlags, log zerolog.Logger) (*prober.Prober, error) {
+func serveProber(ctx context.Context, keyPath string, js jetstream.JetStream, topo *stream.Topology, observe func(prober.Outcome), tf *toolFlags, log zerolog.Logger) (*prober.Prober, error) {
 	kp, err := access.ReadSeedFile(keyPath)
 	if err != nil {
 		return nil, err
 	}
-	tl, err := tools.New(ctx, tools.Config{JS: wjs, Replicas: wtopo.Config().Replicas, Logger: log})
+	tl, err := tools.New(ctx, tools.Config{JS: js, Replicas: topo.Config().Replicas, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -92,18 +88,7 @@ func serveProber(ctx context.Context, keyPath string, wjs jetstream.JetStream, w
 	if err != nil {
 		return nil, err
 	}
-	cfg := prober.Config{Topology: wtopo, Key: kp, Tools: reg, Observe: observe, Logger: log.With().Str("part", "prober").Logger()}
-	if reviewerNC != nil {
-		js, err := jetstream.New(reviewerNC)
-		if err != nil {
-			return nil, err
-		}
-		cfg.Publish = func(ctx context.Context, subject string, data []byte, msgID string) error {
-			_, err := js.Publish(ctx, subject, data, jetstream.WithMsgID(msgID))
-			return err
-		}
-	}
-	return prober.New(cfg)
+	return prober.New(prober.Config{Topology: topo, Key: kp, Tools: reg, Observe: observe, Logger: log.With().Str("part", "prober").Logger()})
 }
 
 // recoverProbers reads recover's trusted prober keys: the --trust-probers
@@ -134,32 +119,48 @@ func recoverProbers(file, seed string) (recovery.TrustedKeys, error) {
 	return t, nil
 }
 
+// proberConn returns how recover's prober connects: --prober-creds or
+// --prober-nkey, else the prober role's seed in the auth directory
+// (<auth dir>/prober.nk, checked: it must exist and be private), else
+// recover's own --creds or --nkey (a server with one user for everything,
+// or none).
+func (n *natsFlags) proberConn(creds, nkey string) (consoleConn, error) {
+	cc := consoleConn{role: access.RoleProber, creds: creds, nkey: nkey}
+	if cc.creds != "" || cc.nkey != "" {
+		return cc, nil
+	}
+	dir := n.authDir()
+	if dir == "" {
+		return cc, nil
+	}
+	if _, err := access.KeyDir(dir).KeyPair(access.RoleProber); err != nil {
+		return cc, fmt.Errorf("role %s: %w (an auth directory from before the prober role: 'jingwei auth init --dir %s' adds the missing key; an external server also needs its user: 'jingwei auth config')", access.RoleProber, err, dir)
+	}
+	cc.nkey = access.KeyDir(dir).SeedFile(access.RoleProber)
+	return cc, nil
+}
+
 // startProber runs recover's in-process prober (--probe-key): fed by the
-// recovery worker's assessments (tee), reading and fencing through a
-// worker-role connection and publishing through a reviewer-role one. stop
-// ends it and closes both.
-func (n *natsFlags) startProber(ctx context.Context, seed string, rec *recoverer.Recoverer, tee *teeObserver, observe func(prober.Outcome), log zerolog.Logger) (stop func(), err error) {
-	wnc, err := n.connectConsole(ctx, consoleConn{role: access.RoleWorker}, log)
+// recovery worker's assessments (tee), reading, fencing and publishing its
+// reviews on one connection of the prober role (cc). stop ends it and
+// closes the connection.
+func (n *natsFlags) startProber(ctx context.Context, seed string, cc consoleConn, rec *recoverer.Recoverer, tee *teeObserver, observe func(prober.Outcome), log zerolog.Logger) (stop func(), err error) {
+	pnc, err := n.connectConsole(ctx, cc, log)
 	if err != nil {
 		return nil, fmt.Errorf("prober: %w", err)
 	}
-	rvnc, err := n.connectConsole(ctx, consoleConn{role: access.RoleReviewer}, log)
-	if err != nil {
-		wnc.Close()
-		return nil, fmt.Errorf("prober: %w", err)
-	}
-	closeAll := func() { rvnc.Close(); wnc.Close() }
-	wjs, err := jetstream.New(wnc)
+	closeAll := func() { pnc.Close() }
+	pjs, err := jetstream.New(pnc)
 	if err != nil {
 		closeAll()
 		return nil, err
 	}
-	wtopo, err := stream.OpenTopology(ctx, wjs, stream.TopologyConfig{Prefix: n.prefix})
+	ptopo, err := stream.OpenTopology(ctx, pjs, stream.TopologyConfig{Prefix: n.prefix})
 	if err != nil {
 		closeAll()
 		return nil, fmt.Errorf("prober: %w", err)
 	}
-	pr, err := serveProber(ctx, seed, wjs, wtopo, rvnc, observe, nil, log)
+	pr, err := serveProber(ctx, seed, pjs, ptopo, observe, nil, log)
 	if err != nil {
 		closeAll()
 		return nil, fmt.Errorf("prober: %w", err)

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,5 +55,24 @@ func TestServeProbesCallsAwaitingAtStart(t *testing.T) {
 	})
 	if got.Review.Verdict != schema.VerdictNotExecuted || got.Review.Probe != tools.PaymentsLookup {
 		t.Fatalf("review %+v: want payments.lookup's not_executed", got.Review)
+	}
+}
+
+// TestRecoverProberNeedsItsRoleKey: recover's prober connects as the
+// prober role; an auth directory without that role's key (made before the
+// role existed) is a usage error naming the fix, before anything connects.
+func TestRecoverProberNeedsItsRoleKey(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "auth")
+	if _, err := access.KeyDir(dir).Init(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(access.KeyDir(dir).SeedFile(access.RoleProber)); err != nil {
+		t.Fatal(err)
+	}
+	// Any user seed serves as the prober's signing key.
+	seed := access.KeyDir(dir).SeedFile(access.RoleReviewer)
+	code, _, stderr := runCLI("recover", "--server", "nats://127.0.0.1:1", "--auth", dir, "--probe-key", seed)
+	if code != exitUsage || !strings.Contains(stderr, "role prober") || !strings.Contains(stderr, "jingwei auth init --dir "+dir) {
+		t.Fatalf("recover --probe-key without prober.nk: exit %d\n%s", code, stderr)
 	}
 }

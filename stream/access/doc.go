@@ -5,10 +5,10 @@
 // on its own.
 //
 // Every client connects as one [Role] (agent, reviewer, host, worker,
-// recoverer, admin; docs/protocol.md §4), and the server keeps it to its subjects
+// recoverer, prober, admin; docs/protocol.md §4), and the server keeps it to its subjects
 // on two levels.
 //
-// Accounts: the trusted roles (worker, recoverer, admin) share one NATS
+// Accounts: the trusted roles (worker, recoverer, prober, admin) share one NATS
 // account ([RoleConfig.Account], "JINGWEI"), which holds JetStream and every
 // stream and bucket. Each untrusted role has an account of its own
 // ([RoleConfig.AccountName]: JINGWEI_AGENT, JINGWEI_REVIEWER, JINGWEI_HOST)

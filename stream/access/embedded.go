@@ -10,7 +10,7 @@ import (
 
 // Users runs an embedded server (stream.EmbeddedConfig.Auth) with the
 // roles' accounts (RoleConfig.AccountsBlock, the same text an external
-// server is given): the trusted account (worker, recoverer, admin) with
+// server is given): the trusted account (worker, recoverer, prober, admin) with
 // JetStream and its exports, and one account per untrusted role (agent,
 // reviewer, host) importing what the role uses. Each role's nkey user
 // public key ("U…", see KeyDir.PublicKeys) becomes a user of its role's

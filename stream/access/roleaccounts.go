@@ -15,7 +15,7 @@ import (
 // log; and every client of an account that may subscribe to _INBOX.> sees
 // the replies of every other client of that account.
 //
-// So the trusted components (worker, recoverer, admin) share one account
+// So the trusted components (worker, recoverer, prober, admin) share one account
 // (RoleConfig.Account, "JINGWEI"), which holds JetStream and every stream
 // and bucket, and each untrusted role (agent, reviewer, host) has an account
 // of its own without JetStream, which imports from the trusted account
@@ -99,11 +99,11 @@ type AccountSpec struct {
 const DefaultAccount = "JINGWEI"
 
 // Trusted reports whether r is one of the trusted roles (worker, recoverer,
-// admin) that share the account holding JetStream. The others (agent,
-// reviewer, host) each have an account of their own. An unknown role is not
-// trusted.
+// prober, admin) that share the account holding JetStream. The others
+// (agent, reviewer, host) each have an account of their own. An unknown
+// role is not trusted.
 func (r Role) Trusted() bool {
-	return r == RoleWorker || r == RoleRecoverer || r == RoleAdmin
+	return r == RoleWorker || r == RoleRecoverer || r == RoleProber || r == RoleAdmin
 }
 
 // AccountName returns the name of r's account: RoleConfig.Account for the

@@ -210,7 +210,7 @@ func (p *prober) others() []*prober {
 // snoopProbe: the role subscribes to _INBOX.> (which every role may) while
 // a client of every other account makes a request: none of their replies
 // may reach it. (The roles of one account see each other's replies: the
-// trusted account's worker, recoverer and admin, and the clients of one
+// trusted account's worker, recoverer, prober and admin, and the clients of one
 // untrusted role.)
 func snoopProbe(n names) runFn {
 	return func(ctx context.Context, p *prober, _ Outcome) verdict {
@@ -367,12 +367,15 @@ func lastBy(subject string) string { return fmt.Sprintf(`{"last_by_subj":%q}`, s
 
 // The roles probes are allowed for.
 const (
-	ag, rv, ho, wk, rc = RoleAgent, RoleReviewer, RoleHost, RoleWorker, RoleRecoverer
+	ag, rv, ho, wk, rc, pb = RoleAgent, RoleReviewer, RoleHost, RoleWorker, RoleRecoverer, RoleProber
 )
 
 var (
-	everyone = []Role{ag, rv, ho, wk, rc}
+	everyone = []Role{ag, rv, ho, wk, rc, pb}
 	writers  = []Role{wk, rc}
+	// dataReaders read the example tools' business data: the tool workers
+	// and the probers (whose probes read it back).
+	dataReaders = []Role{wk, pb}
 )
 
 func catalog(n names, session string) []probe {
@@ -398,7 +401,7 @@ func (c *catalogBuilder) reading() {
 	for _, s := range []string{n.events, n.assessments, n.plansKV, n.leasesKV} {
 		c.add("stream info "+s, everyone, ask(func() *nats.Msg { return reqMsg("$JS.API.STREAM.INFO."+s, "") }))
 	}
-	c.add("stream info "+n.ledger, writers, ask(func() *nats.Msg { return reqMsg("$JS.API.STREAM.INFO."+n.ledger, "") }))
+	c.add("stream info "+n.ledger, []Role{wk, rc, pb}, ask(func() *nats.Msg { return reqMsg("$JS.API.STREAM.INFO."+n.ledger, "") }))
 	c.add("direct get "+n.events+" (batch, next_by_subj)", everyone, ask(func() *nats.Msg {
 		return reqMsg("$JS.API.DIRECT.GET."+n.events, fmt.Sprintf(`{"seq":1,"next_by_subj":%q,"batch":2}`, c.subj("events")))
 	}))
@@ -441,7 +444,7 @@ func (c *catalogBuilder) writing() {
 	c.add("publish "+c.subj("events")+" (JetStream)", writers, storeProbe(c.subj("events")))
 	c.add("publish "+c.subj("plans")+" (JetStream)", []Role{rc}, storeProbe(c.subj("plans")))
 	c.add("publish "+c.subj("assessments")+" (JetStream)", []Role{rc}, storeProbe(c.subj("assessments")))
-	c.add("publish "+c.subj("reviews")+" (JetStream)", []Role{rv}, storeProbe(c.subj("reviews")))
+	c.add("publish "+c.subj("reviews")+" (JetStream)", []Role{rv, pb}, storeProbe(c.subj("reviews")))
 	c.add("publish "+c.subj("approvals")+" (JetStream)", []Role{rv}, storeProbe(c.subj("approvals")))
 	c.add("publish "+c.subj("approvals")+".request (JetStream)", []Role{wk}, storeProbe(c.subj("approvals")+".request"))
 	c.add("publish "+c.subj("approvals")+".stop (JetStream)", []Role{ho}, storeProbe(c.subj("approvals")+".stop"))
@@ -508,6 +511,7 @@ func (c *catalogBuilder) consumers() {
 	c.add("consumer on "+n.approvals, []Role{wk}, consumerProbe(n.approvals, c.subj("approvals")))
 	c.add("consumer on "+n.events, []Role{rc}, consumerProbe(n.events, c.subj("events")))
 	c.add("consumer on "+n.reviews, []Role{rc}, consumerProbe(n.reviews, c.subj("reviews")))
+	c.add("consumer on "+n.assessments, []Role{pb}, consumerProbe(n.assessments, c.subj("assessments")))
 	c.add("consumer on "+n.leasesKV+" (lease watcher)", []Role{rc}, consumerProbe(n.leasesKV, kvKey(n.leases, session)))
 	c.add("ack on "+n.requests, []Role{wk}, pubProbe("$JS.ACK."+n.requests+".jingwei_role_check.1.1.1.0.0"))
 	c.add("ack on "+n.plans+" (with domain)", []Role{wk}, pubProbe("$JS.ACK.hub.ACCHASH."+n.plans+".jingwei_role_check.1.1.1.0.0.x"))
@@ -517,9 +521,17 @@ func (c *catalogBuilder) consumers() {
 func (c *catalogBuilder) exampleTools() {
 	n, session := c.n, c.session
 	// The example tools' own stream and buckets.
-	c.add("stream create "+n.ledger+" (guarded)", []Role{wk}, ask(func() *nats.Msg { return guardedAPI("$JS.API.STREAM.CREATE." + n.ledger) }))
+	c.add("stream create "+n.ledger+" (guarded)", dataReaders, ask(func() *nats.Msg { return guardedAPI("$JS.API.STREAM.CREATE." + n.ledger) }))
 	c.add("publish "+n.tp+".ledger (JetStream)", []Role{wk}, storeProbe(n.tp+".ledger"))
-	c.add("KV write "+n.orders, []Role{wk}, storeProbe(kvKey(n.orders, session)))
+	c.add("publish "+n.tp+".ledger."+session+" (JetStream)", dataReaders, storeProbe(n.tp+".ledger."+session))
+	c.add("message get "+n.ledger, dataReaders, ask(func() *nats.Msg {
+		return reqMsg("$JS.API.STREAM.MSG.GET."+n.ledger, lastBy(n.tp+".ledger."+session))
+	}))
+	c.add("KV write "+n.orders, dataReaders, storeProbe(kvKey(n.orders, session)))
+	c.add("KV get "+n.orders, dataReaders, ask(func() *nats.Msg {
+		return reqMsg("$JS.API.DIRECT.GET."+n.ordersKV+"."+kvKey(n.orders, session), "")
+	}))
+	c.add("KV write "+n.orderKeys, []Role{wk}, storeProbe(kvKey(n.orderKeys, session)))
 	c.add("KV get "+n.orderKeys, []Role{wk}, ask(func() *nats.Msg {
 		return reqMsg("$JS.API.DIRECT.GET."+n.orderKeysKV+"."+kvKey(n.orderKeys, session), "")
 	}))

@@ -10,7 +10,7 @@ import (
 // roles on an external server: an `accounts { … }` block with
 //
 //   - the trusted account (RoleConfig.Account, "JINGWEI"): `jetstream:
-//     enabled`, the worker, recoverer and admin users, and the services it
+//     enabled`, the worker, recoverer, prober and admin users, and the services it
 //     exports, each to the accounts that import it;
 //   - one account per untrusted role (JINGWEI_AGENT, JINGWEI_REVIEWER,
 //     JINGWEI_HOST): its user and the services it imports from the trusted
@@ -46,7 +46,7 @@ func (c RoleConfig) AccountsBlock(users map[Role]string) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# jingwei roles: subject prefix %q, example tools prefix %q.\n", c.Prefix, c.ToolsPrefix)
 	b.WriteString("# Written by `jingwei auth config`; every client connects with one role's seed (--nkey <dir>/<role>.nk).\n")
-	fmt.Fprintf(&b, "# The trusted roles (worker, recoverer, admin) share account %s, which holds JetStream; each\n", c.Account)
+	fmt.Fprintf(&b, "# The trusted roles (worker, recoverer, prober, admin) share account %s, which holds JetStream; each\n", c.Account)
 	b.WriteString("# other role has an account of its own that imports only the services it uses, so replies\n")
 	b.WriteString("# and inboxes never cross from one account into another.\n")
 	b.WriteString("accounts {\n")

@@ -46,13 +46,20 @@ const (
 	// assessments and plans, consumes events and reviews, and answers
 	// jw.api.inspect, jw.api.prepare and jw.api.status. Trusted.
 	RoleRecoverer Role = "recoverer"
+	// RoleProber (package worker/prober) reads the session logs of the
+	// calls it probes, runs the example tools' read-only probes (which
+	// read the tools' business data and raise its fences: ledger markers,
+	// order keys) and publishes its signed automated reviews. It calls no
+	// service, and publishes no events, plans, assessments or approvals.
+	// Trusted: it reads JetStream directly, in the account that holds it.
+	RoleProber Role = "prober"
 	// RoleAdmin may do everything, and is the only role that creates,
 	// updates, deletes or purges jingwei's streams and buckets. Trusted.
 	RoleAdmin Role = "admin"
 )
 
 // Roles lists every role, in the order tables and reports use.
-var Roles = []Role{RoleAgent, RoleReviewer, RoleHost, RoleWorker, RoleRecoverer, RoleAdmin}
+var Roles = []Role{RoleAgent, RoleReviewer, RoleHost, RoleWorker, RoleRecoverer, RoleProber, RoleAdmin}
 
 // Valid reports whether r is one of Roles.
 func (r Role) Valid() bool { return slices.Contains(Roles, r) }
@@ -83,7 +90,7 @@ type RoleConfig struct {
 	// DefaultResponseExpiry.
 	ResponseExpiry time.Duration
 	// Account names the trusted account, which holds JetStream and the
-	// worker, recoverer and admin users; the untrusted roles' accounts are
+	// worker, recoverer, prober and admin users; the untrusted roles' accounts are
 	// named after it (AccountName: <Account>_AGENT, _REVIEWER, _HOST).
 	// [A-Za-z0-9_-]. Defaults to DefaultAccount ("JINGWEI").
 	Account string
@@ -290,7 +297,7 @@ func (n names) allows(r Role, c RoleConfig) []Grant {
 		return append(n.importGrants(r, c),
 			sub("replies: PubAcks, JetStream API answers, service answers (in the role's own account: no other account's replies reach it)", "_INBOX.>"))
 	}
-	// The worker and the recoverer.
+	// The worker, the recoverer and the prober.
 	base := []Grant{
 		sub("replies: PubAcks, JetStream API answers, service answers, pull consumer batches", "_INBOX.>"),
 		pub("account info (nats.go CreateKeyValue asks for it; `nats account info`)", "$JS.API.INFO"),
@@ -326,6 +333,18 @@ func (n names) allows(r Role, c RoleConfig) []Grant {
 			sub("serve the jingwei service (inspect, prepare, status, history; jw.api.status.<tenant>, jw.api.history.<tenant>: a tenant's agents, through their account's import) and micro's $SRV discovery", n.api("inspect"), n.api("prepare"), n.api("status"), n.api("status")+".*", n.api("history"), n.api("history")+".*", "$SRV.>"),
 			sub("the server's stream advisories: a protected stream created, deleted or updated is noticed at once (stream.ProtectedStreams)", "$JS.EVENT.ADVISORY.STREAM.>"),
 		)
+	case RoleProber:
+		return append(base,
+			pub("read the session logs of the calls it probes (the call, the fence that closed it): direct and message gets of the session logs only", get(n.events)...),
+			pub("a prober with a consumer of its own (Prober.Run) hears of uncertain calls from the assessments: a durable pull consumer on them", consume(n.assessments)...),
+			pub("example tools: open their buckets and stream, creating them if missing as tools.New does (never update, delete or purge)",
+				"$JS.API.STREAM.CREATE."+n.ledger, "$JS.API.STREAM.CREATE."+n.ordersKV, "$JS.API.STREAM.CREATE."+n.orderKeysKV),
+			pub("the probes' reads of the tools' business data: the ledger (payments.lookup) and the orders (orders.lookup)",
+				append(get(n.ledger), getKV(n.ordersKV)...)...),
+			pub("the probes' fence raises before they look: a marker on the session's ledger subject, the order's key rewritten at the session's epoch (never the unfenced legacy subject "+n.tp+".ledger)",
+				n.tp+".ledger.>", "$KV."+n.orders+".>"),
+			pub("its signed automated reviews (JetStream)", n.subj("reviews")),
+		)
 	case RoleAdmin:
 		return []Grant{
 			pub("everything: create, update, delete and purge streams and buckets", ">"),
@@ -351,12 +370,12 @@ func (n names) guards() []guard {
 	return []guard{
 		g(OpPublish, "only admin updates, deletes or purges a stream or bucket (jingwei's, the example tools', any), or deletes a message from one",
 			streamChanges),
-		g(OpPublish, "only admin creates streams and buckets (workers may create the example tools' three, by name, nothing else)",
-			[]string{"$JS.API.STREAM.CREATE.*"}, RoleWorker),
+		g(OpPublish, "only admin creates streams and buckets (workers and probers may create the example tools' three, by name, nothing else)",
+			[]string{"$JS.API.STREAM.CREATE.*"}, RoleWorker, RoleProber),
 		g(OpPublish, "session logs are written by tool workers and (fences) the recoverer only", []string{n.p + ".events.>"}, RoleWorker, RoleRecoverer),
 		g(OpPublish, "plans and assessments come from the recoverer only", []string{n.p + ".plans.>", n.p + ".assessments.>"}, RoleRecoverer),
 		g(OpPublish, "answers to refused requests come from tool workers only", []string{n.p + ".answers.>"}, RoleWorker),
-		g(OpPublish, "reviews come from reviewers only", []string{n.p + ".reviews.>"}, RoleReviewer),
+		g(OpPublish, "reviews come from reviewers and (signed automated reviews) probers only", []string{n.p + ".reviews.>"}, RoleReviewer, RoleProber),
 		g(OpPublish, "approvals and denials come from approvers (the reviewer role) only (the worker's allows name only the request subject)", []string{n.p + ".approvals.*"}, RoleReviewer, RoleWorker),
 		g(OpPublish, "approval requests come from tool workers only", []string{n.p + ".approvals.*.request"}, RoleWorker),
 		g(OpPublish, "task stops come from hosts only", []string{n.p + ".approvals.*.stop"}),
@@ -370,8 +389,8 @@ func (n names) guards() []guard {
 			append(anyConsumer(n.events), anyConsumer(n.reviews)...), RoleRecoverer),
 		g(OpPublish, "the approvals are read through the tool workers' consumer, never by message or direct gets (the recoverer reads them)",
 			get(n.approvals), RoleRecoverer),
-		g(OpPublish, "the example tools' business data (orders, order keys, the ledger) is read by the tool workers only",
-			append(get(n.ledger), append(getKV(n.ordersKV), getKV(n.orderKeysKV)...)...), RoleWorker),
+		g(OpPublish, "the example tools' business data (orders, order keys, the ledger) is read by the tool workers and the probers (their probes) only",
+			append(get(n.ledger), append(getKV(n.ordersKV), getKV(n.orderKeysKV)...)...), RoleWorker, RoleProber),
 		g(OpSubscribe, "only the tool workers receive jw.api.call (anyone else could answer someone else's call)",
 			[]string{n.api("call"), n.api("call") + ".*"}, RoleWorker),
 		g(OpSubscribe, "only the recoverer receives inspect, prepare, status and history requests",

@@ -432,12 +432,21 @@ func TestRoleTables(t *testing.T) {
 				t.Errorf("%s: allows %q", r, s)
 			}
 		}
-		mustDeny := []string{"_INBOX.>", "_R_.>", "$JS.API.STREAM.DELETE.*", "$JS.API.STREAM.PURGE.*", "$JS.API.STREAM.UPDATE.*", "$JS.API.STREAM.MSG.DELETE.*", "jw.reviews.>"}
+		mustDeny := []string{"_INBOX.>", "_R_.>", "$JS.API.STREAM.DELETE.*", "$JS.API.STREAM.PURGE.*", "$JS.API.STREAM.UPDATE.*", "$JS.API.STREAM.MSG.DELETE.*"}
+		if r != access.RoleProber {
+			mustDeny = append(mustDeny, "jw.reviews.>")
+		}
 		if r != access.RoleRecoverer {
 			mustDeny = append(mustDeny, "jw.plans.>", "jw.assessments.>", "$JS.API.CONSUMER.CREATE.JW_EVENTS.>", "$JS.ACK.JW_REVIEWS.>")
 		}
 		if r != access.RoleWorker {
-			mustDeny = append(mustDeny, "$JS.API.CONSUMER.CREATE.JW_REQUESTS.>", "$JS.API.CONSUMER.*.*.JW_PLANS.>", "$JS.ACK.*.*.JW_REQUESTS.>", "$JS.API.STREAM.CREATE.*")
+			mustDeny = append(mustDeny, "$JS.API.CONSUMER.CREATE.JW_REQUESTS.>", "$JS.API.CONSUMER.*.*.JW_PLANS.>", "$JS.ACK.*.*.JW_REQUESTS.>", "jw.answers.>", "jw.approvals.*.request")
+		}
+		if r != access.RoleWorker && r != access.RoleRecoverer {
+			mustDeny = append(mustDeny, "jw.events.>", "$KV.jw_leases.>", "$KV.jw_plans.>", "$KV.jw_budget.>")
+		}
+		if r != access.RoleWorker && r != access.RoleProber {
+			mustDeny = append(mustDeny, "$JS.API.STREAM.CREATE.*", "$JS.API.DIRECT.GET.KV_tools_orders.>", "$JS.API.STREAM.MSG.GET.TOOLS_LEDGER")
 		}
 		for _, s := range mustDeny {
 			if !slices.Contains(p.PublishDeny, s) {
@@ -452,6 +461,8 @@ func TestRoleTables(t *testing.T) {
 			others = []string{"jw.api.inspect", "jw.api.prepare", "jw.api.status"}
 		case access.RoleRecoverer:
 			others = []string{"jw.api.call"}
+		case access.RoleProber:
+			others = []string{"jw.api.call", "jw.api.inspect", "jw.api.prepare", "jw.api.status"}
 		}
 		for _, subj := range others {
 			if !slices.Contains(p.SubscribeDeny, subj) || slices.Contains(p.SubscribeAllow, "jw.api.>") {
@@ -507,7 +518,7 @@ func TestRoleAccounts(t *testing.T) {
 	rc := access.RoleConfig{}
 	accs := rc.Accounts()
 	if len(accs) != 4 || accs[0].Name != "JINGWEI" || !accs[0].JetStream ||
-		!slices.Equal(accs[0].Roles, []access.Role{access.RoleWorker, access.RoleRecoverer, access.RoleAdmin}) || len(accs[0].Imports) != 0 {
+		!slices.Equal(accs[0].Roles, []access.Role{access.RoleWorker, access.RoleRecoverer, access.RoleProber, access.RoleAdmin}) || len(accs[0].Imports) != 0 {
 		t.Fatalf("trusted account: %+v", accs[0])
 	}
 	exported := map[string]access.ServiceExport{}

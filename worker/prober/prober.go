@@ -86,7 +86,9 @@ type Outcome struct {
 
 // Config configures a Prober.
 type Config struct {
-	// Topology is where sessions, assessments and reviews are. Required.
+	// Topology is where sessions, assessments and reviews are, on a
+	// connection of the prober role (stream/access.RoleProber), which may
+	// read the session logs and publish reviews. Required.
 	Topology *stream.Topology
 	// Key is the prober's own nkey user key pair: it signs the automated
 	// reviews. Required; its public key must be in the recovery worker's
@@ -112,11 +114,6 @@ type Config struct {
 	Observe func(Outcome)
 	// Now defaults to time.Now.
 	Now func() time.Time
-	// Publish, when set, publishes a signed review (JetStream, with the
-	// given Nats-Msg-Id) in place of Topology's connection: a deployment
-	// whose prober reads through one role's connection and may publish
-	// reviews only through another's.
-	Publish func(ctx context.Context, subject string, data []byte, msgID string) error
 }
 
 // ErrInvalidConfig is a Config with a required field missing.
@@ -283,10 +280,9 @@ func (p *Prober) Probe(ctx context.Context, a schema.Assessment) (*schema.Review
 	return &signed, nil
 }
 
+// publish publishes a signed review on Topology's connection: the prober
+// role may read what it probes and publish reviews (stream/access).
 func (p *Prober) publish(ctx context.Context, subject string, b []byte, id string) error {
-	if p.cfg.Publish != nil {
-		return p.cfg.Publish(ctx, subject, b, id)
-	}
 	_, err := p.cfg.Topology.JS.Publish(ctx, subject, b, jetstream.WithMsgID(id))
 	return err
 }

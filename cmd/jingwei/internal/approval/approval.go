@@ -66,7 +66,6 @@ func ApplyRules(list []worker.Tool, rules map[string]*worker.ApprovalRule) ([]wo
 	return list, nil
 }
 
-
 // Approvers reads the trusted approver keys: file, else
 // <authDir>/approvers when it exists, else none (nil, "": every waiting
 // call then times out). It returns the file it read.

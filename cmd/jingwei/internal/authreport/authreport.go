@@ -21,6 +21,7 @@ var RoleUse = map[access.Role]string{
 	access.RoleHost:      "hosts and operators: prepare retries, status, inspect, export, nats micro",
 	access.RoleWorker:    "tool workers: jingwei worker (answers jw.api.call)",
 	access.RoleRecoverer: "the recovery worker: jingwei recover (answers jw.api.inspect, prepare, status, history)",
+	access.RoleProber:    "the prober: jingwei serve's, recover --probe-key (reads what it probes, publishes signed automated reviews)",
 	access.RoleAdmin:     "setup and administration only: creates the streams and buckets (jingwei serve, nats CLI)",
 }
 
