@@ -188,16 +188,7 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		observed(rec)
 		log.Info().Str("server", nc.ConnectedUrlRedacted()).Int("trusted_reviewers", len(trusted)).Bool("auto_plan", *autoPlan).Msg("recovery worker started")
-		rctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		go func() {
-			select {
-			case <-rec.Ready():
-				ready()
-			case <-rctx.Done():
-			}
-		}()
-		return rec.Run(rctx)
+		return runReady(ctx, rec, ready)
 	})
 	if errors.Is(err, recoverer.ErrInvalidConfig) {
 		return usageError(stderr, "recover", "%v", err)
@@ -207,6 +198,21 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return exitFailure
 	}
 	return exitOK
+}
+
+// runReady runs the recovery worker until ctx ends, calling ready once it
+// is ready (reconciled, serving).
+func runReady(ctx context.Context, rec *recoverer.Recoverer, ready func()) error {
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-rec.Ready():
+			ready()
+		case <-rctx.Done():
+		}
+	}()
+	return rec.Run(rctx)
 }
 
 // recoverKeys reads the keys the recovery worker trusts and signs with:
