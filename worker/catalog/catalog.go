@@ -317,4 +317,3 @@ func (a *Approval) rule() (*worker.ApprovalRule, error) {
 	r.When = worker.WhenAbove(field, n) // a missing or non-numeric field asks
 	return r, nil
 }
-

@@ -115,7 +115,9 @@ func TestServiceAnswersItsOwnPermissionDenied(t *testing.T) {
 		PermissionSubjects: []string{stream.DefaultPrefix + ".requests."}},
 		service.Endpoint{Name: service.EndpointCall, Handler: func(ctx context.Context, body []byte) (any, error) {
 			// Someone else's operation on the shared connection, refused.
-			go func() { _, _ = ojs.Publish(context.WithoutCancel(ctx), stream.DefaultPrefix+".plans.s-2", []byte(`{}`)) }()
+			go func() {
+				_, _ = ojs.Publish(context.WithoutCancel(ctx), stream.DefaultPrefix+".plans.s-2", []byte(`{}`))
+			}()
 			time.Sleep(300 * time.Millisecond)
 			return map[string]string{"ok": "mine"}, nil
 		}})
