@@ -11,52 +11,26 @@ import (
 
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/schema/schematest"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
-var (
-	compileOnce sync.Once
-	compiled    map[string]*jsonschema.Schema
-	compileErr  error
-)
-
-// schemas compiles every embedded schema file (formats asserted) once.
+// schemas returns every embedded schema file compiled (formats
+// asserted), by name without ".schema.json".
 func schemas(tb testing.TB) map[string]*jsonschema.Schema {
-	tb.Helper()
-	compileOnce.Do(func() {
-		c := jsonschema.NewCompiler()
-		c.AssertFormat()
-		for _, name := range schema.SchemaFiles {
-			b, err := fs.ReadFile(schema.Files(), name)
-			if err != nil {
-				compileErr = err
-				return
-			}
-			doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
-			if err != nil {
-				compileErr = err
-				return
-			}
-			if err := c.AddResource(schema.SchemaBaseURL+name, doc); err != nil {
-				compileErr = err
-				return
-			}
-		}
-		compiled = map[string]*jsonschema.Schema{}
-		for _, name := range schema.SchemaFiles {
-			s, err := c.Compile(schema.SchemaBaseURL + name)
-			if err != nil {
-				compileErr = err
-				return
-			}
-			compiled[strings.TrimSuffix(name, ".schema.json")] = s
+	byName.Do(func() {
+		trimmed = map[string]*jsonschema.Schema{}
+		for name, s := range schematest.Schemas(tb) {
+			trimmed[strings.TrimSuffix(name, ".schema.json")] = s
 		}
 	})
-	if compileErr != nil {
-		tb.Fatalf("compiling the schema files: %v", compileErr)
-	}
-	return compiled
+	return trimmed
 }
+
+var (
+	byName  sync.Once
+	trimmed map[string]*jsonschema.Schema
+)
 
 func validate(tb testing.TB, message string, doc []byte) error {
 	tb.Helper()

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
-	"io/fs"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,39 +10,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
-	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/schema/schematest"
 	"github.com/jingwei/jingwei/stream/access"
 	"github.com/jingwei/jingwei/worker/service"
 )
-
-// requestSchemas compiles the embedded schema files, formats asserted.
-func requestSchemas(t *testing.T) map[string]*jsonschema.Schema {
-	t.Helper()
-	c := jsonschema.NewCompiler()
-	c.AssertFormat()
-	for _, name := range schema.SchemaFiles {
-		b, err := fs.ReadFile(schema.Files(), name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.AddResource(schema.SchemaBaseURL+name, doc); err != nil {
-			t.Fatal(err)
-		}
-	}
-	out := map[string]*jsonschema.Schema{}
-	for _, name := range schema.SchemaFiles {
-		s, err := c.Compile(schema.SchemaBaseURL + name)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		out[name] = s
-	}
-	return out
-}
 
 // malformed are the codes of a request the service refuses for its body.
 var malformed = map[string]bool{"bad_request": true, "invalid_request": true, "field_too_long": true, "request_too_large": true}
@@ -60,7 +29,7 @@ var malformed = map[string]bool{"bad_request": true, "invalid_request": true, "f
 // string) and maxLength counts code points, where jingwei counts UTF-8
 // bytes.
 func TestSchemasAgreeWithTheService(t *testing.T) {
-	schemas := requestSchemas(t)
+	schemas := schematest.Schemas(t)
 	dir := filepath.Join(t.TempDir(), "data")
 	url, _, _ := startServe(t, dir)
 	conns := map[access.Role]*nats.Conn{access.RoleAgent: connectRole(t, url, dir, access.RoleAgent), access.RoleHost: connectRole(t, url, dir, access.RoleHost)}

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jingwei/jingwei/schema/schematest"
 	"github.com/jingwei/jingwei/worker/service"
 )
 
@@ -13,7 +14,7 @@ import (
 // checks the endpoint's metadata, and that the schemas refuse what the
 // service refuses.
 func TestHistorySchemas(t *testing.T) {
-	s := compile(t)
+	s := schematest.Schemas(t)
 	ev := json.RawMessage(`{"v":1,"session":"acme-1","epoch":1,"at":"2026-12-02T01:54:28.503Z","type":"tool.started","started":{"call_id":"c-0"}}`)
 	good := []struct {
 		file string

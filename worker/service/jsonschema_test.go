@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"io/fs"
 	"strings"
 	"testing"
 	"time"
@@ -13,38 +12,10 @@ import (
 
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/schema"
+	"github.com/jingwei/jingwei/schema/schematest"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/worker/service"
 )
-
-// compile compiles every embedded schema file, formats asserted.
-func compile(t *testing.T) map[string]*jsonschema.Schema {
-	t.Helper()
-	c := jsonschema.NewCompiler()
-	c.AssertFormat()
-	for _, name := range schema.SchemaFiles {
-		b, err := fs.ReadFile(schema.Files(), name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.AddResource(schema.SchemaBaseURL+name, doc); err != nil {
-			t.Fatal(err)
-		}
-	}
-	out := map[string]*jsonschema.Schema{}
-	for _, name := range schema.SchemaFiles {
-		s, err := c.Compile(schema.SchemaBaseURL + name)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		out[name] = s
-	}
-	return out
-}
 
 func check(t *testing.T, s *jsonschema.Schema, doc []byte) error {
 	t.Helper()
@@ -60,7 +31,7 @@ func check(t *testing.T, s *jsonschema.Schema, doc []byte) error {
 // against their schema files, checks that every endpoint's metadata names
 // files that exist, and that the schemas refuse what the Go side refuses.
 func TestServiceSchemasAcceptGoEncoding(t *testing.T) {
-	s := compile(t)
+	s := schematest.Schemas(t)
 	at := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
 	contract := effect.Contract{Effect: effect.Idempotent, Revision: "orders-v1"}
 	rv := schema.Review{V: 1, Session: "s-1", CallID: "c-1", Operator: "alice@ops", Evidence: "ticket-1", Verdict: schema.VerdictNotExecuted, At: "2026-11-29T11:00:00Z"}
