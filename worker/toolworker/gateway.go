@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -520,7 +519,7 @@ func (c *pendingCall) pendingError(ctx context.Context) error {
 func (g *Gateway) permissionSubjects() []string {
 	events := g.t.Events.CachedInfo().Config.Name
 	return []string{
-		strings.TrimSuffix(g.t.Names().RequestsSubject("x"), "x"),
+		g.t.Names().RequestsSubject(""), // jw.requests.: every session's
 		"$JS.API.DIRECT.GET." + events,
 		"$JS.API.STREAM.MSG.GET." + events,
 	}
