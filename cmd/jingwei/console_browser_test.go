@@ -89,11 +89,20 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 // textOf returns the text of the first element sel matches.
 func textOf(t *testing.T, ctx context.Context, sel string) string {
 	t.Helper()
-	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-	if err != nil {
-		t.Fatalf("text of %s: %v", sel, err)
+	for try := 1; ; try++ {
+		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+		// The page's live updates may replace the node between the query
+		// and the read (Chromium: "No node with given id found"): query it
+		// again.
+		if err != nil && strings.Contains(err.Error(), "No node with given id") && try < 5 {
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			t.Fatalf("text of %s: %v", sel, err)
+		}
+		return s
 	}
-	return s
 }
 
 // do runs steps, failing the test with what it was doing.

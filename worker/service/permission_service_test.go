@@ -125,6 +125,9 @@ func TestServiceAnswersItsOwnPermissionDenied(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = narrowed.Stop() })
+	if err := other.Flush(); err != nil { // its subscription is on the server before the request
+		t.Fatal(err)
+	}
 	m, err = agent.Request(subject, []byte("x"), 10*time.Second)
 	if err != nil || !strings.Contains(string(m.Data), `"ok":"mine"`) {
 		t.Errorf("narrowed service, another operation refused meanwhile: %v %q, want its own answer", err, msgData(m))
