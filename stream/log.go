@@ -703,7 +703,9 @@ func (l *Log) appended(seq uint64, payload int) {
 // forward from the writer's last known message. Events of this Log whose
 // acks were lost earlier (an append cancelled mid-flight) are taken into
 // account as they are met. done is true if the event with Msg-Id id and
-// this payload is there: the append happened, its ack was lost. Msg-Ids
+// this payload is there, or an earlier message of this Log with the same
+// payload (the same event appended again after an append that ended
+// unanswered): the append happened, its ack was lost. Msg-Ids
 // are predictable (the prefix is on every event the Log stored), so a
 // message under id with another payload is someone else's (taking it for
 // this append's would let a forged event stand in for a tool.started the
@@ -724,6 +726,12 @@ func (l *Log) resolve(ctx context.Context, id string, payload []byte) (seq uint6
 			return next.seq, true, nil
 		}
 		if next.msgID != id && strings.HasPrefix(next.msgID, l.idPre) {
+			if bytes.Equal(next.data, payload) {
+				// This very event, appended before by this Log and its
+				// answer lost: the caller tries the same event again
+				// (a tool.result the runtime retries), and it is in.
+				return next.seq, true, nil
+			}
 			l.appended(next.seq, next.size)
 			continue
 		}

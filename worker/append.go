@@ -31,7 +31,10 @@ func (r *Runtime) append(ctx context.Context, ev schema.Event) (uint64, error) {
 // appendOf is append of an event of a call of tool ("" unknown), which a
 // ResultObserver is told.
 func (r *Runtime) appendOf(ctx context.Context, ev schema.Event, tool string) (uint64, error) {
-	ev.V, ev.Session, ev.At = schema.Version, r.cfg.Session, r.cfg.Now().UTC()
+	ev.V, ev.Session = schema.Version, r.cfg.Session
+	if ev.At.IsZero() { // a retried event keeps its first stamp
+		ev.At = r.cfg.Now().UTC()
+	}
 	var start time.Time
 	if r.cfg.Observer != nil {
 		start = time.Now()

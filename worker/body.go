@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/jingwei/jingwei/internal/pause"
 	"github.com/jingwei/jingwei/schema"
 )
 
@@ -93,12 +94,31 @@ func (r *Runtime) finish(ctx context.Context, res Result, callErr error) (Result
 	return res, callErr
 }
 
-// appendResult appends the tool.result of res.
+// appendResult appends the tool.result of res. An append that failed for
+// a reason that may pass is tried again for Config.ResultRetryFor, while
+// ctx lives and the session is not taken over: the same event each time
+// (its timestamp stamped once), so a first attempt stored after all,
+// its acknowledgement lost, is found on the log (stream.Log resolves it)
+// and never recorded twice.
 func (r *Runtime) appendResult(ctx context.Context, res Result) error {
-	_, err := r.appendOf(ctx, schema.Event{Type: schema.TypeResult, Result: &schema.Result{
+	ev := schema.Event{Type: schema.TypeResult, At: r.cfg.Now().UTC(), Result: &schema.Result{
 		CallID: res.CallID, Status: res.Status, Stage: res.Stage, Retryable: res.Retryable,
 		Output: res.Output, Error: res.Error,
-	}}, res.Tool)
+	}}
+	_, err := r.appendOf(ctx, ev, res.Tool)
+	if err == nil || r.cfg.ResultRetryFor < 0 {
+		return err
+	}
+	until := time.Now().Add(r.cfg.ResultRetryFor)
+	wait := 100 * time.Millisecond
+	for err != nil && Transient(err) && !r.fenced.Load() && time.Now().Before(until) {
+		r.cfg.Logger.Warn().Str("session", r.cfg.Session).Err(err).Str("call_id", res.CallID).Dur("retry_in", wait).Msg("tool.result not recorded yet; trying again")
+		if pause.For(ctx, wait) != nil {
+			return err
+		}
+		wait = min(2*wait, 2*time.Second)
+		_, err = r.appendOf(ctx, ev, res.Tool)
+	}
 	return err
 }
 

@@ -104,16 +104,16 @@ func TestLiveLogResultOutlivesCaller(t *testing.T) {
 }
 
 // TestLiveLogResultBoundedByWriteTimeout: with the server gone while the
-// body runs, the tool.result append gives up after WriteTimeout (not the
-// log's 15 s re-send bound) with log_unavailable, and the runtime is not
-// fenced by it.
+// body runs, the tool.result append is tried, each time for WriteTimeout
+// (not the log's 15 s re-send bound), for ResultRetryFor, then gives up
+// with log_unavailable, and the runtime is not fenced by it.
 func TestLiveLogResultBoundedByWriteTimeout(t *testing.T) {
-	const wt = 300 * time.Millisecond
+	const wt, retryFor = 300 * time.Millisecond, time.Second
 	stop := make(chan func(), 1)
 	rt, srv, _ := liveRuntime(t, worker.Tool{Body: func(context.Context, worker.BodyRequest) (json.RawMessage, error) {
 		(<-stop)()
 		return nil, nil
-	}}, func(c *worker.Config) { c.WriteTimeout = wt })
+	}}, func(c *worker.Config) { c.WriteTimeout, c.ResultRetryFor = wt, retryFor })
 	stop <- srv.Shutdown
 	start := time.Now()
 	_, err := rt.Call(context.Background(), "probe", json.RawMessage(`{}`))
@@ -121,8 +121,8 @@ func TestLiveLogResultBoundedByWriteTimeout(t *testing.T) {
 	if schema.CodeOf(err) != schema.CodeLog || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("call with the server gone: %v, want log_unavailable (deadline exceeded)", err)
 	}
-	if took < wt || took > wt+2*time.Second {
-		t.Fatalf("call returned after %v, want about WriteTimeout (%v)", took, wt)
+	if took < retryFor || took > retryFor+wt+2*time.Second {
+		t.Fatalf("call returned after %v, want about ResultRetryFor (%v) plus a WriteTimeout (%v)", took, retryFor, wt)
 	}
 	if _, err := rt.Call(context.Background(), "probe", json.RawMessage(`{}`)); schema.CodeOf(err) == schema.CodeFenced {
 		t.Fatalf("a write timeout fenced the runtime: %v", err)

@@ -162,6 +162,14 @@ type Config struct {
 	// the caller's context is cancelled, so the log stays complete.
 	// Defaults to 10 s.
 	WriteTimeout time.Duration
+	// ResultRetryFor is how long a tool.result whose append failed for a
+	// reason that may pass (a timeout, a lost connection, a stream
+	// electing its leader) is tried again, each try bounded by
+	// WriteTimeout, while the caller's context lives and the session is
+	// not taken over. A result never recorded leaves its call open until
+	// a fence closes it for assessment (uncertain, though it ran).
+	// Defaults to 1 minute; negative: not tried again.
+	ResultRetryFor time.Duration
 	// Logger receives the runtime's log. Defaults to a disabled logger (the
 	// zero zerolog.Logger).
 	Logger zerolog.Logger
@@ -174,11 +182,12 @@ type Config struct {
 
 // Defaults of Config.
 const (
-	DefaultTask          = "default"
-	DefaultTimeout       = 30 * time.Second
-	DefaultOutputLimit   = 1 << 20
-	DefaultWriteTimeout  = 10 * time.Second
-	defaultRandomIDBytes = 16
+	DefaultTask           = "default"
+	DefaultTimeout        = 30 * time.Second
+	DefaultOutputLimit    = 1 << 20
+	DefaultWriteTimeout   = 10 * time.Second
+	DefaultResultRetryFor = time.Minute
+	defaultRandomIDBytes  = 16
 )
 
 // WithDefaults returns c with zero fields set to their defaults.
@@ -194,6 +203,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.WriteTimeout <= 0 {
 		c.WriteTimeout = DefaultWriteTimeout
+	}
+	if c.ResultRetryFor == 0 {
+		c.ResultRetryFor = DefaultResultRetryFor
 	}
 	if c.Now == nil {
 		c.Now = time.Now

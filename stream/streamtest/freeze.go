@@ -17,6 +17,7 @@ type FreezeProxy struct {
 	ln     net.Listener
 	mu     sync.Mutex
 	thawed chan struct{} // nil: not frozen
+	conns  []net.Conn    // both ends of every forwarded connection
 }
 
 // NewFreezeProxy listens on a loopback port and forwards every connection
@@ -42,6 +43,9 @@ func NewFreezeProxy(t testing.TB, serverURL string) *FreezeProxy {
 				_ = c.Close()
 				continue
 			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, s)
+			p.mu.Unlock()
 			go p.pipe(s, c)
 			go p.pipe(c, s)
 		}
@@ -69,6 +73,22 @@ func (p *FreezeProxy) Thaw() {
 		close(p.thawed)
 		p.thawed = nil
 	}
+}
+
+// Cut closes every connection forwarded so far, both ends, and thaws: the
+// bytes held since Freeze are lost (a node cut off whose writes never
+// reached the others, as a client sees it: its connection drops and what
+// it had sent is gone). A client that reconnects gets a new connection
+// through the proxy, forwarded at once.
+func (p *FreezeProxy) Cut() {
+	p.mu.Lock()
+	conns := p.conns
+	p.conns = nil
+	p.mu.Unlock()
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	p.Thaw()
 }
 
 func (p *FreezeProxy) wait() {

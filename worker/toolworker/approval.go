@@ -256,7 +256,9 @@ func (p *partition) approvalSessions(ctx context.Context) ([]string, error) {
 // partition was taken (in the session goroutine): confirmed() expires the
 // calls past their deadline, asks again for the others and arms the timer.
 // A session already confirmed has its timer. A confirm that fails is tried
-// again after PlanRetryDelay while the partition is owned.
+// again after PlanRetryDelay while the partition is owned. (A session
+// whose call's result was not recorded is confirmed the same way: confirm
+// fences the call left open.)
 func (s *session) resume() {
 	if s.rt != nil && s.hold.Err() == nil {
 		return
@@ -265,7 +267,7 @@ func (s *session) resume() {
 		if s.p.work.Err() != nil {
 			return
 		}
-		s.p.log.Warn().Err(err).Str("session", s.id).Msg("session with waiting calls not confirmed; tried again")
+		s.p.log.Warn().Err(err).Str("session", s.id).Msg("session not confirmed; tried again")
 		id, p := s.id, s.p
 		time.AfterFunc(s.w.cfg.PlanRetryDelay, func() { p.post(id, nil, func(s *session) { s.resume() }) })
 	}

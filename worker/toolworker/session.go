@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/jingwei/jingwei/recovery"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/worker"
@@ -145,6 +146,20 @@ func (s *session) confirm(ctx context.Context) error {
 	s.rt, s.hold = nil, nil
 	tctx, endSpan := startConfirmSpan(ctx, s.id)
 	tk, err := s.w.topo.Leases().ConfirmIn(tctx, s.p.hold, s.id)
+	if err == nil && tk.Resumed && leftOpen(tk.History) {
+		// The log ends with this hold's own events and one of its calls
+		// is still open, though nothing here runs it any more (its
+		// tool.result was not recorded: the log was out of reach for
+		// longer than the runtime tried). Resumed, it would stay open
+		// for good with the session held, and no recovery worker would
+		// ever assess it: fence the session above it instead, which
+		// closes it for assessment (uncertain: it may have run).
+		var epoch uint64
+		if epoch, err = s.p.hold.Raise(tctx, tk.Hold.Epoch()); err == nil {
+			s.p.log.Warn().Str("session", s.id).Uint64("epoch", epoch).Msg("a call of this worker's was left open without its result: session fenced above it")
+			tk, err = s.w.topo.Leases().ConfirmIn(tctx, s.p.hold, s.id)
+		}
+	}
 	endSpan(tctx, tk, err)
 	if err != nil {
 		return fmt.Errorf("fence and load: %w", err)
@@ -167,6 +182,18 @@ func (s *session) confirm(ctx context.Context) error {
 	s.p.log.Info().Str("session", s.id).Uint64("epoch", tk.Hold.Epoch()).Int("events", len(h)).Int("requests_seen", seen).Bool("resumed", tk.Resumed).Msg("session log confirmed")
 	s.confirmed()
 	return nil
+}
+
+// leftOpen reports whether a loaded history has a call open that no
+// approval keeps waiting (recovery.OpenCalls: the open-call rule).
+func leftOpen(h []schema.Event) bool {
+	var o recovery.OpenCalls[struct{}]
+	for _, ev := range h {
+		o.Observe(ev, nil, nil)
+	}
+	open := false
+	o.Each(func(id string, _ struct{}) { open = open || !o.Parked(id) })
+	return open
 }
 
 // flush writes the session's deferred tool_calls counts.
@@ -430,8 +457,15 @@ func (s *session) settle(lg zerolog.Logger, j *job, res worker.Result, err error
 			ev = ev.Str("stage", string(res.Stage))
 		}
 		ev.Msg("call done")
-		if c := schema.CodeOf(err); c == schema.CodeLog || c == schema.CodeFenced {
+		switch schema.CodeOf(err) {
+		case schema.CodeFenced:
 			s.rt, s.hold = nil, nil // confirm again before the next call
+		case schema.CodeLog:
+			// Recorded as started, its result not: confirmed again now,
+			// not at the next request (there may be none), so that the
+			// call left open is fenced for assessment (confirm).
+			s.rt, s.hold = nil, nil
+			s.resume()
 		}
 		return true
 	}
