@@ -399,11 +399,14 @@ func (r *Runtime) runAndFinish(ctx context.Context, t *registered, args json.Raw
 	}
 	limit := r.outputLimit(t)
 	fence := Fence{Session: r.cfg.Session, Epoch: r.epoch(), CallID: callID, Task: op.Task, Key: op.Key}
-	r.run(WithFence(ctx, fence), t, BodyRequest{
+	req := BodyRequest{
 		Session: r.cfg.Session, CallID: callID, Tool: tool, Arguments: args,
 		Operation: Operation{Task: op.Task, Key: op.Key, Contract: op.Contract},
 		Fence:     fence,
-	}, timeout, limit, &res)
+	}
+	// RunToolCall covers the body and the tool.result's append.
+	ctx, endRun := r.startRunSpan(ctx, req)
+	r.run(WithFence(ctx, fence), t, req, timeout, limit, &res)
 
 	// Step 6: tool.result.
 	var callErr error
@@ -411,5 +414,7 @@ func (r *Runtime) runAndFinish(ctx context.Context, t *registered, args json.Raw
 		callErr = &schema.Error{Code: schema.Code(res.Status), CallID: callID, Message: res.Error}
 		r.callLog(t, res).Info().Str("status", string(res.Status)).Str("error", res.Error).Msg("call did not complete")
 	}
-	return r.finish(ctx, res, callErr)
+	out, err := r.finish(ctx, res, callErr)
+	endRun(&out)
+	return out, err
 }

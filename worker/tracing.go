@@ -15,10 +15,17 @@ import (
 
 // A call's spans: StartToolCall:<tool> covers admission and the start
 // append and ends once the body may run; RunToolCall:<tool> covers the
-// body (its ctx is the tool's, so the body's own spans join the trace);
-// every append is a messaging "send" span. Both are children of the
-// caller's span (the request's). Everything here returns at once while
-// tracing is off.
+// body and the append of its tool.result (its ctx is the tool's, so the
+// body's own spans join the trace). Both are the producer spans of the
+// appends they cover: they carry the messaging attributes, and the trace
+// context stored with the tool.call and the tool.result names them. The
+// tool.result's publish is a span event of RunToolCall (the body has
+// returned; the span ends at the append's acknowledgement), not a span of
+// its own: a span costs the exporting process several microseconds, a
+// call's two spans already say everything the third did. Every other
+// append (approval.requested, a refused call's tool.result, …) is a
+// messaging "send" span. Both are children of the caller's span (the
+// request's). Everything here returns at once while tracing is off.
 
 // callTraceKey holds the span a call's StartToolCall span was started
 // under, so the body's span is its sibling, not its child.
@@ -81,16 +88,26 @@ func started(ctx context.Context) context.Context {
 	return trace.ContextWithSpan(ctx, ct.parent)
 }
 
-// startRunSpan starts RunToolCall:<tool> for the body of req; end records
-// what became of it.
-func startRunSpan(ctx context.Context, req BodyRequest) (context.Context, func(*Result)) {
+// runSpanKey holds a RunToolCall span in the context it made, so the
+// append of its tool.result is known to be that span's.
+type runSpanKey struct{}
+
+// startRunSpan starts RunToolCall:<tool> for the body of req and the
+// append of its tool.result; end records what became of the call (the
+// result as recorded) and ends the span.
+func (r *Runtime) startRunSpan(ctx context.Context, req BodyRequest) (context.Context, func(*Result)) {
 	if !tracing.Enabled() {
 		return ctx, func(*Result) {}
 	}
-	ctx, sp := tracing.Start(ctx, tracing.RunToolCallName(req.Tool), trace.WithAttributes(
-		tracing.AttrCallID.String(req.CallID), tracing.AttrEpoch.Int64(int64(req.Fence.Epoch))))
-	return ctx, func(res *Result) {
-		sp.SetAttributes(tracing.AttrStatus.String(string(res.Status)))
+	ctx, sp := tracing.Start(ctx, tracing.RunToolCallName(req.Tool), trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(tracing.Messaging("events."+r.cfg.Session, "publish", tracing.AttrCallID.String(req.CallID),
+			tracing.AttrEpoch.Int64(int64(req.Fence.Epoch)), tracing.AttrEvent.String(schema.TypeResult))...))
+	return context.WithValue(ctx, runSpanKey{}, sp), func(res *Result) {
+		attrs := []attribute.KeyValue{tracing.AttrStatus.String(string(res.Status))}
+		if res.Stage != "" {
+			attrs = append(attrs, tracing.AttrStage.String(string(res.Stage)))
+		}
+		sp.SetAttributes(attrs...)
 		if res.Status != schema.StatusOK {
 			sp.SetStatus(codes.Error, res.Error)
 		}
@@ -98,11 +115,33 @@ func startRunSpan(ctx context.Context, req BodyRequest) (context.Context, func(*
 	}
 }
 
+// resultOfRun reports whether ev is the tool.result published by ctx's
+// span, a RunToolCall: the append is recorded on that span as an event
+// (and its failure as the span's error).
+func (r *Runtime) resultOfRun(ctx context.Context, ev *schema.Event) (func(seq uint64, err error), bool) {
+	sp, ok := ctx.Value(runSpanKey{}).(trace.Span)
+	if !ok || ev.Type != schema.TypeResult || trace.SpanFromContext(ctx) != sp {
+		return nil, false
+	}
+	attrs := []attribute.KeyValue{tracing.AttrEvent.String(ev.Type)}
+	if res := ev.Result; res != nil {
+		attrs = append(attrs, tracing.AttrStatus.String(string(res.Status)))
+	}
+	sp.AddEvent("send events."+r.cfg.Session, trace.WithAttributes(attrs...))
+	return func(_ uint64, err error) {
+		if err != nil {
+			sp.RecordError(err)
+			sp.SetStatus(codes.Error, err.Error())
+		}
+	}, true
+}
+
 // startAppendSpan starts the "send" span of one append of ev to the
 // session log; the span's context is what the log puts in the message's
 // headers. The start appends of a call (its tool.call, and tool.started)
 // are published in its StartToolCall span itself, which takes the
-// messaging attributes: no span of their own. nil end: no span.
+// messaging attributes, and its body's tool.result in its RunToolCall
+// span: no span of their own. nil end: no span.
 func (r *Runtime) startAppendSpan(ctx context.Context, ev *schema.Event) (context.Context, func(seq uint64, err error)) {
 	if !tracing.Enabled() {
 		return ctx, nil
@@ -114,6 +153,9 @@ func (r *Runtime) startAppendSpan(ctx context.Context, ev *schema.Event) (contex
 			}
 			return ctx, nil
 		}
+	}
+	if end, ok := r.resultOfRun(ctx, ev); ok {
+		return ctx, end
 	}
 	attrs := []attribute.KeyValue{tracing.AttrCallID.String(ev.CallID())}
 	if res := ev.Result; res != nil {
