@@ -35,7 +35,7 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 	if err != nil {
 		return Result{}, err
 	}
-	ctx, endStart := r.startCallSpan(ctx, tool, opts)
+	ctx, endStart := r.startCallSpan(ctx, c.t, opts)
 	defer endStart()
 	c.ctx = ctx
 	// The read lock taken by holdStop is released once the tool.call is
@@ -405,7 +405,7 @@ func (r *Runtime) runAndFinish(ctx context.Context, t *registered, args json.Raw
 		Fence:     fence,
 	}
 	// RunToolCall covers the body and the tool.result's append.
-	ctx, endRun := r.startRunSpan(ctx, req)
+	ctx, endRun := r.startRunSpan(ctx, t, req)
 	r.run(WithFence(ctx, fence), t, req, timeout, limit, &res)
 
 	// Step 6: tool.result.

@@ -27,33 +27,39 @@ import (
 // messaging "send" span. Both are children of the caller's span (the
 // request's). Everything here returns at once while tracing is off.
 
-// callTraceKey holds the span a call's StartToolCall span was started
-// under, so the body's span is its sibling, not its child.
+// callTraceKey holds a call's callTrace.
 type callTraceKey struct{}
 
+// callTrace is what a call's hooks share, made in one allocation: the
+// span StartToolCall was started under (so the body's span is its
+// sibling, not its child), the call's two spans, and room for the
+// attributes they start with (the SDK copies them when a span starts).
 type callTrace struct {
-	parent trace.Span
-	start  trace.Span
+	parent, start, run trace.Span
+	subject            string // events.<session>
+	attrs              [8]attribute.KeyValue
 }
+
+// producer is the span kind of a span that publishes messages.
+var producer = trace.WithSpanKind(trace.SpanKindProducer)
 
 // startCallSpan starts StartToolCall:<tool>; a retry's span carries the
 // plan and links to the original call's span (the trace context stored
 // with the prior tool.call message). The returned func ends the span if
 // the body never ran.
-func (r *Runtime) startCallSpan(ctx context.Context, tool string, opts CallOptions) (context.Context, func()) {
+func (r *Runtime) startCallSpan(ctx context.Context, t *registered, opts CallOptions) (context.Context, func()) {
 	if !tracing.Enabled() {
 		return ctx, func() {}
 	}
-	var sopts []trace.SpanStartOption
+	ct := &callTrace{parent: trace.SpanFromContext(ctx), subject: "events." + r.cfg.Session}
+	// The span publishes the call's start appends: messaging attributes.
+	attrs := append(tracing.AppendMessaging(ct.attrs[:0], ct.subject, "publish"), tracing.AttrTool.String(t.Metadata.Name))
+	sopts := []trace.SpanStartOption{producer, trace.WithAttributes(attrs...)}
 	if p := opts.Retry; p != nil {
 		sopts = append(sopts, trace.WithAttributes(tracing.AttrRetry.Bool(true), tracing.AttrPlanID.String(p.PlanID), tracing.AttrPriorID.String(p.PriorCallID)))
 		sopts = append(sopts, tracing.LinkTo(r.callSpanContext(ctx, p.PriorSeq), "retry_of")...)
 	}
-	// The span publishes the call's start appends: messaging attributes.
-	sopts = append(sopts, trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(tracing.Messaging("events."+r.cfg.Session, "publish", tracing.AttrTool.String(tool))...))
-	ct := &callTrace{parent: trace.SpanFromContext(ctx)}
-	ctx, ct.start = tracing.Start(ctx, tracing.StartToolCallName(tool), sopts...)
+	ctx, ct.start = tracing.Start(ctx, t.startSpan, sopts...)
 	return context.WithValue(ctx, callTraceKey{}, ct), func() { ct.start.End() }
 }
 
@@ -88,26 +94,29 @@ func started(ctx context.Context) context.Context {
 	return trace.ContextWithSpan(ctx, ct.parent)
 }
 
-// runSpanKey holds a RunToolCall span in the context it made, so the
-// append of its tool.result is known to be that span's.
-type runSpanKey struct{}
-
 // startRunSpan starts RunToolCall:<tool> for the body of req and the
 // append of its tool.result; end records what became of the call (the
 // result as recorded) and ends the span.
-func (r *Runtime) startRunSpan(ctx context.Context, req BodyRequest) (context.Context, func(*Result)) {
+func (r *Runtime) startRunSpan(ctx context.Context, t *registered, req BodyRequest) (context.Context, func(*Result)) {
 	if !tracing.Enabled() {
 		return ctx, func(*Result) {}
 	}
-	ctx, sp := tracing.Start(ctx, tracing.RunToolCallName(req.Tool), trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(tracing.Messaging("events."+r.cfg.Session, "publish", tracing.AttrCallID.String(req.CallID),
-			tracing.AttrEpoch.Int64(int64(req.Fence.Epoch)), tracing.AttrEvent.String(schema.TypeResult))...))
-	return context.WithValue(ctx, runSpanKey{}, sp), func(res *Result) {
-		attrs := []attribute.KeyValue{tracing.AttrStatus.String(string(res.Status))}
+	ct, ok := ctx.Value(callTraceKey{}).(*callTrace)
+	if !ok || ct.run != nil {
+		// A call resumed outside CallWithOptions (an approval's).
+		ct = &callTrace{subject: "events." + r.cfg.Session}
+		ctx = context.WithValue(ctx, callTraceKey{}, ct)
+	}
+	attrs := append(tracing.AppendMessaging(ct.attrs[:0], ct.subject, "publish"), tracing.AttrCallID.String(req.CallID),
+		tracing.AttrEpoch.Int64(int64(req.Fence.Epoch)), tracing.AttrEvent.String(schema.TypeResult))
+	ctx, ct.run = tracing.Start(ctx, t.runSpan, producer, trace.WithAttributes(attrs...))
+	sp := ct.run
+	return ctx, func(res *Result) {
 		if res.Stage != "" {
-			attrs = append(attrs, tracing.AttrStage.String(string(res.Stage)))
+			sp.SetAttributes(tracing.AttrStatus.String(string(res.Status)), tracing.AttrStage.String(string(res.Stage)))
+		} else {
+			sp.SetAttributes(tracing.AttrStatus.String(string(res.Status)))
 		}
-		sp.SetAttributes(attrs...)
 		if res.Status != schema.StatusOK {
 			sp.SetStatus(codes.Error, res.Error)
 		}
@@ -119,15 +128,15 @@ func (r *Runtime) startRunSpan(ctx context.Context, req BodyRequest) (context.Co
 // span, a RunToolCall: the append is recorded on that span as an event
 // (and its failure as the span's error).
 func (r *Runtime) resultOfRun(ctx context.Context, ev *schema.Event) (func(seq uint64, err error), bool) {
-	sp, ok := ctx.Value(runSpanKey{}).(trace.Span)
-	if !ok || ev.Type != schema.TypeResult || trace.SpanFromContext(ctx) != sp {
+	if ev.Type != schema.TypeResult {
 		return nil, false
 	}
-	attrs := []attribute.KeyValue{tracing.AttrEvent.String(ev.Type)}
-	if res := ev.Result; res != nil {
-		attrs = append(attrs, tracing.AttrStatus.String(string(res.Status)))
+	ct, ok := ctx.Value(callTraceKey{}).(*callTrace)
+	if !ok || ct.run == nil || trace.SpanFromContext(ctx) != ct.run {
+		return nil, false
 	}
-	sp.AddEvent("send events."+r.cfg.Session, trace.WithAttributes(attrs...))
+	sp := ct.run
+	sp.AddEvent("send "+ct.subject, resultEvent)
 	return func(_ uint64, err error) {
 		if err != nil {
 			sp.RecordError(err)
@@ -135,6 +144,10 @@ func (r *Runtime) resultOfRun(ctx context.Context, ev *schema.Event) (func(seq u
 		}
 	}, true
 }
+
+// resultEvent is the attribute of a RunToolCall's span event for the
+// publish of its tool.result.
+var resultEvent = trace.WithAttributes(tracing.AttrEvent.String(schema.TypeResult))
 
 // startAppendSpan starts the "send" span of one append of ev to the
 // session log; the span's context is what the log puts in the message's

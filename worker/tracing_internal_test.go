@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/internal/tracing"
 	"github.com/jingwei/jingwei/schema"
 )
@@ -24,9 +25,9 @@ func TestTracingOffCostsNoAllocation(t *testing.T) {
 	res := &Result{Status: schema.StatusOK}
 	h := nats.Header{}
 	allocs := testing.AllocsPerRun(1000, func() {
-		c, end := r.startCallSpan(ctx, "noop", CallOptions{})
+		c, end := r.startCallSpan(ctx, noopTool, CallOptions{})
 		c = started(c)
-		c2, endRun := r.startRunSpan(c, req)
+		c2, endRun := r.startRunSpan(c, noopTool, req)
 		endRun(res)
 		c3, endSend := r.startAppendSpan(c2, &ev)
 		if endSend != nil || c3 != ctx {
@@ -42,6 +43,8 @@ func TestTracingOffCostsNoAllocation(t *testing.T) {
 	}
 }
 
+var noopTool = &registered{Tool: Tool{Metadata: effect.Metadata{Name: "noop"}}, startSpan: tracing.StartToolCallName("noop"), runSpan: tracing.RunToolCallName("noop")}
+
 // BenchmarkTracingOffHooks is the cost of a call's hooks with tracing off.
 func BenchmarkTracingOffHooks(b *testing.B) {
 	tracing.Use(nil)
@@ -53,9 +56,9 @@ func BenchmarkTracingOffHooks(b *testing.B) {
 	h := nats.Header{}
 	b.ReportAllocs()
 	for b.Loop() {
-		c, end := r.startCallSpan(ctx, "noop", CallOptions{})
+		c, end := r.startCallSpan(ctx, noopTool, CallOptions{})
 		c = started(c)
-		c2, endRun := r.startRunSpan(c, req)
+		c2, endRun := r.startRunSpan(c, noopTool, req)
 		endRun(res)
 		_, _ = r.startAppendSpan(c2, &ev)
 		_ = tracing.Inject(c2, h)
@@ -84,14 +87,14 @@ func BenchmarkTracingOnHooks(b *testing.B) {
 			h := nats.Header{}
 			b.ReportAllocs()
 			for b.Loop() {
-				c, end := r.startCallSpan(ctx, "noop", CallOptions{})
+				c, end := r.startCallSpan(ctx, noopTool, CallOptions{})
 				if _, endSend := r.startAppendSpan(c, &call); endSend != nil {
 					b.Fatal("a span of its own for the tool.call")
 				}
 				_ = tracing.Inject(c, h)
 				tracing.Clear(h)
 				c = started(c)
-				c2, endRun := r.startRunSpan(c, req)
+				c2, endRun := r.startRunSpan(c, noopTool, req)
 				_, endSend := r.startAppendSpan(c2, &ev)
 				_ = tracing.Inject(c2, h)
 				tracing.Clear(h)

@@ -35,7 +35,9 @@ func TestCallSpansAndTheirMessages(t *testing.T) {
 	_, _, topo := streamtest.StartWith(t, streamtest.Config{})
 	reg, err := worker.NewRegistry(worker.Tool{
 		Metadata: effect.Metadata{Name: "noop"}.WithEffect(effect.ReadOnly, "noop-v1"),
-		Body:     func(context.Context, worker.BodyRequest) (json.RawMessage, error) { return json.RawMessage(`{"ok":true}`), nil },
+		Body: func(context.Context, worker.BodyRequest) (json.RawMessage, error) {
+			return json.RawMessage(`{"ok":true}`), nil
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
