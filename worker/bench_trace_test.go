@@ -13,6 +13,7 @@ import (
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/internal/tracing"
@@ -115,5 +116,50 @@ func BenchmarkRuntimeCallTraced(b *testing.B) {
 		off := float64(durs[0]) / float64(calls[0])
 		b.ReportMetric(off/(float64(durs[1])/float64(calls[1])), "ratio_sdk")
 		b.ReportMetric(off/(float64(durs[2])/float64(calls[2])), "ratio_otlp")
+	}
+}
+
+// BenchmarkAppendTraceContext is one fenced append (a tool.result) on an
+// embedded server with the W3C trace context of a sampled span in its
+// headers (traced) and without (plain), in alternating batches of 200:
+// what carrying the trace context costs an append — the header made and
+// sent, and the server reading it — without any span being made.
+func BenchmarkAppendTraceContext(b *testing.B) {
+	ctx := context.Background()
+	_, _, topo := streamtest.StartWith(b, streamtest.Config{Sync: natsnode.SyncInterval})
+	tracing.Use(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(dropProcessor{})))
+	defer tracing.Use(nil)
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5, 6}, TraceFlags: trace.FlagsSampled})
+	traced := trace.ContextWithSpanContext(ctx, sc)
+	var logs [2]*stream.Log
+	var durs [2]time.Duration
+	var n [2]int
+	ev := schema.Event{Type: schema.TypeResult, Result: &schema.Result{CallID: "c-00000000000000000000000000000000", Status: schema.StatusOK}}
+	const batch = 200
+	for i := 0; b.Loop(); i++ {
+		side := i / batch % 2
+		if n[side]%50_000 == 0 {
+			b.StopTimer()
+			lg, err := topo.Logs().OpenLog(ctx, fmt.Sprintf("tc-%d-%d", side, n[side]), "bench", 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			logs[side] = lg
+			b.StartTimer()
+		}
+		c := ctx
+		if side == 1 {
+			c = traced
+		}
+		t0 := time.Now()
+		if _, err := logs[side].Append(c, ev); err != nil {
+			b.Fatal(err)
+		}
+		durs[side] += time.Since(t0)
+		n[side]++
+	}
+	if n[0] > 0 && n[1] > 0 {
+		b.ReportMetric(float64(durs[0].Nanoseconds())/float64(n[0])/1000, "µs/plain")
+		b.ReportMetric(float64(durs[1].Nanoseconds())/float64(n[1])/1000, "µs/traced")
 	}
 }

@@ -3,9 +3,15 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/nats-io/nats.go"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/jingwei/jingwei/effect"
 	"github.com/jingwei/jingwei/internal/tracing"
@@ -104,4 +110,52 @@ func BenchmarkTracingOnHooks(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkTracingExportPerCall is what the OTLP/HTTP exporter spends on
+// one call's spans (its StartToolCall and RunToolCall, as the hooks make
+// them): a batch of 256 calls' spans encoded to protobuf and posted to an
+// endpoint in this process, per call.
+func BenchmarkTracingExportPerCall(b *testing.B) {
+	rec := tracetest.NewSpanRecorder()
+	tracing.Use(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)))
+	r := &Runtime{cfg: Config{Session: "s-1"}}
+	ctx := context.Background()
+	const calls = 256
+	for range calls {
+		c, end := r.startCallSpan(ctx, noopTool, CallOptions{})
+		call := schema.Event{Type: schema.TypeCall, Call: &schema.Call{CallID: "c-f5bd5efb8cd6b2d5a60e450dbc969bb3", Tool: "noop", Operation: &schema.Operation{Key: "op-a88564182bca5f2e6100f0eb3549b893"}}}
+		_, _ = r.startAppendSpan(c, &call)
+		c = started(c)
+		c2, endRun := r.startRunSpan(c, noopTool, BodyRequest{Session: "s-1", CallID: "c-f5bd5efb8cd6b2d5a60e450dbc969bb3", Tool: "noop"})
+		_, endSend := r.startAppendSpan(c2, &schema.Event{Type: schema.TypeResult, Result: &schema.Result{CallID: "c-1", Status: schema.StatusOK}})
+		endSend(2, nil)
+		endRun(&Result{Status: schema.StatusOK})
+		end()
+	}
+	tracing.Use(nil)
+	spans := rec.Ended()
+	if len(spans) != 2*calls {
+		b.Fatalf("%d spans", len(spans))
+	}
+	var bytes int64
+	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		bytes = n
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	defer sink.Close()
+	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(sink.URL+"/v1/traces"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = exp.Shutdown(ctx) }()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := exp.ExportSpans(ctx, spans); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/calls, "ns/call")
+	b.ReportMetric(float64(bytes)/calls, "B/call")
 }
