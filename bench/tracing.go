@@ -24,7 +24,7 @@ import (
 var tracingTarget = Target{Check: RatioAtLeast, Limit: 0.9}
 
 func tracingStep(cfg Config) step {
-	calls := cfg.n(1500, 400, 20)
+	calls := cfg.n(6000, 1500, 20)
 	name := "runtime call, no-op tool, tracing exported over OTLP vs tracing off (sync=interval)"
 	return ratioStep("tracing", name, natsnode.SyncInterval, "calls/s", tracingTarget,
 		func(ctx context.Context, e *env) (jw, raw []float64, err error) { return e.tracing(ctx, calls) })

@@ -35,7 +35,12 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 	if err != nil {
 		return Result{}, err
 	}
-	ctx, endStart := r.startCallSpan(ctx, c.t, opts)
+	// The tracing hooks are called only while tracing is on (see
+	// tracing.go).
+	endStart := nop
+	if tracing.Enabled() {
+		ctx, endStart = r.startCallSpan(ctx, c.t, opts)
+	}
 	defer endStart()
 	c.ctx = ctx
 	// The read lock taken by holdStop is released once the tool.call is
@@ -391,7 +396,9 @@ func (r *Runtime) callLog(t *registered, res Result) *zerolog.Logger {
 // tool.started, or its tool.call in the combined form) and appends its
 // tool.result (step 6).
 func (r *Runtime) runAndFinish(ctx context.Context, t *registered, args json.RawMessage, res Result) (Result, error) {
-	ctx = started(ctx)
+	if tracing.Enabled() {
+		ctx = started(ctx)
+	}
 	callID, op, tool := res.CallID, res.Operation, t.Metadata.Name
 	timeout := t.Timeout
 	if timeout <= 0 {
@@ -405,7 +412,10 @@ func (r *Runtime) runAndFinish(ctx context.Context, t *registered, args json.Raw
 		Fence:     fence,
 	}
 	// RunToolCall covers the body and the tool.result's append.
-	ctx, endRun := r.startRunSpan(ctx, t, req)
+	endRun := nopResult
+	if tracing.Enabled() {
+		ctx, endRun = r.startRunSpan(ctx, t, req)
+	}
 	r.run(WithFence(ctx, fence), t, req, timeout, limit, &res)
 
 	// Step 6: tool.result.

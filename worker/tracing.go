@@ -43,13 +43,25 @@ type callTrace struct {
 // producer is the span kind of a span that publishes messages.
 var producer = trace.WithSpanKind(trace.SpanKindProducer)
 
+// The runtime calls each hook only while tracing is on (tracing.Enabled,
+// one atomic load, inlined at the call site): with tracing off a call
+// makes no hook call, and in a build with -tags jw_notracing the check is
+// the constant false and the hooks are gone. Each hook checks again, for
+// other callers.
+
+// nop is the end of a span not made.
+func nop() {}
+
+// nopResult is the end of a RunToolCall span not made.
+func nopResult(*Result) {}
+
 // startCallSpan starts StartToolCall:<tool>; a retry's span carries the
 // plan and links to the original call's span (the trace context stored
 // with the prior tool.call message). The returned func ends the span if
 // the body never ran.
 func (r *Runtime) startCallSpan(ctx context.Context, t *registered, opts CallOptions) (context.Context, func()) {
 	if !tracing.Enabled() {
-		return ctx, func() {}
+		return ctx, nop
 	}
 	ct := &callTrace{parent: trace.SpanFromContext(ctx), subject: "events." + r.cfg.Session}
 	// The span publishes the call's start appends: messaging attributes.
@@ -99,7 +111,7 @@ func started(ctx context.Context) context.Context {
 // result as recorded) and ends the span.
 func (r *Runtime) startRunSpan(ctx context.Context, t *registered, req BodyRequest) (context.Context, func(*Result)) {
 	if !tracing.Enabled() {
-		return ctx, func(*Result) {}
+		return ctx, nopResult
 	}
 	ct, ok := ctx.Value(callTraceKey{}).(*callTrace)
 	if !ok || ct.run != nil {
