@@ -30,12 +30,17 @@ func tracingStep(cfg Config) step {
 		func(ctx context.Context, e *env) (jw, raw []float64, err error) { return e.tracing(ctx, calls) })
 }
 
-// tracing measures, per round, calls/s of worker.Runtime.Call with a no-op
-// tool with tracing on (an SDK provider batching
-// to the OTLP/HTTP exporter, sending to an endpoint in this process that
-// reads and drops what it gets) against the same calls with tracing off,
-// alternating which side runs first. Tracing is jingwei's process-wide
-// switch: it is turned on for the traced rounds only and off at the end.
+// tracing measures, per round, calls/s of worker.Runtime.Call with a
+// no-op tool with tracing on (an SDK provider batching every span — full
+// sampling — to the OTLP/HTTP exporter, sending to an endpoint in this
+// process that reads and drops what it gets) against the same calls with
+// tracing off, alternating which side runs first. No OTEL_* variable is
+// read: the batch processor has the SDK's defaults (OTEL_BSP_* unset:
+// batches of 512 spans, a queue of 2,048, every 5 s), the exporter its own
+// (no compression). A traced call is two spans (StartToolCall,
+// RunToolCall), the trace context on its two appends, and their share of
+// the exporter's batches. Tracing is jingwei's process-wide switch: it is
+// turned on for the traced rounds only and off at the end.
 func (e *env) tracing(ctx context.Context, calls int) (on, off []float64, err error) {
 	topo, err := e.topology(ctx, e.prefix("tr"))
 	if err != nil {
