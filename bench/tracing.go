@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -47,8 +48,14 @@ func (e *env) tracing(ctx context.Context, calls int) (on, off []float64, err er
 		return nil, nil, err
 	}
 	defer e.drop(topo)
+	var received atomic.Int64 // bytes of OTLP export requests
 	sink := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
+		n, _ := io.Copy(io.Discard, r.Body)
+		if r.URL.Path != "/v1/traces" || r.Header.Get("Content-Type") != "application/x-protobuf" {
+			http.Error(w, "not an OTLP/HTTP protobuf trace export", http.StatusBadRequest)
+			return
+		}
+		received.Add(n)
 		w.Header().Set("Content-Type", "application/x-protobuf")
 	}))
 	defer sink.Close()
@@ -79,5 +86,18 @@ func (e *env) tracing(ctx context.Context, calls int) (on, off []float64, err er
 			return runtimeRound(topo, reg, plans, budget, args, calls, fmt.Sprintf("tr-%t", traced))(ctx, round)
 		}
 	}
-	return alternate(ctx, e.cfg.Rounds, side(true), side(false))
+	on, off, err = alternate(ctx, e.cfg.Rounds, side(true), side(false))
+	if err != nil {
+		return nil, nil, err
+	}
+	// The traced side is only honest if its spans were exported: a call's
+	// two spans are about 780 bytes of protobuf; less than 400 a call
+	// means the exporter dropped or failed to send some.
+	if err := tp.ForceFlush(ctx); err != nil {
+		return nil, nil, fmt.Errorf("bench: flushing the traced rounds' spans: %w", err)
+	}
+	if got, want := received.Load(), int64(400*calls*e.cfg.Rounds); got < want {
+		return nil, nil, fmt.Errorf("bench: the OTLP endpoint received %d bytes for %d traced calls, want at least %d", got, calls*e.cfg.Rounds, want)
+	}
+	return on, off, nil
 }
