@@ -284,7 +284,7 @@ func plan(cfg Config) []step {
 		steps = append(steps, runtimeStep(cfg, natsnode.SyncInterval))
 	}
 	if cfg.runs("tracing") {
-		steps = append(steps, tracingStep(cfg))
+		steps = append(steps, tracingStep(cfg), tracingOffStep(cfg))
 	}
 	if cfg.runs("pipeline") {
 		steps = append(steps, pipelineStep(cfg, natsnode.SyncInterval))

@@ -601,7 +601,9 @@ func (l *Log) send(ctx context.Context, payload []byte, id string, until time.Ti
 		msg.Data = nil
 		appendMsgs.Put(msg)
 	}()
-	if tracing.Inject(ctx, msg.Header) { // trace context in headers only, never in the event
+	// trace context in headers only, never in the event; Enabled (inlined)
+	// first, so nothing is called while tracing is off
+	if tracing.Enabled() && tracing.Inject(ctx, msg.Header) {
 		defer tracing.Clear(msg.Header)
 	}
 

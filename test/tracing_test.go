@@ -304,16 +304,19 @@ func TestTraceAcrossCrashReviewAndRetry(t *testing.T) {
 		t.Errorf("StartToolCall and RunToolCall are not children of the request span")
 	}
 	// StartToolCall is the publish span of the call's start (messaging
-	// attributes); the result's append is a send span of its own.
+	// attributes); RunToolCall is the publish span of the body's result,
+	// its append a span event.
 	if attrOf(startSpan, "messaging.system") != "nats" || attrOf(startSpan, "messaging.destination.name") != "events.s-books" {
 		t.Errorf("StartToolCall has no messaging attributes: %v", startSpan.Attributes)
 	}
 	underRetry := false
-	for _, sp := range s.named("send events.s-books", attribute.String("jingwei.event", "tool.result"), attribute.String("messaging.system", "nats")) {
-		underRetry = underRetry || s.ancestorIn(sp, "jw.retry")
+	for _, sp := range s.named(tracing.RunToolCallName("ledger.post"), attribute.String("jingwei.event", "tool.result"), attribute.String("messaging.system", "nats"), tracing.AttrStatus.String("ok")) {
+		for _, ev := range sp.Events {
+			underRetry = underRetry || (ev.Name == "send events.s-books" && s.ancestorIn(sp, "jw.retry"))
+		}
 	}
 	if !underRetry {
-		t.Errorf("the retry's tool.result append is not a messaging span under the retry")
+		t.Errorf("the retry's tool.result append is not a messaging span event of its RunToolCall under the retry")
 	}
 	// The takeover, the assessment, the review and the plan link back.
 	fenced := false

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jingwei/jingwei/internal/tracing"
 	"github.com/jingwei/jingwei/schema"
 	"github.com/jingwei/jingwei/stream"
 )
@@ -41,9 +42,11 @@ func (r *Runtime) appendOf(ctx context.Context, ev schema.Event, tool string) (u
 	}
 	var seq uint64
 	var err error
-	if ctx2, endSend := r.startAppendSpan(ctx, &ev); endSend != nil {
-		ctx = ctx2
-		defer func() { endSend(seq, err) }()
+	if tracing.Enabled() { // see worker/tracing.go
+		if ctx2, endSend := r.startAppendSpan(ctx, &ev); endSend != nil {
+			ctx = ctx2
+			defer func() { endSend(seq, err) }()
+		}
 	}
 	if l, ok := r.cfg.Log.(*stream.Log); ok {
 		seq, err = l.AppendFor(ctx, ev, r.cfg.WriteTimeout)

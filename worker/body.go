@@ -18,8 +18,6 @@ import (
 
 // run executes the body and fills res.Status, Output, Error and Retryable.
 func (r *Runtime) run(ctx context.Context, t *registered, req BodyRequest, timeout time.Duration, limit int, res *Result) {
-	ctx, endRun := startRunSpan(ctx, req)
-	defer endRun(res)
 	bctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	type out struct {

@@ -35,7 +35,12 @@ func (r *Runtime) CallWithOptions(ctx context.Context, tool string, args json.Ra
 	if err != nil {
 		return Result{}, err
 	}
-	ctx, endStart := r.startCallSpan(ctx, tool, opts)
+	// The tracing hooks are called only while tracing is on (see
+	// tracing.go).
+	endStart := nop
+	if tracing.Enabled() {
+		ctx, endStart = r.startCallSpan(ctx, c.t, opts)
+	}
 	defer endStart()
 	c.ctx = ctx
 	// The read lock taken by holdStop is released once the tool.call is
@@ -391,7 +396,9 @@ func (r *Runtime) callLog(t *registered, res Result) *zerolog.Logger {
 // tool.started, or its tool.call in the combined form) and appends its
 // tool.result (step 6).
 func (r *Runtime) runAndFinish(ctx context.Context, t *registered, args json.RawMessage, res Result) (Result, error) {
-	ctx = started(ctx)
+	if tracing.Enabled() {
+		ctx = started(ctx)
+	}
 	callID, op, tool := res.CallID, res.Operation, t.Metadata.Name
 	timeout := t.Timeout
 	if timeout <= 0 {
@@ -399,11 +406,17 @@ func (r *Runtime) runAndFinish(ctx context.Context, t *registered, args json.Raw
 	}
 	limit := r.outputLimit(t)
 	fence := Fence{Session: r.cfg.Session, Epoch: r.epoch(), CallID: callID, Task: op.Task, Key: op.Key}
-	r.run(WithFence(ctx, fence), t, BodyRequest{
+	req := BodyRequest{
 		Session: r.cfg.Session, CallID: callID, Tool: tool, Arguments: args,
 		Operation: Operation{Task: op.Task, Key: op.Key, Contract: op.Contract},
 		Fence:     fence,
-	}, timeout, limit, &res)
+	}
+	// RunToolCall covers the body and the tool.result's append.
+	endRun := nopResult
+	if tracing.Enabled() {
+		ctx, endRun = r.startRunSpan(ctx, t, req)
+	}
+	r.run(WithFence(ctx, fence), t, req, timeout, limit, &res)
 
 	// Step 6: tool.result.
 	var callErr error
@@ -411,5 +424,7 @@ func (r *Runtime) runAndFinish(ctx context.Context, t *registered, args json.Raw
 		callErr = &schema.Error{Code: schema.Code(res.Status), CallID: callID, Message: res.Error}
 		r.callLog(t, res).Info().Str("status", string(res.Status)).Str("error", res.Error).Msg("call did not complete")
 	}
-	return r.finish(ctx, res, callErr)
+	out, err := r.finish(ctx, res, callErr)
+	endRun(&out)
+	return out, err
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/jingwei/jingwei/effect"
+	"github.com/jingwei/jingwei/internal/tracing"
 	"github.com/jingwei/jingwei/schema"
 )
 
@@ -90,6 +91,8 @@ type Tool struct {
 type registered struct {
 	Tool
 	schema *jsonschema.Schema
+	// startSpan and runSpan name the spans of the tool's calls.
+	startSpan, runSpan string
 }
 
 // validate checks args against the tool's schema.
@@ -146,7 +149,7 @@ func (r *Registry) Register(t Tool) error {
 	if t.Timeout < 0 || t.OutputLimit < 0 {
 		return fmt.Errorf("%w: %s: negative timeout or output limit", ErrInvalidTool, name)
 	}
-	reg := &registered{Tool: t}
+	reg := &registered{Tool: t, startSpan: tracing.StartToolCallName(name), runSpan: tracing.RunToolCallName(name)}
 	if len(t.InputSchema) > 0 {
 		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(t.InputSchema))
 		if err != nil {

@@ -22,7 +22,12 @@ const benchHelp = `  jingwei bench [--quick] [--json] [--rounds N] [--only appen
 Starts an embedded NATS server (store in a temporary directory under --dir,
 removed afterwards) and measures every jingwei path next to the raw
 JetStream operation it is built on, in the same run: fenced appends (1 and
-64 sessions), runtime calls of a no-op tool, the pipeline call (--only
+64 sessions), runtime calls of a no-op tool, the tracing rows (--only
+tracing: runtime calls with every span exported over OTLP against the
+same calls with tracing off; and, with no OTEL_* set, against a build
+without the tracing hooks — jingwei built twice by the go command from the
+module in the working directory, so run it with go run ./cmd/jingwei
+bench), the pipeline call (--only
 pipeline: jw.api.call through a tool worker, one caller and 16, against a
 raw JetStream work-queue request/reply with the same two appends and the
 in-process runtime; p50/p99 latency, calls/s and, with sync always,

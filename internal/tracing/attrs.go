@@ -64,16 +64,20 @@ func linkAttrs(kind string) []attribute.KeyValue {
 // Messaging returns the messaging semantic-convention attributes of an
 // operation ("publish", "process") on a NATS subject, with extra appended.
 func Messaging(subject, operation string, extra ...attribute.KeyValue) []attribute.KeyValue {
+	return append(AppendMessaging(make([]attribute.KeyValue, 0, 4+len(extra)), subject, operation), extra...)
+}
+
+// AppendMessaging appends the messaging attributes of Messaging to dst
+// (for a caller that has room for them).
+func AppendMessaging(dst []attribute.KeyValue, subject, operation string) []attribute.KeyValue {
 	op := semconv.MessagingOperationTypeSend
 	if operation == "process" {
 		op = semconv.MessagingOperationTypeProcess
 	}
-	return append([]attribute.KeyValue{
-		semconv.MessagingSystemKey.String("nats"), op,
-		semconv.MessagingOperationName(operation),
-		semconv.MessagingDestinationName(subject),
-	}, extra...)
+	return append(dst, natsSystem, op, semconv.MessagingOperationName(operation), semconv.MessagingDestinationName(subject))
 }
+
+var natsSystem = semconv.MessagingSystemKey.String("nats")
 
 // Publish starts a producer span for a message jingwei publishes on
 // subject (messaging semantic conventions: "send <destination>"), with

@@ -48,12 +48,12 @@ func Use(tp trace.TracerProvider) {
 }
 
 // Enabled reports whether jingwei traces.
-func Enabled() bool { return current.Load() != nil }
+func Enabled() bool { return load() != nil }
 
 // Start starts a span named name as a child of ctx's span. With tracing
 // off it returns ctx and the (non-recording) span ctx already holds.
 func Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
-	s := current.Load()
+	s := load()
 	if s == nil {
 		return ctx, trace.SpanFromContext(ctx)
 	}
@@ -96,7 +96,7 @@ const (
 // reports whether it did: nothing while tracing is off or when ctx holds
 // no valid span context. h must not be nil.
 func Inject(ctx context.Context, h nats.Header) bool {
-	s := current.Load()
+	s := load()
 	if s == nil || !trace.SpanContextFromContext(ctx).IsValid() {
 		return false
 	}
@@ -114,7 +114,7 @@ func Clear(h nats.Header) {
 // Extract returns ctx with the remote span context carried by h as its
 // parent; ctx unchanged while tracing is off or when h carries none.
 func Extract(ctx context.Context, h nats.Header) context.Context {
-	s := current.Load()
+	s := load()
 	if s == nil || len(h) == 0 {
 		return ctx
 	}
@@ -124,7 +124,7 @@ func Extract(ctx context.Context, h nats.Header) context.Context {
 // SpanContextOf returns the span context carried by h (invalid when none,
 // or while tracing is off).
 func SpanContextOf(h nats.Header) trace.SpanContext {
-	s := current.Load()
+	s := load()
 	if s == nil || len(h) == 0 {
 		return trace.SpanContext{}
 	}
