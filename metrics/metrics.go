@@ -36,6 +36,7 @@
 //	jingwei_calls_awaiting_review                   needs_review calls without a plan since
 //	jingwei_review_wait_oldest_seconds              how long the oldest of them has waited
 //	jingwei_open_calls                              calls without a result, as the classifier tracks them
+//	jingwei_open_call_oldest_seconds                how long the oldest of them (not waiting for approval) has been open
 //	jingwei_plans{state}                            plans in jw_plans by state (issued, consumed)
 //	jingwei_recoverer_events_seen_total             session events the classifier read
 //	jingwei_recoverer_consumer_pending_events       events not yet delivered to the classifier

@@ -390,3 +390,35 @@ func TestStreamReplacedGauge(t *testing.T) {
 		t.Errorf("after the confirmation: jingwei_stream_replaced{JW_REVIEWS} = %v, want 0", got[`jingwei_stream_replaced{stream="JW_REVIEWS"}`])
 	}
 }
+
+// TestOpenCallOldest: the oldest open call's age is measured from its
+// tool.call's timestamp; a call waiting for approval (it may wait for
+// days by design) and a call stamped in the future (another host's
+// clock) do not count; no open call reads 0.
+func TestOpenCallOldest(t *testing.T) {
+	reg := metrics.NewRegistry()
+	m := metrics.NewRecovery(reg)
+	now := time.Now()
+	src := &fakeRecoverer{st: service.Status{
+		OpenCalls: []service.OpenCall{
+			{Session: "s", CallID: "c-parked", At: now.Add(-time.Hour)},
+			{Session: "s", CallID: "c-stuck", At: now.Add(-90 * time.Second)},
+			{Session: "t", CallID: "c-running", At: now.Add(-10 * time.Second)},
+			{Session: "t", CallID: "c-ahead", At: now.Add(time.Minute)},
+		},
+		AwaitingApproval: []service.WaitingApproval{{Session: "s", CallID: "c-parked"}},
+	}}
+	m.Source(src)
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = metrics.Serve(ctx, ln, reg) }()
+	url := "http://" + ln.Addr().String() + "/metrics"
+	if v := scrape(t, url)["jingwei_open_call_oldest_seconds"]; v < 90 || v > 150 {
+		t.Errorf("oldest open call %vs, want about 90 s (the parked call and the future stamp skipped)", v)
+	}
+	src.st.OpenCalls = src.st.OpenCalls[:1] // only the parked call is left open
+	if v, ok := scrape(t, url)["jingwei_open_call_oldest_seconds"]; !ok || v != 0 {
+		t.Errorf("with only a call waiting for approval open: %v (present %v), want 0", v, ok)
+	}
+}

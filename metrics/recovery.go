@@ -62,9 +62,9 @@ type Recovery struct {
 	seenOrder []string
 	now       func() time.Time
 
-	awaitingDesc, oldestDesc, openDesc, plansDesc, seenDesc, pendingDesc, ackPendingDesc, upDesc *prometheus.Desc
-	approvalsDesc, stoppedDesc                                                                   *prometheus.Desc
-	replacedDesc, countingDesc                                                                   *prometheus.Desc
+	awaitingDesc, oldestDesc, openDesc, openOldestDesc, plansDesc, seenDesc, pendingDesc, ackPendingDesc, upDesc *prometheus.Desc
+	approvalsDesc, stoppedDesc                                                                                   *prometheus.Desc
+	replacedDesc, countingDesc                                                                                   *prometheus.Desc
 }
 
 // IdentitySource is what the stream_replaced gauge reads at each scrape,
@@ -117,6 +117,7 @@ func NewRecovery(reg prometheus.Registerer) *Recovery {
 		awaitingDesc:   d("calls_awaiting_review", "Calls whose latest assessment is needs_review and for which no plan was issued since."),
 		oldestDesc:     d("review_wait_oldest_seconds", "How long the oldest call awaiting review has waited, since this process first saw it needs_review (0 when none waits)."),
 		openDesc:       d("open_calls", "Calls without a result yet, as the recovery worker's classifier tracks them."),
+		openOldestDesc: d("open_call_oldest_seconds", "How long the oldest open call not waiting for approval has been open, from its tool.call's timestamp (the writer's clock), 0 when none is open. A call stays open while its body runs and until a takeover's fence closes it: one open much longer than its tool's timeout is stuck."),
 		plansDesc:      d("plans", "Retry plans in jw_plans, by state (issued: waiting for a tool worker; consumed: used by an attempt).", "state"),
 		seenDesc:       d("recoverer_events_seen_total", "Session events the recovery worker's classifier has read since the process started."),
 		pendingDesc:    d("recoverer_consumer_pending_events", "Session events not yet delivered to the recovery worker's classifier (its consumer's lag)."),
@@ -253,7 +254,7 @@ func (m *Recovery) TookOver(_ string, h []schema.Event, assessed []schema.Assess
 
 // Describe is prometheus.Collector's.
 func (m *Recovery) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{m.awaitingDesc, m.oldestDesc, m.openDesc, m.plansDesc, m.seenDesc, m.pendingDesc, m.ackPendingDesc, m.upDesc, m.approvalsDesc, m.stoppedDesc, m.replacedDesc, m.countingDesc} {
+	for _, d := range []*prometheus.Desc{m.awaitingDesc, m.oldestDesc, m.openDesc, m.openOldestDesc, m.plansDesc, m.seenDesc, m.pendingDesc, m.ackPendingDesc, m.upDesc, m.approvalsDesc, m.stoppedDesc, m.replacedDesc, m.countingDesc} {
 		ch <- d
 	}
 }
@@ -279,6 +280,7 @@ func (m *Recovery) Collect(ch chan<- prometheus.Metric) {
 		gauge(m.awaitingDesc, float64(len(st.AwaitingReview)))
 		gauge(m.oldestDesc, m.oldestWait(st.AwaitingReview).Seconds())
 		gauge(m.openDesc, float64(st.Stats.OpenCalls))
+		gauge(m.openOldestDesc, oldestOpen(st, m.now()).Seconds())
 		gauge(m.approvalsDesc, float64(len(st.AwaitingApproval)))
 		gauge(m.stoppedDesc, float64(len(st.StoppedTasks)))
 		gauge(m.plansDesc, float64(st.Plans.Issued), "issued")
@@ -316,6 +318,24 @@ func (m *Recovery) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(m.countingDesc, c)
 	gauge(m.upDesc, up)
+}
+
+// oldestOpen returns how long the oldest open call of st that does not
+// wait for approval has been open at now (0 when none; never negative,
+// whatever the writers' clocks say).
+func oldestOpen(st service.Status, now time.Time) time.Duration {
+	waiting := make(map[[2]string]bool, len(st.AwaitingApproval))
+	for _, w := range st.AwaitingApproval {
+		waiting[[2]string{w.Session, w.CallID}] = true
+	}
+	var oldest time.Duration
+	for _, c := range st.OpenCalls {
+		if c.At.IsZero() || waiting[[2]string{c.Session, c.CallID}] {
+			continue
+		}
+		oldest = max(oldest, now.Sub(c.At))
+	}
+	return oldest
 }
 
 // oldestWait returns how long the longest-waiting call of awaiting has

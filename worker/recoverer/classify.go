@@ -26,6 +26,7 @@ type openCall struct {
 	contract effect.Contract
 	epoch    uint64
 	seq      uint64
+	at       time.Time // the tool.call's at: how long the call has been open
 	marker   bool
 	started  bool
 	combined bool // started by its tool.call (call.started), not a tool.started
@@ -385,7 +386,7 @@ func (t *tracker) observe(session string, seq uint64, data []byte, out []finding
 		call := ev.Call
 		// call.Started: the combined form, a tool.call and its tool.started in one.
 		c := t.newCall()
-		*c = openCall{id: call.CallID, tool: call.Tool, epoch: ev.Epoch, seq: seq, marker: call.StartMarker, started: call.Started, combined: call.Started}
+		*c = openCall{id: call.CallID, tool: call.Tool, epoch: ev.Epoch, seq: seq, at: ev.At, marker: call.StartMarker, started: call.Started, combined: call.Started}
 		if op := call.Operation; op != nil {
 			c.task, c.key, c.contract, c.retry = op.Task, op.Key, op.Contract, op.Retry != nil
 		} else {
@@ -565,7 +566,7 @@ func (t *tracker) list(session string) []service.OpenCall {
 			continue
 		}
 		calls.Each(func(_ string, c *openCall) {
-			out = append(out, service.OpenCall{Session: s, CallID: c.id, Tool: c.tool, Task: c.task, Key: c.key, Contract: c.contract, Epoch: c.epoch, Seq: c.seq, Started: c.started})
+			out = append(out, service.OpenCall{Session: s, CallID: c.id, Tool: c.tool, Task: c.task, Key: c.key, Contract: c.contract, Epoch: c.epoch, Seq: c.seq, Started: c.started, At: c.at})
 		})
 	}
 	return out

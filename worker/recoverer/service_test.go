@@ -1,6 +1,7 @@
 package recoverer
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -89,6 +90,10 @@ func TestServiceEndpoints(t *testing.T) {
 	}
 	if len(st.OpenCalls) != 1 || st.OpenCalls[0].CallID != "c-open" || st.Plans.Issued != 1 || len(st.Plans.IssuedIDs) != 1 || st.Plans.IssuedIDs[0] != p.PlanID {
 		t.Fatalf("status %s", m.Data)
+	}
+	// How long the call has been open: its tool.call's timestamp.
+	if at := st.OpenCalls[0].At; at.IsZero() || time.Since(at) < 0 || time.Since(at) > time.Minute || !bytes.Contains(m.Data, []byte(`"at":"`)) {
+		t.Fatalf("open call's at %v, want the tool.call's timestamp: %s", at, m.Data)
 	}
 	// The typed client reads the same answers, and error answers as
 	// *schema.Error.

@@ -87,6 +87,9 @@ type OpenCall struct {
 	Epoch    uint64          `json:"epoch"`
 	Seq      uint64          `json:"seq"`
 	Started  bool            `json:"started"`
+	// At is the tool.call's timestamp (its writer's clock): how long the
+	// call has been open.
+	At time.Time `json:"at,omitzero"`
 }
 
 // PlanCounts counts plans by state.
