@@ -54,6 +54,11 @@ type Config struct {
 	// Keep keeps the run's directory after Run returns (its path is in
 	// Report.Dir). By default it is removed.
 	Keep bool
+	// KeepOnFailure keeps it only when a must-hold invariant failed or
+	// the run did not complete: the evidence of a failure (every child's
+	// log, the stores) outlives the run, and a run that passed leaves
+	// nothing behind.
+	KeepOnFailure bool
 
 	// Mode is what runs. Defaults to ModeCluster (ModeExternal when Server
 	// is set).

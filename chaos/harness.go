@@ -112,6 +112,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		rep.Error = err.Error()
 	}
+	h.removeDir(rep)
 	return rep, err
 }
 
@@ -752,9 +753,21 @@ func (h *harness) shutdown() {
 	if h.net != nil {
 		h.net.Close()
 	}
-	if h.dir != "" && !h.cfg.Keep {
-		if err := os.RemoveAll(h.dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-			h.log.Warn().Err(err).Str("dir", h.dir).Msg("remove the run directory")
-		}
+}
+
+// removeDir removes the run's directory once its report is made, unless
+// it is kept: always (Keep), or when the run failed (KeepOnFailure), the
+// report then naming it (Report.Dir).
+func (h *harness) removeDir(rep *Report) {
+	if h.dir == "" || h.cfg.Keep {
+		return
+	}
+	if h.cfg.KeepOnFailure && (rep.Error != "" || len(rep.Failed()) > 0) {
+		rep.Dir = h.dir
+		h.log.Warn().Str("dir", h.dir).Msg("run failed: its directory is kept")
+		return
+	}
+	if err := os.RemoveAll(h.dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		h.log.Warn().Err(err).Str("dir", h.dir).Msg("remove the run directory")
 	}
 }

@@ -215,7 +215,8 @@ type Report struct {
 	Config ReportConfig `json:"config"`
 	// Elapsed is how long the run took.
 	Elapsed Seconds `json:"elapsed"`
-	// Dir is the run's directory when it was kept (Config.Keep), else "".
+	// Dir is the run's directory when it was kept (Config.Keep, or
+	// Config.KeepOnFailure and the run failed), else "".
 	Dir string `json:"dir,omitempty"`
 	// Rows are the invariants and bounds, in a fixed order.
 	Rows []Row `json:"rows"`

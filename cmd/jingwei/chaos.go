@@ -24,7 +24,7 @@ func init() {
 const chaosHelp = `  jingwei chaos [--quick] [--single | --server URL --auth DIR [--operator] [--reviewer-key FILE]] [--json] [--seed N]
                 [--actions 1000] [--sessions 40] [--duration 60s] [--workers 3] [--kill-every 1.5s-4s]
                 [--recoverer-kills 3] [--node-kills 2] [--node-down 20s] [--pauses 2] [--partitions 1]
-                [--lease-ttl 2s] [--strict] [--keep]
+                [--lease-ttl 2s] [--strict] [--keep | --keep-on-failure]
 
 Tests a deployment the way a chaos run does, and prints a table of
 invariants. By default it starts a real 3-node NATS cluster on loopback
@@ -222,6 +222,7 @@ func chaosConfig(args []string, stderr io.Writer) (chaos.Config, chaosOutput, in
 	syncMode := fs.String("sync", "interval", "the nodes' fsync mode: interval or always")
 	strict := fs.Bool("strict", false, "a p99 crash -> assessment latency over its bound fails the run too (on a cluster: the samples taken with a node down and every leader there)")
 	keep := fs.Bool("keep", false, "keep the run's directory (stores, keys, child logs) and print where it is")
+	keepOnFailure := fs.Bool("keep-on-failure", false, "keep the run's directory only when a must-hold invariant failed or the run did not complete, and print where it is")
 	dir := fs.String("dir", os.TempDir(), "where the run's directory is created")
 	exe := fs.String("exe", "", "jingwei binary for the child processes (default: this executable)")
 	toolsFile := fs.String("tools", "", "tool catalog the tool workers run instead of the example tools (docs/catalog.md; e.g. the example tools behind an MCP backend of 'jingwei tools serve-examples')")
@@ -233,7 +234,7 @@ func chaosConfig(args []string, stderr io.Writer) (chaos.Config, chaosOutput, in
 		return chaos.Config{}, chaosOutput{}, usageError(stderr, "chaos", "%v", err), false
 	}
 	cfg := chaos.Config{
-		Exe: *exe, Dir: *dir, Keep: *keep, Quick: *quick, Seed: *seed, Nodes: *nodes, Replicas: *replicas, Sync: *syncMode,
+		Exe: *exe, Dir: *dir, Keep: *keep, KeepOnFailure: *keepOnFailure, Quick: *quick, Seed: *seed, Nodes: *nodes, Replicas: *replicas, Sync: *syncMode,
 		Actions: *actions, Sessions: *sessions, Duration: *duration, Workers: *workers,
 		RecovererKills: count(*recKills), NodeKills: count(*nodeKills), NodeDown: *nodeDown,
 		Pauses: count(*pauses), NoReviewDuringPause: *noPauseReview, NoProbes: *noProbes, Partitions: count(*partitions), PartitionFor: *partitionFor,

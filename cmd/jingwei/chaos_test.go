@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jingwei/jingwei/chaos"
+	"github.com/jingwei/jingwei/stream"
 	"github.com/jingwei/jingwei/stream/natsnode"
 )
 
@@ -70,8 +72,10 @@ func TestChaosNodeFlagsRoundTrip(t *testing.T) {
 
 // chaosReport is the part of `jingwei chaos --json` the test reads.
 type chaosReport struct {
-	Seed  int64  `json:"seed"`
-	Error string `json:"error"`
+	Seed  int64    `json:"seed"`
+	Error string   `json:"error"`
+	Dir   string   `json:"dir"`
+	Notes []string `json:"notes"`
 	Ex    struct {
 		WorkerKills    int            `json:"worker_kills"`
 		RecovererKills int            `json:"recoverer_kills"`
@@ -123,7 +127,7 @@ func TestChaosQuick(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
-			args := []string{"chaos", "--quick", "--json", "--seed", "12", "--dir", dir}
+			args := []string{"chaos", "--quick", "--json", "--seed", "12", "--dir", dir, "--keep-on-failure"}
 			args = append(args, strings.Fields(mode)...)
 			// The harness runs in the test process (so -race watches it);
 			// its child processes are the binary built above.
@@ -186,7 +190,14 @@ func TestChaosQuick(t *testing.T) {
 				t.Errorf("exit %d, but a must-hold row failed: %v", code, failedMust)
 			}
 			if failedMust {
-				t.Errorf("a must-hold invariant failed (rows above; run directory %s)", dir)
+				t.Errorf("a must-hold invariant failed (rows above; notes %q)", rep.Notes)
+				for _, r := range raw.Rows {
+					if r.Must && !r.Met {
+						dumpLogs(t, rep.Dir, r.Examples)
+					}
+				}
+			} else if rep.Dir != "" {
+				t.Errorf("a run that passed kept its directory %s", rep.Dir)
 			}
 			ex := rep.Ex
 			// Reviews: a person's, or (the harness's recovery worker runs
@@ -216,4 +227,42 @@ func TestChaosQuick(t *testing.T) {
 func jsonNumber(f float64) string {
 	b, _ := json.Marshal(f)
 	return string(b)
+}
+
+// dumpLogs logs, for a failed invariant, the lines of the kept run's child
+// logs that name the session of its first examples (at most 120, each file's in its order): the
+// evidence a failure in CI leaves, where the run directory is gone with
+// the machine.
+func dumpLogs(t *testing.T, dir string, examples []string) {
+	t.Helper()
+	if dir == "" {
+		t.Log("the run directory was not kept: no logs to show")
+		return
+	}
+	logs, _ := filepath.Glob(filepath.Join(dir, "logs", "*.log"))
+	for i, ex := range examples {
+		if i == 2 {
+			break
+		}
+		session, _, _ := strings.Cut(ex, "/")
+		// The session's own lines, and its partition's (taken, lost,
+		// dropped: where a session without lines of its own stood).
+		part := fmt.Sprintf(`"partition":%d,`, stream.Partition(session, stream.DefaultPartitions))
+		var lines []string
+		for _, f := range logs {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				continue
+			}
+			for _, l := range strings.Split(string(b), "\n") {
+				if strings.Contains(l, `"`+session+`"`) || strings.Contains(l, part) && !strings.Contains(l, `"session":`) {
+					lines = append(lines, filepath.Base(f)+": "+l)
+				}
+			}
+		}
+		if len(lines) > 120 {
+			lines = lines[len(lines)-120:]
+		}
+		t.Logf("log lines naming %s (%d shown):\n%s", session, len(lines), strings.Join(lines, "\n"))
+	}
 }
