@@ -724,16 +724,13 @@ func (l *Log) resolve(ctx context.Context, id string, payload []byte) (seq uint6
 		if !ok {
 			return 0, false, nil
 		}
-		if next.msgID == id && bytes.Equal(next.data, payload) {
+		// This append (id has the prefix), or this very event appended
+		// before by this Log and its answer lost (a tool.result the
+		// runtime retries): it is in.
+		if strings.HasPrefix(next.msgID, l.idPre) && bytes.Equal(next.data, payload) {
 			return next.seq, true, nil
 		}
 		if next.msgID != id && strings.HasPrefix(next.msgID, l.idPre) {
-			if bytes.Equal(next.data, payload) {
-				// This very event, appended before by this Log and its
-				// answer lost: the caller tries the same event again
-				// (a tool.result the runtime retries), and it is in.
-				return next.seq, true, nil
-			}
 			l.appended(next.seq, next.size)
 			continue
 		}
